@@ -1,0 +1,24 @@
+# Every install step lives here: CI runs `make test` on a clean clone with no .venv.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/shardlab train --config configs/default.toml
+
+test: setup
+	$(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV)

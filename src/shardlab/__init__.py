@@ -1,0 +1,2 @@
+"""shardlab: a PyTorch distributed-training runtime and laboratory."""
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+from shardlab.cli import main; main()

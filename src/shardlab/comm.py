@@ -1,0 +1,257 @@
+"""The one door to collectives.
+
+Every collective of shardlab's own code goes through this module, so each one is recorded:
+sequence id, op, group, payload bytes, wire bytes, dtype, launch and completion time, a short stack.
+The records feed three readers: per-step accounting (`summary.json` `comm`), the timeline (trace),
+and the flight recorder (a ring buffer the hang watchdog dumps).
+
+Byte conventions (per rank): `bytes` is the payload, the full tensor handed to the collective
+(all_reduce: the buffer; reduce_scatter: the full unsharded input; all_gather: the full gathered
+output). `wire_bytes` is what a ring algorithm sends per rank: all_reduce 2(N-1)/N x payload,
+reduce_scatter and all_gather (N-1)/N x payload, broadcast payload.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+
+ReduceOp = dist.ReduceOp
+
+
+@dataclass
+class Record:
+    seq: int
+    op: str
+    group: str
+    group_size: int
+    bytes: int
+    wire_bytes: int
+    dtype: str
+    shape: tuple
+    tag: str
+    step: int
+    phase: str
+    t_launch: float
+    t_done: float | None = None
+    state: str = "started"  # started | completed
+    stack: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["shape"] = list(self.shape)
+        return d
+
+
+class Recorder:
+    """Per-process record of collectives: per-step counters, ring buffer, optional full event list."""
+
+    def __init__(self, capacity: int = 2048):
+        self.ring: collections.deque[Record] = collections.deque(maxlen=capacity)
+        self.events: list[Record] | None = None  # every record, when tracing is on
+        self.seq = 0
+        self.step = -1
+        self.phase = "startup"
+        self.last_progress = time.monotonic()
+        self.capture_stack = True
+        self._lock = threading.Lock()
+        self.reset_step()
+
+    def reset_step(self) -> None:
+        self.step_bytes: dict[str, int] = collections.defaultdict(int)
+        self.step_wire: dict[str, int] = collections.defaultdict(int)
+        self.step_calls: dict[str, int] = collections.defaultdict(int)
+        self.step_tags: dict[str, int] = collections.defaultdict(int)
+
+    def step_stats(self) -> dict:
+        return {"bytes": dict(self.step_bytes), "wire_bytes": dict(self.step_wire),
+                "calls": dict(self.step_calls), "bytes_by_tag": dict(self.step_tags)}
+
+    def add(self, op: str, tensor_bytes: int, wire: int, dtype, shape, group, tag: str) -> Record:
+        stack = []
+        if self.capture_stack:
+            # The last few frames outside this module: enough to say "bucket 3 in ddp.py:120".
+            frames = traceback.extract_stack(limit=6)[:-2]
+            stack = [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[-3:]]
+        with self._lock:
+            self.seq += 1
+            rec = Record(seq=self.seq, op=op, group=_group_name(group), group_size=_size(group),
+                         bytes=tensor_bytes, wire_bytes=wire, dtype=str(dtype).replace("torch.", ""),
+                         shape=tuple(shape), tag=tag, step=self.step, phase=self.phase,
+                         t_launch=time.perf_counter(), stack=stack)
+            self.ring.append(rec)
+            if self.events is not None:
+                self.events.append(rec)
+            self.step_bytes[op] += tensor_bytes
+            self.step_wire[op] += wire
+            self.step_calls[op] += 1
+            self.step_tags[tag] += tensor_bytes
+        return rec
+
+    def done(self, rec: Record) -> None:
+        if rec.t_done is None:
+            rec.t_done = time.perf_counter()
+            rec.state = "completed"
+            self.last_progress = time.monotonic()
+
+
+RECORDER = Recorder()
+
+
+def set_phase(phase: str) -> None:
+    """What the rank is doing now (forward, backward, data loading, ...): the flight recorder reports it."""
+    RECORDER.phase = phase
+    RECORDER.last_progress = time.monotonic()
+
+
+class Handle:
+    """An async collective in flight. `wait()` blocks until it is done and records the completion."""
+
+    def __init__(self, work, rec: Record):
+        self.work, self.rec = work, rec
+
+    def wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        RECORDER.done(self.rec)
+
+    def is_completed(self) -> bool:
+        return self.work is None or self.work.is_completed()
+
+
+# --- process group --------------------------------------------------------------------------------
+
+def is_initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def init(backend: str = "auto") -> None:
+    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...)."""
+    if is_initialized():
+        return
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend=backend)
+
+
+def shutdown() -> None:
+    if is_initialized():
+        dist.destroy_process_group()
+
+
+def rank(group=None) -> int:
+    return dist.get_rank(group) if is_initialized() else 0
+
+
+def world_size(group=None) -> int:
+    return dist.get_world_size(group) if is_initialized() else 1
+
+
+def _size(group) -> int:
+    return world_size(group)
+
+
+def _group_name(group) -> str:
+    if group is None or not is_initialized():
+        return "world"
+    return getattr(group, "group_desc", None) or getattr(group, "group_name", "group")
+
+
+def new_group(ranks: list[int]):
+    return dist.new_group(ranks)
+
+
+def device() -> torch.device:
+    if torch.cuda.is_available() and is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# --- collectives ------------------------------------------------------------------------------------
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async_op: bool, tag: str):
+    n = _size(group)
+    nbytes = _nbytes(payload)
+    rec = RECORDER.add(op, nbytes, int(nbytes * wire_factor), payload.dtype, payload.shape, group, tag)
+    if n == 1:  # a group of one: nothing to exchange, but keep the record so accounting stays uniform
+        work = None
+    else:
+        work = fn(async_op=async_op)
+    handle = Handle(work, rec)
+    if not async_op:
+        RECORDER.done(rec)
+        return None
+    return handle
+
+
+def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, tag: str = ""):
+    n = _size(group)
+    return _launch("all_reduce", lambda async_op: dist.all_reduce(t, op=op, group=group, async_op=async_op),
+                   t, 2 * (n - 1) / n, group, async_op, tag)
+
+
+def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False,
+                   tag: str = ""):
+    """`inp` is the full flat buffer (N equal chunks); `out` receives this rank's reduced chunk."""
+    n = _size(group)
+    if n == 1:
+        out.copy_(inp)
+    return _launch("reduce_scatter",
+                   lambda async_op: dist.reduce_scatter_tensor(out, inp, op=op, group=group, async_op=async_op),
+                   inp, (n - 1) / n, group, async_op, tag)
+
+
+def all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool = False, tag: str = ""):
+    """`inp` is this rank's shard; `out` is the full flat buffer of N shards."""
+    n = _size(group)
+    if n == 1:
+        out.copy_(inp)
+    return _launch("all_gather",
+                   lambda async_op: dist.all_gather_into_tensor(out, inp, group=group, async_op=async_op),
+                   out, (n - 1) / n, group, async_op, tag)
+
+
+def broadcast(t: torch.Tensor, src: int = 0, group=None, async_op: bool = False, tag: str = ""):
+    return _launch("broadcast", lambda async_op: dist.broadcast(t, src=src, group=group, async_op=async_op),
+                   t, 1.0, group, async_op, tag)
+
+
+def all_gather_object(obj, group=None) -> list:
+    """Small control-plane exchange (config checks, shape checks, dumps). Recorded with 0 payload bytes."""
+    if _size(group) == 1:
+        return [obj]
+    out = [None] * _size(group)
+    rec = RECORDER.add("all_gather_object", 0, 0, "object", (), group, "control")
+    dist.all_gather_object(out, obj, group=group)
+    RECORDER.done(rec)
+    return out
+
+
+def broadcast_object(obj, src: int = 0, group=None):
+    if _size(group) == 1:
+        return obj
+    box = [obj]
+    rec = RECORDER.add("broadcast_object", 0, 0, "object", (), group, "control")
+    dist.broadcast_object_list(box, src=src, group=group)
+    RECORDER.done(rec)
+    return box[0]
+
+
+def barrier(group=None) -> None:
+    if _size(group) == 1:
+        return
+    rec = RECORDER.add("barrier", 0, 0, "none", (), group, "control")
+    dist.barrier(group=group)
+    RECORDER.done(rec)

@@ -1,0 +1,270 @@
+"""Configuration: a dataclass tree, TOML files, `key=value` overrides, validation with clear errors.
+
+Every user mistake becomes a `ConfigError` with one sentence saying what is wrong and what to do;
+the CLI prints it and exits with code 2 before anything is written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message is one line meant for the user."""
+
+
+STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "torch-ddp", "torch-fsdp2", "torch-zero1")
+
+
+@dataclass
+class ModelConfig:
+    preset: str = "small"  # tiny | small | gpt2 | custom
+    n_layer: int = 0  # 0 = take it from the preset
+    n_head: int = 0
+    d_model: int = 0
+    vocab_size: int = 0
+    max_seq_len: int = 0  # 0 = train.seq_len
+    dropout: float = 0.0
+
+
+@dataclass
+class DataConfig:
+    source: str = "stdlib"  # stdlib | text:PATH | bin:PATH
+    val_fraction: float = 0.05
+    uneven: str = "error"  # error | join : what happens when one rank runs out of data first
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 300
+    micro_batch: int = 8
+    grad_accum: int = 1
+    global_batch: int = 0  # sequences per optimizer step; 0 = micro_batch * grad_accum * world
+    seq_len: int = 128
+    seed: int = 1337
+    lr: float = 3e-3
+    min_lr: float = 3e-4
+    warmup_steps: int = 30
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured)
+    dtype: str = "fp32"  # fp32 | bf16 | fp16
+    eval_every: int = 100
+    eval_batches: int = 8  # validation sequences per rank-share = eval_batches * micro_batch
+    log_every: int = 10
+    threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
+
+
+@dataclass
+class ParallelConfig:
+    strategy: str = "torch-ddp"
+    backend: str = "auto"  # auto | gloo | nccl
+    bucket_mb: float = 25.0
+    first_bucket_mb: float = 1.0
+    comm_dtype: str = "fp32"  # fp32 | fp16 | bf16 : gradient communication precision
+    find_unused: bool = False
+    rebuild_buckets: bool = True
+    reshard_after_forward: bool = True
+    wrap: str = "block"  # block | layer | whole
+    prefetch: bool = True
+    # Mesh degrees. Only data parallelism is implemented; tp/pp are reserved so TP/PP/HSDP plug in later.
+    dp_replicate: int = 0  # 0 = derived from the strategy
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass
+class CkptConfig:
+    every: int = 0  # 0 = only at the end if `final` is true
+    final: bool = False
+    keep: int = 3
+    keep_every: int = 0
+    async_: bool = False  # key name is `ckpt.async`
+    resume: str = ""  # "" | latest | PATH
+
+
+@dataclass
+class TraceConfig:
+    enabled: bool = False
+
+
+@dataclass
+class DoctorConfig:
+    spike_factor: float = 0.0  # 0 = spike detection off; e.g. 3.0 = loss > 3 x running median
+    on_anomaly: str = "stop"  # stop | skip | rollback
+    checksum_every: int = 0  # 0 = only at the end
+    hang_timeout_s: float = 300.0
+
+
+@dataclass
+class DebugConfig:
+    inject_nan: str = ""  # STEP:RANK:MODULE
+    hang_rank: str = ""  # R@STEP
+    mismatch_rank: str = ""  # R@STEP
+    corrupt_rank: str = ""  # R@STEP
+    slow_rank: int = -1
+    slow_ms: float = 0.0
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    ckpt: CkptConfig = field(default_factory=CkptConfig)
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    doctor: DoctorConfig = field(default_factory=DoctorConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+
+# TOML/CLI names that are Python keywords get a trailing underscore in the dataclass.
+_ALIASES = {"async": "async_"}
+
+
+def _field_name(key: str) -> str:
+    return _ALIASES.get(key, key)
+
+
+def _public_name(name: str) -> str:
+    return {v: k for k, v in _ALIASES.items()}.get(name, name)
+
+
+def all_keys() -> list[str]:
+    cfg = Config()
+    return [f"{s.name}.{_public_name(f.name)}" for s in fields(cfg) for f in fields(getattr(cfg, s.name))]
+
+
+def _coerce(value: Any, target: Any, key: str) -> Any:
+    """Turn a TOML value or a CLI string into the type of the default."""
+    kind = type(target)
+    if isinstance(value, str) and kind is not str:
+        text = value.strip()
+        if kind is bool:
+            low = text.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+            raise ConfigError(f"{key}={value!r}: expected true or false")
+        try:
+            return kind(text) if kind is not int else int(text, 0)
+        except ValueError:
+            raise ConfigError(f"{key}={value!r}: expected {kind.__name__}") from None
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if type(value) is not kind:
+        raise ConfigError(f"{key}={value!r}: expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
+def set_key(cfg: Config, key: str, value: Any) -> None:
+    section, _, name = key.partition(".")
+    if not name or not hasattr(cfg, section) or not hasattr(getattr(cfg, section), _field_name(name)):
+        hint = difflib.get_close_matches(key, all_keys(), n=1)
+        did_you_mean = f" (did you mean {hint[0]}?)" if hint else ""
+        raise ConfigError(f"unknown config key {key!r}{did_you_mean}; see `shardlab train --help-keys`")
+    sub = getattr(cfg, section)
+    attr = _field_name(name)
+    setattr(sub, attr, _coerce(value, getattr(sub, attr), key))
+
+
+def load(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
+    """Build a Config from an optional TOML file and `key=value` overrides (overrides win)."""
+    cfg = Config()
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} does not exist")
+        try:
+            data = tomllib.loads(p.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {e}") from None
+        for section, values in data.items():
+            if not isinstance(values, dict):
+                raise ConfigError(f"config file {str(p)!r}: top-level key {section!r} must be a [section]")
+            for name, value in values.items():
+                set_key(cfg, f"{section}.{name}", value)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"override {item!r} must look like key=value, e.g. train.steps=100")
+        set_key(cfg, key.strip(), value)
+    return cfg
+
+
+def to_dict(cfg: Config) -> dict:
+    return {s.name: {_public_name(k): v for k, v in dataclasses.asdict(getattr(cfg, s.name)).items()}
+            for s in fields(cfg)}
+
+
+def to_toml(cfg: Config) -> str:
+    lines = []
+    for section, values in to_dict(cfg).items():
+        lines.append(f"[{section}]")
+        for k, v in values.items():
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, str):
+                text = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            else:
+                text = repr(v)
+            lines.append(f"{k} = {text}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    if value not in options:
+        raise ConfigError(f"{key}={value!r}: must be one of {', '.join(options)}")
+
+
+def validate(cfg: Config, world_size: int) -> None:
+    """Check combinations that only make sense together. Resolves derived values in place."""
+    from shardlab.model.gpt import PRESETS, resolve_model_config
+
+    t, p, m = cfg.train, cfg.parallel, cfg.model
+    _choice("model.preset", m.preset, tuple(PRESETS) + ("custom",))
+    _choice("parallel.strategy", p.strategy, STRATEGIES)
+    _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
+    _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
+    _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
+    _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
+    _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
+    _choice("data.uneven", cfg.data.uneven, ("error", "join"))
+    for key, value in (("train.steps", t.steps), ("train.micro_batch", t.micro_batch),
+                       ("train.grad_accum", t.grad_accum), ("train.seq_len", t.seq_len),
+                       ("train.log_every", t.log_every), ("train.threads", t.threads)):
+        if value < 1:
+            raise ConfigError(f"{key}={value}: must be at least 1")
+    if not 0.0 < t.lr < 1.0 or t.min_lr < 0 or t.min_lr > t.lr:
+        raise ConfigError(f"train.lr={t.lr} / train.min_lr={t.min_lr}: need 0 < min_lr <= lr < 1")
+    if not 0.0 < cfg.data.val_fraction < 0.5:
+        raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
+    if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
+        raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
+    if p.tp != 1 or p.pp != 1:
+        raise ConfigError("parallel.tp and parallel.pp must be 1: tensor and pipeline parallelism are not implemented yet")
+    if p.strategy == "single" and world_size != 1:
+        raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
+                          "use --nproc 1 or a data-parallel strategy")
+    per_step = t.micro_batch * world_size
+    if t.global_batch:
+        if t.global_batch % per_step:
+            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by world size x micro batch "
+                              f"= {world_size} x {t.micro_batch} = {per_step}")
+        accum = t.global_batch // per_step
+        if t.grad_accum not in (1, accum):
+            raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
+                              f"(which implies grad_accum={accum}); set only one of them")
+        t.grad_accum = accum
+    else:
+        t.global_batch = per_step * t.grad_accum
+    resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
+        raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")

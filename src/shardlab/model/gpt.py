@@ -1,0 +1,147 @@
+"""GPT-2, exactly: learned positions, pre-LayerNorm, GELU(tanh), tied embedding/head, GPT-2 init.
+
+Single-device code. It knows nothing of ranks, devices meshes or collectives: data parallelism is
+applied to it from the outside (see `shardlab.strategies`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class GPTConfig:
+    n_layer: int
+    n_head: int
+    d_model: int
+    vocab_size: int = 256
+    max_seq_len: int = 128
+    dropout: float = 0.0
+    layer_norm_eps: float = 1e-5
+
+
+PRESETS = {
+    "tiny": dict(n_layer=2, n_head=4, d_model=64, vocab_size=256),  # tests: ~0.1M params
+    "small": dict(n_layer=4, n_head=4, d_model=256, vocab_size=256),  # default run: ~3.2M params
+    "gpt2": dict(n_layer=12, n_head=12, d_model=768, vocab_size=50257),  # GPT-2 124M
+}
+
+
+def resolve_model_config(m, seq_len: int) -> GPTConfig:
+    """Merge a `[model]` config section with its preset; raise ConfigError on impossible dimensions."""
+    from shardlab.config import ConfigError
+
+    base = dict(PRESETS.get(m.preset, {}))
+    for key in ("n_layer", "n_head", "d_model", "vocab_size"):
+        if getattr(m, key):
+            base[key] = getattr(m, key)
+    missing = [k for k in ("n_layer", "n_head", "d_model") if not base.get(k)]
+    if missing:
+        raise ConfigError(f"model.preset=custom needs model.{missing[0]} (and n_layer, n_head, d_model) set")
+    base.setdefault("vocab_size", 256)
+    if base["d_model"] % base["n_head"]:
+        raise ConfigError(f"model.n_head={base['n_head']} does not divide model.d_model={base['d_model']}")
+    if base["vocab_size"] < 256:
+        raise ConfigError(f"model.vocab_size={base['vocab_size']}: byte-level data needs at least 256")
+    max_seq = m.max_seq_len or seq_len
+    if seq_len > max_seq:
+        raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
+    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, **base)
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.n_head = cfg.n_head
+        self.dropout = cfg.dropout
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.proj.residual_scaled = True  # GPT-2 init: scale by 1/sqrt(2 * n_layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                           dropout_p=self.dropout if self.training else 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.fc = nn.Linear(cfg.d_model, 4 * cfg.d_model)
+        self.proj = nn.Linear(4 * cfg.d_model, cfg.d_model)
+        self.proj.residual_scaled = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.drop(self.attn(self.ln_1(x)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        std = 0.02
+        for name, mod in self.named_modules():
+            if isinstance(mod, nn.Linear):
+                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(mod, "residual_scaled", False) else 1.0
+                nn.init.normal_(mod.weight, mean=0.0, std=std * scale)
+                if mod.bias is not None:
+                    nn.init.zeros_(mod.bias)
+            elif isinstance(mod, nn.Embedding):
+                nn.init.normal_(mod.weight, mean=0.0, std=std if mod is self.wte else 0.01)
+            elif isinstance(mod, nn.LayerNorm):
+                nn.init.ones_(mod.weight)
+                nn.init.zeros_(mod.bias)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, reduction: str = "mean"):
+        """Logits, or the cross-entropy loss when `targets` are given (`reduction="sum"` for token-count
+        normalisation by the caller)."""
+        t = idx.shape[1]
+        pos = torch.arange(t, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        if targets is None:
+            return logits
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), reduction=reduction)
+
+
+def build_model(cfg: GPTConfig, seed: int) -> GPT:
+    """Same seed -> the same initial weights on every rank, at any world size."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return GPT(cfg)

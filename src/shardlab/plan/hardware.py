@@ -1,0 +1,154 @@
+"""Clusters: vendor presets and profile files (TOML), including the calibrated `this` machine.
+
+Every preset number is cited in docs/planner.md. Bandwidths are per GPU, one direction, bytes/s;
+latencies are per ring step (alpha), seconds.
+"""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+GB = 1e9
+GiB = 2**30
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "p2p")
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    num_gpus: int  # total GPUs (ranks) available
+    gpus_per_node: int
+    peak_flops: float  # dense 16-bit tensor-core FLOP/s per GPU (the MFU denominator)
+    peak_flops_fp32: float  # dense fp32 FLOP/s per GPU, used when training in fp32
+    hbm_bytes: float  # memory capacity per GPU
+    hbm_bw: float  # memory bandwidth per GPU, bytes/s (elementwise ops, optimizer step)
+    intra_bw: float  # NVLink, per GPU one direction, bytes/s
+    intra_latency: float  # s per ring step inside a node
+    inter_bw: float  # network (InfiniBand NIC) per GPU one direction, bytes/s
+    inter_latency: float  # s per ring step across nodes
+    pcie_bw: float = 64 * GB  # host link per GPU one direction (offload)
+    # ---- assumptions, one value per cluster (never per case) ----
+    gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
+    mem_usable_fraction: float = 0.95  # what the allocator can hand out (context, fragmentation)
+    overlap_efficiency: float = 1.0  # fraction of overlappable comm actually hidden
+    op_overhead_s: float = 0.0  # per-op dispatch cost not hidden behind the device (CPU eager)
+    cpu_adam_params_per_s: float = 2e9  # offloaded optimizer step throughput per node (assumed)
+    # ---- measured (calibrated profiles) ----
+    # op -> (alpha seconds per call, bus bandwidth bytes/s) measured end to end at `measured_world`
+    collectives: dict = field(default_factory=dict)
+    measured_world: int = 0
+    gemm_table: dict = field(default_factory=dict)  # "m,n,k" -> FLOP/s at that shape
+    gemm_fit: tuple = ()  # (peak FLOP/s, FLOPs at half peak): rate = peak * f / (f + f_half)
+    adam_s_per_param: float = 0.0  # optimizer step cost per (local) parameter, 0 = from hbm_bw
+    elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
+    source: str = "preset"
+
+    @property
+    def nodes(self) -> int:
+        return max(1, -(-self.num_gpus // self.gpus_per_node))
+
+    def gemm_flops(self, m: int, n: int, k: int, fp32: bool) -> float:
+        """Achieved FLOP/s for an (m x k) @ (k x n) GEMM."""
+        key = f"{m},{n},{k}"
+        if key in self.gemm_table:
+            return self.gemm_table[key]
+        if self.gemm_fit:
+            peak, half = self.gemm_fit
+            f = 2.0 * m * n * k
+            return peak * f / (f + half)
+        return (self.peak_flops_fp32 if fp32 else self.peak_flops) * self.gemm_efficiency
+
+
+def _node(name, gpus_per_node=8, **kw) -> Cluster:
+    return Cluster(name=name, num_gpus=gpus_per_node, gpus_per_node=gpus_per_node, **kw)
+
+
+# Sources for each field: docs/planner.md, "Cluster presets".
+PRESETS: dict[str, Cluster] = {
+    "A100-80G": _node(
+        "A100-80G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=80 * GB,
+        hbm_bw=2039 * GB, intra_bw=300 * GB, intra_latency=5.7e-6,
+        inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB),
+    "H100-SXM": _node(
+        "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=80 * GB,
+        hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB),
+    "H200": _node(
+        "H200", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=141 * GB,
+        hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB),
+}
+ALIASES = {"a100": "A100-80G", "h100": "H100-SXM", "h200": "H200"}
+
+
+def default_profile_path() -> Path:
+    return Path(os.environ.get("SHARDLAB_CACHE", Path.home() / ".cache" / "shardlab")) / "this.toml"
+
+
+def load_cluster(spec: str, num_gpus: int | None = None) -> Cluster:
+    """`spec` is a preset name, `this` (the calibrated profile) or a path to a profile TOML."""
+    key = ALIASES.get(spec.lower(), spec)
+    if key in PRESETS:
+        c = PRESETS[key]
+    else:
+        path = default_profile_path() if spec == "this" else Path(spec)
+        if not path.exists():
+            hint = " (run `shardlab plan calibrate` first)" if spec == "this" else ""
+            raise ValueError(f"unknown cluster {spec!r}: not a preset ({', '.join(PRESETS)}) "
+                             f"and no profile file at {path}{hint}")
+        c = read_profile(path)
+    if num_gpus is not None:
+        if num_gpus <= 0:
+            raise ValueError(f"gpus must be positive, got {num_gpus}")
+        c = replace(c, num_gpus=num_gpus)
+    return c
+
+
+def read_profile(path: Path) -> Cluster:
+    with open(path, "rb") as f:
+        data = tomllib.load(f)
+    cl = data.get("cluster", data)
+    known = {f.name for f in fields(Cluster)}
+    unknown = set(cl) - known - {"collectives", "gemm"}
+    if unknown:
+        raise ValueError(f"{path}: unknown cluster keys {sorted(unknown)}")
+    kw = {k: v for k, v in cl.items() if k in known}
+    kw["collectives"] = {op: (float(v["alpha_s"]), float(v["bus_bw"]))
+                         for op, v in data.get("collectives", {}).items()}
+    gemm = data.get("gemm", {})
+    kw["gemm_table"] = {k: float(v) for k, v in gemm.get("table", {}).items()}
+    if "fit_peak" in gemm:
+        kw["gemm_fit"] = (float(gemm["fit_peak"]), float(gemm["fit_half_flops"]))
+    kw.setdefault("source", str(path))
+    try:
+        return Cluster(**kw)
+    except TypeError as e:
+        raise ValueError(f"{path}: incomplete cluster profile ({e})") from None
+
+
+def write_profile(c: Cluster, path: Path) -> None:
+    """TOML by hand (the standard library only reads TOML); flat scalars, three tables."""
+    lines = ["# shardlab cluster profile (written by `shardlab plan calibrate`)", "[cluster]"]
+    for f in fields(Cluster):
+        v = getattr(c, f.name)
+        if f.name in ("collectives", "gemm_table", "gemm_fit"):
+            continue
+        lines.append(f"{f.name} = {_toml(v)}")
+    for op, (alpha, bw) in c.collectives.items():
+        lines += ["", f"[collectives.{op}]", f"alpha_s = {alpha!r}", f"bus_bw = {bw!r}"]
+    lines += ["", "[gemm]"]
+    if c.gemm_fit:
+        lines += [f"fit_peak = {c.gemm_fit[0]!r}", f"fit_half_flops = {c.gemm_fit[1]!r}"]
+    lines += ["", "[gemm.table]"] + [f'"{k}" = {v!r}' for k, v in c.gemm_table.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _toml(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -1,0 +1,154 @@
+"""Model dimensions, exact parameter counts, FLOPs and activation memory.
+
+Architecture: GPT-2 (learned positional embeddings, pre-LayerNorm blocks, biases everywhere, tied
+embedding/head unless `tied=False`). Notation follows Korthikanti et al. 2022 ("Reducing Activation
+Recomputation in Large Transformer Models"): a = heads, b = micro batch, h = hidden, L = layers,
+s = sequence length, v = vocabulary, t = tensor-parallel degree, p = pipeline-parallel degree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    n_layer: int  # L
+    d_model: int  # h
+    n_head: int  # a
+    vocab: int  # v
+    seq: int  # s (also the size of the learned positional table)
+    mlp_ratio: int = 4
+    tied: bool = True  # head shares the embedding matrix (GPT-2)
+
+    def __post_init__(self) -> None:
+        for f in ("n_layer", "d_model", "n_head", "vocab", "seq", "mlp_ratio"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"model.{f} must be positive, got {getattr(self, f)}")
+        if self.d_model % self.n_head:
+            raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+
+    # ---- parameters ------------------------------------------------------------------------
+    def param_shapes(self) -> list[tuple[str, int]]:
+        """(name, numel) of every parameter in registration order, like model.named_parameters()."""
+        h, f = self.d_model, self.mlp_ratio * self.d_model
+        out = [("wte", self.vocab * h), ("wpe", self.seq * h)]
+        for i in range(self.n_layer):
+            p = f"h.{i}."
+            out += [
+                (p + "ln_1.weight", h), (p + "ln_1.bias", h),
+                (p + "attn.qkv.weight", 3 * h * h), (p + "attn.qkv.bias", 3 * h),
+                (p + "attn.proj.weight", h * h), (p + "attn.proj.bias", h),
+                (p + "ln_2.weight", h), (p + "ln_2.bias", h),
+                (p + "mlp.fc.weight", f * h), (p + "mlp.fc.bias", f),
+                (p + "mlp.proj.weight", h * f), (p + "mlp.proj.bias", h),
+            ]
+        out += [("ln_f.weight", h), ("ln_f.bias", h)]
+        if not self.tied:
+            out.append(("lm_head.weight", self.vocab * h))
+        return out
+
+    @property
+    def params_per_layer(self) -> int:
+        h, r = self.d_model, self.mlp_ratio
+        return (4 + 2 * r) * h * h + (9 + r) * h  # r=4: 12h^2 + 13h
+
+    @property
+    def params_embedding(self) -> int:
+        """Token + positional embeddings and (untied) head; the final LayerNorm is counted apart."""
+        return (self.vocab * (1 if self.tied else 2) + self.seq) * self.d_model
+
+    @property
+    def params(self) -> int:
+        """Psi. For r=4, tied: 12*L*h^2 + 13*L*h + v*h + s*h + 2*h."""
+        return self.n_layer * self.params_per_layer + self.params_embedding + 2 * self.d_model
+
+    # ---- FLOPs (multiply-add = 2 FLOPs; causal mask not discounted, as in Narayanan et al.) ---
+    def flops_fwd_layer(self, tokens: int, seq: int | None = None) -> float:
+        """Forward FLOPs of one transformer block for `tokens` tokens in sequences of length s:
+        GEMMs 2*(4+2r)*h^2 per token, attention scores and attention-over-values 2*2*s*h per token."""
+        s = seq or self.seq
+        h, r = self.d_model, self.mlp_ratio
+        return tokens * (2 * (4 + 2 * r) * h * h + 4 * s * h)
+
+    def flops_fwd_attention_core(self, tokens: int, seq: int | None = None) -> float:
+        """QK^T and softmax(QK^T)V: what selective recomputation recomputes."""
+        return tokens * 4 * (seq or self.seq) * self.d_model
+
+    def flops_fwd_logits(self, tokens: int) -> float:
+        return tokens * 2 * self.d_model * self.vocab
+
+    def flops_fwd(self, tokens: int, seq: int | None = None) -> float:
+        return self.n_layer * self.flops_fwd_layer(tokens, seq) + self.flops_fwd_logits(tokens)
+
+    def model_flops(self, tokens: int, seq: int | None = None) -> float:
+        """FLOPs of forward + backward (backward = 2 x forward), no recomputation: the MFU numerator
+        (PaLM's definition). Equals 6*Psi_nonembedding*T + 12*L*s*h*T + 6*v*h*T for r=4."""
+        return 3 * self.flops_fwd(tokens, seq)
+
+
+def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                               recompute: str = "none", flash: bool = False) -> float:
+    """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro
+    batch with 16-bit activations and 1-byte dropout masks.
+
+      no parallelism            sbh(34 + 5as/h)
+      tensor parallel           sbh(10 + 24/t + 5as/(ht))
+      tensor + sequence par.    sbh(34/t + 5as/(ht))
+      selective recompute       drops the 5as/h term (attention core recomputed)
+      full recompute            sbh*2 (only the layer input; /t with sequence parallelism)
+    `flash=True`: a fused attention kernel never stores the s x s scores, like selective recompute.
+    """
+    h, a = m.d_model, m.n_head
+    sbh = s * b * h
+    if recompute == "full":
+        return sbh * 2 / (t if sp else 1)
+    attn_core = 0.0 if (recompute == "selective" or flash) else 5 * a * s / h
+    if sp:
+        return sbh * (34 / t + attn_core / t)
+    return sbh * (10 + 24 / t + attn_core / t)
+
+
+def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                           p: int = 1, in_flight: float = 1.0) -> float:
+    """Korthikanti et al. 2022 Sec. 4.3, outside the layers (first pipeline stage): the embedding
+    dropout mask sbh per micro batch in flight; with p == 1 the same rank also holds the final
+    LayerNorm, output projection and cross-entropy inputs, 4sbh(1 + v/h). Both are split t ways
+    under sequence parallelism (the paper's setting)."""
+    sbh = s * b * m.d_model
+    out = sbh * in_flight
+    if p == 1:
+        out += 4 * sbh * (1 + m.vocab / m.d_model)
+    return out / (t if sp else 1)
+
+
+PRESETS: dict[str, ModelSpec] = {
+    # shardlab's own presets (must match shardlab.model)
+    "tiny": ModelSpec("tiny", n_layer=2, d_model=64, n_head=4, vocab=256, seq=64),
+    "small": ModelSpec("small", n_layer=4, d_model=256, n_head=4, vocab=256, seq=128),
+    "gpt2": ModelSpec("gpt2", n_layer=12, d_model=768, n_head=12, vocab=50257, seq=1024),
+    # GPT-3 family dimensions (Brown et al. 2020, Table 2.1), GPT-2 style blocks, seq 2048
+    "gpt3-1.3b": ModelSpec("gpt3-1.3b", n_layer=24, d_model=2048, n_head=16, vocab=50257, seq=2048),
+    "gpt3-6.7b": ModelSpec("gpt3-6.7b", n_layer=32, d_model=4096, n_head=32, vocab=50257, seq=2048),
+    "gpt3-13b": ModelSpec("gpt3-13b", n_layer=40, d_model=5120, n_head=40, vocab=50257, seq=2048),
+    "gpt3-175b": ModelSpec("gpt3-175b", n_layer=96, d_model=12288, n_head=96, vocab=50257, seq=2048),
+    # Korthikanti et al. 2022, Table 3 (vocab 51200 as in Megatron-LM)
+    "mt-22b": ModelSpec("mt-22b", n_layer=48, d_model=6144, n_head=64, vocab=51200, seq=2048),
+    "mt-530b": ModelSpec("mt-530b", n_layer=105, d_model=20480, n_head=128, vocab=51200, seq=2048),
+    "mt-1t": ModelSpec("mt-1t", n_layer=128, d_model=25600, n_head=160, vocab=51200, seq=2048),
+}
+PRESETS["7b"] = replace(PRESETS["gpt3-6.7b"], name="7b")
+
+
+def model_from_args(preset: str | None = None, **dims) -> ModelSpec:
+    """A preset, optionally with dimensions overridden (n_layer=..., d_model=..., ...)."""
+    dims = {k: v for k, v in dims.items() if v is not None}
+    if preset:
+        if preset not in PRESETS:
+            raise ValueError(f"unknown model preset {preset!r} (known: {', '.join(PRESETS)})")
+        return replace(PRESETS[preset], **dims) if dims else PRESETS[preset]
+    missing = [k for k in ("n_layer", "d_model", "n_head", "vocab", "seq") if k not in dims]
+    if missing:
+        raise ValueError(f"model needs a preset or all of n_layer, d_model, n_head, vocab, seq "
+                         f"(missing: {', '.join(missing)})")
+    return ModelSpec(name=dims.pop("name", "custom"), **dims)

@@ -1,0 +1,128 @@
+"""The strategy interface: how a data-parallel scheme plugs into the strategy-agnostic trainer.
+
+The trainer only ever calls these methods; it never asks which strategy it has. See docs/strategies.md.
+A step, as the trainer drives it:
+
+    for i, (x, y) in enumerate(microbatches):
+        with strategy.sync_context(is_last=i == last):   # no communication on all but the last
+            loss = strategy.module(x, y) ...; loss.backward()
+    strategy.finish_backward()                         # wait for in-flight gradient collectives
+    found_inf = strategy.unscale_and_check(inv_scale)  # fp16 only
+    norm = strategy.clip_grad_norm_(max_norm)          # global norm over the true (full) gradient
+    strategy.optimizer_step(optimizer)                 # zero1: + all-gather of updated shards
+    strategy.zero_grad(optimizer)
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+from shardlab.config import ParallelConfig
+from shardlab.parallel_dims import ParallelDims
+
+# factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
+OptimizerFactory = Callable[[list], torch.optim.Optimizer]
+
+
+class Strategy:
+    name = "base"
+
+    def __init__(self, pcfg: ParallelConfig, dims: ParallelDims, device: torch.device):
+        self.pcfg, self.dims, self.device = pcfg, dims, device
+        self.group = None  # the data-parallel process group (None = world)
+        self.model: nn.Module | None = None  # the bare model (FQNs of its parameters are the names)
+        self.module: nn.Module | None = None  # what the trainer calls forward on
+
+    # --- set-up -------------------------------------------------------------------------------------
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.model = self.module = model
+        return self.module
+
+    def make_optimizer(self, factory: OptimizerFactory) -> torch.optim.Optimizer:
+        return factory(list(self.model.named_parameters()))
+
+    # --- one step -----------------------------------------------------------------------------------
+    def sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
+        """Entered around each microbatch's forward+backward; non-last microbatches skip gradient sync."""
+        return contextlib.nullcontext()
+
+    def finish_backward(self) -> None:
+        """Block until every gradient collective of this step has completed."""
+
+    def grad_tensors(self) -> Iterator[torch.Tensor]:
+        """The gradients this rank holds after `finish_backward` (full or sharded)."""
+        return (p.grad for p in self.model.parameters() if p.grad is not None)
+
+    def grads_are_sharded(self) -> bool:
+        """True when each rank holds a different part of the gradient (norms need a cross-rank sum)."""
+        return False
+
+    def unscale_and_check(self, inv_scale: float) -> bool:
+        """fp16 loss scaling: unscale the gradients and decide, identically on every rank, whether any
+        rank saw inf/nan (so an overflow step is skipped everywhere or nowhere)."""
+        found = torch.zeros(1, device=self.device)
+        for g in self.grad_tensors():
+            g.mul_(inv_scale)
+            found += (~torch.isfinite(g)).any().float()
+        comm.all_reduce(found, op=comm.ReduceOp.MAX, tag="found_inf")
+        return bool(found.item())
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        """Global L2 norm of the full gradient; scales the gradients down to max_norm when max_norm > 0."""
+        grads = list(self.grad_tensors())
+        sq = torch.zeros(1, device=self.device, dtype=torch.float32)
+        for g in grads:
+            sq += g.detach().float().pow(2).sum()
+        if self.grads_are_sharded():
+            comm.all_reduce(sq, group=self.group, tag="grad_norm")
+        norm = sq.sqrt()
+        if max_norm > 0:
+            coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype))
+        return float(norm.item())
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    # --- state ---------------------------------------------------------------------------------------
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter's full value (on every rank), keyed by the bare model's FQN."""
+        return {n: p.detach() for n, p in self.model.named_parameters()}
+
+    def model_state_dict(self) -> dict:
+        """DCP-shaped model state (plain tensors or DTensors), keyed by the bare model's FQNs."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+        return get_model_state_dict(self.module)
+
+    def load_model_state_dict(self, sd: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        set_model_state_dict(self.module, sd)
+
+    def optim_state_dict(self, optimizer) -> dict:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+        return get_optimizer_state_dict(self.module, optimizer)
+
+    def load_optim_state_dict(self, optimizer, sd: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
+        set_optimizer_state_dict(self.module, optimizer, sd)
+
+    def state_bytes(self, optimizer) -> dict:
+        """Bytes this rank holds for parameters, gradients and optimizer state (what the formulas predict)."""
+        def nbytes(ts):
+            return sum(_local(t).numel() * _local(t).element_size() for t in ts)
+        opt = [v for st in optimizer.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0]
+        return {"params": nbytes(self.module.parameters()),
+                "grads": nbytes(p for p in self.module.parameters() if p.requires_grad),
+                "optimizer": nbytes(opt)}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t

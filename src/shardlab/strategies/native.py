@@ -1,0 +1,90 @@
+"""The torch-native strategies: DistributedDataParallel, FSDP2 `fully_shard`, ZeroRedundancyOptimizer.
+
+They are the reference the own strategies are tested against and benchmarked with. Their collectives
+run inside torch, so comm.py sees only what a DDP comm hook exposes (see docs/trace.md).
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn as nn
+from torch.nn.parallel import DistributedDataParallel
+
+from shardlab.strategies.base import Strategy, _local
+
+
+class TorchDDP(Strategy):
+    name = "torch-ddp"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        self.model = model
+        self.module = DistributedDataParallel(
+            model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+            process_group=self.group, bucket_cap_mb=self.pcfg.bucket_mb,
+            find_unused_parameters=self.pcfg.find_unused)
+        if self.pcfg.comm_dtype != "fp32":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+            self.module.register_comm_hook(self.group, hook[self.pcfg.comm_dtype])
+        return self.module
+
+    def sync_context(self, is_last: bool):
+        return super().sync_context(is_last) if is_last else self.module.no_sync()
+
+
+class TorchZero1(TorchDDP):
+    """DDP for the gradients + ZeroRedundancyOptimizer: each rank keeps 1/N of the Adam state and
+    broadcasts its updated parameters after the step."""
+    name = "torch-zero1"
+
+    def make_optimizer(self, factory):
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        template = factory(list(self.model.named_parameters()))  # to learn the class, groups, defaults
+        groups = [{k: v for k, v in g.items()} for g in template.param_groups]
+        first, rest = groups[0], groups[1:]
+        params = first.pop("params")
+        accepted = inspect.signature(type(template).__init__).parameters  # defaults hold extra keys
+        opt = ZeroRedundancyOptimizer(params, optimizer_class=type(template), process_group=self.group,
+                                      **{k: v for k, v in first.items() if k in accepted})
+        for g in rest:
+            opt.add_param_group(g)
+        return opt
+
+    def optim_state_dict(self, optimizer):
+        raise NotImplementedError("torch-zero1 optimizer state is saved through shardlab.checkpoint")
+
+    def state_bytes(self, optimizer) -> dict:
+        sb = super().state_bytes(optimizer.optim)
+        return sb
+
+
+class TorchFSDP2(Strategy):
+    """FSDP2: one unit per transformer block plus the root (embeddings, final norm, tied head)."""
+    name = "torch-fsdp2"
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = self.dims.mesh["dp_shard"] if self.dims.mesh is not None else None
+        reshard = self.pcfg.reshard_after_forward
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        self.model = self.module = model
+        return model
+
+    def sync_context(self, is_last: bool):
+        # No reduce-scatter on non-last microbatches: unsharded gradients accumulate locally.
+        self.module.set_requires_gradient_sync(is_last)
+        return super().sync_context(is_last)
+
+    def grads_are_sharded(self) -> bool:
+        return True
+
+    def grad_tensors(self):
+        return (_local(p.grad) for p in self.model.parameters() if p.grad is not None)
+
+    def full_parameters(self):
+        return {n: p.detach().full_tensor() for n, p in self.model.named_parameters()}

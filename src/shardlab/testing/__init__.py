@@ -1,0 +1,5 @@
+"""Helpers for shardlab's own multi-process tests (and anyone testing a strategy): a pool of gloo
+workers that stays up for a whole test module, so process start-up is paid once, not per test."""
+from shardlab.testing.pool import WorkerPool, free_port, run_cli
+
+__all__ = ["WorkerPool", "free_port", "run_cli"]

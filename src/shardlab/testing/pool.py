@@ -1,0 +1,127 @@
+"""A pool of W gloo ranks that runs test functions on every rank.
+
+    with WorkerPool(2) as pool:
+        results = pool.run(fn, arg)   # fn(arg) on ranks 0..W-1, results in rank order
+
+`fn` must be a module-level function (it is pickled by reference). A failure on any rank, or a
+timeout, tears the pool down (a rank may be stuck in a collective) and re-raises with the remote
+traceback; the next `run` starts a fresh pool. Nothing can hang longer than `timeout`.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import socket
+import subprocess
+import sys
+import time
+import traceback
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank: int, world: int, port: int, tasks, results) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                      WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    import torch
+
+    torch.set_num_threads(1)
+    from shardlab import comm
+
+    comm.init("gloo")
+    while True:
+        task = tasks.get()
+        if task is None:
+            break
+        fn, args, kwargs = task
+        try:
+            results.put((rank, True, fn(*args, **kwargs)))
+        except BaseException:  # noqa: BLE001 - shipped to the parent with its traceback
+            results.put((rank, False, f"rank {rank}:\n{traceback.format_exc()}"))
+    comm.shutdown()
+
+
+class WorkerPool:
+    def __init__(self, world_size: int, timeout: float = 120.0):
+        self.world_size, self.timeout = world_size, timeout
+        self.procs: list = []
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")
+        port = free_port()
+        self.results = ctx.Queue()
+        self.tasks = [ctx.Queue() for _ in range(self.world_size)]
+        self.procs = [ctx.Process(target=_worker, args=(r, self.world_size, port, self.tasks[r], self.results),
+                                  daemon=True) for r in range(self.world_size)]
+        for p in self.procs:
+            p.start()
+
+    def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        if not self.procs:
+            self._start()
+        for q in self.tasks:
+            q.put((fn, args, kwargs))
+        deadline = time.monotonic() + (timeout or self.timeout)
+        out: dict[int, object] = {}
+        errors = []
+        while len(out) + len(errors) < self.world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.close(force=True)
+                raise TimeoutError(f"{fn.__name__} did not finish on all {self.world_size} ranks within "
+                                   f"{timeout or self.timeout:.0f}s (finished: {sorted(out)})")
+            try:
+                rank, ok, value = self.results.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                if any(not p.is_alive() for p in self.procs):
+                    dead = [r for r, p in enumerate(self.procs) if not p.is_alive()]
+                    self.close(force=True)
+                    raise RuntimeError(f"{fn.__name__}: rank(s) {dead} died") from None
+                continue
+            if ok:
+                out[rank] = value
+            else:
+                errors.append(value)
+                # The other ranks may now wait forever in a collective: give them a moment, then stop.
+                deadline = min(deadline, time.monotonic() + 5)
+        if errors:
+            self.close(force=True)
+            raise AssertionError("\n".join(errors))
+        return [out[r] for r in range(self.world_size)]
+
+    def close(self, force: bool = False) -> None:
+        if not force:
+            for q in self.tasks if self.procs else []:
+                q.put(None)
+            for p in self.procs:
+                p.join(timeout=10)
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        self.procs = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close(force=any(exc))
+
+
+def run_cli(args: list[str], timeout: float = 180, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """Run `python -m shardlab ARGS` in a subprocess with a hard timeout (kills the process group)."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        raise TimeoutError(f"shardlab {' '.join(args)} timed out after {timeout}s\n{out[-2000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
