@@ -1,0 +1,1 @@
+"""Observation: timeline spans, Chrome/Perfetto traces, overlap and straggler analysis, memory."""
