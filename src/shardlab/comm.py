@@ -41,6 +41,8 @@ class Record:
     t_launch: float
     t_done: float | None = None
     state: str = "started"  # started | completed
+    async_op: bool = False
+    t_wait: float | None = None  # async only: when the caller started blocking in wait()
     stack: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -117,6 +119,8 @@ class Handle:
         self.work, self.rec = work, rec
 
     def wait(self) -> None:
+        if self.rec.t_wait is None:
+            self.rec.t_wait = time.perf_counter()  # the caller blocks from here (the trace needs it)
         if self.work is not None:
             self.work.wait()
         RECORDER.done(self.rec)
@@ -189,6 +193,7 @@ def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async
         work = None
     else:
         work = fn(async_op=async_op)
+    rec.async_op = async_op
     handle = Handle(work, rec)
     if not async_op:
         RECORDER.done(rec)
