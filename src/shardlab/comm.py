@@ -40,7 +40,9 @@ class Record:
     phase: str
     t_launch: float
     t_done: float | None = None
-    state: str = "started"  # started | completed
+    # scheduled: handed to the backend (async) but nobody waits on it yet; started: this rank is blocked
+    # in it (a synchronous call, or wait() on an async one); completed. The hang analysis reads it.
+    state: str = "started"
     async_op: bool = False
     t_wait: float | None = None  # async only: when the caller started blocking in wait()
     stack: list[str] = field(default_factory=list)
@@ -96,6 +98,23 @@ class Recorder:
             self.step_tags[tag] += tensor_bytes
         return rec
 
+    def dump(self, path, **extra) -> dict:
+        """Write the ring buffer (oldest first) as JSON for `shardlab doctor hang`. Safe from any thread.
+        `now_perf` lets a reader turn t_launch/t_done into ages; extra keys (rank, reason...) go on top."""
+        import json
+        import socket
+        with self._lock:
+            records = [r.as_dict() for r in self.ring]
+        data = {**extra, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
+                "now_perf": time.perf_counter(), "step": self.step, "phase": self.phase,
+                "last_progress_age_s": time.monotonic() - self.last_progress, "seq": self.seq,
+                "records": records}
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1, default=str)
+        os.replace(tmp, path)  # a reader never sees half a dump
+        return data
+
     def done(self, rec: Record) -> None:
         if rec.t_done is None:
             rec.t_done = time.perf_counter()
@@ -121,6 +140,7 @@ class Handle:
     def wait(self) -> None:
         if self.rec.t_wait is None:
             self.rec.t_wait = time.perf_counter()  # the caller blocks from here (the trace needs it)
+            self.rec.state = "started"
         if self.work is not None:
             self.work.wait()
         RECORDER.done(self.rec)
@@ -193,6 +213,8 @@ def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async
         work = None
     else:
         work = fn(async_op=async_op)
+        if async_op:
+            rec.state = "scheduled"  # in flight; "started" again once the caller blocks in wait()
     rec.async_op = async_op
     handle = Handle(work, rec)
     if not async_op:
