@@ -32,9 +32,9 @@ class ModelSpec:
     def param_shapes(self) -> list[tuple[str, int]]:
         """(name, numel) of every parameter in registration order, like model.named_parameters()."""
         h, f = self.d_model, self.mlp_ratio * self.d_model
-        out = [("wte", self.vocab * h), ("wpe", self.seq * h)]
+        out = [("wte.weight", self.vocab * h), ("wpe.weight", self.seq * h)]
         for i in range(self.n_layer):
-            p = f"h.{i}."
+            p = f"blocks.{i}."
             out += [
                 (p + "ln_1.weight", h), (p + "ln_1.bias", h),
                 (p + "attn.qkv.weight", 3 * h * h), (p + "attn.qkv.bias", 3 * h),

@@ -1,0 +1,153 @@
+"""`shardlab plan [search|calibrate] key=value ... [--json] [--explain]`.
+
+  shardlab plan model=gpt2 cluster=H100-SXM gpus=8 strategy=zero2 global_batch=64 micro_batch=8
+  shardlab plan search model=7b cluster=H100-SXM gpus=64 global_batch=512 --top 5
+  shardlab plan calibrate model=small [--out PATH]          (then: shardlab plan cluster=this ...)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .hardware import load_cluster
+from .layout import Layout, TrainSpec
+from .model import model_from_args
+
+MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
+              "mlp_ratio": int, "tied": "bool"}
+TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
+              "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool"}
+LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int,
+               "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
+               "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
+               "bucket_mb": float, "comm_dtype": str}
+OTHER_KEYS = {"model": str, "cluster": str, "gpus": int}
+ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
+
+
+def _parse_kv(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"expected key=value, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.removeprefix("model.").removeprefix("train.").removeprefix("parallel.") if k != "model" else k
+        if k == "preset":
+            k = "model"
+        if k not in ALL_KEYS:
+            raise ValueError(f"unknown key {k!r} (known: {', '.join(sorted(ALL_KEYS))})")
+        typ = ALL_KEYS[k]
+        try:
+            if typ == "bool":
+                if v.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError
+                out[k] = v.lower() in ("true", "1", "yes")
+            else:
+                out[k] = typ(v)
+        except ValueError:
+            raise ValueError(f"bad value for {k}: {v!r}") from None
+    return out
+
+
+def build(kv: dict, for_search: bool = False):
+    """(model, train, layout, cluster) from parsed key=value pairs, with defaults."""
+    model = model_from_args(kv.get("model", "small" if "n_layer" not in kv else None),
+                            **{k: kv[k] for k in MODEL_KEYS if k in kv})
+    cluster = load_cluster(kv.get("cluster", "H100-SXM"), kv.get("gpus"))
+    lay_kw = {k: kv[k] for k in LAYOUT_KEYS if k in kv}
+    tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1)
+    if "dp" not in lay_kw and not for_search:
+        lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))
+    layout = Layout(**lay_kw)
+    seq = kv.get("seq", model.seq)
+    b = kv.get("micro_batch", 1)
+    if "global_batch_tokens" in kv:
+        if kv["global_batch_tokens"] % seq:
+            raise ValueError(f"global_batch_tokens {kv['global_batch_tokens']} is not a multiple of seq {seq}")
+        gbs = kv["global_batch_tokens"] // seq
+    else:
+        gbs = kv.get("global_batch", (512 if for_search else b * layout.dp))
+    tr_kw = {k: kv[k] for k in TRAIN_KEYS if k in kv and k not in ("global_batch", "global_batch_tokens")}
+    train = TrainSpec(global_batch=gbs, seq=seq, **tr_kw)
+    if kv.get("gpus") is None and not for_search:
+        from dataclasses import replace
+        cluster = replace(cluster, num_gpus=max(cluster.num_gpus, layout.world))
+    return model, train, layout, cluster
+
+
+def _plan(args) -> int:
+    from .report import render, to_dict
+    from .step import evaluate
+    model, train, layout, cluster = build(_parse_kv(args.kv))
+    plan = evaluate(model, train, layout, cluster)
+    print(json.dumps(to_dict(plan), indent=2) if args.json else render(plan, args.explain))
+    return 0
+
+
+def _search(args) -> int:
+    from .report import to_dict
+    from .search import search, why
+    kv = _parse_kv(args.kv)
+    model, train, _, cluster = build(kv, for_search=True)
+    t0 = time.perf_counter()
+    plans = search(model, train, cluster, kv.get("gpus"))
+    dt = time.perf_counter() - t0
+    fitting = [p for p in plans if p.fits]
+    top = fitting[:args.top]
+    reason = why(top[0], top[1]) if len(top) > 1 else (
+        "only one layout fits" if top else "no layout fits in memory")
+    if args.json:
+        print(json.dumps({"tried": len(plans), "fitting": len(fitting), "seconds": dt, "reason": reason,
+                          "top": [to_dict(p) for p in top]}, indent=2))
+        return 0 if top else 1
+    print(f"plan search: {model.name} ({model.params / 1e9:.2f}B params) on {cluster.num_gpus} x "
+          f"{cluster.name}, global batch {train.global_batch} x {train.seq} tokens, {train.precision}")
+    print(f"{len(plans)} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory\n")
+    print(f"{'#':>3}  {'layout':<48}{'mb':>4}{'tokens/s':>14}{'MFU':>8}{'step':>12}{'mem/GPU':>12}  bound")
+    for i, p in enumerate(top, 1):
+        print(f"{i:>3}  {p.layout.describe():<48}{p.train.micro_batch:>4}{p.tokens_per_s:>14,.0f}"
+              f"{p.mfu:>8.1%}{p.step_time * 1e3:>10.1f}ms{p.mem_total / 2**30:>9.1f}GiB  {p.bound()}")
+    print(f"\nwhy #1: {reason}")
+    return 0 if top else 1
+
+
+def _calibrate(args) -> int:
+    from .calibrate import calibrate
+    kv = _parse_kv(args.kv)
+    path = calibrate(model=model_from_args(kv.get("model", "small")), micro_batches=args.micro_batch,
+                     out=Path(args.out) if args.out else None, quick=args.quick)
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    sub = argv.pop(0) if argv and argv[0] in ("search", "calibrate") else "plan"
+    ap = argparse.ArgumentParser(prog=f"shardlab plan{'' if sub == 'plan' else ' ' + sub}",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("kv", nargs="*", help="key=value (model, cluster, gpus, dp, tp, pp, strategy, ...)")
+    ap.add_argument("--json", action="store_true", help="machine-readable output")
+    if sub == "plan":
+        ap.add_argument("--explain", action="store_true", help="show the formula behind each line")
+    if sub == "search":
+        ap.add_argument("--top", type=int, default=5)
+    if sub == "calibrate":
+        ap.add_argument("--out", help="profile path (default ~/.cache/shardlab/this.toml)")
+        ap.add_argument("--micro-batch", type=int, nargs="+", default=[1, 2, 4, 8])
+        ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        return {"plan": _plan, "search": _search, "calibrate": _calibrate}[sub](args)
+    except (ValueError, OSError) as e:
+        print(f"shardlab plan: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

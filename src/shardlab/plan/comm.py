@@ -1,0 +1,260 @@
+"""Communication: what each strategy sends (volumes) and how long it takes (alpha-beta model).
+
+Volumes are stated the way shardlab's comm module records them, per rank per step:
+  payload = size of the full tensor handed to the collective (all_reduce: the buffer;
+            reduce_scatter: the unsharded input; all_gather: the gathered output)
+  wire    = what a ring sends per rank: all_reduce 2(N-1)/N x payload, reduce_scatter and
+            all_gather (N-1)/N x payload, p2p = payload.
+Time of one call (Thakur et al. 2005; Patarasuk & Yuan 2009), ring over N ranks:
+  all_reduce      2(N-1) alpha + 2(N-1)/N * S / B
+  reduce_scatter   (N-1) alpha +  (N-1)/N * S / B      (all_gather the same)
+  tree all_reduce  2 log2(N) alpha + 2 S / B           (latency-bound messages)
+Across nodes the collective is hierarchical (intra reduce-scatter, inter all-reduce of S/g,
+intra all-gather), which is why the per-GPU NIC bandwidth, not the node's, is what matters.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from .hardware import Cluster
+from .layout import Layout, TrainSpec
+from .model import ModelSpec
+
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+MiB = 2**20
+
+
+def wire_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_gather": (n - 1) / n, "p2p": 1.0}[op]
+
+
+def ring_steps(op: str, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "p2p": 1}.get(op, n - 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Volumes
+# ---------------------------------------------------------------------------------------------
+def padded(numels: list[int], n: int, padding: str) -> int:
+    """Elements of the gathered (unsharded, padded) buffer: each rank holds padded/n."""
+    if n <= 1 or padding == "none":
+        return sum(numels)
+    if padding == "flat":
+        return -(-sum(numels) // n) * n
+    return sum(-(-x // n) * n for x in numels)  # per parameter, torch.chunk-style shards
+
+
+@functools.lru_cache(maxsize=256)
+def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], ...]:
+    """FSDP units on the first pipeline stage: the root (embeddings, final LN) then one per block.
+    Tensor parallelism splits every matrix and bias t ways (LayerNorms stay whole)."""
+    layers = model.n_layer // pp
+    root: list[int] = []
+    blocks: list[list[int]] = [[] for _ in range(layers)]
+    for name, n in model.param_shapes():
+        if name.startswith("blocks."):
+            i = int(name.split(".", 2)[1])
+            if i < layers:
+                blocks[i].append(n)
+        elif pp == 1 or name in ("wte.weight", "wpe.weight"):  # with pp the final LN is on the last stage
+            root.append(n)
+
+    def split(unit):
+        return tuple(x if x == model.d_model and tp > 1 else -(-x // tp) for x in unit)
+    return (split(root),) + tuple(split(b) for b in blocks)
+
+
+def local_params(model: ModelSpec, tp: int = 1, pp: int = 1) -> int:
+    return sum(sum(u) for u in units(model, tp, pp))
+
+
+@dataclass(frozen=True)
+class Collective:
+    op: str  # all_reduce | reduce_scatter | all_gather | p2p
+    group: str  # dp | dp_shard | dp_replicate | tp | pp
+    n: int  # group size
+    payload: float  # bytes per rank per step, summed over calls
+    calls: int  # calls per step
+    overlap: str  # compute it can hide behind: backward | forward+backward | none
+    why: str  # the formula, for --explain
+    per_micro: bool = False  # issued every micro batch (else once per step)
+
+    @property
+    def wire(self) -> float:
+        return wire_factor(self.op, self.n) * self.payload
+
+
+def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
+    """Data-parallel collectives of shardlab's strategies (and ZeRO's paper), per rank per step.
+    m = micro batches per step: DDP syncs once (no_sync on the others); ZeRO-2/3 reduce-scatter
+    every micro batch because a rank keeps only its gradient shard."""
+    if lay.dp == 1:
+        return []
+    us = units(model, lay.tp, lay.pp)
+    numels = [x for u in us for x in u]
+    psi = sum(numels)
+    gb = DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
+    pb = train.param_bytes
+    s, r = lay.shard, lay.replicate
+    full = padded(numels, s, lay.padding)
+    bucket = max(1, int(lay.bucket_mb * MiB))
+
+    def calls(nbytes):
+        return max(1, math.ceil(nbytes / bucket))
+    out: list[Collective] = []
+    if lay.strategy == "ddp":
+        b = gb * psi
+        return [Collective("all_reduce", "dp", lay.dp, b, calls(b), "backward",
+                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch)")]
+    sg = "dp_shard" if r > 1 else "dp"
+    if lay.strategy == "zero1":
+        if lay.zero1_impl == "all_reduce":
+            b = gb * psi
+            out.append(Collective("all_reduce", sg, s, b, calls(b), "backward",
+                                  f"{gb}*Psi gradients, once per step"))
+        else:
+            b = gb * full
+            out.append(Collective("reduce_scatter", sg, s, b, calls(b), "backward",
+                                  f"{gb}*Psi_padded, once per step"))
+        out.append(Collective("all_gather", sg, s, pb * full, calls(pb * full), "none",
+                              f"{pb}*Psi_padded updated parameters after the step"))
+    elif lay.strategy == "zero2":
+        b = gb * full * m
+        out.append(Collective("reduce_scatter", sg, s, b, m * calls(gb * full), "backward",
+                              f"{gb}*Psi_padded x {m} micro batches", per_micro=True))
+        out.append(Collective("all_gather", sg, s, pb * full, calls(pb * full), "none",
+                              f"{pb}*Psi_padded updated parameters after the step"))
+    else:  # zero3: one all-gather per unit before forward, again before backward if resharded
+        unit_bytes = [pb * padded(u, s, lay.padding) for u in us]
+        fwd = sum(unit_bytes)
+        bwd_units = unit_bytes[1:] + (unit_bytes[:1] if lay.root_reshards else [])
+        bwd = sum(bwd_units) if lay.reshard_after_forward else 0
+        n_bwd = len(bwd_units) if lay.reshard_after_forward else 0
+        out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (len(us) + n_bwd) * m,
+                              "forward+backward",
+                              f"({pb}*Psi_padded fwd + {bwd:,.0f} B bwd re-gather) x {m} micro batches",
+                              per_micro=True))
+        b = gb * full * m
+        out.append(Collective("reduce_scatter", sg, s, b, len(us) * m, "backward",
+                              f"{gb}*Psi_padded per micro batch, one call per unit", per_micro=True))
+    if lay.strategy in ("zero2", "zero3") or lay.zero1_impl == "reduce_scatter":
+        # sharded gradients: the global grad norm needs one fp32 scalar summed across shards
+        out.append(Collective("all_reduce", sg, s, 4, 1, "none", "4 B: grad-norm partial sums"))
+    if r > 1:  # HSDP: shards are all-reduced across replicas once per step
+        b = gb * full / s
+        out.append(Collective("all_reduce", "dp_replicate", r, b, calls(b), "backward",
+                              f"{gb}*Psi_padded/{s} across {r} replicas"))
+    return out
+
+
+def dp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 1) -> dict:
+    """op -> payload bytes per rank per step: comparable with summary.json comm.bytes_per_step."""
+    out: dict[str, float] = {}
+    for c in dp_collectives(model, train, lay, m):
+        out[c.op] = out.get(c.op, 0) + c.payload
+    return out
+
+
+def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
+    """Megatron tensor parallelism: per layer 2 all-reduces forward (f/g) and 2 backward of the
+    b*s*h activation; with sequence parallelism each becomes an all-gather + reduce-scatter pair
+    (same wire bytes). Full recomputation repeats the forward ones. Pipeline: one p2p send of the
+    activation per micro batch per boundary forward, one gradient backward (x v interleaved)."""
+    out: list[Collective] = []
+    s = train.seq or model.seq
+    e = 2 if train.mixed else 4
+    act = train.micro_batch * s * model.d_model * e
+    layers = model.n_layer // lay.pp
+    if lay.tp > 1:
+        per_mb = 4 + (2 if lay.recompute == "full" else 0)
+        n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd/bwd
+        if lay.sp:
+            out.append(Collective("all_gather", "tp", lay.tp, act * n / 2, n // 2 + n % 2, "none",
+                                  f"sbh*{e} x {n // 2} (sequence parallel g)", per_micro=True))
+            out.append(Collective("reduce_scatter", "tp", lay.tp, act * n / 2, n // 2, "none",
+                                  f"sbh*{e} x {n // 2} (sequence parallel g-bar)", per_micro=True))
+        else:
+            out.append(Collective("all_reduce", "tp", lay.tp, act * n, n, "none",
+                                  f"sbh*{e} x (4 per layer{' +2 recompute' if per_mb > 4 else ''}"
+                                  f" x {layers} layers + 2) x {m} micro batches", per_micro=True))
+    if lay.pp > 1:
+        sends = 2 * m * lay.v
+        b = act / (lay.tp if lay.sp else 1)
+        out.append(Collective("p2p", "pp", 2, b * sends, sends, "none",
+                              f"sbh*{e}{'/t' if lay.sp else ''} x 2 x {m} micro batches x v={lay.v}",
+                              per_micro=True))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Time
+# ---------------------------------------------------------------------------------------------
+def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
+    """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
+    dp_replicate, pp - so tensor parallelism stays on NVLink."""
+    stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
+              "pp": lay.tp * lay.dp}[group]
+    n = {"tp": lay.tp, "dp": lay.dp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
+         "pp": lay.pp}[group]
+    g = cluster.gpus_per_node
+    if stride >= g:
+        return 1
+    return max(1, min(n, g // stride))
+
+
+def _ring(op: str, size: float, n: int, alpha: float, bw: float) -> float:
+    t = ring_steps(op, n) * alpha + wire_factor(op, n) * size / bw
+    if op == "all_reduce" and n > 2:  # NCCL picks the faster of ring and double binary tree
+        t = min(t, 2 * math.ceil(math.log2(n)) * alpha + 2 * size / bw)
+    return t
+
+
+def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tuple[float, float, float]:
+    """(seconds, intra wire bytes, inter wire bytes) of one call with a `size`-byte payload over
+    n ranks of which `local` share a node."""
+    if n <= 1 or size <= 0:
+        return 0.0, 0.0, 0.0
+    wire = wire_factor(op, n) * size
+    if op in cluster.collectives:  # measured end to end: alpha per call, bus bandwidth
+        alpha, busbw = cluster.collectives[op]
+        mw = max(2, cluster.measured_world)
+        alpha *= ring_steps(op, n) / ring_steps(op, mw)
+        return alpha + wire / busbw, wire, 0.0
+    nodes = max(1, n // max(1, local))
+    if nodes == 1:
+        return _ring(op, size, n, cluster.intra_latency, cluster.intra_bw), wire, 0.0
+    if local == 1:
+        return _ring(op, size, n, cluster.inter_latency, cluster.inter_bw), 0.0, wire
+    # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
+    t_in, w_in = 0.0, 0.0
+    phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
+              "all_gather": ("all_gather",)}.get(op, ())
+    for ph in phases:
+        t_in += _ring(ph, size, local, cluster.intra_latency, cluster.intra_bw)
+        w_in += wire_factor(ph, local) * size
+    inner = size / local
+    t_out = _ring(op, inner, nodes, cluster.inter_latency, cluster.inter_bw)
+    return t_in + t_out, w_in, wire_factor(op, nodes) * inner
+
+
+def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
+    """(seconds per step, intra wire bytes, inter wire bytes) for all calls of a collective."""
+    if c.calls == 0 or c.payload == 0:
+        return 0.0, 0.0, 0.0
+    if c.op == "p2p":
+        inter = lay.tp * lay.dp >= cluster.gpus_per_node and lay.pp > 1
+        if "p2p" in cluster.collectives:
+            alpha, bw = cluster.collectives["p2p"]
+        else:
+            alpha, bw = ((cluster.inter_latency, cluster.inter_bw) if inter
+                         else (cluster.intra_latency, cluster.intra_bw))
+        t = c.calls * alpha + c.payload / bw
+        return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
+    local = group_placement(c.group, lay, cluster)
+    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
+    return t * c.calls, wi * c.calls, wo * c.calls

@@ -1,0 +1,144 @@
+"""Compute time of one micro batch on one rank, op by op (a roofline per op):
+  GEMM          FLOPs / achieved FLOP/s at that shape (calibrated table, fit, or peak x efficiency)
+  elementwise   bytes moved / memory bandwidth (LayerNorm, GELU, softmax, residual adds, loss)
+  every op      + the per-op dispatch overhead that is not hidden (CPU eager: Python + autograd)
+Backward: each GEMM becomes two (dX and dW) of equal FLOPs; elementwise ops move about twice the
+bytes. The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hardware import Cluster
+from .layout import Layout, TrainSpec
+from .model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str  # gemm | elem
+    flops: float = 0.0
+    bytes: float = 0.0
+    shape: tuple = ()  # (m, n, k) per GEMM
+    count: int = 1  # batched GEMMs (attention heads)
+    dispatch: int = 1  # ops dispatched (views and splits included)
+
+
+def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+    """One transformer block forward, tensor-parallel degree t, activation element size e."""
+    h, r, a = model.d_model, model.mlp_ratio, model.n_head
+    T, dh, ah = b * s, h // a, a // t
+    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah, dispatch=2)]
+    if not flash:
+        att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
+               Op("softmax", "elem", bytes=2 * b * ah * s * s * e),
+               Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
+    return [
+        Op("ln_1", "elem", bytes=2 * T * h * e),
+        Op("qkv", "gemm", 2 * T * 3 * h * h / t, shape=(T, 3 * h // t, h), dispatch=5),  # +split, views
+        *att,
+        Op("proj", "gemm", 2 * T * h * h / t, shape=(T, h, h // t), dispatch=3),  # +transpose, reshape
+        Op("residual", "elem", bytes=3 * T * h * e),
+        Op("ln_2", "elem", bytes=2 * T * h * e),
+        Op("fc", "gemm", 2 * T * r * h * h / t, shape=(T, r * h // t, h)),
+        Op("gelu", "elem", bytes=2 * T * r * h * e / t),
+        Op("mlp_proj", "gemm", 2 * T * r * h * h / t, shape=(T, h, r * h // t)),
+        Op("residual", "elem", bytes=3 * T * h * e),
+    ]
+
+
+def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
+    T, h = b * s, model.d_model
+    return [Op("embedding", "elem", bytes=4 * T * h * e, dispatch=4)]  # wte, arange, wpe, add
+
+
+def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int) -> list[Op]:
+    T, h, v = b * s, model.d_model, model.vocab
+    return [Op("ln_f", "elem", bytes=2 * T * h * e),
+            Op("logits", "gemm", 2 * T * h * v / t, shape=(T, v // t, h)),
+            Op("cross_entropy", "elem", bytes=4 * T * v * 4 / t, dispatch=4)]  # fp32 upcast, view
+
+
+def gemm_shapes(model: ModelSpec, b: int, s: int, t: int = 1, flash: bool = True) -> list[tuple]:
+    """Every (m, n, k) the forward and backward run: what calibration measures."""
+    out = []
+    for op in layer_ops(model, b, s, t, 4, flash) + head_ops(model, b, s, t, 4):
+        if op.kind == "gemm":
+            m, n, k = op.shape
+            out += [(m, n, k), (m, k, n), (k, n, m)]  # forward, dX, dW
+    return sorted(set(out))
+
+
+@dataclass(frozen=True)
+class MicroTime:
+    fwd: float  # one forward of the stage
+    bwd: float  # one backward (recomputation included)
+    recompute: float  # part of bwd that is recomputed forward
+    gemm_flops: float  # hardware FLOPs of fwd+bwd (recompute included)
+
+
+def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
+    if op.kind == "gemm":
+        m, n, k = op.shape
+        if backward:  # dX = dY W^T and dW = X^T dY
+            rate = 0.5 * (c.gemm_flops(m, k, n, fp32) + c.gemm_flops(k, n, m, fp32))
+            t = 2 * op.flops / rate
+        else:
+            t = op.flops / c.gemm_flops(m, n, k, fp32)
+    else:
+        bw = c.elementwise_bw or c.hbm_bw
+        t = (2 if backward else 1) * op.bytes / bw
+    return t + op.dispatch * c.op_overhead_s * (1 if not backward else 0)
+
+
+def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
+    """Slowest pipeline stage: the first (embedding) or the last (logits + loss)."""
+    s = train.seq or model.seq
+    b, t = train.micro_batch, lay.tp
+    e = train.param_bytes
+    fp32 = not train.mixed
+    layers = model.n_layer // lay.pp
+    block = layer_ops(model, b, s, t, e, train.flash_attention)
+
+    def ops_time(ops, backward):
+        return sum(_op_time(o, c, fp32, backward) for o in ops)
+    # op_overhead_s is calibrated as forward+backward dispatch per forward op: charged on forward
+    f_block, b_block = ops_time(block, False), ops_time(block, True)
+    f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
+    head = head_ops(model, b, s, t, e)
+    f_head, b_head = ops_time(head, False), ops_time(head, True)
+    ends = [(f_emb, b_emb)] if lay.pp > 1 else [(f_emb + f_head, b_emb + b_head)]
+    if lay.pp > 1:
+        ends.append((f_head, b_head))
+    f_end, b_end = max(ends, key=lambda x: x[0] + x[1])
+    fwd = layers * f_block + f_end
+    if lay.recompute == "full":
+        rec = layers * f_block
+    elif lay.recompute == "selective":
+        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_v")]
+        rec = layers * ops_time(core, False)
+    else:
+        rec = 0.0
+    bwd = layers * b_block + b_end + rec
+    gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
+    gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
+    if lay.recompute == "full":
+        gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
+    return MicroTime(fwd, bwd, rec, gemm)
+
+
+def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster) -> tuple[float, str]:
+    """Adam reads param, grad, m, v and writes param, m, v: 28 B per fp32 parameter (+2 B for the
+    16-bit copy under mixed precision), memory-bound; or calibrated seconds per parameter.
+    Offloaded: CPU Adam at an assumed per-node rate plus grads down / params up over PCIe."""
+    if lay.offload != "none":
+        rate = c.cpu_adam_params_per_s / c.gpus_per_node
+        pcie = psi_opt * (train.grad_bytes + train.param_bytes) / c.pcie_bw
+        return psi_opt / rate + pcie, (f"host Adam {psi_opt:,.0f} params / {rate:.3g}/s + PCIe "
+                                       f"{train.grad_bytes}+{train.param_bytes} B/param / {c.pcie_bw:.3g} B/s")
+    if c.adam_s_per_param:
+        return psi_opt * c.adam_s_per_param, f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s (calibrated)"
+    per = (28 if train.optimizer == "adam" else 20) + (2 if train.mixed else 0)
+    bw = c.elementwise_bw or c.hbm_bw
+    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"

@@ -1,0 +1,144 @@
+"""What is being planned: the training recipe and the parallel layout (the named mesh
+dp_replicate x dp_shard x tp x pp, innermost tp, as in Megatron-LM's rank order)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import ModelSpec
+
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = ("adam", "sgd")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+OFFLOAD = ("none", "optimizer", "params")
+PADDING = ("per_param", "flat", "none")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    global_batch: int  # sequences per optimizer step
+    micro_batch: int = 1  # sequences per forward/backward on one rank (b)
+    seq: int | None = None  # defaults to the model's context length
+    precision: str = "bf16-mixed"
+    optimizer: str = "adam"
+    fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
+    flash_attention: bool = False  # fused attention: no s x s scores stored
+
+    def check(self) -> None:
+        _one_of("precision", self.precision, PRECISIONS)
+        _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        if self.global_batch <= 0 or self.micro_batch <= 0:
+            raise ValueError("global_batch and micro_batch must be positive")
+
+    @property
+    def mixed(self) -> bool:
+        return self.precision != "fp32"
+
+    @property
+    def param_bytes(self) -> int:  # the copy the forward pass reads
+        return 2 if self.mixed else 4
+
+    @property
+    def grad_bytes(self) -> int:
+        return 4 if (not self.mixed or self.fp32_grad_accum) else 2
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """K in (2 + 2 + K)Psi: fp32 master copy (mixed only) + Adam m, v (or SGD momentum)."""
+        states = 8 if self.optimizer == "adam" else 4
+        return states + (4 if self.mixed else 0)
+
+    @property
+    def act_bytes_scale(self) -> float:
+        """Korthikanti's counts assume 16-bit activations; fp32 doubles them (masks aside)."""
+        return 2.0 if self.precision == "fp32" else 1.0
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    strategy: str = "ddp"
+    dp_shard: int | None = None  # HSDP: shard group size (replicate = dp // dp_shard); None = dp
+    tp: int = 1
+    sp: bool = False  # sequence parallelism (needs tp > 1 to matter)
+    pp: int = 1
+    schedule: str = "1f1b"
+    v: int = 1  # interleaved virtual stages per rank
+    recompute: str = "none"
+    offload: str = "none"
+    # how shardlab's own strategies do it (tunable so a run can be matched exactly)
+    zero1_impl: str = "all_reduce"  # zero1 gradient collective: all_reduce | reduce_scatter
+    reshard_after_forward: bool = True  # zero3: free gathered params after forward
+    root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
+    padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
+    bucket_mb: float = 25.0  # DDP/ZeRO gradient bucket size (MiB)
+    comm_dtype: str | None = None  # gradient collective dtype; None = gradient dtype
+
+    @property
+    def world(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    @property
+    def shard(self) -> int:
+        """Ranks a ZeRO state is split over (1 for ddp)."""
+        if self.strategy == "ddp":
+            return 1
+        return self.dp_shard or self.dp
+
+    @property
+    def replicate(self) -> int:
+        return self.dp // self.shard if self.strategy != "ddp" else self.dp
+
+    def check(self, model: ModelSpec) -> None:
+        _one_of("strategy", self.strategy, STRATEGIES)
+        _one_of("schedule", self.schedule, SCHEDULES)
+        _one_of("recompute", self.recompute, RECOMPUTE)
+        _one_of("offload", self.offload, OFFLOAD)
+        _one_of("padding", self.padding, PADDING)
+        _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        if self.comm_dtype is not None:
+            _one_of("comm_dtype", self.comm_dtype, ("fp32", "fp16", "bf16"))
+        for k in ("dp", "tp", "pp", "v"):
+            if getattr(self, k) <= 0:
+                raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
+        if self.dp_shard is not None and (self.dp_shard <= 0 or self.dp % self.dp_shard):
+            raise ValueError(f"dp_shard {self.dp_shard} must divide dp {self.dp}")
+        if model.n_head % self.tp or model.d_model % self.tp:
+            raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}")
+        if self.v > 1 and self.schedule != "interleaved":
+            raise ValueError("v > 1 needs schedule=interleaved")
+        if model.n_layer % (self.pp * self.v):
+            raise ValueError(f"n_layer {model.n_layer} is not divisible by pp*v = {self.pp * self.v}")
+        if self.offload != "none" and self.strategy == "ddp":
+            raise ValueError("offload needs a ZeRO strategy (zero1/zero2/zero3)")
+        if self.offload == "params" and self.strategy != "zero3":
+            raise ValueError("parameter offload needs zero3")
+
+    def describe(self) -> str:
+        parts = [f"dp={self.dp}", self.strategy]
+        if self.strategy != "ddp" and self.replicate > 1:
+            parts.append(f"hsdp {self.replicate}x{self.shard}")
+        if self.tp > 1:
+            parts.append(f"tp={self.tp}" + ("+sp" if self.sp else ""))
+        if self.pp > 1:
+            parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
+        if self.recompute != "none":
+            parts.append(f"recompute={self.recompute}")
+        if self.offload != "none":
+            parts.append(f"offload={self.offload}")
+        return " ".join(parts)
+
+
+def grad_accum(train: TrainSpec, layout: Layout) -> int:
+    """Micro batches per rank per step (= pipeline micro batch count m)."""
+    per = train.micro_batch * layout.dp
+    if train.global_batch % per:
+        raise ValueError(f"global_batch {train.global_batch} is not divisible by "
+                         f"micro_batch*dp = {train.micro_batch}*{layout.dp}")
+    return train.global_batch // per
+
+
+def _one_of(key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ValueError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")

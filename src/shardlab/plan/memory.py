@@ -1,0 +1,116 @@
+"""Per-GPU memory: model states (ZeRO, Rajbhandari et al. 2020) + activations (Korthikanti et al. 2022).
+
+Model states for Psi parameters with mixed precision and Adam: 2Psi (16-bit params) + 2Psi (16-bit
+grads) + K*Psi with K = 12 (fp32 master params, momentum, variance). With N_d data-parallel ranks:
+  ddp    (2 + 2 + K) Psi
+  zero1  2Psi + 2Psi + K Psi / N_d
+  zero2  2Psi + (2 + K) Psi / N_d
+  zero3  (2 + 2 + K) Psi / N_d
+Shards are padded (per parameter, torch.chunk-style, by default), so Psi/N_d is really padded/N_d.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .comm import MiB, padded, units
+from .layout import Layout, TrainSpec
+from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    bytes: float
+    formula: str
+
+
+def state_bytes(model: ModelSpec, train: TrainSpec, lay: Layout) -> dict[str, float]:
+    """params / grads / optimizer bytes per rank on the GPU: comparable with summary.json
+    `state_bytes` (whose `grads` line counts the gradient buffers a strategy allocates)."""
+    return {ln.name: ln.bytes for ln in state_lines(model, train, lay)}
+
+
+def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
+    numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
+    psi = sum(numels)
+    n = lay.shard
+    shard = padded(numels, n, lay.padding) / n
+    pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes
+    z = lay.strategy
+    p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"
+    pe = shard if p_sh else psi
+    ge = shard if g_sh else psi
+    oe = shard if o_sh else psi
+    dn = f"/{n}" if n > 1 else ""
+    lines = [
+        Line("params", 0 if lay.offload == "params" else pb * pe,
+             f"{pb} B x Psi{dn if p_sh else ''} = {pb} x {pe:,.0f}"
+             + (" (offloaded to host)" if lay.offload == "params" else "")),
+        Line("grads", gb * ge, f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
+        Line("optimizer", 0 if lay.offload != "none" else k * oe,
+             f"K={k} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
+             + (" (offloaded to host)" if lay.offload != "none" else "")),
+    ]
+    return lines
+
+
+def in_flight(lay: Layout, m: int) -> float:
+    """Micro batches whose activations the first pipeline stage holds at peak, in units of one
+    micro batch through L/p layers. GPipe: all m. 1F1B: min(m, p). Interleaved (Narayanan et al.
+    2021; Korthikanti et al. 2022 Sec. 4.2.3): p * (1 + (p-1)/(p*v))."""
+    p = lay.pp
+    if p == 1:
+        return 1.0
+    if lay.schedule == "gpipe":
+        return float(m)
+    if lay.schedule == "interleaved" and lay.v > 1:
+        return p * (1 + (p - 1) / (p * lay.v))
+    return float(min(m, p))
+
+
+def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
+    s = train.seq or model.seq
+    b = train.micro_batch
+    layers = model.n_layer // lay.pp
+    per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute,
+                                           flash=train.flash_attention) * train.act_bytes_scale
+    fl = in_flight(lay, m)
+    extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl) * train.act_bytes_scale
+    one = per_layer * layers
+    form = {"none": "sbh(34 + 5as/h)", "selective": "sbh*34", "full": "2sbh"}[lay.recompute]
+    if lay.tp > 1 and lay.recompute != "full":
+        form = ("sbh/t(34 + 5as/h)" if lay.sp else "sbh(10 + 24/t + 5as/(ht))") \
+            if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")
+    if train.flash_attention and lay.recompute == "none":
+        form += " without 5as/h (fused attention)"
+    scale = " x2 (fp32)" if train.act_bytes_scale != 1 else ""
+    lines = [
+        Line("activations", one + extra,
+             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
+             f"{extra:,.0f} B (b={b}, s={s})"),
+    ]
+    if fl > 1:
+        lines.append(Line("pipeline in-flight", one * (fl - 1),
+                          f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
+    return lines
+
+
+def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
+    """Communication buffers: two gradient buckets in flight (DDP/ZeRO-1/2), or ZeRO-3's gathered
+    current + prefetched unit and one unit's unsharded gradient before its reduce-scatter."""
+    us = units(model, lay.tp, lay.pp)
+    psi = sum(sum(u) for u in us)
+    gb, pb = train.grad_bytes, train.param_bytes
+    if lay.dp == 1:
+        return Line("comm buffers", 0, "no data-parallel collectives")
+    if lay.strategy == "zero3":
+        big = max(sum(u) for u in us)
+        return Line("comm buffers", 2 * big * pb + big * gb,
+                    f"2 gathered units x {pb} B + 1 unsharded unit gradient x {gb} B, largest unit {big:,}")
+    bucket = min(lay.bucket_mb * MiB, psi * gb)
+    return Line("comm buffers", 2 * bucket, f"2 buckets x min({lay.bucket_mb:g} MiB, {gb}*Psi)")
+
+
+def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
+    return (state_lines(model, train, lay) + activation_lines(model, train, lay, m)
+            + [buffer_line(model, train, lay)])

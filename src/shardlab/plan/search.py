@@ -1,0 +1,71 @@
+"""`shardlab plan search`: enumerate layouts, keep those that fit, rank by predicted tokens/s."""
+from __future__ import annotations
+
+import itertools
+
+from .hardware import Cluster
+from .layout import Layout, TrainSpec
+from .model import ModelSpec
+from .step import Plan, evaluate
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
+    g = cluster.gpus_per_node
+    for tp in (t for t in _divisors(gpus) if t <= g and model.n_head % t == 0):
+        for pp in (p for p in _divisors(gpus // tp) if model.n_layer % p == 0 and p <= 16):
+            dp = gpus // (tp * pp)
+            if train.global_batch % dp:
+                continue
+            per_rank = train.global_batch // dp
+            mbs = [b for b in (1, 2, 4, 8, 16, 32) if per_rank % b == 0 and per_rank // b >= pp]
+            scheds = [("1f1b", 1)] if pp == 1 else [("1f1b", 1), ("interleaved", 2)]
+            scheds = [(s, v) for s, v in scheds if model.n_layer % (pp * v) == 0]
+            strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
+            for strat, (sched, v), rec, sp, b in itertools.product(
+                    strategies, scheds, ("none", "selective", "full"),
+                    (False, True) if tp > 1 else (False,), mbs):
+                shards = [None]
+                if strat == "zero3" and dp * tp > g and g % tp == 0 and dp % (g // tp) == 0:
+                    shards.append(g // tp)  # HSDP: shard inside a node, replicate across nodes
+                for dsh in shards:
+                    lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp,
+                                 schedule=sched, v=v, recompute=rec)
+                    yield lay, TrainSpec(**{**train.__dict__, "micro_batch": b})
+
+
+def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None):
+    """All evaluated plans (fitting first, by tokens/s) and the number of layouts tried."""
+    gpus = gpus or cluster.num_gpus
+    plans: list[Plan] = []
+    for lay, tr in candidates(model, train, cluster, gpus):
+        try:
+            plans.append(evaluate(model, tr, lay, cluster))
+        except ValueError:
+            continue
+    plans.sort(key=lambda p: (not p.fits, -p.tokens_per_s))
+    return plans
+
+
+def why(best: Plan, nxt: Plan) -> str:
+    """One sentence on why `best` beats `nxt`: the largest per-step difference."""
+    gain = best.tokens_per_s / nxt.tokens_per_s - 1
+    if not nxt.fits:
+        return f"the next layout does not fit ({nxt.mem_total / 2**30:.1f} GiB > {nxt.capacity / 2**30:.1f})"
+    diffs = {k: nxt.times[k] - best.times[k] for k in ("compute", "exposed_comm", "tp_pp_comm",
+                                                        "bubble", "optimizer")}
+    k = max(diffs, key=diffs.get)
+    label = {"compute": "compute (recomputation or GEMM size)", "exposed_comm": "exposed data-parallel "
+             "communication", "tp_pp_comm": "tensor/pipeline-parallel communication",
+             "bubble": "pipeline bubble", "optimizer": "optimizer step"}[k]
+    kind = "comm bound" if k in ("exposed_comm", "tp_pp_comm") else (
+        "memory bound" if k == "compute" and nxt.layout.recompute != best.layout.recompute else "")
+    mem = ""
+    if nxt.mem_total < best.mem_total:
+        mem = f"; it saves {(best.mem_total - nxt.mem_total) / 2**30:.1f} GiB per GPU"
+    note = f" [{kind}]" if kind else ""
+    return (f"{gain:+.1%} tokens/s: the runner-up ({nxt.layout.describe()}, mb={nxt.train.micro_batch}) "
+            f"spends {diffs[k] * 1e3:,.1f} ms more per step on {label}{note}{mem}")

@@ -1,0 +1,157 @@
+"""One training step, end to end: evaluate(model, train, layout, cluster) -> Plan.
+
+  t_mb     = forward + backward of one micro batch on the slowest stage
+             + its tensor-parallel collectives and pipeline sends (not overlapped)
+  pipeline = m * t_mb + bubble,  bubble = (p-1)/v * t_mb   (fraction (p-1)/(v*m) of the ideal)
+  exposed  = data-parallel comm not hidden behind compute: bucketed gradient collectives overlap
+             the backward pass except the last bucket; ZeRO-3 prefetch overlaps forward and
+             backward except the first unit; post-step all-gathers overlap nothing
+  step     = pipeline + exposed + optimizer step
+  MFU      = model FLOPs (6*Psi*T-style, no recomputation) / (step * GPUs * peak)  (PaLM)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .comm import Collective, collective_time, dp_collectives, local_params, padded, tp_pp_collectives, units
+from .compute import micro_batch_time, optimizer_time
+from .hardware import Cluster
+from .layout import Layout, TrainSpec, grad_accum
+from .memory import Line, memory_lines
+from .model import ModelSpec
+
+
+@dataclass
+class CommLine:
+    c: Collective
+    time: float  # seconds per step, all calls
+    intra: float  # wire bytes per rank over NVLink / intra-node
+    inter: float  # wire bytes per rank over the network
+    exposed: float = 0.0
+
+
+@dataclass
+class Plan:
+    model: ModelSpec
+    train: TrainSpec
+    layout: Layout
+    cluster: Cluster
+    m: int
+    memory: list[Line]
+    comm: list[CommLine]
+    times: dict[str, float] = field(default_factory=dict)  # name -> seconds per step
+    explain: dict[str, str] = field(default_factory=dict)  # name -> formula
+    capacity: float = 0.0
+
+    @property
+    def mem_total(self) -> float:
+        return sum(ln.bytes for ln in self.memory)
+
+    @property
+    def fits(self) -> bool:
+        return self.mem_total <= self.capacity
+
+    @property
+    def step_time(self) -> float:
+        return self.times["step"]
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.train.global_batch * (self.train.seq or self.model.seq)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens_per_step / self.step_time
+
+    @property
+    def mfu(self) -> float:
+        peak = self.cluster.peak_flops if self.train.mixed else self.cluster.peak_flops_fp32
+        flops = self.model.model_flops(self.tokens_per_step, self.train.seq)
+        return flops / (self.step_time * self.layout.world * peak)
+
+    def bytes_per_step(self) -> dict[str, float]:
+        """op -> payload bytes per rank (all groups): summary.json comm.bytes_per_step."""
+        out: dict[str, float] = {}
+        for cl in self.comm:
+            out[cl.c.op] = out.get(cl.c.op, 0) + cl.c.payload
+        return out
+
+    def bound(self) -> str:
+        """What limits this layout most, in words."""
+        t = self.times
+        if not self.fits:
+            return "memory (does not fit)"
+        parts = {"compute": t["compute"], "communication": t["exposed_comm"] + t["tp_pp_comm"],
+                 "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"]}
+        name = max(parts, key=parts.get)
+        return f"{name} ({parts[name] / t['step']:.0%} of the step)"
+
+
+def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
+    train.check()
+    lay.check(model)
+    if lay.world > cluster.num_gpus:
+        raise ValueError(f"layout needs {lay.world} GPUs (dp*tp*pp), cluster has {cluster.num_gpus}")
+    m = grad_accum(train, lay)
+    if lay.pp > 1 and m < lay.pp:
+        raise ValueError(f"pipeline needs at least p={lay.pp} micro batches per step, got m={m}")
+    plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
+                capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
+    mt = micro_batch_time(model, train, lay, cluster)
+    T, X = plan.times, plan.explain
+
+    # communication, each collective timed alone, then overlapped where the strategy allows
+    for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
+        plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
+    tp_pp = sum(cl.time for cl in plan.comm if cl.c.group in ("tp", "pp"))
+    for cl in plan.comm:
+        if cl.c.group in ("tp", "pp"):
+            cl.exposed = cl.time
+    t_mb = mt.fwd + mt.bwd + tp_pp / m
+    windows = {"backward": mt.bwd, "forward+backward": mt.fwd + mt.bwd}
+    budget = {"backward": 0.0, "forward+backward": 0.0}
+    for cl in plan.comm:
+        if cl.c.group in ("tp", "pp"):
+            continue
+        if cl.c.overlap == "none" or cl.time == 0:
+            cl.exposed = cl.time
+            continue
+        reps = m if cl.c.per_micro else 1
+        win = windows[cl.c.overlap] * reps - budget[cl.c.overlap]
+        per_window_calls = max(1, cl.c.calls // reps)
+        hideable = cl.time * (1 - 1 / per_window_calls)  # the last bucket/first unit waits
+        hidden = cluster.overlap_efficiency * max(0.0, min(hideable, win))
+        budget[cl.c.overlap] += hidden
+        cl.exposed = cl.time - hidden
+    exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp"))
+
+    # pipeline schedule
+    p, v = lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
+    bubble = (p - 1) / v * t_mb
+    # optimizer on this rank's shard of the states
+    numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
+    psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
+        else local_params(model, lay.tp, lay.pp)
+    t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster)
+
+    T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
+    T["compute"] = m * (mt.fwd + mt.bwd)
+    T["tp_pp_comm"] = tp_pp
+    T["bubble"] = bubble
+    T["comm_total"] = sum(cl.time for cl in plan.comm)
+    T["exposed_comm"] = exposed
+    T["optimizer"] = t_opt
+    T["step"] = m * t_mb + bubble + exposed + t_opt
+    X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms (per-op roofline: GEMM FLOPs / achieved FLOP/s, " \
+                   f"elementwise bytes / bandwidth, + dispatch)"
+    X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
+                    + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
+    X["compute"] = "forward + backward"
+    X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
+    X["bubble"] = f"(p-1)/v x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms; fraction (p-1)/(v*m) = " \
+                  f"{(p - 1) / (v * m):.3f}"
+    X["comm_total"] = "sum of alpha-beta times of every collective"
+    X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
+    X["optimizer"] = opt_why
+    X["step"] = "m*t_mb + bubble + exposed comm + optimizer"
+    return plan
