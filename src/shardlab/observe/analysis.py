@@ -1,0 +1,204 @@
+"""Overlap, exposed communication, buckets and skew, from the per-rank trace files.
+
+Definitions (per step and rank; the step window is the `step` span):
+- compute time: union of `compute` and `optim` spans, minus the intervals in which the calling
+  thread was blocked in a collective (a synchronous collective, or `wait()` on an async one) —
+  a thread that waits is not computing, even inside a span called "optimizer".
+- comm time: union of the collectives' launch -> completion intervals.
+- overlap % (the HTA definition): time computing while communicating / time communicating.
+- exposed comm: communication time not hidden by compute (comm minus compute).
+- skew: collectives are matched across ranks by (group, n-th call on that group). The rank that
+  launched last is the one everybody waited for; each rank's time in the collective splits into
+  waiting (last arrival - own launch) and transfer (completion - last arrival).
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shardlab.observe.intervals import clip, intersect, subtract, total, union
+from shardlab.observe.merge import load_ranks
+
+COMPUTE_CATS = ("compute", "optim")
+_BUCKET = re.compile(r"bucket(\d+)$")
+
+
+@dataclass
+class RankTrace:
+    """One rank's events on the shared (wall-clock) axis, in seconds."""
+    rank: int
+    spans: list[dict] = field(default_factory=list)
+    instants: list[dict] = field(default_factory=list)
+    comms: list[dict] = field(default_factory=list)  # t0 launch, t1 done (None: never completed), t_wait
+
+
+def from_events(rank: int, events: list[dict], offset: float = 0.0) -> RankTrace:
+    rt = RankTrace(rank)
+    for e in events:
+        e = dict(e, t0=e["t0"] + offset, t1=None if e["t1"] is None else e["t1"] + offset)
+        if "t_wait" in e:  # a collective recorded by comm.py
+            e["t_wait"] = None if e["t_wait"] is None else e["t_wait"] + offset
+            rt.comms.append(e)
+        elif e["t1"] is None:
+            rt.instants.append(e)
+        else:
+            rt.spans.append(e)
+    rt.comms.sort(key=lambda e: e["t0"])
+    return rt
+
+
+def load(run_dir: str | Path) -> dict[int, RankTrace]:
+    return {r: from_events(r, evs, h["clock_offset_s"]) for r, (h, evs) in load_ranks(run_dir).items()}
+
+
+def steps_of(rt: RankTrace) -> list[tuple[int, float, float]]:
+    """(step, start, end) from the `step` spans."""
+    return sorted((s["args"].get("step", i), s["t0"], s["t1"])
+                  for i, s in enumerate(x for x in rt.spans if x["cat"] == "step"))
+
+
+def _blocked(c: dict, end: float) -> tuple[float, float]:
+    t1 = c["t1"] if c["t1"] is not None else end
+    return (c["t_wait"] if c["async"] and c["t_wait"] is not None else c["t0"]), t1
+
+
+def _in_step(c: dict, step: int, t0: float, t1: float) -> bool:
+    s = c["args"].get("step")
+    return s == step if s is not None and s >= 0 else t0 <= c["t0"] < t1
+
+
+def step_breakdown(rt: RankTrace, step: int, t0: float, t1: float) -> dict:
+    comms = [c for c in rt.comms if _in_step(c, step, t0, t1)]
+    # Clip to the step window: the compute of this step, and all of this step's communication
+    # (an async collective may finish after the step span, then it counts up to its end).
+    end = max([t1] + [c["t1"] for c in comms if c["t1"] is not None])
+    compute = union(clip([(s["t0"], s["t1"]) for s in rt.spans if s["cat"] in COMPUTE_CATS], t0, t1))
+    compute = subtract(compute, union(_blocked(c, end) for c in comms))
+    comm = union((c["t0"], c["t1"] if c["t1"] is not None else end) for c in comms)
+    overlap = total(intersect(compute, comm))
+    comm_s = total(comm)
+    return {"step": step, "rank": rt.rank, "step_s": t1 - t0, "compute_s": total(compute), "comm_s": comm_s,
+            "overlap_s": overlap, "overlap_pct": 100.0 * overlap / comm_s if comm_s > 0 else None,
+            "exposed_comm_s": total(subtract(comm, compute)), "collectives": len(comms),
+            "comm_bytes": sum(c["args"]["bytes"] for c in comms)}
+
+
+def per_step(traces: dict[int, RankTrace]) -> list[dict]:
+    return [step_breakdown(rt, s, t0, t1) for r, rt in sorted(traces.items()) for s, t0, t1 in steps_of(rt)]
+
+
+def bucket_table(rt: RankTrace, step: int, t0: float, t1: float) -> list[dict]:
+    """Per gradient bucket: ready (its `bucket_ready` instant) -> launch -> done, ms from step start."""
+    ready = {}
+    for i in rt.instants:
+        if i["name"] == "bucket_ready" and t0 <= i["t0"] <= t1:
+            ready.setdefault(int(i["args"].get("bucket", -1)), i["t0"])
+    rows = []
+    for c in rt.comms:
+        m = _BUCKET.search(c["args"]["tag"] or "")
+        if not m or not _in_step(c, step, t0, t1):
+            continue
+        b = int(m.group(1))
+        r = ready.get(b)
+        done = c["t1"]
+        rows.append({"step": step, "rank": rt.rank, "bucket": b, "bytes": c["args"]["bytes"], "op": c["args"]["op"],
+                     "ready_ms": None if r is None else 1e3 * (r - t0), "launch_ms": 1e3 * (c["t0"] - t0),
+                     "done_ms": None if done is None else 1e3 * (done - t0),
+                     "ready_to_launch_ms": None if r is None else 1e3 * (c["t0"] - r),
+                     "comm_ms": None if done is None else 1e3 * (done - c["t0"])})
+    return rows
+
+
+def match_collectives(traces: dict[int, RankTrace]) -> list[dict]:
+    """Skew per collective, matched across ranks by (group, n-th call on that group)."""
+    by_key: dict[tuple, dict[int, dict]] = {}
+    for r, rt in traces.items():
+        count: dict[str, int] = {}
+        for c in rt.comms:
+            g = c["args"]["group"]
+            if c["args"]["group_size"] < 2:
+                continue
+            n = count[g] = count.get(g, 0) + 1
+            by_key.setdefault((g, n), {})[r] = c
+    out = []
+    for (g, n), per_rank in sorted(by_key.items(), key=lambda kv: min(c["t0"] for c in kv[1].values())):
+        size = next(iter(per_rank.values()))["args"]["group_size"]
+        if len(per_rank) < size:
+            continue  # not every member traced this one (e.g. a subgroup this trace does not cover)
+        launches = sorted((c["t0"], r) for r, c in per_rank.items())
+        last_t, last_rank = launches[-1]
+        first = per_rank[launches[0][1]]["args"]
+        out.append({
+            "group": g, "n": n, "op": first["op"], "tag": first["tag"], "step": first["step"],
+            "bytes": first["bytes"], "last_rank": last_rank,
+            "skew_ms": 1e3 * (last_t - launches[0][0]),
+            "late_by_ms": 1e3 * (last_t - launches[-2][0]),  # what the last rank cost everyone else
+            "wait_ms": {r: 1e3 * (last_t - c["t0"]) for r, c in per_rank.items()},
+            "transfer_ms": {r: None if c["t1"] is None else 1e3 * max(0.0, c["t1"] - last_t)
+                            for r, c in per_rank.items()},
+        })
+    return out
+
+
+def straggler(matched: list[dict], ranks: list[int], min_late_ms: float = 1.0) -> dict | None:
+    """The rank most often last, weighted by how late; `significant` when it dominates clearly."""
+    if not matched:
+        return None
+    late = {r: 0.0 for r in ranks}
+    last_count = {r: 0 for r in ranks}
+    for m in matched:
+        late[m["last_rank"]] += m["late_by_ms"]
+        last_count[m["last_rank"]] += 1
+    rank = max(ranks, key=lambda r: late[r])
+    mine = [m["late_by_ms"] for m in matched if m["last_rank"] == rank]
+    share = last_count[rank] / len(matched)
+    median_late = statistics.median(mine) if mine else 0.0
+    waits = {r: sum(m["wait_ms"].get(r, 0.0) for m in matched) for r in ranks}
+    transfers = {r: sum(m["transfer_ms"].get(r) or 0.0 for m in matched) for r in ranks}
+    return {"rank": rank, "last_share": share, "median_late_by_ms": median_late,
+            "total_late_by_ms": late[rank], "significant": share >= 0.6 and median_late >= min_late_ms,
+            "wait_ms_by_rank": waits, "transfer_ms_by_rank": transfers, "collectives": len(matched)}
+
+
+def _warmup(steps: list[int]) -> set[int]:
+    """Steps excluded from medians: the first tenth (at least one) when there are three or more."""
+    steps = sorted(set(steps))
+    return set(steps[:max(1, len(steps) // 10)]) if len(steps) >= 3 else set()
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def summarize_traces(traces: dict[int, RankTrace]) -> dict:
+    rows = per_step(traces)
+    skip = _warmup([r["step"] for r in rows])
+    kept = [r for r in rows if r["step"] not in skip] or rows
+    steps = sorted({r["step"] for r in kept})
+
+    def step_mean(key):  # mean over ranks per step, then the median over steps
+        vals = []
+        for s in steps:
+            xs = [r[key] for r in kept if r["step"] == s and r[key] is not None]
+            if xs:
+                vals.append(sum(xs) / len(xs))
+        return _median(vals)
+
+    matched = [m for m in match_collectives(traces) if m["step"] not in skip]
+    return {"overlap_pct": step_mean("overlap_pct"), "exposed_comm_s": step_mean("exposed_comm_s"),
+            "comm_s": step_mean("comm_s"), "compute_s": step_mean("compute_s"), "step_s": step_mean("step_s"),
+            "trace_steps": len(steps), "warmup_steps_excluded": len(skip),
+            "skew_ms_median": _median([m["skew_ms"] for m in matched]),
+            "straggler": straggler(matched, sorted(traces))}
+
+
+def summarize(run_dir: str | Path) -> dict:
+    """The summary.json trace figures (overlap_pct, exposed_comm_s, ...); nulls when there is no trace."""
+    try:
+        traces = load(run_dir)
+    except FileNotFoundError:
+        return {"overlap_pct": None, "exposed_comm_s": None}
+    return summarize_traces(traces)
