@@ -55,7 +55,7 @@ class TrainConfig:
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured)
     dtype: str = "fp32"  # fp32 | bf16 | fp16
     eval_every: int = 100
-    eval_batches: int = 8  # validation sequences per rank-share = eval_batches * micro_batch
+    eval_seqs: int = 64  # validation sequences per evaluation, split across ranks (same set at any world size)
     log_every: int = 10
     threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
 

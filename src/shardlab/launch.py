@@ -1,0 +1,70 @@
+"""Launching: one process per rank, by torchrun (`torch.distributed.run`).
+
+`shardlab train --nproc N` validates everything first (so bad input exits 2 with nothing written),
+creates the run directory with the resolved `config.toml`, then re-executes itself under torchrun;
+each rank re-enters `shardlab train` with RANK/WORLD_SIZE set and runs the trainer. Running under
+`torchrun` directly works too: the environment says we are already a rank.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shardlab import config as config_mod
+from shardlab.testing.pool import free_port
+
+
+def under_torchrun() -> bool:
+    return "LOCAL_RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def default_run_dir(strategy: str) -> Path:
+    if under_torchrun():  # every rank must agree on the name without talking: use the job's run id
+        return Path("runs") / f"{os.environ.get('TORCHELASTIC_RUN_ID', 'torchrun')}-{strategy}"
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{strategy}"
+    path, i = base, 1
+    while path.exists():
+        path, i = Path(f"{base}-{i}"), i + 1
+    return path
+
+
+def write_config(run_dir: Path, cfg) -> Path:
+    """Write the resolved config atomically (several launchers may write the same file)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.toml"
+    tmp = run_dir / f".config.toml.{os.getpid()}"
+    tmp.write_text(config_mod.to_toml(cfg))
+    os.replace(tmp, path)
+    return path
+
+
+def torchrun_command(args, run_dir: Path, config_path: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
+           f"--max-restarts={args.max_restarts}"]
+    if args.nnodes > 1:
+        # c10d rendezvous: the node that owns --master-addr hosts the store; node ranks are assigned by it.
+        cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", "--rdzv-backend=c10d",
+                f"--rdzv-endpoint={args.master_addr}:{args.master_port}", f"--rdzv-id=shardlab-{args.master_port}"]
+    else:
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{args.master_port or free_port()}",
+                "--nnodes=1"]
+    return cmd + ["-m", "shardlab", "train", "--out", str(run_dir), "--config", str(config_path)]
+
+
+def launch(args, cfg, run_dir: Path) -> int:
+    """Run the ranks. Returns the exit code of the job."""
+    config_path = write_config(run_dir, cfg)
+    world = args.nproc * args.nnodes
+    if world == 1:
+        if cfg.parallel.strategy != "single":  # a one-rank process group for data-parallel strategies
+            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
+                              WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        from shardlab.train.trainer import main as train_main
+        train_main(cfg, run_dir)
+        return 0
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(cfg.train.threads)),
+               PYTHONUNBUFFERED="1")
+    return subprocess.call(torchrun_command(args, run_dir, config_path), env=env)

@@ -1,0 +1,1 @@
+"""The strategy-agnostic training loop."""

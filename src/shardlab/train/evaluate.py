@@ -1,0 +1,39 @@
+"""Validation loss: the same fixed set of validation sequences at any world size, split across
+ranks, aggregated as (sum of token losses, token count) so the mean is exact."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from shardlab import comm
+from shardlab.data import get_batch, val_indices_for_rank
+
+
+@torch.no_grad()
+def val_loss(trainer) -> float:
+    cfg, ds = trainer.cfg, trainer.val_ds
+    mb = cfg.train.micro_batch
+    limit = min(cfg.train.eval_seqs, len(ds))
+    mine = val_indices_for_rank(len(ds), trainer.world, trainer.rank, limit=limit)
+    # Every rank must run the same number of forwards: sharded strategies all-gather parameters
+    # inside forward, so a rank with one batch fewer would leave the others waiting forever.
+    most = max(len(val_indices_for_rank(len(ds), trainer.world, r, limit=limit)) for r in range(trainer.world))
+    n_batches = math.ceil(most / mb)
+    module = trainer.module
+    was_training = module.training
+    module.eval()
+    totals = torch.zeros(2, dtype=torch.float64, device=trainer.device)
+    comm.set_phase("eval")
+    for b in range(n_batches):
+        chunk = mine[b * mb:(b + 1) * mb]
+        real = len(chunk)
+        chunk = chunk or mine[:1] or [0]  # a padding forward whose loss is not counted
+        x, y = get_batch(ds, chunk)
+        loss = module(x.to(trainer.device), y.to(trainer.device), reduction="sum")
+        if real:
+            totals[0] += loss.double()
+            totals[1] += real * y.shape[1]
+    module.train(was_training)
+    comm.all_reduce(totals, tag="eval")
+    return float(totals[0] / totals[1])

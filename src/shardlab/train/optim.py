@@ -1,0 +1,41 @@
+"""AdamW with GPT-2-style parameter groups, and the warm-up + cosine learning-rate schedule."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def no_decay_names(model: torch.nn.Module) -> set[str]:
+    """Biases, LayerNorm weights and anything 1-D are not decayed (as in GPT-2 / nanoGPT).
+    Decided on the bare model, so sharded strategies (whose shards are flat) group the same way."""
+    return {n for n, p in model.named_parameters() if p.dim() < 2}
+
+
+def adamw_factory(cfg, no_decay: set[str]):
+    """Returns factory(named_params) -> AdamW. Each strategy calls it with the tensors it optimises."""
+    t = cfg.train
+
+    def factory(named_params):
+        decay = [p for n, p in named_params if n not in no_decay and p.requires_grad]
+        rest = [p for n, p in named_params if n in no_decay and p.requires_grad]
+        groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        groups = [g for g in groups if g["params"]]
+        # foreach=False keeps the update order per tensor identical across strategies (bitwise parity).
+        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8, foreach=False)
+
+    return factory
+
+
+def lr_at(step: int, cfg) -> float:
+    """Linear warm-up to train.lr, then cosine decay to train.min_lr at train.steps."""
+    t = cfg.train
+    if step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    progress = min(1.0, (step - t.warmup_steps) / max(1, t.steps - t.warmup_steps))
+    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1 + math.cos(math.pi * progress))
+
+
+def set_lr(optimizer, lr: float) -> None:
+    for g in optimizer.param_groups:
+        g["lr"] = lr

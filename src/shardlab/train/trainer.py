@@ -1,0 +1,188 @@
+"""The training loop. Strategy-agnostic: it drives `strategy` through the interface in
+`shardlab.strategies.base` and never asks which strategy it has.
+
+Per step: the global sampler hands this rank its share of the global batch; the share is split
+into `grad_accum` microbatches; each microbatch's summed cross-entropy is scaled by
+W / global_tokens, so that after the strategies' gradient averaging (÷ W) the gradient is exactly
+that of the mean loss over every token of the global batch, at any world size and accumulation.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from shardlab import comm
+from shardlab.config import Config
+from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
+from shardlab.model.gpt import build_model, resolve_model_config
+from shardlab.observe import timeline
+from shardlab.parallel_dims import dims_for
+from shardlab.strategies import build_strategy
+from shardlab.train import evaluate, summary as summary_mod
+from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
+from shardlab.train.optim import adamw_factory, lr_at, no_decay_names, set_lr
+from shardlab.train.scaler import LossScaler
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint must capture (see shardlab.checkpoint)."""
+    cfg: Config
+    strategy: object
+    optimizer: torch.optim.Optimizer
+    sampler: GlobalSampler
+    scaler: LossScaler | None
+    step: int = 0
+
+
+def _autocast(dtype: str, device: torch.device):
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        t = cfg.train
+        torch.set_num_threads(t.threads)
+        if int(os.environ.get("WORLD_SIZE", 1)) > 1 or cfg.parallel.strategy != "single":
+            comm.init(cfg.parallel.backend)
+        self.rank, self.world = comm.rank(), comm.world_size()
+        self.device = comm.device()
+        self.is_main = self.rank == 0
+        if cfg.trace.enabled:
+            timeline.enable(self.run_dir, self.rank)
+
+        tokens = load_tokens(cfg.data.source)
+        train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
+        self.train_ds = TokenDataset(train_tok, t.seq_len, name="training split")
+        self.val_ds = TokenDataset(val_tok, t.seq_len, name="validation split")
+        self.tokens_per_step = t.global_batch * t.seq_len
+
+        self.dims = dims_for(cfg.parallel.strategy, self.world, cfg.parallel.dp_replicate)
+        self.dims.build_mesh(self.device.type)
+        model = build_model(resolve_model_config(cfg.model, t.seq_len), t.seed).to(self.device)
+        self.n_params = model.num_params()
+        no_decay = no_decay_names(model)
+        self.strategy = build_strategy(cfg.parallel.strategy, cfg.parallel, self.dims, self.device)
+        self.module = self.strategy.wrap(model)
+        optimizer = self.strategy.make_optimizer(adamw_factory(cfg, no_decay))
+        sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.world, self.rank)
+        scaler = LossScaler() if t.dtype == "fp16" else None
+        self.state = TrainState(cfg, self.strategy, optimizer, sampler, scaler)
+        self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
+
+        from shardlab.checkpoint import CheckpointManager
+        self.ckpt = CheckpointManager(self.run_dir, cfg)
+        self.start_step = self.ckpt.resume(self.state)
+
+    # --- one optimizer step -------------------------------------------------------------------------
+    def train_step(self) -> tuple[torch.Tensor, float, bool]:
+        cfg, st, strategy = self.cfg, self.state, self.strategy
+        t = cfg.train
+        comm.set_phase("data loading")
+        with timeline.span("data", cat="data"):
+            idx = st.sampler.next_batch()
+            x, y = get_batch(self.train_ds, idx)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+        loss_weight = self.world / self.tokens_per_step
+        if st.scaler is not None:
+            loss_weight *= st.scaler.scale
+        loss_sum = torch.zeros((), device=self.device)
+        n_micro = t.grad_accum
+        for i, (xb, yb) in enumerate(zip(x.split(t.micro_batch), y.split(t.micro_batch))):
+            with strategy.sync_context(is_last=i == n_micro - 1):
+                comm.set_phase("forward")
+                with timeline.span("forward", cat="compute", micro=i), _autocast(t.dtype, self.device):
+                    loss = self.module(xb, yb, reduction="sum")
+                comm.set_phase("backward")
+                with timeline.span("backward", cat="compute", micro=i):
+                    (loss * loss_weight).backward()
+            loss_sum += loss.detach()
+        comm.set_phase("optimizer")
+        with timeline.span("optimizer", cat="optim"):
+            strategy.finish_backward()
+            found_inf = False
+            if st.scaler is not None:
+                found_inf = strategy.unscale_and_check(1.0 / st.scaler.scale)
+            grad_norm = float("nan") if found_inf else strategy.clip_grad_norm_(t.grad_clip)
+            if not found_inf:
+                strategy.optimizer_step(st.optimizer)
+            if st.scaler is not None:
+                st.scaler.update(found_inf)
+            strategy.zero_grad(st.optimizer)
+        return loss_sum, grad_norm, found_inf
+
+    def run(self) -> dict:
+        cfg, st = self.cfg, self.state
+        t = cfg.train
+        st.step = self.start_step
+        step_times: list[float] = []
+        warmup = max(3, (t.steps - st.step) // 10)
+        last_train_loss = last_val = None
+        if t.eval_every and st.step == 0:  # the starting point: ~ln(256) = 5.5 nats/byte for a fresh model
+            self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})
+        window_t0, window_steps = time.perf_counter(), 0
+        while st.step < t.steps:
+            set_lr(st.optimizer, lr_at(st.step, cfg))
+            comm.RECORDER.reset_step()
+            comm.RECORDER.step = st.step
+            _sync(self.device)
+            t0 = time.perf_counter()
+            with timeline.span("step", cat="step", step=st.step):
+                loss_sum, grad_norm, skipped = self.train_step()
+            _sync(self.device)
+            dt = time.perf_counter() - t0
+            self.comm_stats = comm.RECORDER.step_stats()
+            st.step += 1
+            window_steps += 1
+            if st.step > self.start_step + warmup:
+                step_times.append(dt)
+            self.ckpt.maybe_save(st)
+            log_now = st.step % t.log_every == 0 or st.step == t.steps
+            eval_now = t.eval_every and (st.step % t.eval_every == 0 or st.step == t.steps)
+            if log_now or eval_now:
+                row = {"step": st.step}
+                if log_now:
+                    comm.all_reduce(loss_sum, group=None, tag="metrics")
+                    last_train_loss = loss_sum.item() / self.tokens_per_step
+                    elapsed = time.perf_counter() - window_t0
+                    row.update(loss=last_train_loss, lr=lr_at(st.step - 1, cfg), grad_norm=grad_norm,
+                               tokens_per_s=window_steps * self.tokens_per_step / elapsed, step_time_s=dt)
+                    if st.scaler is not None:
+                        row.update(loss_scale=st.scaler.scale, skipped_steps=st.scaler.skipped)
+                if eval_now:
+                    last_val = evaluate.val_loss(self)
+                    row["val_loss"] = last_val
+                self.metrics.log(row, self.start_step)
+                window_t0, window_steps = time.perf_counter(), 0
+        self.ckpt.close(st)
+        summary = summary_mod.build(self, step_times, last_train_loss, last_val)
+        timeline.finish()
+        if self.is_main:
+            summary_mod.write(self.run_dir, summary)
+            self.metrics.close()
+            plot_losses(self.run_dir)
+            print_summary(summary)
+            print(f"\nrun directory: {self.run_dir}")
+        return summary
+
+
+def main(cfg: Config, run_dir: Path) -> dict:
+    trainer = Trainer(cfg, run_dir)
+    try:
+        return trainer.run()
+    finally:
+        comm.shutdown()
