@@ -65,8 +65,9 @@ def _blocked(c: dict, end: float) -> tuple[float, float]:
 
 
 def _in_step(c: dict, step: int, t0: float, t1: float) -> bool:
-    s = c["args"].get("step")
-    return s == step if s is not None and s >= 0 else t0 <= c["t0"] < t1
+    # Launched inside the step span. (Not `args.step`: metric and eval collectives after the span
+    # carry the same step number but are not part of the step.)
+    return t0 <= c["t0"] < t1
 
 
 def step_breakdown(rt: RankTrace, step: int, t0: float, t1: float) -> dict:

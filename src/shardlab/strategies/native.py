@@ -23,7 +23,10 @@ class TorchDDP(Strategy):
             model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
             process_group=self.group, bucket_cap_mb=self.pcfg.bucket_mb,
             find_unused_parameters=self.pcfg.find_unused)
-        if self.pcfg.comm_dtype != "fp32":
+        from shardlab.observe import ddp_hook, timeline
+        if timeline.enabled():  # trace: route the bucket all-reduces through comm.py (same arithmetic)
+            ddp_hook.register(self.module, self.group, self.pcfg.comm_dtype)
+        elif self.pcfg.comm_dtype != "fp32":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
             self.module.register_comm_hook(self.group, hook[self.pcfg.comm_dtype])

@@ -21,7 +21,7 @@ from shardlab import comm
 from shardlab.config import Config
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
 from shardlab.model.gpt import build_model, resolve_model_config
-from shardlab.observe import timeline
+from shardlab.observe import analysis, inject, timeline
 from shardlab.parallel_dims import dims_for
 from shardlab.strategies import build_strategy
 from shardlab.train import evaluate, summary as summary_mod
@@ -142,6 +142,7 @@ class Trainer:
             _sync(self.device)
             t0 = time.perf_counter()
             with timeline.span("step", cat="step", step=st.step):
+                inject.maybe_slow(cfg, self.rank, st.step)  # debug.slow_rank: a straggler on purpose
                 loss_sum, grad_norm, skipped = self.train_step()
             _sync(self.device)
             dt = time.perf_counter() - t0
@@ -169,8 +170,10 @@ class Trainer:
                 self.metrics.log(row, self.start_step)
                 window_t0, window_steps = time.perf_counter(), 0
         self.ckpt.close(st)
+        timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, last_train_loss, last_val)
-        timeline.finish()
+        if self.is_main and cfg.trace.enabled:
+            summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
             summary_mod.write(self.run_dir, summary)
             self.metrics.close()
