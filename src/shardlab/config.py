@@ -107,6 +107,7 @@ class DebugConfig:
     hang_rank: str = ""  # R@STEP
     mismatch_rank: str = ""  # R@STEP
     corrupt_rank: str = ""  # R@STEP
+    uneven_rank: str = ""  # R@STEP: rank R has no data from STEP on (tests uneven-input handling)
     slow_rank: int = -1
     slow_ms: float = 0.0
 

@@ -1,0 +1,117 @@
+"""Replica consistency: do the ranks that should hold identical parameters actually hold them?
+
+Data-parallel replicas are bit-identical when everything works (same initial weights, same reduced
+gradients, same optimizer). So each rank computes two exact integer checksums per parameter over the
+raw bits (a plain sum and a position-weighted sum, so swapped elements are caught too), the small
+table is all-gathered through comm, and every rank compares. Cost: one pass over the parameters and
+one all-gather of 16 bytes per parameter per rank.
+
+Only what is replicated is compared: a DTensor sharded across ranks (FSDP2) differs per rank by design
+and is skipped. A strategy may define `replicated_parameters() -> list[(name, tensor)]` to say exactly
+what it replicates (own ZeRO-3 keeps flat shards); otherwise plain tensors and fully replicated DTensors
+are compared.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from shardlab import comm
+
+_INT_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_CHUNK = 1 << 22  # elements per pass: bounds the int64 temporaries for big parameters
+
+
+def replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
+    if hasattr(strategy, "replicated_parameters"):
+        return list(strategy.replicated_parameters())
+    out = []
+    for name, p in strategy.model.named_parameters():
+        if hasattr(p, "placements"):  # DTensor: only a fully replicated one is the same on every rank
+            if all(pl.is_replicate() for pl in p.placements):
+                out.append((name, p.to_local()))
+        elif p.numel():  # an empty tensor is a freed (sharded-away) parameter
+            out.append((name, p))
+    return out
+
+
+def tensor_checksum(t: torch.Tensor) -> tuple[int, int]:
+    """Exact checksums of the raw bits: (sum, position-weighted sum), int64 with wrap-around."""
+    flat = t.detach().contiguous().view(-1)
+    bits = flat.view(_INT_VIEW[flat.element_size()])
+    s1 = torch.zeros((), dtype=torch.int64, device=t.device)
+    s2 = torch.zeros((), dtype=torch.int64, device=t.device)
+    for start in range(0, bits.numel(), _CHUNK):
+        chunk = bits[start:start + _CHUNK].to(torch.int64)
+        pos = torch.arange(start, start + chunk.numel(), device=t.device, dtype=torch.int64) % 65521 + 1
+        s1 += chunk.sum()
+        s2 += (chunk * pos).sum()
+    return int(s1), int(s2)
+
+
+def local_table(named: list[tuple[str, torch.Tensor]], device: torch.device) -> torch.Tensor:
+    return torch.tensor([tensor_checksum(p) for _, p in named], dtype=torch.int64, device=device).view(-1, 2)
+
+
+def compare(names: list[str], tables: list[list[tuple[int, int]]]) -> dict:
+    """Compare per-rank checksum tables. The reference value of a parameter is what most ranks hold
+    (ties: the lowest rank's value, so with two replicas rank 0 is the reference)."""
+    diverged: dict[int, list[str]] = {}
+    first = None
+    for i, name in enumerate(names):
+        values = [tuple(t[i]) for t in tables]
+        counts = Counter(values)
+        ref = max(counts, key=lambda v: (counts[v], -values.index(v)))
+        bad = [r for r, v in enumerate(values) if v != ref]
+        if bad:
+            first = first or {"param": name, "ranks": bad, "reference_rank": values.index(ref)}
+            for r in bad:
+                diverged.setdefault(r, []).append(name)
+    return {"consistent": not diverged, "first": first,
+            "ranks": {str(r): {"n_params": len(p), "first_param": p[0], "params": p[:10]}
+                      for r, p in sorted(diverged.items())}}
+
+
+def check_replicas(strategy, step: int, device: torch.device, group=None) -> dict:
+    """Collective (call on every rank): compare replicated parameters; on divergence also measure how
+    far the first diverged parameter is from the reference (max |diff|, elements that differ)."""
+    named = replicated_parameters(strategy)
+    names = [n for n, _ in named]
+    world = comm.world_size(group)
+    if not named:
+        return {"step": step, "consistent": True, "compared": 0, "note": "no replicated parameters to compare"}
+    mine = local_table(named, device).view(-1)
+    out = torch.empty(world * mine.numel(), dtype=torch.int64, device=device)
+    comm.all_gather(out, mine, group=group, tag="doctor checksum")
+    tables = [[tuple(row) for row in t.view(-1, 2).tolist()] for t in out.view(world, -1)]
+    result = {"step": step, "compared": len(names), **compare(names, tables)}
+    if not result["consistent"]:
+        first = result["first"]
+        p = dict(named)[first["param"]].detach().clone()
+        comm.broadcast(p, src=first["reference_rank"], group=group, tag="doctor checksum")
+        mine_p = dict(named)[first["param"]].detach()
+        diff = (mine_p.float() - p.float()).abs()
+        stats = comm.all_gather_object({"max_abs_diff": float(diff.max()), "n_diff": int((diff > 0).sum()),
+                                        "numel": diff.numel()}, group=group)
+        first["detail"] = {str(r): stats[r] for r in first["ranks"]}
+    return result
+
+
+def describe(result: dict) -> str:
+    """One human paragraph for a checksum result."""
+    if result["consistent"]:
+        return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared)"
+    first = result["first"]
+    ranks = ", ".join(map(str, first["ranks"]))
+    lines = [f"step {result['step']}: REPLICAS DIVERGED: rank{'s' if len(first['ranks']) > 1 else ''} {ranks} "
+             f"differ from rank {first['reference_rank']} (the majority/reference); first diverged parameter: "
+             f"{first['param']}"]
+    for r, d in (first.get("detail") or {}).items():
+        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
+    for r, info in result["ranks"].items():
+        lines.append(f"  rank {r}: {info['n_params']} parameter(s) differ, first {info['first_param']}")
+    lines.append("  A replica drifted: a rank applied a different update (non-deterministic kernel, a skipped "
+                 "step on one rank only, corrupted memory). Roll back to the last checkpoint "
+                 "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
+    return "\n".join(lines)

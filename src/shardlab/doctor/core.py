@@ -1,0 +1,303 @@
+"""The Doctor: the trainer's one handle on anomaly detection, replica checksums, the hang watchdog,
+uneven inputs and fault injection. The trainer calls it at fixed points of each step:
+
+    doctor = Doctor(cfg, run_dir, strategy, rank, world)     # starts the watchdog thread
+    action = doctor.before_step(step, batch_indices)         # "run" | "skip" | "shadow" (uneven, join)
+    ...for each microbatch: forward, backward, then doctor.after_backward(step, (x, y), loss)
+    verdict = doctor.check_step(step, loss, grad_norm)       # "ok" | "skip" | "stop" | "rollback"
+    verdict = doctor.after_step(step)                        # periodic checksums: "ok" | "stop" | "rollback"
+    doctor.close() -> {"ranks_consistent": bool, "anomalies": n}
+
+Every verdict is identical on every rank: it is computed from one all-gather of every rank's signals,
+so a skipped or rolled-back step is skipped everywhere (a step skipped on one rank only would itself
+make the replicas diverge).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+from shardlab import comm
+from shardlab.doctor import anomaly as anomaly_mod
+from shardlab.doctor import checksum as checksum_mod
+from shardlab.doctor import inject
+from shardlab.doctor.localize import build_replica, localize
+from shardlab.doctor.watchdog import Watchdog
+
+
+class AnomalyError(RuntimeError):
+    """The run stops on an anomaly (doctor.on_anomaly=stop) or a replica divergence."""
+
+
+class UnevenInputsError(RuntimeError):
+    """A rank ran out of data while others still had some (data.uneven=error)."""
+
+
+def _autocast(dtype: str, device: torch.device):
+    if dtype == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+
+
+class Doctor:
+    def __init__(self, cfg, run_dir, strategy, rank: int, world: int, device: torch.device | None = None):
+        self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
+        self.rank, self.world = rank, world
+        self.device = device or comm.device()
+        self.policy = cfg.doctor.on_anomaly
+        self.faults = inject.Faults.parse(cfg.debug, world)
+        self.faults.check_module(strategy.model)
+        self.monitor = anomaly_mod.LocalGradMonitor(list(strategy.model.named_parameters()), self.device)
+        self.spike = anomaly_mod.SpikeDetector(cfg.doctor.spike_factor)
+        self.watchdog = None
+        if world > 1 and cfg.doctor.hang_timeout_s > 0:
+            self.watchdog = Watchdog(self.run_dir, rank, world, cfg.doctor.hang_timeout_s,
+                                     extra={"strategy": cfg.parallel.strategy})
+        self.skip_steps: set[int] = set()  # bad batches to skip after a rollback
+        self.anomalies = 0
+        self.last_report: dict | None = None
+        self.last_checksum: dict | None = None
+        self.ranks_consistent = True
+        self._data_next: list[bool] | None = None  # every rank's "I have data for the next step", agreed
+        self._nan_handle = None
+        self._reset_step([])
+
+    def _reset_step(self, indices) -> None:
+        self._micro: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._losses: list[torch.Tensor] = []
+        self._indices = list(indices)
+        self._tokens = 0
+        self.monitor.reset()
+
+    # --- before the step -------------------------------------------------------------------------------
+    def has_data(self, step: int) -> bool:
+        """Whether this rank has data for `step`. shardlab's global sampler never runs dry, so only the
+        debug.uneven_rank knob makes a rank run out; a finite per-rank loader would answer here."""
+        u = self.faults.uneven
+        return not (u is not None and u[0] == self.rank and step >= u[1])
+
+    def before_step(self, step: int, batch_indices) -> str:
+        """Call once per step after sampling, before any forward. Returns "run", "skip" (a bad batch
+        skipped after a rollback: consume it, do nothing else) or "shadow" (data.uneven=join: this rank
+        has no data; run the step with zero loss weight so its collectives still match)."""
+        self._reset_step(batch_indices or [])
+        if self.watchdog:
+            self.watchdog.beat()
+        if step in self.skip_steps:
+            self._data_next = None  # no check_step this step: re-agree on data at the next one
+            return "skip"
+        if self.faults.fires("hang", step, self.rank):
+            inject.hang_forever(self.rank, step)
+        mine = self.has_data(step) and bool(batch_indices)
+        if self._data_next is None:  # first step (or after a skip): one extra small collective
+            flags = torch.tensor([float(mine)], device=self.device)
+            out = torch.empty(self.world, device=self.device)
+            comm.all_gather(out, flags, tag="doctor has-data")
+            self._data_next = [bool(v) for v in out.tolist()]
+        flags, self._data_next = self._data_next, None
+        flags[self.rank] = flags[self.rank] and mine
+        if not all(flags):
+            empty = [r for r, f in enumerate(flags) if not f]
+            if self.cfg.data.uneven == "error" or not any(flags):
+                raise UnevenInputsError(
+                    f"step {step}: rank{'s' if len(empty) > 1 else ''} {', '.join(map(str, empty))} ran out of data "
+                    f"while rank(s) {', '.join(str(r) for r, f in enumerate(flags) if f)} still have some. Stopping "
+                    "on every rank now instead of hanging in the next collective. Give every rank the same number "
+                    "of batches (shardlab's global sampler does), or set data.uneven=join to let the exhausted "
+                    "ranks shadow the collectives with zero-weight steps.")
+            self.active_ranks = sum(flags)
+            if not flags[self.rank]:
+                return "shadow"
+        self.active_ranks = sum(flags)
+        if self.faults.nan_here(step, self.rank):
+            self._nan_handle = inject.attach_nan(self.strategy.model, self.faults.nan[2])
+        return "run"
+
+    def loss_weight_factor(self, action: str) -> float:
+        """data.uneven=join: the gradient must be the mean over the tokens that exist. With `active`
+        of W ranks holding data, those scale their loss by W / active and shadows by 0."""
+        return 0.0 if action == "shadow" else self.world / max(1, getattr(self, "active_ranks", self.world))
+
+    # --- during the step -------------------------------------------------------------------------------
+    def after_backward(self, step: int, microbatch, loss: torch.Tensor) -> None:
+        """After each microbatch's backward. `loss` is its summed (unscaled) cross-entropy. Keeps the
+        inputs for a possible replay; no host sync."""
+        x, y = microbatch
+        self._micro.append((x, y))
+        self._losses.append(loss.detach().float().reshape(()))
+        self._tokens += y.numel()
+
+    def _my_row(self, step: int, shadow: bool) -> torch.Tensor:
+        if self._losses and not shadow:
+            losses = torch.stack(self._losses)
+            loss = losses.sum() / max(1, self._tokens)
+            finite = torch.isfinite(losses)
+            first_bad = torch.where(finite.all(), torch.tensor(-1.0, device=losses.device),
+                                    (~finite).float().argmax().float())
+            loss_finite, tokens = finite.all().float(), float(self._tokens)
+        else:
+            loss = first_bad = torch.zeros((), device=self.device)
+            loss_finite, tokens = torch.ones((), device=self.device), 0.0
+        sq = self.monitor.sq.sum()
+        row = torch.stack([torch.nan_to_num(loss, nan=0.0, posinf=0.0, neginf=0.0).float(),
+                           torch.tensor(tokens, device=self.device), torch.nan_to_num(sq, nan=0.0, posinf=0.0),
+                           loss_finite.float(), torch.isfinite(sq).float(), first_bad.float(),
+                           torch.tensor(float(self.has_data(step + 1)), device=self.device),
+                           torch.tensor(float(self.monitor.fired), device=self.device)])
+        return row.to(torch.float64)
+
+    def check_step(self, step: int, loss=None, grad_norm: float = 0.0, found_inf: bool = False,
+                   loss_scale: float | None = None, shadow: bool = False) -> str:
+        """After clipping, before the optimizer step. One all-gather of every rank's local signals,
+        then the same decision on every rank: "ok", or the doctor.on_anomaly policy."""
+        row = self._my_row(step, shadow)
+        if self.faults.fires("mismatch", step, self.rank):
+            print(f"[shardlab doctor] rank {self.rank}: injected collective mismatch at step {step}", flush=True)
+            row = torch.cat([row, row.new_zeros(1)])  # one element more than the other ranks send
+        out = torch.empty(self.world * row.numel(), dtype=row.dtype, device=self.device)
+        comm.all_gather(out, row, tag="doctor check")
+        rows = [dict(zip(anomaly_mod.FIELDS, r)) for r in out.view(self.world, -1).tolist()]
+        self._data_next = [bool(r["has_data_next"]) for r in rows]
+        found = anomaly_mod.decide(rows, float(grad_norm), found_inf, self.spike)
+        try:
+            if found is None:
+                self.spike.add(found_loss(rows))
+                return "ok"
+            self.anomalies += 1
+            self._investigate(step, found, rows, loss_scale)
+            if self.policy == "rollback":
+                self.skip_steps.add(step)
+            return self.policy
+        finally:
+            if self._nan_handle is not None:  # the injected fault fires once
+                self._nan_handle.remove()
+                self._nan_handle = None
+                self.faults.nan = None
+
+    def _investigate(self, step: int, found: dict, rows: list[dict], loss_scale) -> None:
+        """Localise on the suspect ranks (all ranks call this: the parameter gather may be collective)."""
+        if self.watchdog:
+            self.watchdog.beat()
+        full = self.strategy.full_parameters()  # collective for sharded strategies: every rank calls it
+        loc = None
+        if self.rank in found["ranks"] and self._micro:
+            replica = build_replica(self.cfg, full, self.device)
+            handle = None
+            if self.faults.nan_here(step, self.rank):  # the fault is part of what we replay
+                handle = inject.attach_nan(replica, self.faults.nan[2])
+            per = len(self._micro[0][0])
+            chunks = [self._indices[i * per:(i + 1) * per] for i in range(len(self._micro))]
+            loc = localize(replica, self._micro, chunks, lambda: _autocast(self.cfg.train.dtype, self.device))
+            if handle:
+                handle.remove()
+            del replica
+        mine = {"rank": self.rank, "signals": rows[self.rank], "localisation": loc,
+                "local_grad_norms": self.monitor.per_param(), "sample_indices": self._indices}
+        everyone = comm.all_gather_object(mine)
+        if self.watchdog:
+            self.watchdog.beat()
+        report = {"step": step, **found, "loss_scale": loss_scale, "policy": self.policy,
+                  "local_grad_hooks": bool(rows[0]["hooks_fired"]), "per_rank": {str(e["rank"]): e for e in everyone}}
+        report["summary"] = summarize(report, self.run_dir)
+        self.last_report = report
+        if self.rank == 0:
+            out = self.run_dir / "anomalies" / f"step_{step}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(report, indent=1, default=_json_default))
+            print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
+
+    # --- after the step --------------------------------------------------------------------------------
+    def after_step(self, step: int) -> str:
+        """After the optimizer step: heartbeat, injected corruption, periodic replica checksums."""
+        if self.watchdog:
+            self.watchdog.beat()
+        if self.faults.fires("corrupt", step, self.rank):
+            name = inject.corrupt_parameter(checksum_mod.replicated_parameters(self.strategy))
+            print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
+        every = self.cfg.doctor.checksum_every
+        if every and (step + 1) % every == 0:
+            if not self.checksum(step)["consistent"]:
+                return "stop" if self.policy == "stop" else ("rollback" if self.policy == "rollback" else "ok")
+        return "ok"
+
+    def checksum(self, step: int) -> dict:
+        result = checksum_mod.check_replicas(self.strategy, step, self.device)
+        self.last_checksum = result
+        if not result["consistent"]:
+            self.ranks_consistent = False
+            text = checksum_mod.describe(result)
+            result["summary"] = text
+            if self.rank == 0:
+                out = self.run_dir / "doctor" / f"divergence_step_{step}.json"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(json.dumps(result, indent=1))
+                print(f"[shardlab doctor] {text}", file=sys.stderr, flush=True)
+        return result
+
+    def dump(self, reason: str) -> None:
+        """Write this rank's flight record now (the trainer calls it when a step raises)."""
+        if self.watchdog:
+            self.watchdog.dump(reason)
+
+    def close(self, final_checksum: bool = True) -> dict:
+        """Final replica check (collective), then stop the watchdog and remove the hooks."""
+        try:
+            if final_checksum and self.world > 1:
+                self.checksum(-1 if self.last_checksum is None else self.last_checksum["step"] + 1)
+        finally:
+            if self.watchdog:
+                self.watchdog.stop()
+                self.watchdog = None
+            self.monitor.remove()
+        return {"ranks_consistent": self.ranks_consistent, "anomalies": self.anomalies}
+
+
+def found_loss(rows: list[dict]) -> float:
+    tokens = sum(r["tokens"] for r in rows)
+    return sum(r["loss"] * r["tokens"] for r in rows) / tokens if tokens else float("nan")
+
+
+def _json_default(o):
+    if isinstance(o, float) and not math.isfinite(o):
+        return str(o)
+    return str(o)
+
+
+def summarize(report: dict, run_dir: Path) -> str:
+    """The one-paragraph human summary of an anomaly report."""
+    step, ranks = report["step"], report["ranks"]
+    parts = [f"ANOMALY at step {step}: {report['reason']}."]
+    for r in ranks:
+        e = report["per_rank"].get(str(r), {})
+        loc = e.get("localisation")
+        if not loc:
+            continue
+        samples = ", ".join(map(str, loc.get("sample_indices", [])[:8]))
+        if loc["found"] and loc["module"]:
+            parts.append(f"Replaying rank {r}'s microbatch {loc['micro']} (samples {samples}) on a single-device "
+                         f"replica: the first non-finite value appears in the {loc['where']} of module "
+                         f"{loc['module']} (its inputs were finite).")
+        elif loc["found"]:
+            parts.append(f"Replaying rank {r}'s microbatch {loc['micro']} (samples {samples}): the loss itself "
+                         "is non-finite although every module output was finite.")
+        elif loc.get("per_sample_loss"):
+            worst = max(range(len(loc["per_sample_loss"])), key=lambda i: loc["per_sample_loss"][i])
+            idx = loc["sample_indices"][worst] if loc.get("sample_indices") else worst
+            parts.append(f"The replay on rank {r} is finite; its worst sample is {idx} "
+                         f"(loss {loc['per_sample_loss'][worst]:.4g}).")
+        else:
+            parts.append(f"The replay on rank {r} did not reproduce it (a transient or distributed fault?).")
+    if report.get("loss_scale"):
+        parts.append(f"Loss scale {report['loss_scale']:g}.")
+    action = {"stop": "The run stops here (doctor.on_anomaly=stop).",
+              "skip": "The step is dropped on every rank (doctor.on_anomaly=skip).",
+              "rollback": "Every rank reloads the last checkpoint and skips this batch (doctor.on_anomaly=rollback)."}
+    parts.append(action[report["policy"]])
+    parts.append(f"Details: {run_dir}/anomalies/step_{step}.json. To tell numerics from a distributed or "
+                 f"transient fault: shardlab doctor replay {run_dir} --step {step}.")
+    return " ".join(parts)
