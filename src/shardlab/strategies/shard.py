@@ -1,0 +1,239 @@
+"""The flat-shard layout shared by zero1, zero2 and zero3: wrap units, dim-0 shards, one flat buffer per unit.
+
+Every parameter is split on dim 0 with `torch.chunk` semantics, like FSDP2 and DTensor `Shard(0)`:
+with N ranks each rank owns `chunk = ceil(rows / N)` rows; rank r owns rows [r*chunk, (r+1)*chunk),
+the last rank(s) fewer or none. Every rank stores a full `chunk` (the missing rows are zero
+*padding*), so all ranks hold equally sized shards and a rank's shard of a unit is one flat buffer:
+
+    flat shard (rank r) = [ shard_r(p0) | shard_r(p1) | ... ]          S = sum(chunk_i * row_numel_i)
+    full flat buffer    = [ flat shard 0 | flat shard 1 | ... ]         N * S  (viewed as N rows of S)
+
+That is exactly the input of a reduce-scatter and the output of an all-gather, so one **wrap unit**
+(a transformer block, say) costs one collective, not one per parameter. Parameters themselves are kept
+as *padded full* tensors (N * chunk rows; the model's parameter is a view of the first `rows`), so a
+shard is a plain view `full[r*chunk:(r+1)*chunk]` and packing to/from the flat layout is one copy.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+
+
+class ShardedParam:
+    """One parameter of a unit: its full shape, this rank's rows, and where its shard sits in the flat shard."""
+
+    def __init__(self, fqn: str, param: nn.Parameter, registrations: list, rank: int, world: int, offset: int):
+        if param.dim() == 0:
+            raise ValueError(f"{fqn}: 0-dim parameters cannot be sharded on dim 0; give it shape (1,)")
+        self.fqn, self.param, self.registrations = fqn, param, registrations  # [(module, attr, fqn), ...]
+        self.shape = param.shape
+        self.rows = param.shape[0]
+        self.row_numel = param[0].numel()
+        self.chunk = -(-self.rows // world)  # torch.chunk: ceil(rows / N) rows per rank
+        self.numel = self.chunk * self.row_numel  # padded shard size in elements
+        self.offset = offset  # of this shard inside the unit's flat shard
+        self.start = rank * self.chunk
+        self.local_rows = max(0, min(self.rows - self.start, self.chunk))  # rows without padding
+        self.full: torch.Tensor | None = None  # padded full tensor, (N * chunk, *rest)
+        self.shard: nn.Parameter | None = None  # what the optimizer updates, (chunk, *rest)
+
+    @property
+    def padding(self) -> int:
+        """Padding elements in this rank's shard."""
+        return (self.chunk - self.local_rows) * self.row_numel
+
+    def local(self, t: torch.Tensor) -> torch.Tensor:
+        """The unpadded part of a shard-shaped tensor: the local tensor of the DTensor Shard(0)."""
+        return t[: self.local_rows]
+
+    def shard_of(self, full: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of a full (unpadded) tensor, zero-padded to the shard shape."""
+        out = full.new_zeros((self.chunk, *self.shape[1:]))
+        out[: self.local_rows].copy_(full[self.start: self.start + self.local_rows])
+        return out
+
+
+def scatter_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """Write `src` (a full tensor, padded or not) into `dst`, an (N, numel) column block of a full flat
+    buffer: row r receives rank r's chunk; rows past the end of `src` are padding and get zeros."""
+    n = dst.shape[1]
+    flat = src.reshape(-1)
+    full_rows, rest = divmod(flat.numel(), n)
+    dst[:full_rows].copy_(flat[: full_rows * n].view(full_rows, n))
+    if full_rows < dst.shape[0]:
+        dst[full_rows, :rest].copy_(flat[full_rows * n:])
+        dst[full_rows, rest:].zero_()
+        dst[full_rows + 1:].zero_()
+
+
+class FlatParamUnit:
+    """One wrap unit: the parameters it owns and its collectives.
+
+    `shard_at_rest` (zero3): parameters live as shards between uses; `unshard()` all-gathers them into
+    their padded full storage, `reshard()` frees that storage again. Otherwise (zero1/zero2) the full
+    parameters live permanently and the shards are views of them.
+    """
+
+    def __init__(self, name: str, module: nn.Module, params: list[tuple[str, nn.Parameter, list]],
+                 group, shard_at_rest: bool):
+        self.name, self.module, self.group = name, module, group
+        self.rank, self.world = comm.rank(group), comm.world_size(group)
+        self.infos: list[ShardedParam] = []
+        offset = 0
+        for fqn, p, regs in params:
+            info = ShardedParam(fqn, p, regs, self.rank, self.world, offset)
+            self.infos.append(info)
+            offset += info.numel
+        self.shard_numel = offset  # S
+        self.shard_at_rest = shard_at_rest
+        self.flat_shard: torch.Tensor | None = None  # zero3: the parameters' home
+        self.grad_shard: torch.Tensor | None = None  # zero2/zero3: the reduced gradient shard
+        self.unsharded = not shard_at_rest
+        self._gather: tuple | None = None  # (handle, buffer) of an all-gather in flight
+        self._init_storage()
+
+    # --- layout ---------------------------------------------------------------------------------------
+    def _init_storage(self) -> None:
+        with torch.no_grad():
+            if self.shard_at_rest:
+                p0 = self.infos[0].param if self.infos else None
+                self.flat_shard = torch.zeros(self.shard_numel, dtype=p0.dtype if p0 is not None else None,
+                                              device=p0.device if p0 is not None else None)
+            for info in self.infos:
+                p = info.param
+                full = p.new_zeros((self.world * info.chunk, *info.shape[1:]))
+                full[: info.rows].copy_(p.detach())
+                info.full = full
+                p.data = full[: info.rows]  # the model's parameter is now a view of the padded storage
+                if self.shard_at_rest:
+                    view = self.flat_shard[info.offset: info.offset + info.numel].view(info.chunk, *info.shape[1:])
+                    view.copy_(full[info.start: info.start + info.chunk])
+                    info.shard = nn.Parameter(view, requires_grad=p.requires_grad)
+                else:
+                    info.shard = nn.Parameter(full[info.start: info.start + info.chunk], requires_grad=p.requires_grad)
+            if self.shard_at_rest:
+                self._free_full()
+                self._register(shard=True)
+
+    def _register(self, shard: bool) -> None:
+        """Point the modules at the shards (at rest) or at the full parameters (in use)."""
+        for info in self.infos:
+            t = info.shard if shard else info.param
+            for module, attr, _ in info.registrations:
+                module._parameters[attr] = t  # plain dict write: no checks, nothing else changes
+
+    def _free_full(self) -> None:
+        for info in self.infos:
+            info.full.untyped_storage().resize_(0)  # views saved by autograd stay valid; memory goes
+
+    def _alloc_full(self) -> None:
+        for info in self.infos:
+            st = info.full.untyped_storage()
+            if st.size() == 0:
+                st.resize_(info.full.numel() * info.full.element_size())
+
+    def full_bytes(self) -> int:
+        """Bytes of the unit's full flat buffer (N x S): all-gather output, reduce-scatter input."""
+        return self.world * self.shard_numel * (self.infos[0].param.element_size() if self.infos else 4)
+
+    # --- parameters: all-gather ------------------------------------------------------------------------
+    def pack_shards(self) -> torch.Tensor:
+        """This rank's shards as one flat buffer (zero1/zero2 build it from the full parameters)."""
+        if self.flat_shard is not None:
+            return self.flat_shard
+        return torch.cat([i.full[i.start: i.start + i.chunk].reshape(-1) for i in self.infos])
+
+    def start_all_gather(self) -> None:
+        """Launch the unit's all-gather (no-op when already unsharded or in flight)."""
+        if self.unsharded or self._gather is not None or not self.infos:
+            return
+        inp = self.pack_shards()
+        buf = inp.new_empty(self.world * self.shard_numel)
+        handle = comm.all_gather(buf, inp, group=self.group, async_op=True, tag=f"ag:{self.name}")
+        self._gather = (handle, buf)
+
+    def finish_all_gather(self) -> None:
+        """Wait for the all-gather and copy each parameter out of the flat buffer into its full storage."""
+        handle, buf = self._gather
+        self._gather = None
+        handle.wait()
+        self._alloc_full()
+        rows = buf.view(self.world, self.shard_numel)
+        with torch.no_grad():
+            for info in self.infos:
+                info.full.view(self.world, info.numel).copy_(rows[:, info.offset: info.offset + info.numel])
+
+    def unshard(self) -> None:
+        if self.unsharded:
+            return
+        self.start_all_gather()
+        if self._gather is not None:
+            self.finish_all_gather()
+        self._register(shard=False)
+        self.unsharded = True
+
+    def reshard(self) -> None:
+        if not self.shard_at_rest or not self.unsharded:
+            return
+        self._register(shard=True)
+        self._free_full()
+        self.unsharded = False
+
+    # --- gradients: reduce-scatter -------------------------------------------------------------------
+    def start_reduce_scatter(self, grads: list[torch.Tensor | None], dtype: torch.dtype):
+        """Pack full gradients (None = zeros) into the flat layout and launch the reduce-scatter.
+        Returns (handle, output shard); the caller frees the full gradients right away."""
+        buf = torch.empty((self.world, self.shard_numel), dtype=dtype, device=self.infos[0].param.device)
+        with torch.no_grad():
+            for info, g in zip(self.infos, grads):
+                cols = buf[:, info.offset: info.offset + info.numel]
+                if g is None:
+                    cols.zero_()
+                else:
+                    scatter_rows(cols, g)
+        out = buf.new_empty(self.shard_numel)
+        handle = comm.reduce_scatter(out, buf.view(-1), group=self.group, async_op=True, tag=f"rs:{self.name}")
+        return handle, out, buf
+
+    def shard_views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """Per-parameter shard-shaped views of a flat shard-sized buffer."""
+        return [flat[i.offset: i.offset + i.numel].view(i.chunk, *i.shape[1:]) for i in self.infos]
+
+
+# --- wrap policy -----------------------------------------------------------------------------------------
+
+def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
+    """The modules that become units, in forward (pre-)order; the root (the whole model) comes first.
+
+    whole: one unit.  block: each transformer block, the root keeps embeddings, final norm and the tied
+    head.  layer: finer: blocks[i].attn and blocks[i].mlp each a unit, the block keeps its two norms.
+    """
+    if policy not in ("block", "layer", "whole"):
+        raise ValueError(f"parallel.wrap={policy!r}: must be block, layer or whole")
+    out = [("", model)]
+    if policy == "whole":
+        return out
+    for i, block in enumerate(getattr(model, "blocks", [])):
+        out.append((f"blocks.{i}", block))
+        if policy == "layer":
+            out += [(f"blocks.{i}.{c}", getattr(block, c)) for c in ("attn", "mlp") if hasattr(block, c)]
+    return out
+
+
+def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool) -> list[FlatParamUnit]:
+    """Give every parameter to the innermost unit module that contains it (FSDP's rule). A parameter
+    registered twice (the tied embedding/head) is one parameter, kept under its first name (wte.weight)."""
+    mods = unit_modules(model, policy)
+    owned: dict[str, list] = {name: [] for name, _ in mods}
+    regs: dict[int, list] = {}
+    for mname, mod in model.named_modules(remove_duplicate=False):
+        for attr, p in mod._parameters.items():
+            if p is not None:
+                regs.setdefault(id(p), []).append((mod, attr, f"{mname}.{attr}" if mname else attr))
+    for fqn, p in model.named_parameters():
+        owner = max((name for name, _ in mods if name == "" or fqn.startswith(name + ".")), key=len)
+        owned[owner].append((fqn, p, regs[id(p)]))
+    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest)
+            for name, mod in mods if owned[name]]

@@ -1,0 +1,289 @@
+"""Own sharded data parallelism: ZeRO stages 1, 2 and 3 (zero3 = FSDP FULL_SHARD; with
+`parallel.reshard_after_forward=false` it behaves like SHARD_GRAD_OP). See docs/zero.md.
+
+What each stage keeps per rank (Adam, fp32, Ψ parameters, N ranks) and what it sends:
+
+    zero1  full params, full grads, 1/N of the optimizer state     8Ψ + 8Ψ/N   reduce-scatter grads (last
+                                                                               microbatch), all-gather params
+    zero2  full params, 1/N grads and optimizer state              4Ψ + 12Ψ/N  reduce-scatter grads (every
+                                                                               microbatch), all-gather params
+    zero3  1/N of everything; params all-gathered per unit          16Ψ/N       all-gather before forward and
+           before forward and again before backward                            backward, reduce-scatter grads
+
+All three use the flat-shard layout of `shard.py`: the optimizer only ever sees this rank's shards
+(`(chunk, *rest)` tensors, keyed by the model's FQNs), so the optimizer state is sharded in every stage.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+
+import torch
+import torch.nn as nn
+from torch.autograd.graph import register_multi_grad_hook
+
+from shardlab import comm
+from shardlab.strategies.base import Strategy
+from shardlab.strategies.shard import FlatParamUnit, build_units
+from shardlab.strategies import zero_state
+
+COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # bounds the memory of packed gradient buffers during backward
+
+
+class _Zero(Strategy):
+    shard_params = False  # zero3: parameters sharded at rest
+    keep_full_grads = False  # zero1: full gradients live (and accumulate) until the step
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        model.to(self.device)
+        if self.dims.mesh is None and comm.world_size() > 1:
+            self.dims.build_mesh(self.device.type)  # DTensor state dicts need the dp_shard mesh
+        self.world = comm.world_size(self.group)
+        self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params)
+        self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
+        self.unit_of = {id(i.param): u for u in self.units for i in u.infos}
+        self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
+        self._sync = True  # reduce gradients in this microbatch's backward
+        self._pending: collections.deque = collections.deque()  # reduce-scatters in flight
+        self._ready: dict[FlatParamUnit, int] = {u: 0 for u in self.units}
+        self._reduced: set[FlatParamUnit] = set()
+        for unit in self.units:
+            for info in unit.infos:
+                if info.param.requires_grad:
+                    info.param.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, unit))
+        model.register_forward_pre_hook(lambda *_: self._begin_microbatch())
+        if self.keep_full_grads:
+            self._attach_full_grads()
+        self.model = self.module = model
+        return model
+
+    def make_optimizer(self, factory):
+        """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
+        return factory([(i.fqn, i.shard) for i in self.infos])
+
+    # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
+    def sync_context(self, is_last: bool):
+        self._sync = is_last or not self.keep_full_grads  # zero2/3 reduce every microbatch (docs/zero.md)
+        return super().sync_context(is_last)
+
+    def _begin_microbatch(self) -> None:
+        self._flush_partial_units()
+        self._ready = {u: 0 for u in self.units}
+        self._reduced = set()
+
+    def _grad_ready(self, unit: FlatParamUnit, param: torch.Tensor) -> None:
+        if not self._sync:
+            return
+        self._ready[unit] += 1
+        if self._ready[unit] == sum(i.param.requires_grad for i in unit.infos):
+            self._reduce(unit)
+
+    def _reduce(self, unit: FlatParamUnit) -> None:
+        grads = [i.param.grad for i in unit.infos]
+        handle, out, buf = unit.start_reduce_scatter(grads, self.rs_dtype)
+        if not self.keep_full_grads:
+            for i in unit.infos:
+                i.param.grad = None  # packed into the reduce-scatter buffer: the full gradient can go
+        self._reduced.add(unit)
+        self._pending.append((unit, handle, out, buf))
+        while len(self._pending) > MAX_REDUCE_SCATTERS_IN_FLIGHT:
+            self._finish_reduce()
+        self._after_reduce(unit)
+
+    def _after_reduce(self, unit: FlatParamUnit) -> None:
+        """zero3 reshards here: the unit's backward is over."""
+
+    def _finish_reduce(self) -> None:
+        unit, handle, out, _ = self._pending.popleft()
+        handle.wait()
+        with torch.no_grad():
+            grad = out.to(unit.infos[0].param.dtype).div_(self.world)  # average over the data-parallel ranks
+            if self.keep_full_grads:  # zero1: the reduced rows land in this rank's rows of the full gradient
+                for info, g in zip(unit.infos, unit.shard_views(grad)):
+                    info.shard.grad.copy_(g)
+            elif unit.grad_shard is None:
+                unit.grad_shard = grad
+                for info, g in zip(unit.infos, unit.shard_views(grad)):
+                    info.shard.grad = g
+            else:
+                unit.grad_shard.add_(grad)  # gradient accumulation happens in the shard
+
+    def _flush_partial_units(self) -> None:
+        """Units some of whose parameters got no gradient (unused in this forward) are reduced here, with
+        zeros for the missing ones, so every rank issues the same collectives in the same order."""
+        for unit in self.units:
+            if self._sync and 0 < self._ready.get(unit, 0) and unit not in self._reduced:
+                self._reduce(unit)
+
+    def finish_backward(self) -> None:
+        self._flush_partial_units()
+        while self._pending:
+            self._finish_reduce()
+        self._ready = {u: 0 for u in self.units}
+        self._reduced = set()
+
+    # --- gradients as the optimizer and the clipping see them: this rank's shards ----------------------
+    def grads_are_sharded(self) -> bool:
+        return True
+
+    def grad_tensors(self):
+        return (i.shard.grad for i in self.infos if i.shard.grad is not None)
+
+    def optimizer_step(self, optimizer) -> None:
+        optimizer.step()
+        if not self.shard_params:
+            self._gather_params()
+
+    def _gather_params(self) -> None:
+        """zero1/zero2: every rank updated its shard in place; all-gather the full parameters, one
+        collective per unit, the next unit's launched before this one's copy-out."""
+        for unit in self.units:
+            unit.unsharded = False
+        prev = None
+        for unit in self.units:
+            unit.start_all_gather()
+            if prev is not None:
+                prev.finish_all_gather()
+            prev = unit
+        if prev is not None:
+            prev.finish_all_gather()
+        for unit in self.units:
+            unit.unsharded = True
+
+    def zero_grad(self, optimizer) -> None:
+        if self.keep_full_grads:
+            for i in self.infos:
+                i.full_grad.zero_()
+            self._attach_full_grads()
+            return
+        optimizer.zero_grad(set_to_none=True)
+        for unit in self.units:
+            unit.grad_shard = None
+
+    def _attach_full_grads(self) -> None:
+        """zero1: one padded full gradient per parameter; autograd accumulates into its first `rows`
+        rows, the shard's gradient is this rank's rows of it (so the reduced shard costs no extra memory)."""
+        for i in self.infos:
+            if getattr(i, "full_grad", None) is None:
+                i.full_grad = torch.zeros_like(i.full)
+            i.param.grad = i.full_grad[: i.rows]
+            i.shard.grad = i.full_grad[i.start: i.start + i.chunk]
+
+    # --- state -----------------------------------------------------------------------------------------
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        return {i.fqn: i.param.detach() for i in self.infos}
+
+    def model_state_dict(self) -> dict:
+        return zero_state.model_state_dict(self)
+
+    def load_model_state_dict(self, sd: dict) -> None:
+        zero_state.load_model_state_dict(self, sd)
+        if not self.shard_params:
+            self._gather_params()
+
+    def optim_state_dict(self, optimizer) -> dict:
+        return zero_state.optim_state_dict(self, optimizer)
+
+    def load_optim_state_dict(self, optimizer, sd: dict) -> None:
+        zero_state.load_optim_state_dict(self, optimizer, sd)
+
+    def state_bytes(self, optimizer) -> dict:
+        return zero_state.state_bytes(self, optimizer)
+
+
+class Zero1(_Zero):
+    name = "zero1"
+    keep_full_grads = True
+
+
+class Zero2(_Zero):
+    name = "zero2"
+
+
+class Zero3(_Zero):
+    """Parameters sharded at rest. Per unit: all-gather before forward (forward pre-hook), reshard after
+    it, all-gather again before backward (a hook on the unit's outputs' gradients), reduce-scatter when
+    all of its gradients are accumulated (post-accumulate-grad hooks), then reshard. The root unit
+    (embeddings, final norm, tied head) stays gathered from its forward to its backward, as in FSDP2:
+    it would be gathered again at once. Prefetch launches the next unit's all-gather before this one
+    computes: in forward the next unit in module order, in backward the reverse of the forward order."""
+    name = "zero3"
+    shard_params = True
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        super().wrap(model)
+        self.root = self.units[0] if self.units and self.units[0].module is model else None
+        self._fwd_next = dict(zip(self.units, self.units[1:]))
+        self._bwd_next: dict | None = None
+        self._post_order: list[FlatParamUnit] = []
+        for unit in self.units:
+            unit.module.register_forward_pre_hook(functools.partial(self._pre_forward, unit))
+            unit.module.register_forward_hook(functools.partial(self._post_forward, unit))
+        return model
+
+    def _pre_forward(self, unit: FlatParamUnit, module, args) -> None:
+        if unit is self.units[0]:  # a new forward: its order decides the backward prefetch order
+            self._post_order, self._bwd_next = [], None
+        comm.set_phase("forward")
+        unit.unshard()
+        if self.pcfg.prefetch and unit in self._fwd_next:
+            self._fwd_next[unit].start_all_gather()
+
+    def _post_forward(self, unit: FlatParamUnit, module, args, output) -> None:
+        self._post_order.append(unit)
+        if not torch.is_grad_enabled():  # evaluation: no backward will come to reshard
+            if unit is self.units[0]:
+                for u in self.units:
+                    u.reshard()
+            elif unit is not self.root:
+                unit.reshard()
+            return
+        tensors = [t for t in _tensors(output) if t.requires_grad]
+        if tensors:
+            register_multi_grad_hook(tensors, functools.partial(self._pre_backward, unit), mode="any")
+        if self.pcfg.reshard_after_forward and unit is not self.root:
+            unit.reshard()
+
+    def _pre_backward(self, unit: FlatParamUnit, grad) -> None:
+        comm.set_phase("backward")
+        unit.unshard()
+        if self._bwd_next is None:  # backward visits the units in reverse order of their forward's end
+            order = self._post_order[::-1]
+            self._bwd_next = dict(zip(order, order[1:]))
+        if self.pcfg.prefetch and unit in self._bwd_next:
+            self._bwd_next[unit].start_all_gather()
+
+    def _after_reduce(self, unit: FlatParamUnit) -> None:
+        unit.reshard()
+
+    def finish_backward(self) -> None:
+        super().finish_backward()
+        for unit in self.units:
+            unit.reshard()
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        out = {}
+        for unit in self.units:
+            was = unit.unsharded
+            unit.unshard()
+            out.update({i.fqn: i.param.detach().clone() for i in unit.infos})
+            if not was:
+                unit.reshard()
+        return {i.fqn: out[i.fqn] for i in self.infos}
+
+
+def _tensors(output) -> list[torch.Tensor]:
+    if torch.is_tensor(output):
+        return [output]
+    if isinstance(output, (tuple, list)):
+        return [t for o in output for t in _tensors(o)]
+    if isinstance(output, dict):
+        return [t for o in output.values() for t in _tensors(o)]
+    return []
+
+
+def _order(model: nn.Module):
+    """Sort key: the model's own parameter order (what `named_parameters` and torch's state dicts use)."""
+    pos = {fqn: k for k, (fqn, _) in enumerate(model.named_parameters())}
+    return lambda info: pos[info.fqn]
