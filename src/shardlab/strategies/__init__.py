@@ -8,6 +8,9 @@ from shardlab.strategies.base import Strategy
 # name -> "module:Class", imported on demand so one strategy's import cost never hits another's run.
 REGISTRY = {
     "single": "shardlab.strategies.single:Single",
+    "zero1": "shardlab.strategies.zero:Zero1",
+    "zero2": "shardlab.strategies.zero:Zero2",
+    "zero3": "shardlab.strategies.zero:Zero3",
     "torch-ddp": "shardlab.strategies.native:TorchDDP",
     "torch-fsdp2": "shardlab.strategies.native:TorchFSDP2",
     "torch-zero1": "shardlab.strategies.native:TorchZero1",
