@@ -1,25 +1,303 @@
-"""CheckpointManager: the trainer's one handle on checkpoints (work in progress)."""
+"""CheckpointManager: the trainer's one handle on checkpoints.
+
+    mgr = CheckpointManager(run_dir, cfg)   # on every rank
+    start_step = mgr.resume(state)          # restore everything when asked to (or after an elastic restart)
+    mgr.maybe_save(state)                   # after each optimizer step
+    mgr.close(state)                        # final save if configured; waits for an async save
+
+`state` has `strategy`, `optimizer`, `sampler`, `scaler` (or None), `step` (completed optimizer steps)
+and `cfg`. The save protocol (docs/checkpoint.md):
+
+  1. rank 0 creates `step_N.tmp/`; every rank writes its own shards into it with DCP;
+  2. every rank reports success or its error (all_gather over the checkpoint group);
+  3. all succeeded: rank 0 hashes what is left unhashed, writes MANIFEST.json, renames `step_N.tmp`
+     to `step_N`, replaces `latest`, applies retention. Any rank failed: rank 0 deletes the `.tmp`,
+     `latest` is untouched, and every rank logs who failed and carries on training.
+"""
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import threading
+import time
 from pathlib import Path
 
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemWriter
+
+from shardlab import comm
+from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint import state as st
 from shardlab.config import ConfigError
+
+# Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
+FAIL_ENV = "SHARDLAB_CKPT_FAIL"
 
 
 class CheckpointError(ConfigError):
-    """A checkpoint that cannot be used (missing, incomplete, corrupt): one line for the user."""
+    """A checkpoint that cannot be used (missing, incomplete, corrupt, incompatible): one line for the user."""
+
+
+def log(msg: str) -> None:
+    print(f"[ckpt] {msg}", file=sys.stderr, flush=True)
+
+
+class _Writer(FileSystemWriter):
+    """DCP's file writer (fsync on), plus the failure drill. An exception here is caught by DCP and
+    re-raised on every rank as a CheckpointException naming the rank, so no rank is left waiting."""
+
+    def __init__(self, path: Path, fail: bool):
+        super().__init__(path, sync_files=True)
+        self._fail = fail
+
+    def write_data(self, plan, planner):
+        if self._fail:
+            raise OSError(f"injected checkpoint write failure ({FAIL_ENV})")
+        return super().write_data(plan, planner)
+
+
+def _describe(exc: BaseException) -> tuple[list[int], str]:
+    """(culprit ranks, one-line reason). DCP reports other ranks' failures as CheckpointException."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and failures:
+        parts = []
+        for r, w in sorted(failures.items()):
+            inner = getattr(w, "exc", w)
+            parts.append(f"rank {r}: {type(inner).__name__}: {inner}")
+        return sorted(failures), "; ".join(parts)
+    return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
 
 
 class CheckpointManager:
     def __init__(self, run_dir: Path, cfg):
-        self.run_dir, self.cfg = Path(run_dir), cfg
+        self.run_dir, self.cfg, self.ccfg = Path(run_dir), cfg, cfg.ckpt
         self.dir = self.run_dir / "checkpoints"
+        self.rank, self.world = comm.rank(), comm.world_size()
+        # Checkpoint traffic gets its own gloo group: an async save runs DCP's collectives in a background
+        # thread, and they must never interleave with the training collectives on the default group.
+        self.pg = dist.new_group(backend="gloo") if comm.is_initialized() and self.world > 1 else None
+        self._thread: threading.Thread | None = None
+        self.last_saved_step: int | None = None
+        self.last_outcome: str | None = None  # None = the last save committed, else why it did not
+        self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
+        fail = os.environ.get(FAIL_ENV, "")
+        self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
+        if self.rank == 0:
+            for c in mf.list_checkpoints(self.dir):  # leftovers of a crash: never loaded, so just remove
+                if c.path.name.endswith(".tmp"):
+                    shutil.rmtree(c.path, ignore_errors=True)
+        comm.barrier(self.pg)
 
-    def resume(self, state) -> int:
-        return 0
-
+    # --- saving -------------------------------------------------------------------------------------
     def maybe_save(self, state) -> bool:
+        if self.ccfg.every > 0 and state.step > 0 and state.step % self.ccfg.every == 0:
+            self.save(state)
+            return True
         return False
 
     def close(self, state) -> None:
-        pass
+        if self.ccfg.final and state.step > 0 and self.last_saved_step != state.step:
+            self.save(state)
+        self.wait()
+
+    def wait(self) -> str | None:
+        """Block until the in-flight async save (if any) has committed or been abandoned."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        return self.last_outcome
+
+    def save(self, state, async_: bool | None = None) -> None:
+        t0 = time.perf_counter()
+        self.wait()  # one save in flight at a time: the next save waits for the previous one
+        step = int(state.step)
+        tensors = st.tensor_state(state, self.rank)
+        meta = st.train_meta(state, self.world) if self.rank == 0 else None
+        if self.ccfg.async_ if async_ is None else async_:
+            tensors = st.stage(tensors)  # the only part the loop waits for: a memory copy
+            self._thread = threading.Thread(target=self._write_and_commit, args=(step, tensors, meta),
+                                            name=f"ckpt-{step}", daemon=True)
+            self._thread.start()
+        else:
+            self._write_and_commit(step, tensors, meta)
+        self.last_saved_step = step
+        self.blocked_s.append(time.perf_counter() - t0)
+
+    def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
+        name = mf.step_dirname(step)
+        tmp, final = self.dir / f"{name}.tmp", self.dir / name
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        comm.barrier(self.pg)
+        error, files = None, {}
+        try:
+            fail = self.fail_at is not None and self.fail_at == (self.rank, step)
+            dcp.save(tensors, storage_writer=_Writer(tmp, fail), process_group=self.pg)
+            # Each rank hashes the shard files it wrote itself (still in its page cache), in parallel.
+            for p in sorted(tmp.glob(f"__{self.rank}_*")):
+                files[p.name] = mf.file_entry(p)
+            if self.rank == 0:
+                mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+        except Exception as e:  # noqa: BLE001 - any failure abandons this checkpoint, never the run
+            error = _describe(e)
+        reports = comm.all_gather_object((error, files), group=self.pg)
+        outcome = None
+        if self.rank == 0:
+            outcome = self._commit(step, tmp, final, reports)
+        outcome = comm.broadcast_object(outcome, group=self.pg)
+        self.last_outcome = outcome
+        if outcome is not None and self.rank == 0:
+            log(outcome)
+
+    def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
+        """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
+        errors = [e for e, _ in reports if e is not None]
+        if not errors:
+            try:
+                files = {}
+                for _, f in reports:
+                    files.update(f)
+                for p in tmp.iterdir():  # DCP's .metadata, train_state.json, anything no rank claimed
+                    if p.is_file() and p.name not in files and p.name != mf.MANIFEST:
+                        files[p.name] = mf.file_entry(p)
+                mf.write_manifest(tmp, files, step=step, world_size=self.world,
+                                  strategy=self.cfg.parallel.strategy, created=time.time())
+                if final.exists():  # a re-save of this step (after resuming from an older checkpoint)
+                    shutil.rmtree(final)
+                os.replace(tmp, final)
+                mf.fsync_dir(self.dir)
+                mf.write_latest(self.dir, final)
+                self._retain()
+                return None
+            except Exception as e:  # noqa: BLE001
+                errors = [([0], f"rank 0: committing: {type(e).__name__}: {e}")]
+        shutil.rmtree(tmp, ignore_errors=True)
+        ranks = sorted({r for rs, _ in errors for r in rs})
+        previous = mf.read_latest(self.dir)
+        keep = f"{previous.name} stays latest" if previous else "there is no previous checkpoint"
+        return (f"checkpoint at step {step} abandoned: rank(s) {ranks} failed while saving "
+                f"({errors[0][1]}); {keep}; training continues")
+
+    def _retain(self) -> None:
+        """Keep the last `keep` committed checkpoints, every `keep_every`-th step, and `latest`."""
+        committed = [c for c in mf.list_checkpoints(self.dir) if c.committed]
+        keep = self.ccfg.keep
+        kept = {c.step for c in (committed[-keep:] if keep > 0 else committed)}
+        if self.ccfg.keep_every > 0:
+            kept |= {c.step for c in committed if c.step % self.ccfg.keep_every == 0}
+        latest = mf.read_latest(self.dir)
+        for c in committed:
+            if c.step not in kept and (latest is None or c.path.name != latest.name):
+                shutil.rmtree(c.path, ignore_errors=True)
+
+    # --- resuming ------------------------------------------------------------------------------------
+    def resume(self, state) -> int:
+        """Restore `state` from `ckpt.resume` (latest | PATH), or from `latest` after an elastic restart.
+        Returns the step to continue from (0 = fresh start)."""
+        target = self.ccfg.resume
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+        if not target and restarted:
+            target = "latest"
+            if self.rank == 0:
+                log("elastic restart: resuming from the latest checkpoint")
+        if not target:
+            return 0
+        path = self._choose(target)
+        if path is None:
+            return 0
+        return self.load(path, state)
+
+    def _choose(self, target: str) -> Path | None:
+        """The checkpoint to load; identical on every rank. Corrupt ones are skipped for `latest`."""
+        if target == "latest":
+            candidates = mf.resume_candidates(self.dir) if self.rank == 0 else None
+            explicit = False
+        else:
+            candidates, explicit = self._explicit(target) if self.rank == 0 else None, True
+        candidates = comm.broadcast_object(candidates, group=self.pg)
+        if isinstance(candidates, str):  # rank 0's error message for a bad PATH
+            raise CheckpointError(candidates)
+        for i, path in enumerate(candidates):
+            problems = self._verify_distributed(path)
+            if not problems:
+                return path
+            nxt = (f"falling back to {candidates[i + 1].name}" if i + 1 < len(candidates)
+                   else "no older checkpoint to fall back to")
+            if explicit:
+                raise CheckpointError(f"checkpoint {path} failed verification: {problems[0]}")
+            if self.rank == 0:
+                log(f"checkpoint {path.name} failed verification: {'; '.join(problems)}; {nxt}")
+        if self.rank == 0:
+            log(f"no intact checkpoint in {self.dir}: starting from step 0")
+        return None
+
+    def _explicit(self, target: str):
+        try:
+            path, kind = mf.resolve(target)
+        except FileNotFoundError as e:
+            return f"ckpt.resume={target}: {e}"
+        if kind == "ckpts":
+            found = mf.resume_candidates(path)
+            return found[:1] or f"ckpt.resume={target}: no committed checkpoint in {path}"
+        if mf.read_manifest(path) is None:
+            return (f"ckpt.resume={target}: {path} has no {mf.MANIFEST}, so it is not a committed checkpoint "
+                    f"(an interrupted or failed save); pick a committed one (`shardlab ckpt ls`)")
+        return [path]
+
+    def _verify_distributed(self, path: Path) -> list[str]:
+        """Every rank rechecks the sha256 of a share of the files; all ranks get all problems."""
+        manifest = mf.read_manifest(path) or {"files": {}}
+        names = sorted(manifest["files"])
+        mine = {n: manifest["files"][n] for i, n in enumerate(names) if i % self.world == self.rank}
+        problems = mf.verify_files(path, mine) if manifest["files"] else [f"{path}: no readable manifest"]
+        return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
+
+    def load(self, path: Path, state) -> int:
+        """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
+        import json
+
+        meta = json.loads((Path(path) / st.STATE_FILE).read_text())
+        model_cfg = getattr(state.strategy.model, "cfg", None)
+        if meta.get("model") and model_cfg is not None:
+            import dataclasses
+            now = dataclasses.asdict(model_cfg)
+            diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
+            if diff:
+                k = diff[0]
+                raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
+                                      f"{meta['model'][k]} there and {now[k]} here")
+        same_world = meta["world_size"] == self.world
+        tensors = st.tensor_state(state, self.rank)
+        if not same_world:
+            del tensors["rng"]  # no saved stream for this rank layout; reseeded below
+        else:
+            tensors["rng"][f"rank_{self.rank}"] = self._rng_template(path)
+        dcp.load(tensors, checkpoint_id=str(path), process_group=self.pg)
+        state.strategy.load_model_state_dict(tensors["model"])
+        st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
+        if meta.get("sampler") and getattr(state, "sampler", None) is not None:
+            state.sampler.load_state_dict(meta["sampler"])
+        for attr in ("scaler", "scheduler"):
+            obj = getattr(state, attr, None)
+            if obj is not None and meta.get(attr):
+                obj.load_state_dict(meta[attr])
+        state.step = meta["step"]
+        if same_world:
+            st.set_rng(tensors["rng"][f"rank_{self.rank}"])
+        else:
+            st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
+        if self.rank == 0:
+            how = "" if same_world else (f" (saved at world size {meta['world_size']} with {meta['strategy']}; "
+                                         "resharded, RNG streams reseeded)")
+            log(f"resumed from {path} at step {meta['step']}{how}")
+        self.last_saved_step = meta["step"]
+        return meta["step"]
+
+    def _rng_template(self, path: Path):
+        import torch
+        md = dcp.FileSystemReader(str(path)).read_metadata()
+        entry = md.state_dict_metadata[f"rng.rank_{self.rank}"]
+        return torch.empty(tuple(entry.size), dtype=torch.uint8)

@@ -1,0 +1,166 @@
+"""What a checkpoint holds, and how it maps onto a running job.
+
+Two parts:
+- tensors, stored with DCP (every rank writes its own shards): `model.*`, `optim.*` (keyed by the bare
+  model's FQNs, so any strategy at any world size can load them) and `rng.rank_R` (rank R's RNG
+  streams, a uint8 tensor that only rank R writes);
+- `train_state.json`, written by rank 0: step, sampler (epoch, cursor), loss scaler, LR scheduler,
+  resolved config, model dimensions, world size, strategy, versions. These are identical on every rank.
+
+torch-zero1 (`ZeroRedundancyOptimizer`) has no DCP state dict: each rank holds the Adam state of the
+parameters it owns and nothing else. We expose exactly that as the standard optimizer layout
+(`state.<fqn>.<key>` as plain full tensors + `param_groups`): each `state.<fqn>.*` key then exists on
+exactly one rank (its owner), so DCP writes it once, from the owner, with no gathering; on load each
+owner asks DCP for the keys of the parameters it owns under the new partition.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import platform
+import random
+
+import numpy as np
+import torch
+
+import shardlab
+from shardlab import config as config_mod
+
+STATE_FILE = "train_state.json"
+
+
+# --- optimizer ------------------------------------------------------------------------------------
+
+def _is_zero_redundancy(optimizer) -> bool:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
+
+
+def _materialize(optimizer) -> None:
+    """Create the optimizer's state if it has none yet (a fresh optimizer we are about to load into):
+    one step with zero gradients at lr 0 changes no parameter but allocates exp_avg, exp_avg_sq, step."""
+    if optimizer.state:
+        return
+    params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    lrs = [g["lr"] for g in optimizer.param_groups]
+    for g in optimizer.param_groups:
+        g["lr"] = 0.0
+    optimizer.step()
+    for g, lr in zip(optimizer.param_groups, lrs):
+        g["lr"] = lr
+    for p in params:
+        p.grad = None
+
+
+def _zero_redundancy_state_dict(model, optimizer) -> dict:
+    names = {p: n for n, p in model.named_parameters()}
+    _materialize(optimizer.optim)  # the local optimizer over this rank's partition
+    return {"state": {names[p]: dict(st) for p, st in optimizer.optim.state.items()},
+            "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
+                              "params": [names[p] for p in g["params"]]} for g in optimizer.param_groups]}
+
+
+def _load_zero_redundancy(optimizer, sd: dict) -> None:
+    # The state tensors were loaded in place (the template shared them); only the hyperparameters remain.
+    # ZeroRedundancyOptimizer copies its global param_groups' hyperparameters to the local optimizer each step.
+    for group, saved in zip(optimizer.param_groups, sd["param_groups"]):
+        group.update({k: v for k, v in saved.items() if k != "params"})
+
+
+def optim_state_dict(strategy, optimizer) -> dict:
+    if _is_zero_redundancy(optimizer):
+        return _zero_redundancy_state_dict(strategy.model, optimizer)
+    return strategy.optim_state_dict(optimizer)
+
+
+def load_optim_state_dict(strategy, optimizer, sd: dict) -> None:
+    if _is_zero_redundancy(optimizer):
+        _load_zero_redundancy(optimizer, sd)
+    else:
+        strategy.load_optim_state_dict(optimizer, sd)
+
+
+# --- RNG ------------------------------------------------------------------------------------------
+
+def rng_tensor() -> torch.Tensor:
+    """This rank's python, numpy, torch (and CUDA) RNG states, pickled into a uint8 tensor for DCP."""
+    st = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        st["cuda"] = torch.cuda.get_rng_state()
+    return torch.frombuffer(bytearray(pickle.dumps(st)), dtype=torch.uint8)
+
+
+def set_rng(t: torch.Tensor) -> None:
+    st = pickle.loads(t.numpy().tobytes())  # our own checkpoint, verified by sha256 before loading
+    random.setstate(st["python"])
+    np.random.set_state(st["numpy"])
+    torch.set_rng_state(st["torch"])
+    if "cuda" in st and torch.cuda.is_available():
+        torch.cuda.set_rng_state(st["cuda"])
+
+
+def reseed_rng(seed: int, step: int, rank: int) -> None:
+    """At a different world size rank R of the new job has no saved stream to continue. Data order does
+    not depend on it (the sampler is global); dropout and other randomness get fresh streams derived from
+    (seed, step, rank), so a resumed run is still reproducible for a given checkpoint and world size."""
+    s = np.random.SeedSequence([seed, step, rank]).generate_state(2)
+    random.seed(int(s[0]))
+    np.random.seed(int(s[1]))
+    torch.manual_seed(int(s[0]) << 32 | int(s[1]))
+
+
+# --- the full state ---------------------------------------------------------------------------------
+
+def tensor_state(state, rank: int) -> dict:
+    """The DCP part: live tensors (DCP loads into them in place; an async save stages copies)."""
+    return {"model": state.strategy.model_state_dict(),
+            "optim": optim_state_dict(state.strategy, state.optimizer),
+            "rng": {f"rank_{rank}": rng_tensor()}}
+
+
+def train_meta(state, world_size: int) -> dict:
+    """The JSON part (rank 0's view; every rank has the same values)."""
+    cfg = state.cfg
+    model_cfg = getattr(state.strategy.model, "cfg", None)
+    scaler = getattr(state, "scaler", None)
+    scheduler = getattr(state, "scheduler", None)
+    return {
+        "step": int(state.step),
+        "sampler": state.sampler.state_dict() if getattr(state, "sampler", None) is not None else None,
+        "scaler": _jsonable(scaler.state_dict()) if scaler is not None else None,
+        "scheduler": _jsonable(scheduler.state_dict()) if scheduler is not None else None,
+        "world_size": world_size,
+        "strategy": cfg.parallel.strategy,
+        "seed": cfg.train.seed,
+        "model": dataclasses.asdict(model_cfg) if dataclasses.is_dataclass(model_cfg) else None,
+        "config": config_mod.to_dict(cfg),
+        "versions": {"shardlab": getattr(shardlab, "__version__", "0"), "torch": torch.__version__,
+                     "python": platform.python_version()},
+    }
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if torch.is_tensor(obj):
+        return obj.item() if obj.numel() == 1 else obj.tolist()
+    return obj
+
+
+def stage(obj):
+    """A private CPU copy of a state dict, so an async save can write it while training moves on."""
+    if torch.is_tensor(obj):
+        if hasattr(obj, "to_local"):  # DTensor: copy the local shard, keep the layout
+            from torch.distributed.tensor import DTensor
+            return DTensor.from_local(obj.to_local().to("cpu", copy=True), obj.device_mesh, obj.placements,
+                                      run_check=False, shape=obj.shape, stride=obj.stride())
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: stage(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(stage(v) for v in obj)
+    return obj

@@ -1,0 +1,67 @@
+"""Helpers shared by the checkpoint tests: run the real trainer in a worker pool rank (or in-process
+for `single`) and report what a checkpoint test compares."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from shardlab import config
+
+BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
+        "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2",
+        "ckpt.keep=10"]
+
+
+def make_cfg(overrides: list[str], world: int):
+    cfg = config.load(None, BASE + overrides)
+    config.validate(cfg, world)
+    return cfg
+
+
+def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", rng_seed: int = 1000) -> dict:
+    """Train per `overrides`; returns (on every rank) losses by step, full parameters, the global
+    batches consumed, the step the run started from, and the manager's last outcome."""
+    import os
+
+    from shardlab import comm
+    from shardlab.train.trainer import Trainer
+
+    torch.manual_seed(rng_seed + comm.rank())  # a fresh process's RNG, different per rank
+    if fail:
+        os.environ["SHARDLAB_CKPT_FAIL"] = fail
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        trainer = Trainer(make_cfg(overrides, world), Path(run_dir))
+    finally:
+        os.environ.pop("SHARDLAB_CKPT_FAIL", None)
+    batches = {}
+    sampler = trainer.state.sampler
+    plain = sampler.next_global_batch
+
+    def recording():
+        step = sampler.step
+        batches[step] = plain()
+        return batches[step]
+
+    sampler.next_global_batch = recording
+    trainer.run()
+    losses = {}
+    if trainer.rank == 0:
+        for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
+            row = json.loads(line)
+            if "loss" in row:
+                losses[row["step"]] = row["loss"]
+    return {"losses": losses, "params": {k: v.detach().clone() for k, v in trainer.strategy.full_parameters().items()},
+            "batches": batches, "start": trainer.start_step, "outcome": trainer.ckpt.last_outcome,
+            "rng": torch.rand(3)}
+
+
+def assert_params_equal(a: dict, b: dict, exact: bool = True, rtol=1e-5, atol=1e-6) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        if exact:
+            assert torch.equal(a[k], b[k]), k
+        else:
+            torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=k)
