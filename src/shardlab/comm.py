@@ -64,6 +64,7 @@ class Recorder:
         self.phase = "startup"
         self.last_progress = time.monotonic()
         self.capture_stack = True
+        self.verify = False  # debug: compare every collective's op/size across ranks before issuing it
         self._lock = threading.Lock()
         self.reset_step()
 
@@ -212,6 +213,8 @@ def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async
     if n == 1:  # a group of one: nothing to exchange, but keep the record so accounting stays uniform
         work = None
     else:
+        if RECORDER.verify:
+            _verify(rec, payload, group)
         work = fn(async_op=async_op)
         if async_op:
             rec.state = "scheduled"  # in flight; "started" again once the caller blocks in wait()
@@ -221,6 +224,29 @@ def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async
         RECORDER.done(rec)
         return None
     return handle
+
+
+class CollectiveMismatchError(RuntimeError):
+    """Ranks were about to issue different collectives at the same sequence id (debug verification)."""
+
+
+_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+
+
+def _verify(rec: Record, payload: torch.Tensor, group) -> None:
+    """Debug mode (doctor.verify_collectives): before issuing a collective, all-gather a fixed-size
+    fingerprint (op, element count, element size) and fail on every rank at once if they differ. A real
+    mismatch would otherwise hang (NCCL) or abort one process inside gloo. Costs one small extra
+    all-gather per collective, so it is off by default; it is not recorded."""
+    sig = torch.tensor([_OPS.index(rec.op), payload.numel(), payload.element_size()], dtype=torch.int64,
+                       device=payload.device)
+    out = torch.empty(_size(group) * 3, dtype=torch.int64, device=payload.device)
+    dist.all_gather_into_tensor(out, sig, group=group)
+    rows = out.view(-1, 3).tolist()
+    if any(r != rows[0] for r in rows):
+        desc = "; ".join(f"rank {i}: {_OPS[o]} of {n} x {e} B" for i, (o, n, e) in enumerate(rows))
+        raise CollectiveMismatchError(f"collective mismatch at sequence #{rec.seq} (step {rec.step}, {rec.phase}): "
+                                      f"{desc}. The ranks' programs diverged before this point.")
 
 
 def all_reduce(t: torch.Tensor, op=ReduceOp.SUM, group=None, async_op: bool = False, tag: str = ""):
