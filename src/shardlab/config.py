@@ -99,6 +99,7 @@ class DoctorConfig:
     on_anomaly: str = "stop"  # stop | skip | rollback
     checksum_every: int = 0  # 0 = only at the end
     hang_timeout_s: float = 300.0
+    verify_collectives: bool = False  # debug: check op/size of every own collective across ranks first
 
 
 @dataclass
