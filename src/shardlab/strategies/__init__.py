@@ -8,6 +8,7 @@ from shardlab.strategies.base import Strategy
 # name -> "module:Class", imported on demand so one strategy's import cost never hits another's run.
 REGISTRY = {
     "single": "shardlab.strategies.single:Single",
+    "ddp": "shardlab.strategies.ddp:DDP",
     "zero1": "shardlab.strategies.zero:Zero1",
     "zero2": "shardlab.strategies.zero:Zero2",
     "zero3": "shardlab.strategies.zero:Zero3",
