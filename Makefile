@@ -18,7 +18,7 @@ run: setup
 	$(BIN)/shardlab train --config configs/default.toml
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 clean:
 	rm -rf $(VENV)
