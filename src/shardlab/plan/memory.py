@@ -30,6 +30,16 @@ def state_bytes(model: ModelSpec, train: TrainSpec, lay: Layout) -> dict[str, fl
     return {ln.name: ln.bytes for ln in state_lines(model, train, lay)}
 
 
+def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 2, k: int = 12,
+                      shard: float | None = None) -> dict[str, float]:
+    """The ZeRO paper's per-rank model states for Psi parameters over n data-parallel ranks;
+    `shard` = elements of one rank's (padded) shard, Psi/n when None."""
+    sh = psi / n if shard is None else shard
+    return {"params": pb * (sh if strategy == "zero3" else psi),
+            "grads": gb * (sh if strategy in ("zero2", "zero3") else psi),
+            "optimizer": k * (psi if strategy == "ddp" else sh)}
+
+
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
     psi = sum(numels)
@@ -41,13 +51,14 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     pe = shard if p_sh else psi
     ge = shard if g_sh else psi
     oe = shard if o_sh else psi
+    st = model_state_bytes(psi, n, z, pb, gb, k, shard)
     dn = f"/{n}" if n > 1 else ""
     lines = [
-        Line("params", 0 if lay.offload == "params" else pb * pe,
+        Line("params", 0 if lay.offload == "params" else st["params"],
              f"{pb} B x Psi{dn if p_sh else ''} = {pb} x {pe:,.0f}"
              + (" (offloaded to host)" if lay.offload == "params" else "")),
-        Line("grads", gb * ge, f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
-        Line("optimizer", 0 if lay.offload != "none" else k * oe,
+        Line("grads", st["grads"], f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
+        Line("optimizer", 0 if lay.offload != "none" else st["optimizer"],
              f"K={k} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
              + (" (offloaded to host)" if lay.offload != "none" else "")),
     ]

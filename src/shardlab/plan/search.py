@@ -40,6 +40,7 @@ def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
 def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None):
     """All evaluated plans (fitting first, by tokens/s) and the number of layouts tried."""
     gpus = gpus or cluster.num_gpus
+    train.check()
     plans: list[Plan] = []
     for lay, tr in candidates(model, train, cluster, gpus):
         try:

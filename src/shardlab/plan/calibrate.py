@@ -1,0 +1,261 @@
+"""`shardlab plan calibrate`: measure this machine into a cluster profile (`cluster=this`).
+
+Measured, one thread per rank as in training:
+  - GEMM FLOP/s at the model's shapes (forward, dX, dW of every GEMM) and SDPA attention
+  - elementwise bandwidth (LayerNorm, GELU, add at the model's activation sizes)
+  - per-op dispatch cost of eager autograd (forward + backward of a chain of tiny ops)
+  - optimizer step cost per parameter (AdamW + grad-norm pass at the model's parameter shapes)
+  - gloo all_reduce / reduce_scatter / all_gather at world 2: t = alpha + wire / bus_bw, least squares
+  - how much of a collective hides behind a GEMM (overlap efficiency)
+torch is imported here only.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .compute import gemm_shapes, layer_ops
+from .hardware import Cluster, default_profile_path, write_profile
+from .model import ModelSpec
+
+SIZES = (4, 2**12, 2**16, 2**20, 2**22, 2**24)  # collective payload bytes
+
+
+def _timeit(fn, min_time: float, min_reps: int = 3) -> float:
+    """Median seconds per call over batches lasting at least min_time/5 each."""
+    fn()
+    reps, t0 = 1, time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, int(min_time / 5 / one))
+    samples = []
+    for _ in range(min_reps):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t0) / reps)
+    return statistics.median(samples)
+
+
+def measure_compute(model: ModelSpec, micro_batches, quick: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    mt = 0.02 if quick else 0.1
+    table, s = {}, model.seq
+    for b in micro_batches:
+        for (m, n, k) in gemm_shapes(model, b, s):
+            key = f"{m},{n},{k}"
+            if key in table:
+                continue
+            x, w = torch.randn(m, k), torch.randn(k, n)
+            table[key] = 2 * m * n * k / _timeit(lambda: torch.mm(x, w), mt)
+        a, dh = model.n_head, model.d_model // model.n_head
+        q, kk, v = (torch.randn(b, a, s, dh, requires_grad=True) for _ in range(3))
+        flops = 4 * b * a * s * s * dh
+        t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
+        y = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        gy = torch.randn_like(y)
+
+        def fb():
+            out = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+            torch.autograd.grad(out, (q, kk, v), gy)
+        t_fb = _timeit(fb, mt)
+        table[f"sdpa:{b * a}x{s},{dh}"] = flops / t_f
+        table[f"sdpa_bwd:{b * a}x{s},{dh}"] = 2 * flops / max(t_fb - t_f, 1e-9)
+    # elementwise: bytes moved / time, at the largest micro batch's activation sizes
+    T, h = max(micro_batches) * s, model.d_model
+    x, y4 = torch.randn(T, h), torch.randn(T, 4 * h)
+    ln = torch.nn.LayerNorm(h)
+    with torch.no_grad():
+        bws = [2 * x.numel() * 4 / _timeit(lambda: ln(x), mt),
+               2 * y4.numel() * 4 / _timeit(lambda: F.gelu(y4, approximate="tanh"), mt),
+               3 * x.numel() * 4 / _timeit(lambda: x + x, mt)]
+    # dispatch: a chain of tiny autograd ops, forward + backward, per op
+    z0 = torch.ones(8, requires_grad=True)
+
+    def chain():
+        z = z0
+        for _ in range(100):
+            z = z * 1.0001
+        z.sum().backward()
+    op_overhead = _timeit(chain, mt) / 100
+    # optimizer: AdamW over the model's parameter shapes, with the grad-norm pass
+    params = [torch.zeros(n, requires_grad=True) for _, n in model.param_shapes()]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt = torch.optim.AdamW(params, lr=1e-4)
+
+    def step():
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+    adam = _timeit(step, mt) / model.params
+    return {"gemm_table": table, "elementwise_bw": statistics.median(bws), "op_overhead_s": op_overhead,
+            "adam_s_per_param": adam}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _comm_worker(rank: int, world: int, port: int, quick: bool, q) -> None:
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    mt = 0.02 if quick else 0.3
+    res = {}
+    for op in ("all_reduce", "reduce_scatter", "all_gather"):
+        pts = []
+        for size in (SIZES[::2] if quick else SIZES):
+            n = max(world, size // 4 // world * world)
+            full = torch.ones(n)
+            part = torch.ones(n // world)
+            fn = {"all_reduce": lambda: dist.all_reduce(full),
+                  "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
+                  "all_gather": lambda: dist.all_gather_into_tensor(full, part)}[op]
+            dist.barrier()
+            pts.append((n * 4, _sync_time(fn, mt, dist)))
+        res[op] = pts
+    # overlap: an async all_reduce while this rank runs GEMMs
+    a, w = torch.randn(256, 256), torch.randn(256, 256)
+    buf = torch.ones(2**20)
+
+    def gemms():
+        for _ in range(40):
+            torch.mm(a, w)
+    dist.barrier()
+    t_g = _sync_time(gemms, mt, dist)
+    t_c = _sync_time(lambda: dist.all_reduce(buf), mt, dist)
+
+    def both():
+        h = dist.all_reduce(buf, async_op=True)
+        gemms()
+        h.wait()
+    t_b = _sync_time(both, mt, dist)
+    res["overlap"] = max(0.0, min(1.0, (t_g + t_c - t_b) / min(t_g, t_c)))
+    if rank == 0:
+        q.put(res)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _sync_time(fn, min_time, dist) -> float:
+    """Seconds per call, the same repetition count on every rank (collectives must match)."""
+    import torch
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    one = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+    dist.all_reduce(one, op=dist.ReduceOp.MAX)
+    reps = max(1, int(min_time / 3 / max(one.item(), 1e-7)))
+    samples = []
+    for _ in range(3):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t0) / reps)
+    return statistics.median(samples)
+
+
+def fit_alpha_beta(points: list[tuple[int, float]], wire_factor: float) -> tuple[float, float]:
+    """Least squares t = alpha + wire/bus_bw over (payload, seconds); returns (alpha, bus_bw)."""
+    xs = [wire_factor * s for s, _ in points]
+    ys = [t for _, t in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    alpha = max(my - slope * mx, min(ys) * 0.5)
+    return alpha, 1.0 / max(slope, 1e-15)
+
+
+def measure_comm(world: int = 2, quick: bool = False, timeout: float = 120.0) -> dict:
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_comm_worker, args=(r, world, port, quick, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    import queue
+    deadline = time.monotonic() + timeout
+    try:
+        while True:  # wait for rank 0's result, but fail fast if a worker died
+            try:
+                res = q.get(timeout=0.5)
+                break
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"calibration workers failed (exit codes {dead})"
+                                       if dead else f"calibration timed out after {timeout:.0f} s")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    wf = {"all_reduce": 2 * (world - 1) / world, "reduce_scatter": (world - 1) / world,
+          "all_gather": (world - 1) / world}
+    out = {op: fit_alpha_beta(res[op], wf[op]) for op in wf}
+    return {"collectives": out, "overlap_efficiency": res["overlap"], "raw": res}
+
+
+def _mem_total() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 8 * 2**30
+
+
+def calibrate(model: ModelSpec, micro_batches=(1, 2, 4, 8), out: Path | None = None,
+              quick: bool = False, world: int = 2) -> Path:
+    comp = measure_compute(model, micro_batches, quick)
+    comm = measure_comm(world, quick)
+    gemm = {k: v for k, v in comp["gemm_table"].items() if "sdpa" not in k}
+    fit = _fit_gemm(gemm)
+    cores = os.cpu_count() or 1
+    c = Cluster(
+        name="this", num_gpus=cores, gpus_per_node=cores, peak_flops=fit[0], peak_flops_fp32=fit[0],
+        hbm_bytes=_mem_total() / cores, hbm_bw=comp["elementwise_bw"], intra_bw=comm["collectives"]
+        ["all_reduce"][1], intra_latency=comm["collectives"]["all_reduce"][0] / 2,
+        inter_bw=comm["collectives"]["all_reduce"][1], inter_latency=comm["collectives"]["all_reduce"][0] / 2,
+        pcie_bw=comp["elementwise_bw"], gemm_efficiency=1.0, mem_usable_fraction=0.9,
+        overlap_efficiency=comm["overlap_efficiency"], op_overhead_s=comp["op_overhead_s"],
+        collectives=comm["collectives"], measured_world=world, gemm_table=comp["gemm_table"],
+        gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], elementwise_bw=comp["elementwise_bw"],
+        source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {model.name}")
+    path = out or default_profile_path()
+    write_profile(c, path)
+    return path
+
+
+def _fit_gemm(table: dict) -> tuple[float, float]:
+    """1/rate = 1/peak + (f_half/peak)/f is linear in 1/f: least squares."""
+    pts = []
+    for key, rate in table.items():
+        m, n, k = map(int, key.split(","))
+        pts.append((1 / (2 * m * n * k), 1 / rate))
+    if len(pts) < 2:
+        return (max(table.values()) if table else 1e9, 1.0)
+    mx, my = statistics.fmean(p[0] for p in pts), statistics.fmean(p[1] for p in pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts) or 1e-30
+    b = sum((x - mx) * (y - my) for x, y in pts) / sxx
+    a = my - b * mx
+    if a <= 0:
+        return (max(table.values()), 1.0)
+    peak = 1 / a
+    return (peak, max(b * peak, 0.0))
+
+
+__all__ = ["calibrate", "measure_compute", "measure_comm", "fit_alpha_beta", "replace", "layer_ops"]

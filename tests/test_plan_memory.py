@@ -1,0 +1,129 @@
+"""Planner memory model: exact parameter counts, ZeRO's 2+2+K formulas, Korthikanti activations."""
+import pytest
+
+from shardlab.plan.comm import padded, units
+from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.memory import in_flight, model_state_bytes, state_bytes
+from shardlab.plan.model import PRESETS, ModelSpec, activation_bytes_extra, activation_bytes_per_layer
+
+GB = 1e9
+
+
+@pytest.mark.parametrize("name,expected", [("tiny", 120_576), ("small", 3_257_856), ("gpt2", 124_439_808)])
+def test_param_count_exact_for_shardlab_presets(name, expected):
+    m = PRESETS[name]
+    L, d, v, s = m.n_layer, m.d_model, m.vocab, m.seq
+    assert m.params == expected == 12 * L * d * d + 13 * L * d + v * d + s * d + 2 * d
+    assert sum(n for _, n in m.param_shapes()) == expected
+
+
+def test_param_shapes_match_shardlab_model():
+    torch = pytest.importorskip("torch")
+    from shardlab.model.gpt import GPTConfig, build_model
+    m = PRESETS["tiny"]
+    net = build_model(GPTConfig(n_layer=m.n_layer, n_head=m.n_head, d_model=m.d_model,
+                                vocab_size=m.vocab, max_seq_len=m.seq), seed=0)
+    assert [(n, p.numel()) for n, p in net.named_parameters()] == m.param_shapes()
+    assert torch.is_tensor(next(net.parameters()))
+
+
+def test_untied_head_and_mlp_ratio():
+    m = ModelSpec("x", n_layer=2, d_model=8, n_head=2, vocab=10, seq=4, mlp_ratio=2, tied=False)
+    # per layer (4+2r)h^2 + (9+r)h, embeddings 2vh + sh, final LN 2h
+    assert m.params == 2 * (8 * 64 + 11 * 8) + 2 * 10 * 8 + 4 * 8 + 16 == sum(n for _, n in m.param_shapes())
+
+
+def test_zero_paper_figure_1_7p5b_on_64_gpus():
+    """Rajbhandari et al. 2020, Fig. 1: Psi = 7.5B, N_d = 64, K = 12 -> 120, 31.4, 16.6, 1.9 GB."""
+    psi, n = 7.5e9, 64
+    tot = {z: sum(model_state_bytes(psi, n, z).values()) / GB for z in ("ddp", "zero1", "zero2", "zero3")}
+    assert tot["ddp"] == pytest.approx(120.0)
+    assert tot["zero1"] == pytest.approx(31.4, abs=0.05)
+    assert tot["zero2"] == pytest.approx(16.6, abs=0.05)
+    assert tot["zero3"] == pytest.approx(1.875)
+
+
+@pytest.mark.parametrize("strategy,coef", [("ddp", lambda n: 16), ("zero1", lambda n: 4 + 12 / n),
+                                           ("zero2", lambda n: 2 + 14 / n), ("zero3", lambda n: 16 / n)])
+def test_mixed_adam_state_bytes_are_2_2_12_divided_by_stage(strategy, coef):
+    m = PRESETS["gpt2"]
+    for n in (1, 2, 8):
+        lay = Layout(dp=n, strategy=strategy, padding="none")
+        got = sum(state_bytes(m, TrainSpec(global_batch=n), lay).values())
+        assert got == pytest.approx(coef(n) * m.params)
+
+
+def test_fp32_and_sgd_and_fp32_grad_accumulation():
+    m = PRESETS["small"]
+    psi = m.params
+    fp32 = state_bytes(m, TrainSpec(1, precision="fp32"), Layout())
+    assert fp32 == {"params": 4 * psi, "grads": 4 * psi, "optimizer": 8 * psi}
+    sgd = state_bytes(m, TrainSpec(1, precision="fp32", optimizer="sgd"), Layout())
+    assert sgd["optimizer"] == 4 * psi
+    acc = state_bytes(m, TrainSpec(1, fp32_grad_accum=True), Layout())
+    assert acc == {"params": 2 * psi, "grads": 4 * psi, "optimizer": 12 * psi}
+
+
+def test_padding_per_parameter_like_torch_chunk():
+    m = PRESETS["tiny"]
+    numels = [n for _, n in m.param_shapes()]
+    n = 3
+    per_param = sum(-(-x // n) for x in numels)
+    assert padded(numels, n, "per_param") == per_param * n
+    assert padded(numels, n, "flat") == -(-sum(numels) // n) * n
+    st = state_bytes(m, TrainSpec(3, precision="fp32"), Layout(dp=3, strategy="zero3"))
+    assert st == {"params": 4 * per_param, "grads": 4 * per_param, "optimizer": 8 * per_param}
+    assert sum(sum(u) for u in units(m)) == m.params
+
+
+def test_offload_removes_states_from_gpu():
+    m = PRESETS["gpt2"]
+    st = state_bytes(m, TrainSpec(8), Layout(dp=8, strategy="zero3", offload="params"))
+    assert st["params"] == 0 and st["optimizer"] == 0 and st["grads"] > 0
+
+
+# ---- Korthikanti et al. 2022, Table 2 and its worked numbers --------------------------------------
+GPT3 = PRESETS["gpt3-175b"]  # a=96, s=2048, h=12288: the paper's 5as/h = 80
+MT530 = PRESETS["mt-530b"]  # a=128, s=2048, h=20480: 5as/h = 64
+
+
+def test_korthikanti_attention_term_worked_examples():
+    for m, term in ((GPT3, 80), (MT530, 64)):
+        assert 5 * m.n_head * m.seq / m.d_model == term
+        sbh = m.seq * m.d_model
+        assert activation_bytes_per_layer(m, 1, m.seq) == sbh * (34 + term)
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_table_2(t):
+    m, b = GPT3, 2
+    s, h, a = m.seq, m.d_model, m.n_head
+    sbh = s * b * h
+    x = 5 * a * s / h
+    assert activation_bytes_per_layer(m, b, s, t) == pytest.approx(sbh * (10 + 24 / t + x / t))
+    assert activation_bytes_per_layer(m, b, s, t, sp=True) == pytest.approx(sbh * (34 / t + x / t))
+    assert activation_bytes_per_layer(m, b, s, t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t))
+    assert activation_bytes_per_layer(m, b, s, t, sp=True, recompute="selective") == pytest.approx(sbh * 34 / t)
+    assert activation_bytes_per_layer(m, b, s, t, recompute="full") == 2 * sbh
+
+
+def test_korthikanti_sp_plus_selective_saves_5x_on_gpt3():
+    """The paper's headline: TP+SP+selective needs ~5x less activation memory than TP alone
+    (here (10 + 24/8 + 80/8) / (34/8) = 5.4 per layer for GPT-3 at t=8)."""
+    m = GPT3
+    base = activation_bytes_per_layer(m, 1, m.seq, 8)
+    best = activation_bytes_per_layer(m, 1, m.seq, 8, sp=True, recompute="selective")
+    assert base / best == pytest.approx(23 / 4.25)
+
+
+def test_korthikanti_extra_terms_and_pipeline_in_flight():
+    m = GPT3
+    s, h, v = m.seq, m.d_model, m.vocab
+    sbh = s * h
+    assert activation_bytes_extra(m, 1, s, 8, sp=True, p=1) == pytest.approx(sbh / 8 * (1 + 4 * (1 + v / h)))
+    assert activation_bytes_extra(m, 1, s, 8, sp=True, p=8, in_flight=8) == pytest.approx(sbh * 8 / 8)
+    # 1F1B: the first stage holds p micro batches of L/p layers = L layers' worth
+    assert in_flight(Layout(pp=8, schedule="1f1b"), m=32) == 8
+    assert in_flight(Layout(pp=8, schedule="1f1b"), m=4) == 4
+    assert in_flight(Layout(pp=8, schedule="gpipe"), m=32) == 32
+    assert in_flight(Layout(pp=8, schedule="interleaved", v=4), m=32) == pytest.approx(8 * (1 + 7 / 32))
