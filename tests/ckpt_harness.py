@@ -14,13 +14,18 @@ BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.
         "ckpt.keep=10"]
 
 
+class _Stop(Exception):
+    pass
+
+
 def make_cfg(overrides: list[str], world: int):
     cfg = config.load(None, BASE + overrides)
     config.validate(cfg, world)
     return cfg
 
 
-def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", rng_seed: int = 1000) -> dict:
+def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", rng_seed: int = 1000,
+              stop_after: int = 0) -> dict:
     """Train per `overrides`; returns (on every rank) losses by step, full parameters, the global
     batches consumed, the step the run started from, and the manager's last outcome."""
     import os
@@ -46,7 +51,20 @@ def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", r
         return batches[step]
 
     sampler.next_global_batch = recording
-    trainer.run()
+    if stop_after:  # an interruption right after the checkpoint at `stop_after` (as if the job died)
+        save = trainer.ckpt.maybe_save
+
+        def save_then_stop(state):
+            save(state)
+            if state.step == stop_after:
+                trainer.ckpt.wait()
+                raise _Stop
+
+        trainer.ckpt.maybe_save = save_then_stop
+    try:
+        trainer.run()
+    except _Stop:
+        pass
     losses = {}
     if trainer.rank == 0:
         for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines():
