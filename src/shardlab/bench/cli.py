@@ -1,0 +1,52 @@
+"""`shardlab bench SUITE --out DIR [--quick]`: run a benchmark suite, write REPORT.md, results.json, PNGs.
+
+Each suite is a module with `run(out_dir: Path, quick: bool) -> dict` returning the results
+document ({"suite", "figures", "rows"}) it has written.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+SUITES = {
+    "overhead": ("shardlab.bench.overhead", "single strategy vs a plain PyTorch loop (figure overhead_ratio)"),
+    "scaling": ("shardlab.bench.scaling", "strong and weak scaling over world 1, 2, 4"),
+    "microbatch": ("shardlab.bench.microbatch", "gradient payload per token and efficiency vs microbatch"),
+    "buckets": ("shardlab.bench.buckets", "bucket size sweep: step time, collectives, exposed comm, overlap"),
+    "compression": ("shardlab.bench.compression", "fp32 / fp16 / bf16 gradient communication"),
+    "ddp": ("shardlab.bench.ddp", "own ddp vs torch-ddp, and the tracing overhead"),
+    "strategies": ("shardlab.bench.strategies", "tokens/s vs memory of every strategy (Pareto plot)"),
+    "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),
+    "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="shardlab bench", description="Run a benchmark suite and write a report.",
+                                 epilog="suites: " + "; ".join(f"{k}: {v[1]}" for k, v in SUITES.items()))
+    ap.add_argument("suite", choices=sorted(SUITES), metavar="SUITE", help=", ".join(SUITES))
+    ap.add_argument("--out", type=Path, help="output directory (default bench/<suite>-<time>)")
+    ap.add_argument("--quick", action="store_true", help="a smaller run (at most ~3 minutes)")
+    args = ap.parse_args(argv)
+    out = args.out or Path("bench") / f"{args.suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+    try:
+        module = importlib.import_module(SUITES[args.suite][0])
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("shardlab"):
+            print(f"shardlab bench: suite {args.suite!r} is not available in this build", file=sys.stderr)
+            return 2
+        raise
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    doc = module.run(out, args.quick)
+    print(f"{args.suite}: {len(doc.get('rows', []))} rows in {time.perf_counter() - t0:.0f}s -> {out}/REPORT.md")
+    for name, value in doc.get("figures", {}).items():
+        print(f"  {name} = {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""What every suite shares: running jobs, fair statistics, results.json, REPORT.md and plots.
+
+Fairness rules (seed 000 Q22): a suite fixes the model, its initialisation (train.seed), the data
+and the sequence length; excludes warm-up steps; reports medians with min-max; alternates the
+configurations it compares (A B A B ...) so that drift in machine load hits both alike; and
+checks that the replicas stayed identical (`ranks_consistent`).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from shardlab.testing.pool import free_port
+
+# The model and data every suite trains unless it says otherwise.
+BASE = ["data.source=stdlib", "train.seq_len=128", "train.seed=1337", "train.eval_every=0",
+        "train.log_every=1", "train.warmup_steps=2", "train.threads=1"]
+MODEL = {"full": ["model.preset=small"],  # 3.2M parameters
+         "quick": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=128"]}
+
+
+def model_overrides(quick: bool) -> list[str]:
+    return MODEL["quick" if quick else "full"]
+
+
+def own_or_native_ddp() -> str:
+    """The own `ddp` strategy once it exists (it reports bucket-ready times), else torch's DDP."""
+    from shardlab.strategies import REGISTRY
+    return "ddp" if "ddp" in REGISTRY else "torch-ddp"
+
+
+# --- running ---------------------------------------------------------------------------------------
+
+def run_jobs(jobs: list[dict], nproc: int, work: Path, timeout: float = 900) -> list[dict]:
+    """Run jobs ({"name", "overrides", "out"}) in order in one launch of `nproc` ranks; return each
+    job's result: its summary.json plus the per-step rows of metrics.jsonl."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec = work / f"jobs-{len(list(work.glob('jobs-*.json')))}.json"
+    spec.write_text(json.dumps([{"overrides": j["overrides"], "out": str(j["out"])} for j in jobs]))
+    cmd = [sys.executable, "-m", "shardlab.bench.worker", str(spec)]
+    if nproc > 1:
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
+               "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", *cmd[1:]]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    log = work / (spec.stem + ".log")
+    with open(log, "w") as f:
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+    if rc != 0:
+        raise RuntimeError(f"bench jobs failed (exit {rc}); last lines of {log}:\n"
+                           + "\n".join(log.read_text().splitlines()[-25:]))
+    return [load_run(Path(j["out"]), j.get("name", "")) for j in jobs]
+
+
+def load_run(run_dir: Path, name: str = "") -> dict:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"name": name, "dir": str(run_dir), "summary": summary, "metrics": rows}
+
+
+def step_times(run: dict) -> list[float]:
+    """Per-step times after the trainer's warm-up (the first max(3, steps/10) steps are excluded)."""
+    steps = run["summary"]["steps"]
+    warm = max(3, steps // 10)
+    return [r["step_time_s"] for r in run["metrics"] if "step_time_s" in r and r["step"] > warm]
+
+
+# --- statistics ------------------------------------------------------------------------------------
+
+def stats(xs: list[float]) -> dict:
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def paired_ratios(a: list[float], b: list[float]) -> dict:
+    """Ratio b_i / a_i of each A/B pair (run back to back), summarised."""
+    return stats([y / x for x, y in zip(a, b) if x])
+
+
+def fmt_stats(s: dict, scale: float = 1.0, digits: int = 2) -> str:
+    if s["median"] is None:
+        return "-"
+    f = f"{{:.{digits}f}}"
+    return f"{f.format(s['median'] * scale)} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
+
+
+# --- output ----------------------------------------------------------------------------------------
+
+def write_results(out: Path, suite: str, figures: dict, rows: list[dict]) -> dict:
+    doc = {"suite": suite, "figures": figures, "rows": rows}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+    return doc
+
+
+def md_table(headers: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def machine_line() -> str:
+    import torch
+    return (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo over loopback, one thread per rank; "
+            f"run {time.strftime('%Y-%m-%d %H:%M')}.")
+
+
+def write_report(out: Path, title: str, sections: list[str]) -> Path:
+    path = out / "REPORT.md"
+    path.write_text(f"# {title}\n\n{machine_line()}\n\n" + "\n\n".join(sections) + "\n")
+    return path
+
+
+def pyplot():
+    """matplotlib with the file-only backend (no display on a server)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def consistent(runs: list[dict]) -> bool:
+    """True when every multi-rank run reported identical replicas (null = not applicable, e.g. world 1)."""
+    return all(r["summary"].get("ranks_consistent") is not False for r in runs)
