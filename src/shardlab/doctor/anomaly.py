@@ -96,7 +96,7 @@ def decide(rows: list[dict], global_grad_norm: float, found_inf: bool, spike: Sp
     if bad_loss or bad_grad:
         ranks = sorted(set(bad_loss) | set(bad_grad))
         what = "loss" if bad_loss else "local gradient"
-        return {"kind": "non-finite", "ranks": ranks, "loss": loss, "median": med,
+        return {"kind": "non-finite", "ranks": ranks, "loss": float("nan") if bad_loss else loss, "median": med,
                 "reason": f"non-finite {what} on rank{'s' if len(ranks) > 1 else ''} "
                           f"{', '.join(map(str, ranks))} before the gradient reduction"}
     if not found_inf and not math.isfinite(global_grad_norm):

@@ -209,7 +209,8 @@ class Doctor:
             out = self.run_dir / "anomalies" / f"step_{step}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps(report, indent=1, default=_json_default))
-            print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
+            if self.policy != "stop":  # with stop, the trainer's error message is this summary
+                    print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
 
     # --- after the step --------------------------------------------------------------------------------
     def after_step(self, step: int) -> str:

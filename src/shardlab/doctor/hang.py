@@ -99,6 +99,8 @@ def analyse(dumps: dict[int, dict]) -> dict:
         age = dumps[r]["now_perf"] - rec["t_launch"]
         lines.append(f"rank {r} is waiting in {describe_op(rec)} ({rec['state']}) for {age:.1f} s, "
                      f"step {rec['step']}, issued from {' < '.join(reversed(rec.get('stack') or [])) or '?'}")
+        if dumps[r].get("main_stack"):
+            lines.append(f"  rank {r} main thread: {' > '.join(dumps[r]['main_stack'][-4:])}")
     if not absent:
         lines.insert(0, f"every rank that wrote a record reached {op} and none completed it: the collective itself "
                         "is stuck (network, a dead peer outside these records, or a backend problem)")

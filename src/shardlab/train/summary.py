@@ -32,7 +32,8 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     per_rank = comm.all_gather_object({"peak": peak, "state_bytes": state_bytes})
     step_time = statistics.median(step_times) if step_times else None
     stats = getattr(trainer, "comm_stats", None) or {}
-    consistent = replicas_consistent(trainer.strategy)
+    doctor = getattr(trainer, "doctor_result", None)  # the doctor's bitwise checksum of replicated params
+    consistent = doctor["ranks_consistent"] if doctor else replicas_consistent(trainer.strategy)
     return {
         "strategy": cfg.parallel.strategy,
         "world_size": trainer.world,
@@ -52,6 +53,7 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
         "overlap_pct": None,
         "exposed_comm_s": None,
         "ranks_consistent": consistent,
+        "anomalies": doctor["anomalies"] if doctor else 0,
         "skipped_steps": st.scaler.skipped if st.scaler is not None else 0,
         "dtype": cfg.train.dtype,
     }

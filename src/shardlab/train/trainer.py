@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,9 @@ import torch
 
 from shardlab import comm
 from shardlab.config import Config
+from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
+from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.model.gpt import build_model, resolve_model_config
 from shardlab.observe import analysis, inject, timeline
 from shardlab.parallel_dims import dims_for
@@ -87,6 +90,9 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
+        # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
+        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device)
+        self.verdict = "ok"
 
     # --- one optimizer step -------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
@@ -95,9 +101,13 @@ class Trainer:
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
             idx = st.sampler.next_batch()
+            action = self.doctor.before_step(st.step, idx)  # "run" | "skip" | "shadow" (uneven data, join)
+            if action == "skip":  # a bad batch skipped after a rollback: consumed, nothing else
+                self.verdict = "skip"
+                return torch.zeros((), device=self.device), float("nan"), True
             x, y = get_batch(self.train_ds, idx)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loss_weight = self.world / self.tokens_per_step
+        loss_weight = self.world / self.tokens_per_step * self.doctor.loss_weight_factor(action)
         if st.scaler is not None:
             loss_weight *= st.scaler.scale
         loss_sum = torch.zeros((), device=self.device)
@@ -110,6 +120,7 @@ class Trainer:
                 comm.set_phase("backward")
                 with timeline.span("backward", cat="compute", micro=i):
                     (loss * loss_weight).backward()
+            self.doctor.after_backward(st.step, (xb, yb), loss)
             loss_sum += loss.detach()
         comm.set_phase("optimizer")
         with timeline.span("optimizer", cat="optim"):
@@ -118,12 +129,31 @@ class Trainer:
             if st.scaler is not None:
                 found_inf = strategy.unscale_and_check(1.0 / st.scaler.scale)
             grad_norm = float("nan") if found_inf else strategy.clip_grad_norm_(t.grad_clip)
+            # Same verdict on every rank: "ok" | "skip" | "stop" | "rollback" (doctor.on_anomaly).
+            self.verdict = self.doctor.check_step(st.step, loss_sum, grad_norm, found_inf,
+                                                  st.scaler.scale if st.scaler is not None else None,
+                                                  shadow=action == "shadow")
+            found_inf = found_inf or self.verdict != "ok"  # an anomalous step updates nothing
             if not found_inf:
                 strategy.optimizer_step(st.optimizer)
             if st.scaler is not None:
                 st.scaler.update(found_inf)
             strategy.zero_grad(st.optimizer)
         return loss_sum, grad_norm, found_inf
+
+    def _rollback(self) -> int:
+        """doctor.on_anomaly=rollback: reload the latest checkpoint on every rank; the doctor remembers
+        the bad step and makes the replay skip its batch."""
+        self.ckpt.wait()
+        path = self.ckpt._choose("latest")
+        if path is None:
+            raise AnomalyError(f"doctor.on_anomaly=rollback at step {self.state.step}: there is no checkpoint to "
+                               f"roll back to yet (ckpt.every={self.cfg.ckpt.every}); use a smaller ckpt.every")
+        step = self.ckpt.load(path, self.state)
+        if self.is_main:
+            print(f"[shardlab doctor] rolled back to {path.name} (step {step}); skipping the bad batch(es) of "
+                  f"step(s) {sorted(self.doctor.skip_steps)}", flush=True)
+        return step
 
     def run(self) -> dict:
         cfg, st = self.cfg, self.state
@@ -146,11 +176,22 @@ class Trainer:
                 loss_sum, grad_norm, skipped = self.train_step()
             _sync(self.device)
             dt = time.perf_counter() - t0
+            if self.verdict == "stop":
+                raise AnomalyError(self.doctor.last_report["summary"])
+            if self.verdict == "rollback":
+                st.step = self._rollback()
+                continue
             self.comm_stats = comm.RECORDER.step_stats()
             st.step += 1
             window_steps += 1
             if st.step > self.start_step + warmup:
                 step_times.append(dt)
+            verdict = self.doctor.after_step(st.step - 1)  # heartbeat, periodic replica checksums
+            if verdict == "stop":
+                raise AnomalyError(self.doctor.last_checksum["summary"])
+            if verdict == "rollback":
+                st.step = self._rollback()
+                continue
             self.ckpt.maybe_save(st)
             log_now = st.step % t.log_every == 0 or st.step == t.steps
             eval_now = t.eval_every and (st.step % t.eval_every == 0 or st.step == t.steps)
@@ -170,6 +211,7 @@ class Trainer:
                 self.metrics.log(row, self.start_step)
                 window_t0, window_steps = time.perf_counter(), 0
         self.ckpt.close(st)
+        self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, last_train_loss, last_val)
         if self.is_main and cfg.trace.enabled:
@@ -187,5 +229,13 @@ def main(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg, run_dir)
     try:
         return trainer.run()
+    except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
+        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        if trainer.is_main or isinstance(e, CollectiveMismatchError):
+            print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
+        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        raise
     finally:
         comm.shutdown()
