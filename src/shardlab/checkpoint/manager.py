@@ -82,6 +82,7 @@ class CheckpointManager:
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
+        self.notes: list[str] = []  # what this manager told the user (rank 0), for tests and tools
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
         if self.rank == 0:
@@ -89,6 +90,10 @@ class CheckpointManager:
                 if c.path.name.endswith(".tmp"):
                     shutil.rmtree(c.path, ignore_errors=True)
         comm.barrier(self.pg)
+
+    def _note(self, msg: str) -> None:
+        self.notes.append(msg)
+        log(msg)
 
     # --- saving -------------------------------------------------------------------------------------
     def maybe_save(self, state) -> bool:
@@ -135,7 +140,8 @@ class CheckpointManager:
         error, files = None, {}
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
-            dcp.save(tensors, storage_writer=_Writer(tmp, fail), process_group=self.pg)
+            dcp.save(tensors, storage_writer=_Writer(tmp, fail), process_group=self.pg,
+                     no_dist=not comm.is_initialized())
             # Each rank hashes the shard files it wrote itself (still in its page cache), in parallel.
             for p in sorted(tmp.glob(f"__{self.rank}_*")):
                 files[p.name] = mf.file_entry(p)
@@ -150,7 +156,7 @@ class CheckpointManager:
         outcome = comm.broadcast_object(outcome, group=self.pg)
         self.last_outcome = outcome
         if outcome is not None and self.rank == 0:
-            log(outcome)
+            self._note(outcome)
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
@@ -202,7 +208,7 @@ class CheckpointManager:
         if not target and restarted:
             target = "latest"
             if self.rank == 0:
-                log("elastic restart: resuming from the latest checkpoint")
+                self._note("elastic restart: resuming from the latest checkpoint")
         if not target:
             return 0
         path = self._choose(target)
@@ -229,9 +235,9 @@ class CheckpointManager:
             if explicit:
                 raise CheckpointError(f"checkpoint {path} failed verification: {problems[0]}")
             if self.rank == 0:
-                log(f"checkpoint {path.name} failed verification: {'; '.join(problems)}; {nxt}")
+                self._note(f"checkpoint {path.name} failed verification: {'; '.join(problems)}; {nxt}")
         if self.rank == 0:
-            log(f"no intact checkpoint in {self.dir}: starting from step 0")
+            self._note(f"no intact checkpoint in {self.dir}: starting from step 0")
         return None
 
     def _explicit(self, target: str):
@@ -275,7 +281,7 @@ class CheckpointManager:
             del tensors["rng"]  # no saved stream for this rank layout; reseeded below
         else:
             tensors["rng"][f"rank_{self.rank}"] = self._rng_template(path)
-        dcp.load(tensors, checkpoint_id=str(path), process_group=self.pg)
+        dcp.load(tensors, checkpoint_id=str(path), process_group=self.pg, no_dist=not comm.is_initialized())
         state.strategy.load_model_state_dict(tensors["model"])
         st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
         if meta.get("sampler") and getattr(state, "sampler", None) is not None:
@@ -292,7 +298,7 @@ class CheckpointManager:
         if self.rank == 0:
             how = "" if same_world else (f" (saved at world size {meta['world_size']} with {meta['strategy']}; "
                                          "resharded, RNG streams reseeded)")
-            log(f"resumed from {path} at step {meta['step']}{how}")
+            self._note(f"resumed from {path} at step {meta['step']}{how}")
         self.last_saved_step = meta["step"]
         return meta["step"]
 

@@ -1,0 +1,62 @@
+"""`shardlab ckpt ls|verify|inspect|export` and the HF GPT-2 export (in-process, strategy single)."""
+import json
+
+import pytest
+import torch
+from ckpt_harness import make_cfg
+
+from shardlab.checkpoint import CheckpointError, CheckpointManager
+from shardlab.checkpoint import cli as ckpt_cli
+from shardlab.checkpoint import manifest as mf
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    from shardlab.train.trainer import Trainer
+
+    run = tmp_path_factory.mktemp("single")
+    trainer = Trainer(make_cfg(["parallel.strategy=single", "train.steps=3", "ckpt.every=2", "ckpt.final=true"], 1),
+                      run)
+    trainer.run()
+    return run, trainer
+
+
+def test_ls_verify_inspect(trained, capsys):
+    run, _ = trained
+    assert ckpt_cli.main(["ls", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "step_000002" in out and "step_000003" in out and "<- latest" in out and "committed" in out
+    assert ckpt_cli.main(["verify", str(run)]) == 0
+    assert capsys.readouterr().out.count("ok ") == 2
+    assert ckpt_cli.main(["inspect", str(run), "--tensors"]) == 0
+    out = capsys.readouterr().out
+    assert "step        3" in out and "model.wte.weight" in out and "optim.state.wte.weight.exp_avg" in out
+
+
+def test_bad_input_exits_2(tmp_path, capsys):
+    assert ckpt_cli.main(["verify", str(tmp_path / "nope")]) == 2
+    (tmp_path / "step_000005").mkdir()  # an uncommitted directory: never loaded, never exported
+    assert ckpt_cli.main(["export", str(tmp_path / "step_000005"), "--hf", str(tmp_path / "hf")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "MANIFEST.json" in err[1]
+    assert ckpt_cli.main(["frobnicate"]) == 2
+
+
+def test_resume_from_uncommitted_path_is_a_clear_error(trained, tmp_path):
+    run, trainer = trained
+    (tmp_path / "step_000005").mkdir()
+    cfg = make_cfg(["parallel.strategy=single", f"ckpt.resume={tmp_path / 'step_000005'}"], 1)
+    with pytest.raises(CheckpointError, match="no MANIFEST.json"):
+        CheckpointManager(tmp_path / "other", cfg).resume(trainer.state)
+
+
+def test_hf_export_same_logits(trained, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    run, trainer = trained
+    assert ckpt_cli.main(["export", str(run), "--hf", str(tmp_path / "hf")]) == 0
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["n_layer"] == 2
+    hf = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    ours = trainer.strategy.model.eval()
+    idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(idx).logits, ours(idx), atol=1e-5, rtol=0)
