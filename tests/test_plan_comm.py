@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from shardlab.plan.comm import call_time, dp_bytes_per_step, dp_collectives, padded, units, wire_factor
+from shardlab.plan.comm import call_time, ddp_buckets, dp_bytes_per_step, dp_collectives, padded, units, wire_factor
 from shardlab.plan.hardware import PRESETS as CLUSTERS, load_cluster
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import PRESETS
@@ -23,12 +23,18 @@ def test_ddp_one_all_reduce_of_4psi_per_step_whatever_the_accumulation():
     for m in (1, 4):
         tr = TrainSpec(global_batch=2 * m, precision="fp32")
         assert dp_bytes_per_step(SMALL, tr, Layout(dp=2, strategy="ddp"), m) == {"all_reduce": 4 * PSI}
+    # buckets: first 1 MiB, then 25 MiB, in reverse registration order (as shardlab's ddp)
+    (c,) = dp_collectives(SMALL, FP32, Layout(dp=2, strategy="ddp"), 1)
+    assert c.calls == 2 and c.last_payload == 4 * PSI - c.payload + c.last_payload
+    assert ddp_buckets([3, 3, 3, 3, 3], 4, 7) == [6, 9]
 
 
 def test_zero1_all_reduce_or_reduce_scatter_then_all_gather():
-    lay = Layout(dp=2, strategy="zero1")
+    lay = Layout(dp=2, strategy="zero1", zero1_impl="all_reduce")
     assert dp_bytes_per_step(SMALL, FP32, lay) == {"all_reduce": 4 * PSI, "all_gather": 4 * PSI}
-    lay = Layout(dp=2, strategy="zero1", zero1_impl="reduce_scatter")
+    lay = Layout(dp=2, strategy="zero1")  # shardlab's zero1: reduce-scatter on the last micro batch
+    for m in (1, 4):
+        assert dp_bytes_per_step(SMALL, FP32, lay, m)["reduce_scatter"] == 4 * PSI
     assert dp_bytes_per_step(SMALL, FP32, lay) == {"reduce_scatter": 4 * PSI, "all_gather": 4 * PSI,
                                                    "all_reduce": 4}  # + the grad-norm scalar
 

@@ -68,11 +68,16 @@ def test_padding_per_parameter_like_torch_chunk():
     m = PRESETS["tiny"]
     numels = [n for _, n in m.param_shapes()]
     n = 3
-    per_param = sum(-(-x // n) for x in numels)
+    # torch.chunk on dim 0: ceil(rows/n) whole rows per rank (wte is 256 x 64: 86 rows of 64)
+    per_param = sum(-(-x.rows // n) * x.row for x in numels)
+    assert numels[0].rows == 256 and numels[0].row == 64
     assert padded(numels, n, "per_param") == per_param * n
     assert padded(numels, n, "flat") == -(-sum(numels) // n) * n
     st = state_bytes(m, TrainSpec(3, precision="fp32"), Layout(dp=3, strategy="zero3"))
     assert st == {"params": 4 * per_param, "grads": 4 * per_param, "optimizer": 8 * per_param}
+    # zero1 keeps padded full params and grads (n * shard), the optimizer on the shard
+    st = state_bytes(m, TrainSpec(3, precision="fp32"), Layout(dp=3, strategy="zero1"))
+    assert st == {"params": 12 * per_param, "grads": 12 * per_param, "optimizer": 8 * per_param}
     assert sum(sum(u) for u in units(m)) == m.params
 
 

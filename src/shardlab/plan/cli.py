@@ -23,7 +23,7 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int,
                "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
-               "bucket_mb": float, "comm_dtype": str}
+               "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str}
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int}
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
 

@@ -41,12 +41,26 @@ def ring_steps(op: str, n: int) -> int:
 # Volumes
 # ---------------------------------------------------------------------------------------------
 def padded(numels: list[int], n: int, padding: str) -> int:
-    """Elements of the gathered (unsharded, padded) buffer: each rank holds padded/n."""
+    """Elements of the gathered (unsharded, padded) buffer: each rank holds padded/n.
+    per_param: torch.chunk on dim 0, every rank stores ceil(rows/n) whole rows of each parameter
+    (FSDP2, DTensor Shard(0), shardlab's zero); flat: one buffer padded to a multiple of n."""
     if n <= 1 or padding == "none":
         return sum(numels)
     if padding == "flat":
         return -(-sum(numels) // n) * n
-    return sum(-(-x // n) * n for x in numels)  # per parameter, torch.chunk-style shards
+    return sum(-(-getattr(x, "rows", x) // n) * n * getattr(x, "row", 1) for x in numels)
+
+
+def ddp_buckets(sizes: list[int], first: int, cap: int) -> list[int]:
+    """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
+    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`."""
+    out, cur = [], 0
+    for size in sizes:
+        cur += size
+        if cur >= (first if not out else cap):
+            out.append(cur)
+            cur = 0
+    return out + ([cur] if cur else [])
 
 
 @functools.lru_cache(maxsize=256)
@@ -65,6 +79,8 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], 
             root.append(n)
 
     def split(unit):
+        if tp == 1:
+            return tuple(unit)
         return tuple(x if x == model.d_model and tp > 1 else -(-x // tp) for x in unit)
     return (split(root),) + tuple(split(b) for b in blocks)
 
@@ -83,6 +99,7 @@ class Collective:
     overlap: str  # compute it can hide behind: backward | forward+backward | none
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
+    last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
 
     @property
     def wire(self) -> float:
@@ -91,8 +108,9 @@ class Collective:
 
 def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
     """Data-parallel collectives of shardlab's strategies (and ZeRO's paper), per rank per step.
-    m = micro batches per step: DDP syncs once (no_sync on the others); ZeRO-2/3 reduce-scatter
-    every micro batch because a rank keeps only its gradient shard."""
+    m = micro batches per step: DDP and zero1 sync once (on the last micro batch); ZeRO-2/3
+    reduce-scatter every micro batch because a rank keeps only its gradient shard. ZeRO uses one
+    collective per wrap unit (root + one per block): a unit's flat buffer."""
     if lay.dp == 1:
         return []
     us = units(model, lay.tp, lay.pp)
@@ -102,53 +120,45 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     pb = train.param_bytes
     s, r = lay.shard, lay.replicate
     full = padded(numels, s, lay.padding)
-    bucket = max(1, int(lay.bucket_mb * MiB))
-
-    def calls(nbytes):
-        return max(1, math.ceil(nbytes / bucket))
-    out: list[Collective] = []
+    unit_full = [padded(list(u), s, lay.padding) for u in us]
+    k = len(us)
     if lay.strategy == "ddp":
-        b = gb * psi
-        return [Collective("all_reduce", "dp", lay.dp, b, calls(b), "backward",
-                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch)")]
+        sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
+                            int(lay.bucket_mb * MiB))
+        return [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
+                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
+                           last_payload=sizes[-1])]
     sg = "dp_shard" if r > 1 else "dp"
-    if lay.strategy == "zero1":
-        if lay.zero1_impl == "all_reduce":
-            b = gb * psi
-            out.append(Collective("all_reduce", sg, s, b, calls(b), "backward",
-                                  f"{gb}*Psi gradients, once per step"))
-        else:
-            b = gb * full
-            out.append(Collective("reduce_scatter", sg, s, b, calls(b), "backward",
-                                  f"{gb}*Psi_padded, once per step"))
-        out.append(Collective("all_gather", sg, s, pb * full, calls(pb * full), "none",
-                              f"{pb}*Psi_padded updated parameters after the step"))
-    elif lay.strategy == "zero2":
-        b = gb * full * m
-        out.append(Collective("reduce_scatter", sg, s, b, m * calls(gb * full), "backward",
-                              f"{gb}*Psi_padded x {m} micro batches", per_micro=True))
-        out.append(Collective("all_gather", sg, s, pb * full, calls(pb * full), "none",
-                              f"{pb}*Psi_padded updated parameters after the step"))
+    out: list[Collective] = []
+    grad_op = "all_reduce" if (lay.strategy == "zero1" and lay.zero1_impl == "all_reduce") else "reduce_scatter"
+    per_micro = lay.strategy != "zero1"
+    reps = m if per_micro else 1
+    g_bytes = gb * (psi if grad_op == "all_reduce" else full)
+    # the root unit (embeddings) finishes its backward last: its reduction cannot overlap
+    out.append(Collective(grad_op, sg, s, g_bytes * reps, k * reps, "backward",
+                          f"{gb}*Psi{'_padded' if grad_op != 'all_reduce' else ''} x {reps} "
+                          f"{'micro batches' if per_micro else 'step (last micro batch)'}, one call per unit",
+                          per_micro=per_micro, last_payload=gb * unit_full[0]))
+    if lay.strategy in ("zero1", "zero2"):
+        out.append(Collective("all_gather", sg, s, pb * full, k, "none",
+                              f"{pb}*Psi_padded updated parameters after the step, one call per unit"))
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
-        unit_bytes = [pb * padded(u, s, lay.padding) for u in us]
-        fwd = sum(unit_bytes)
-        bwd_units = unit_bytes[1:] + (unit_bytes[:1] if lay.root_reshards else [])
-        bwd = sum(bwd_units) if lay.reshard_after_forward else 0
+        fwd = pb * full
+        # the root unit stays gathered from its forward to its backward (as FSDP2's root does)
+        bwd_units = unit_full[1:] + (unit_full[:1] if lay.root_reshards else [])
+        bwd = pb * sum(bwd_units) if lay.reshard_after_forward else 0
         n_bwd = len(bwd_units) if lay.reshard_after_forward else 0
-        out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (len(us) + n_bwd) * m,
-                              "forward+backward",
-                              f"({pb}*Psi_padded fwd + {bwd:,.0f} B bwd re-gather) x {m} micro batches",
-                              per_micro=True))
-        b = gb * full * m
-        out.append(Collective("reduce_scatter", sg, s, b, len(us) * m, "backward",
-                              f"{gb}*Psi_padded per micro batch, one call per unit", per_micro=True))
-    if lay.strategy in ("zero2", "zero3") or lay.zero1_impl == "reduce_scatter":
+        out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (k + n_bwd) * m, "forward+backward",
+                              f"({pb}*Psi_padded before forward + {bwd:,.0f} B re-gathered before backward)"
+                              f" x {m} micro batches, one call per unit",
+                              per_micro=True, last_payload=pb * unit_full[0]))
+    if grad_op == "reduce_scatter":
         # sharded gradients: the global grad norm needs one fp32 scalar summed across shards
         out.append(Collective("all_reduce", sg, s, 4, 1, "none", "4 B: grad-norm partial sums"))
     if r > 1:  # HSDP: shards are all-reduced across replicas once per step
         b = gb * full / s
-        out.append(Collective("all_reduce", "dp_replicate", r, b, calls(b), "backward",
-                              f"{gb}*Psi_padded/{s} across {r} replicas"))
+        out.append(Collective("all_reduce", "dp_replicate", r, b, k, "backward",
+                              f"{gb}*Psi_padded/{s} across {r} replicas", last_payload=gb * unit_full[0] / s))
     return out
 
 

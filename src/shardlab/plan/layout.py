@@ -68,11 +68,12 @@ class Layout:
     recompute: str = "none"
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
-    zero1_impl: str = "all_reduce"  # zero1 gradient collective: all_reduce | reduce_scatter
+    zero1_impl: str = "reduce_scatter"  # zero1 gradient collective: reduce_scatter | all_reduce
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
-    bucket_mb: float = 25.0  # DDP/ZeRO gradient bucket size (MiB)
+    bucket_mb: float = 25.0  # DDP gradient bucket size (MiB)
+    first_bucket_mb: float = 1.0  # DDP's first (earliest ready) bucket is smaller, as in torch DDP
     comm_dtype: str | None = None  # gradient collective dtype; None = gradient dtype
 
     @property

@@ -33,11 +33,13 @@ def state_bytes(model: ModelSpec, train: TrainSpec, lay: Layout) -> dict[str, fl
 def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 2, k: int = 12,
                       shard: float | None = None) -> dict[str, float]:
     """The ZeRO paper's per-rank model states for Psi parameters over n data-parallel ranks;
-    `shard` = elements of one rank's (padded) shard, Psi/n when None."""
+    `shard` = elements of one rank's padded shard (Psi/n when None). ZeRO keeps unsharded
+    tensors padded too (n * shard), as shardlab's zero does, so padding shows in every line."""
     sh = psi / n if shard is None else shard
-    return {"params": pb * (sh if strategy == "zero3" else psi),
-            "grads": gb * (sh if strategy in ("zero2", "zero3") else psi),
-            "optimizer": k * (psi if strategy == "ddp" else sh)}
+    full = psi if strategy == "ddp" else n * sh
+    return {"params": pb * (sh if strategy == "zero3" else full),
+            "grads": gb * (sh if strategy in ("zero2", "zero3") else full),
+            "optimizer": k * (full if strategy == "ddp" else sh)}
 
 
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
@@ -48,9 +50,10 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes
     z = lay.strategy
     p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"
-    pe = shard if p_sh else psi
-    ge = shard if g_sh else psi
-    oe = shard if o_sh else psi
+    full = psi if z == "ddp" else n * shard
+    pe = shard if p_sh else full
+    ge = shard if g_sh else full
+    oe = shard if o_sh else full
     st = model_state_bytes(psi, n, z, pb, gb, k, shard)
     dn = f"/{n}" if n > 1 else ""
     lines = [

@@ -10,6 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 
+class Param(int):
+    """A parameter's element count that remembers its shape as rows x row (torch.chunk shards rows)."""
+
+    def __new__(cls, rows: int, row: int = 1):
+        obj = super().__new__(cls, rows * row)
+        obj.rows, obj.row = rows, row
+        return obj
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
@@ -29,23 +38,24 @@ class ModelSpec:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
 
     # ---- parameters ------------------------------------------------------------------------
-    def param_shapes(self) -> list[tuple[str, int]]:
-        """(name, numel) of every parameter in registration order, like model.named_parameters()."""
+    def param_shapes(self) -> list[tuple[str, "Param"]]:
+        """(name, numel) of every parameter in registration order, like model.named_parameters();
+        each numel is a `Param` that also knows its dim-0 row size (sharding pads whole rows)."""
         h, f = self.d_model, self.mlp_ratio * self.d_model
-        out = [("wte.weight", self.vocab * h), ("wpe.weight", self.seq * h)]
+        out = [("wte.weight", Param(self.vocab, h)), ("wpe.weight", Param(self.seq, h))]
         for i in range(self.n_layer):
             p = f"blocks.{i}."
             out += [
-                (p + "ln_1.weight", h), (p + "ln_1.bias", h),
-                (p + "attn.qkv.weight", 3 * h * h), (p + "attn.qkv.bias", 3 * h),
-                (p + "attn.proj.weight", h * h), (p + "attn.proj.bias", h),
-                (p + "ln_2.weight", h), (p + "ln_2.bias", h),
-                (p + "mlp.fc.weight", f * h), (p + "mlp.fc.bias", f),
-                (p + "mlp.proj.weight", h * f), (p + "mlp.proj.bias", h),
+                (p + "ln_1.weight", Param(h)), (p + "ln_1.bias", Param(h)),
+                (p + "attn.qkv.weight", Param(3 * h, h)), (p + "attn.qkv.bias", Param(3 * h)),
+                (p + "attn.proj.weight", Param(h, h)), (p + "attn.proj.bias", Param(h)),
+                (p + "ln_2.weight", Param(h)), (p + "ln_2.bias", Param(h)),
+                (p + "mlp.fc.weight", Param(f, h)), (p + "mlp.fc.bias", Param(f)),
+                (p + "mlp.proj.weight", Param(h, f)), (p + "mlp.proj.bias", Param(h)),
             ]
-        out += [("ln_f.weight", h), ("ln_f.bias", h)]
+        out += [("ln_f.weight", Param(h)), ("ln_f.bias", Param(h))]
         if not self.tied:
-            out.append(("lm_head.weight", self.vocab * h))
+            out.append(("lm_head.weight", Param(self.vocab, h)))
         return out
 
     @property

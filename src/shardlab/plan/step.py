@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .comm import Collective, collective_time, dp_collectives, local_params, padded, tp_pp_collectives, units
+from .comm import Collective, call_time, collective_time, group_placement, dp_collectives, local_params, padded, tp_pp_collectives, units
 from .compute import micro_batch_time, optimizer_time
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum
@@ -118,8 +118,10 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
             continue
         reps = m if cl.c.per_micro else 1
         win = windows[cl.c.overlap] * reps - budget[cl.c.overlap]
-        per_window_calls = max(1, cl.c.calls // reps)
-        hideable = cl.time * (1 - 1 / per_window_calls)  # the last bucket/first unit waits
+        # the last bucket (first unit, for gathers) waits for, or holds up, the compute
+        last = call_time(cl.c.op, cl.c.last_payload, cl.c.n, group_placement(cl.c.group, lay, cluster),
+                         cluster)[0] if cl.c.last_payload else cl.time / max(1, cl.c.calls // reps) / reps
+        hideable = max(0.0, cl.time - last * reps)
         hidden = cluster.overlap_efficiency * max(0.0, min(hideable, win))
         budget[cl.c.overlap] += hidden
         cl.exposed = cl.time - hidden
