@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from shardlab import config
+from shardlab.checkpoint import manifest as mf
 
 BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
         "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2",
@@ -51,16 +52,19 @@ def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", r
         return batches[step]
 
     sampler.next_global_batch = recording
-    if stop_after:  # an interruption right after the checkpoint at `stop_after` (as if the job died)
-        save = trainer.ckpt.maybe_save
+    saves = []  # (step, outcome, latest) after each save; waits for async saves to know the outcome
+    save = trainer.ckpt.maybe_save
 
-        def save_then_stop(state):
-            save(state)
-            if state.step == stop_after:
-                trainer.ckpt.wait()
-                raise _Stop
+    def recording_save(state):
+        if save(state):
+            trainer.ckpt.wait()
+            latest = mf.read_latest(trainer.ckpt.dir)
+            saves.append((state.step, trainer.ckpt.last_outcome, latest.name if latest else None,
+                          sorted(p.name for p in trainer.ckpt.dir.iterdir())))
+        if state.step == stop_after:  # an interruption right after this checkpoint (as if the job died)
+            raise _Stop
 
-        trainer.ckpt.maybe_save = save_then_stop
+    trainer.ckpt.maybe_save = recording_save
     try:
         trainer.run()
     except _Stop:
@@ -73,7 +77,7 @@ def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", r
                 losses[row["step"]] = row["loss"]
     return {"losses": losses, "params": {k: v.detach().clone() for k, v in trainer.strategy.full_parameters().items()},
             "batches": batches, "start": trainer.start_step, "outcome": trainer.ckpt.last_outcome,
-            "rng": torch.rand(3)}
+            "rng": torch.rand(3), "saves": saves, "notes": trainer.ckpt.notes}
 
 
 def assert_params_equal(a: dict, b: dict, exact: bool = True, rtol=1e-5, atol=1e-6) -> None:

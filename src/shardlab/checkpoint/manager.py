@@ -26,6 +26,7 @@ from pathlib import Path
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
 from shardlab import comm
 from shardlab.checkpoint import manifest as mf
@@ -122,13 +123,21 @@ class CheckpointManager:
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
         if self.ccfg.async_ if async_ is None else async_:
             tensors = st.stage(tensors)  # the only part the loop waits for: a memory copy
-            self._thread = threading.Thread(target=self._write_and_commit, args=(step, tensors, meta),
+            self._thread = threading.Thread(target=self._background, args=(step, tensors, meta),
                                             name=f"ckpt-{step}", daemon=True)
             self._thread.start()
         else:
             self._write_and_commit(step, tensors, meta)
         self.last_saved_step = step
         self.blocked_s.append(time.perf_counter() - t0)
+
+    def _background(self, step: int, tensors: dict, meta: dict | None) -> None:
+        self.last_outcome = f"checkpoint at step {step} did not finish"
+        try:
+            self._write_and_commit(step, tensors, meta)
+        except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
+            self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
+            self._note(self.last_outcome)
 
     def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
         name = mf.step_dirname(step)
@@ -147,7 +156,7 @@ class CheckpointManager:
                 files[p.name] = mf.file_entry(p)
             if self.rank == 0:
                 mf.write_json_atomic(tmp / st.STATE_FILE, meta)
-        except Exception as e:  # noqa: BLE001 - any failure abandons this checkpoint, never the run
+        except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
             error = _describe(e)
         reports = comm.all_gather_object((error, files), group=self.pg)
         outcome = None
