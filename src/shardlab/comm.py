@@ -245,7 +245,7 @@ def _verify(rec: Record, payload: torch.Tensor, group) -> None:
     rows = out.view(-1, 3).tolist()
     if any(r != rows[0] for r in rows):
         desc = "; ".join(f"rank {i}: {_OPS[o]} of {n} x {e} B" for i, (o, n, e) in enumerate(rows))
-        raise CollectiveMismatchError(f"collective mismatch at sequence #{rec.seq} (step {rec.step}, {rec.phase}): "
+        raise CollectiveMismatchError(f"collective mismatch at sequence #{rec.seq} (step {rec.step}): "
                                       f"{desc}. The ranks' programs diverged before this point.")
 
 

@@ -58,6 +58,7 @@ class Doctor:
         if world > 1 and cfg.doctor.hang_timeout_s > 0:
             self.watchdog = Watchdog(self.run_dir, rank, world, cfg.doctor.hang_timeout_s,
                                      extra={"strategy": cfg.parallel.strategy})
+        comm.RECORDER.verify = bool(cfg.doctor.verify_collectives)
         self.skip_steps: set[int] = set()  # bad batches to skip after a rollback
         self.anomalies = 0
         self.last_report: dict | None = None
@@ -93,7 +94,7 @@ class Doctor:
             return "skip"
         if self.faults.fires("hang", step, self.rank):
             inject.hang_forever(self.rank, step)
-        mine = self.has_data(step) and bool(batch_indices)
+        mine = self.has_data(step)  # must match what this rank announced in the last check_step
         if self._data_next is None:  # first step (or after a skip): one extra small collective
             flags = torch.tensor([float(mine)], device=self.device)
             out = torch.empty(self.world, device=self.device)

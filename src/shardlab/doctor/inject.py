@@ -78,8 +78,11 @@ class Faults:
         return self.nan is not None and self.nan[:2] == (step, rank)
 
     def fires(self, which: str, step: int, rank: int) -> bool:
-        target = getattr(self, which)
-        return target is not None and target == (rank, step)
+        """True once, at the target (rank, step); a rolled-back replay of that step runs clean."""
+        if getattr(self, which) != (rank, step):
+            return False
+        setattr(self, which, None)
+        return True
 
 
 def attach_nan(model: nn.Module, module_name: str):

@@ -1,0 +1,237 @@
+"""Doctor unit tests: detection, localisation, checksums, watchdog + flight-recorder analysis, uneven
+inputs, collective verification. Multi-rank parts run in a world-2 gloo pool (no test can hang)."""
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from shardlab import comm
+from shardlab.config import Config, ConfigError
+from shardlab.doctor import anomaly, checksum, hang, inject
+from shardlab.doctor.localize import build_replica, localize
+from shardlab.model.gpt import build_model, resolve_model_config
+
+
+def tiny_cfg(**over) -> Config:
+    cfg = Config()
+    cfg.model.preset, cfg.model.n_layer, cfg.train.seq_len, cfg.train.micro_batch = "tiny", 3, 16, 2
+    cfg.parallel.strategy = "ddp"
+    for k, v in over.items():
+        section, name = k.split("__")
+        setattr(getattr(cfg, section), name, v)
+    return cfg
+
+
+# --- single process ---------------------------------------------------------------------------------
+
+def test_fault_parsing_is_strict():
+    cfg = tiny_cfg(debug__inject_nan="7:1:blocks.2.mlp", debug__hang_rank="1@5")
+    f = inject.Faults.parse(cfg.debug, world=2)
+    assert f.nan == (7, 1, "blocks.2.mlp") and f.hang == (1, 5)
+    assert f.fires("hang", 5, 1) and not f.fires("hang", 5, 1)  # once only
+    for bad in ({"debug__inject_nan": "7:1"}, {"debug__hang_rank": "2@5"}, {"debug__corrupt_rank": "x"}):
+        with pytest.raises(ConfigError):
+            inject.Faults.parse(tiny_cfg(**bad).debug, world=2)
+    model = build_model(resolve_model_config(tiny_cfg().model, 16), 0)
+    with pytest.raises(ConfigError, match="did you mean"):
+        inject.Faults.parse(tiny_cfg(debug__inject_nan="1:0:blocks.2.mpl").debug, 2).check_module(model)
+
+
+def test_localize_names_the_first_nonfinite_module():
+    cfg = tiny_cfg()
+    model = build_model(resolve_model_config(cfg.model, 16), 0)
+    replica = build_replica(cfg, dict(model.named_parameters()), torch.device("cpu"))
+    x, y = torch.randint(0, 256, (2, 16)), torch.randint(0, 256, (2, 16))
+    clean = localize(replica, [(x, y)], [[3, 4]])
+    assert not clean["found"] and all(math.isfinite(v) for v in clean["per_sample_loss"])
+    h = inject.attach_nan(replica, "blocks.2.mlp")
+    bad = localize(replica, [(x, y), (x, y)], [[3, 4], [5, 6]])
+    h.remove()
+    # the NaN is created by blocks.2.mlp itself (its children fc/proj are finite; its parents come later)
+    assert bad["found"] and bad["module"] == "blocks.2.mlp" and bad["where"] == "forward"
+    assert bad["micro"] == 0 and bad["sample_indices"] == [3, 4]
+
+
+def test_decide_attributes_nonfinite_to_the_local_rank_and_spikes_to_the_median():
+    def row(loss=2.0, lf=1.0, gf=1.0):
+        return {"loss": loss, "tokens": 10, "grad_sq": 1.0, "loss_finite": lf, "grad_finite": gf}
+    spike = anomaly.SpikeDetector(3.0, warmup=3)
+    assert anomaly.decide([row(), row()], 1.0, False, spike) is None
+    found = anomaly.decide([row(), row(lf=0.0)], float("nan"), False, spike)
+    assert found["kind"] == "non-finite" and found["ranks"] == [1]
+    assert anomaly.decide([row(gf=0.0), row()], float("nan"), True, spike) is None  # fp16 overflow: expected
+    for v in (2.0, 2.1, 1.9):
+        spike.add(v)
+    found = anomaly.decide([row(2.0), row(20.0)], 1.0, False, spike)
+    assert found["kind"] == "spike" and found["ranks"] == [1]
+
+
+def test_checksum_compare_majority_and_tie():
+    names = ["a", "b", "c"]
+    t0, t1 = [(1, 1), (2, 2), (3, 3)], [(1, 1), (2, 9), (3, 9)]
+    res = checksum.compare(names, [t0, t1])
+    assert not res["consistent"] and res["first"] == {"param": "b", "ranks": [1], "reference_rank": 0}
+    res = checksum.compare(names, [t1, t0, t0])  # three replicas: the majority wins, rank 0 is the odd one
+    assert res["first"]["ranks"] == [0] and res["ranks"]["0"]["n_params"] == 2
+    a = torch.randn(100)
+    b = a.clone()
+    b[[3, 7]] = b[[7, 3]]  # a swap keeps the plain sum: the weighted one catches it
+    assert checksum.tensor_checksum(a) != checksum.tensor_checksum(b)
+
+
+def _dump(rank, world, phase, records, now=100.0):
+    return {"rank": rank, "world": world, "phase": phase, "step": 5, "now_perf": now, "last_progress_age_s": 3.0,
+            "main_stack": ["trainer.py:1 run"], "records": records}
+
+
+def _rec(seq, op="all_reduce", nbytes=4_200_000, state="completed", tag="bucket 3"):
+    return {"seq": seq, "op": op, "bytes": nbytes, "dtype": "float32", "shape": [nbytes // 4], "group": "world",
+            "tag": tag, "step": 5, "phase": "backward", "t_launch": 90.0, "state": state, "stack": ["ddp.py:1 x"]}
+
+
+def test_hang_analysis_on_synthetic_dumps():
+    dumps = {0: _dump(0, 2, "backward", [_rec(56), _rec(57, state="started")]),
+             1: _dump(1, 2, "data loading", [_rec(56)])}
+    res = hang.analyse(dumps)
+    assert res["kind"] == "hang" and res["absent"] == [1]
+    assert res["lines"][0].startswith("rank 1 never joined all_reduce #57 (bucket 3, 4.2 MB); its last completed "
+                                      "op was all_reduce #56") and "it was in: data loading" in res["lines"][0]
+    dumps[1]["records"].append(_rec(57, op="broadcast", state="started"))
+    res = hang.analyse(dumps)
+    assert res["kind"] == "mismatch" and res["seq"] == 57 and "MISMATCH" in res["lines"][0]
+    res = hang.analyse({0: dumps[0]})
+    assert any("no flight record from rank 1" in line for line in res["lines"])
+
+
+# --- world 2 ----------------------------------------------------------------------------------------
+
+def _strategy(cfg, device=torch.device("cpu")):
+    from shardlab.parallel_dims import dims_for
+    from shardlab.strategies import build_strategy
+    model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
+    dims = dims_for(cfg.parallel.strategy, comm.world_size(), cfg.parallel.dp_replicate)
+    dims.build_mesh("cpu")
+    s = build_strategy(cfg.parallel.strategy, cfg.parallel, dims, device)
+    s.wrap(model)
+    return s
+
+
+def _step(doctor, s, step, opt=None):
+    """One minimal training step driven like the trainer does."""
+    g = torch.Generator().manual_seed(100 * step + comm.rank())
+    x, y = torch.randint(0, 256, (2, 16), generator=g), torch.randint(0, 256, (2, 16), generator=g)
+    comm.RECORDER.step = step
+    action = doctor.before_step(step, [2 * comm.rank(), 2 * comm.rank() + 1])
+    with s.sync_context(is_last=True):
+        loss = s.module(x, y, reduction="sum")
+        (loss * doctor.loss_weight_factor(action) / 64).backward()
+    doctor.after_backward(step, (x, y), loss)
+    s.finish_backward()
+    norm = s.clip_grad_norm_(0.0)
+    verdict = doctor.check_step(step, loss, norm, shadow=action == "shadow")
+    if verdict == "ok" and opt is not None:
+        s.optimizer_step(opt)
+    s.zero_grad(opt) if opt is not None else s.module.zero_grad(set_to_none=True)
+    return verdict, doctor.after_step(step)
+
+
+def _nan_and_corruption(run_dir):
+    from shardlab.doctor import Doctor
+    cfg = tiny_cfg(debug__inject_nan="2:1:blocks.2.mlp", debug__corrupt_rank="1@3", doctor__checksum_every=2,
+                   doctor__on_anomaly="skip", doctor__hang_timeout_s=0.0)
+    s = _strategy(cfg)
+    opt = torch.optim.SGD(s.model.parameters(), lr=0.1)
+    doctor = Doctor(cfg, run_dir, s, comm.rank(), comm.world_size())
+    # The local gradient hook runs before the DDP all-reduce: only rank 1 sees its own NaN.
+    verdicts = [_step(doctor, s, step, opt) for step in range(5)]
+    out = doctor.close()
+    return verdicts, out, doctor.last_report, doctor.last_checksum
+
+
+def test_nan_is_pinned_to_rank_step_module_and_corruption_to_rank_param(pool2, tmp_path):
+    res = pool2.run(_nan_and_corruption, str(tmp_path), timeout=60)
+    (v0, out0, rep0, ck0), (v1, *_rest) = res
+    assert v0 == v1  # identical verdicts on every rank
+    assert [v[0] for v in v0] == ["ok", "ok", "skip", "ok", "ok"]
+    report = json.loads((tmp_path / "anomalies" / "step_2.json").read_text())
+    assert report["step"] == 2 and report["ranks"] == [1] and report["local_grad_hooks"]
+    assert report["per_rank"]["1"]["localisation"]["module"] == "blocks.2.mlp"
+    assert report["per_rank"]["0"]["localisation"] is None  # rank 0 was healthy: not replayed
+    # corruption after step 3 -> the checksum after step 3 ((3+1) % 2 == 0) names rank 1 and the parameter
+    assert v0[3][1] == "ok" and not out0["ranks_consistent"] and out0["anomalies"] == 1
+    div = json.loads((tmp_path / "doctor" / "divergence_step_3.json").read_text())
+    assert div["first"]["ranks"] == [1] and div["first"]["param"] == ck0["first"]["param"]
+    assert div["first"]["detail"]["1"]["n_diff"] == 1
+    assert "rank 1 differ" in div["summary"].replace("ranks", "rank")
+
+
+def _uneven(run_dir, mode):
+    from shardlab.doctor import Doctor, UnevenInputsError
+    cfg = tiny_cfg(debug__uneven_rank="1@2", doctor__hang_timeout_s=0.0)
+    cfg.data.uneven = mode
+    s = _strategy(cfg)
+    doctor = Doctor(cfg, run_dir, s, comm.rank(), comm.world_size())
+    t0 = time.monotonic()
+    try:
+        verdicts = [_step(doctor, s, step)[0] for step in range(4)]
+    except UnevenInputsError as e:
+        return str(e), time.monotonic() - t0
+    finally:
+        doctor.close(final_checksum=False)
+    return verdicts, doctor.close()["ranks_consistent"]
+
+
+def test_uneven_inputs_error_on_every_rank_or_join(pool2, tmp_path):
+    (m0, dt0), (m1, _) = pool2.run(_uneven, str(tmp_path), "error", timeout=60)
+    assert m0 == m1 and "step 2: rank 1 ran out of data while rank(s) 0 still have some" in m0 and dt0 < 30
+    (v0, ok0), (v1, ok1) = pool2.run(_uneven, str(tmp_path), "join", timeout=60)
+    assert v0 == v1 == ["ok"] * 4
+
+
+def _watched_hang(run_dir):
+    from shardlab.doctor.watchdog import Watchdog
+    wd = Watchdog(Path(run_dir), comm.rank(), 2, timeout_s=0.5, exit_on_hang=False)
+    comm.all_reduce(torch.ones(4), tag="warm-up")
+    if comm.rank() == 1:
+        comm.set_phase("data loading")
+        time.sleep(2.0)  # rank 0 waits in the next all_reduce meanwhile: both watchdogs fire
+    comm.all_reduce(torch.ones(1000), tag="bucket 0")
+    wd.stop()
+    return wd.fired
+
+
+def test_watchdog_dumps_and_hang_analysis_names_the_absent_rank(pool2, tmp_path):
+    fired = pool2.run(_watched_hang, str(tmp_path), timeout=60)
+    assert all(f and "no progress" in f for f in fired)
+    res = hang.report(tmp_path)
+    assert res["kind"] == "hang" and res["absent"] == [1], res["lines"]
+    assert "rank 1 never joined all_reduce" in res["lines"][0] and "(bucket 0, 4.0 kB)" in res["lines"][0]
+    assert "it was in: data loading" in res["lines"][0]
+
+
+def _verified_mismatch(run_dir):
+    from shardlab.doctor import Doctor
+    cfg = tiny_cfg(debug__mismatch_rank="1@1", doctor__verify_collectives=True, doctor__hang_timeout_s=30.0)
+    s = _strategy(cfg)
+    doctor = Doctor(cfg, run_dir, s, comm.rank(), comm.world_size())
+    try:
+        for step in range(3):
+            _step(doctor, s, step)
+    except comm.CollectiveMismatchError as e:
+        doctor.dump(f"error: {e}")
+        return str(e)
+    finally:
+        doctor.close(final_checksum=False)
+        comm.RECORDER.verify = False
+
+
+def test_mismatch_is_reported_as_a_mismatch(pool2, tmp_path):
+    msgs = pool2.run(_verified_mismatch, str(tmp_path), timeout=60)
+    assert msgs[0] == msgs[1] and "collective mismatch at sequence" in msgs[0] and "step 1" in msgs[0]
+    res = hang.report(tmp_path)
+    assert res["kind"] == "mismatch" and "MISMATCH" in res["lines"][0]
+    # the doctor's check gathers 8 float64 per rank (2 x 64 B); the faulty rank sends 9 (2 x 72 B)
+    assert "rank 0: all_gather 128 B" in res["lines"][1] and "rank 1: all_gather 144 B" in res["lines"][2]
