@@ -55,6 +55,10 @@ class Bucket:
         if self.comm_buffer is not None:
             self.comm_buffer.copy_(self.buffer)
         self.handle = comm.all_reduce(self.wire_tensor, group=group, async_op=True, tag=f"bucket{self.index}")
+        if self.handle.work is not None:
+            # Stamp the completion when the collective really ends, not when the step gets to wait().
+            rec = self.handle.rec
+            self.handle.work.get_future().add_done_callback(lambda _fut: comm.RECORDER.done(rec))
 
     def finish(self) -> None:
         """Wait for the all-reduce and, when compressing, cast the averaged gradient back."""
@@ -65,7 +69,7 @@ class Bucket:
         self.events = {"bucket": self.index, "params": len(self.params), "numel": self.buffer.numel(),
                        "bytes": self.nbytes, "dtype": str(self.wire_tensor.dtype).replace("torch.", ""),
                        "t_ready": self.t_ready, "t_launch": rec.t_launch, "t_done": rec.t_done,
-                       "seq": rec.seq}
+                       "t_wait": rec.t_wait, "seq": rec.seq}
         self.handle = None
 
     def mark_ready(self, now: float | None = None) -> bool:

@@ -23,6 +23,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.observe import timeline
 from shardlab.strategies import buckets as B
 from shardlab.strategies.base import Strategy
 from shardlab.strategies.sync_batchnorm import enable_cpu_sync_batchnorm
@@ -107,6 +108,7 @@ class DDP(Strategy):
         self.ready[i] = True
         self.ready_order.append(i)
         if bucket.mark_ready():
+            timeline.instant("bucket_ready", bucket=bucket.index)
             self._launch_ready_buckets()
 
     def _launch_ready_buckets(self) -> None:
@@ -137,7 +139,8 @@ class DDP(Strategy):
             p = self.named[i][1]
             self.ready[i] = True
             self.ready_order.append(i)
-            self.slot[p][0].mark_ready(now)
+            if self.slot[p][0].mark_ready(now):
+                timeline.instant("bucket_ready", bucket=self.slot[p][0].index)
         self._launch_ready_buckets()
         # Which parameters were used on *some* rank: the globally unused ones keep `.grad = None`,
         # as with torch DDP, so the optimizer leaves them alone.
@@ -152,6 +155,10 @@ class DDP(Strategy):
                 raise RuntimeError(f"ddp: finish_backward() on rank {self.rank} but no gradient arrived "
                                    f"since the last step; was backward() called on the loss?")
             self._on_backward_end()
+        now = time.perf_counter()
+        for b in self.buckets:  # from here the step only waits (the trace's exposed communication)
+            if b.handle is not None and b.handle.rec.t_wait is None:
+                b.handle.rec.t_wait = now
         events = []
         for b in self.buckets:
             b.finish()
