@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,8 @@ def run_jobs(jobs: list[dict], nproc: int, work: Path, timeout: float = 900) -> 
     """Run jobs ({"name", "overrides", "out"}) in order in one launch of `nproc` ranks; return each
     job's result: its summary.json plus the per-step rows of metrics.jsonl."""
     work.mkdir(parents=True, exist_ok=True)
+    for j in jobs:  # a fresh run directory: the trainer appends to metrics.jsonl
+        shutil.rmtree(j["out"], ignore_errors=True)
     spec = work / f"jobs-{len(list(work.glob('jobs-*.json')))}.json"
     spec.write_text(json.dumps([{"overrides": j["overrides"], "out": str(j["out"])} for j in jobs]))
     cmd = [sys.executable, "-m", "shardlab.bench.worker", str(spec)]
