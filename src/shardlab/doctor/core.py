@@ -64,6 +64,7 @@ class Doctor:
         self.last_report: dict | None = None
         self.last_checksum: dict | None = None
         self.ranks_consistent = True
+        self.divergences = 0
         self._data_next: list[bool] | None = None  # every rank's "I have data for the next step", agreed
         self._nan_handle = None
         self._reset_step([])
@@ -230,8 +231,9 @@ class Doctor:
     def checksum(self, step: int) -> dict:
         result = checksum_mod.check_replicas(self.strategy, step, self.device)
         self.last_checksum = result
+        self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:
-            self.ranks_consistent = False
+            self.divergences += 1
             text = checksum_mod.describe(result)
             result["summary"] = text
             if self.rank == 0:
@@ -256,7 +258,8 @@ class Doctor:
                 self.watchdog.stop()
                 self.watchdog = None
             self.monitor.remove()
-        return {"ranks_consistent": self.ranks_consistent, "anomalies": self.anomalies}
+        return {"ranks_consistent": self.ranks_consistent, "anomalies": self.anomalies,
+                "divergences": self.divergences}
 
 
 def found_loss(rows: list[dict]) -> float:
