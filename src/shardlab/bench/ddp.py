@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from shardlab.bench import common
+from shardlab.bench import common, tracing
 
 PAIRS = {"quick": (14, 4), "full": (40, 5)}  # (steps, warm-up steps excluded)
 MODELS = {"quick": dict(n_layer=2, n_head=4, d_model=128), "full": dict(n_layer=4, n_head=4, d_model=256)}
@@ -124,6 +124,7 @@ def run(out: Path, quick: bool) -> dict:
     with WorkerPool(2, timeout=1800) as pool:
         for dtype in ("fp32", "fp16", "bf16"):
             results[dtype] = pool.run(_paired_fn, dtype, steps, model_kw)[0]  # rank 0's view
+        traced = pool.run(tracing.paired_trace_fn, max(40, 3 * steps), model_kw)[0]  # trace_overhead, see bench/tracing.py
 
     rows, figures = [], {}
     for dtype, r in results.items():
@@ -146,6 +147,7 @@ def run(out: Path, quick: bool) -> dict:
     figures["busbw_ratio"] = by["fp32"]["busbw_train_GBps"] / by["fp32"]["busbw_standalone_GBps"]
     figures["loss_dev_fp16"] = by["fp16"]["loss_dev_ddp"]
     figures["loss_dev_bf16"] = by["bf16"]["loss_dev_ddp"]
+    figures.update(tracing.figures(traced, warm))
     doc = common.write_results(out, "ddp", figures, rows)
     _plot(out, results, warm)
     _report(out, rows, figures, steps, warm, model_kw, quick)
@@ -197,4 +199,7 @@ def _report(out, rows, figures, steps, warm, model_kw, quick) -> None:
         f"**Loss deviation** (max over steps of |loss − loss with fp32 comm|, same init and data): "
         f"fp16 {f(figures['loss_dev_fp16'], 4)}, bf16 {f(figures['loss_dev_bf16'], 4)}. Pre-division by the world "
         "size before the cast keeps fp16 sums from overflowing; bf16 keeps the range but has 8 mantissa bits.",
+        f"**trace_overhead = {f(figures['trace_overhead'])}** ({f(figures['trace_overhead_min'])}–"
+        f"{f(figures['trace_overhead_max'])}): tokens/s with `trace.enabled` ÷ without, paired per step "
+        "(bench/tracing.py); ≥ 0.97 means tracing costs at most 3%.",
     ])

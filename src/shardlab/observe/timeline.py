@@ -31,6 +31,7 @@ _events: list[tuple] = []  # (name, cat, t0, t1 | None, args) in perf_counter se
 _run_dir: Path | None = None
 _rank = 0
 _clock_offset = 0.0
+_paused_comm: list | None = None
 
 
 class _NullSpan:
@@ -96,6 +97,16 @@ def enable(run_dir: str | Path, rank: int) -> None:
     _enabled, _events, _run_dir, _rank = True, [], Path(run_dir), rank
     _clock_offset = _measure_clock_offset()
     comm.RECORDER.events = []
+
+
+def set_recording(on: bool) -> None:
+    """Pause or resume recording without losing what was recorded (the tracing-overhead bench
+    alternates traced and untraced steps in one run)."""
+    global _enabled, _paused_comm
+    if on and not _enabled:
+        _enabled, comm.RECORDER.events = True, _paused_comm
+    elif not on and _enabled:
+        _enabled, _paused_comm, comm.RECORDER.events = False, comm.RECORDER.events, None
 
 
 def disable() -> None:
