@@ -15,10 +15,9 @@ import os
 import socket
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from .compute import gemm_shapes, layer_ops
+from .compute import gemm_shapes
 from .hardware import Cluster, default_profile_path, write_profile
 from .model import ModelSpec
 
@@ -41,34 +40,24 @@ def _timeit(fn, min_time: float, min_reps: int = 3) -> float:
     return statistics.median(samples)
 
 
-def measure_compute(model: ModelSpec, micro_batches, quick: bool) -> dict:
+def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict:
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
     mt = 0.02 if quick else 0.1
-    table, s = {}, model.seq
-    for b in micro_batches:
-        for (m, n, k) in gemm_shapes(model, b, s):
-            key = f"{m},{n},{k}"
-            if key in table:
-                continue
-            x, w = torch.randn(m, k), torch.randn(k, n)
-            table[key] = 2 * m * n * k / _timeit(lambda: torch.mm(x, w), mt)
-        a, dh = model.n_head, model.d_model // model.n_head
-        q, kk, v = (torch.randn(b, a, s, dh, requires_grad=True) for _ in range(3))
-        flops = 4 * b * a * s * s * dh
-        t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
-        y = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-        gy = torch.randn_like(y)
-
-        def fb():
-            out = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
-            torch.autograd.grad(out, (q, kk, v), gy)
-        t_fb = _timeit(fb, mt)
-        table[f"sdpa:{b * a}x{s},{dh}"] = flops / t_f
-        table[f"sdpa_bwd:{b * a}x{s},{dh}"] = 2 * flops / max(t_fb - t_f, 1e-9)
-    # elementwise: bytes moved / time, at the largest micro batch's activation sizes
-    T, h = max(micro_batches) * s, model.d_model
+    table = {}
+    for model in models:
+        s = model.seq
+        for b in micro_batches:
+            for (m, n, k) in gemm_shapes(model, b, s):
+                key = f"{m},{n},{k}"
+                if key not in table:
+                    x, w = torch.randn(m, k), torch.randn(k, n)
+                    table[key] = 2 * m * n * k / _timeit(lambda: torch.mm(x, w), mt)
+            table.update(_sdpa(model, b, mt))
+    # elementwise: bytes moved / time, at the largest activation sizes
+    big = max(models, key=lambda m: m.params)
+    T, h = max(micro_batches) * big.seq, big.d_model
     x, y4 = torch.randn(T, h), torch.randn(T, 4 * h)
     ln = torch.nn.LayerNorm(h)
     with torch.no_grad():
@@ -84,18 +73,58 @@ def measure_compute(model: ModelSpec, micro_batches, quick: bool) -> dict:
             z = z * 1.0001
         z.sum().backward()
     op_overhead = _timeit(chain, mt) / 100
-    # optimizer: AdamW over the model's parameter shapes, with the grad-norm pass
-    params = [torch.zeros(n, requires_grad=True) for _, n in model.param_shapes()]
+    # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip at each model's
+    # parameter shapes and at many tiny tensors; least squares t = a*tensors + b*params
+    pts = [_adam_time([n for _, n in m.param_shapes()], mt) for m in models]
+    pts += [_adam_time([16] * 64, mt), _adam_time([2**20], mt)]  # per-tensor and per-element anchors
+    a_t, b_p = _fit_two(pts)
+    return {"gemm_table": table, "elementwise_bw": statistics.median(bws), "op_overhead_s": op_overhead,
+            "adam_s_per_param": b_p, "adam_s_per_tensor": a_t}
+
+
+def _sdpa(model: ModelSpec, b: int, mt: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+    s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
+    q, kk, v = (torch.randn(b, a, s, dh, requires_grad=True) for _ in range(3))
+    flops = 4 * b * a * s * s * dh
+    t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
+    gy = torch.randn(b, a, s, dh)
+
+    def fb():
+        out = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        torch.autograd.grad(out, (q, kk, v), gy)
+    t_fb = _timeit(fb, mt)
+    return {f"sdpa:{b * a}x{s},{dh}": flops / t_f,
+            f"sdpa_bwd:{b * a}x{s},{dh}": 2 * flops / max(t_fb - t_f, 1e-9)}
+
+
+def _adam_time(numels: list[int], mt: float) -> tuple[int, int, float]:
+    import torch
+    params = [torch.zeros(n, requires_grad=True) for n in numels]
     for p in params:
         p.grad = torch.randn_like(p)
-    opt = torch.optim.AdamW(params, lr=1e-4)
+    half = len(params) // 2
+    opt = torch.optim.AdamW([{"params": params[:half], "weight_decay": 0.1},
+                             {"params": params[half:], "weight_decay": 0.0}], lr=1e-4, foreach=False)
 
     def step():
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-    adam = _timeit(step, mt) / model.params
-    return {"gemm_table": table, "elementwise_bw": statistics.median(bws), "op_overhead_s": op_overhead,
-            "adam_s_per_param": adam}
+    return len(numels), sum(numels), _timeit(step, mt)
+
+
+def _fit_two(pts: list[tuple[int, int, float]]) -> tuple[float, float]:
+    """Least squares t = a*x + b*y through the origin (2x2 normal equations)."""
+    sxx = sum(x * x for x, _, _ in pts)
+    syy = sum(y * y for _, y, _ in pts)
+    sxy = sum(x * y for x, y, _ in pts)
+    sxt = sum(x * t for x, _, t in pts)
+    syt = sum(y * t for _, y, t in pts)
+    det = sxx * syy - sxy * sxy
+    a = (sxt * syy - syt * sxy) / det
+    b = (syt * sxx - sxt * sxy) / det
+    return max(a, 0.0), max(b, 0.0)
 
 
 def _free_port() -> int:
@@ -218,9 +247,9 @@ def _mem_total() -> float:
     return 8 * 2**30
 
 
-def calibrate(model: ModelSpec, micro_batches=(1, 2, 4, 8), out: Path | None = None,
+def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | None = None,
               quick: bool = False, world: int = 2) -> Path:
-    comp = measure_compute(model, micro_batches, quick)
+    comp = measure_compute(models, micro_batches, quick)
     comm = measure_comm(world, quick)
     gemm = {k: v for k, v in comp["gemm_table"].items() if "sdpa" not in k}
     fit = _fit_gemm(gemm)
@@ -233,8 +262,9 @@ def calibrate(model: ModelSpec, micro_batches=(1, 2, 4, 8), out: Path | None = N
         pcie_bw=comp["elementwise_bw"], gemm_efficiency=1.0, mem_usable_fraction=0.9,
         overlap_efficiency=comm["overlap_efficiency"], op_overhead_s=comp["op_overhead_s"],
         collectives=comm["collectives"], measured_world=world, gemm_table=comp["gemm_table"],
-        gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], elementwise_bw=comp["elementwise_bw"],
-        source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {model.name}")
+        gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], adam_s_per_tensor=comp["adam_s_per_tensor"],
+        elementwise_bw=comp["elementwise_bw"],
+        source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
     path = out or default_profile_path()
     write_profile(c, path)
     return path
@@ -258,4 +288,3 @@ def _fit_gemm(table: dict) -> tuple[float, float]:
     return (peak, max(b * peak, 0.0))
 
 
-__all__ = ["calibrate", "measure_compute", "measure_comm", "fit_alpha_beta", "replace", "layer_ops"]

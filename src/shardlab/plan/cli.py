@@ -23,7 +23,8 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int,
                "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
-               "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str}
+               "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str,
+               "health_check": "bool"}
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int}
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
 
@@ -117,7 +118,8 @@ def _search(args) -> int:
 def _calibrate(args) -> int:
     from .calibrate import calibrate
     kv = _parse_kv(args.kv)
-    path = calibrate(model=model_from_args(kv.get("model", "small")), micro_batches=args.micro_batch,
+    names = kv.get("model", "tiny,small").split(",")
+    path = calibrate(models=[model_from_args(n) for n in names], micro_batches=args.micro_batch,
                      out=Path(args.out) if args.out else None, quick=args.quick)
     print(f"wrote {path}")
     return 0

@@ -125,9 +125,13 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
                             int(lay.bucket_mb * MiB))
-        return [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
-                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
-                           last_payload=sizes[-1])]
+        out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
+                          f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
+                          last_payload=sizes[-1])]
+        if lay.health_check:
+            out.append(Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
+                                  "8 fp64 signals x N ranks: the doctor's per-step check"))
+        return out
     sg = "dp_shard" if r > 1 else "dp"
     out: list[Collective] = []
     grad_op = "all_reduce" if (lay.strategy == "zero1" and lay.zero1_impl == "all_reduce") else "reduce_scatter"
@@ -155,6 +159,9 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     if grad_op == "reduce_scatter":
         # sharded gradients: the global grad norm needs one fp32 scalar summed across shards
         out.append(Collective("all_reduce", sg, s, 4, 1, "none", "4 B: grad-norm partial sums"))
+    if lay.health_check:  # the doctor's per-step check (shardlab's trainer)
+        out.append(Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
+                              "8 fp64 signals x N ranks: the doctor's per-step check"))
     if r > 1:  # HSDP: shards are all-reduced across replicas once per step
         b = gb * full / s
         out.append(Collective("all_reduce", "dp_replicate", r, b, k, "backward",

@@ -79,7 +79,11 @@ class MicroTime:
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
-    if op.kind == "gemm":
+    if op.name == "attention" and f"sdpa:{op.count}x{op.shape[0]},{op.shape[2]}" in c.gemm_table:
+        # fused attention measured as one op (calibration): forward and backward rates
+        key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
+        t = 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
+    elif op.kind == "gemm":
         m, n, k = op.shape
         if backward:  # dX = dY W^T and dW = X^T dY
             rate = 0.5 * (c.gemm_flops(m, k, n, fp32) + c.gemm_flops(k, n, m, fp32))
@@ -128,7 +132,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     return MicroTime(fwd, bwd, rec, gemm)
 
 
-def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster) -> tuple[float, str]:
+def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
+                   tensors: int = 0) -> tuple[float, str]:
     """Adam reads param, grad, m, v and writes param, m, v: 28 B per fp32 parameter (+2 B for the
     16-bit copy under mixed precision), memory-bound; or calibrated seconds per parameter.
     Offloaded: CPU Adam at an assumed per-node rate plus grads down / params up over PCIe."""
@@ -138,7 +143,9 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster) ->
         return psi_opt / rate + pcie, (f"host Adam {psi_opt:,.0f} params / {rate:.3g}/s + PCIe "
                                        f"{train.grad_bytes}+{train.param_bytes} B/param / {c.pcie_bw:.3g} B/s")
     if c.adam_s_per_param:
-        return psi_opt * c.adam_s_per_param, f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s (calibrated)"
+        return (psi_opt * c.adam_s_per_param + tensors * c.adam_s_per_tensor,
+                f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s + {tensors} tensors x "
+                f"{c.adam_s_per_tensor:.3g} s (calibrated, grad-norm clip included)")
     per = (28 if train.optimizer == "adam" else 20) + (2 if train.mixed else 0)
     bw = c.elementwise_bw or c.hbm_bw
     return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"

@@ -42,6 +42,7 @@ class Cluster:
     gemm_table: dict = field(default_factory=dict)  # "m,n,k" -> FLOP/s at that shape
     gemm_fit: tuple = ()  # (peak FLOP/s, FLOPs at half peak): rate = peak * f / (f + f_half)
     adam_s_per_param: float = 0.0  # optimizer step cost per (local) parameter, 0 = from hbm_bw
+    adam_s_per_tensor: float = 0.0  # optimizer step cost per parameter tensor (eager loop overhead)
     elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
     source: str = "preset"
 

@@ -75,6 +75,7 @@ class Layout:
     bucket_mb: float = 25.0  # DDP gradient bucket size (MiB)
     first_bucket_mb: float = 1.0  # DDP's first (earliest ready) bucket is smaller, as in torch DDP
     comm_dtype: str | None = None  # gradient collective dtype; None = gradient dtype
+    health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
 
     @property
     def world(self) -> int:

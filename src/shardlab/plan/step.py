@@ -134,7 +134,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
     psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp)
-    t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster)
+    t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
 
     T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
     T["compute"] = m * (mt.fwd + mt.bwd)
