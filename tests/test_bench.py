@@ -1,0 +1,65 @@
+"""The bench framework: statistics, the Pareto frontier, the analytic payload, and two quick suites
+end to end (results.json contract, plots, the seed 000 figures)."""
+import json
+
+import pytest
+
+from shardlab.bench import common, microbatch, pareto
+from shardlab.bench.cli import main as bench_main
+from shardlab.testing import run_cli
+
+
+def test_stats_and_paired_ratios():
+    assert common.stats([3, 1, 2]) == {"median": 2, "min": 1, "max": 3, "n": 3}
+    r = common.paired_ratios([1.0, 2.0, 4.0], [1.0, 3.0, 2.0])  # b/a per pair: 1, 1.5, 0.5
+    assert (r["median"], r["min"], r["max"]) == (1.0, 0.5, 1.5)
+
+
+def test_seed000_analytic_payload():
+    p = microbatch.SEED000
+    kib = [microbatch.payload_kib_per_token(p["params"], mb, p["seq"]) for mb in (1, 8)]
+    assert f"{kib[0]:.1f}" == "838.8" and f"{kib[1]:.1f}" == "104.8"
+
+
+def test_pareto_frontier(tmp_path):
+    pts = [{"name": "a", "mem_bytes": 10, "tokens_per_s": 100}, {"name": "b", "mem_bytes": 5, "tokens_per_s": 90},
+           {"name": "c", "mem_bytes": 12, "tokens_per_s": 80}, {"name": "d", "mem_bytes": 3, "tokens_per_s": 50}]
+    assert [p["name"] for p in pareto.frontier(pts)] == ["d", "b", "a"]
+    assert pareto.plot(tmp_path, pts).stat().st_size > 0
+
+
+def test_unknown_suite_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        bench_main(["nope", "--out", "x"])
+    assert e.value.code == 2
+
+
+def _check(out, suite):
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["suite"] == suite and doc["rows"] and isinstance(doc["figures"], dict)
+    assert (out / "REPORT.md").read_text().startswith("#")
+    assert list(out.glob("*.png"))
+    assert doc["figures"]["ranks_consistent"] is True
+    return doc
+
+
+def test_bench_microbatch_quick(tmp_path):
+    r = run_cli(["bench", "microbatch", "--quick", "--out", str(tmp_path)], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = _check(tmp_path, "microbatch")
+    assert doc["figures"]["seed000_payload_kib_mb1"] == 838.8
+    assert doc["figures"]["seed000_payload_kib_mb8"] == 104.8
+    rows = {x["micro_batch"]: x for x in doc["rows"]}
+    # Measured payload per token = analytic: every gradient crosses once per microbatch.
+    for mb, row in rows.items():
+        assert row["payload_kib_per_token"] == pytest.approx(row["analytic_payload_kib_per_token"], rel=0.01)
+    assert "838.8" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_bench_buckets_quick(tmp_path):
+    r = run_cli(["bench", "buckets", "--quick", "--out", str(tmp_path)], timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = _check(tmp_path, "buckets")
+    calls = [x["collectives_per_step"] for x in doc["rows"]]
+    assert calls == sorted(calls, reverse=True) and calls[0] > calls[-1]  # smaller buckets, more calls
+    assert all(x["overlap_pct"]["median"] is not None for x in doc["rows"])
