@@ -111,7 +111,8 @@ def md_table(headers: list[str], rows: list[list]) -> str:
 def machine_line() -> str:
     import torch
     return (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo over loopback, one thread per rank; "
-            f"run {time.strftime('%Y-%m-%d %H:%M')}.")
+            f"run {time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f} when the report was written "
+            "(above the core count, other processes competed for the CPUs: widen your error bars).")
 
 
 def write_report(out: Path, title: str, sections: list[str]) -> Path:
