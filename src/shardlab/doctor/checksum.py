@@ -9,7 +9,7 @@ one all-gather of 16 bytes per parameter per rank.
 Only what is replicated is compared: a DTensor sharded across ranks (FSDP2) differs per rank by design
 and is skipped. A strategy may define `replicated_parameters() -> list[(name, tensor)]` to say exactly
 what it replicates (own ZeRO-3 keeps flat shards); otherwise plain tensors and fully replicated DTensors
-are compared.
+are compared; an own strategy with `shard_params = True` (ZeRO-3) replicates nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ _CHUNK = 1 << 22  # elements per pass: bounds the int64 temporaries for big para
 def replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
     if hasattr(strategy, "replicated_parameters"):
         return list(strategy.replicated_parameters())
+    if getattr(strategy, "shard_params", False):  # own ZeRO-3: parameters live as per-rank shards
+        return []
     out = []
     for name, p in strategy.model.named_parameters():
         if hasattr(p, "placements"):  # DTensor: only a fully replicated one is the same on every rank

@@ -220,8 +220,13 @@ class Doctor:
         if self.watchdog:
             self.watchdog.beat()
         if self.faults.fires("corrupt", step, self.rank):
-            name = inject.corrupt_parameter(checksum_mod.replicated_parameters(self.strategy))
-            print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
+            replicated = checksum_mod.replicated_parameters(self.strategy)
+            if replicated:
+                name = inject.corrupt_parameter(replicated)
+                print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
+            else:
+                print(f"[shardlab doctor] rank {self.rank}: debug.corrupt_rank ignored: {self.cfg.parallel.strategy} "
+                      "replicates no parameter, so there is no replica to diverge", flush=True)
         every = self.cfg.doctor.checksum_every
         if every and (step + 1) % every == 0:
             if not self.checksum(step)["consistent"]:
