@@ -1,0 +1,207 @@
+"""`shardlab bench strategies`: throughput and memory of every strategy at world 2, the capacity /
+throughput frontier (seed 000 Q20-Q23).
+
+Method. One process group of 2 gloo ranks, the same model, initialisation, data and optimizer for all.
+- Memory: after a warm-up, each strategy in turn builds its model and optimizer and trains a few steps
+  inside a `PeakMemory` window (peak above the window's start: CPU resident set, or CUDA max-allocated);
+  twice, in opposite orders, the smaller of the two (allocator noise only adds), max over ranks.
+  Beside it the exact `state_bytes`.
+- Time: all strategies live side by side; every round trains one step of each, in an order that
+  rotates each round (so none is always first after the others), a barrier before each timed step.
+  Paired per round: the zero3 / torch-fsdp2 step-time ratio, median with min-max over rounds.
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from shardlab.bench import common
+
+# (label, strategy, reshard_after_forward)
+STRATEGIES = [("single", "single", True), ("ddp", "ddp", True), ("torch-ddp", "torch-ddp", True),
+              ("zero1", "zero1", True), ("zero2", "zero2", True),
+              ("zero3", "zero3", True), ("zero3 keep", "zero3", False),
+              ("torch-fsdp2", "torch-fsdp2", True), ("torch-fsdp2 keep", "torch-fsdp2", False),
+              ("torch-zero1", "torch-zero1", True)]
+PAIRS = [("zero3", "torch-fsdp2", "zero3_vs_fsdp2"), ("zero3 keep", "torch-fsdp2 keep", "zero3_keep_vs_fsdp2_keep")]
+SIZES = {"quick": dict(rounds=10, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
+         "full": dict(rounds=24, warm=4, mem_steps=3, model=dict(n_layer=4, n_head=4, d_model=256))}
+MICRO_BATCH, SEQ = 8, 128
+
+
+def _build(label: str, model_kw: dict):
+    from shardlab import comm
+    from shardlab.config import Config
+    from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.parallel_dims import dims_for
+    from shardlab.strategies import REGISTRY, build_strategy
+    from shardlab.train.optim import adamw_factory, no_decay_names
+
+    _, name, reshard = next(s for s in STRATEGIES if s[0] == label)
+    if name == "ddp" and "ddp" not in REGISTRY:
+        name = "torch-ddp"
+    cfg = Config()
+    cfg.parallel.strategy, cfg.parallel.reshard_after_forward = name, reshard
+    dims = dims_for(name, comm.world_size())
+    dims.build_mesh("cpu")
+    strategy = build_strategy(name, cfg.parallel, dims, torch.device("cpu"))
+    model = build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ, **model_kw), seed=1337)
+    no_decay = no_decay_names(model)
+    strategy.wrap(model)
+    return strategy, strategy.make_optimizer(adamw_factory(cfg, no_decay))
+
+
+def _step(strategy, opt, x, y) -> None:
+    strategy.module(x, y).backward()
+    strategy.finish_backward()
+    strategy.clip_grad_norm_(1.0)
+    strategy.optimizer_step(opt)
+    strategy.zero_grad(opt)
+
+
+def _measure(size: dict) -> dict:
+    """On every rank: the memory windows, then the rotating timed rounds."""
+    from shardlab import comm
+    from shardlab.data.corpus import load_tokens
+    from shardlab.data.dataset import TokenDataset, get_batch
+    from shardlab.observe.memory import PeakMemory, release
+
+    rank, world = comm.rank(), comm.world_size()
+    data = TokenDataset(load_tokens("stdlib"), SEQ)
+    gen = torch.Generator().manual_seed(0)
+
+    def batch():
+        idx = torch.randint(0, len(data), (world, MICRO_BATCH), generator=gen)[rank]
+        return get_batch(data, idx.tolist())
+
+    labels = [s[0] for s in STRATEGIES]
+    for label in ("single", "zero3"):  # warm-up: one-time lazy allocations must not land in a window
+        strategy, opt = _build(label, size["model"])
+        _step(strategy, opt, *batch())
+        del strategy, opt
+    peaks = {label: [] for label in labels}
+    state, kind, comm_bytes = {}, "", {}
+    for order in (labels, labels[::-1]):
+        for label in order:
+            comm.barrier()
+            with PeakMemory("cpu") as peak:
+                strategy, opt = _build(label, size["model"])
+                for _ in range(size["mem_steps"]):
+                    comm.RECORDER.reset_step()
+                    _step(strategy, opt, *batch())
+                state[label] = {k: v for k, v in strategy.state_bytes(opt).items()}
+                comm_bytes[label] = dict(comm.RECORDER.step_stats()["wire_bytes"])
+            peaks[label].append(peak.bytes)
+            kind = peak.kind
+            del strategy, opt
+            release()
+    live = {label: _build(label, size["model"]) for label in labels}
+    times = {label: [] for label in labels}
+    for r in range(size["rounds"]):
+        x, y = batch()
+        for label in labels[r % len(labels):] + labels[: r % len(labels)]:
+            strategy, opt = live[label]
+            comm.barrier()
+            t0 = time.perf_counter()
+            _step(strategy, opt, x, y)
+            times[label].append(time.perf_counter() - t0)
+    peak_max = comm.all_gather_object({k: min(v) for k, v in peaks.items()})  # allocator noise only adds
+    return {"times": times, "peaks": {k: max(p[k] for p in peak_max) for k in labels}, "kind": kind,
+            "state": state, "comm": comm_bytes, "rank": rank}
+
+
+def _pareto(rows: list[dict]) -> None:
+    """Mark rows no other row beats on both tokens/s (higher) and peak memory (lower)."""
+    for r in rows:
+        r["pareto"] = not any(o is not r and o["tokens_per_s"] >= r["tokens_per_s"] and
+                              o["peak_mem_bytes"] <= r["peak_mem_bytes"] and
+                              (o["tokens_per_s"], o["peak_mem_bytes"]) != (r["tokens_per_s"], r["peak_mem_bytes"])
+                              for o in rows)
+
+
+def _plot(out: Path, rows: list[dict], kind: str) -> Path:
+    plt = common.pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    for r in rows:
+        mib = r["peak_mem_bytes"] / 2**20
+        ax.scatter(mib, r["tokens_per_s"], color="tab:red" if r["pareto"] else "tab:blue", zorder=3)
+        ax.annotate(r["strategy"], (mib, r["tokens_per_s"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["peak_mem_bytes"])
+    ax.plot([r["peak_mem_bytes"] / 2**20 for r in front], [r["tokens_per_s"] for r in front], "r--", lw=1,
+            label="Pareto frontier")
+    ax.set_xlabel(f"peak memory per rank, MiB ({kind})")
+    ax.set_ylabel("tokens/s (median)")
+    ax.set_title("Strategies at world 2: throughput vs memory")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = out / "strategies_pareto.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run(out: Path, quick: bool) -> dict:
+    from shardlab.observe.memory import ALLOCATOR_ENV
+    from shardlab.testing.pool import WorkerPool
+
+    size = SIZES["quick" if quick else "full"]
+    saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
+    os.environ.update(ALLOCATOR_ENV)  # inherited by the spawned ranks: RSS follows frees
+    try:
+        with WorkerPool(2, timeout=1800) as pool:
+            res = pool.run(_measure, size)[0]
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    warm, world = size["warm"], 2
+    rows = []
+    for label, name, reshard in STRATEGIES:
+        t = common.stats(res["times"][label][warm:])
+        tokens = MICRO_BATCH * SEQ * (1 if name == "single" else world)
+        sb = res["state"][label]
+        rows.append({"strategy": label, "reshard_after_forward": reshard, "step_s": t,
+                     "tokens_per_s": tokens / t["median"], "peak_mem_bytes": res["peaks"][label],
+                     "peak_mem_kind": res["kind"], "state_bytes": sb,
+                     "state_total_bytes": sb["params"] + sb["grads"] + sb["optimizer"],
+                     "wire_bytes_per_step": res["comm"][label]})
+    _pareto(rows)
+    figures = {}
+    by = {r["strategy"]: r for r in rows}
+    for a, b, key in PAIRS:
+        ratio = common.paired_ratios(res["times"][b][warm:], res["times"][a][warm:])
+        figures[f"{key}_step_ratio"] = ratio["median"]
+        figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = ratio["min"], ratio["max"]
+        figures[f"{key}_mem_ratio"] = by[a]["peak_mem_bytes"] / by[b]["peak_mem_bytes"]
+    doc = common.write_results(out, "strategies", figures, rows)
+    plot = _plot(out, rows, res["kind"])
+    _report(out, rows, figures, size, plot)
+    return doc
+
+
+def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) -> None:
+    mib = 2 ** 20
+    table = common.md_table(
+        ["strategy", "tokens/s", "step ms (min–max)", "peak MiB", "state MiB (params/grads/optim)", "Pareto"],
+        [[r["strategy"], f"{r['tokens_per_s']:,.0f}", common.fmt_stats(r["step_s"], 1e3, 1),
+          f"{r['peak_mem_bytes'] / mib:.1f}",
+          f"{r['state_total_bytes'] / mib:.2f} ({r['state_bytes']['params'] / mib:.2f}/"
+          f"{r['state_bytes']['grads'] / mib:.2f}/{r['state_bytes']['optimizer'] / mib:.2f})",
+          "yes" if r["pareto"] else ""] for r in sorted(rows, key=lambda r: r["peak_mem_bytes"])])
+    fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
+    m = size["model"]
+    write = common.write_report
+    write(out, "Strategies: throughput vs memory", [
+        f"Model: GPT n_layer={m['n_layer']} d_model={m['d_model']}, micro-batch {MICRO_BATCH} x {SEQ} tokens per rank, "
+        f"world 2, AdamW fp32. {size['rounds']} rounds of one step per strategy (first {size['warm']} excluded), "
+        "order rotating each round, a barrier before each timed step. `single` is one rank's own throughput "
+        "(both ranks busy); the others count both ranks' tokens. `keep` = reshard_after_forward=false.",
+        "## Figures (paired per round: median ratio, min–max)\n\n" + fig,
+        "## Pareto table\n\n" + table,
+        f"Peak memory is `{rows[0]['peak_mem_kind']}`: measured around building the model, optimizer and a few "
+        "steps (the smaller of two windows, max over ranks). On CPU it is resident pages, so small differences are "
+        "noise; `state MiB` is the exact accounting (`state_bytes`, per rank).",
+        f"![Pareto]({plot.name})"])
