@@ -73,9 +73,13 @@ def analyse(dumps: dict[int, dict]) -> dict:
     last_done = {r: max((s for s, rec in recs.items() if rec["state"] == "completed"), default=0)
                  for r, recs in by_rank.items()}
     frontier = max(last_seen.values())
-    # The collective the job is stuck in: the lowest sequence id that some rank has not completed.
-    stuck_seq = min((s for r in by_rank for s, rec in by_rank[r].items() if rec["state"] != "completed"),
-                    default=None)
+    # The collective the job is stuck in: the lowest sequence id that some rank has not completed, or has
+    # not even reached while others went past it. (On NCCL a synchronous collective counts as completed
+    # once it is enqueued on the GPU stream: the ranks then block later, in a host sync, and only the
+    # lagging rank's missing sequence ids show where the job stopped.)
+    pending = {s for r in by_rank for s, rec in by_rank[r].items() if rec["state"] != "completed"}
+    lagging = {last_seen[r] + 1 for r in by_rank if last_seen[r] < frontier}
+    stuck_seq = min(pending | lagging, default=None)
     if stuck_seq is None:
         lines.append(f"every recorded collective completed on every rank that wrote a record (last #{frontier}); "
                      "the ranks were stuck outside collectives:")
@@ -86,6 +90,10 @@ def analyse(dumps: dict[int, dict]) -> dict:
 
     waiting = {r: by_rank[r][stuck_seq] for r in by_rank if stuck_seq in by_rank[r]}
     absent = [r for r in by_rank if stuck_seq not in by_rank[r] and last_seen[r] < stuck_seq]
+    if not waiting:  # only possible with truncated rings: say what we know
+        return {"kind": "hang", "seq": stuck_seq, "absent": absent, "waiting": [], "op": f"#{stuck_seq}",
+                "lines": [f"ranks {absent} never reached collective #{stuck_seq}; no record of it survives in the "
+                          "other ranks' ring buffers"] + _missing(missing)}
     op = describe_op(next(iter(waiting.values())))
     for r in absent:
         d = dumps[r]
