@@ -44,7 +44,7 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(1)
-    mt = 0.02 if quick else 0.1
+    mt = 0.01 if quick else 0.1
     table = {}
     for model in models:
         s = model.seq
@@ -133,13 +133,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _comm_worker(rank: int, world: int, port: int, quick: bool, q) -> None:
+def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), micro_batches=()) -> None:
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mt = 0.02 if quick else 0.3
     res = {}
+    if models:  # compute measured on every rank at once: the contention training sees
+        dist.barrier()
+        mine = measure_compute(list(models), micro_batches, quick)
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        res["compute"] = _mean_compute(every)
     for op in ("all_reduce", "reduce_scatter", "all_gather"):
         pts = []
         for size in (SIZES[::2] if quick else SIZES):
@@ -205,12 +211,21 @@ def fit_alpha_beta(points: list[tuple[int, float]], wire_factor: float) -> tuple
     return alpha, 1.0 / max(slope, 1e-15)
 
 
-def measure_comm(world: int = 2, quick: bool = False, timeout: float = 120.0) -> dict:
+def _mean_compute(every: list[dict]) -> dict:
+    out = {k: statistics.fmean(d[k] for d in every) for k in every[0] if k != "gemm_table"}
+    out["gemm_table"] = {k: statistics.fmean(d["gemm_table"][k] for d in every) for k in every[0]["gemm_table"]}
+    return out
+
+
+def measure_comm(world: int = 2, quick: bool = False, timeout: float = 300.0, models=(),
+                 micro_batches=()) -> dict:
+    """Collectives (and, given models, compute under `world` concurrent ranks) in spawned processes."""
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_comm_worker, args=(r, world, port, quick, q)) for r in range(world)]
+    procs = [ctx.Process(target=_comm_worker, args=(r, world, port, quick, q, tuple(models), tuple(micro_batches)))
+             for r in range(world)]
     for p in procs:
         p.start()
     import queue
@@ -233,7 +248,7 @@ def measure_comm(world: int = 2, quick: bool = False, timeout: float = 120.0) ->
     wf = {"all_reduce": 2 * (world - 1) / world, "reduce_scatter": (world - 1) / world,
           "all_gather": (world - 1) / world}
     out = {op: fit_alpha_beta(res[op], wf[op]) for op in wf}
-    return {"collectives": out, "overlap_efficiency": res["overlap"], "raw": res}
+    return {"collectives": out, "overlap_efficiency": res["overlap"], "compute": res.get("compute"), "raw": res}
 
 
 def _mem_total() -> float:
@@ -249,8 +264,11 @@ def _mem_total() -> float:
 
 def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | None = None,
               quick: bool = False, world: int = 2) -> Path:
-    comp = measure_compute(models, micro_batches, quick)
-    comm = measure_comm(world, quick)
+    solo = measure_compute(models, micro_batches, quick)  # one rank alone (world 1 runs)
+    comm = measure_comm(world, quick, models=models, micro_batches=micro_batches)
+    comp = comm["compute"]  # every rank at once, one thread each: what training at `world` sees
+    ratios = [solo["gemm_table"][k] / comp["gemm_table"][k] for k in comp["gemm_table"]]
+    solo_speedup = max(1.0, statistics.median(ratios))
     gemm = {k: v for k, v in comp["gemm_table"].items() if "sdpa" not in k}
     fit = _fit_gemm(gemm)
     cores = os.cpu_count() or 1
@@ -263,7 +281,7 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
         overlap_efficiency=comm["overlap_efficiency"], op_overhead_s=comp["op_overhead_s"],
         collectives=comm["collectives"], measured_world=world, gemm_table=comp["gemm_table"],
         gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], adam_s_per_tensor=comp["adam_s_per_tensor"],
-        elementwise_bw=comp["elementwise_bw"],
+        elementwise_bw=comp["elementwise_bw"], solo_speedup=solo_speedup,
         source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
     path = out or default_profile_path()
     write_profile(c, path)

@@ -111,8 +111,10 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     m = micro batches per step: DDP and zero1 sync once (on the last micro batch); ZeRO-2/3
     reduce-scatter every micro batch because a rank keeps only its gradient shard. ZeRO uses one
     collective per wrap unit (root + one per block): a unit's flat buffer."""
+    health = [Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
+                         "8 fp64 signals x N ranks: the doctor's per-step check")] if lay.health_check else []
     if lay.dp == 1:
-        return []
+        return health
     us = units(model, lay.tp, lay.pp)
     numels = [x for u in us for x in u]
     psi = sum(numels)
@@ -128,10 +130,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
         out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
                           last_payload=sizes[-1])]
-        if lay.health_check:
-            out.append(Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
-                                  "8 fp64 signals x N ranks: the doctor's per-step check"))
-        return out
+        return out + health
     sg = "dp_shard" if r > 1 else "dp"
     out: list[Collective] = []
     grad_op = "all_reduce" if (lay.strategy == "zero1" and lay.zero1_impl == "all_reduce") else "reduce_scatter"
@@ -159,9 +158,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     if grad_op == "reduce_scatter":
         # sharded gradients: the global grad norm needs one fp32 scalar summed across shards
         out.append(Collective("all_reduce", sg, s, 4, 1, "none", "4 B: grad-norm partial sums"))
-    if lay.health_check:  # the doctor's per-step check (shardlab's trainer)
-        out.append(Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
-                              "8 fp64 signals x N ranks: the doctor's per-step check"))
+    out += health  # the doctor's per-step check (shardlab's trainer)
     if r > 1:  # HSDP: shards are all-reduced across replicas once per step
         b = gb * full / s
         out.append(Collective("all_reduce", "dp_replicate", r, b, k, "backward",

@@ -44,6 +44,8 @@ class Cluster:
     adam_s_per_param: float = 0.0  # optimizer step cost per (local) parameter, 0 = from hbm_bw
     adam_s_per_tensor: float = 0.0  # optimizer step cost per parameter tensor (eager loop overhead)
     elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
+    solo_speedup: float = 1.0  # compute measured with `measured_world` ranks at once runs this much
+    #                            faster when a rank is alone (shared cores, memory bandwidth)
     source: str = "preset"
 
     @property

@@ -135,6 +135,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
+    if lay.world < cluster.measured_world:
+        t_opt /= cluster.solo_speedup
 
     T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
     T["compute"] = m * (mt.fwd + mt.bwd)
