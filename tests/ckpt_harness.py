@@ -87,3 +87,48 @@ def assert_params_equal(a: dict, b: dict, exact: bool = True, rtol=1e-5, atol=1e
             assert torch.equal(a[k], b[k]), k
         else:
             torch.testing.assert_close(a[k], b[k], rtol=rtol, atol=atol, msg=k)
+
+
+def _steps(trainer, n: int) -> list[float]:
+    """`n` optimizer steps the way Trainer.run takes them, without its logging, eval and plots."""
+    from shardlab import comm
+    from shardlab.train.optim import lr_at, set_lr
+
+    st, losses = trainer.state, []
+    for _ in range(n):
+        set_lr(st.optimizer, lr_at(st.step, trainer.cfg))
+        loss_sum, _, _ = trainer.train_step()
+        assert trainer.verdict == "ok", trainer.verdict
+        st.step += 1
+        trainer.doctor.after_step(st.step - 1)
+        trainer.ckpt.maybe_save(st)
+        comm.all_reduce(loss_sum)
+        losses.append(loss_sum.item() / trainer.tokens_per_step)
+    return losses
+
+
+def train_quick(run_dir: Path, overrides: list[str], world: int) -> list[float]:
+    """train.steps steps (checkpoints per ckpt.*) with the lean loop; global losses of every step."""
+    from shardlab.train.trainer import Trainer
+
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(make_cfg(overrides, world), Path(run_dir))
+    losses = _steps(trainer, trainer.cfg.train.steps)
+    trainer.ckpt.close(trainer.state)
+    return losses
+
+
+def continue_from(paths: list[Path], overrides: list[str], world: int, steps: int = 3) -> dict:
+    """One trainer (strategy and world size per `overrides`) loads each checkpoint in turn and trains
+    `steps` steps from it; returns {path: [global losses]}. Reusing the trainer is deliberate: every
+    load must overwrite everything (model, optimizer, sampler, step, RNG), or the next result drifts."""
+    from shardlab.train.trainer import Trainer
+
+    run_dir = Path(paths[0]).parents[2] / f"load-{'-'.join(o.split('=')[1] for o in overrides)}-{world}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(make_cfg(overrides, world), run_dir)
+    out = {}
+    for path in paths:
+        trainer.state.step = trainer.ckpt.load(Path(path), trainer.state)
+        out[str(path)] = _steps(trainer, steps)
+    return out

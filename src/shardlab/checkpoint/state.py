@@ -42,6 +42,7 @@ def _materialize(optimizer) -> None:
     if optimizer.state:
         return
     params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+    grads = [p.grad for p in params]  # some strategies keep gradient buffers allocated: put them back
     for p in params:
         p.grad = torch.zeros_like(p)
     lrs = [g["lr"] for g in optimizer.param_groups]
@@ -50,8 +51,8 @@ def _materialize(optimizer) -> None:
     optimizer.step()
     for g, lr in zip(optimizer.param_groups, lrs):
         g["lr"] = lr
-    for p in params:
-        p.grad = None
+    for p, grad in zip(params, grads):
+        p.grad = grad
 
 
 def _zero_redundancy_state_dict(model, optimizer) -> dict:
@@ -72,6 +73,7 @@ def _load_zero_redundancy(optimizer, sd: dict) -> None:
 def optim_state_dict(strategy, optimizer) -> dict:
     if _is_zero_redundancy(optimizer):
         return _zero_redundancy_state_dict(strategy.model, optimizer)
+    _materialize(optimizer)  # a fresh optimizer (about to be loaded into) has no state to fill yet
     return strategy.optim_state_dict(optimizer)
 
 
