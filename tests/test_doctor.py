@@ -240,3 +240,29 @@ def test_mismatch_is_reported_as_a_mismatch(pool2, tmp_path):
     assert res["kind"] == "mismatch" and "MISMATCH" in res["lines"][0]
     # the doctor's check gathers 8 float64 per rank (2 x 64 B); the faulty rank sends 9 (2 x 72 B)
     assert "rank 0: all_gather 128 B" in res["lines"][1] and "rank 1: all_gather 144 B" in res["lines"][2]
+
+
+SIGTERM_SCRIPT = """
+import sys, time
+from shardlab import comm
+from shardlab.doctor.watchdog import Watchdog
+wd = Watchdog(sys.argv[1], 0, 2, timeout_s=60)
+comm.set_phase("backward")
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_sigterm_from_the_launcher_writes_the_flight_record(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", SIGTERM_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=20) == 128 + signal.SIGTERM
+    finally:
+        p.kill()
+    dump = json.loads((tmp_path / "doctor" / "flight_rank0.json").read_text())
+    assert dump["reason"].startswith("terminated by SIGTERM") and dump["phase"] == "backward"

@@ -52,7 +52,7 @@ def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path
 
 def test_injected_hang_exits_and_is_named(tmp_path):
     t0 = time.monotonic()
-    r = train(tmp_path, "train.steps=10", "debug.hang_rank=1@4", "doctor.hang_timeout_s=3", timeout=90)
+    r = train(tmp_path, "train.steps=10", "debug.hang_rank=1@2", "doctor.hang_timeout_s=3", timeout=90)
     elapsed = time.monotonic() - t0
     assert r.returncode != 0 and elapsed < 3 + 30 + 20  # timeout + 30 s, plus the job's start-up
     assert "no progress for" in r.stderr

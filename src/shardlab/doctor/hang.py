@@ -82,9 +82,9 @@ def analyse(dumps: dict[int, dict]) -> dict:
     stuck_seq = min(pending | lagging, default=None)
     if stuck_seq is None:
         lines.append(f"every recorded collective completed on every rank that wrote a record (last #{frontier}); "
-                     "the ranks were stuck outside collectives:")
+                     "the ranks stopped outside collectives, or failed:")
         for r, d in sorted(dumps.items()):
-            lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')}")
+            lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')[:300]}")
             lines.append(f"    stack: {' > '.join(d.get('main_stack', [])[-4:])}")
         return {"kind": "stuck", "lines": lines + _missing(missing)}
 
@@ -119,8 +119,9 @@ def analyse(dumps: dict[int, dict]) -> dict:
 
 
 def _missing(missing: list[int]) -> list[str]:
-    return [f"no flight record from rank {r}: it crashed or was killed before writing one; check its log"
-            for r in missing]
+    return [f"no flight record from rank {r}: it crashed or was killed before writing one; check its log (on gloo "
+            "a collective size mismatch aborts a rank with \"Received data size doesn't match expected size\": "
+            "re-run with doctor.verify_collectives=true to have it reported as a mismatch)" for r in missing]
 
 
 def report(run_dir: Path) -> dict:
