@@ -106,8 +106,9 @@ def describe(result: dict) -> str:
         return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared)"
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))
-    lines = [f"step {result['step']}: REPLICAS DIVERGED: rank{'s' if len(first['ranks']) > 1 else ''} {ranks} "
-             f"differ from rank {first['reference_rank']} (the majority/reference); first diverged parameter: "
+    many = len(first["ranks"]) > 1
+    lines = [f"step {result['step']}: REPLICAS DIVERGED: rank{'s' if many else ''} {ranks} "
+             f"differ{'' if many else 's'} from rank {first['reference_rank']} (the majority/reference); first diverged parameter: "
              f"{first['param']}"]
     for r, d in (first.get("detail") or {}).items():
         lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")

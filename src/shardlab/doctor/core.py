@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -210,7 +209,7 @@ class Doctor:
         if self.rank == 0:
             out = self.run_dir / "anomalies" / f"step_{step}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(report, indent=1, default=_json_default))
+            out.write_text(json.dumps(report, indent=1, default=str))
             if self.policy != "stop":  # with stop, the trainer's error message is this summary
                     print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
 
@@ -270,12 +269,6 @@ class Doctor:
 def found_loss(rows: list[dict]) -> float:
     tokens = sum(r["tokens"] for r in rows)
     return sum(r["loss"] * r["tokens"] for r in rows) / tokens if tokens else float("nan")
-
-
-def _json_default(o):
-    if isinstance(o, float) and not math.isfinite(o):
-        return str(o)
-    return str(o)
 
 
 def summarize(report: dict, run_dir: Path) -> str:
