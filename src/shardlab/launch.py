@@ -67,4 +67,8 @@ def launch(args, cfg, run_dir: Path) -> int:
         return 0
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(cfg.train.threads)),
                PYTHONUNBUFFERED="1")
+    if args.max_restarts > 0:
+        # A restarted worker group must not share the agent's rendezvous store: its keys from the failed
+        # attempt make the new ranks connect to dead peers (pytorch/pytorch#135712).
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     return subprocess.call(torchrun_command(args, run_dir, config_path), env=env)

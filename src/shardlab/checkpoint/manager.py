@@ -213,7 +213,10 @@ class CheckpointManager:
         """Restore `state` from `ckpt.resume` (latest | PATH), or from `latest` after an elastic restart.
         Returns the step to continue from (0 = fresh start)."""
         target = self.ccfg.resume
+        # torchrun counts restarts per node (pytorch/pytorch#108158): a healthy node's ranks may still say 0,
+        # so the job resumes when any rank was restarted, and every rank takes the same decision.
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
+        restarted = any(comm.all_gather_object(restarted, group=self.pg))
         if not target and restarted:
             target = "latest"
             if self.rank == 0:
