@@ -78,6 +78,8 @@ def cmd_train(argv: list[str]) -> int:
             world = args.nproc * args.nnodes
         config_mod.validate(cfg, world)
         _check_data(cfg)
+        from shardlab.checkpoint import check_resume
+        check_resume(cfg)  # a bad ckpt.resume=PATH is bad input too
     except config_mod.ConfigError as e:
         return fail(str(e))
 

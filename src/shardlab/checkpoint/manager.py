@@ -71,6 +71,31 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
 
 
+def resolve_resume_path(target: str) -> Path | str:
+    """`ckpt.resume=PATH` (a run, its checkpoints/ or one checkpoint) -> the checkpoint, or an error line."""
+    try:
+        path, kind = mf.resolve(target)
+    except FileNotFoundError as e:
+        return f"ckpt.resume={target}: {e}"
+    if kind == "ckpts":
+        found = mf.resume_candidates(path)
+        return found[0] if found else f"ckpt.resume={target}: no committed checkpoint in {path}"
+    if mf.read_manifest(path) is None:
+        return (f"ckpt.resume={target}: {path} has no {mf.MANIFEST}, so it is not a committed checkpoint "
+                f"(an interrupted or failed save); pick a committed one (`shardlab ckpt ls`)")
+    return path
+
+
+def check_resume(cfg) -> None:
+    """For the CLI, before anything is launched or written: a bad `ckpt.resume=PATH` is a CheckpointError
+    (a ConfigError: one line, exit 2). `latest` needs no check: no checkpoint yet means a fresh start."""
+    target = cfg.ckpt.resume
+    if target and target != "latest":
+        found = resolve_resume_path(target)
+        if isinstance(found, str):
+            raise CheckpointError(found)
+
+
 class CheckpointManager:
     def __init__(self, run_dir: Path, cfg):
         self.run_dir, self.cfg, self.ccfg = Path(run_dir), cfg, cfg.ckpt
@@ -253,17 +278,8 @@ class CheckpointManager:
         return None
 
     def _explicit(self, target: str):
-        try:
-            path, kind = mf.resolve(target)
-        except FileNotFoundError as e:
-            return f"ckpt.resume={target}: {e}"
-        if kind == "ckpts":
-            found = mf.resume_candidates(path)
-            return found[:1] or f"ckpt.resume={target}: no committed checkpoint in {path}"
-        if mf.read_manifest(path) is None:
-            return (f"ckpt.resume={target}: {path} has no {mf.MANIFEST}, so it is not a committed checkpoint "
-                    f"(an interrupted or failed save); pick a committed one (`shardlab ckpt ls`)")
-        return [path]
+        found = resolve_resume_path(target)
+        return found if isinstance(found, str) else [found]
 
     def _verify_distributed(self, path: Path) -> list[str]:
         """Every rank rechecks the sha256 of a share of the files; all ranks get all problems."""
