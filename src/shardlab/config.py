@@ -62,7 +62,7 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    strategy: str = "torch-ddp"
+    strategy: str = "ddp"
     backend: str = "auto"  # auto | gloo | nccl
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0

@@ -9,7 +9,8 @@ communication (torch with its fp16/bf16 compression hook).
 
 Also measured:
 - `busbw_ratio`: all-reduce bus bandwidth inside training (wire bytes of the step's buckets ÷ the
-  union of their launch->completion intervals) ÷ that of the same buckets all-reduced standalone
+  union of their intervals from the last rank's launch to completion) ÷ that of the same buckets
+  all-reduced standalone
   (launched back to back, no compute) in the same process group. Bus bandwidth = payload x
   2(N-1)/N / time, the per-rank ring traffic.
 - `loss_dev_fp16`, `loss_dev_bf16`: max |training loss - fp32-comm loss| over the run, same init and
@@ -77,7 +78,12 @@ def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
             loss = _step(strategy, opt, x, y)
             times[name].append(time.perf_counter() - t0)
             losses[name].append(loss)
+        # A collective cannot start before the last rank joins it: measure from the latest launch
+        # (perf_counter is the host's monotonic clock, shared by the ranks of one machine).
         events = runs["ddp"][0].bucket_events()
+        launches = comm.all_gather_object([e["t_launch"] for e in events])
+        for i, e in enumerate(events):
+            e["t_launch"] = max(ts[i] for ts in launches)
         bus.append((sum(e["bytes"] for e in events) * 2 * (world - 1) / world, _union(events)))
     # Standalone: the same bucket sizes, launched back to back, no compute in between.
     layout = runs["ddp"][0].bucket_layout()
