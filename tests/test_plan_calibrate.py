@@ -13,7 +13,7 @@ def test_alpha_beta_fit_recovers_synthetic_line():
 
 def test_gemm_saturation_fit():
     peak, half = 1e11, 1e6
-    table = {f"{n},{n},{n}": peak * (2 * n**3) / (2 * n**3 + half) for n in (8, 32, 128, 512)}
+    table = {f"mm:{n},{n},{n}": peak * (2 * n**3) / (2 * n**3 + half) for n in (8, 32, 128, 512)}
     p, h = _fit_gemm(table)
     assert p == pytest.approx(peak, rel=1e-6) and h == pytest.approx(half, rel=1e-6)
 

@@ -61,7 +61,7 @@ def test_profile_file_round_trip(tmp_path):
     from dataclasses import replace
     from shardlab.plan.hardware import read_profile, write_profile
     c = replace(load_cluster("H200"), name="lab", collectives={"all_reduce": (1e-3, 5e8)},
-                gemm_table={"8,8,8": 1e9}, gemm_fit=(2e9, 1e4))
+                gemm_table={"linear:8,8,8": 1e9}, gemm_fit=(2e9, 1e4))
     write_profile(c, tmp_path / "lab.toml")
     back = read_profile(tmp_path / "lab.toml")
     assert back.collectives == c.collectives and back.gemm_table == c.gemm_table

@@ -1,9 +1,9 @@
 """Compute time of one micro batch on one rank, op by op (a roofline per op):
   GEMM          FLOPs / achieved FLOP/s at that shape (calibrated table, fit, or peak x efficiency)
   elementwise   bytes moved / memory bandwidth (LayerNorm, GELU, softmax, residual adds, loss)
-  every op      + the per-op dispatch overhead that is not hidden (CPU eager: Python + autograd)
+  every other   dispatched op (views, transposes, autograd bookkeeping) x its eager overhead
 Backward: each GEMM becomes two (dX and dW) of equal FLOPs; elementwise ops move about twice the
-bytes. The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
+bytes, each family (LayerNorm, GELU, copies, ...) at its own calibrated rate. The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
 """
 from __future__ import annotations
 
@@ -19,55 +19,73 @@ class Op:
     name: str
     kind: str  # gemm | elem
     flops: float = 0.0
-    bytes: float = 0.0
+    bytes: float = 0.0  # elementwise: bytes the forward moves
     shape: tuple = ()  # (m, n, k) per GEMM
     count: int = 1  # batched GEMMs (attention heads)
-    dispatch: int = 1  # ops dispatched (views and splits included)
+    ew: str = ""  # elementwise family, calibrated separately: ln gelu add copy sum ce softmax
+    bias: bool = False  # a Linear with bias: the forward is addmm (bias broadcast + GEMM)
+    bwd_bytes: float | None = None  # bytes the backward moves (None: 2 x forward)
+
+
+# dispatched aten ops (views included) per block and outside the blocks, forward and backward, in
+# shardlab.model.gpt under eager autograd; calibration counts them on the real model
+DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
 
 
 def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
     """One transformer block forward, tensor-parallel degree t, activation element size e."""
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
-    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah, dispatch=2)]
+    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
     if not flash:
         att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
-               Op("softmax", "elem", bytes=2 * b * ah * s * s * e),
+               Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
+    th = T * h * e / t
     return [
-        Op("ln_1", "elem", bytes=2 * T * h * e),
-        Op("qkv", "gemm", 2 * T * 3 * h * h / t, shape=(T, 3 * h // t, h), dispatch=5),  # +split, views
+        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
+        Op("qkv", "gemm", bias=True, flops=2 * T * 3 * h * h / t, shape=(T, 3 * h // t, h)),
+        Op("split_heads", "elem", bytes=2 * 3 * th, ew="copy", bwd_bytes=2 * 2 * 3 * th),  # + grad cat
         *att,
-        Op("proj", "gemm", 2 * T * h * h / t, shape=(T, h, h // t), dispatch=3),  # +transpose, reshape
-        Op("residual", "elem", bytes=3 * T * h * e),
-        Op("ln_2", "elem", bytes=2 * T * h * e),
-        Op("fc", "gemm", 2 * T * r * h * h / t, shape=(T, r * h // t, h)),
-        Op("gelu", "elem", bytes=2 * T * r * h * e / t),
-        Op("mlp_proj", "gemm", 2 * T * r * h * h / t, shape=(T, h, r * h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e),
+        Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
+        Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
+        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
+        Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
+        Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
+        Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t)),
+        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("bias_grads", "elem", bytes=0, ew="sum", bwd_bytes=(3 + 1 + r) * th + T * h * e),
     ]
 
 
 def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
     T, h = b * s, model.d_model
-    return [Op("embedding", "elem", bytes=4 * T * h * e, dispatch=4)]  # wte, arange, wpe, add
+    # backward: a dense V x h gradient is zeroed and the T rows are added into it
+    return [Op("embedding", "elem", bytes=4 * T * h * e, ew="add",
+               bwd_bytes=(model.vocab * h + model.seq * h) * e + 3 * T * h * e)]
 
 
 def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int) -> list[Op]:
     T, h, v = b * s, model.d_model, model.vocab
-    return [Op("ln_f", "elem", bytes=2 * T * h * e),
+    return [Op("ln_f", "elem", bytes=2 * T * h * e, ew="ln"),
             Op("logits", "gemm", 2 * T * h * v / t, shape=(T, v // t, h)),
-            Op("cross_entropy", "elem", bytes=4 * T * v * 4 / t, dispatch=4)]  # fp32 upcast, view
+            Op("cross_entropy", "elem", bytes=2 * T * v * 4 / t, ew="ce")]  # fp32 log-softmax
 
 
 def gemm_shapes(model: ModelSpec, b: int, s: int, t: int = 1, flash: bool = True) -> list[tuple]:
-    """Every (m, n, k) the forward and backward run: what calibration measures."""
+    """Every GEMM the forward and backward run, as nn.Linear runs them: (kind, m, n, k) with kind
+    linear (x @ W^T + bias: addmm), linear_nobias (x @ W^T), mm (dX = dY @ W), mm_ta (dW = dY^T @ X)."""
     out = []
     for op in layer_ops(model, b, s, t, 4, flash) + head_ops(model, b, s, t, 4):
-        if op.kind == "gemm":
+        if op.kind == "gemm" and op.name != "attention":
             m, n, k = op.shape
-            out += [(m, n, k), (m, k, n), (k, n, m)]  # forward, dX, dW
+            out += [("linear" if op.bias else "linear_nobias", m, n, k), ("mm", m, k, n), ("mm_ta", n, k, m)]
     return sorted(set(out))
+
+
+def _gemm_rate(c: Cluster, kind: str, m: int, n: int, k: int, fp32: bool) -> float:
+    return c.gemm_table.get(f"{kind}:{m},{n},{k}") or c.gemm_flops(m, n, k, fp32)
 
 
 @dataclass(frozen=True)
@@ -82,18 +100,19 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
     if op.name == "attention" and f"sdpa:{op.count}x{op.shape[0]},{op.shape[2]}" in c.gemm_table:
         # fused attention measured as one op (calibration): forward and backward rates
         key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
-        t = 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
-    elif op.kind == "gemm":
+        return 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
+    if op.kind == "gemm":
         m, n, k = op.shape
-        if backward:  # dX = dY W^T and dW = X^T dY
-            rate = 0.5 * (c.gemm_flops(m, k, n, fp32) + c.gemm_flops(k, n, m, fp32))
-            t = 2 * op.flops / rate
-        else:
-            t = op.flops / c.gemm_flops(m, n, k, fp32)
-    else:
-        bw = c.elementwise_bw or c.hbm_bw
-        t = (2 if backward else 1) * op.bytes / bw
-    return t + op.dispatch * c.op_overhead_s * (1 if not backward else 0)
+        if backward:  # dX = dY W and dW = dY^T X, equal FLOPs
+            return op.flops / _gemm_rate(c, "mm", m, k, n, fp32) + op.flops / _gemm_rate(c, "mm_ta", n, k, m, fp32)
+        return op.flops / _gemm_rate(c, "linear" if op.bias else "linear_nobias", m, n, k, fp32)
+    bw = c.elementwise_bw or c.hbm_bw
+    pre = "_bwd" if backward else ""
+    nbytes = (2 * op.bytes if op.bwd_bytes is None else op.bwd_bytes) if backward else op.bytes
+    if nbytes == 0:
+        return 0.0
+    # calibrated families: per-call latency + bytes / bandwidth, both measured at the model's sizes
+    return c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / c.gemm_table.get(f"ew{pre}:{op.ew}", bw)
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
@@ -107,7 +126,6 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
 
     def ops_time(ops, backward):
         return sum(_op_time(o, c, fp32, backward) for o in ops)
-    # op_overhead_s is calibrated as forward+backward dispatch per forward op: charged on forward
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e)
@@ -125,6 +143,12 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     else:
         rec = 0.0
     bwd = layers * b_block + b_end + rec
+    # eager dispatch of the ops not timed above (views, transposes, autograd bookkeeping)
+    if c.op_overhead_s:
+        n = {**DEFAULT_OP_COUNTS, **c.op_counts}
+        listed = len(block)
+        fwd += c.op_overhead_s * (layers * max(0, n["layer_fwd"] - listed) + n["fixed_fwd"])
+        bwd += c.op_overhead_s * (layers * max(0, n["layer_bwd"] - 2 * listed) + n["fixed_bwd"])
     if lay.world < c.measured_world:  # calibrated with every core busy; fewer ranks run faster
         fwd, bwd, rec = fwd / c.solo_speedup, bwd / c.solo_speedup, rec / c.solo_speedup
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
