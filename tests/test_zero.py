@@ -162,10 +162,13 @@ def test_collective_bytes_equal_analytic(pool2, ddp2, name, wrap, reshard):
 
 
 def test_reshard_false_saves_one_all_gather_per_unit(pool2):
-    a = pool2.run(train, "zero3", steps=1, reshard_after_forward=True)[0]["comm"]["calls"]["all_gather"]
-    b = pool2.run(train, "zero3", steps=1, reshard_after_forward=False)[0]["comm"]["calls"]["all_gather"]
+    """...and pays for it in memory: every unit stays gathered from its forward to its backward."""
+    a = pool2.run(train, "zero3", steps=1, reshard_after_forward=True)[0]
+    b = pool2.run(train, "zero3", steps=1, reshard_after_forward=False)[0]
     units = len(unit_shard_numels(TINY, "block", 2))
-    assert (a, b) == (2 * units - 1, units)  # the root is never regathered: FSDP2 keeps it from forward
+    calls = (a["comm"]["calls"]["all_gather"], b["comm"]["calls"]["all_gather"])
+    assert calls == (2 * units - 1, units)  # the root is never regathered: FSDP2 keeps it from forward
+    assert b["state"]["transient"] > a["state"]["transient"]
 
 
 # --- state dicts: same keys, shapes and placements as torch-fsdp2; DCP round trips across strategies ---
@@ -187,3 +190,11 @@ def test_dcp_checkpoint_loads_across_strategies(pool2, tmp_path, saver, loader):
     assert loaded["steps"] == {2.0}
     for k in saved:
         torch.testing.assert_close(loaded["params"][k], saved[k], rtol=0, atol=0)
+
+
+def test_bf16_gradient_communication(pool2, ddp2):
+    """parallel.comm_dtype=bf16: the reduce-scatter payload halves; the training barely moves."""
+    out = pool2.run(train, "zero3", comm_dtype="bf16")
+    fp32 = _expected_comm("zero3", unit_shard_numels(TINY, "block", 2), 2)
+    assert out[0]["comm"]["bytes"]["reduce_scatter"] == fp32["reduce_scatter"][0] // 2
+    torch.testing.assert_close(torch.tensor(out[0]["losses"]), torch.tensor(ddp2[0]["losses"]), rtol=1e-3, atol=0)

@@ -36,6 +36,9 @@ class _Zero(Strategy):
     keep_full_grads = False  # zero1: full gradients live (and accumulate) until the step
 
     def wrap(self, model: nn.Module) -> nn.Module:
+        if self.dims.dp_replicate > 1:
+            raise ValueError(f"{self.name} shards over all data-parallel ranks; HSDP (dp_replicate > 1) "
+                             "is not implemented: set parallel.dp_replicate=1 or use torch-fsdp2")
         model.to(self.device)
         if self.dims.mesh is None and comm.world_size() > 1:
             self.dims.build_mesh(self.device.type)  # DTensor state dicts need the dp_shard mesh
@@ -80,6 +83,8 @@ class _Zero(Strategy):
             self._reduce(unit)
 
     def _reduce(self, unit: FlatParamUnit) -> None:
+        while len(self._pending) >= MAX_REDUCE_SCATTERS_IN_FLIGHT:
+            self._finish_reduce()
         grads = [i.param.grad for i in unit.infos]
         handle, out, buf = unit.start_reduce_scatter(grads, self.rs_dtype)
         if not self.keep_full_grads:
@@ -87,8 +92,6 @@ class _Zero(Strategy):
                 i.param.grad = None  # packed into the reduce-scatter buffer: the full gradient can go
         self._reduced.add(unit)
         self._pending.append((unit, handle, out, buf))
-        while len(self._pending) > MAX_REDUCE_SCATTERS_IN_FLIGHT:
-            self._finish_reduce()
         self._after_reduce(unit)
 
     def _after_reduce(self, unit: FlatParamUnit) -> None:

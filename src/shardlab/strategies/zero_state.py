@@ -100,8 +100,7 @@ def state_bytes(strategy, optimizer) -> dict:
     params     zero1/zero2: the padded full parameters; zero3: the flat shards
     grads      zero1: the padded full gradients; zero2/zero3: the flat gradient shards
     optimizer  every per-element optimizer state tensor (they live on shards in all three stages)
-    transient  the largest working set beyond that: unsharded units (zero3; two with prefetch) and the
-               full flat buffer of one unit's collective
+    transient  an upper bound on the working set beyond that (see `transient_bytes`)
     padding    the part of the above that is padding (rows added so every rank's shard is equally long)
     """
     n = strategy.world
@@ -125,7 +124,26 @@ def state_bytes(strategy, optimizer) -> dict:
             if info is not None and _per_element(info, v):
                 opt += v.numel() * v.element_size()
                 opt_pad += info.padding * v.element_size()
-    biggest = max((u.full_bytes() for u in strategy.units), default=0)
-    live_units = (2 if strategy.pcfg.prefetch else 1) if strategy.shard_params else 0
-    return {"params": params, "grads": grads, "optimizer": opt, "transient": (live_units + 1) * biggest,
+    return {"params": params, "grads": grads, "optimizer": opt, "transient": transient_bytes(strategy),
             "padding": params_pad + grads_pad + opt_pad}
+
+
+def transient_bytes(strategy) -> int:
+    """An upper bound on the working set beyond the state above, from the layout:
+    reduce-scatter buffers in flight (packed full flat buffers, at most MAX of them) and, unless zero1
+    keeps them anyway, the full gradients of the unit being reduced; zero3 adds the gathered units
+    (the current one and the prefetched one; with reshard_after_forward=false every unit by the end of
+    forward) and one all-gather buffer. zero1/zero2's after-step all-gathers need less than the first term."""
+    from shardlab.strategies.zero import MAX_REDUCE_SCATTERS_IN_FLIGHT
+
+    sizes = sorted((u.full_bytes() for u in strategy.units), reverse=True) or [0]
+    el = strategy.infos[0].param.element_size() if strategy.infos else 4
+    unit_grads = max((sum(i.param.numel() for i in u.infos) * el for u in strategy.units), default=0)
+    total = sum(sizes[:MAX_REDUCE_SCATTERS_IN_FLIGHT])
+    if not strategy.keep_full_grads:
+        total += unit_grads
+    if strategy.shard_params:
+        gathered = sum(sizes) if not strategy.pcfg.reshard_after_forward else \
+            sum(sizes[: 2 if strategy.pcfg.prefetch else 1])
+        total += gathered + sizes[0]
+    return total
