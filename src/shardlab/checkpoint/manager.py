@@ -108,6 +108,7 @@ class CheckpointManager:
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
+        self.timing: dict = {}  # seconds of the last save's phases on this rank (for the bench)
         self.notes: list[str] = []  # what this manager told the user (rank 0), for tests and tools
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
@@ -172,13 +173,16 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         comm.barrier(self.pg)
         error, files = None, {}
+        t0 = time.perf_counter()
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
             dcp.save(tensors, storage_writer=_Writer(tmp, fail), process_group=self.pg,
                      no_dist=not comm.is_initialized())
+            t1 = time.perf_counter()
             # Each rank hashes the shard files it wrote itself (still in its page cache), in parallel.
             for p in sorted(tmp.glob(f"__{self.rank}_*")):
                 files[p.name] = mf.file_entry(p)
+            self.timing = {"write_s": t1 - t0, "hash_s": time.perf_counter() - t1}
             if self.rank == 0:
                 mf.write_json_atomic(tmp / st.STATE_FILE, meta)
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
@@ -188,6 +192,7 @@ class CheckpointManager:
         if self.rank == 0:
             outcome = self._commit(step, tmp, final, reports)
         outcome = comm.broadcast_object(outcome, group=self.pg)
+        self.timing["total_s"] = time.perf_counter() - t0  # write + hash + commit (manifest, rename, retention)
         self.last_outcome = outcome
         if outcome is not None and self.rank == 0:
             self._note(outcome)

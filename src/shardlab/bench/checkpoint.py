@@ -1,0 +1,157 @@
+"""What a checkpoint costs (figures `save_bw_ratio`, `async_block_ratio`).
+
+Two ranks (torch-ddp, world 2) train a model for a few steps so the AdamW state exists, then:
+
+- save_bw_ratio: a full shardlab save (DCP write of every rank's shards with fsync, sha256 of every file,
+  manifest, rename, `latest`) against a plain sequential write of the same number of bytes to the same
+  disk by one process (one file, 8 MiB writes, fsync). Ratio = t_plain / t_save = save bandwidth / plain
+  bandwidth, per A/B pair (alternating A B, B A), median with min-max. Goal >= 0.8.
+- async_block_ratio: how long `save()` holds the training loop with ckpt.async=true (get the state dicts,
+  copy them to private CPU memory, start the writer thread) against a synchronous save, per pair. Between
+  async saves the loop trains `gap` steps, so the background write has finished before the next save (a
+  save waits for the previous one). Goal <= 0.1. Also reported: the step time while a background write
+  runs, against steps without one (the writer shares the CPUs with training).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+from shardlab.bench import common
+
+SIZES = {"quick": ["model.preset=small"],  # 3.2M params -> ~39 MB of checkpoint
+         "full": ["model.preset=custom", "model.n_layer=6", "model.n_head=6", "model.d_model=384"]}  # ~11M
+
+
+def _plain_write(path: Path, nbytes: int, chunk: int = 8 << 20) -> float:
+    buf = os.urandom(min(chunk, nbytes))
+    t0 = time.perf_counter()
+    with open(path, "wb", buffering=0) as f:
+        left = nbytes
+        while left > 0:
+            left -= f.write(buf[:min(left, len(buf))])
+        os.fsync(f.fileno())
+    dt = time.perf_counter() - t0
+    path.unlink()
+    return dt
+
+
+def _rank_main(work: str, overrides: list[str], pairs: int, gap: int) -> dict:
+    """Runs on every rank of a 2-rank pool."""
+    from shardlab import comm, config as config_mod
+    from shardlab.bench.overhead import shardlab_step
+    from shardlab.checkpoint import manifest as mf
+    from shardlab.train.trainer import Trainer
+
+    work = Path(work)
+    cfg = config_mod.load(None, common.BASE + overrides)
+    config_mod.validate(cfg, comm.world_size())
+    run = work / "run"
+    run.mkdir(parents=True, exist_ok=True)
+    tr = Trainer(cfg, run)
+    mgr, st = tr.ckpt, tr.state
+    for _ in range(3):  # optimizer state exists after the first step
+        shardlab_step(tr)
+    rows, bw, block = [], [], []
+
+    def timed_save(async_: bool) -> tuple[float, int]:
+        comm.barrier()
+        t0 = time.perf_counter()
+        mgr.save(st, async_=async_)
+        blocked = time.perf_counter() - t0
+        mgr.wait()
+        comm.barrier()
+        total = time.perf_counter() - t0
+        assert mgr.last_outcome is None, mgr.last_outcome
+        size = mf.read_manifest(mf.read_latest(mgr.dir))["total_bytes"]
+        return (blocked if async_ else total), size
+
+    def plain(nbytes: int) -> float:
+        comm.barrier()
+        dt = _plain_write(work / "plain.bin", nbytes) if comm.rank() == 0 else 0.0
+        return comm.broadcast_object(dt)
+
+    _, nbytes = timed_save(False)  # warm-up (file creation paths, DCP planner caches)
+    for i in range(pairs):
+        st.step += 1  # a new checkpoint name each time (retention keeps the directory small)
+        if i % 2 == 0:
+            t_plain = plain(nbytes)
+            t_save, nbytes = timed_save(False)
+        else:
+            t_save, nbytes = timed_save(False)
+            t_plain = plain(nbytes)
+        bw.append(t_plain / t_save)
+        rows.append({"test": "save_bw", "pair": i, "bytes": nbytes, "t_save_s": t_save, "t_plain_s": t_plain,
+                     **{f"rank0_{k}": v for k, v in mgr.timing.items()},
+                     "save_MBps": nbytes / t_save / 1e6, "plain_MBps": nbytes / t_plain / 1e6})
+    steps_busy, steps_idle = [], []
+    for i in range(pairs):
+        st.step += 1
+        order = (True, False) if i % 2 == 0 else (False, True)
+        got = {}
+        for async_ in order:
+            comm.barrier()
+            t0 = time.perf_counter()
+            mgr.save(st, async_=async_)
+            got[async_] = time.perf_counter() - t0
+            for k in range(gap):  # training continues; the first steps overlap the background write
+                t1 = time.perf_counter()
+                shardlab_step(tr)
+                (steps_busy if async_ and mgr._thread is not None and mgr._thread.is_alive() else steps_idle) \
+                    .append(time.perf_counter() - t1)
+            mgr.wait()
+            assert mgr.last_outcome is None, mgr.last_outcome
+            st.step += 1
+        block.append(got[True] / got[False])
+        rows.append({"test": "async_block", "pair": i, "blocked_async_s": got[True], "blocked_sync_s": got[False]})
+    mgr.close(st)
+    return {"rows": rows, "bw": bw, "block": block, "steps_busy": steps_busy, "steps_idle": steps_idle}
+
+
+def run(out_dir: Path, quick: bool) -> dict:
+    from shardlab.testing import WorkerPool
+
+    out_dir = Path(out_dir)
+    work = out_dir / "work"
+    shutil.rmtree(work, ignore_errors=True)
+    overrides = ["parallel.strategy=torch-ddp", "train.micro_batch=4", "ckpt.keep=2", "train.steps=10000",
+                 *SIZES["quick" if quick else "full"]]
+    pairs, gap = (4, 10) if quick else (8, 15)
+    with WorkerPool(2, timeout=1800) as pool:
+        res = pool.run(_rank_main, str(work), overrides, pairs, gap)[0]
+    shutil.rmtree(work, ignore_errors=True)
+    bw, block = common.stats(res["bw"]), common.stats(res["block"])
+    busy, idle = common.stats(res["steps_busy"]), common.stats(res["steps_idle"])
+    figures = {"save_bw_ratio": round(bw["median"], 3), "async_block_ratio": round(block["median"], 4)}
+    rows = res["rows"]
+    doc = common.write_results(out_dir, "checkpoint", figures, rows)
+    save_rows = [r for r in rows if r["test"] == "save_bw"]
+    async_rows = [r for r in rows if r["test"] == "async_block"]
+    sections = [
+        "Two ranks (torch-ddp) save their full training state (model, AdamW state, RNG, sampler) with "
+        "shardlab's checkpoint manager. See `shardlab/bench/checkpoint.py` for the method.",
+        f"**save_bw_ratio = {common.fmt_stats(bw, digits=3)}** (save bandwidth / plain sequential write "
+        f"bandwidth, median (min–max) over {bw['n']} alternating pairs; goal ≥ 0.8)\n\n"
+        + common.md_table(["pair", "bytes", "save s", "of which DCP write", "sha256", "plain s", "save MB/s",
+                           "plain MB/s"],
+                          [[r["pair"], f"{r['bytes']:,}", f"{r['t_save_s']:.3f}", f"{r['rank0_write_s']:.3f}",
+                            f"{r['rank0_hash_s']:.3f}", f"{r['t_plain_s']:.3f}", f"{r['save_MBps']:.0f}",
+                            f"{r['plain_MBps']:.0f}"] for r in save_rows])
+        + "\n\nThe DCP write and sha256 columns are rank 0's. DCP serialises every tensor as its own record "
+          "(torch.save format, CRC-32 per record) so that any world size can later read any slice of it; "
+          "that and re-reading each shard for its sha256 are what a plain write of opaque bytes does not pay. "
+          "On this machine the plain write goes to the page cache at ~1 GB/s, so the fixed costs dominate; "
+          "on a disk slower than DCP's serialisation the ratio approaches the write share.",
+        f"**async_block_ratio = {common.fmt_stats(block, digits=4)}** (time the loop is held by an async "
+        f"save / by a synchronous save; goal ≤ 0.1)\n\n"
+        + common.md_table(["pair", "async: loop held s", "sync: loop held s"],
+                          [[r["pair"], f"{r['blocked_async_s']:.4f}", f"{r['blocked_sync_s']:.3f}"]
+                           for r in async_rows])
+        + f"\n\nThe writer thread shares the CPUs with training: step time while a background write runs "
+          f"{common.fmt_stats(busy, 1e3, 1)} ms (n={busy['n']}) vs {common.fmt_stats(idle, 1e3, 1)} ms "
+          f"otherwise (n={idle['n']}).",
+    ]
+    common.write_report(out_dir, "Checkpoint cost", sections)
+    return doc
