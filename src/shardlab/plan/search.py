@@ -57,11 +57,12 @@ def why(best: Plan, nxt: Plan) -> str:
     if not nxt.fits:
         return f"the next layout does not fit ({nxt.mem_total / 2**30:.1f} GiB > {nxt.capacity / 2**30:.1f})"
     diffs = {k: nxt.times[k] - best.times[k] for k in ("compute", "exposed_comm", "tp_pp_comm",
-                                                        "bubble", "optimizer")}
+                                                        "bubble", "optimizer", "zero_copies")}
     k = max(diffs, key=diffs.get)
     label = {"compute": "compute (recomputation or GEMM size)", "exposed_comm": "exposed data-parallel "
              "communication", "tp_pp_comm": "tensor/pipeline-parallel communication",
-             "bubble": "pipeline bubble", "optimizer": "optimizer step"}[k]
+             "bubble": "pipeline bubble", "optimizer": "optimizer step",
+             "zero_copies": "ZeRO buffer copies"}[k]
     kind = "comm bound" if k in ("exposed_comm", "tp_pp_comm") else (
         "memory bound" if k == "compute" and nxt.layout.recompute != best.layout.recompute else "")
     mem = ""

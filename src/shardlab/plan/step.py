@@ -82,7 +82,7 @@ class Plan:
         if not self.fits:
             return "memory (does not fit)"
         parts = {"compute": t["compute"], "communication": t["exposed_comm"] + t["tp_pp_comm"],
-                 "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"]}
+                 "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"] + t["zero_copies"]}
         name = max(parts, key=parts.get)
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
 
@@ -127,6 +127,16 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         cl.exposed = cl.time - hidden
     exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp"))
 
+    # ZeRO's flat-buffer layout: gradients are packed into each reduce-scatter's input and gathered
+    # parameters copied out of each all-gather's output, on the compute stream: read + write
+    copies = 0.0
+    if lay.strategy != "ddp":
+        packed = sum(cl.c.payload for cl in plan.comm if cl.c.group in ("dp", "dp_shard")
+                     and cl.c.op in ("reduce_scatter", "all_gather") and cl.c.payload > 64 * lay.dp)
+        copies = 2 * packed / cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
+        if lay.world < cluster.measured_world:
+            copies /= cluster.solo_speedup
+
     # pipeline schedule
     p, v = lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
     bubble = (p - 1) / v * t_mb
@@ -145,7 +155,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["comm_total"] = sum(cl.time for cl in plan.comm)
     T["exposed_comm"] = exposed
     T["optimizer"] = t_opt
-    T["step"] = m * t_mb + bubble + exposed + t_opt
+    T["zero_copies"] = copies
+    T["step"] = m * t_mb + bubble + exposed + t_opt + copies
     X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms (per-op roofline: GEMM FLOPs / achieved FLOP/s, " \
                    f"elementwise bytes / bandwidth, + dispatch)"
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
@@ -157,5 +168,6 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     X["comm_total"] = "sum of alpha-beta times of every collective"
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
     X["optimizer"] = opt_why
-    X["step"] = "m*t_mb + bubble + exposed comm + optimizer"
+    X["zero_copies"] = "ZeRO flat buffers: 2 x (reduce-scatter + all-gather payload) / copy bandwidth"
+    X["step"] = "m*t_mb + bubble + exposed comm + optimizer + ZeRO copies"
     return plan
