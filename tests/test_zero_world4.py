@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from test_zero import _expected_comm, _same
-from zero_harness import ODD, TINY, load, save, train, unit_shard_numels
+from zero_harness import ODD, load, save, train, unit_shard_numels
 
 
 @pytest.fixture(scope="module")

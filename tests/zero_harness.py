@@ -110,26 +110,6 @@ def state_dicts(name: str, model_kw: dict = TINY, **parallel) -> dict:
             "param_groups": [{k: v for k, v in g.items() if k != "lr"} for g in osd["param_groups"]]}
 
 
-def save_and_reload(save_name: str, load_name: str, path: str, model_kw: dict = TINY, **parallel) -> dict:
-    """Train `save_name` two steps, save model+optimizer with DCP, load into a fresh `load_name` strategy
-    (same ranks), and return both full parameter sets and one more step's loss from each."""
-    import torch.distributed.checkpoint as dcp
-
-    saved, module, opt = setup(save_name, model_kw, **parallel)
-    _steps(saved, module, opt, model_kw, 2)
-    dcp.save({"model": saved.model_state_dict(), "optim": saved.optim_state_dict(opt)}, checkpoint_id=path)
-    loaded, module2, opt2 = setup(load_name, model_kw, **parallel)
-    _steps(loaded, module2, opt2, model_kw, 1)  # creates optimizer state to load into
-    sd = {"model": loaded.model_state_dict(), "optim": loaded.optim_state_dict(opt2)}
-    dcp.load(sd, checkpoint_id=path)
-    loaded.load_model_state_dict(sd["model"])
-    loaded.load_optim_state_dict(opt2, sd["optim"])
-    a = {k: v.clone() for k, v in saved.full_parameters().items()}
-    b = {k: v.clone() for k, v in loaded.full_parameters().items()}
-    return {"saved": a, "loaded": b, "next_saved": _steps(saved, module, opt, model_kw, 1, seed=7),
-            "next_loaded": _steps(loaded, module2, opt2, model_kw, 1, seed=7)}
-
-
 def _steps(strategy, module, optimizer, model_kw, n, seed=0):
     from shardlab import comm
 

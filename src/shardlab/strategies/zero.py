@@ -45,7 +45,6 @@ class _Zero(Strategy):
         self.world = comm.world_size(self.group)
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
-        self.unit_of = {id(i.param): u for u in self.units for i in u.infos}
         self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
         self._sync = True  # reduce gradients in this microbatch's backward
         self._pending: collections.deque = collections.deque()  # reduce-scatters in flight
