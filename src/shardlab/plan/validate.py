@@ -95,7 +95,8 @@ def run(out_dir: Path, quick: bool = False) -> dict:
                                        quick=True))
         pred = predict(model, strategy, b, world, fresh)
         summary = run_one(run_dir, model, strategy, b, world, steps)
-        row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world}
+        row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world,
+               "load_avg_1m": os.getloadavg()[0]}  # other work on the shared cores, for context
         row.update(compare(pred, summary))
         rows.append(row)
         print(f"[planner] {name}: predicted {row['pred_step_s'] * 1e3:.1f} ms, measured "
@@ -150,12 +151,14 @@ def _report(result: dict, cluster) -> str:
              "after warm-up): prediction and measurement alternate and see the same load.", "",
              "| figure | value |", "| --- | --- |"]
     lines += [f"| {k} | {v:.4g} |" for k, v in f.items()]
-    lines += ["", "| config | predicted ms | measured ms | error | state bytes pred | measured | comm |",
-              "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| config | predicted ms | measured ms | error | state bytes pred | measured | comm | load |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["rows"]:
         lines.append(f"| {r['config']} | {r['pred_step_s'] * 1e3:.1f} | {r['meas_step_s'] * 1e3:.1f} | "
                      f"{r['time_err']:.1%} | {r['pred_state_bytes']:,.0f} | {r['meas_state_bytes']:,.0f} | "
-                     f"{'exact' if r['comm_exact'] else 'differs'} |")
+                     f"{'exact' if r['comm_exact'] else 'differs'} | {r['load_avg_1m']:.1f} |")
+    lines += ["", f"load = the machine's 1-minute load average when the run ended ({os.cpu_count()} cores); "
+              "anything above the run's own ranks is other work competing for the cores."]
     lines += ["", "![planner](planner.png)", "", "## Against published figures", "",
               "| case | published | planner | error | source |", "| --- | --- | --- | --- | --- |"]
     for p in result["published"]:
