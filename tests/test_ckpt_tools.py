@@ -62,12 +62,12 @@ def test_hf_export_same_logits(trained, tmp_path):
         torch.testing.assert_close(hf(idx).logits, ours(idx), atol=1e-5, rtol=0)
 
 
-def test_train_with_uncommitted_resume_path_exits_2(tmp_path):
-    from shardlab.testing import run_cli
+def test_train_with_uncommitted_resume_path_exits_2(tmp_path, capsys):
+    from shardlab.cli import cmd_train
 
     (tmp_path / "step_000004").mkdir()
-    res = run_cli(["train", "--config", "configs/tiny.toml", "--out", str(tmp_path / "run"),
-                   f"ckpt.resume={tmp_path / 'step_000004'}"], timeout=60)
-    assert res.returncode == 2
-    assert res.stderr.strip().count("\n") == 0 and "no MANIFEST.json" in res.stderr
+    rc = cmd_train(["--config", "configs/tiny.toml", "--out", str(tmp_path / "run"),
+                    f"ckpt.resume={tmp_path / 'step_000004'}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "no MANIFEST.json" in err
     assert not (tmp_path / "run").exists()  # nothing written
