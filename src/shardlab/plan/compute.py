@@ -3,7 +3,8 @@
   elementwise   bytes moved / memory bandwidth (LayerNorm, GELU, softmax, residual adds, loss)
   every other   dispatched op (views, transposes, autograd bookkeeping) x its eager overhead
 Backward: each GEMM becomes two (dX and dW) of equal FLOPs; elementwise ops move about twice the
-bytes, each family (LayerNorm, GELU, copies, ...) at its own calibrated rate. The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
+bytes, each family (LayerNorm, GELU, copies, ...) at its own calibrated rate.
+The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
 """
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .comm import Collective, call_time, collective_time, group_placement, dp_collectives, local_params, padded, tp_pp_collectives, units
+from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded,
+                   tp_pp_collectives, units)
 from .compute import micro_batch_time, optimizer_time
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum

@@ -1,0 +1,220 @@
+"""Calibration, compute half: how fast this machine runs the model's own operations, one thread.
+
+GEMMs exactly as nn.Linear issues them (addmm with W^T, and the two backward GEMMs), SDPA attention,
+elementwise families (LayerNorm, GELU, adds, copies, bias-gradient sums, cross-entropy) fitted as
+latency + bytes / bandwidth, the eager cost of one dispatched op, the optimizer step as the trainer
+runs it, and how many ops the real model dispatches. torch is imported inside the functions.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+from .compute import gemm_shapes
+from .model import ModelSpec
+
+
+def _timeit(fn, min_time: float, min_reps: int = 3) -> float:
+    """Median seconds per call over batches lasting at least min_time/5 each."""
+    fn()
+    reps, t0 = 1, time.perf_counter()
+    fn()
+    one = max(time.perf_counter() - t0, 1e-7)
+    reps = max(1, int(min_time / 5 / one))
+    samples = []
+    for _ in range(min_reps):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        samples.append((time.perf_counter() - t0) / reps)
+    return statistics.median(samples)
+
+
+def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict:
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(1)
+    mt = 0.01 if quick else 0.1
+    table = {}
+    for model in models:
+        s = model.seq
+        for b in micro_batches:
+            for (kind, m, n, k) in gemm_shapes(model, b, s):
+                key = f"{kind}:{m},{n},{k}"
+                if key not in table:
+                    table[key] = 2 * m * n * k / _timeit(_gemm_fn(kind, m, n, k), mt)
+            table.update(_sdpa(model, b, mt))
+    # elementwise families: t = latency + bytes / bandwidth, fitted over the models' sizes
+    samples: dict[str, list] = {}
+    for model in models:
+        for b in micro_batches:
+            for fam, (nb, tf, tb) in _elementwise(model, b, mt).items():
+                samples.setdefault(fam, []).append((nb, tf, tb))
+    for fam, pts in samples.items():
+        for prefix, idx in (("", 1), ("_bwd", 2)):
+            alpha, bw = _line_fit([(p[0], p[idx]) for p in pts])
+            table[f"ew{prefix}:{fam}"] = bw
+            table[f"ewa{prefix}:{fam}"] = alpha
+    bws = [table[f"ew:{f}"] for f in ("ln", "add", "copy") if f"ew:{f}" in table]
+    # dispatch: a chain of tiny autograd ops, forward + backward, per aten op dispatched
+    z0 = torch.ones(8, requires_grad=True)
+
+    def chain():
+        z = z0
+        for _ in range(100):
+            z = z * 1.0001
+        z.sum().backward()
+    with _Count() as cnt:
+        chain()
+    op_overhead = _timeit(chain, mt) / max(1, cnt.n)
+    # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip at each model's
+    # parameter shapes and at many tiny tensors; least squares t = a*tensors + b*params
+    pts = [_adam_time([n for _, n in m.param_shapes()], mt) for m in models]
+    pts += [_adam_time([16] * 64, mt), _adam_time([2**20], mt)]  # per-tensor and per-element anchors
+    a_t, b_p = _fit_two(pts)
+    return {"gemm_table": table, "elementwise_bw": statistics.median(bws), "op_overhead_s": op_overhead,
+            "adam_s_per_param": b_p, "adam_s_per_tensor": a_t, "op_counts": count_ops(models[0])}
+
+
+def _elementwise(model: ModelSpec, b: int, mt: float) -> dict:
+    """family -> (forward bytes as compute.py counts them, forward s, backward s) at this size."""
+    import torch
+    import torch.nn.functional as F
+    T, h, a, v = b * model.seq, model.d_model, model.n_head, model.vocab
+    out = {}
+
+    def fb(fn, *xs, nbytes):
+        xs = [x.requires_grad_() for x in xs]
+        t_f = _timeit(lambda: fn(*xs), mt)
+        y = fn(*xs)
+        g = torch.randn_like(y)
+        t_b = _timeit(lambda: torch.autograd.grad(fn(*xs), xs, g), mt) - t_f
+        return nbytes, t_f, max(t_b, 1e-7)
+    ln = torch.nn.LayerNorm(h)
+    out["ln"] = fb(ln, torch.randn(T, h), nbytes=2 * T * h * 4)
+    out["gelu"] = fb(lambda x: F.gelu(x, approximate="tanh"), torch.randn(T, 4 * h), nbytes=8 * T * h * 4)
+    x, y = torch.randn(T, h), torch.randn(T, h)
+    t_add = _timeit(lambda: x.add_(y), mt)
+    out["add"] = (3 * T * h * 4, t_add, t_add)
+    xv = torch.randn(b, model.seq, a, h // a)
+    t_copy = _timeit(lambda: xv.transpose(1, 2).contiguous(), mt)
+    out["copy"] = (2 * T * h * 4, t_copy, t_copy)
+    g4 = torch.randn(T, 4 * h)
+    t_sum = _timeit(lambda: g4.sum(0), mt)
+    out["sum"] = (4 * T * h * 4, t_sum, t_sum)
+    tgt = torch.randint(0, v, (T,))
+    out["ce"] = fb(lambda z: F.cross_entropy(z, tgt), torch.randn(T, v), nbytes=2 * T * v * 4)
+    return out
+
+
+def _Count():
+    """A dispatch mode that counts the aten ops run under it (forward and autograd backward)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.n += 1
+            return func(*args, **(kwargs or {}))
+    return Count()
+
+
+def count_ops(model: ModelSpec) -> dict:
+    """Dispatched aten ops of shardlab's GPT forward and backward, per block and outside the blocks:
+    counted on 1- and 2-block copies of the model (a property of the code, like its FLOPs)."""
+    try:
+        import torch
+        from shardlab.model.gpt import GPTConfig, build_model
+    except ImportError:
+        return {}
+
+    def run(layers):
+        net = build_model(GPTConfig(n_layer=layers, n_head=model.n_head, d_model=model.d_model,
+                                    vocab_size=model.vocab, max_seq_len=model.seq), seed=0)
+        x = torch.randint(0, model.vocab, (1, model.seq))
+        with _Count() as cnt:
+            loss = net(x, x)
+            f = cnt.n
+            loss.backward()
+            return f, cnt.n - f
+    (f1, b1), (f2, b2) = run(1), run(2)
+    return {"layer_fwd": f2 - f1, "layer_bwd": b2 - b1, "fixed_fwd": f1 - (f2 - f1), "fixed_bwd": b1 - (b2 - b1)}
+
+
+def _gemm_fn(kind: str, m: int, n: int, k: int):
+    """The call nn.Linear makes for a GEMM of this kind, with operands laid out as it has them."""
+    import torch
+    if kind in ("linear", "linear_nobias"):  # x (m, k) @ W^T, W stored (n, k)
+        x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        return (lambda: torch.addmm(bias, x, w.t())) if kind == "linear" else (lambda: torch.mm(x, w.t()))
+    if kind == "mm_ta":  # dW = dY^T X: A is a transposed view
+        a, b = torch.randn(k, m), torch.randn(k, n)
+        return lambda: torch.mm(a.t(), b)
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    return lambda: torch.mm(a, b)
+
+
+def _sdpa(model: ModelSpec, b: int, mt: float) -> dict:
+    import torch
+    import torch.nn.functional as F
+    s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
+    q, kk, v = (torch.randn(b, a, s, dh, requires_grad=True) for _ in range(3))
+    flops = 4 * b * a * s * s * dh
+    t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
+    gy = torch.randn(b, a, s, dh)
+
+    def fb():
+        out = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
+        torch.autograd.grad(out, (q, kk, v), gy)
+    t_fb = _timeit(fb, mt)
+    return {f"sdpa:{b * a}x{s},{dh}": flops / t_f,
+            f"sdpa_bwd:{b * a}x{s},{dh}": 2 * flops / max(t_fb - t_f, 1e-9)}
+
+
+def _adam_time(numels: list[int], mt: float) -> tuple[int, int, float]:
+    import torch
+    params = [torch.zeros(n, requires_grad=True) for n in numels]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    half = len(params) // 2
+    opt = torch.optim.AdamW([{"params": params[:half], "weight_decay": 0.1},
+                             {"params": params[half:], "weight_decay": 0.0}], lr=1e-4, foreach=False)
+
+    def step():  # the step as shardlab's trainer runs it: per-tensor grad norm, clip, AdamW
+        sq = torch.zeros(1)
+        for p in params:
+            sq += p.grad.detach().float().pow(2).sum()
+        coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        opt.step()
+    return len(numels), sum(numels), _timeit(step, mt)
+
+
+def _fit_two(pts: list[tuple[int, int, float]]) -> tuple[float, float]:
+    """Least squares t = a*x + b*y through the origin (2x2 normal equations)."""
+    sxx = sum(x * x for x, _, _ in pts)
+    syy = sum(y * y for _, y, _ in pts)
+    sxy = sum(x * y for x, y, _ in pts)
+    sxt = sum(x * t for x, _, t in pts)
+    syt = sum(y * t for _, y, t in pts)
+    det = sxx * syy - sxy * sxy
+    a = (sxt * syy - syt * sxy) / det
+    b = (syt * sxx - sxt * sxy) / det
+    return max(a, 0.0), max(b, 0.0)
+
+
+def _line_fit(pts: list[tuple[float, float]]) -> tuple[float, float]:
+    """t = alpha + x / bw by least squares, alpha >= 0; one distinct x: alpha = 0."""
+    xs = [x for x, _ in pts]
+    if len(set(xs)) < 2:
+        return 0.0, statistics.fmean(x / t for x, t in pts)
+    mx, my = statistics.fmean(xs), statistics.fmean(t for _, t in pts)
+    slope = sum((x - mx) * (t - my) for x, t in pts) / sum((x - mx) ** 2 for x in xs)
+    alpha = my - slope * mx
+    if alpha < 0 or slope <= 0:  # noise: fall back to a pure bandwidth through the origin
+        return 0.0, sum(x * x for x in xs) / sum(x * t for x, t in pts)
+    return alpha, 1.0 / slope
