@@ -1,4 +1,4 @@
-"""Strategy parity through the real trainer: with the same seed and global batch, torch-ddp,
+"""Strategy parity through the real trainer: with the same seed and global batch, ddp, torch-ddp,
 torch-fsdp2 (both reshard modes) and torch-zero1 at world 2 compute the same losses and final
 parameters as `single` at world 1."""
 import json
@@ -32,6 +32,7 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.parametrize("overrides", [
+    ["parallel.strategy=ddp"],
     ["parallel.strategy=torch-ddp"],
     ["parallel.strategy=torch-fsdp2", "parallel.reshard_after_forward=true"],
     ["parallel.strategy=torch-fsdp2", "parallel.reshard_after_forward=false"],

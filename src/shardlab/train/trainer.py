@@ -58,6 +58,7 @@ def _sync(device: torch.device) -> None:
 class Trainer:
     def __init__(self, cfg: Config, run_dir: Path):
         self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         t = cfg.train
         torch.set_num_threads(t.threads)
         if int(os.environ.get("WORLD_SIZE", 1)) > 1 or cfg.parallel.strategy != "single":
