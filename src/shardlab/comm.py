@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import os
+import sys
 import threading
 import time
 import traceback
@@ -79,11 +80,7 @@ class Recorder:
                 "calls": dict(self.step_calls), "bytes_by_tag": dict(self.step_tags)}
 
     def add(self, op: str, tensor_bytes: int, wire: int, dtype, shape, group, tag: str) -> Record:
-        stack = []
-        if self.capture_stack:
-            # The last few frames outside this module: enough to say "bucket 3 in ddp.py:120".
-            frames = traceback.extract_stack(limit=6)[:-2]
-            stack = [f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in frames[-3:]]
+        stack = _short_stack() if self.capture_stack else []
         with self._lock:
             self.seq += 1
             rec = Record(seq=self.seq, op=op, group=_group_name(group), group_size=_size(group),
@@ -124,6 +121,19 @@ class Recorder:
 
 
 RECORDER = Recorder()
+
+
+def _short_stack(depth: int = 3) -> list[str]:
+    """The innermost frames outside this module, e.g. "ddp.py:120 _launch_bucket": enough for the
+    flight recorder to say where a collective came from. Walks frames directly: traceback's
+    extract_stack reads source lines and would cost more than a small collective."""
+    frame, out = sys._getframe(1), []
+    while frame is not None and len(out) < depth:
+        code = frame.f_code
+        if code.co_filename != __file__:
+            out.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return out[::-1]  # outermost first, like a traceback
 
 
 def set_phase(phase: str) -> None:
