@@ -7,8 +7,9 @@ Method. One process group of 2 gloo ranks, the same model, initialisation, data 
   twice, in opposite orders, the smaller of the two (allocator noise only adds), max over ranks.
   Beside it the exact `state_bytes`.
 - Time: all strategies live side by side; every round trains one step of each, in an order that
-  rotates each round (so none is always first after the others), a barrier before each timed step.
-  Paired per round: the zero3 / torch-fsdp2 step-time ratio, median with min-max over rounds.
+  rotates each round (so none is always first after the others), a barrier before each timed step:
+  the tokens/s of the table. Then the figures' pairs (zero3 / torch-fsdp2, ...) run back to back,
+  A B then B A the next round: per pair the median step-time ratio with min-max over rounds.
 """
 from __future__ import annotations
 
@@ -20,14 +21,21 @@ import torch
 
 from shardlab.bench import common
 
-# (label, strategy, reshard_after_forward)
-STRATEGIES = [("single", "single", True), ("ddp", "ddp", True), ("torch-ddp", "torch-ddp", True),
-              ("zero1", "zero1", True), ("zero2", "zero2", True),
-              ("zero3", "zero3", True), ("zero3 keep", "zero3", False),
-              ("torch-fsdp2", "torch-fsdp2", True), ("torch-fsdp2 keep", "torch-fsdp2", False),
-              ("torch-zero1", "torch-zero1", True)]
-PAIRS = [("zero3", "torch-fsdp2", "zero3_vs_fsdp2"), ("zero3 keep", "torch-fsdp2 keep", "zero3_keep_vs_fsdp2_keep")]
-SIZES = {"quick": dict(rounds=10, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
+# (label, strategy, parallel.* overrides)
+KEEP = {"reshard_after_forward": False}
+STRATEGIES = [("single", "single", {}), ("ddp", "ddp", {}), ("torch-ddp", "torch-ddp", {}),
+              ("zero1", "zero1", {}), ("zero2", "zero2", {}),
+              ("zero3", "zero3", {}), ("zero3 keep", "zero3", KEEP),
+              ("torch-fsdp2", "torch-fsdp2", {}), ("torch-fsdp2 keep", "torch-fsdp2", KEEP),
+              ("torch-zero1", "torch-zero1", {}),
+              # the knobs of seed 000 Q23: prefetch and the wrap unit
+              ("zero3 no-prefetch", "zero3", {"prefetch": False}), ("zero3 layer", "zero3", {"wrap": "layer"}),
+              ("zero3 whole", "zero3", {"wrap": "whole"})]
+# (A, B, figure prefix): paired per round, figure = A / B
+PAIRS = [("zero3", "torch-fsdp2", "zero3_vs_fsdp2"), ("zero3 keep", "torch-fsdp2 keep", "zero3_keep_vs_fsdp2_keep"),
+         ("zero3 no-prefetch", "zero3", "zero3_noprefetch_vs_prefetch"), ("zero3 layer", "zero3", "zero3_layer_vs_block"),
+         ("zero3 whole", "zero3", "zero3_whole_vs_block")]
+SIZES = {"quick": dict(rounds=9, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
          "full": dict(rounds=24, warm=4, mem_steps=3, model=dict(n_layer=4, n_head=4, d_model=256))}
 MICRO_BATCH, SEQ = 8, 128
 
@@ -40,11 +48,13 @@ def _build(label: str, model_kw: dict):
     from shardlab.strategies import REGISTRY, build_strategy
     from shardlab.train.optim import adamw_factory, no_decay_names
 
-    _, name, reshard = next(s for s in STRATEGIES if s[0] == label)
+    _, name, overrides = next(s for s in STRATEGIES if s[0] == label)
     if name == "ddp" and "ddp" not in REGISTRY:
         name = "torch-ddp"
     cfg = Config()
-    cfg.parallel.strategy, cfg.parallel.reshard_after_forward = name, reshard
+    cfg.parallel.strategy = name
+    for key, value in overrides.items():
+        setattr(cfg.parallel, key, value)
     dims = dims_for(name, comm.world_size())
     dims.build_mesh("cpu")
     strategy = build_strategy(name, cfg.parallel, dims, torch.device("cpu"))
@@ -108,8 +118,21 @@ def _measure(size: dict) -> dict:
             t0 = time.perf_counter()
             _step(strategy, opt, x, y)
             times[label].append(time.perf_counter() - t0)
+    # The figures' pairs, back to back (A B, then B A next round): load drift hits both alike.
+    paired = {key: [] for _, _, key in PAIRS}
+    for r in range(size["rounds"]):
+        x, y = batch()
+        for a, b, key in PAIRS:
+            t = {}
+            for label in ((a, b) if r % 2 == 0 else (b, a)):
+                strategy, opt = live[label]
+                comm.barrier()
+                t0 = time.perf_counter()
+                _step(strategy, opt, x, y)
+                t[label] = time.perf_counter() - t0
+            paired[key].append(t[a] / t[b])
     peak_max = comm.all_gather_object({k: min(v) for k, v in peaks.items()})  # allocator noise only adds
-    return {"times": times, "peaks": {k: max(p[k] for p in peak_max) for k in labels}, "kind": kind,
+    return {"times": times, "paired": paired, "peaks": {k: max(p[k] for p in peak_max) for k in labels}, "kind": kind,
             "state": state, "comm": comm_bytes, "rank": rank}
 
 
@@ -159,11 +182,11 @@ def run(out: Path, quick: bool) -> dict:
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     warm, world = size["warm"], 2
     rows = []
-    for label, name, reshard in STRATEGIES:
+    for label, name, overrides in STRATEGIES:
         t = common.stats(res["times"][label][warm:])
         tokens = MICRO_BATCH * SEQ * (1 if name == "single" else world)
         sb = res["state"][label]
-        rows.append({"strategy": label, "reshard_after_forward": reshard, "step_s": t,
+        rows.append({"strategy": label, "parallel": overrides, "step_s": t,
                      "tokens_per_s": tokens / t["median"], "peak_mem_bytes": res["peaks"][label],
                      "peak_mem_kind": res["kind"], "state_bytes": sb,
                      "state_total_bytes": sb["params"] + sb["grads"] + sb["optimizer"],
@@ -172,7 +195,7 @@ def run(out: Path, quick: bool) -> dict:
     figures = {}
     by = {r["strategy"]: r for r in rows}
     for a, b, key in PAIRS:
-        ratio = common.paired_ratios(res["times"][b][warm:], res["times"][a][warm:])
+        ratio = common.stats(res["paired"][key][warm:])
         figures[f"{key}_step_ratio"] = ratio["median"]
         figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = ratio["min"], ratio["max"]
         figures[f"{key}_mem_ratio"] = by[a]["peak_mem_bytes"] / by[b]["peak_mem_bytes"]
@@ -197,9 +220,11 @@ def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) 
     write(out, "Strategies: throughput vs memory", [
         f"Model: GPT n_layer={m['n_layer']} d_model={m['d_model']}, micro-batch {MICRO_BATCH} x {SEQ} tokens per rank, "
         f"world 2, AdamW fp32. {size['rounds']} rounds of one step per strategy (first {size['warm']} excluded), "
-        "order rotating each round, a barrier before each timed step. `single` is one rank's own throughput "
-        "(both ranks busy); the others count both ranks' tokens. `keep` = reshard_after_forward=false.",
-        "## Figures (paired per round: median ratio, min–max)\n\n" + fig,
+        "order rotating each round, a barrier before each timed step; then the figures' pairs back to back "
+        "(A B, B A next round), the same number of rounds. `single` is one rank's own throughput "
+        "(both ranks busy); the others count both ranks' tokens. `keep` = reshard_after_forward=false; "
+        "`no-prefetch`, `layer`, `whole`: zero3 with parallel.prefetch=false, parallel.wrap=layer / whole.",
+        "## Figures (A / B back to back: median ratio, min–max)\n\n" + fig,
         "## Pareto table\n\n" + table,
         f"Peak memory is `{rows[0]['peak_mem_kind']}`: measured around building the model, optimizer and a few "
         "steps (the smaller of two windows, max over ranks). On CPU it is resident pages, so small differences are "
