@@ -137,32 +137,40 @@ def _measure(size: dict) -> dict:
 
 
 def _pareto(rows: list[dict]) -> None:
-    """Mark rows no other row beats on both tokens/s (higher) and peak memory (lower)."""
-    for r in rows:
-        r["pareto"] = not any(o is not r and o["tokens_per_s"] >= r["tokens_per_s"] and
-                              o["peak_mem_bytes"] <= r["peak_mem_bytes"] and
-                              (o["tokens_per_s"], o["peak_mem_bytes"]) != (r["tokens_per_s"], r["peak_mem_bytes"])
-                              for o in rows)
+    """Mark the rows on the frontier by measured peak (`pareto`) and by exact state (`pareto_state`)."""
+    for flag, key in (("pareto", "peak_mem_bytes"), ("pareto_state", "state_total_bytes")):
+        front = {p[2] for p in _frontier([(r[key], r["tokens_per_s"], r["strategy"]) for r in rows])}
+        for r in rows:
+            r[flag] = r["strategy"] in front
+
+
+def _frontier(points: list[tuple[float, float, str]]) -> list[tuple[float, float, str]]:
+    """(memory, tokens/s, label) points no other point beats on both, by memory."""
+    return sorted((p for p in points if not any(q[0] <= p[0] and q[1] >= p[1] and q[:2] != p[:2] for q in points)))
 
 
 def _plot(out: Path, rows: list[dict], kind: str) -> Path:
+    """Two panels: measured peak memory (what the process really used, activations included) and the
+    exact state per rank (params + grads + optimizer, what the ZeRO formulas predict)."""
     plt = common.pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    for r in rows:
-        mib = r["peak_mem_bytes"] / 2**20
-        ax.scatter(mib, r["tokens_per_s"], color="tab:red" if r["pareto"] else "tab:blue", zorder=3)
-        ax.annotate(r["strategy"], (mib, r["tokens_per_s"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    front = sorted((r for r in rows if r["pareto"]), key=lambda r: r["peak_mem_bytes"])
-    ax.plot([r["peak_mem_bytes"] / 2**20 for r in front], [r["tokens_per_s"] for r in front], "r--", lw=1,
-            label="Pareto frontier")
-    ax.set_xlabel(f"peak memory per rank, MiB ({kind})")
-    ax.set_ylabel("tokens/s (median)")
-    ax.set_title("Strategies at world 2: throughput vs memory")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    panels = [("peak_mem_bytes", f"measured peak memory per rank, MiB ({kind})"),
+              ("state_total_bytes", "exact state per rank (params + grads + optimizer), MiB")]
+    for ax, (key, xlabel) in zip(axes, panels):
+        points = [(r[key] / 2**20, r["tokens_per_s"], r["strategy"]) for r in rows]
+        front = _frontier(points)
+        for x, y, label in points:
+            ax.scatter(x, y, color="tab:red" if (x, y, label) in front else "tab:blue", zorder=3)
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.plot([p[0] for p in front], [p[1] for p in front], "r--", lw=1, label="Pareto frontier")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("tokens/s (median)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("Strategies at world 2: throughput vs memory")
     path = out / "strategies_pareto.png"
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
 
@@ -208,12 +216,14 @@ def run(out: Path, quick: bool) -> dict:
 def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) -> None:
     mib = 2 ** 20
     table = common.md_table(
-        ["strategy", "tokens/s", "step ms (min–max)", "peak MiB", "state MiB (params/grads/optim)", "Pareto"],
+        ["strategy", "tokens/s", "step ms (min–max)", "peak MiB", "state MiB (params/grads/optim)",
+         "transient MiB (bound)", "Pareto (peak)", "Pareto (state)"],
         [[r["strategy"], f"{r['tokens_per_s']:,.0f}", common.fmt_stats(r["step_s"], 1e3, 1),
           f"{r['peak_mem_bytes'] / mib:.1f}",
           f"{r['state_total_bytes'] / mib:.2f} ({r['state_bytes']['params'] / mib:.2f}/"
           f"{r['state_bytes']['grads'] / mib:.2f}/{r['state_bytes']['optimizer'] / mib:.2f})",
-          "yes" if r["pareto"] else ""] for r in sorted(rows, key=lambda r: r["peak_mem_bytes"])])
+          f"{r['state_bytes']['transient'] / mib:.2f}" if "transient" in r["state_bytes"] else "-",
+          "yes" if r["pareto"] else "", "yes" if r["pareto_state"] else ""] for r in sorted(rows, key=lambda r: r["peak_mem_bytes"])])
     fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
     m = size["model"]
     write = common.write_report
