@@ -89,3 +89,23 @@ def test_published_figures_within_stated_error():
     for r in rows:
         tol = 0.02 if r["unit"] == "GB" else 0.10
         assert abs(r["err"]) < tol, r
+
+
+def test_validation_compare_and_report(tmp_path):
+    """The bench's bookkeeping on a synthetic run summary (the real runs are `shardlab bench planner`)."""
+    from shardlab.plan.hardware import load_cluster
+    from shardlab.plan.validate import _report, compare, predict
+    pred = predict("small", "zero2", 8, 2, load_cluster("H100-SXM", 2))
+    psi = PRESETS["small"].params
+    summary = {"step_time_s": pred.step_time * 1.05,
+               "state_bytes": {"params": 4 * psi, "grads": 2 * psi, "optimizer": 4 * psi},
+               "comm": {"bytes_per_step": {"reduce_scatter": 4 * psi, "all_gather": 4 * psi + 128 + 40,
+                                           "all_reduce": 4},
+                        "bytes_by_tag": {"doctor check": 128, "doctor checksum": 40}}}
+    row = compare(pred, summary)
+    assert row["time_err"] == pytest.approx(0.05 / 1.05)
+    assert row["mem_err"] == 0 and row["comm_exact"]
+    row.update(config="small-zero2-mb8-w2", load_avg_1m=1.0)
+    text = _report({"figures": {"planner_time_err_mean": 0.05}, "rows": [row], "published": []},
+                   load_cluster("H100-SXM"))
+    assert "small-zero2-mb8-w2" in text and "| exact |" in text
