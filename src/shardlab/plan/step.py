@@ -109,8 +109,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         if cl.c.group in ("tp", "pp"):
             cl.exposed = cl.time
     t_mb = mt.fwd + mt.bwd + tp_pp / m
-    windows = {"backward": mt.bwd, "forward+backward": mt.fwd + mt.bwd}
-    budget = {"backward": 0.0, "forward+backward": 0.0}
+    # one compute budget shared by every overlappable collective: all of forward+backward, of which
+    # gradient collectives may only use the backward part (and once-per-step ones the last one)
+    used_bwd = used_all = 0.0
     for cl in plan.comm:
         if cl.c.group in ("tp", "pp"):
             continue
@@ -118,13 +119,16 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
             cl.exposed = cl.time
             continue
         reps = m if cl.c.per_micro else 1
-        win = windows[cl.c.overlap] * reps - budget[cl.c.overlap]
+        avail = m * (mt.fwd + mt.bwd) - used_all
+        if cl.c.overlap == "backward":
+            avail = min(avail, reps * mt.bwd, m * mt.bwd - used_bwd)
         # the last bucket (first unit, for gathers) waits for, or holds up, the compute
         last = call_time(cl.c.op, cl.c.last_payload, cl.c.n, group_placement(cl.c.group, lay, cluster),
                          cluster)[0] if cl.c.last_payload else cl.time / max(1, cl.c.calls // reps) / reps
         hideable = max(0.0, cl.time - last * reps)
-        hidden = cluster.overlap_efficiency * max(0.0, min(hideable, win))
-        budget[cl.c.overlap] += hidden
+        hidden = cluster.overlap_efficiency * max(0.0, min(hideable, avail))
+        used_all += hidden
+        used_bwd += hidden if cl.c.overlap == "backward" else 0.0
         cl.exposed = cl.time - hidden
     exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp"))
 
