@@ -11,7 +11,8 @@ from .model import PRESETS
 from .step import evaluate
 
 ZERO = "Rajbhandari et al. 2020, ZeRO, Fig. 1 (7.5B params, 64 GPUs, K=12)"
-KORTHIKANTI = "Korthikanti et al. 2022, abstract (530B GPT on 2240 A100; t=8, p=35, batch 2240 as read from Table 3)"
+KORTHIKANTI = ("Korthikanti et al. 2022, abstract (530B GPT on 2240 A100); t=8, p=35 per replica as in MT-NLG's "
+               "training (Microsoft/NVIDIA 2021: 280 GPUs per replica), so 8 replicas; global batch 2240 assumed")
 NARAYANAN = ("Narayanan et al. 2021, Megatron-LM on GPU clusters, abstract: 502 PFLOP/s on 3072 A100 = 163 "
              "TFLOP/s per GPU, counted with recomputation (eq. 3); t=8, p=64, batch 3072 as read from Table 1")
 
