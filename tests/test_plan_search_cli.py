@@ -67,3 +67,14 @@ def test_profile_file_round_trip(tmp_path):
     assert back.collectives == c.collectives and back.gemm_table == c.gemm_table
     assert back.hbm_bytes == c.hbm_bytes and back.gemm_fit == c.gemm_fit
     assert main(["model=small", f"cluster={tmp_path / 'lab.toml'}", "gpus=2"]) == 0
+
+
+def test_example_cluster_profile_in_configs_loads_and_plans(capsys):
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "configs" / "clusters" / "h100-roce-example.toml"
+    c = load_cluster(str(path), 128)
+    assert c.inter_bw == 25e9 and c.nodes == 16
+    assert main(["model=gpt3-13b", f"cluster={path}", "gpus=128", "strategy=zero3", "global_batch=256",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["comm"]["wire_by_tier"]["inter"] > 0
