@@ -105,6 +105,7 @@ class CheckpointManager:
         # thread, and they must never interleave with the training collectives on the default group.
         self.pg = dist.new_group(backend="gloo") if comm.is_initialized() and self.world > 1 else None
         self._thread: threading.Thread | None = None
+        self._staged: dict | None = None  # the async save's CPU copy, reused by the next async save
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
@@ -148,7 +149,9 @@ class CheckpointManager:
         tensors = st.tensor_state(state, self.rank)
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
         if self.ccfg.async_ if async_ is None else async_:
-            tensors = st.stage(tensors)  # the only part the loop waits for: a memory copy
+            # The only part the loop waits for: a memory copy, into the previous save's buffers (that save
+            # has finished: wait() above), so async saving keeps one extra copy of the state in host memory.
+            tensors = self._staged = st.stage(tensors, self._staged)
             self._thread = threading.Thread(target=self._background, args=(step, tensors, meta),
                                             name=f"ckpt-{step}", daemon=True)
             self._thread.start()
@@ -168,10 +171,19 @@ class CheckpointManager:
     def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
         name = mf.step_dirname(step)
         tmp, final = self.dir / f"{name}.tmp", self.dir / name
+        problem = None
         if self.rank == 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        comm.barrier(self.pg)
+            try:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+            except OSError as e:  # e.g. a read-only or full file system: tell the others, don't leave them waiting
+                problem = f"checkpoint at step {step} abandoned: rank 0 cannot create {tmp}: {e}; training continues"
+        problem = comm.broadcast_object(problem, group=self.pg)
+        if problem is not None:
+            self.last_outcome = problem
+            if self.rank == 0:
+                self._note(problem)
+            return
         error, files = None, {}
         t0 = time.perf_counter()
         try:

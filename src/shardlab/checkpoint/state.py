@@ -153,16 +153,23 @@ def _jsonable(obj):
     return obj
 
 
-def stage(obj):
-    """A private CPU copy of a state dict, so an async save can write it while training moves on."""
+def stage(obj, into=None):
+    """A private CPU copy of a state dict, so an async save can write it while training moves on.
+    `into` is the previous staged copy: its buffers are reused when shapes match (warm memory, no page
+    faults), which makes the copy several times cheaper. The caller guarantees nobody still reads it."""
     if torch.is_tensor(obj):
         if hasattr(obj, "to_local"):  # DTensor: copy the local shard, keep the layout
             from torch.distributed.tensor import DTensor
-            return DTensor.from_local(obj.to_local().to("cpu", copy=True), obj.device_mesh, obj.placements,
-                                      run_check=False, shape=obj.shape, stride=obj.stride())
+            local = stage(obj.to_local(), into.to_local() if hasattr(into, "to_local") else None)
+            return DTensor.from_local(local, obj.device_mesh, obj.placements, run_check=False,
+                                      shape=obj.shape, stride=obj.stride())
+        if (torch.is_tensor(into) and not hasattr(into, "to_local") and into.device.type == "cpu"
+                and into.shape == obj.shape and into.dtype == obj.dtype):
+            return into.copy_(obj.detach())
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
-        return {k: stage(v) for k, v in obj.items()}
+        return {k: stage(v, into.get(k) if isinstance(into, dict) else None) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(stage(v) for v in obj)
+        old = into if isinstance(into, (list, tuple)) and len(into) == len(obj) else [None] * len(obj)
+        return type(obj)(stage(v, o) for v, o in zip(obj, old))
     return obj
