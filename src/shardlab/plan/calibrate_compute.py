@@ -14,8 +14,17 @@ from .compute import gemm_shapes
 from .model import ModelSpec
 
 
-def _timeit(fn, min_time: float, min_reps: int = 3) -> float:
-    """Median seconds per call over batches lasting at least min_time/5 each."""
+def _timeit(fn, min_time: float, min_reps: int = 3, keep: bool = False) -> float:
+    """Median seconds per call over batches lasting at least min_time/5 each. keep=True holds the
+    last outputs alive, as autograd holds a forward's activations until the backward: each call then
+    writes fresh memory, which is slower than reusing the buffer just freed."""
+    if keep:
+        kept: list = []
+
+        def fn(inner=fn):
+            kept.append(inner())
+            if len(kept) > 16:
+                kept.pop(0)
     fn()
     reps, t0 = 1, time.perf_counter()
     fn()
@@ -42,7 +51,8 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
             for (kind, m, n, k) in gemm_shapes(model, b, s):
                 key = f"{kind}:{m},{n},{k}"
                 if key not in table:
-                    table[key] = 2 * m * n * k / _timeit(_gemm_fn(kind, m, n, k), mt)
+                    fwd = kind.startswith("linear")
+                    table[key] = 2 * m * n * k / _timeit(_gemm_fn(kind, m, n, k), mt, keep=fwd)
             table.update(_sdpa(model, b, mt))
     # elementwise families: t = latency + bytes / bandwidth, fitted over the models' sizes
     samples: dict[str, list] = {}
@@ -50,6 +60,7 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
         for b in micro_batches:
             for fam, (nb, tf, tb) in _elementwise(model, b, mt).items():
                 samples.setdefault(fam, []).append((nb, tf, tb))
+                table[f"ewt:{fam}:{int(nb)}"], table[f"ewt_bwd:{fam}:{int(nb)}"] = tf, tb  # exact sizes
     for fam, pts in samples.items():
         for prefix, idx in (("", 1), ("_bwd", 2)):
             alpha, bw = _line_fit([(p[0], p[idx]) for p in pts])
@@ -85,19 +96,20 @@ def _elementwise(model: ModelSpec, b: int, mt: float) -> dict:
 
     def fb(fn, *xs, nbytes):
         xs = [x.requires_grad_() for x in xs]
-        t_f = _timeit(lambda: fn(*xs), mt)
+        t_f = _timeit(lambda: fn(*xs), mt, keep=True)
+        t_free = _timeit(lambda: fn(*xs), mt)
         y = fn(*xs)
         g = torch.randn_like(y)
-        t_b = _timeit(lambda: torch.autograd.grad(fn(*xs), xs, g), mt) - t_f
+        t_b = _timeit(lambda: torch.autograd.grad(fn(*xs), xs, g), mt) - t_free
         return nbytes, t_f, max(t_b, 1e-7)
     ln = torch.nn.LayerNorm(h)
     out["ln"] = fb(ln, torch.randn(T, h), nbytes=2 * T * h * 4)
     out["gelu"] = fb(lambda x: F.gelu(x, approximate="tanh"), torch.randn(T, 4 * h), nbytes=8 * T * h * 4)
     x, y = torch.randn(T, h), torch.randn(T, h)
-    t_add = _timeit(lambda: x.add_(y), mt)
+    t_add = _timeit(lambda: x + y, mt, keep=True)
     out["add"] = (3 * T * h * 4, t_add, t_add)
     xv = torch.randn(b, model.seq, a, h // a)
-    t_copy = _timeit(lambda: xv.transpose(1, 2).contiguous(), mt)
+    t_copy = _timeit(lambda: xv.transpose(1, 2).contiguous(), mt, keep=True)
     out["copy"] = (2 * T * h * 4, t_copy, t_copy)
     g4 = torch.randn(T, 4 * h)
     t_sum = _timeit(lambda: g4.sum(0), mt)
@@ -163,7 +175,8 @@ def _sdpa(model: ModelSpec, b: int, mt: float) -> dict:
     s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
     q, kk, v = (torch.randn(b, a, s, dh, requires_grad=True) for _ in range(3))
     flops = 4 * b * a * s * s * dh
-    t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
+    t_f = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt, keep=True)
+    t_free = _timeit(lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=True), mt)
     gy = torch.randn(b, a, s, dh)
 
     def fb():
@@ -171,7 +184,7 @@ def _sdpa(model: ModelSpec, b: int, mt: float) -> dict:
         torch.autograd.grad(out, (q, kk, v), gy)
     t_fb = _timeit(fb, mt)
     return {f"sdpa:{b * a}x{s},{dh}": flops / t_f,
-            f"sdpa_bwd:{b * a}x{s},{dh}": 2 * flops / max(t_fb - t_f, 1e-9)}
+            f"sdpa_bwd:{b * a}x{s},{dh}": 2 * flops / max(t_fb - t_free, 1e-9)}
 
 
 def _adam_time(numels: list[int], mt: float) -> tuple[int, int, float]:

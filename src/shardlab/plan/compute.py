@@ -46,7 +46,7 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     return [
         Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
         Op("qkv", "gemm", bias=True, flops=2 * T * 3 * h * h / t, shape=(T, 3 * h // t, h)),
-        Op("split_heads", "elem", bytes=2 * 3 * th, ew="copy", bwd_bytes=2 * 2 * 3 * th),  # + grad cat
+        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * 2 * th),  # + grad cat
         *att,
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
@@ -112,8 +112,12 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
     nbytes = (2 * op.bytes if op.bwd_bytes is None else op.bwd_bytes) if backward else op.bytes
     if nbytes == 0:
         return 0.0
-    # calibrated families: per-call latency + bytes / bandwidth, both measured at the model's sizes
-    return c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / c.gemm_table.get(f"ew{pre}:{op.ew}", bw)
+    # calibrated at exactly this size (keyed by the forward bytes), else the family's latency + bw fit
+    exact = c.gemm_table.get(f"ewt{pre}:{op.ew}:{int(op.bytes)}") if op.bwd_bytes is None or not backward \
+        else None
+    if exact is not None:
+        return exact * op.count
+    return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / c.gemm_table.get(f"ew{pre}:{op.ew}", bw))
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
