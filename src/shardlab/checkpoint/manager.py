@@ -16,6 +16,8 @@ and `cfg`. The save protocol (docs/checkpoint.md):
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -23,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
@@ -308,12 +311,9 @@ class CheckpointManager:
 
     def load(self, path: Path, state) -> int:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
-        import json
-
         meta = json.loads((Path(path) / st.STATE_FILE).read_text())
         model_cfg = getattr(state.strategy.model, "cfg", None)
         if meta.get("model") and model_cfg is not None:
-            import dataclasses
             now = dataclasses.asdict(model_cfg)
             diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
             if diff:
@@ -348,7 +348,6 @@ class CheckpointManager:
         return meta["step"]
 
     def _rng_template(self, path: Path):
-        import torch
         md = dcp.FileSystemReader(str(path)).read_metadata()
         entry = md.state_dict_metadata[f"rng.rank_{self.rank}"]
         return torch.empty(tuple(entry.size), dtype=torch.uint8)
