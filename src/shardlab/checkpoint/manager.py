@@ -106,7 +106,9 @@ class CheckpointManager:
         self.rank, self.world = comm.rank(), comm.world_size()
         # Checkpoint traffic gets its own gloo group: an async save runs DCP's collectives in a background
         # thread, and they must never interleave with the training collectives on the default group.
-        self.pg = dist.new_group(backend="gloo") if comm.is_initialized() and self.world > 1 else None
+        # (Created only when this run saves; resuming alone happens before training, on the default group.)
+        saves = self.ccfg.every > 0 or self.ccfg.final
+        self.pg = dist.new_group(backend="gloo") if saves and comm.is_initialized() and self.world > 1 else None
         self._thread: threading.Thread | None = None
         self._staged: dict | None = None  # the async save's CPU copy, reused by the next async save
         self.last_saved_step: int | None = None
