@@ -15,6 +15,7 @@ import os
 import socket
 import statistics
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from .calibrate_compute import measure_compute
@@ -109,8 +110,8 @@ def fit_alpha_beta(points: list[tuple[int, float]], wire_factor: float) -> tuple
 
 
 def _mean_compute(every: list[dict]) -> dict:
-    out = {k: statistics.fmean(d[k] for d in every) for k in every[0] if k not in ("gemm_table", "op_counts")}
-    out["op_counts"] = every[0]["op_counts"]
+    out = {k: statistics.fmean(d[k] for d in every) for k in every[0] if k not in ("gemm_table", "overhead")}
+    out["overhead"] = {k: statistics.fmean(d["overhead"][k] for d in every) for k in every[0]["overhead"]}
     out["gemm_table"] = {k: statistics.fmean(d["gemm_table"][k] for d in every) for k in every[0]["gemm_table"]}
     return out
 
@@ -161,7 +162,10 @@ def _mem_total() -> float:
 
 
 def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | None = None,
-              quick: bool = False, world: int = 2) -> Path:
+              quick: bool = False, world: int = 2, trainer: bool = True, step_overhead: dict | None = None) -> Path:
+    """Measure and write the profile. trainer=True also times `shardlab train` on a miniature model
+    at world 1 and `world` to get the trainer's own per-step cost (data, doctor check, bookkeeping);
+    `step_overhead` reuses such a measurement instead."""
     solo = measure_compute(models, micro_batches, quick)  # one rank alone (world 1 runs)
     comm = measure_comm(world, quick, models=models, micro_batches=micro_batches)
     comp = comm["compute"]  # every rank at once, one thread each: what training at `world` sees
@@ -179,11 +183,45 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
         overlap_efficiency=comm["overlap_efficiency"], op_overhead_s=comp["op_overhead_s"],
         collectives=comm["collectives"], measured_world=world, gemm_table=comp["gemm_table"],
         gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], adam_s_per_tensor=comp["adam_s_per_tensor"],
-        elementwise_bw=comp["elementwise_bw"], solo_speedup=solo_speedup, op_counts=comp["op_counts"],
+        elementwise_bw=comp["elementwise_bw"], solo_speedup=solo_speedup, overhead=comp["overhead"],
         source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
+    if trainer:
+        step_overhead = {str(w): trainer_step_overhead(c, w, models[0]) for w in (1, world)}
+    if step_overhead:
+        c = replace(c, step_overhead=step_overhead)
     path = out or default_profile_path()
     write_profile(c, path)
     return path
+
+
+def trainer_step_overhead(c: Cluster, world: int, like: ModelSpec, steps: int = 40) -> float:
+    """Seconds per step that shardlab's trainer spends outside the model, the collectives and the
+    optimizer (data, the doctor's check, bookkeeping): `shardlab train` on a miniature model (one
+    block, 1 dim per head, 8 positions), measured minus what this profile predicts for it."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from .layout import Layout, TrainSpec
+    from .step import evaluate
+    mini = ModelSpec("mini", n_layer=1, d_model=like.n_head, n_head=like.n_head, vocab=256, seq=8)
+    strategy = "single" if world == 1 else "ddp"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", str(world), "--out", tmp,
+               "model.preset=custom", "model.n_layer=1", f"model.n_head={mini.n_head}",
+               f"model.d_model={mini.d_model}", "train.seq_len=8", "train.micro_batch=1",
+               f"train.global_batch={world}", f"parallel.strategy={strategy}", f"train.steps={steps}",
+               "train.eval_every=0", f"train.log_every={steps}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:  # no trainer here (planner used on its own): nothing to add
+            tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+            print(f"shardlab plan calibrate: trainer overhead not measured at world {world}: {tail[0]}",
+                  file=sys.stderr)
+            return 0.0
+        measured = json.loads((Path(tmp) / "summary.json").read_text())["step_time_s"]
+    pred = evaluate(mini, TrainSpec(global_batch=world, micro_batch=1, precision="fp32", flash_attention=True),
+                    Layout(dp=world, strategy="ddp", health_check=True), c)
+    return max(0.0, measured - pred.step_time)
 
 
 def _fit_gemm(table: dict) -> tuple[float, float]:

@@ -120,7 +120,7 @@ def _calibrate(args) -> int:
     kv = _parse_kv(args.kv)
     names = kv.get("model", "tiny,small").split(",")
     path = calibrate(models=[model_from_args(n) for n in names], micro_batches=args.micro_batch,
-                     out=Path(args.out) if args.out else None, quick=args.quick)
+                     out=Path(args.out) if args.out else None, quick=args.quick, trainer=not args.no_trainer)
     print(f"wrote {path}")
     return 0
 
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--out", help="profile path (default ~/.cache/shardlab/this.toml)")
         ap.add_argument("--micro-batch", type=int, nargs="+", default=[1, 2, 4, 8])
         ap.add_argument("--quick", action="store_true", help="fewer repetitions")
+        ap.add_argument("--no-trainer", action="store_true",
+                        help="skip timing shardlab train on a miniature model (its per-step overhead)")
     try:
         args = ap.parse_args(argv)
     except SystemExit as e:

@@ -29,7 +29,8 @@ class Op:
 
 
 # dispatched aten ops (views included) per block and outside the blocks, forward and backward, in
-# shardlab.model.gpt under eager autograd; calibration counts them on the real model
+# shardlab.model.gpt under eager autograd (counted once with a dispatch mode); used when a profile
+# gives a per-op cost but no measured framework overhead
 DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
 
 
@@ -148,10 +149,13 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     else:
         rec = 0.0
     bwd = layers * b_block + b_end + rec
-    # eager dispatch of the ops not timed above (views, transposes, autograd bookkeeping)
-    if c.op_overhead_s:
-        n = {**DEFAULT_OP_COUNTS, **c.op_counts}
-        listed = len(block)
+    # eager framework work (Python, dispatch, autograd) that the op times above do not include
+    if c.overhead:
+        own = c.op_overhead_s * len(block)  # the listed ops' own dispatch is already in their times
+        fwd += layers * max(0.0, c.overhead["layer_fwd"] - own) + c.overhead["fixed_fwd"]
+        bwd += layers * max(0.0, c.overhead["layer_bwd"] - 2 * own) + c.overhead["fixed_bwd"]
+    elif c.op_overhead_s:
+        n, listed = DEFAULT_OP_COUNTS, len(block)
         fwd += c.op_overhead_s * (layers * max(0, n["layer_fwd"] - listed) + n["fixed_fwd"])
         bwd += c.op_overhead_s * (layers * max(0, n["layer_bwd"] - 2 * listed) + n["fixed_bwd"])
     if lay.world < c.measured_world:  # calibrated with every core busy; fewer ranks run faster

@@ -44,7 +44,8 @@ class Cluster:
     adam_s_per_param: float = 0.0  # optimizer step cost per (local) parameter, 0 = from hbm_bw
     adam_s_per_tensor: float = 0.0  # optimizer step cost per parameter tensor (eager loop overhead)
     elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
-    op_counts: dict = field(default_factory=dict)  # dispatched ops: layer_fwd, layer_bwd, fixed_fwd, fixed_bwd
+    overhead: dict = field(default_factory=dict)  # eager framework seconds: layer_fwd, layer_bwd, fixed_fwd, fixed_bwd
+    step_overhead: dict = field(default_factory=dict)  # world size (str) -> trainer seconds per step
     solo_speedup: float = 1.0  # compute measured with `measured_world` ranks at once runs this much
     #                            faster when a rank is alone (shared cores, memory bandwidth)
     source: str = "preset"
@@ -115,13 +116,14 @@ def read_profile(path: Path) -> Cluster:
         data = tomllib.load(f)
     cl = data.get("cluster", data)
     known = {f.name for f in fields(Cluster)}
-    unknown = set(cl) - known - {"collectives", "gemm", "ops"}
+    unknown = set(cl) - known - {"collectives", "gemm", "overhead", "step_overhead"}
     if unknown:
         raise ValueError(f"{path}: unknown cluster keys {sorted(unknown)}")
     kw = {k: v for k, v in cl.items() if k in known}
     kw["collectives"] = {op: (float(v["alpha_s"]), float(v["bus_bw"]))
                          for op, v in data.get("collectives", {}).items()}
-    kw["op_counts"] = {k: int(v) for k, v in data.get("ops", {}).items()}
+    kw["overhead"] = {k: float(v) for k, v in data.get("overhead", {}).items()}
+    kw["step_overhead"] = {k: float(v) for k, v in data.get("step_overhead", {}).items()}
     gemm = data.get("gemm", {})
     kw["gemm_table"] = {k: float(v) for k, v in gemm.get("table", {}).items()}
     if "fit_peak" in gemm:
@@ -138,12 +140,13 @@ def write_profile(c: Cluster, path: Path) -> None:
     lines = ["# shardlab cluster profile (written by `shardlab plan calibrate`)", "[cluster]"]
     for f in fields(Cluster):
         v = getattr(c, f.name)
-        if f.name in ("collectives", "gemm_table", "gemm_fit", "op_counts"):
+        if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead"):
             continue
         lines.append(f"{f.name} = {_toml(v)}")
     for op, (alpha, bw) in c.collectives.items():
         lines += ["", f"[collectives.{op}]", f"alpha_s = {alpha!r}", f"bus_bw = {bw!r}"]
-    lines += ["", "[ops]"] + [f"{k} = {v!r}" for k, v in c.op_counts.items()]
+    lines += ["", "[overhead]"] + [f"{k} = {v!r}" for k, v in c.overhead.items()]
+    lines += ["", "[step_overhead]"] + [f'"{k}" = {v!r}' for k, v in c.step_overhead.items()]
     lines += ["", "[gemm]"]
     if c.gemm_fit:
         lines += [f"fit_peak = {c.gemm_fit[0]!r}", f"fit_half_flops = {c.gemm_fit[1]!r}"]

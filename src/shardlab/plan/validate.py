@@ -15,9 +15,10 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
-from .calibrate import calibrate
+from .calibrate import calibrate, trainer_step_overhead
 from .hardware import read_profile
 from .layout import Layout, TrainSpec
 from .model import PRESETS
@@ -92,7 +93,8 @@ def run(out_dir: Path, quick: bool = False) -> dict:
         # this machine's two cores are shared: calibrate again right before each run (A B A B ...)
         # so that prediction and measurement see the same load
         fresh = read_profile(calibrate([PRESETS[model]], micro_batches=[b], out=run_dir.with_suffix(".toml"),
-                                       quick=True))
+                                       quick=True, trainer=False))
+        fresh = replace(fresh, step_overhead={str(world): trainer_step_overhead(fresh, world, PRESETS[model])})
         pred = predict(model, strategy, b, world, fresh)
         summary = run_one(run_dir, model, strategy, b, world, steps)
         row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world,
