@@ -38,6 +38,7 @@ class ShardedParam:
         self.local_rows = max(0, min(self.rows - self.start, self.chunk))  # rows without padding
         self.full: torch.Tensor | None = None  # padded full tensor, (N * chunk, *rest)
         self.shard: nn.Parameter | None = None  # what the optimizer updates, (chunk, *rest)
+        self.full_grad: torch.Tensor | None = None  # zero1 only: padded full gradient, like `full`
 
     @property
     def padding(self) -> int:

@@ -141,7 +141,7 @@ class _Zero(Strategy):
         """zero1/zero2: every rank updated its shard in place; all-gather the full parameters, one
         collective per unit, the next unit's launched before this one's copy-out."""
         for unit in self.units:
-            unit.unsharded = False
+            unit.unsharded = False  # the full parameters are stale until the gather below
         prev = None
         for unit in self.units:
             unit.start_all_gather()
@@ -167,7 +167,7 @@ class _Zero(Strategy):
         """zero1: one padded full gradient per parameter; autograd accumulates into its first `rows`
         rows, the shard's gradient is this rank's rows of it (so the reduced shard costs no extra memory)."""
         for i in self.infos:
-            if getattr(i, "full_grad", None) is None:
+            if i.full_grad is None:
                 i.full_grad = torch.zeros_like(i.full)
             i.param.grad = i.full_grad[: i.rows]
             i.shard.grad = i.full_grad[i.start: i.start + i.chunk]
