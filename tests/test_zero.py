@@ -199,3 +199,12 @@ def test_bf16_gradient_communication(pool2, ddp2):
     fp32 = _expected_comm("zero3", unit_shard_numels(TINY, "block", 2), 2)
     assert out[0]["comm"]["bytes"]["reduce_scatter"] == fp32["reduce_scatter"][0] // 2
     torch.testing.assert_close(torch.tensor(out[0]["losses"]), torch.tensor(ddp2[0]["losses"]), rtol=1e-3, atol=0)
+
+
+def test_all_gather_order_follows_execution(pool2):
+    """Forward gathers in module order; backward in reverse order of the forward's ends, each unit
+    prefetched one ahead: with wrap=layer the block (its norms) before its mlp before its attention."""
+    out = pool2.run(train, "zero3", steps=1, wrap="layer")
+    forward = ["root", "blocks.0", "blocks.0.attn", "blocks.0.mlp", "blocks.1", "blocks.1.attn", "blocks.1.mlp"]
+    backward = ["blocks.1", "blocks.1.mlp", "blocks.1.attn", "blocks.0", "blocks.0.mlp", "blocks.0.attn"]
+    assert out[0]["gathers"] == [f"ag:{u}" for u in forward + backward]

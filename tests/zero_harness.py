@@ -46,6 +46,7 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
     losses, norms = [], []
     for step in range(steps):
         comm.RECORDER.reset_step()
+        first_seq = comm.RECORDER.seq
         batch = torch.randint(0, model_kw["vocab_size"], (accum, world * micro, seq + 1), generator=gen)
         total = 0.0
         for i in range(accum):
@@ -63,9 +64,10 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
         strategy.zero_grad(optimizer)
         losses.append(total)
     stats = comm.RECORDER.step_stats()  # the last step's collectives, before full_parameters() gathers
+    gathers = [r.tag for r in comm.RECORDER.ring if r.seq > first_seq and r.op == "all_gather"]
     params = {k: v.detach().clone() for k, v in strategy.full_parameters().items()}
     return {"losses": losses, "norms": norms, "params": params if rank == 0 else None,
-            "comm": stats, "state": state, "held": held,
+            "comm": stats, "gathers": gathers, "state": state, "held": held,
             "psi": sum(p.numel() for p in params.values())}
 
 
