@@ -6,34 +6,18 @@ import os
 import statistics
 from pathlib import Path
 
-import torch
-
 from shardlab import comm
-
-
-def _peak_mem_bytes(device: torch.device) -> tuple[int, str]:
-    """CUDA: max allocated. CPU: the process's peak resident set (ru_maxrss), labelled as such."""
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device), "cuda_max_allocated"
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "cpu_peak_rss"
-
-
-def replicas_consistent(strategy) -> bool:
-    """Do all ranks hold the same full parameters? One checksum per parameter, compared across ranks."""
-    sums = [float(p.double().sum()) + float(p.double().abs().sum()) for p in strategy.full_parameters().values()]
-    return all(s == sums for s in comm.all_gather_object(sums))
 
 
 def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     st, cfg = trainer.state, trainer.cfg
-    peak, peak_kind = _peak_mem_bytes(trainer.device)
+    trainer.peak_mem.__exit__(None, None, None)  # CUDA max-allocated, or CPU peak RSS above the start
+    peak, peak_kind = trainer.peak_mem.bytes, trainer.peak_mem.kind
     state_bytes = trainer.strategy.state_bytes(st.optimizer)
     per_rank = comm.all_gather_object({"peak": peak, "state_bytes": state_bytes})
     step_time = statistics.median(step_times) if step_times else None
     stats = getattr(trainer, "comm_stats", None) or {}
-    doctor = getattr(trainer, "doctor_result", None)  # the doctor's bitwise checksum of replicated params
-    consistent = doctor["ranks_consistent"] if doctor else replicas_consistent(trainer.strategy)
+    doctor = trainer.doctor_result  # the doctor's final bitwise checksum of replicated parameters
     return {
         "strategy": cfg.parallel.strategy,
         "world_size": trainer.world,
@@ -52,8 +36,8 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
                  "wire_bytes_per_step": stats.get("wire_bytes", {}), "bytes_by_tag": stats.get("bytes_by_tag", {})},
         "overlap_pct": None,
         "exposed_comm_s": None,
-        "ranks_consistent": consistent,
-        "anomalies": doctor["anomalies"] if doctor else 0,
+        "ranks_consistent": doctor["ranks_consistent"],
+        "anomalies": doctor["anomalies"],
         "skipped_steps": st.scaler.skipped if st.scaler is not None else 0,
         "dtype": cfg.train.dtype,
     }

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, s
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.model.gpt import build_model, resolve_model_config
 from shardlab.observe import analysis, inject, timeline
+from shardlab.observe.memory import PeakMemory
 from shardlab.parallel_dims import dims_for
 from shardlab.strategies import build_strategy
 from shardlab.train import evaluate, summary as summary_mod
@@ -74,6 +74,8 @@ class Trainer:
         self.train_ds = TokenDataset(train_tok, t.seq_len, name="training split")
         self.val_ds = TokenDataset(val_tok, t.seq_len, name="validation split")
         self.tokens_per_step = t.global_batch * t.seq_len
+        # Peak memory is measured from here: model, gradients, optimizer state, activations, buffers.
+        self.peak_mem = PeakMemory(self.device).__enter__()
 
         self.dims = dims_for(cfg.parallel.strategy, self.world, cfg.parallel.dp_replicate)
         self.dims.build_mesh(self.device.type)
