@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .calibrate_compute import measure_compute
+from .calibrate_compute import cpu_share, measure_compute
 from .hardware import Cluster, default_profile_path, write_profile
 from .model import ModelSpec
 
@@ -41,6 +41,8 @@ def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), mi
     if models:  # compute measured on every rank at once: the contention training sees
         dist.barrier()
         mine = measure_compute(list(models), micro_batches, quick)
+        dist.barrier()
+        mine["cpu_share"] = cpu_share(0.5 if quick else 1.5)  # every rank busy at once
         every = [None] * world
         dist.all_gather_object(every, mine)
         res["compute"] = _mean_compute(every)
@@ -167,6 +169,7 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
     at world 1 and `world` to get the trainer's own per-step cost (data, doctor check, bookkeeping);
     `step_overhead` reuses such a measurement instead."""
     solo = measure_compute(models, micro_batches, quick)  # one rank alone (world 1 runs)
+    solo_share = cpu_share(0.5 if quick else 1.5)
     comm = measure_comm(world, quick, models=models, micro_batches=micro_batches)
     comp = comm["compute"]  # every rank at once, one thread each: what training at `world` sees
     ratios = [solo["gemm_table"][k] / comp["gemm_table"][k] for k in comp["gemm_table"] if k.startswith("linear:")]
@@ -184,6 +187,7 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
         collectives=comm["collectives"], measured_world=world, gemm_table=comp["gemm_table"],
         gemm_fit=fit, adam_s_per_param=comp["adam_s_per_param"], adam_s_per_tensor=comp["adam_s_per_tensor"],
         elementwise_bw=comp["elementwise_bw"], solo_speedup=solo_speedup, overhead=comp["overhead"],
+        cpu_share=comp["cpu_share"], cpu_share_solo=solo_share,
         source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
     if trainer:
         step_overhead = {str(w): trainer_step_overhead(c, w, models[0]) for w in (1, world)}

@@ -15,7 +15,9 @@ from .model import ModelSpec
 
 
 def _timeit(fn, min_time: float, min_reps: int = 3, keep: bool = False) -> float:
-    """Median seconds per call over batches lasting at least min_time/5 each. keep=True holds the
+    """Median CPU seconds per call (this process's CPU time, so other work on shared cores does not
+    leak in; `cpu_share` converts back to wall time) over batches of at least min_time/5 each.
+    keep=True holds the
     last outputs alive, as autograd holds a forward's activations until the backward: each call then
     writes fresh memory, which is slower than reusing the buffer just freed."""
     if keep:
@@ -26,17 +28,28 @@ def _timeit(fn, min_time: float, min_reps: int = 3, keep: bool = False) -> float
             if len(kept) > 16:
                 kept.pop(0)
     fn()
-    reps, t0 = 1, time.perf_counter()
+    reps, t0 = 1, time.process_time()
     fn()
-    one = max(time.perf_counter() - t0, 1e-7)
+    one = max(time.process_time() - t0, 1e-7)
     reps = max(1, int(min_time / 5 / one))
     samples = []
     for _ in range(min_reps):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(reps):
             fn()
-        samples.append((time.perf_counter() - t0) / reps)
+        samples.append((time.process_time() - t0) / reps)
     return statistics.median(samples)
+
+
+def cpu_share(seconds: float = 1.0) -> float:
+    """Fraction of one core this process gets right now: CPU time / wall time over a GEMM loop.
+    Predicted compute (CPU seconds) / share = wall seconds on a machine shared with other work."""
+    import torch
+    a, b = torch.randn(192, 192), torch.randn(192, 192)
+    w0, c0 = time.perf_counter(), time.process_time()
+    while time.perf_counter() - w0 < seconds:
+        torch.mm(a, b)
+    return min(1.0, (time.process_time() - c0) / (time.perf_counter() - w0))
 
 
 def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict:

@@ -158,8 +158,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         n, listed = DEFAULT_OP_COUNTS, len(block)
         fwd += c.op_overhead_s * (layers * max(0, n["layer_fwd"] - listed) + n["fixed_fwd"])
         bwd += c.op_overhead_s * (layers * max(0, n["layer_bwd"] - 2 * listed) + n["fixed_bwd"])
-    if lay.world < c.measured_world:  # calibrated with every core busy; fewer ranks run faster
-        fwd, bwd, rec = fwd / c.solo_speedup, bwd / c.solo_speedup, rec / c.solo_speedup
+    k = c.compute_speed(lay.world)  # calibrated CPU seconds -> wall seconds on shared cores
+    fwd, bwd, rec = fwd / k, bwd / k, rec / k
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":

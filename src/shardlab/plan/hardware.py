@@ -46,9 +46,18 @@ class Cluster:
     elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
     overhead: dict = field(default_factory=dict)  # eager framework seconds: layer_fwd, layer_bwd, fixed_fwd, fixed_bwd
     step_overhead: dict = field(default_factory=dict)  # world size (str) -> trainer seconds per step
+    cpu_share: float = 1.0  # calibrated in CPU seconds: fraction of a core each rank gets (world ranks busy)
+    cpu_share_solo: float = 1.0  # the same for a rank alone
     solo_speedup: float = 1.0  # compute measured with `measured_world` ranks at once runs this much
     #                            faster when a rank is alone (shared cores, memory bandwidth)
     source: str = "preset"
+
+    def compute_speed(self, world: int) -> float:
+        """Divisor from calibrated compute seconds to wall seconds at this world size: the share of a
+        core a rank gets, and for a rank alone also its speed-up without a busy neighbour. 1 on presets."""
+        if world < self.measured_world:
+            return self.solo_speedup * self.cpu_share_solo
+        return self.cpu_share
 
     @property
     def nodes(self) -> int:

@@ -139,8 +139,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         packed = sum(cl.c.payload for cl in plan.comm if cl.c.group in ("dp", "dp_shard")
                      and cl.c.op in ("reduce_scatter", "all_gather") and cl.c.payload > 64 * lay.dp)
         copies = 2 * packed / cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
-        if lay.world < cluster.measured_world:
-            copies /= cluster.solo_speedup
+        copies /= cluster.compute_speed(lay.world)
 
     # pipeline schedule
     p, v = lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
@@ -150,8 +149,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
-    if lay.world < cluster.measured_world:
-        t_opt /= cluster.solo_speedup
+    t_opt /= cluster.compute_speed(lay.world)
 
     T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
     T["compute"] = m * (mt.fwd + mt.bwd)
