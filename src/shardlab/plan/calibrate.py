@@ -42,7 +42,7 @@ def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), mi
         dist.barrier()
         mine = measure_compute(list(models), micro_batches, quick)
         dist.barrier()
-        mine["cpu_share"] = cpu_share(0.5 if quick else 1.5)  # every rank busy at once
+        mine["cpu_share"] = cpu_share(1.5)  # every rank busy at once
         every = [None] * world
         dist.all_gather_object(every, mine)
         res["compute"] = _mean_compute(every)
@@ -169,7 +169,7 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
     at world 1 and `world` to get the trainer's own per-step cost (data, doctor check, bookkeeping);
     `step_overhead` reuses such a measurement instead."""
     solo = measure_compute(models, micro_batches, quick)  # one rank alone (world 1 runs)
-    solo_share = cpu_share(0.5 if quick else 1.5)
+    solo_share = cpu_share(1.5)
     comm = measure_comm(world, quick, models=models, micro_batches=micro_batches)
     comp = comm["compute"]  # every rank at once, one thread each: what training at `world` sees
     ratios = [solo["gemm_table"][k] / comp["gemm_table"][k] for k in comp["gemm_table"] if k.startswith("linear:")]

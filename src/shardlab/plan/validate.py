@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -43,17 +45,25 @@ def predict(model: str, strategy: str, b: int, world: int, cluster):
     return evaluate(m, train, lay, cluster)
 
 
-def run_one(out: Path, model: str, strategy: str, b: int, world: int, steps: int) -> dict:
+def run_one(out: Path, model: str, strategy: str, b: int, world: int, steps: int) -> tuple[dict, float]:
+    """The run's summary.json, and the share of a core each rank got during it (the ranks' CPU
+    seconds / wall seconds / world, start-up included): how busy the shared machine was meanwhile."""
     seq = PRESETS[model].seq
     cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", str(world), "--out", str(out),
            f"model.preset={model}", f"parallel.strategy={strategy}", f"train.micro_batch={b}",
            "train.grad_accum=1", f"train.global_batch={b * world}", f"train.seq_len={seq}",
            f"train.steps={steps}", "train.eval_every=0", f"train.log_every={steps}", "train.threads=1"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-    if proc.returncode != 0:
-        raise RuntimeError(f"shardlab train failed ({' '.join(cmd[3:])}):\n{proc.stderr[-2000:]}")
-    return json.loads((out / "summary.json").read_text())
+    for attempt in range(2):  # one retry: a rank can die for reasons of its own on a busy machine
+        r0, w0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+        r1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - w0
+        if proc.returncode == 0:
+            cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
+            return json.loads((out / "summary.json").read_text()), min(1.0, cpu / wall / world)
+        shutil.rmtree(out, ignore_errors=True)
+    tail = proc.stderr.strip().splitlines()[-3:]
+    raise RuntimeError(f"shardlab train failed twice ({' '.join(cmd[3:])}): {' | '.join(tail)}")
 
 
 def compare(pred, summary: dict) -> dict:
@@ -86,7 +96,7 @@ def run(out_dir: Path, quick: bool = False) -> dict:
     prof = calibrate([PRESETS[m] for m in models], micro_batches=sorted({c[2] for c in configs}),
                      out=out_dir / "this.toml", quick=quick)
     cluster = read_profile(prof)
-    rows = []
+    rows, failed = [], []
     for model, strategy, b, world in configs:
         name = f"{model}-{strategy}-mb{b}-w{world}"
         run_dir = out_dir / "runs" / name
@@ -96,22 +106,38 @@ def run(out_dir: Path, quick: bool = False) -> dict:
                                        quick=True, trainer=False))
         fresh = replace(fresh, step_overhead={str(world): trainer_step_overhead(fresh, world, PRESETS[model])})
         pred = predict(model, strategy, b, world, fresh)
-        summary = run_one(run_dir, model, strategy, b, world, steps)
-        row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world,
-               "load_avg_1m": os.getloadavg()[0]}  # other work on the shared cores, for context
+        row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world}
+        try:
+            summary, share = run_one(run_dir, model, strategy, b, world, steps)
+        except RuntimeError as e:  # reported, not hidden: the row carries the error and no figures
+            row["error"] = str(e)[-500:]
+            failed.append(row)
+            print(f"[planner] {name}: run failed: {row['error']}", flush=True)
+            continue
+        row["load_avg_1m"] = os.getloadavg()[0]  # other work on the shared cores, for context
         row.update(compare(pred, summary))
+        # the same prediction with the core share the run actually got (load-corrected, secondary)
+        during = replace(fresh, cpu_share=share, cpu_share_solo=share / max(fresh.solo_speedup, 1e-9))
+        pred_d = predict(model, strategy, b, world, during)
+        row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share,
+                   pred_step_s_during=pred_d.step_time,
+                   time_err_during=abs(pred_d.step_time - row["meas_step_s"]) / row["meas_step_s"])
         rows.append(row)
         print(f"[planner] {name}: predicted {row['pred_step_s'] * 1e3:.1f} ms, measured "
-              f"{row['meas_step_s'] * 1e3:.1f} ms ({row['time_err']:.1%}); state memory error "
+              f"{row['meas_step_s'] * 1e3:.1f} ms ({row['time_err']:.1%}; with the core share the run got: "
+              f"{row['pred_step_s_during'] * 1e3:.1f} ms, {row['time_err_during']:.1%}); state memory error "
               f"{row['mem_err']:.2%}; comm {'exact' if row['comm_exact'] else 'DIFFERS'}", flush=True)
     errs = [r["time_err"] for r in rows]
     figures = {"planner_time_err_mean": statistics.fmean(errs), "planner_time_err_max": max(errs),
                "planner_mem_err_max": max(r["mem_err"] for r in rows),
                "planner_comm_exact": sum(r["comm_exact"] for r in rows) / len(rows),
-               "planner_configs": len(rows), "planner_wall_s": time.perf_counter() - t0}
+               "planner_time_err_mean_load_corrected": statistics.fmean(r["time_err_during"] for r in rows),
+               "planner_time_err_max_load_corrected": max(r["time_err_during"] for r in rows),
+               "planner_configs": len(rows), "planner_failed_runs": len(failed),
+               "planner_wall_s": time.perf_counter() - t0}
     published = evaluate_published()
     figures["published_err_max"] = max(abs(p["err"]) for p in published)
-    result = {"suite": "planner", "figures": figures, "rows": rows, "published": published}
+    result = {"suite": "planner", "figures": figures, "rows": rows, "failed": failed, "published": published}
     (out_dir / "results.json").write_text(json.dumps(result, indent=2))
     _plot(rows, out_dir)
     (out_dir / "REPORT.md").write_text(_report(result, cluster))
@@ -153,14 +179,24 @@ def _report(result: dict, cluster) -> str:
              "after warm-up): prediction and measurement alternate and see the same load.", "",
              "| figure | value |", "| --- | --- |"]
     lines += [f"| {k} | {v:.4g} |" for k, v in f.items()]
-    lines += ["", "| config | predicted ms | measured ms | error | state bytes pred | measured | comm | load |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| config | predicted ms | measured ms | error | core share before / during | "
+              "predicted with share during | error | state bytes pred | measured | comm | load |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["rows"]:
         lines.append(f"| {r['config']} | {r['pred_step_s'] * 1e3:.1f} | {r['meas_step_s'] * 1e3:.1f} | "
-                     f"{r['time_err']:.1%} | {r['pred_state_bytes']:,.0f} | {r['meas_state_bytes']:,.0f} | "
-                     f"{'exact' if r['comm_exact'] else 'differs'} | {r['load_avg_1m']:.1f} |")
+                     f"{r['time_err']:.1%} | {r.get('cpu_share_before', 1):.2f} / {r.get('cpu_share_during', 1):.2f} | "
+                     f"{r.get('pred_step_s_during', r['pred_step_s']) * 1e3:.1f} | "
+                     f"{r.get('time_err_during', r['time_err']):.1%} | {r['pred_state_bytes']:,.0f} | "
+                     f"{r['meas_state_bytes']:,.0f} | {'exact' if r['comm_exact'] else 'differs'} | "
+                     f"{r.get('load_avg_1m', 0):.1f} |")
+    for r in result.get("failed", []):
+        lines.append(f"| {r['config']} | run failed: {r['error'][-200:]} | | | | | | | | | |")
     lines += ["", f"load = the machine's 1-minute load average when the run ended ({os.cpu_count()} cores); "
-              "anything above the run's own ranks is other work competing for the cores."]
+              "anything above the run's own ranks is other work competing for the cores. Compute is "
+              "calibrated in CPU seconds; 'core share before' is the share of a core each rank got "
+              "just before the run (what the prediction uses), 'during' what the run's ranks got "
+              "(their CPU seconds / wall seconds): the second prediction removes the load that "
+              "changed between the two and is reported apart, never as the primary figure."]
     lines += ["", "![planner](planner.png)", "", "## Against published figures", "",
               "| case | published | planner | error | source |", "| --- | --- | --- | --- | --- |"]
     for p in result["published"]:
