@@ -104,11 +104,9 @@ class CheckpointManager:
         self.run_dir, self.cfg, self.ccfg = Path(run_dir), cfg, cfg.ckpt
         self.dir = self.run_dir / "checkpoints"
         self.rank, self.world = comm.rank(), comm.world_size()
-        # Checkpoint traffic gets its own gloo group: an async save runs DCP's collectives in a background
-        # thread, and they must never interleave with the training collectives on the default group.
-        # (Created only when this run saves; resuming alone happens before training, on the default group.)
-        saves = self.ccfg.every > 0 or self.ccfg.final
-        self.pg = dist.new_group(backend="gloo") if saves and comm.is_initialized() and self.world > 1 else None
+        # Checkpoint traffic gets its own gloo group (created by the first save, see save()); until then
+        # (resume, verification: before training, on the main thread) the default group is fine.
+        self.pg = None
         self._thread: threading.Thread | None = None
         self._staged: dict | None = None  # the async save's CPU copy, reused by the next async save
         self.last_saved_step: int | None = None
@@ -150,6 +148,11 @@ class CheckpointManager:
     def save(self, state, async_: bool | None = None) -> None:
         t0 = time.perf_counter()
         self.wait()  # one save in flight at a time: the next save waits for the previous one
+        if self.pg is None and comm.is_initialized() and self.world > 1:
+            # An async save runs DCP's collectives in a background thread: they must never interleave with
+            # the training collectives on the default group. Every rank saves at the same step, so every
+            # rank creates this group at the same point (new_group is collective).
+            self.pg = dist.new_group(backend="gloo")
         step = int(state.step)
         tensors = st.tensor_state(state, self.rank)
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
