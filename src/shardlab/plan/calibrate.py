@@ -190,42 +190,14 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
         cpu_share=comp["cpu_share"], cpu_share_solo=solo_share,
         source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
     if trainer:
-        step_overhead = {str(w): trainer_step_overhead(c, w, models[0]) for w in (1, world)}
-    if step_overhead:
+        from .calibrate_trainer import trainer_overhead
+        (f1, _), (f2, per_call) = trainer_overhead(c, 1, models[0]), trainer_overhead(c, world, models[0])
+        c = replace(c, step_overhead={"1": f1, str(world): f2}, call_overhead={"ddp": per_call})
+    elif step_overhead:
         c = replace(c, step_overhead=step_overhead)
     path = out or default_profile_path()
     write_profile(c, path)
     return path
-
-
-def trainer_step_overhead(c: Cluster, world: int, like: ModelSpec, steps: int = 40) -> float:
-    """Seconds per step that shardlab's trainer spends outside the model, the collectives and the
-    optimizer (data, the doctor's check, bookkeeping): `shardlab train` on a miniature model (one
-    block, 1 dim per head, 8 positions), measured minus what this profile predicts for it."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
-    from .layout import Layout, TrainSpec
-    from .step import evaluate
-    mini = ModelSpec("mini", n_layer=1, d_model=like.n_head, n_head=like.n_head, vocab=256, seq=8)
-    strategy = "single" if world == 1 else "ddp"
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", str(world), "--out", tmp,
-               "model.preset=custom", "model.n_layer=1", f"model.n_head={mini.n_head}",
-               f"model.d_model={mini.d_model}", "train.seq_len=8", "train.micro_batch=1",
-               f"train.global_batch={world}", f"parallel.strategy={strategy}", f"train.steps={steps}",
-               "train.eval_every=0", f"train.log_every={steps}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:  # no trainer here (planner used on its own): nothing to add
-            tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
-            print(f"shardlab plan calibrate: trainer overhead not measured at world {world}: {tail[0]}",
-                  file=sys.stderr)
-            return 0.0
-        measured = json.loads((Path(tmp) / "summary.json").read_text())["step_time_s"]
-    pred = evaluate(mini, TrainSpec(global_batch=world, micro_batch=1, precision="fp32", flash_attention=True),
-                    Layout(dp=world, strategy="ddp", health_check=True), c)
-    return max(0.0, measured - pred.step_time)
 
 
 def _fit_gemm(table: dict) -> tuple[float, float]:

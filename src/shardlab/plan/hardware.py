@@ -46,6 +46,7 @@ class Cluster:
     elementwise_bw: float = 0.0  # bytes/s for non-GEMM ops, 0 = hbm_bw
     overhead: dict = field(default_factory=dict)  # eager framework seconds: layer_fwd, layer_bwd, fixed_fwd, fixed_bwd
     step_overhead: dict = field(default_factory=dict)  # world size (str) -> trainer seconds per step
+    call_overhead: dict = field(default_factory=dict)  # strategy -> seconds per collective call
     cpu_share: float = 1.0  # calibrated in CPU seconds: fraction of a core each rank gets (world ranks busy)
     cpu_share_solo: float = 1.0  # the same for a rank alone
     solo_speedup: float = 1.0  # compute measured with `measured_world` ranks at once runs this much
@@ -54,10 +55,10 @@ class Cluster:
 
     def compute_speed(self, world: int) -> float:
         """Divisor from calibrated compute seconds to wall seconds at this world size: the share of a
-        core a rank gets, and for a rank alone also its speed-up without a busy neighbour. 1 on presets."""
-        if world < self.measured_world:
-            return self.solo_speedup * self.cpu_share_solo
-        return self.cpu_share
+        core a rank gets (1 on presets). Compute is calibrated with every rank busy at once; the
+        speed-up a rank alone shows then (`solo_speedup`, recorded) is not applied: on a machine
+        with other work the neighbouring core is rarely idle, and runs at world 1 bore that out."""
+        return self.cpu_share_solo if world < self.measured_world else self.cpu_share
 
     @property
     def nodes(self) -> int:
@@ -125,7 +126,7 @@ def read_profile(path: Path) -> Cluster:
         data = tomllib.load(f)
     cl = data.get("cluster", data)
     known = {f.name for f in fields(Cluster)}
-    unknown = set(cl) - known - {"collectives", "gemm", "overhead", "step_overhead"}
+    unknown = set(cl) - known - {"collectives", "gemm", "overhead", "step_overhead", "call_overhead"}
     if unknown:
         raise ValueError(f"{path}: unknown cluster keys {sorted(unknown)}")
     kw = {k: v for k, v in cl.items() if k in known}
@@ -133,6 +134,7 @@ def read_profile(path: Path) -> Cluster:
                          for op, v in data.get("collectives", {}).items()}
     kw["overhead"] = {k: float(v) for k, v in data.get("overhead", {}).items()}
     kw["step_overhead"] = {k: float(v) for k, v in data.get("step_overhead", {}).items()}
+    kw["call_overhead"] = {k: float(v) for k, v in data.get("call_overhead", {}).items()}
     gemm = data.get("gemm", {})
     kw["gemm_table"] = {k: float(v) for k, v in gemm.get("table", {}).items()}
     if "fit_peak" in gemm:
@@ -149,13 +151,14 @@ def write_profile(c: Cluster, path: Path) -> None:
     lines = ["# shardlab cluster profile (written by `shardlab plan calibrate`)", "[cluster]"]
     for f in fields(Cluster):
         v = getattr(c, f.name)
-        if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead"):
+        if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead", "call_overhead"):
             continue
         lines.append(f"{f.name} = {_toml(v)}")
     for op, (alpha, bw) in c.collectives.items():
         lines += ["", f"[collectives.{op}]", f"alpha_s = {alpha!r}", f"bus_bw = {bw!r}"]
     lines += ["", "[overhead]"] + [f"{k} = {v!r}" for k, v in c.overhead.items()]
     lines += ["", "[step_overhead]"] + [f'"{k}" = {v!r}' for k, v in c.step_overhead.items()]
+    lines += ["", "[call_overhead]"] + [f'"{k}" = {v!r}' for k, v in c.call_overhead.items()]
     lines += ["", "[gemm]"]
     if c.gemm_fit:
         lines += [f"fit_peak = {c.gemm_fit[0]!r}", f"fit_half_flops = {c.gemm_fit[1]!r}"]

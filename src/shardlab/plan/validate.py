@@ -20,7 +20,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .calibrate import calibrate, trainer_step_overhead
+from .calibrate import calibrate
+from .calibrate_trainer import trainer_overhead
 from .hardware import read_profile
 from .layout import Layout, TrainSpec
 from .model import PRESETS
@@ -104,7 +105,8 @@ def run(out_dir: Path, quick: bool = False) -> dict:
         # so that prediction and measurement see the same load
         fresh = read_profile(calibrate([PRESETS[model]], micro_batches=[b], out=run_dir.with_suffix(".toml"),
                                        quick=True, trainer=False))
-        fresh = replace(fresh, step_overhead={str(world): trainer_step_overhead(fresh, world, PRESETS[model])})
+        fixed, per_call = trainer_overhead(fresh, world, PRESETS[model], strategy)
+        fresh = replace(fresh, step_overhead={str(world): fixed}, call_overhead={strategy: per_call})
         pred = predict(model, strategy, b, world, fresh)
         row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world}
         try:
