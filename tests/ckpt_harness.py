@@ -26,7 +26,7 @@ def make_cfg(overrides: list[str], world: int):
 
 
 def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", rng_seed: int = 1000,
-              stop_after: int = 0) -> dict:
+              stop_after: int = 0, wait_each: bool = True) -> dict:
     """Train per `overrides`; returns (on every rank) losses by step, full parameters, the global
     batches consumed, the step the run started from, and the manager's last outcome."""
     import os
@@ -56,12 +56,13 @@ def train_run(run_dir: Path, overrides: list[str], world: int, fail: str = "", r
     save = trainer.ckpt.maybe_save
 
     def recording_save(state):
-        if save(state):
+        if save(state) and wait_each:  # wait_each=False: async saves overlap the next steps, as in real runs
             trainer.ckpt.wait()
             latest = mf.read_latest(trainer.ckpt.dir)
             saves.append((state.step, trainer.ckpt.last_outcome, latest.name if latest else None,
                           sorted(p.name for p in trainer.ckpt.dir.iterdir())))
         if state.step == stop_after:  # an interruption right after this checkpoint (as if the job died)
+            trainer.ckpt.wait()
             raise _Stop
 
     trainer.ckpt.maybe_save = recording_save

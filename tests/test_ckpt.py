@@ -14,7 +14,8 @@ def test_exact_resume_world2(pool2, tmp_path):
     common = ["parallel.strategy=torch-zero1", "train.steps=12"]  # our own ZeRO-1 optimizer-state path
     straight = pool2.run(train_run, tmp_path / "straight", common, 2)
     run = tmp_path / "resumed"
-    pool2.run(train_run, run, common + ["ckpt.every=3", "ckpt.async=true"], 2, stop_after=6)
+    # async saves at 3 and 6; the copy of step 3's state overlaps step 4 (its optimizer step must wait for it)
+    pool2.run(train_run, run, common + ["ckpt.every=3", "ckpt.async=true"], 2, stop_after=6, wait_each=False)
     assert mf.read_latest(run / "checkpoints").name == "step_000006"
     resumed = pool2.run(train_run, run, common + ["ckpt.resume=latest"], 2, rng_seed=7)
     for r in range(2):
@@ -24,6 +25,9 @@ def test_exact_resume_world2(pool2, tmp_path):
         assert resumed[r]["batches"] == {s: straight[r]["batches"][s] for s in range(6, 12)}
     # metrics.jsonl is appended to: steps 7..12 were logged by the resumed run
     assert [straight[0]["losses"][s] for s in range(7, 13)] == [resumed[0]["losses"][s] for s in range(7, 13)]
+    from3 = pool2.run(train_run, tmp_path / "from3", common + [f"ckpt.resume={run}/checkpoints/step_000003"], 2)
+    assert from3[0]["start"] == 3
+    assert_params_equal(from3[0]["params"], straight[0]["params"], exact=True)
 
 
 def test_retention_and_manifest(pool2, tmp_path):

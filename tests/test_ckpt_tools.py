@@ -71,3 +71,35 @@ def test_train_with_uncommitted_resume_path_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "no MANIFEST.json" in err
     assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_async_copy_is_taken_before_the_next_optimizer_step(trained, tmp_path, monkeypatch):
+    """The async writer copies the tensors in the background; an optimizer step issued meanwhile must wait
+    for the copy, so the checkpoint holds the state of the step it was taken at. (Runs last: it moves the
+    trained model.)"""
+    import time
+
+    from shardlab.checkpoint import state as st_mod
+    from shardlab.checkpoint.hf import load_model_tensors
+
+    _, trainer = trained
+    copy, slept = st_mod.stage, []
+
+    def slow_copy(obj, into=None):  # stage() recurses through this too: sleep once, at the top
+        if not slept:
+            slept.append(time.sleep(0.5))
+        return copy(obj, into)
+
+    monkeypatch.setattr(st_mod, "stage", slow_copy)
+    mgr = CheckpointManager(tmp_path, trainer.cfg)
+    before = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}
+    mgr.save(trainer.state, async_=True)
+    for p in trainer.strategy.model.parameters():
+        p.grad = torch.ones_like(p)
+    trainer.state.optimizer.step()  # right away, while the copy is still sleeping
+    assert mgr.hook_wait_s > 0.2
+    assert mgr.wait() is None
+    saved = load_model_tensors(mf.read_latest(tmp_path / "checkpoints"))
+    for name, value in before.items():
+        assert torch.equal(saved[name], value), name
+        assert not torch.equal(trainer.strategy.full_parameters()[name], value)  # the step did happen

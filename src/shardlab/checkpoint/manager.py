@@ -109,6 +109,10 @@ class CheckpointManager:
         self.pg = None
         self._thread: threading.Thread | None = None
         self._staged: dict | None = None  # the async save's CPU copy, reused by the next async save
+        self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)
+        self._staged_ready.set()
+        self._hooked = None  # the optimizer whose step waits for the copy
+        self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
@@ -139,7 +143,8 @@ class CheckpointManager:
         self.wait()
 
     def wait(self) -> str | None:
-        """Block until the in-flight async save (if any) has committed or been abandoned."""
+        """Block until the in-flight async save (if any) has committed or been abandoned. Call it before
+        changing parameters or optimizer state outside an optimizer step (e.g. loading a checkpoint)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -157,9 +162,13 @@ class CheckpointManager:
         tensors = st.tensor_state(state, self.rank)
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
         if self.ccfg.async_ if async_ is None else async_:
-            # The only part the loop waits for: a memory copy, into the previous save's buffers (that save
-            # has finished: wait() above), so async saving keeps one extra copy of the state in host memory.
-            tensors = self._staged = st.stage(tensors, self._staged)
+            # The background thread first copies the tensors into private memory (the previous async save's
+            # buffers: one extra copy of the state in host memory), then writes. Only the optimizer step
+            # changes them, so the loop runs the next forward and backward meanwhile, and the next
+            # optimizer step waits (a step pre-hook) until the copy is complete.
+            self._hook(state.optimizer)
+            self._staged_ready.clear()
+            self.hook_wait_s = 0.0
             self._thread = threading.Thread(target=self._background, args=(step, tensors, meta),
                                             name=f"ckpt-{step}", daemon=True)
             self._thread.start()
@@ -168,9 +177,23 @@ class CheckpointManager:
         self.last_saved_step = step
         self.blocked_s.append(time.perf_counter() - t0)
 
+    def _hook(self, optimizer) -> None:
+        if self._hooked is not optimizer:
+            def wait_for_copy(*_):
+                if not self._staged_ready.is_set():
+                    t0 = time.perf_counter()
+                    self._staged_ready.wait()
+                    self.hook_wait_s += time.perf_counter() - t0
+            optimizer.register_step_pre_hook(wait_for_copy)
+            self._hooked = optimizer
+
     def _background(self, step: int, tensors: dict, meta: dict | None) -> None:
         self.last_outcome = f"checkpoint at step {step} did not finish"
         try:
+            try:
+                tensors = self._staged = st.stage(tensors, self._staged)
+            finally:
+                self._staged_ready.set()  # (on failure too: never leave the optimizer waiting)
             self._write_and_commit(step, tensors, meta)
         except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
             self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
@@ -316,6 +339,7 @@ class CheckpointManager:
 
     def load(self, path: Path, state) -> int:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
+        self.wait()  # an async save may still be copying the tensors we are about to overwrite
         meta = json.loads((Path(path) / st.STATE_FILE).read_text())
         model_cfg = getattr(state.strategy.model, "cfg", None)
         if meta.get("model") and model_cfg is not None:
