@@ -2,17 +2,27 @@
 failing during save, a corrupted shard, kill -9 of a rank under elastic restarts). One module, so one pool."""
 import json
 
+import pytest
+
 from ckpt_harness import assert_params_equal, train_run
 
 from shardlab.checkpoint import cli as ckpt_cli
 from shardlab.checkpoint import manifest as mf
 
 
-def test_exact_resume_world2(pool2, tmp_path):
+COMMON12 = ["parallel.strategy=torch-zero1", "train.steps=12"]  # torch-zero1: our own optimizer-state path
+
+
+@pytest.fixture(scope="module")
+def straight(pool2, tmp_path_factory):
+    """The uninterrupted 12-step run both the resume test and the kill -9 drill compare with."""
+    return pool2.run(train_run, tmp_path_factory.mktemp("straight"), COMMON12, 2)
+
+
+def test_exact_resume_world2(pool2, tmp_path, straight):
     """12 steps straight == 6 steps, stop, resume, 6 more: same losses, bitwise parameters, same samples,
     same RNG streams afterwards."""
-    common = ["parallel.strategy=torch-zero1", "train.steps=12"]  # our own ZeRO-1 optimizer-state path
-    straight = pool2.run(train_run, tmp_path / "straight", common, 2)
+    common = COMMON12
     run = tmp_path / "resumed"
     # async saves at 3 and 6; the copy of step 3's state overlaps step 4 (its optimizer step must wait for it)
     pool2.run(train_run, run, common + ["ckpt.every=3", "ckpt.async=true"], 2, stop_after=6, wait_each=False)
@@ -90,7 +100,7 @@ def _rank_pid(run_dir, rank: int) -> int | None:
     return None
 
 
-def test_kill9_one_rank_elastic_restart_finishes_identically(pool2, tmp_path):
+def test_kill9_one_rank_elastic_restart_finishes_identically(tmp_path, straight):
     """`kill -9` of rank 1 mid-run under --max-restarts 1: torchrun restarts the job, it resumes from
     `latest` by itself, finishes, and its final parameters equal an uninterrupted run's, bit for bit."""
     import os
@@ -104,8 +114,8 @@ def test_kill9_one_rank_elastic_restart_finishes_identically(pool2, tmp_path):
     from shardlab.checkpoint import manifest as mf
     from shardlab.checkpoint.hf import load_model_tensors
 
-    overrides = ["parallel.strategy=torch-ddp", "train.steps=16", "ckpt.every=4", "ckpt.final=true"]
-    reference = pool2.run(train_run, tmp_path / "reference", overrides, 2)[0]["params"]
+    overrides = COMMON12 + ["ckpt.every=3", "ckpt.final=true"]
+    reference = straight[0]["params"]
     run = tmp_path / "killed"
     # rank 1 sleeps 100 ms a step, so there is time to kill it between checkpoints
     cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", "2", "--max-restarts", "1", "--out", str(run),
@@ -115,7 +125,7 @@ def test_kill9_one_rank_elastic_restart_finishes_identically(pool2, tmp_path):
         deadline, killed = time.monotonic() + 120, None
         while time.monotonic() < deadline and proc.poll() is None and killed is None:
             latest = mf.read_latest(run / "checkpoints")
-            if latest is not None and latest.name >= "step_000004":
+            if latest is not None and latest.name >= "step_000003":
                 killed = _rank_pid(run, 1)
                 if killed:
                     os.kill(killed, signal.SIGKILL)
@@ -127,7 +137,7 @@ def test_kill9_one_rank_elastic_restart_finishes_identically(pool2, tmp_path):
     assert killed, f"never found rank 1 to kill\n{out[-3000:]}"
     assert proc.returncode == 0, out[-3000:]
     assert "elastic restart: resuming from the latest checkpoint" in out and "resumed from" in out, out[-3000:]
-    final = load_model_tensors(run / "checkpoints" / "step_000016")
+    final = load_model_tensors(run / "checkpoints" / "step_000012")
     for name, ref in reference.items():
         assert torch_equal(final[name], ref), name
 
