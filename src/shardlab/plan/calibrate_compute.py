@@ -52,6 +52,29 @@ def cpu_share(seconds: float = 1.0) -> float:
     return min(1.0, (time.process_time() - c0) / (time.perf_counter() - w0))
 
 
+def _share_worker(seconds: float, q) -> None:
+    import torch
+    torch.set_num_threads(1)
+    q.put(cpu_share(seconds))
+
+
+def measure_share(world: int, seconds: float = 1.5) -> float:
+    """Mean share of a core over `world` processes each running a GEMM loop at once (world 1: this
+    process): measured right before a run, the machine's availability at that moment."""
+    if world <= 1:
+        return cpu_share(seconds)
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_share_worker, args=(seconds, q)) for _ in range(world)]
+    for p in procs:
+        p.start()
+    shares = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=10)
+    return statistics.fmean(shares)
+
+
 def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict:
     import torch
     import torch.nn.functional as F

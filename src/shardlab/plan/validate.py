@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .calibrate import calibrate
+from .calibrate_compute import measure_share
 from .calibrate_trainer import trainer_overhead
 from .hardware import read_profile
 from .layout import Layout, TrainSpec
@@ -107,10 +108,12 @@ def run(out_dir: Path, quick: bool = False) -> dict:
                                        quick=True, trainer=False))
         fixed, per_call = trainer_overhead(fresh, world, PRESETS[model], strategy)
         fresh = replace(fresh, step_overhead={str(world): fixed}, call_overhead={strategy: per_call})
+        share = measure_share(world)  # the core share right before the run: the load moves by the minute
+        fresh = replace(fresh, cpu_share=share, cpu_share_solo=share)
         pred = predict(model, strategy, b, world, fresh)
         row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world}
         try:
-            summary, share = run_one(run_dir, model, strategy, b, world, steps)
+            summary, share_run = run_one(run_dir, model, strategy, b, world, steps)
         except RuntimeError as e:  # reported, not hidden: the row carries the error and no figures
             row["error"] = str(e)[-500:]
             failed.append(row)
@@ -119,9 +122,9 @@ def run(out_dir: Path, quick: bool = False) -> dict:
         row["load_avg_1m"] = os.getloadavg()[0]  # other work on the shared cores, for context
         row.update(compare(pred, summary))
         # the same prediction with the core share the run actually got (load-corrected, secondary)
-        during = replace(fresh, cpu_share=share, cpu_share_solo=share / max(fresh.solo_speedup, 1e-9))
+        during = replace(fresh, cpu_share=share_run, cpu_share_solo=share_run)
         pred_d = predict(model, strategy, b, world, during)
-        row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share,
+        row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share_run,
                    pred_step_s_during=pred_d.step_time,
                    time_err_during=abs(pred_d.step_time - row["meas_step_s"]) / row["meas_step_s"])
         rows.append(row)
