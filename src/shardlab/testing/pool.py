@@ -73,6 +73,8 @@ class WorkerPool:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.close(force=True)
+                if errors:  # one rank failed, the others were left waiting for it: report the failure
+                    raise AssertionError("\n".join(errors))
                 raise TimeoutError(f"{fn.__name__} did not finish on all {self.world_size} ranks within "
                                    f"{timeout or self.timeout:.0f}s (finished: {sorted(out)})")
             try:
