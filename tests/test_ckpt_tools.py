@@ -103,3 +103,18 @@ def test_async_copy_is_taken_before_the_next_optimizer_step(trained, tmp_path, m
     for name, value in before.items():
         assert torch.equal(saved[name], value), name
         assert not torch.equal(trainer.strategy.full_parameters()[name], value)  # the step did happen
+
+
+def test_resume_with_another_global_batch_exits_2(trained, tmp_path, capsys):
+    """The sample order can only continue with the same global batch: caught before anything starts."""
+    from shardlab.cli import cmd_train
+    from ckpt_harness import BASE
+
+    run, _ = trained
+    batch = make_cfg([], 1).train.global_batch
+    args = [a for a in BASE if not a.startswith(("train.global_batch", "train.micro_batch"))]
+    rc = cmd_train(["--nproc", "1", "--out", str(tmp_path / "run"), *args, "parallel.strategy=single",
+                    f"train.micro_batch={batch * 2}", f"ckpt.resume={run}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and f"global_batch={batch}" in err
+    assert not (tmp_path / "run").exists()

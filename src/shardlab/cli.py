@@ -57,7 +57,7 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
     from shardlab import launch
 
-    args = train_parser().parse_args(argv)
+    args = train_parser().parse_intermixed_args(argv)
     if args.help_keys:
         defaults = config_mod.to_dict(config_mod.Config())
         for key in config_mod.all_keys():
@@ -77,9 +77,9 @@ def cmd_train(argv: list[str]) -> int:
                 raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
             world = args.nproc * args.nnodes
         config_mod.validate(cfg, world)
-        _check_data(cfg)
+        num_samples = _check_data(cfg)
         from shardlab.checkpoint import check_resume
-        check_resume(cfg)  # a bad ckpt.resume=PATH is bad input too
+        check_resume(cfg, num_samples)  # a bad ckpt.resume=PATH is bad input too
     except config_mod.ConfigError as e:
         return fail(str(e))
 
@@ -97,8 +97,9 @@ def cmd_train(argv: list[str]) -> int:
     return launch.launch(args, cfg, run_dir)
 
 
-def _check_data(cfg) -> None:
-    """Open the corpus before anything is written, so a bad data.source is a clean exit 2."""
+def _check_data(cfg) -> int:
+    """Open the corpus before anything is written, so a bad data.source is a clean exit 2.
+    Returns the number of training sequences."""
     from shardlab.config import ConfigError
     from shardlab.data import DataError, TokenDataset, load_tokens, split_train_val, check_vocab
     from shardlab.model.gpt import resolve_model_config

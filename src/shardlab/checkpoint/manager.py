@@ -89,14 +89,26 @@ def resolve_resume_path(target: str) -> Path | str:
     return path
 
 
-def check_resume(cfg) -> None:
+def check_resume(cfg, num_samples: int | None = None) -> None:
     """For the CLI, before anything is launched or written: a bad `ckpt.resume=PATH` is a CheckpointError
-    (a ConfigError: one line, exit 2). `latest` needs no check: no checkpoint yet means a fresh start."""
+    (a ConfigError: one line, exit 2). `latest` needs no check: no checkpoint yet means a fresh start.
+    The sample order continues only with the same global batch and data: say so now, not in every rank."""
     target = cfg.ckpt.resume
     if target and target != "latest":
         found = resolve_resume_path(target)
         if isinstance(found, str):
             raise CheckpointError(found)
+        try:
+            sampler = json.loads((found / "train_state.json").read_text())["sampler"]
+        except (OSError, ValueError, KeyError):
+            return  # unreadable state is reported, with its file, by the verified load
+        ours = {"global_batch": cfg.train.global_batch, "num_samples": num_samples}
+        for key, value in ours.items():
+            if value is not None and sampler.get(key) != value:
+                raise CheckpointError(
+                    f"ckpt.resume={target}: the checkpoint was trained with {key}={sampler.get(key)} but this run "
+                    f"has {value}; resume with the same data, train.seq_len and train.global_batch "
+                    f"(set train.global_batch={sampler.get('global_batch')} at any world size)")
 
 
 class CheckpointManager:
