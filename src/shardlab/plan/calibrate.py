@@ -191,8 +191,8 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
         source=f"calibrated {time.strftime('%Y-%m-%d %H:%M')} for {', '.join(m.name for m in models)}")
     if trainer:
         from .calibrate_trainer import trainer_overhead
-        (f1, _), (f2, per_call) = trainer_overhead(c, 1, models[0]), trainer_overhead(c, world, models[0])
-        c = replace(c, step_overhead={"1": f1, str(world): f2}, call_overhead={"ddp": per_call})
+        (f1, _), (f2, _) = trainer_overhead(c, 1, models[0]), trainer_overhead(c, world, models[0])
+        c = replace(c, step_overhead={"1": f1, str(world): f2})
     elif step_overhead:
         c = replace(c, step_overhead=step_overhead)
     path = out or default_profile_path()

@@ -2,9 +2,9 @@
 the optimizer and the collectives' transfer time — data, the doctor's check, bookkeeping, each
 collective's Python path and, on shared cores, the ranks' scheduling skew at each sync point.
 
-`shardlab train` runs a miniature model (1 dim per head, 8 positions) with 1 and with 2 blocks; the
-run's step time minus what the profile predicts for it is the residual. Two sizes separate a fixed
-per-step part from a part per collective call (a second block adds one ZeRO unit, i.e. calls).
+`shardlab train` runs a miniature of the model (same blocks, 1 dim per head, 8 positions) with the
+same strategy and world size; the run's step time minus what the profile predicts for it is the
+residual, charged to every step of the real model.
 """
 from __future__ import annotations
 
@@ -44,15 +44,11 @@ def _residual(c: Cluster, world: int, mini: ModelSpec, strategy: str, steps: int
 
 def trainer_overhead(c: Cluster, world: int, like: ModelSpec, strategy: str | None = None,
                      steps: int = 40) -> tuple[float, float]:
-    """(fixed seconds per step, seconds per collective call) for `strategy` at `world` ranks."""
+    """(fixed seconds per step, seconds per collective call) for `strategy` at `world` ranks. The
+    miniature keeps `like`'s number of blocks, so it issues the same collectives (one per ZeRO unit)
+    and runs the same Python per block: its residual is the whole per-step overhead, and nothing is
+    extrapolated (a per-call split from two small miniatures proved too noisy on shared cores)."""
     strategy = strategy or ("single" if world == 1 else "ddp")
-    minis = [ModelSpec("mini", n_layer=n, d_model=like.n_head, n_head=like.n_head, vocab=256, seq=8)
-             for n in (1, 2)]
-    if world == 1 or strategy == "single":
-        r = _residual(c, world, minis[0], strategy, steps)
-        return (max(0.0, r[0]) if r else 0.0), 0.0
-    r1, r2 = (_residual(c, world, m, strategy, steps) for m in minis)
-    if not r1 or not r2:
-        return 0.0, 0.0
-    per_call = max(0.0, (r2[0] - r1[0]) / max(1, r2[1] - r1[1])) if r2[1] > r1[1] else 0.0
-    return max(0.0, r1[0] - per_call * r1[1]), per_call
+    mini = ModelSpec("mini", n_layer=like.n_layer, d_model=like.n_head, n_head=like.n_head, vocab=256, seq=8)
+    r = _residual(c, world, mini, strategy, steps)
+    return (max(0.0, r[0]) if r else 0.0), 0.0
