@@ -16,7 +16,10 @@ and `cfg`. The save protocol (docs/checkpoint.md):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -28,7 +31,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
 from shardlab import comm
@@ -48,18 +52,77 @@ def log(msg: str) -> None:
     print(f"[ckpt] {msg}", file=sys.stderr, flush=True)
 
 
+class _HashingStream:
+    """A DCP output file that computes its sha256 from the bytes as they are written, so the manifest
+    needs no second pass over the file. DCP appends only (write, tell); anything else, a seek
+    included, is not offered, so a future DCP that rewrote a file would fail loudly, not hash wrongly."""
+
+    def __init__(self, raw):
+        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
+
+    def write(self, b) -> int:
+        n = self.raw.write(b)
+        self.sha.update(memoryview(b).cast("B")[:n])  # the bytes that reached the file
+        self.size += n
+        return n
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def fileno(self) -> int:
+        return self.raw.fileno()
+
+    def flush(self) -> None:
+        self.raw.flush()
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+class _HashingFileSystem(FileSystem):
+    """DCP's local file system; records {file name: manifest entry} of every file it writes."""
+
+    def __init__(self):
+        super().__init__()
+        self.entries: dict[str, dict] = {}
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode):
+        with super().create_stream(path, mode) as raw:
+            if mode != "wb":
+                yield raw
+                return
+            stream = _HashingStream(raw)
+            yield stream
+            self.entries[Path(path).name] = {"size": stream.size, "sha256": stream.sha.hexdigest()}
+
+
 class _Writer(FileSystemWriter):
-    """DCP's file writer (fsync on), plus the failure drill. An exception here is caught by DCP and
-    re-raised on every rank as a CheckpointException naming the rank, so no rank is left waiting."""
+    """DCP's file writer (fsync on, one file per rank) that hashes while writing, plus the failure drill.
+    An exception here is caught by DCP and re-raised on every rank as a CheckpointException naming the
+    rank, so no rank is left waiting."""
 
     def __init__(self, path: Path, fail: bool):
-        super().__init__(path, sync_files=True)
+        super().__init__(path, sync_files=True, single_file_per_rank=True)
+        self.fs = _HashingFileSystem()
         self._fail = fail
 
     def write_data(self, plan, planner):
         if self._fail:
             raise OSError(f"injected checkpoint write failure ({FAIL_ENV})")
         return super().write_data(plan, planner)
+
+
+class _Planner(DefaultSavePlanner):
+    """DCP's default planner with its plan cache on: from the second save of the same state-dict layout,
+    each rank sends an empty "unchanged" plan instead of its full plan, and the coordinator reuses the
+    global plan and metadata instead of pickling, exchanging and deduplicating them again. DCP keys that
+    cache by planner class, process-wide; a key per manager keeps two managers in one process (tests)
+    from comparing against each other's plans."""
+
+    def __init__(self, cache_key: str):
+        super().__init__(enable_plan_caching=True)
+        self._cached_plans_key = cache_key
 
 
 def _describe(exc: BaseException) -> tuple[list[int], str]:
@@ -111,6 +174,9 @@ def check_resume(cfg, num_samples: int | None = None) -> None:
                     f"(set train.global_batch={sampler.get('global_batch')} at any world size)")
 
 
+_managers = itertools.count()  # numbers this process's managers (their plan-cache keys)
+
+
 class CheckpointManager:
     def __init__(self, run_dir: Path, cfg):
         self.run_dir, self.cfg, self.ccfg = Path(run_dir), cfg, cfg.ckpt
@@ -124,6 +190,8 @@ class CheckpointManager:
         self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)
         self._staged_ready.set()
         self._hooked = None  # the optimizer whose step waits for the copy
+        self._plan_key = f"shardlab-{next(_managers)}"  # see _Planner
+        self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
@@ -160,7 +228,13 @@ class CheckpointManager:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._wait_retention()
         return self.last_outcome
+
+    def _wait_retention(self) -> None:
+        if self._retention is not None:
+            self._retention.join()
+            self._retention = None
 
     def save(self, state, async_: bool | None = None) -> None:
         t0 = time.perf_counter()
@@ -231,13 +305,13 @@ class CheckpointManager:
         t0 = time.perf_counter()
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
-            dcp.save(tensors, storage_writer=_Writer(tmp, fail), process_group=self.pg,
+            writer = _Writer(tmp, fail)
+            dcp.save(tensors, storage_writer=writer, planner=_Planner(self._plan_key), process_group=self.pg,
                      no_dist=not comm.is_initialized())
-            t1 = time.perf_counter()
-            # Each rank hashes the shard files it wrote itself (still in its page cache), in parallel.
-            for p in sorted(tmp.glob(f"__{self.rank}_*")):
-                files[p.name] = mf.file_entry(p)
-            self.timing = {"write_s": t1 - t0, "hash_s": time.perf_counter() - t1}
+            # Each rank's shard files were hashed while being written (in parallel across ranks); DCP's
+            # .metadata is written as a temporary name and renamed, so rank 0's commit hashes it.
+            files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}
+            self.timing = {"write_s": time.perf_counter() - t0}
             if self.rank == 0:
                 mf.write_json_atomic(tmp / st.STATE_FILE, meta)
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
@@ -254,6 +328,7 @@ class CheckpointManager:
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
+        self._wait_retention()  # the previous commit's clean-up, so that both never touch one directory
         errors = [e for e, _ in reports if e is not None]
         if not errors:
             try:
@@ -270,7 +345,10 @@ class CheckpointManager:
                 os.replace(tmp, final)
                 mf.fsync_dir(self.dir)
                 mf.write_latest(self.dir, final)
-                self._retain()
+                # Committed. Deleting old checkpoints (unlinking their files is slow on ext4) need not
+                # hold the save: it runs in the background until the next commit or wait().
+                self._retention = threading.Thread(target=self._retain, name=f"ckpt-retain-{step}", daemon=True)
+                self._retention.start()
                 return None
             except Exception as e:  # noqa: BLE001
                 errors = [([0], f"rank 0: committing: {type(e).__name__}: {e}")]
