@@ -245,4 +245,5 @@ def main(cfg: Config, run_dir: Path) -> dict:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         raise
     finally:
+        gc.unfreeze()  # let interpreter shutdown tear objects down in its usual order
         comm.shutdown()
