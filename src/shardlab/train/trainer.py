@@ -9,7 +9,6 @@ that of the mean loss over every token of the global batch, at any world size an
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import sys
 import time
@@ -231,9 +230,6 @@ class Trainer:
 
 def main(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg, run_dir)
-    # ~300k objects are alive after importing torch; a full GC pass over them takes ~0.1 s and lands in
-    # random steps or saves. Freeze them out of collection: this process builds one trainer and exits.
-    gc.freeze()
     try:
         return trainer.run()
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
@@ -245,5 +241,4 @@ def main(cfg: Config, run_dir: Path) -> dict:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         raise
     finally:
-        gc.unfreeze()  # let interpreter shutdown tear objects down in its usual order
         comm.shutdown()
