@@ -16,9 +16,7 @@ and `cfg`. The save protocol (docs/checkpoint.md):
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import os
@@ -31,17 +29,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
-from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
 from shardlab import comm
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
+from shardlab.checkpoint.storage import FAIL_ENV, Planner, Writer
 from shardlab.config import ConfigError
 
-# Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
-FAIL_ENV = "SHARDLAB_CKPT_FAIL"
 
 
 class CheckpointError(ConfigError):
@@ -50,79 +45,6 @@ class CheckpointError(ConfigError):
 
 def log(msg: str) -> None:
     print(f"[ckpt] {msg}", file=sys.stderr, flush=True)
-
-
-class _HashingStream:
-    """A DCP output file that computes its sha256 from the bytes as they are written, so the manifest
-    needs no second pass over the file. DCP appends only (write, tell); anything else, a seek
-    included, is not offered, so a future DCP that rewrote a file would fail loudly, not hash wrongly."""
-
-    def __init__(self, raw):
-        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
-
-    def write(self, b) -> int:
-        n = self.raw.write(b)
-        self.sha.update(memoryview(b).cast("B")[:n])  # the bytes that reached the file
-        self.size += n
-        return n
-
-    def tell(self) -> int:
-        return self.raw.tell()
-
-    def fileno(self) -> int:
-        return self.raw.fileno()
-
-    def flush(self) -> None:
-        self.raw.flush()
-
-    def close(self) -> None:
-        self.raw.close()
-
-
-class _HashingFileSystem(FileSystem):
-    """DCP's local file system; records {file name: manifest entry} of every file it writes."""
-
-    def __init__(self):
-        super().__init__()
-        self.entries: dict[str, dict] = {}
-
-    @contextlib.contextmanager
-    def create_stream(self, path, mode):
-        with super().create_stream(path, mode) as raw:
-            if mode != "wb":
-                yield raw
-                return
-            stream = _HashingStream(raw)
-            yield stream
-            self.entries[Path(path).name] = {"size": stream.size, "sha256": stream.sha.hexdigest()}
-
-
-class _Writer(FileSystemWriter):
-    """DCP's file writer (fsync on, one file per rank) that hashes while writing, plus the failure drill.
-    An exception here is caught by DCP and re-raised on every rank as a CheckpointException naming the
-    rank, so no rank is left waiting."""
-
-    def __init__(self, path: Path, fail: bool):
-        super().__init__(path, sync_files=True, single_file_per_rank=True)
-        self.fs = _HashingFileSystem()
-        self._fail = fail
-
-    def write_data(self, plan, planner):
-        if self._fail:
-            raise OSError(f"injected checkpoint write failure ({FAIL_ENV})")
-        return super().write_data(plan, planner)
-
-
-class _Planner(DefaultSavePlanner):
-    """DCP's default planner with its plan cache on: from the second save of the same state-dict layout,
-    each rank sends an empty "unchanged" plan instead of its full plan, and the coordinator reuses the
-    global plan and metadata instead of pickling, exchanging and deduplicating them again. DCP keys that
-    cache by planner class, process-wide; a key per manager keeps two managers in one process (tests)
-    from comparing against each other's plans."""
-
-    def __init__(self, cache_key: str):
-        super().__init__(enable_plan_caching=True)
-        self._cached_plans_key = cache_key
 
 
 def _describe(exc: BaseException) -> tuple[list[int], str]:
@@ -190,7 +112,7 @@ class CheckpointManager:
         self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)
         self._staged_ready.set()
         self._hooked = None  # the optimizer whose step waits for the copy
-        self._plan_key = f"shardlab-{next(_managers)}"  # see _Planner
+        self._plan_key = f"shardlab-{next(_managers)}"  # see storage.Planner
         self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.last_saved_step: int | None = None
@@ -305,8 +227,8 @@ class CheckpointManager:
         t0 = time.perf_counter()
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
-            writer = _Writer(tmp, fail)
-            dcp.save(tensors, storage_writer=writer, planner=_Planner(self._plan_key), process_group=self.pg,
+            writer = Writer(tmp, fail)
+            dcp.save(tensors, storage_writer=writer, planner=Planner(self._plan_key), process_group=self.pg,
                      no_dist=not comm.is_initialized())
             # Each rank's shard files were hashed while being written (in parallel across ranks); DCP's
             # .metadata is written as a temporary name and renamed, so rank 0's commit hashes it.
