@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from .comm import units
 from .compute import gemm_shapes
 from .model import ModelSpec
 
@@ -102,6 +103,18 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
             alpha, bw = _line_fit([(p[0], p[idx]) for p in pts])
             table[f"ew{prefix}:{fam}"] = bw
             table[f"ewa{prefix}:{fam}"] = alpha
+    # ZeRO's flat buffers: a unit's packed reduce-scatter input and all-gather output are fresh
+    # allocations of N x (unit's shard) elements every step (page faults on first touch), filled
+    # by a copy: timed as the strategies do it, at the models' unit sizes, outputs kept alive
+    flat = sorted({2 * sum(u) for m in models for u in units(m)})
+    pts = []
+    for n in flat:
+        src = torch.randn(n)
+        t = _timeit(lambda: torch.empty(2, n // 2).copy_(src.view(2, n // 2)), mt, keep=True)
+        pts.append((2 * n * 4, t))
+        del src
+    if pts:
+        table["ewa:flat"], table["ew:flat"] = _line_fit(pts)
     bws = [table[f"ew:{f}"] for f in ("ln", "add", "copy") if f"ew:{f}" in table]
     # dispatch: a chain of tiny autograd ops, forward + backward, per aten op dispatched
     z0 = torch.ones(8, requires_grad=True)

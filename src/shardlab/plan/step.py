@@ -132,13 +132,30 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         cl.exposed = cl.time - hidden
     exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp"))
 
-    # ZeRO's flat-buffer layout: gradients are packed into each reduce-scatter's input and gathered
-    # parameters copied out of each all-gather's output, on the compute stream: read + write
+    # ZeRO's flat-buffer layout, on the compute stream. Per unit call (payload P, shard S = P/N):
+    # reduce-scatter packs the gradients into a fresh N x S buffer and receives into a fresh S one;
+    # all-gather receives into a fresh N x S buffer and copies out into the parameters' full storage
+    # (zero3: freshly re-allocated; zero1/2: live), zero1/2 packing the shard with a fresh cat first.
+    # Filling fresh memory (page faults on first touch) is the calibrated `flat` family; a copy
+    # into live memory the `copy` one; the collective's own transfer into a live buffer is already
+    # in its alpha-beta fit, so a fresh output adds only the first-touch difference
     copies = 0.0
     if lay.strategy != "ddp":
-        packed = sum(cl.c.payload for cl in plan.comm if cl.c.group in ("dp", "dp_shard")
-                     and cl.c.op in ("reduce_scatter", "all_gather") and cl.c.payload > 64 * lay.dp)
-        copies = 2 * packed / cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
+        cb = cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
+        fb = cluster.gemm_table.get("ew:flat", cb)
+        fa = cluster.gemm_table.get("ewa:flat", 0.0)
+        first_touch = max(0.0, 1 / fb - 1 / cb)
+        for cl in plan.comm:
+            if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
+                    or cl.c.payload <= 64 * lay.dp:
+                continue
+            P, S = cl.c.payload, cl.c.payload / cl.c.n
+            if cl.c.op == "reduce_scatter":
+                copies += cl.c.calls * fa + 2 * P / fb + 2 * S * first_touch
+            elif lay.strategy == "zero3":
+                copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / fb
+            else:
+                copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / cb + 2 * S / fb
         copies /= cluster.compute_speed(lay.world)
 
     # pipeline schedule
@@ -176,7 +193,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     X["comm_total"] = "sum of alpha-beta times of every collective"
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
     X["optimizer"] = opt_why
-    X["zero_copies"] = "ZeRO flat buffers: 2 x (reduce-scatter + all-gather payload) / copy bandwidth"
+    X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + optimizer + ZeRO copies + trainer"
     return plan
