@@ -91,9 +91,12 @@ def cmd_train(argv: list[str]) -> int:
         from shardlab.train.trainer import main as train_main
         train_main(cfg, run_dir)
         return 0
-    run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
-    if args.nnodes > 1 and not args.out:
+    if args.out:
+        run_dir = Path(args.out)
+    elif args.nnodes > 1:  # every node's launcher must pick the same name without talking
         run_dir = Path("runs") / f"multinode-{args.master_port}-{cfg.parallel.strategy}"
+    else:
+        run_dir = launch.default_run_dir(cfg.parallel.strategy)
     return launch.launch(args, cfg, run_dir)
 
 

@@ -8,13 +8,19 @@ each rank re-enters `shardlab train` with RANK/WORLD_SIZE set and runs the train
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from shardlab import config as config_mod
-from shardlab.testing.pool import free_port
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def under_torchrun() -> bool:
@@ -47,7 +53,10 @@ def torchrun_command(args, run_dir: Path, config_path: Path) -> list[str]:
     if args.nnodes > 1:
         # c10d rendezvous: the node that owns --master-addr hosts the store; node ranks are assigned by it.
         cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", "--rdzv-backend=c10d",
-                f"--rdzv-endpoint={args.master_addr}:{args.master_port}", f"--rdzv-id=shardlab-{args.master_port}"]
+                f"--rdzv-endpoint={args.master_addr}:{args.master_port}", f"--rdzv-id=shardlab-{args.master_port}",
+                # Say which node hosts the store: on one machine every node looks like the endpoint's host,
+                # and two launchers racing to host it can deadlock the rendezvous.
+                f"--rdzv-conf=is_host={'true' if args.node_rank == 0 else 'false'}"]
     else:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{args.master_port or free_port()}",
                 "--nnodes=1"]

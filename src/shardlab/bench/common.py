@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardlab.testing.pool import free_port
+from shardlab.launch import free_port
 
 # The model and data every suite trains unless it says otherwise.
 BASE = ["data.source=stdlib", "train.seq_len=128", "train.seed=1337", "train.eval_every=0",

@@ -12,17 +12,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import socket
 import subprocess
 import sys
 import time
 import traceback
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from shardlab.launch import free_port
 
 
 def _worker(rank: int, world: int, port: int, tasks, results) -> None:
