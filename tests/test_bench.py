@@ -45,7 +45,7 @@ def _check(out, suite):
 
 def test_bench_microbatch_quick(tmp_path):
     r = run_cli(["bench", "microbatch", "--quick", "--out", str(tmp_path)], timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-8000:]
     doc = _check(tmp_path, "microbatch")
     assert doc["figures"]["seed000_payload_kib_mb1"] == 838.8
     assert doc["figures"]["seed000_payload_kib_mb8"] == 104.8
@@ -58,8 +58,17 @@ def test_bench_microbatch_quick(tmp_path):
 
 def test_bench_buckets_quick(tmp_path):
     r = run_cli(["bench", "buckets", "--quick", "--out", str(tmp_path)], timeout=240)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.returncode == 0, r.stderr[-8000:]
     doc = _check(tmp_path, "buckets")
     calls = [x["collectives_per_step"] for x in doc["rows"]]
     assert calls == sorted(calls, reverse=True) and calls[0] > calls[-1]  # smaller buckets, more calls
     assert all(x["overlap_pct"]["median"] is not None for x in doc["rows"])
+
+
+def test_failure_excerpt_keeps_the_cause_before_the_launcher_summary():
+    log = "\n".join(["noise"] * 50 + ["terminate called after throwing an instance of 'gloo::EnforceNotMet'",
+                                      "  what():  size mismatch", "Fatal Python error: Aborted"]
+                    + ["noise"] * 40 + ["Signal 6 (SIGABRT) received by PID 1"])
+    out = common.failure_excerpt(log)
+    assert "what():  size mismatch" in out and "Fatal Python error" in out and out.endswith("PID 1")
+    assert len(out.splitlines()) < 45

@@ -13,6 +13,7 @@ reduce_scatter and all_gather (N-1)/N x payload, broadcast payload.
 from __future__ import annotations
 
 import collections
+import faulthandler
 import os
 import sys
 import threading
@@ -174,6 +175,10 @@ def init(backend: str = "auto") -> None:
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    # A rank killed by a fatal signal (SIGSEGV, SIGABRT from a C++ abort) prints every thread's Python
+    # stack to stderr before dying, so the launcher's log says where it was, not only the signal number.
+    if not faulthandler.is_enabled():
+        faulthandler.enable(all_threads=True)
     dist.init_process_group(backend=backend)
 
 

@@ -54,9 +54,23 @@ def run_jobs(jobs: list[dict], nproc: int, work: Path, timeout: float = 900) -> 
     with open(log, "w") as f:
         rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
     if rc != 0:
-        raise RuntimeError(f"bench jobs failed (exit {rc}); last lines of {log}:\n"
-                           + "\n".join(log.read_text().splitlines()[-25:]))
+        raise RuntimeError(f"bench jobs failed (exit {rc}); from {log}:\n" + failure_excerpt(log.read_text()))
     return [load_run(Path(j["out"]), j.get("name", "")) for j in jobs]
+
+
+# What a dying rank prints before torchrun's summary (which says only "Signal 6").
+_CAUSES = ("Traceback", "Error", "error:", "what():", "terminate called", "Fatal Python error", "Thread 0x",
+           "Current thread", "[shardlab doctor]")
+
+
+def failure_excerpt(text: str, tail: int = 25) -> str:
+    """The lines that say why ranks died (exceptions, C++ aborts, faulthandler stacks), then the tail."""
+    lines = text.splitlines()
+    head = len(lines) - tail
+    causes = [i for i, line in enumerate(lines[:max(head, 0)]) if any(c in line for c in _CAUSES)]
+    keep = sorted({j for i in causes[:8] for j in range(i, min(i + 12, head))})
+    picked = [lines[j] for j in keep]
+    return "\n".join(picked + (["..."] if picked else []) + lines[-tail:])
 
 
 def load_run(run_dir: Path, name: str = "") -> dict:

@@ -111,7 +111,9 @@ class Watchdog:
             signal.set_wakeup_fd(self._old[1])
             os.write(self._pipe[1], b"\0")  # wake the thread so it sees the stop flag
         self.thread.join(timeout=5)
-        if self._pipe is not None:
+        if self._pipe is not None and not self.thread.is_alive():
+            # (A thread still alive may yet select() on these fds: closing them could let a later file
+            # or socket reuse the numbers under it. Leaking two fds is the lesser harm.)
             for fd in self._pipe:
                 os.close(fd)
             self._pipe = None

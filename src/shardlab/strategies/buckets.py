@@ -55,10 +55,18 @@ class Bucket:
         if self.comm_buffer is not None:
             self.comm_buffer.copy_(self.buffer)
         self.handle = comm.all_reduce(self.wire_tensor, group=group, async_op=True, tag=f"bucket{self.index}")
-        if self.handle.work is not None:
-            # Stamp the completion when the collective really ends, not when the step gets to wait().
-            rec = self.handle.rec
-            self.handle.work.get_future().add_done_callback(lambda _fut: comm.RECORDER.done(rec))
+
+    def poll(self) -> bool:
+        """Stamp the completion if the all-reduce has ended; True once it has. Called from the
+        backward hooks, so the stamp is at most one gradient late: the completion time is when the
+        collective really ended, not when the step got round to wait(). (Polling, not a done-callback:
+        a callback would run Python on the backend's own thread, which needs the GIL there and can
+        crash the process when it races with interpreter exit.)"""
+        if self.handle is None:
+            return False
+        if self.handle.rec.t_done is None and self.handle.is_completed():
+            comm.RECORDER.done(self.handle.rec)
+        return self.handle.rec.t_done is not None
 
     def finish(self) -> None:
         """Wait for the all-reduce and, when compressing, cast the averaged gradient back."""

@@ -75,6 +75,7 @@ class DDP(Strategy):
         for b in self.buckets:
             b.reset()
         self.next_launch = 0  # buckets are launched strictly in index order
+        self.in_flight: list = []  # launched buckets whose completion has not been seen yet
         self.ready = [False] * len(self.named)
         self.ready_order: list[int] = []
         self.backward_ended = False
@@ -97,6 +98,7 @@ class DDP(Strategy):
         self.used[i] = 1
         if not self.require_sync:  # no_sync: accumulate locally, communicate on the last microbatch
             return
+        self._poll_in_flight()
         if not self.callback_queued:
             torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
             self.callback_queued = True
@@ -114,7 +116,13 @@ class DDP(Strategy):
     def _launch_ready_buckets(self) -> None:
         while self.next_launch < len(self.buckets) and self.buckets[self.next_launch].pending == 0:
             self.buckets[self.next_launch].launch(self.world, self.group)
+            self.in_flight.append(self.buckets[self.next_launch])
             self.next_launch += 1
+
+    def _poll_in_flight(self) -> None:
+        """Stamp the completion of the all-reduces that ended since the last gradient arrived."""
+        if self.in_flight:
+            self.in_flight = [b for b in self.in_flight if not b.poll()]
 
     def _on_backward_end(self) -> None:
         """Runs once autograd has finished the whole graph: every gradient this rank will get is here."""
@@ -155,6 +163,7 @@ class DDP(Strategy):
                 raise RuntimeError(f"ddp: finish_backward() on rank {self.rank} but no gradient arrived "
                                    f"since the last step; was backward() called on the loss?")
             self._on_backward_end()
+        self._poll_in_flight()
         now = time.perf_counter()
         for b in self.buckets:  # from here the step only waits (the trace's exposed communication)
             if b.handle is not None and b.handle.rec.t_wait is None:
