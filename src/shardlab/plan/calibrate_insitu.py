@@ -1,0 +1,143 @@
+"""Calibration, in situ: the model's own operations timed inside shardlab's GPT, not in isolation.
+
+An op timed alone in a loop runs with its operands and output hot in cache and its output buffer
+recycled; inside a training step its inputs were written long ago, its output is fresh memory, and
+the optimizer finds parameters, gradients and moments evicted by the backward pass. On this kind of
+machine that difference is 10-30%, in both directions (a GEMM alone can be slower than in the model).
+So calibration also runs the real model (same dimensions, micro batch, one thread) for a few steps
+with a dispatch mode that times every aten op, and takes each op's own time at its exact shape:
+
+  forward  aten::addmm (x @ W^T + b)   -> linear:m,n,k        aten::mm (tied head) -> linear_nobias:m,n,k
+  backward aten::mm dY @ W             -> mm:m,k,n            dY^T @ X             -> mm_ta:n,k,m
+  SDPA forward / backward              -> sdpa:, sdpa_bwd:    (FLOP rates, as the isolated table)
+  LayerNorm, GELU forward / backward   -> ewt:ln:B, ewt_bwd:ln:B, ewt:gelu:B, ...  (seconds per call)
+  the optimizer step (grad-norm clip + AdamW) -> (tensors, params, seconds) for the optimizer fit
+
+The keys are those of the isolated table (calibrate_compute.py), which they override; shapes the
+model does not run (other micro batches, tensor-parallel splits) keep the isolated measurement.
+"""
+from __future__ import annotations
+
+import time
+
+from .model import ModelSpec
+
+
+def _add(acc: dict, key: str, seconds: float, calls: int) -> None:
+    s, n = acc.get(key, (0.0, 0))
+    acc[key] = (s + seconds, n + calls)
+
+
+def _keys(name: str, shapes: list, transposed: bool, T: int, backward: bool) -> list[tuple[str, float]]:
+    """(table key, FLOPs per call; 0 for a seconds-per-call entry) of one aten op."""
+    if name == "addmm" and not backward:  # x @ W^T + b
+        (m, k), (_, n) = shapes[1], shapes[2]
+        return [(f"linear:{m},{n},{k}", 2 * m * n * k)]
+    if name == "mm":
+        (a, b), (_, c) = shapes[0], shapes[1]
+        if not backward:  # the tied head, x @ wte^T
+            return [(f"linear_nobias:{a},{c},{b}", 2 * a * b * c)] if a == T else []
+        # backward: dX = dY (T x out) @ W (out x in), or dW = dY^T (out x T) @ X (T x in), whose first
+        # operand is a transposed view
+        kind = "mm_ta" if transposed else "mm"
+        return [(f"{kind}:{a},{c},{b}", 2 * a * b * c)]
+    fam = {"native_layer_norm": "ln", "native_layer_norm_backward": "ln", "gelu": "gelu",
+           "gelu_backward": "gelu"}.get(name)
+    if fam is not None:  # keyed by the forward bytes as compute.py counts them (2 x the input)
+        src = shapes[1] if name == "gelu_backward" else shapes[0]  # gelu_backward(grad, self)
+        numel = 1
+        for d in src:
+            numel *= d
+        return [(f"ewt{'_bwd' if backward else ''}:{fam}:{int(2 * numel * 4)}", 0)]
+    return []
+
+
+def _timer():
+    """A dispatch mode that times each aten op it runs (CPU seconds of this process): (name, operand
+    shapes, first operand transposed, seconds). Only shapes are kept, never the tensors: holding
+    them would change the very memory behaviour being measured."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Timer(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[tuple[str, list, bool, float]] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            t0 = time.process_time()
+            out = func(*args, **(kwargs or {}))
+            sec = time.process_time() - t0
+            first = args[0] if args and hasattr(args[0], "stride") else None
+            transposed = first is not None and first.dim() == 2 and first.stride(0) == 1 and first.shape[0] > 1
+            self.ops.append((func._overloadpacket.__name__, [tuple(a.shape) if hasattr(a, "shape") else None
+                                                             for a in args], transposed, sec))
+            return out
+    return Timer()
+
+
+def measure_in_situ(model: ModelSpec, b: int, steps: int = 4) -> tuple[dict, tuple[int, int, float]] | None:
+    """(table entries, (tensors, params, optimizer seconds)) for `model` at micro batch `b`, or None
+    without shardlab's model (the planner used on its own). CPU seconds of this process."""
+    try:
+        import torch
+
+        from shardlab.model.gpt import GPTConfig, build_model
+    except ImportError:
+        return None
+    if model.mlp_ratio != 4 or not model.tied:  # shardlab's GPT is GPT-2: MLP 4h, tied head
+        return None
+    net = build_model(GPTConfig(n_layer=model.n_layer, n_head=model.n_head, d_model=model.d_model,
+                                vocab_size=model.vocab, max_seq_len=model.seq), seed=0)
+    params = list(net.parameters())
+    half = len(params) // 2
+    opt = torch.optim.AdamW([{"params": params[:half], "weight_decay": 0.1},
+                             {"params": params[half:], "weight_decay": 0.0}], lr=1e-4, foreach=False)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, model.vocab, (b, model.seq), generator=g)
+    y = torch.randint(0, model.vocab, (b, model.seq), generator=g)
+    T = b * model.seq
+    s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
+    attn_flops = 4 * b * a * s * s * dh
+    sdpa_key = f"{b * a}x{s},{dh}"
+
+    def optimizer_step():  # as the trainer runs it: per-tensor grad norm, clip, AdamW, grads set to None
+        sq = torch.zeros(1)
+        for p in params:
+            sq += p.grad.detach().float().pow(2).sum()
+        coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(2):  # warm-up: allocator, optimizer state
+        net(x, y, reduction="sum").backward()
+        optimizer_step()
+    rates: dict = {}  # key -> (calls' seconds per FLOP, or seconds, summed; calls)
+    opt_times = []
+    for _ in range(steps):
+        with _timer() as tf:
+            loss = net(x, y, reduction="sum")
+        with _timer() as tb:
+            loss.backward()
+        t0 = time.process_time()
+        optimizer_step()
+        opt_times.append(time.process_time() - t0)
+        for ops, backward in ((tf.ops, False), (tb.ops, True)):
+            for name, shapes, transposed, sec in ops:
+                if name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
+                    _add(rates, ("sdpa_bwd:" if backward else "sdpa:") + sdpa_key, sec, 1)
+                    continue
+                for key, flops in _keys(name, shapes, transposed, T, backward):
+                    _add(rates, key, sec / flops if flops else sec, 1)
+        del tf, tb
+    table = {}
+    for key, (sec, n) in rates.items():
+        if key.startswith("sdpa"):  # fused attention: FLOP/s of the forward's FLOPs, backward 2x
+            table[key] = attn_flops * (2 if key.startswith("sdpa_bwd") else 1) * n / sec
+        elif key.startswith("ewt"):
+            table[key] = sec / n  # seconds per call
+        else:
+            table[key] = n / sec  # FLOP/s, the harmonic mean over calls (time-weighted)
+    opt_times.sort()
+    return table, (len(params), sum(p.numel() for p in params), opt_times[len(opt_times) // 2])
