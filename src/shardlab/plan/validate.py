@@ -88,50 +88,79 @@ def compare(pred, summary: dict) -> dict:
             "pred_comm": pred_comm, "meas_comm": comm, "comm_exact": pred_comm == comm}
 
 
-def run(out_dir: Path, quick: bool = False) -> dict:
+def _trial(out_dir: Path, model: str, strategy: str, b: int, world: int, steps: int, rnd: int) -> dict:
+    """Calibrate quickly for this configuration, predict, then run it: one (prediction, measurement)."""
+    name = f"{model}-{strategy}-mb{b}-w{world}"
+    run_dir = out_dir / "runs" / f"{name}-r{rnd}"
+    # this machine's two cores are shared: calibrate again right before each run (A B A B ...)
+    # so that prediction and measurement see the same load
+    fresh = read_profile(calibrate([PRESETS[model]], micro_batches=[b], out=run_dir.with_suffix(".toml"),
+                                   quick=True, trainer=False))
+    fixed, per_call = trainer_overhead(fresh, world, PRESETS[model], strategy)
+    fresh = replace(fresh, step_overhead={str(world): fixed}, call_overhead={strategy: per_call})
+    share = measure_share(world)  # the core share right before the run: the load moves by the minute
+    fresh = replace(fresh, cpu_share=share, cpu_share_solo=share)
+    pred = predict(model, strategy, b, world, fresh)
+    summary, share_run = run_one(run_dir, model, strategy, b, world, steps)
+    row = {"load_avg_1m": os.getloadavg()[0]}  # other work on the shared cores, for context
+    row.update(compare(pred, summary))
+    # the same prediction with the core share the run actually got (load-corrected, secondary)
+    during = replace(fresh, cpu_share=share_run, cpu_share_solo=share_run)
+    row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share_run,
+               pred_step_s_during=predict(model, strategy, b, world, during).step_time)
+    return row
+
+
+def _merge(trials: list[dict]) -> dict:
+    """One row per configuration over its rounds: median prediction against median measurement."""
+    row = dict(trials[-1])
+    for k in ("pred_step_s", "meas_step_s", "pred_step_s_during", "cpu_share_before", "cpu_share_during",
+              "load_avg_1m"):
+        row[k] = statistics.median(t[k] for t in trials)
+    row["time_err"] = abs(row["pred_step_s"] - row["meas_step_s"]) / row["meas_step_s"]
+    row["time_err_during"] = abs(row["pred_step_s_during"] - row["meas_step_s"]) / row["meas_step_s"]
+    row["comm_exact"] = all(t["comm_exact"] for t in trials)
+    row["mem_err"] = max(t["mem_err"] for t in trials)
+    row["rounds"] = [{"pred_step_s": t["pred_step_s"], "meas_step_s": t["meas_step_s"]} for t in trials]
+    return row
+
+
+def run(out_dir: Path, quick: bool = False, rounds: int | None = None) -> dict:
+    """Every configuration predicted and run `rounds` times (2; quick: 1), round after round, so a
+    slow spell of the shared machine falls on one trial of many configurations, not on all trials of
+    one; each row is the median prediction against the median measurement."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     configs = QUICK if quick else CONFIGS
     steps = 16 if quick else 30
+    rounds = rounds or (1 if quick else 2)
     models = sorted({c[0] for c in configs})
     t0 = time.perf_counter()
     prof = calibrate([PRESETS[m] for m in models], micro_batches=sorted({c[2] for c in configs}),
                      out=out_dir / "this.toml", quick=quick)
     cluster = read_profile(prof)
-    rows, failed = [], []
+    trials: dict[str, list] = {}
+    failed = {}
+    for rnd in range(rounds):
+        for model, strategy, b, world in configs:
+            name = f"{model}-{strategy}-mb{b}-w{world}"
+            try:
+                t = _trial(out_dir, model, strategy, b, world, steps, rnd)
+            except RuntimeError as e:  # reported, not hidden: the row carries the error and no figures
+                failed[name] = {"config": name, "error": str(e)[-500:]}
+                print(f"[planner] {name} (round {rnd + 1}): run failed: {failed[name]['error']}", flush=True)
+                continue
+            trials.setdefault(name, []).append(t)
+            print(f"[planner] {name} (round {rnd + 1}/{rounds}): predicted {t['pred_step_s'] * 1e3:.1f} ms, "
+                  f"measured {t['meas_step_s'] * 1e3:.1f} ms ({t['time_err']:.1%}); state memory error "
+                  f"{t['mem_err']:.2%}; comm {'exact' if t['comm_exact'] else 'DIFFERS'}", flush=True)
+    rows = []
     for model, strategy, b, world in configs:
         name = f"{model}-{strategy}-mb{b}-w{world}"
-        run_dir = out_dir / "runs" / name
-        # this machine's two cores are shared: calibrate again right before each run (A B A B ...)
-        # so that prediction and measurement see the same load
-        fresh = read_profile(calibrate([PRESETS[model]], micro_batches=[b], out=run_dir.with_suffix(".toml"),
-                                       quick=True, trainer=False))
-        fixed, per_call = trainer_overhead(fresh, world, PRESETS[model], strategy)
-        fresh = replace(fresh, step_overhead={str(world): fixed}, call_overhead={strategy: per_call})
-        share = measure_share(world)  # the core share right before the run: the load moves by the minute
-        fresh = replace(fresh, cpu_share=share, cpu_share_solo=share)
-        pred = predict(model, strategy, b, world, fresh)
-        row = {"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world}
-        try:
-            summary, share_run = run_one(run_dir, model, strategy, b, world, steps)
-        except RuntimeError as e:  # reported, not hidden: the row carries the error and no figures
-            row["error"] = str(e)[-500:]
-            failed.append(row)
-            print(f"[planner] {name}: run failed: {row['error']}", flush=True)
-            continue
-        row["load_avg_1m"] = os.getloadavg()[0]  # other work on the shared cores, for context
-        row.update(compare(pred, summary))
-        # the same prediction with the core share the run actually got (load-corrected, secondary)
-        during = replace(fresh, cpu_share=share_run, cpu_share_solo=share_run)
-        pred_d = predict(model, strategy, b, world, during)
-        row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share_run,
-                   pred_step_s_during=pred_d.step_time,
-                   time_err_during=abs(pred_d.step_time - row["meas_step_s"]) / row["meas_step_s"])
-        rows.append(row)
-        print(f"[planner] {name}: predicted {row['pred_step_s'] * 1e3:.1f} ms, measured "
-              f"{row['meas_step_s'] * 1e3:.1f} ms ({row['time_err']:.1%}; with the core share the run got: "
-              f"{row['pred_step_s_during'] * 1e3:.1f} ms, {row['time_err_during']:.1%}); state memory error "
-              f"{row['mem_err']:.2%}; comm {'exact' if row['comm_exact'] else 'DIFFERS'}", flush=True)
+        if name in trials:
+            rows.append({"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world,
+                         **_merge(trials[name])})
+    failed = [f for n, f in failed.items() if n not in trials]
     errs = [r["time_err"] for r in rows]
     figures = {"planner_time_err_mean": statistics.fmean(errs), "planner_time_err_max": max(errs),
                "planner_mem_err_max": max(r["mem_err"] for r in rows),
@@ -184,7 +213,10 @@ def _report(result: dict, cluster) -> str:
              "after warm-up): prediction and measurement alternate and see the same load.", "",
              "| figure | value |", "| --- | --- |"]
     lines += [f"| {k} | {v:.4g} |" for k, v in f.items()]
-    lines += ["", "| config | predicted ms | measured ms | error | core share before / during | "
+    lines += ["", "Each row: median prediction against median measurement over the configuration's rounds "
+              "(all configurations are run once per round, round after round); `rounds` in results.json "
+              "lists every trial.", "",
+              "| config | predicted ms | measured ms | error | core share before / during | "
               "predicted with share during | error | state bytes pred | measured | comm | load |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["rows"]:
