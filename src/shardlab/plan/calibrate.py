@@ -38,6 +38,8 @@ def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), mi
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mt = 0.02 if quick else 0.3
     res = {}
+    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # torch 2.13 names
+    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     if models:  # compute measured on every rank at once: the contention training sees
         dist.barrier()
         mine = measure_compute(list(models), micro_batches, quick)
@@ -53,8 +55,8 @@ def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), mi
             full = torch.ones(n)
             part = torch.ones(n // world)
             fn = {"all_reduce": lambda: dist.all_reduce(full),
-                  "reduce_scatter": lambda: dist.reduce_scatter_tensor(part, full),
-                  "all_gather": lambda: dist.all_gather_into_tensor(full, part)}[op]
+                  "reduce_scatter": lambda: rs(part, full),
+                  "all_gather": lambda: ag(full, part)}[op]
             dist.barrier()
             pts.append((n * 4, _sync_time(fn, mt, dist)))
         res[op] = pts
