@@ -133,14 +133,14 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
     in_situ = {}
     for model in models:
         for b in micro_batches:
-            r = measure_in_situ(model, b, steps=2 if quick else 4)
+            r = measure_in_situ(model, b, steps=2, min_time=2.0 if quick else 4.0)
             if r is not None:
                 table.update(r[0])
                 in_situ.setdefault(model.name, []).append(r[1])
     # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip at each model's
     # parameter shapes (in situ when measured, else alone) and at many tiny tensors; least squares
     # t = a*tensors + b*params
-    pts = [min(in_situ[m.name], key=lambda p: p[2]) if m.name in in_situ
+    pts = [(*in_situ[m.name][0][:2], statistics.fmean(p[2] for p in in_situ[m.name])) if m.name in in_situ
            else _adam_time([n for _, n in m.param_shapes()], mt) for m in models]
     pts += [_adam_time([16] * 64, mt), _adam_time([2**20], mt)]  # per-tensor and per-element anchors
     a_t, b_p = _fit_two(pts)

@@ -75,9 +75,13 @@ def _timer():
     return Timer()
 
 
-def measure_in_situ(model: ModelSpec, b: int, steps: int = 4) -> tuple[dict, tuple[int, int, float]] | None:
+def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
+                    min_time: float = 0.0) -> tuple[dict, tuple[int, int, float]] | None:
     """(table entries, (tensors, params, optimizer seconds)) for `model` at micro batch `b`, or None
-    without shardlab's model (the planner used on its own). CPU seconds of this process."""
+    without shardlab's model (the planner used on its own). CPU seconds of this process, over at
+    least `steps` steps and `min_time` seconds: on a machine whose speed moves from second to second
+    (other tenants' memory traffic), a calibration as long as a short run averages over the same mix
+    of fast and slow spells as the run, where a few steps catch one or the other."""
     try:
         import torch
 
@@ -115,7 +119,9 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 4) -> tuple[dict, tup
         optimizer_step()
     rates: dict = {}  # key -> (calls' seconds per FLOP, or seconds, summed; calls)
     opt_times = []
-    for _ in range(steps):
+    w0, done = time.perf_counter(), 0
+    while done < steps or time.perf_counter() - w0 < min_time:
+        done += 1
         with _timer() as tf:
             loss = net(x, y, reduction="sum")
         with _timer() as tb:
@@ -139,5 +145,4 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 4) -> tuple[dict, tup
             table[key] = sec / n  # seconds per call
         else:
             table[key] = n / sec  # FLOP/s, the harmonic mean over calls (time-weighted)
-    opt_times.sort()
-    return table, (len(params), sum(p.numel() for p in params), opt_times[len(opt_times) // 2])
+    return table, (len(params), sum(p.numel() for p in params), sum(opt_times) / len(opt_times))
