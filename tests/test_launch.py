@@ -1,8 +1,11 @@
 """The launcher: `--nproc 2` through torchrun writes a complete run directory; two launcher
 processes ("nodes") meet through c10d rendezvous on localhost."""
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 
 from shardlab.testing import free_port, run_cli
 
@@ -33,12 +36,20 @@ def test_two_nodes_c10d_rendezvous(tmp_path):
     cmds = [[sys.executable, "-m", "shardlab", "train", "--nnodes", "2", "--node-rank", str(r), "--nproc", "1",
              "--master-addr", "127.0.0.1", "--master-port", str(port), "--out", str(out),
              "parallel.strategy=torch-ddp", *TINY] for r in (0, 1)]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for c in cmds]
+    # each launcher in its own session, so that on a timeout its torchrun agent and worker die with it
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True) for c in cmds]
+    deadline = time.monotonic() + 180
     try:
-        outputs = [p.communicate(timeout=180)[0] for p in procs]
+        for p in procs:
+            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
     finally:
         for p in procs:
-            p.kill()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    outputs = [p.communicate()[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outputs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["ranks_consistent"] is True

@@ -185,9 +185,24 @@ def init(backend: str = "auto") -> None:
     dist.init_process_group(backend=backend)
 
 
-def shutdown() -> None:
-    if is_initialized():
-        dist.destroy_process_group()
+def shutdown(clean: bool = True) -> None:
+    """Leave the process group. After a clean run, first a barrier and a moment with the GIL released.
+
+    gloo's worker threads drop the last operations (and the tensors they hold) after completing them,
+    and dropping a tensor that has a Python object needs the GIL. The group's destructor joins those
+    threads while holding the GIL, so destroying the group while one of them still waits for the GIL
+    deadlocks the rank at exit (seen with torch DDP's reducer as the group's last owner: the rank never
+    exits and torchrun waits for it). Waiting in the barrier and then sleeping lets them finish. After
+    a failure the peers may be gone, so no barrier: just leave."""
+    if not is_initialized():
+        return
+    if clean and world_size() > 1:
+        try:
+            dist.barrier()
+        except Exception:  # noqa: BLE001 - a peer already gone: leaving is all that is left to do
+            pass
+        time.sleep(0.05)
+    dist.destroy_process_group()
 
 
 def rank(group=None) -> int:

@@ -32,11 +32,13 @@ def run_job(job: dict) -> None:
 
 def main(argv: list[str]) -> int:
     jobs = json.loads(Path(argv[0]).read_text())
+    clean = False
     try:
         for job in jobs:
             run_job(job)
+        clean = True
     finally:
-        comm.shutdown()
+        comm.shutdown(clean)
     return 0
 
 

@@ -230,8 +230,11 @@ class Trainer:
 
 def main(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg, run_dir)
+    clean = False
     try:
-        return trainer.run()
+        summary = trainer.run()
+        clean = True
+        return summary
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         if trainer.is_main or isinstance(e, CollectiveMismatchError):
@@ -241,4 +244,4 @@ def main(cfg: Config, run_dir: Path) -> dict:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         raise
     finally:
-        comm.shutdown()
+        comm.shutdown(clean)
