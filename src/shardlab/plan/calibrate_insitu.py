@@ -93,9 +93,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     net = build_model(GPTConfig(n_layer=model.n_layer, n_head=model.n_head, d_model=model.d_model,
                                 vocab_size=model.vocab, max_seq_len=model.seq), seed=0)
     params = list(net.parameters())
-    half = len(params) // 2
-    opt = torch.optim.AdamW([{"params": params[:half], "weight_decay": 0.1},
-                             {"params": params[half:], "weight_decay": 0.0}], lr=1e-4, foreach=False)
+    optimizer_step = adamw_step(params)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, model.vocab, (b, model.seq), generator=g)
     y = torch.randint(0, model.vocab, (b, model.seq), generator=g)
@@ -103,16 +101,6 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
     attn_flops = 4 * b * a * s * s * dh
     sdpa_key = f"{b * a}x{s},{dh}"
-
-    def optimizer_step():  # as the trainer runs it: per-tensor grad norm, clip, AdamW, grads set to None
-        sq = torch.zeros(1)
-        for p in params:
-            sq += p.grad.detach().float().pow(2).sum()
-        coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
-        for p in params:
-            p.grad.mul_(coef)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
 
     for _ in range(2):  # warm-up: allocator, optimizer state
         net(x, y, reduction="sum").backward()
@@ -146,3 +134,24 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
         else:
             table[key] = n / sec  # FLOP/s, the harmonic mean over calls (time-weighted)
     return table, (len(params), sum(p.numel() for p in params), sum(opt_times) / len(opt_times))
+
+
+def adamw_step(params: list, zero_grad: bool = True):
+    """The optimizer step as shardlab's trainer runs it, for timing: per-tensor grad norm, clip, AdamW
+    (foreach=False, a decay and a no-decay group), then grads set to None unless `zero_grad=False`."""
+    import torch
+    half = len(params) // 2
+    opt = torch.optim.AdamW([{"params": params[:half], "weight_decay": 0.1},
+                             {"params": params[half:], "weight_decay": 0.0}], lr=1e-4, foreach=False)
+
+    def step():
+        sq = torch.zeros(1)
+        for p in params:
+            sq += p.grad.detach().float().pow(2).sum()
+        coef = torch.clamp(1.0 / (sq.sqrt() + 1e-6), max=1.0)
+        for p in params:
+            p.grad.mul_(coef)
+        opt.step()
+        if zero_grad:
+            opt.zero_grad(set_to_none=True)
+    return step

@@ -140,15 +140,15 @@ def run(out_dir: Path, quick: bool = False, rounds: int | None = None) -> dict:
                      out=out_dir / "this.toml", quick=quick)
     cluster = read_profile(prof)
     trials: dict[str, list] = {}
-    failed = {}
+    failures: dict[str, dict] = {}  # config -> its last failed trial
     for rnd in range(rounds):
         for model, strategy, b, world in configs:
             name = f"{model}-{strategy}-mb{b}-w{world}"
             try:
                 t = _trial(out_dir, model, strategy, b, world, steps, rnd)
             except RuntimeError as e:  # reported, not hidden: the row carries the error and no figures
-                failed[name] = {"config": name, "error": str(e)[-500:]}
-                print(f"[planner] {name} (round {rnd + 1}): run failed: {failed[name]['error']}", flush=True)
+                failures[name] = {"config": name, "error": str(e)[-500:]}
+                print(f"[planner] {name} (round {rnd + 1}): run failed: {failures[name]['error']}", flush=True)
                 continue
             trials.setdefault(name, []).append(t)
             print(f"[planner] {name} (round {rnd + 1}/{rounds}): predicted {t['pred_step_s'] * 1e3:.1f} ms, "
@@ -160,7 +160,7 @@ def run(out_dir: Path, quick: bool = False, rounds: int | None = None) -> dict:
         if name in trials:
             rows.append({"config": name, "model": model, "strategy": strategy, "micro_batch": b, "world": world,
                          **_merge(trials[name])})
-    failed = [f for n, f in failed.items() if n not in trials]
+    failed = [f for n, f in failures.items() if n not in trials]  # no trial at all: no row
     errs = [r["time_err"] for r in rows]
     figures = {"planner_time_err_mean": statistics.fmean(errs), "planner_time_err_max": max(errs),
                "planner_mem_err_max": max(r["mem_err"] for r in rows),
