@@ -11,6 +11,25 @@ def test_alpha_beta_fit_recovers_synthetic_line():
     assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(bw, rel=1e-6)
 
 
+def test_alpha_beta_fit_weighs_small_calls_like_large_ones():
+    """A 30% slow spell on the largest call must not swallow the latency: the fit is in relative
+    error, so the 8-byte calls still pin alpha (a plain least squares gives a negative one here)."""
+    alpha, bw = 3e-4, 1e9
+    pts = [(s, alpha + s / bw) for s in (8, 1024, 4096, 2**16, 2**20, 2**22)] + [(2**24, 1.3 * (alpha + 2**24 / bw))]
+    a, b = fit_alpha_beta(pts, wire_factor=1.0)
+    assert a == pytest.approx(alpha, rel=0.1) and b == pytest.approx(bw, rel=0.3)
+
+
+def test_miniature_keeps_the_tensors():
+    """The trainer-overhead miniature has the model's parameter tensors (so its hooks, optimizer
+    loop and ZeRO units), at almost no arithmetic."""
+    from shardlab.plan.model import PRESETS
+    for m in PRESETS.values():
+        mini = m.miniature()
+        assert len(mini.param_shapes()) == len(m.param_shapes()) and mini.n_layer == m.n_layer
+        assert mini.d_model == mini.n_head and mini.seq == 8
+
+
 def test_gemm_saturation_fit():
     peak, half = 1e11, 1e6
     table = {f"mm:{n},{n},{n}": peak * (2 * n**3) / (2 * n**3 + half) for n in (8, 32, 128, 512)}
@@ -52,3 +71,29 @@ def test_in_situ_keys_are_the_ones_the_compute_model_looks_up():
                 f"sdpa_bwd:{b * m.n_head}x{m.seq},{h // m.n_head}"):
         assert table[key] > 0, key
     assert tensors == len(m.param_shapes()) and params == sum(n for _, n in m.param_shapes()) and t_opt > 0
+
+
+def test_in_situ_remainder_makes_the_whole_pass():
+    """At the calibrated model and micro batch the planner's forward is the keyed ops plus the
+    measured remainder, the backward the same plus the doctor's gradient hooks when the layout has
+    the health check, and no other framework estimate is added."""
+    pytest.importorskip("torch")
+    from shardlab.plan.calibrate_insitu import measure_in_situ
+    from shardlab.plan.compute import keyed_time, micro_batch_time, rest_key
+    from shardlab.plan.hardware import Cluster
+    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.model import PRESETS
+    m, b = PRESETS["tiny"], 2
+    table, _ = measure_in_situ(m, b, steps=2)
+    rk = rest_key(m, b, m.seq)
+    rest_f, rest_b, hooks = table["rest_fwd:" + rk], table["rest_bwd:" + rk], table["hooks:" + rk]
+    assert rest_f > 0 and rest_b > 0 and hooks >= 0
+    kf, kb = keyed_time(m, b, table)
+    c = Cluster("t", 2, 2, 1e9, 1e9, 1e9, 1e9, 1e9, 1e-6, 1e9, 1e-6, gemm_table=table,
+                overhead={"layer_fwd": 1.0, "layer_bwd": 1.0, "fixed_fwd": 1.0, "fixed_bwd": 1.0})
+    train = TrainSpec(global_batch=b, micro_batch=b, precision="fp32", flash_attention=True)
+    plain = micro_batch_time(m, train, Layout(dp=1), c)
+    checked = micro_batch_time(m, train, Layout(dp=1, health_check=True), c)
+    assert plain.fwd == pytest.approx(kf + rest_f) and plain.bwd == pytest.approx(kb + rest_b)
+    assert checked.bwd == pytest.approx(kb + rest_b + hooks)
+    assert keyed_time(m, 4, table) is None  # another micro batch: not calibrated in situ

@@ -129,20 +129,22 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
         chain()
     op_overhead = _timeit(chain, mt) / max(1, cnt.n)
     # in situ: the same ops inside the real model's step override the isolated entries at the shapes
-    # the model runs (calibrate_insitu.py), and give the optimizer's cost with evicted states
-    in_situ = {}
+    # the model runs (calibrate_insitu.py), with the remainder of its step and the optimizer's cost;
+    # the miniature too (same tensors, almost no arithmetic): the trainer's overhead is measured on
+    # it (calibrate_trainer.py), and the two optimizer points split per tensor from per parameter
+    in_situ = []
     for model in models:
-        for b in micro_batches:
-            r = measure_in_situ(model, b, steps=2, min_time=2.0 if quick else 4.0)
-            if r is not None:
-                table.update(r[0])
-                in_situ.setdefault(model.name, []).append(r[1])
-    # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip at each model's
-    # parameter shapes (in situ when measured, else alone) and at many tiny tensors; least squares
-    # t = a*tensors + b*params
-    pts = [(*in_situ[m.name][0][:2], statistics.fmean(p[2] for p in in_situ[m.name])) if m.name in in_situ
-           else _adam_time([n for _, n in m.param_shapes()], mt) for m in models]
-    pts += [_adam_time([16] * 64, mt), _adam_time([2**20], mt)]  # per-tensor and per-element anchors
+        for spec, bs, t_min in ((model, micro_batches, 2.0 if quick else 4.0), (model.miniature(), (1,), 1.0)):
+            for b in bs:
+                r = measure_in_situ(spec, b, steps=2, min_time=t_min)
+                if r is not None:
+                    table.update(r[0])
+                    in_situ.append(r[1])
+    # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip; least squares
+    # t = a*tensors + b*params over the in-situ points, else timed alone at the models' parameter
+    # shapes plus per-tensor and per-element anchors
+    pts = in_situ or ([_adam_time([n for _, n in m.param_shapes()], mt) for m in models]
+                      + [_adam_time([16] * 64, mt), _adam_time([2**20], mt)])
     a_t, b_p = _fit_two(pts)
     return {"gemm_table": table, "elementwise_bw": statistics.median(bws), "op_overhead_s": op_overhead,
             "adam_s_per_param": b_p, "adam_s_per_tensor": a_t,

@@ -12,6 +12,8 @@ with a dispatch mode that times every aten op, and takes each op's own time at i
   SDPA forward / backward              -> sdpa:, sdpa_bwd:    (FLOP rates, as the isolated table)
   LayerNorm, GELU forward / backward   -> ewt:ln:B, ewt_bwd:ln:B, ewt:gelu:B, ...  (seconds per call)
   the optimizer step (grad-norm clip + AdamW) -> (tensors, params, seconds) for the optimizer fit
+  whole forward / backward minus the keyed ops  -> rest_fwd:, rest_bwd:   (seconds, this model and b)
+  the doctor's gradient hooks                   -> hooks:                 (seconds, this model and b)
 
 The keys are those of the isolated table (calibrate_compute.py), which they override; shapes the
 model does not run (other micro batches, tensor-parallel splits) keep the isolated measurement.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import time
 
+from .compute import keyed_time, rest_key
 from .model import ModelSpec
 
 
@@ -79,12 +82,18 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
                     min_time: float = 0.0) -> tuple[dict, tuple[int, int, float]] | None:
     """(table entries, (tensors, params, optimizer seconds)) for `model` at micro batch `b`, or None
     without shardlab's model (the planner used on its own). CPU seconds of this process, over at
-    least `steps` steps and `min_time` seconds: on a machine whose speed moves from second to second
+    least `steps` rounds and `min_time` seconds: on a machine whose speed moves from second to second
     (other tenants' memory traffic), a calibration as long as a short run averages over the same mix
-    of fast and slow spells as the run, where a few steps catch one or the other."""
+    of fast and slow spells as the run, where a few steps catch one or the other.
+
+    Each round runs three steps: one under the op timer (the per-op table), one plain (the whole
+    forward and backward: what the keyed ops leave is the remainder, `rest_fwd:` / `rest_bwd:`) and
+    one with the doctor's per-gradient hooks attached as the trainer has them (their cost, `hooks:`).
+    The optimizer step (grad-norm clip + AdamW + zero_grad) is timed in the untimed steps."""
     try:
         import torch
 
+        from shardlab.doctor.anomaly import LocalGradMonitor
         from shardlab.model.gpt import GPTConfig, build_model
     except ImportError:
         return None
@@ -106,7 +115,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
         net(x, y, reduction="sum").backward()
         optimizer_step()
     rates: dict = {}  # key -> (calls' seconds per FLOP, or seconds, summed; calls)
-    opt_times = []
+    whole = {"fwd": [], "bwd": [], "bwd_hooked": [], "opt": []}  # untimed steps, CPU seconds
     w0, done = time.perf_counter(), 0
     while done < steps or time.perf_counter() - w0 < min_time:
         done += 1
@@ -114,9 +123,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
             loss = net(x, y, reduction="sum")
         with _timer() as tb:
             loss.backward()
-        t0 = time.process_time()
         optimizer_step()
-        opt_times.append(time.process_time() - t0)
         for ops, backward in ((tf.ops, False), (tb.ops, True)):
             for name, shapes, transposed, sec in ops:
                 if name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
@@ -125,6 +132,19 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
                 for key, flops in _keys(name, shapes, transposed, T, backward):
                     _add(rates, key, sec / flops if flops else sec, 1)
         del tf, tb
+        for hooked in (False, True):
+            monitor = LocalGradMonitor(list(net.named_parameters()), torch.device("cpu")) if hooked else None
+            c0 = time.process_time()
+            loss = net(x, y, reduction="sum")
+            c1 = time.process_time()
+            loss.backward()
+            c2 = time.process_time()
+            optimizer_step()
+            whole["opt"].append(time.process_time() - c2)
+            whole["fwd"].append(c1 - c0)
+            whole["bwd_hooked" if hooked else "bwd"].append(c2 - c1)
+            if monitor is not None:
+                monitor.remove()
     table = {}
     for key, (sec, n) in rates.items():
         if key.startswith("sdpa"):  # fused attention: FLOP/s of the forward's FLOPs, backward 2x
@@ -133,7 +153,14 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
             table[key] = sec / n  # seconds per call
         else:
             table[key] = n / sec  # FLOP/s, the harmonic mean over calls (time-weighted)
-    return table, (len(params), sum(p.numel() for p in params), sum(opt_times) / len(opt_times))
+    mean = {k: sum(v) / len(v) for k, v in whole.items()}
+    keyed = keyed_time(model, b, table)
+    if keyed is not None:  # the remainder, so that keyed ops + rest = the whole pass at this shape
+        rk = rest_key(model, b, model.seq)
+        table["rest_fwd:" + rk] = max(0.0, mean["fwd"] - keyed[0])
+        table["rest_bwd:" + rk] = max(0.0, mean["bwd"] - keyed[1])
+        table["hooks:" + rk] = max(0.0, mean["bwd_hooked"] - mean["bwd"])
+    return table, (len(params), sum(p.numel() for p in params), mean["opt"])
 
 
 def adamw_step(params: list, zero_grad: bool = True):

@@ -4,7 +4,9 @@ collective's Python path and, on shared cores, the ranks' scheduling skew at eac
 
 `shardlab train` runs a miniature of the model (same blocks, 1 dim per head, 8 positions) with the
 same strategy and world size; the run's step time minus what the profile predicts for it is the
-residual, charged to every step of the real model.
+residual, charged to every step of the real model. The profile knows the miniature's own forward,
+backward, hooks and optimizer step (calibrated in situ beside the model), so the residual is the
+trainer's work, not an error of the compute model at shapes it was never calibrated on.
 """
 from __future__ import annotations
 
@@ -49,6 +51,6 @@ def trainer_overhead(c: Cluster, world: int, like: ModelSpec, strategy: str | No
     and runs the same Python per block: its residual is the whole per-step overhead, and nothing is
     extrapolated (a per-call split from two small miniatures proved too noisy on shared cores)."""
     strategy = strategy or ("single" if world == 1 else "ddp")
-    mini = ModelSpec("mini", n_layer=like.n_layer, d_model=like.n_head, n_head=like.n_head, vocab=256, seq=8)
+    mini = like.miniature()
     r = _residual(c, world, mini, strategy, steps)
     return (max(0.0, r[0]) if r else 0.0), 0.0

@@ -86,6 +86,30 @@ def gemm_shapes(model: ModelSpec, b: int, s: int, t: int = 1, flash: bool = True
     return sorted(set(out))
 
 
+def in_situ_keyed(op: Op) -> bool:
+    """Ops the in-situ calibration times one by one at their exact shape (GEMMs, attention, LayerNorm,
+    GELU); everything else the model runs is measured there as one remainder (`rest_*`)."""
+    return op.kind == "gemm" or op.ew in ("ln", "gelu")
+
+
+def rest_key(model: ModelSpec, b: int, s: int) -> str:
+    """Table key suffix of what was calibrated in situ for exactly this model and micro batch."""
+    return f"{model.n_layer},{model.d_model},{model.n_head},{model.vocab},{s},{b},{model.mlp_ratio},{int(model.tied)}"
+
+
+def keyed_time(model: ModelSpec, b: int, table: dict) -> tuple[float, float] | None:
+    """(forward, backward) seconds of the in-situ keyed ops of one micro batch, as micro_batch_time
+    adds them up from `table`; None when the table lacks one of them."""
+    nan = float("nan")
+    c = Cluster("table", 1, 1, nan, nan, nan, nan, nan, nan, nan, nan, gemm_table=table)
+    s = model.seq
+    block = [o for o in layer_ops(model, b, s, 1, 4, True) if in_situ_keyed(o)]
+    head = [o for o in head_ops(model, b, s, 1, 4) if in_situ_keyed(o)]
+    out = tuple(model.n_layer * sum(_op_time(o, c, True, bw) for o in block) + sum(_op_time(o, c, True, bw) for o in head)
+                for bw in (False, True))
+    return None if any(x != x for x in out) else out
+
+
 def _gemm_rate(c: Cluster, kind: str, m: int, n: int, k: int, fp32: bool) -> float:
     return c.gemm_table.get(f"{kind}:{m},{n},{k}") or c.gemm_flops(m, n, k, fp32)
 
@@ -149,8 +173,19 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     else:
         rec = 0.0
     bwd = layers * b_block + b_end + rec
-    # eager framework work (Python, dispatch, autograd) that the op times above do not include
-    if c.overhead:
+    rk = rest_key(model, b, s)
+    rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
+    if None not in rest and t == 1 and lay.pp == 1:
+        # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
+        # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in
+        # place of the per-family estimates and the miniature's framework cost
+        keyed = [o for o in block if in_situ_keyed(o)]
+        keyed_head = [o for o in head if in_situ_keyed(o)]
+        fwd = layers * ops_time(keyed, False) + ops_time(keyed_head, False) + rest[0]
+        bwd = layers * ops_time(keyed, True) + ops_time(keyed_head, True) + rest[1] + rec
+        if lay.health_check:  # the doctor's hook on every local gradient (a norm each), measured alongside
+            bwd += c.gemm_table.get("hooks:" + rk, 0.0)
+    elif c.overhead:  # eager framework work (Python, dispatch, autograd) the op times above do not include
         own = c.op_overhead_s * len(block)  # the listed ops' own dispatch is already in their times
         fwd += layers * max(0.0, c.overhead["layer_fwd"] - own) + c.overhead["fixed_fwd"]
         bwd += layers * max(0.0, c.overhead["layer_bwd"] - 2 * own) + c.overhead["fixed_bwd"]

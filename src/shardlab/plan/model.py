@@ -37,6 +37,12 @@ class ModelSpec:
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
 
+    def miniature(self) -> "ModelSpec":
+        """The same blocks (so the same parameter tensors, hooks and ZeRO units) at 1 dim per head,
+        8 positions and a 256-token vocabulary: its step is almost all per-op and per-tensor cost."""
+        return ModelSpec(f"{self.name}-mini", n_layer=self.n_layer, d_model=self.n_head, n_head=self.n_head,
+                         vocab=256, seq=8, mlp_ratio=self.mlp_ratio, tied=self.tied)
+
     # ---- parameters ------------------------------------------------------------------------
     def param_shapes(self) -> list[tuple[str, "Param"]]:
         """(name, numel) of every parameter in registration order, like model.named_parameters();

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -47,9 +46,8 @@ def predict(model: str, strategy: str, b: int, world: int, cluster):
     return evaluate(m, train, lay, cluster)
 
 
-def run_one(out: Path, model: str, strategy: str, b: int, world: int, steps: int) -> tuple[dict, float]:
-    """The run's summary.json, and the share of a core each rank got during it (the ranks' CPU
-    seconds / wall seconds / world, start-up included): how busy the shared machine was meanwhile."""
+def run_one(out: Path, model: str, strategy: str, b: int, world: int, steps: int) -> dict:
+    """The run's summary.json."""
     seq = PRESETS[model].seq
     cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", str(world), "--out", str(out),
            f"model.preset={model}", f"parallel.strategy={strategy}", f"train.micro_batch={b}",
@@ -57,12 +55,9 @@ def run_one(out: Path, model: str, strategy: str, b: int, world: int, steps: int
            f"train.steps={steps}", "train.eval_every=0", f"train.log_every={steps}", "train.threads=1"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     for attempt in range(2):  # one retry: a rank can die for reasons of its own on a busy machine
-        r0, w0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
-        r1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter() - w0
         if proc.returncode == 0:
-            cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-            return json.loads((out / "summary.json").read_text()), min(1.0, cpu / wall / world)
+            return json.loads((out / "summary.json").read_text())
         shutil.rmtree(out, ignore_errors=True)
     tail = proc.stderr.strip().splitlines()[-3:]
     raise RuntimeError(f"shardlab train failed twice ({' '.join(cmd[3:])}): {' | '.join(tail)}")
@@ -82,7 +77,9 @@ def compare(pred, summary: dict) -> dict:
             comm[op] = comm.get(op, 0) - tags[tag]
     comm = {k: v for k, v in comm.items() if v}
     return {"pred_step_s": pred.step_time, "meas_step_s": meas_t,
+            "pred_times_ms": {k: round(v * 1e3, 3) for k, v in pred.times.items()},
             "time_err": abs(pred.step_time - meas_t) / meas_t,
+            "signed_err": (pred.step_time - meas_t) / meas_t,
             "pred_state_bytes": pred_mem, "meas_state_bytes": meas_mem,
             "mem_err": abs(pred_mem - meas_mem) / meas_mem,
             "pred_comm": pred_comm, "meas_comm": comm, "comm_exact": pred_comm == comm}
@@ -101,27 +98,24 @@ def _trial(out_dir: Path, model: str, strategy: str, b: int, world: int, steps: 
     share = measure_share(world)  # the core share right before the run: the load moves by the minute
     fresh = replace(fresh, cpu_share=share, cpu_share_solo=share)
     pred = predict(model, strategy, b, world, fresh)
-    summary, share_run = run_one(run_dir, model, strategy, b, world, steps)
+    summary = run_one(run_dir, model, strategy, b, world, steps)
     row = {"load_avg_1m": os.getloadavg()[0]}  # other work on the shared cores, for context
     row.update(compare(pred, summary))
-    # the same prediction with the core share the run actually got (load-corrected, secondary)
-    during = replace(fresh, cpu_share=share_run, cpu_share_solo=share_run)
-    row.update(cpu_share_before=fresh.compute_speed(world), cpu_share_during=share_run,
-               pred_step_s_during=predict(model, strategy, b, world, during).step_time)
+    row.update(cpu_share=fresh.compute_speed(world), trainer_overhead_s=fixed)
     return row
 
 
 def _merge(trials: list[dict]) -> dict:
     """One row per configuration over its rounds: median prediction against median measurement."""
     row = dict(trials[-1])
-    for k in ("pred_step_s", "meas_step_s", "pred_step_s_during", "cpu_share_before", "cpu_share_during",
-              "load_avg_1m"):
+    for k in ("pred_step_s", "meas_step_s", "cpu_share", "load_avg_1m"):
         row[k] = statistics.median(t[k] for t in trials)
     row["time_err"] = abs(row["pred_step_s"] - row["meas_step_s"]) / row["meas_step_s"]
-    row["time_err_during"] = abs(row["pred_step_s_during"] - row["meas_step_s"]) / row["meas_step_s"]
+    row["signed_err"] = (row["pred_step_s"] - row["meas_step_s"]) / row["meas_step_s"]
     row["comm_exact"] = all(t["comm_exact"] for t in trials)
     row["mem_err"] = max(t["mem_err"] for t in trials)
-    row["rounds"] = [{"pred_step_s": t["pred_step_s"], "meas_step_s": t["meas_step_s"]} for t in trials]
+    row["rounds"] = [{k: t[k] for k in ("pred_step_s", "meas_step_s", "pred_times_ms", "trainer_overhead_s")}
+                     for t in trials]
     return row
 
 
@@ -165,8 +159,7 @@ def run(out_dir: Path, quick: bool = False, rounds: int | None = None) -> dict:
     figures = {"planner_time_err_mean": statistics.fmean(errs), "planner_time_err_max": max(errs),
                "planner_mem_err_max": max(r["mem_err"] for r in rows),
                "planner_comm_exact": sum(r["comm_exact"] for r in rows) / len(rows),
-               "planner_time_err_mean_load_corrected": statistics.fmean(r["time_err_during"] for r in rows),
-               "planner_time_err_max_load_corrected": max(r["time_err_during"] for r in rows),
+               "planner_time_bias": statistics.fmean(r["signed_err"] for r in rows),
                "planner_configs": len(rows), "planner_failed_runs": len(failed),
                "planner_wall_s": time.perf_counter() - t0}
     published = evaluate_published()
@@ -216,24 +209,24 @@ def _report(result: dict, cluster) -> str:
     lines += ["", "Each row: median prediction against median measurement over the configuration's rounds "
               "(all configurations are run once per round, round after round); `rounds` in results.json "
               "lists every trial.", "",
-              "| config | predicted ms | measured ms | error | core share before / during | "
-              "predicted with share during | error | state bytes pred | measured | comm | load |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| config | predicted ms | measured ms | error | forward / backward / exposed comm / optimizer "
+              "/ ZeRO copies / trainer, predicted ms | core share | state bytes pred | measured | comm | load |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["rows"]:
+        t = r["pred_times_ms"]  # the last trial's breakdown
+        parts = " / ".join(f"{t[k]:.1f}" for k in ("forward", "backward", "exposed_comm", "optimizer",
+                                                   "zero_copies", "trainer"))
         lines.append(f"| {r['config']} | {r['pred_step_s'] * 1e3:.1f} | {r['meas_step_s'] * 1e3:.1f} | "
-                     f"{r['time_err']:.1%} | {r.get('cpu_share_before', 1):.2f} / {r.get('cpu_share_during', 1):.2f} | "
-                     f"{r.get('pred_step_s_during', r['pred_step_s']) * 1e3:.1f} | "
-                     f"{r.get('time_err_during', r['time_err']):.1%} | {r['pred_state_bytes']:,.0f} | "
+                     f"{r['signed_err']:+.1%} | {parts} | {r.get('cpu_share', 1):.2f} | {r['pred_state_bytes']:,.0f} | "
                      f"{r['meas_state_bytes']:,.0f} | {'exact' if r['comm_exact'] else 'differs'} | "
                      f"{r.get('load_avg_1m', 0):.1f} |")
     for r in result.get("failed", []):
-        lines.append(f"| {r['config']} | run failed: {r['error'][-200:]} | | | | | | | | | |")
-    lines += ["", f"load = the machine's 1-minute load average when the run ended ({os.cpu_count()} cores); "
-              "anything above the run's own ranks is other work competing for the cores. Compute is "
-              "calibrated in CPU seconds; 'core share before' is the share of a core each rank got "
-              "just before the run (what the prediction uses), 'during' what the run's ranks got "
-              "(their CPU seconds / wall seconds): the second prediction removes the load that "
-              "changed between the two and is reported apart, never as the primary figure."]
+        lines.append(f"| {r['config']} | run failed: {r['error'][-200:]} | | | | | | | | |")
+    lines += ["", f"error = (predicted - measured) / measured; `planner_time_bias` is its mean, "
+              "`planner_time_err_mean` the mean of its absolute value. load = the machine's 1-minute load "
+              f"average when the run ended ({os.cpu_count()} cores); anything above the run's own ranks is "
+              "other work competing for the cores. Compute is calibrated in CPU seconds; 'core share' is the "
+              "share of a core each rank got just before the run, which converts them to wall seconds."]
     lines += ["", "![planner](planner.png)", "", "## Against published figures", "",
               "| case | published | planner | error | source |", "| --- | --- | --- | --- | --- |"]
     for p in result["published"]:
