@@ -255,8 +255,11 @@ def _sdpa(model: ModelSpec, b: int, mt: float) -> dict:
 
 
 def _adam_time(numels: list[int], mt: float) -> tuple[int, int, float]:
+    """Optimizer step over tensors of these sizes; a model's `Param` keeps its rows x row shape
+    (matrices are decayed, vectors not, as in training)."""
     import torch
-    params = [torch.zeros(n, requires_grad=True) for n in numels]
+    params = [torch.zeros(getattr(n, "rows", n), getattr(n, "row", 1), requires_grad=True)
+              if getattr(n, "row", 1) > 1 else torch.zeros(n, requires_grad=True) for n in numels]
     for p in params:
         p.grad = torch.randn_like(p)
     step = adamw_step(params, zero_grad=False)  # the grads stay: the same step, timed again

@@ -120,6 +120,7 @@ class MicroTime:
     bwd: float  # one backward (recomputation included)
     recompute: float  # part of bwd that is recomputed forward
     gemm_flops: float  # hardware FLOPs of fwd+bwd (recompute included)
+    in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -175,7 +176,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     bwd = layers * b_block + b_end + rec
     rk = rest_key(model, b, s)
     rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
-    if None not in rest and t == 1 and lay.pp == 1:
+    in_situ = None not in rest and t == 1 and lay.pp == 1
+    if in_situ:
         # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
         # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in
         # place of the per-family estimates and the miniature's framework cost
@@ -199,7 +201,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm)
+    return MicroTime(fwd, bwd, rec, gemm, in_situ)
 
 
 def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,

@@ -182,9 +182,12 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     per_call = cluster.call_overhead.get(lay.strategy, cluster.call_overhead.get("ddp", 0.0))
     T["trainer"] = cluster.step_overhead.get(str(lay.world), 0.0) + dp_calls * per_call
     T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]
-    X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms (per-op roofline: GEMM FLOPs / achieved FLOP/s, " \
-                   f"elementwise bytes / bandwidth, + dispatch)"
+    X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + (
+        "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass measured in situ "
+        "at this model and micro batch)" if mt.in_situ else
+        "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
+                    + ("; in-situ remainder and, with the health check, the doctor's gradient hooks" if mt.in_situ else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
