@@ -105,8 +105,8 @@ def keyed_time(model: ModelSpec, b: int, table: dict) -> tuple[float, float] | N
     s = model.seq
     block = [o for o in layer_ops(model, b, s, 1, 4, True) if in_situ_keyed(o)]
     head = [o for o in head_ops(model, b, s, 1, 4) if in_situ_keyed(o)]
-    out = tuple(model.n_layer * sum(_op_time(o, c, True, bw) for o in block) + sum(_op_time(o, c, True, bw) for o in head)
-                for bw in (False, True))
+    out = tuple(model.n_layer * sum(_op_time(o, c, True, bw) for o in block)
+                + sum(_op_time(o, c, True, bw) for o in head) for bw in (False, True))
     return None if any(x != x for x in out) else out
 
 
@@ -176,7 +176,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     bwd = layers * b_block + b_end + rec
     rk = rest_key(model, b, s)
     rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
-    in_situ = None not in rest and t == 1 and lay.pp == 1
+    in_situ = None not in rest and t == 1 and lay.pp == 1 and e == 4  # calibrated: fp32, whole model
     if in_situ:
         # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
         # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in

@@ -187,7 +187,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         "at this model and micro batch)" if mt.in_situ else
         "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
-                    + ("; in-situ remainder and, with the health check, the doctor's gradient hooks" if mt.in_situ else "") \
+                    + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
+                       if mt.in_situ else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
