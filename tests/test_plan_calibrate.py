@@ -50,6 +50,14 @@ def test_calibrate_writes_a_usable_profile(tmp_path):
         alpha, bw = c.collectives[op]
         assert 0 < alpha < 0.1 and bw > 1e6  # loopback gloo: sub-100 ms latency, > 1 MB/s
     assert c.gemm_fit[0] > 1e8 and c.op_overhead_s > 0 and c.adam_s_per_param > 0
+    # the saturation fit follows the model's own GEMMs (the miniature's in-situ entries, orders of
+    # magnitude slower, are not part of it)
+    from shardlab.plan.compute import gemm_shapes
+    peak, half = c.gemm_fit
+    for kind, m_, n_, k_ in gemm_shapes(PRESETS["tiny"], 1, PRESETS["tiny"].seq):
+        if kind != "linear_nobias":
+            f = 2 * m_ * n_ * k_
+            assert 1 / 3 < peak * f / (f + half) / c.gemm_table[f"{kind}:{m_},{n_},{k_}"] < 3
     assert main(["model=tiny", f"cluster={path}", "dp=2", "strategy=ddp", "precision=fp32"]) == 0
 
 
@@ -97,3 +105,5 @@ def test_in_situ_remainder_makes_the_whole_pass():
     assert plain.fwd == pytest.approx(kf + rest_f) and plain.bwd == pytest.approx(kb + rest_b)
     assert checked.bwd == pytest.approx(kb + rest_b + hooks)
     assert keyed_time(m, 4, table) is None  # another micro batch: not calibrated in situ
+    unfused = TrainSpec(global_batch=b, micro_batch=b, precision="fp32", flash_attention=False)
+    assert plain.in_situ and not micro_batch_time(m, unfused, Layout(dp=1), c).in_situ  # not what was measured

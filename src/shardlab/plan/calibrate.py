@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .calibrate_compute import cpu_share, measure_compute
+from .compute import gemm_shapes
 from .hardware import Cluster, default_profile_path, write_profile
 from .model import ModelSpec
 
@@ -196,7 +197,11 @@ def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | N
     comp = comm["compute"]  # every rank at once, one thread each: what training at `world` sees
     ratios = [solo["gemm_table"][k] / comp["gemm_table"][k] for k in comp["gemm_table"] if k.startswith("linear:")]
     solo_speedup = max(1.0, statistics.median(ratios))
-    gemm = {k: v for k, v in comp["gemm_table"].items() if k.split(":")[0] in ("linear", "mm", "mm_ta")}
+    # the saturation fit over the models' own GEMMs (the miniatures' in-situ entries are far below
+    # any realistic shape and would drag the fitted peak down)
+    own = {f"{kind}:{m},{n},{k}" for model in models for b in micro_batches
+           for kind, m, n, k in gemm_shapes(model, b, model.seq) if kind != "linear_nobias"}
+    gemm = {k: v for k, v in comp["gemm_table"].items() if k in own}
     fit = _fit_gemm(gemm)
     cores = os.cpu_count() or 1
     c = Cluster(

@@ -176,7 +176,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     bwd = layers * b_block + b_end + rec
     rk = rest_key(model, b, s)
     rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
-    in_situ = None not in rest and t == 1 and lay.pp == 1 and e == 4  # calibrated: fp32, whole model
+    # as calibrated: shardlab's GPT (fused attention) in fp32, the whole model on one rank
+    in_situ = None not in rest and t == 1 and lay.pp == 1 and e == 4 and train.flash_attention
     if in_situ:
         # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
         # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in
