@@ -25,9 +25,10 @@ import torch
 import torch.distributed as dist
 
 ReduceOp = dist.ReduceOp
-# torch 2.13 renamed the flat-tensor collectives (the old names warn); older torch has only the old ones
-_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+# torch 2.13 renamed the flat-tensor collectives (the old names warn); older torch has only the old ones.
+# The torch functions themselves, unrecorded: what the planner's calibration times
+dist_all_gather_flat = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+dist_reduce_scatter_flat = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 @dataclass
@@ -274,7 +275,7 @@ def _verify(rec: Record, payload: torch.Tensor, group) -> None:
     sig = torch.tensor([_OPS.index(rec.op), payload.numel(), payload.element_size()], dtype=torch.int64,
                        device=payload.device)
     out = torch.empty(_size(group) * 3, dtype=torch.int64, device=payload.device)
-    _all_gather_flat(out, sig, group=group)
+    dist_all_gather_flat(out, sig, group=group)
     rows = out.view(-1, 3).tolist()
     if any(r != rows[0] for r in rows):
         desc = "; ".join(f"rank {i}: {_OPS[o]} of {n} x {e} B" for i, (o, n, e) in enumerate(rows))
@@ -295,7 +296,7 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op=ReduceOp.SUM, group=
     if n == 1:
         out.copy_(inp)
     return _launch("reduce_scatter",
-                   lambda async_op: _reduce_scatter_flat(out, inp, op=op, group=group, async_op=async_op),
+                   lambda async_op: dist_reduce_scatter_flat(out, inp, op=op, group=group, async_op=async_op),
                    inp, (n - 1) / n, group, async_op, tag)
 
 
@@ -305,7 +306,7 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool 
     if n == 1:
         out.copy_(inp)
     return _launch("all_gather",
-                   lambda async_op: _all_gather_flat(out, inp, group=group, async_op=async_op),
+                   lambda async_op: dist_all_gather_flat(out, inp, group=group, async_op=async_op),
                    out, (n - 1) / n, group, async_op, tag)
 
 

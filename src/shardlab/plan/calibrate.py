@@ -39,8 +39,7 @@ def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), mi
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     mt = 0.06 if quick else 0.3
     res = {}
-    rs = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor  # torch 2.13 names
-    ag = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    from shardlab.comm import dist_all_gather_flat as ag, dist_reduce_scatter_flat as rs
     if models:  # compute measured on every rank at once: the contention training sees
         dist.barrier()
         mine = measure_compute(list(models), micro_batches, quick)

@@ -97,16 +97,19 @@ def rest_key(model: ModelSpec, b: int, s: int) -> str:
     return f"{model.n_layer},{model.d_model},{model.n_head},{model.vocab},{s},{b},{model.mlp_ratio},{int(model.tied)}"
 
 
+def _keyed_sum(block: list[Op], head: list[Op], layers: int, c: Cluster, backward: bool) -> float:
+    """Seconds of the in-situ keyed ops of one micro batch: `layers` blocks and the head."""
+    return sum(layers * _op_time(o, c, True, backward) for o in block if in_situ_keyed(o)) + \
+        sum(_op_time(o, c, True, backward) for o in head if in_situ_keyed(o))
+
+
 def keyed_time(model: ModelSpec, b: int, table: dict) -> tuple[float, float] | None:
     """(forward, backward) seconds of the in-situ keyed ops of one micro batch, as micro_batch_time
-    adds them up from `table`; None when the table lacks one of them."""
+    adds them up from `table`; None when the table lacks one of them (no fallback: NaN rates)."""
     nan = float("nan")
     c = Cluster("table", 1, 1, nan, nan, nan, nan, nan, nan, nan, nan, gemm_table=table)
-    s = model.seq
-    block = [o for o in layer_ops(model, b, s, 1, 4, True) if in_situ_keyed(o)]
-    head = [o for o in head_ops(model, b, s, 1, 4) if in_situ_keyed(o)]
-    out = tuple(model.n_layer * sum(_op_time(o, c, True, bw) for o in block)
-                + sum(_op_time(o, c, True, bw) for o in head) for bw in (False, True))
+    block, head = layer_ops(model, b, model.seq, 1, 4, True), head_ops(model, b, model.seq, 1, 4)
+    out = tuple(_keyed_sum(block, head, model.n_layer, c, bw) for bw in (False, True))
     return None if any(x != x for x in out) else out
 
 
@@ -182,10 +185,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
         # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in
         # place of the per-family estimates and the miniature's framework cost
-        keyed = [o for o in block if in_situ_keyed(o)]
-        keyed_head = [o for o in head if in_situ_keyed(o)]
-        fwd = layers * ops_time(keyed, False) + ops_time(keyed_head, False) + rest[0]
-        bwd = layers * ops_time(keyed, True) + ops_time(keyed_head, True) + rest[1] + rec
+        fwd = _keyed_sum(block, head, layers, c, False) + rest[0]
+        bwd = _keyed_sum(block, head, layers, c, True) + rest[1] + rec
         if lay.health_check:  # the doctor's hook on every local gradient (a norm each), measured alongside
             bwd += c.gemm_table.get("hooks:" + rk, 0.0)
     elif c.overhead:  # eager framework work (Python, dispatch, autograd) the op times above do not include

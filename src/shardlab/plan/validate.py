@@ -210,7 +210,7 @@ def _report(result: dict, cluster) -> str:
               "(all configurations are run once per round, round after round); `rounds` in results.json "
               "lists every trial.", "",
               "| config | predicted ms | measured ms | error | forward / backward / exposed comm / optimizer "
-              "/ ZeRO copies / trainer, predicted ms | core share | state bytes pred | measured | comm | load |",
+              "/ ZeRO copies / trainer, predicted ms (last round) | core share | state bytes pred | measured | comm | load |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in result["rows"]:
         t = r["pred_times_ms"]  # the last trial's breakdown
