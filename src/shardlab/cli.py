@@ -118,6 +118,7 @@ def _check_data(cfg) -> int:
     if len(train_ds) < cfg.train.global_batch:
         raise ConfigError(f"data.source={cfg.data.source!r} has {len(train_ds)} training sequences of "
                           f"{cfg.train.seq_len} tokens, fewer than one global batch ({cfg.train.global_batch})")
+    return len(train_ds)
 
 
 def main(argv: list[str] | None = None) -> None:
