@@ -367,7 +367,7 @@ class CheckpointManager:
         else:
             names = sorted(manifest["files"])
             mine = {n: manifest["files"][n] for i, n in enumerate(names) if i % self.world == self.rank}
-            problems = mf.verify_files(path, mine)
+            problems = mf.verify_files(path, mine) + (mf.unlisted(path, manifest) if self.rank == 0 else [])
         return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
 
     def load(self, path: Path, state) -> int:

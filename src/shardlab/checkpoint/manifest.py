@@ -124,7 +124,13 @@ def verify(step_dir: Path) -> list[str]:
     manifest, problem = load_manifest(step_dir)
     if manifest is None:
         return [problem]
-    return verify_files(step_dir, manifest["files"])
+    return verify_files(step_dir, manifest["files"]) + unlisted(step_dir, manifest)
+
+
+def unlisted(step_dir: Path, manifest: dict) -> list[str]:
+    """The commit lists every file of the directory: one it does not list was added, or its entry removed."""
+    names = sorted(p.name for p in Path(step_dir).iterdir() if p.name not in manifest["files"] and p.name != MANIFEST)
+    return [f"{Path(step_dir) / n}: not listed in the manifest" for n in names]
 
 
 @dataclass

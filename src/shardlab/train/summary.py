@@ -1,4 +1,4 @@
-"""summary.json: the run's figures under the keys DESIGN.md promises (null where not measured)."""
+"""summary.json: the run's figures under the keys docs/training.md lists (null where not measured)."""
 from __future__ import annotations
 
 import json
