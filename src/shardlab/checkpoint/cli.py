@@ -111,17 +111,29 @@ def _train_state(p: Path) -> dict:
     return meta
 
 
+def _tensor_lines(p: Path) -> list[str]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    lines = []
+    for key, v in sorted(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata.items()):
+        if isinstance(v, TensorStorageMetadata):
+            lines.append(f"  {key:<56} {str(v.properties.dtype).replace('torch.', ''):<8} {list(v.size)} "
+                         f"({len(v.chunks)} chunk{'s' if len(v.chunks) > 1 else ''})")
+        else:
+            lines.append(f"  {key:<56} object")
+    return lines
+
+
 def cmd_inspect(args) -> int:
     p = _one(args.path)
     m = mf.read_manifest(p)
     meta = _train_state(p)
-    md = None
+    tensors = []
     if args.tensors:  # read before printing anything: a corrupt index is one error line, not half a report
-        import torch.distributed.checkpoint as dcp
-
         try:
-            md = dcp.FileSystemReader(str(p)).read_metadata()
-        except Exception as e:  # noqa: BLE001 - DCP unpickles the index: any garbage raises something else
+            tensors = _tensor_lines(p)
+        except Exception as e:  # noqa: BLE001 - DCP unpickles the index: garbage raises anything at all
             raise _Usage(f"{p / '.metadata'} is unreadable ({type(e).__name__}): the checkpoint is corrupt "
                          f"(`shardlab ckpt verify {p}`)") from None
     print(f"checkpoint  {p}")
@@ -130,15 +142,8 @@ def cmd_inspect(args) -> int:
     for key in ("sampler", "scaler", "model", "versions"):
         print(f"{key:<11} {meta.get(key)}")
     print(f"files       {len(m['files'])}, {_human(sum(e['size'] for e in m['files'].values()))}")
-    if md is not None:
-        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-        for key, v in sorted(md.state_dict_metadata.items()):
-            if isinstance(v, TensorStorageMetadata):
-                print(f"  {key:<56} {str(v.properties.dtype).replace('torch.', ''):<8} {list(v.size)} "
-                      f"({len(v.chunks)} chunk{'s' if len(v.chunks) > 1 else ''})")
-            else:
-                print(f"  {key:<56} object")
+    for line in tensors:
+        print(line)
     return 0
 
 
