@@ -53,7 +53,7 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     if isinstance(failures, dict) and failures:
         parts = []
         for r, w in sorted(failures.items()):
-            inner = getattr(w, "exc", w)
+            inner = w[0] if isinstance(w, tuple) and w else getattr(w, "exc", w)  # (exc, traceback) without a group
             parts.append(f"rank {r}: {type(inner).__name__}: {inner}")
         return sorted(failures), "; ".join(parts)
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
