@@ -150,15 +150,17 @@ def _nan_and_corruption(run_dir):
     s = _strategy(cfg)
     opt = torch.optim.SGD(s.model.parameters(), lr=0.1)
     doctor = Doctor(cfg, run_dir, s, comm.rank(), comm.world_size())
+    replicated = [n for n, _ in checksum.replicated_parameters(s)]
+    corrupted = replicated[len(replicated) // 2]  # the one inject.corrupt_parameter perturbs
     # The local gradient hook runs before the DDP all-reduce: only rank 1 sees its own NaN.
     verdicts = [_step(doctor, s, step, opt) for step in range(5)]
     out = doctor.close()
-    return verdicts, out, doctor.last_report, doctor.last_checksum
+    return verdicts, out, doctor.last_report, corrupted
 
 
 def test_nan_is_pinned_to_rank_step_module_and_corruption_to_rank_param(pool2, tmp_path):
     res = pool2.run(_nan_and_corruption, str(tmp_path), timeout=60)
-    (v0, out0, rep0, ck0), (v1, *_rest) = res
+    (v0, out0, rep0, corrupted), (v1, *_rest) = res
     assert v0 == v1  # identical verdicts on every rank
     assert [v[0] for v in v0] == ["ok", "ok", "skip", "ok", "ok"]
     report = json.loads((tmp_path / "anomalies" / "step_2.json").read_text())
@@ -168,7 +170,7 @@ def test_nan_is_pinned_to_rank_step_module_and_corruption_to_rank_param(pool2, t
     # corruption after step 3 -> the checksum after step 3 ((3+1) % 2 == 0) names rank 1 and the parameter
     assert v0[3][1] == "ok" and not out0["ranks_consistent"] and out0["anomalies"] == 1
     div = json.loads((tmp_path / "doctor" / "divergence_step_3.json").read_text())
-    assert div["first"]["ranks"] == [1] and div["first"]["param"] == ck0["first"]["param"]
+    assert div["first"]["ranks"] == [1] and div["first"]["param"] == corrupted  # the parameter injected into
     assert div["first"]["detail"]["1"]["n_diff"] == 1
     assert "REPLICAS DIVERGED: rank 1 differs from rank 0" in div["summary"]
 
@@ -194,6 +196,7 @@ def test_uneven_inputs_error_on_every_rank_or_join(pool2, tmp_path):
     assert m0 == m1 and "step 2: rank 1 ran out of data while rank(s) 0 still have some" in m0 and dt0 < 30
     (v0, ok0), (v1, ok1) = pool2.run(_uneven, str(tmp_path), "join", timeout=60)
     assert v0 == v1 == ["ok"] * 4
+    assert ok0 is True and ok1 is True  # joining (zero-weight shadow steps) kept the replicas identical
 
 
 def _watched_hang(run_dir):

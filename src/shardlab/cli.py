@@ -30,13 +30,26 @@ USAGE = """usage: shardlab {train,bench,trace,ckpt,doctor,plan} ...
 """
 
 
+def one_line(message: str) -> str:
+    """A message that echoes user input (a path, a value) stays one line: line breaks are shown escaped."""
+    return "\\n".join(message.splitlines())
+
+
 def fail(message: str) -> int:
-    print(f"shardlab: error: {message}", file=sys.stderr)
+    print(f"shardlab: error: {one_line(message)}", file=sys.stderr)
     return 2
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error; the CLI's promise is one line."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shardlab train", description="Train a GPT with a data-parallel strategy.",
+    p = _OneLineParser(prog="shardlab train", description="Train a GPT with a data-parallel strategy.",
                                 epilog="Overrides are key=value, e.g. parallel.strategy=ddp train.steps=100; "
                                        "--help-keys lists every key.")
     p.add_argument("--config", help="TOML config file (configs/*.toml); overrides win over it")
@@ -57,7 +70,10 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
     from shardlab import launch
 
-    args = train_parser().parse_intermixed_args(argv)
+    try:
+        args = train_parser().parse_intermixed_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
+        return e.code if isinstance(e.code, int) else 2
     if args.help_keys:
         defaults = config_mod.to_dict(config_mod.Config())
         for key in config_mod.all_keys():
@@ -118,6 +134,7 @@ def _check_data(cfg) -> int:
     if len(train_ds) < cfg.train.global_batch:
         raise ConfigError(f"data.source={cfg.data.source!r} has {len(train_ds)} training sequences of "
                           f"{cfg.train.seq_len} tokens, fewer than one global batch ({cfg.train.global_batch})")
+    return len(train_ds)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -200,8 +200,9 @@ def shutdown(clean: bool = True) -> None:
     if clean and world_size() > 1:
         try:
             dist.barrier()
-        except Exception:  # noqa: BLE001 - a peer already gone: leaving is all that is left to do
-            pass
+        except Exception as e:  # noqa: BLE001 - a peer already gone: leaving is all that is left to do
+            print(f"[comm] rank {rank()}: the exit barrier failed ({type(e).__name__}: {e}); a peer has "
+                  "probably exited already; leaving without it", file=sys.stderr, flush=True)
         time.sleep(0.05)
     dist.destroy_process_group()
 

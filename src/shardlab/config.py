@@ -270,3 +270,41 @@ def validate(cfg: Config, world_size: int) -> None:
     resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
+    _check_ranges(cfg, world_size)
+
+
+def _check_ranges(cfg: Config, world_size: int) -> None:
+    """Values outside their meaning (negative counts, probabilities above 1, NaN) are bad input too."""
+    import math
+
+    for section in fields(cfg):
+        for f in fields(getattr(cfg, section.name)):
+            v = getattr(getattr(cfg, section.name), f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ConfigError(f"{section.name}.{_public_name(f.name)}={v}: must be a finite number")
+    t, m, c, d = cfg.train, cfg.model, cfg.ckpt, cfg.doctor
+    at_least = [("train.global_batch", t.global_batch, 0), ("train.warmup_steps", t.warmup_steps, 0),
+                ("train.eval_every", t.eval_every, 0), ("train.eval_seqs", t.eval_seqs, 1),
+                ("train.seed", t.seed, 0), ("train.grad_clip", t.grad_clip, 0), ("train.weight_decay", t.weight_decay, 0),
+                ("ckpt.every", c.every, 0), ("ckpt.keep", c.keep, 0), ("ckpt.keep_every", c.keep_every, 0),
+                ("doctor.hang_timeout_s", d.hang_timeout_s, 0), ("doctor.checksum_every", d.checksum_every, 0),
+                ("doctor.spike_factor", d.spike_factor, 0), ("debug.slow_ms", cfg.debug.slow_ms, 0),
+                ("debug.slow_rank", cfg.debug.slow_rank, -1), ("parallel.dp_replicate", cfg.parallel.dp_replicate, 0)]
+    at_least += [(f"model.{k}", getattr(m, k), 0) for k in ("n_layer", "n_head", "d_model", "vocab_size", "max_seq_len")]
+    for key, value, low in at_least:
+        if value < low:
+            raise ConfigError(f"{key}={value}: must be at least {low}")
+    if t.seed >= 2 ** 63:
+        raise ConfigError(f"train.seed={t.seed}: must be below 2**63 (torch's seed range)")
+    for key, value in (("model.dropout", m.dropout), ("train.beta1", t.beta1), ("train.beta2", t.beta2)):
+        if not 0.0 <= value < 1.0:
+            raise ConfigError(f"{key}={value}: must be in [0, 1)")
+    if cfg.debug.slow_rank >= world_size:
+        raise ConfigError(f"debug.slow_rank={cfg.debug.slow_rank}: no such rank at world size {world_size}")
+    # HSDP (replicate x shard) is not implemented yet: delete this check when it is.
+    if cfg.parallel.dp_replicate > 1:
+        raise ConfigError(f"parallel.dp_replicate={cfg.parallel.dp_replicate}: HSDP (replicate x shard) is not "
+                          "supported yet; leave it at 0 (derived from the strategy)")
+    from shardlab.doctor.inject import Faults
+
+    Faults.parse(cfg.debug, world_size)  # malformed debug.* fault specs: before launch, not in every rank

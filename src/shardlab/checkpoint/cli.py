@@ -47,8 +47,11 @@ def _one(path: str) -> Path:
         if not found:
             raise _Usage(f"{p} has no committed checkpoint")
         p = found[0]
-    if mf.read_manifest(p) is None:
+    manifest, problem = mf.load_manifest(p)
+    if manifest is None and not (p / mf.MANIFEST).exists():
         raise _Usage(f"{p} has no {mf.MANIFEST}: not a committed checkpoint (an interrupted or failed save)")
+    if manifest is None:
+        raise _Usage(f"{problem}; `shardlab ckpt verify` checks every checkpoint")
     return p
 
 
@@ -65,11 +68,11 @@ def cmd_ls(args) -> int:
     print(f"{'checkpoint':<16} {'state':<10} {'size':>10} {'world':>5}  strategy")
     for c in infos:
         m = mf.read_manifest(c.path)
-        state = "committed" if m else "incomplete"
-        size = _human(m["total_bytes"]) if m else "-"
+        state = "committed" if m else ("corrupt" if c.committed else "incomplete")
+        size = _human(sum(e["size"] for e in m["files"].values())) if m else "-"
         mark = "  <- latest" if latest is not None and latest.name == c.path.name else ""
-        print(f"{c.path.name:<16} {state:<10} {size:>10} {m['world_size'] if m else '-':>5}  "
-              f"{m['strategy'] if m else '-'}{mark}")
+        print(f"{c.path.name:<16} {state:<10} {size:>10} {m.get('world_size', '?') if m else '-':>5}  "
+              f"{m.get('strategy', '?') if m else '-'}{mark}")
     return 0
 
 
@@ -95,29 +98,52 @@ def cmd_verify(args) -> int:
     return 1 if bad else 0
 
 
+def _train_state(p: Path) -> dict:
+    try:
+        meta = json.loads((p / STATE_FILE).read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise _Usage(f"{p} has no {STATE_FILE}: not a complete checkpoint (`shardlab ckpt verify {p}`)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise _Usage(f"{p / STATE_FILE} is not valid JSON: the checkpoint is corrupt (`shardlab ckpt verify {p}`)") from None
+    missing = [k for k in ("step", "strategy", "world_size") if not isinstance(meta, dict) or k not in meta]
+    if missing:
+        raise _Usage(f"{p / STATE_FILE} has no {missing[0]!r}: the checkpoint is corrupt (`shardlab ckpt verify {p}`)")
+    return meta
+
+
+def _tensor_lines(p: Path) -> list[str]:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    lines = []
+    for key, v in sorted(dcp.FileSystemReader(str(p)).read_metadata().state_dict_metadata.items()):
+        if isinstance(v, TensorStorageMetadata):
+            lines.append(f"  {key:<56} {str(v.properties.dtype).replace('torch.', ''):<8} {list(v.size)} "
+                         f"({len(v.chunks)} chunk{'s' if len(v.chunks) > 1 else ''})")
+        else:
+            lines.append(f"  {key:<56} object")
+    return lines
+
+
 def cmd_inspect(args) -> int:
     p = _one(args.path)
     m = mf.read_manifest(p)
-    meta = json.loads((p / STATE_FILE).read_text())
+    meta = _train_state(p)
+    tensors = []
+    if args.tensors:  # read before printing anything: a corrupt index is one error line, not half a report
+        try:
+            tensors = _tensor_lines(p)
+        except Exception as e:  # noqa: BLE001 - DCP unpickles the index: garbage raises anything at all
+            raise _Usage(f"{p / '.metadata'} is unreadable ({type(e).__name__}): the checkpoint is corrupt "
+                         f"(`shardlab ckpt verify {p}`)") from None
     print(f"checkpoint  {p}")
     print(f"step        {meta['step']}")
     print(f"strategy    {meta['strategy']} at world size {meta['world_size']}")
-    print(f"sampler     {meta['sampler']}")
-    print(f"scaler      {meta['scaler']}")
-    print(f"model       {meta['model']}")
-    print(f"versions    {meta['versions']}")
-    print(f"files       {len(m['files'])}, {_human(m['total_bytes'])}")
-    if args.tensors:
-        import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
-        md = dcp.FileSystemReader(str(p)).read_metadata()
-        for key, v in sorted(md.state_dict_metadata.items()):
-            if isinstance(v, TensorStorageMetadata):
-                print(f"  {key:<56} {str(v.properties.dtype).replace('torch.', ''):<8} {list(v.size)} "
-                      f"({len(v.chunks)} chunk{'s' if len(v.chunks) > 1 else ''})")
-            else:
-                print(f"  {key:<56} object")
+    for key in ("sampler", "scaler", "model", "versions"):
+        print(f"{key:<11} {meta.get(key)}")
+    print(f"files       {len(m['files'])}, {_human(sum(e['size'] for e in m['files'].values()))}")
+    for line in tensors:
+        print(line)
     return 0
 
 

@@ -53,7 +53,7 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     if isinstance(failures, dict) and failures:
         parts = []
         for r, w in sorted(failures.items()):
-            inner = getattr(w, "exc", w)
+            inner = w[0] if isinstance(w, tuple) and w else getattr(w, "exc", w)  # (exc, traceback) without a group
             parts.append(f"rank {r}: {type(inner).__name__}: {inner}")
         return sorted(failures), "; ".join(parts)
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
@@ -68,9 +68,12 @@ def resolve_resume_path(target: str) -> Path | str:
     if kind == "ckpts":
         found = mf.resume_candidates(path)
         return found[0] if found else f"ckpt.resume={target}: no committed checkpoint in {path}"
-    if mf.read_manifest(path) is None:
+    manifest, problem = mf.load_manifest(path)
+    if manifest is None and not (path / mf.MANIFEST).exists():
         return (f"ckpt.resume={target}: {path} has no {mf.MANIFEST}, so it is not a committed checkpoint "
                 f"(an interrupted or failed save); pick a committed one (`shardlab ckpt ls`)")
+    if manifest is None:
+        return f"ckpt.resume={target}: {problem}; pick another checkpoint (`shardlab ckpt ls`)"
     return path
 
 
@@ -96,6 +99,15 @@ def check_resume(cfg, num_samples: int | None = None) -> None:
                     f"(set train.global_batch={sampler.get('global_batch')} at any world size)")
 
 
+def _remove(path: Path, why: str) -> None:
+    """Delete a directory; a failure costs disk space, not the run, but is logged, never swallowed."""
+    def report(func, p, exc):
+        exc = exc[1] if isinstance(exc, tuple) else exc  # onerror passes exc_info, onexc the exception
+        log(f"could not delete {p} ({why}): {exc}; delete it by hand")
+    if Path(path).exists():
+        shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": report})
+
+
 _managers = itertools.count()  # numbers this process's managers (their plan-cache keys)
 
 
@@ -117,6 +129,7 @@ class CheckpointManager:
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.last_saved_step: int | None = None
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
+        self.failed: list[str] = []  # every abandoned save's reason: the run ends non-zero and summary.json says so
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
         self.timing: dict = {}  # seconds of the last save's phases on this rank (for the bench)
         self.notes: list[str] = []  # what this manager told the user (rank 0), for tests and tools
@@ -125,7 +138,7 @@ class CheckpointManager:
         if self.rank == 0:
             for c in mf.list_checkpoints(self.dir):  # leftovers of a crash: never loaded, so just remove
                 if c.path.name.endswith(".tmp"):
-                    shutil.rmtree(c.path, ignore_errors=True)
+                    _remove(c.path, "a crashed save's leftover")
         comm.barrier(self.pg)
 
     def _note(self, msg: str) -> None:
@@ -205,6 +218,7 @@ class CheckpointManager:
             self._write_and_commit(step, tensors, meta)
         except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
             self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
+            self.failed.append(self.last_outcome)
             self._note(self.last_outcome)
 
     def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
@@ -213,13 +227,15 @@ class CheckpointManager:
         problem = None
         if self.rank == 0:
             try:
-                shutil.rmtree(tmp, ignore_errors=True)
+                if tmp.exists():
+                    shutil.rmtree(tmp)
                 tmp.mkdir(parents=True)
             except OSError as e:  # e.g. a read-only or full file system: tell the others, don't leave them waiting
                 problem = f"checkpoint at step {step} abandoned: rank 0 cannot create {tmp}: {e}; training continues"
         problem = comm.broadcast_object(problem, group=self.pg)
         if problem is not None:
             self.last_outcome = problem
+            self.failed.append(problem)
             if self.rank == 0:
                 self._note(problem)
             return
@@ -245,8 +261,10 @@ class CheckpointManager:
         outcome = comm.broadcast_object(outcome, group=self.pg)
         self.timing["total_s"] = time.perf_counter() - t0  # write + hash + commit (manifest, rename, retention)
         self.last_outcome = outcome
-        if outcome is not None and self.rank == 0:
-            self._note(outcome)
+        if outcome is not None:
+            self.failed.append(outcome)
+            if self.rank == 0:
+                self._note(outcome)
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
@@ -274,7 +292,7 @@ class CheckpointManager:
                 return None
             except Exception as e:  # noqa: BLE001
                 errors = [([0], f"rank 0: committing: {type(e).__name__}: {e}")]
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp, "the abandoned save")
         ranks = sorted({r for rs, _ in errors for r in rs})
         previous = mf.read_latest(self.dir)
         keep = f"{previous.name} stays latest" if previous else "there is no previous checkpoint"
@@ -291,7 +309,7 @@ class CheckpointManager:
         latest = mf.read_latest(self.dir)
         for c in committed:
             if c.step not in kept and (latest is None or c.path.name != latest.name):
-                shutil.rmtree(c.path, ignore_errors=True)
+                _remove(c.path, f"retention (ckpt.keep={keep})")
 
     # --- resuming ------------------------------------------------------------------------------------
     def resume(self, state) -> int:
@@ -343,10 +361,13 @@ class CheckpointManager:
 
     def _verify_distributed(self, path: Path) -> list[str]:
         """Every rank rechecks the sha256 of a share of the files; all ranks get all problems."""
-        manifest = mf.read_manifest(path) or {"files": {}}
-        names = sorted(manifest["files"])
-        mine = {n: manifest["files"][n] for i, n in enumerate(names) if i % self.world == self.rank}
-        problems = mf.verify_files(path, mine) if manifest["files"] else [f"{path}: no readable manifest"]
+        manifest, problem = mf.load_manifest(path)
+        if manifest is None:  # every rank read the same file: the same problem everywhere
+            problems = [problem] if self.rank == 0 else []
+        else:
+            names = sorted(manifest["files"])
+            mine = {n: manifest["files"][n] for i, n in enumerate(names) if i % self.world == self.rank}
+            problems = mf.verify_files(path, mine) + (mf.unlisted(path, manifest) if self.rank == 0 else [])
         return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
 
     def load(self, path: Path, state) -> int:

@@ -67,11 +67,43 @@ def write_manifest(step_dir: Path, files: dict[str, dict], **info) -> dict:
     return manifest
 
 
-def read_manifest(step_dir: Path) -> dict | None:
+# Files every committed checkpoint has besides the ranks' shards: a manifest without them is not ours.
+REQUIRED = (".metadata", "train_state.json")
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
+    """(manifest, None), or (None, one line saying what is wrong with it). A manifest is only trusted when
+    it is a JSON object listing at least the required files, each with a size and a sha256, by plain name."""
+    path = Path(step_dir) / MANIFEST
     try:
-        return json.loads((Path(step_dir) / MANIFEST).read_text())
-    except (FileNotFoundError, NotADirectoryError, json.JSONDecodeError):
-        return None
+        manifest = json.loads(path.read_bytes().decode("utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return None, f"{step_dir}: no {MANIFEST} (an incomplete or foreign directory)"
+    except OSError as e:
+        return None, f"{path}: unreadable ({e.strerror})"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None, f"{path}: not valid JSON (the manifest is corrupt)"
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        return None, f"{path}: has no file list (the manifest is corrupt)"
+    if not files:
+        return None, f"{path}: lists no files (the manifest is corrupt)"
+    for name, entry in files.items():
+        if Path(name).name != name or name in (".", ".."):
+            return None, f"{path}: file name {name!r} is not a plain name in the checkpoint (the manifest is corrupt)"
+        if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
+                and isinstance(entry.get("sha256"), str) and _SHA_RE.match(entry["sha256"])):
+            return None, f"{path}: entry {name!r} has no valid size and sha256 (the manifest is corrupt)"
+    missing = [n for n in REQUIRED if n not in files]
+    if missing:
+        return None, f"{path}: does not list {missing[0]} (the manifest is corrupt or not shardlab's)"
+    return manifest, None
+
+
+def read_manifest(step_dir: Path) -> dict | None:
+    """The manifest, or None when it is missing or not trustworthy (see load_manifest for why)."""
+    return load_manifest(step_dir)[0]
 
 
 def verify_files(step_dir: Path, entries: dict[str, dict]) -> list[str]:
@@ -89,10 +121,16 @@ def verify_files(step_dir: Path, entries: dict[str, dict]) -> list[str]:
 
 
 def verify(step_dir: Path) -> list[str]:
-    manifest = read_manifest(step_dir)
+    manifest, problem = load_manifest(step_dir)
     if manifest is None:
-        return [f"{step_dir}: no readable {MANIFEST} (an incomplete or foreign directory)"]
-    return verify_files(step_dir, manifest["files"])
+        return [problem]
+    return verify_files(step_dir, manifest["files"]) + unlisted(step_dir, manifest)
+
+
+def unlisted(step_dir: Path, manifest: dict) -> list[str]:
+    """The commit lists every file of the directory: one it does not list was added, or its entry removed."""
+    names = sorted(p.name for p in Path(step_dir).iterdir() if p.name not in manifest["files"] and p.name != MANIFEST)
+    return [f"{Path(step_dir) / n}: not listed in the manifest" for n in names]
 
 
 @dataclass
@@ -119,9 +157,9 @@ def list_checkpoints(ckpt_dir: Path) -> list[CkptInfo]:
 def read_latest(ckpt_dir: Path) -> Path | None:
     try:
         name = (Path(ckpt_dir) / LATEST).read_text().strip()
-    except FileNotFoundError:
+    except (OSError, UnicodeDecodeError):  # missing or garbage: no usable pointer, as if never written
         return None
-    return Path(ckpt_dir) / name if name else None
+    return Path(ckpt_dir) / name if name and Path(name).name == name else None
 
 
 def write_latest(ckpt_dir: Path, step_dir: Path) -> None:

@@ -24,8 +24,12 @@ def main(argv: list[str]) -> int:
         print(f"shardlab: error: run directory {run} does not exist", file=sys.stderr)
         return 2
     if args.cmd == "hang":
-        from shardlab.doctor.hang import report
-        result = report(run)
+        from shardlab.doctor.hang import FlightRecordError, report
+        try:
+            result = report(run)
+        except FlightRecordError as e:
+            print(f"shardlab: error: {e}", file=sys.stderr)
+            return 2
         print("\n".join(result["lines"]))
         return 0 if result["kind"] != "none" else 1
     from shardlab.config import ConfigError

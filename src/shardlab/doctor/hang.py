@@ -18,11 +18,55 @@ import json
 from pathlib import Path
 
 
+class FlightRecordError(ValueError):
+    """A flight record that is not one (garbage, truncated, another tool's file): one line for the user."""
+
+
+# What the analysis reads, with the type it needs (the recorder writes more).
+_DUMP_KEYS = {"rank": int, "step": int, "phase": str, "now_perf": (int, float), "records": list}
+_RECORD_KEYS = {"seq": int, "op": str, "bytes": int, "dtype": str, "state": str, "step": int, "phase": str,
+                "t_launch": (int, float)}
+_OPTIONAL_DUMP = {"world": int, "main_stack": list, "last_progress_age_s": (int, float), "reason": str}
+_OPTIONAL_RECORD = {"shape": list, "stack": list, "tag": (str, type(None)), "group": (str, type(None))}
+
+
+def _check_dump(path: Path, data) -> dict:
+    def bad(what: str):
+        return FlightRecordError(f"{path} is not a flight record ({what}); it is written by the hang watchdog "
+                                 "(doctor.hang_timeout_s): remove it or re-run to get a fresh one")
+    if not isinstance(data, dict):
+        raise bad("not a JSON object")
+    def wrong(obj: dict, required: dict, optional: dict) -> str | None:
+        for key, kind in [*required.items(), *((k, t) for k, t in optional.items() if k in obj)]:
+            if not isinstance(obj.get(key), kind) or isinstance(obj.get(key), bool):
+                return f"{key!r} missing or of the wrong type"
+        return None
+
+    problem = wrong(data, _DUMP_KEYS, _OPTIONAL_DUMP)
+    if problem is None and not (0 <= data["rank"] < data.get("world", data["rank"] + 1) <= 1 << 20):
+        problem = "a rank or world size out of range"
+    for rec in data["records"] if problem is None else []:
+        problem = "a record is not a JSON object" if not isinstance(rec, dict) else \
+            wrong(rec, _RECORD_KEYS, _OPTIONAL_RECORD)
+        if problem:
+            problem = f"in a record: {problem}"
+            break
+    if problem:
+        raise bad(problem)
+    return data
+
+
 def load_dumps(run_dir: Path) -> dict[int, dict]:
+    """Every rank's flight record; FlightRecordError names the first file that is not one."""
     dumps = {}
     for path in sorted((Path(run_dir) / "doctor").glob("flight_rank*.json")):
-        data = json.loads(path.read_text())
-        dumps[int(data["rank"])] = data
+        try:
+            data = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            raise FlightRecordError(f"{path} is not a flight record (not readable JSON); it is written by the "
+                                    "hang watchdog: remove it or re-run to get a fresh one") from None
+        data = _check_dump(path, data)
+        dumps[data["rank"]] = data
     return dumps
 
 

@@ -1,19 +1,58 @@
-"""Comparing full parameters of two runs that should have computed the same thing."""
+"""Comparing full parameters of two runs that should have computed the same thing.
+
+Every parameter is compared tightly (rtol = atol = 1e-5 by default), except the attention key bias.
+Its gradient is zero in exact arithmetic: adding b to every key adds q·b to every score of a query, and
+softmax ignores a per-query constant. What the backward pass computes there is round-off (~1e-11 on the
+tiny model, against ~1e-4 for the query bias), and which round-off depends on the CPU kernels (MKL on
+AMD vs Intel, AVX2 vs AVX-512) and the reduction order of the strategy. AdamW divides by
+sqrt(v) + eps, so that noise becomes an update of up to ~lr per step: comparing the key bias to 1e-5
+tests the machine, not the strategy.
+
+The key bias is therefore compared for what it must be: unchanged, relative to the learning rate. With
+eps = 1e-8 a round-off gradient g moves it by ~lr·g/(g + eps) ≈ 0.002·lr per step (measured: a total
+drift of ~1e-3 of Σ lr under the default, AVX2 and baseline kernels), while any real gradient moves it by
+~lr per step (the query bias: ~0.8 of Σ lr). Two runs must agree on it within KEY_BIAS_FRACTION of the
+summed learning rate: 25x above the measured noise, 15x below a real gradient. So a strategy that
+routed any real gradient into the key bias still fails.
+"""
 from __future__ import annotations
 
 import torch
 
+KEY_BIAS_FRACTION = 0.05
 
-def assert_params_close(got: dict, ref: dict, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    """Every parameter of `ref` within tolerance in `got`.
 
-    The attention key bias (`attn.k.bias`) has a mathematically zero gradient:
-    softmax ignores a per-query constant. Adam normalises its round-off, which depends on the order of
-    reductions, into updates of size ~lr, so that slice is pure noise and is checked only loosely.
-    """
+def key_bias_slice(name: str, numel: int) -> slice | None:
+    """The elements of parameter `name` that are attention key biases: all of `attn.k.bias`, the middle
+    third of a fused `attn.qkv.bias` (q, k, v stacked); None for every other parameter."""
+    if name.endswith("attn.k.bias"):
+        return slice(0, numel)
+    if name.endswith("attn.qkv.bias"):
+        d = numel // 3
+        return slice(d, 2 * d)
+    return None
+
+
+def lr_sum(cfg, steps: int, start: int = 0) -> float:
+    """Σ lr over optimizer steps start..start+steps-1 under the trainer's schedule (for `lr_sum=`)."""
+    from shardlab.train.optim import lr_at
+
+    return sum(lr_at(s, cfg) for s in range(start, start + steps))
+
+
+def assert_params_close(got: dict, ref: dict, *, lr_sum: float, rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """Every parameter of `ref` within rtol/atol in `got`; the key biases (see the module docstring)
+    within KEY_BIAS_FRACTION x `lr_sum`, the learning rate summed over the optimizer steps both runs took."""
+    assert got.keys() == ref.keys(), sorted(set(got) ^ set(ref))
     for name, r in ref.items():
         g = got[name]
-        if name.endswith("attn.k.bias"):
-            torch.testing.assert_close(g, r, rtol=0, atol=5e-4)
-            continue
+        assert g.shape == r.shape, f"{name}: shape {tuple(g.shape)} != {tuple(r.shape)}"
+        g, r = g.reshape(-1), r.reshape(-1)
+        keys = key_bias_slice(name, r.numel())
+        if keys is not None:
+            torch.testing.assert_close(g[keys], r[keys], rtol=0, atol=KEY_BIAS_FRACTION * lr_sum,
+                                       msg=lambda m, n=name: f"{n} (key bias, zero true gradient): {m}")
+            mask = torch.ones(r.numel(), dtype=torch.bool)
+            mask[keys] = False
+            g, r = g[mask], r[mask]
         torch.testing.assert_close(g, r, rtol=rtol, atol=atol, msg=lambda m, n=name: f"{n}: {m}")

@@ -83,7 +83,8 @@ def plot_losses(run_dir: Path) -> Path | None:
     return path
 
 
-def print_summary(summary: dict, file=sys.stdout) -> None:
+def print_summary(summary: dict, file=None) -> None:
+    file = file or sys.stdout  # looked up now, not at import (a redirected stdout is honoured)
     keys = ("strategy", "world_size", "params", "steps", "tokens_per_s", "step_time_s", "final_train_loss",
             "final_val_loss", "peak_mem_bytes", "ranks_consistent")
     print("\nsummary:", file=file)

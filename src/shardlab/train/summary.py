@@ -1,4 +1,4 @@
-"""summary.json: the run's figures under the keys DESIGN.md promises (null where not measured)."""
+"""summary.json: the run's figures under the keys docs/training.md lists (null where not measured)."""
 from __future__ import annotations
 
 import json
@@ -36,7 +36,9 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
                  "wire_bytes_per_step": stats.get("wire_bytes", {}), "bytes_by_tag": stats.get("bytes_by_tag", {})},
         "overlap_pct": None,
         "exposed_comm_s": None,
-        "ranks_consistent": doctor["ranks_consistent"],
+        # Replicas were compared only with more than one rank: at world 1 nothing was, so null.
+        "ranks_consistent": doctor["ranks_consistent"] if trainer.world > 1 else None,
+        "ckpt_failed_saves": list(trainer.ckpt.failed),  # non-empty: the run exits non-zero
         "anomalies": doctor["anomalies"],
         "skipped_steps": st.scaler.skipped if st.scaler is not None else 0,
         "dtype": cfg.train.dtype,

@@ -234,7 +234,6 @@ def main(cfg: Config, run_dir: Path) -> dict:
     try:
         summary = trainer.run()
         clean = True
-        return summary
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         if trainer.is_main or isinstance(e, CollectiveMismatchError):
@@ -245,3 +244,9 @@ def main(cfg: Config, run_dir: Path) -> dict:
         raise
     finally:
         comm.shutdown(clean)
+    if summary["ckpt_failed_saves"]:  # training finished, but a checkpoint the user asked for is missing
+        if trainer.is_main:
+            print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+                  f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+        raise SystemExit(1)
+    return summary
