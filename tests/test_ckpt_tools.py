@@ -1,5 +1,9 @@
 """`shardlab ckpt ls|verify|inspect|export` and the HF GPT-2 export (in-process, strategy single)."""
 import json
+import os
+import stat
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -60,6 +64,29 @@ def test_hf_export_same_logits(trained, tmp_path):
     idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(hf(idx).logits, ours(idx), atol=1e-5, rtol=0)
+
+
+def test_hf_export_is_shareable_and_has_the_byte_tokenizer(trained, tmp_path):
+    """As a user runs it (a fresh process): no torch 'distributed is disabled' warning, the model file
+    readable by others, and a tokenizer that `transformers` loads and that encodes text to the byte
+    ids the model was trained on."""
+    transformers = pytest.importorskip("transformers")
+    from shardlab.data import tokenizer
+
+    run, _ = trained
+    out = tmp_path / "hf"
+    p = subprocess.run([sys.executable, "-m", "shardlab", "ckpt", "export", str(run), "--hf", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "distributed is disabled" not in p.stderr and "Warning" not in p.stderr, p.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~umask  # not safetensors' 0600
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    text = "def f(x):\n\treturn x  # héllo, wörld ☃\x00"
+    ids = tok(text)["input_ids"]
+    assert ids == tokenizer.encode(text).tolist() == list(text.encode("utf-8"))
+    assert tok.decode(ids) == text and len(tok) == tokenizer.VOCAB_SIZE
 
 
 def test_train_with_uncommitted_resume_path_exits_2(tmp_path, capsys):

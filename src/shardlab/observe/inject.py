@@ -2,8 +2,8 @@
 
 Rank R sleeps M ms at the start of every step, before its forward pass, so it reaches each
 gradient collective late; with M a sizeable part of the step (5% or more), `shardlab trace RUN` must
-then name rank R as the straggler and show the
-other ranks' time inside the collectives as waiting, not transfer.
+then name rank R as the straggler and show the other ranks' time inside the collectives as waiting,
+not transfer.
 """
 from __future__ import annotations
 
