@@ -133,7 +133,7 @@ def test_lateness_within_its_own_spread_is_not_a_straggler():
     late = [12.0, -3.0, 25.0, 1.0, 9.0, -8.0, 30.0, 6.0, 4.0]  # late on average, but all over the place
     s = analysis.straggler(arrivals(late), [0, 1], {i: 0.1 for i in range(len(late))})
     assert s["rank"] == 1 and s["last_share"] >= 0.6 and not s["significant"]
-    assert "spread" in s["reason"]
+    assert "chance" in s["reason"]
 
 
 def test_alternating_lateness_is_not_a_straggler():

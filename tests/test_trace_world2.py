@@ -78,7 +78,7 @@ def test_healthy_run_names_no_straggler(pool2, tmp_path, capsys):
 
 
 def test_slow_rank_is_named_the_straggler(pool2, tmp_path, capsys):
-    pool2.run(traced_ddp_run, str(tmp_path), 1, 40.0, 6, DATA_MS)
+    pool2.run(traced_ddp_run, str(tmp_path), 1, 40.0, 12, DATA_MS)
     s = analysis.summarize(tmp_path)["straggler"]
     assert s["rank"] == 1 and s["significant"], s
     # Rank 0 spends its collective time waiting for rank 1, not transferring.

@@ -13,6 +13,7 @@ Definitions (per step and rank; the step window is the `step` span):
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -162,8 +163,9 @@ def lateness_ms(m: dict, rank: int) -> float | None:
 
 
 # A rank is named the straggler only when it is late consistently (last at >= LAST_SHARE of the
-# collectives), by more than K x the run's own step-to-step noise, and by more than STEP_FRACTION of a
-# step: a healthy run on a shared machine always has some rank last by a millisecond or two.
+# collectives), by more than K standard errors of its per-step lateness (not chance, given the run's
+# own step-to-step spread), and by more than STEP_FRACTION of a step (it matters): a healthy run on a
+# shared machine always has some rank last by a millisecond or two.
 LAST_SHARE, K, STEP_FRACTION, MIN_LATE_MS = 0.6, 3.0, 0.05, 1.0
 
 
@@ -171,10 +173,11 @@ def straggler(matched: list[dict], ranks: list[int], step_s: dict[int, float] | 
     """The rank with the most total lateness, and whether that is a straggler or the run's noise.
 
     Per step, the candidate's lateness is the median over that step's collectives (`lateness_ms`);
-    across steps we take the median (`median_late_by_ms`) and its robust spread (`late_spread_ms`).
-    `step_s` (seconds per step, mean over ranks) gives the step it is compared with. `significant`
-    needs all of: last at >= 60% of the collectives; lateness >= 1 ms, >= 3 x its spread, and >= 5% of
-    the median step. Otherwise `reason` says which test it failed."""
+    across steps we take the median (`median_late_by_ms`), its robust spread (`late_spread_ms`) and the
+    standard error of that median (`late_stderr_ms` = 1.2533 x spread / sqrt(steps)). `step_s` (seconds
+    per step, mean over ranks) gives the step it is compared with. `significant` needs all of: last at
+    >= 60% of the collectives; lateness >= 1 ms, >= 3 standard errors, and >= 5% of the median step.
+    Otherwise `reason` says which test it failed."""
     if not matched:
         return None
     late = {r: 0.0 for r in ranks}
@@ -195,14 +198,15 @@ def straggler(matched: list[dict], ranks: list[int], step_s: dict[int, float] | 
     step_ms = 1e3 * statistics.median(times) if times else None
     # The noise is the spread of this rank's own lateness, not of the step time: machine load slows
     # every rank alike (a wide step-time spread) without making one of them consistently late.
-    noise_ms = _spread(per_step)
+    spread_ms = _spread(per_step)
+    stderr_ms = 1.2533 * spread_ms / math.sqrt(len(per_step)) if per_step else 0.0
     if share < LAST_SHARE:
         reason = f"last at only {share:.0%} of the collectives: the arrival order varies"
     elif median_late < MIN_LATE_MS:
         reason = f"late by {median_late:.2f} ms (median), under {MIN_LATE_MS:g} ms"
-    elif median_late < K * noise_ms:
-        reason = (f"late by {median_late:.1f} ms (median), within {K:g} x its step-to-step spread "
-                  f"({noise_ms:.1f} ms)")
+    elif median_late < K * stderr_ms:
+        reason = (f"late by {median_late:.1f} ms (median) ± {stderr_ms:.1f} ms (standard error over "
+                  f"{len(per_step)} steps, step-to-step spread {spread_ms:.1f} ms): not distinguishable from chance")
     elif step_ms is not None and median_late < STEP_FRACTION * step_ms:
         reason = (f"late by {median_late:.1f} ms (median), {median_late / step_ms:.1%} of the "
                   f"{step_ms:.0f} ms step (under {STEP_FRACTION:.0%})")
@@ -211,7 +215,7 @@ def straggler(matched: list[dict], ranks: list[int], step_s: dict[int, float] | 
     waits = {r: sum(m["wait_ms"].get(r, 0.0) for m in matched) for r in ranks}
     transfers = {r: sum(m["transfer_ms"].get(r) or 0.0 for m in matched) for r in ranks}
     return {"rank": rank, "last_share": share, "median_late_by_ms": median_late,
-            "late_spread_ms": noise_ms, "step_ms": step_ms,
+            "late_spread_ms": spread_ms, "late_stderr_ms": stderr_ms, "step_ms": step_ms,
             "late_pct_of_step": None if not step_ms else 100.0 * median_late / step_ms,
             "total_late_by_ms": late[rank], "significant": reason is None, "reason": reason,
             "wait_ms_by_rank": waits, "transfer_ms_by_rank": transfers, "collectives": len(matched)}
