@@ -28,6 +28,17 @@ def test_pareto_frontier(tmp_path):
     assert pareto.plot(tmp_path, pts).stat().st_size > 0
 
 
+def test_figures_are_printed_with_four_significant_digits():
+    f = common.fmt_figure
+    assert [f(0.97345678), f(838.8), f(12345.678), f(0.000412345), f(1.0), f(3), f(None)] == \
+        ["0.9735", "838.8", "12,346", "0.0004123", "1", "3", "None"]
+
+
+def test_load_note_says_contention_only_above_the_core_count():
+    assert "not oversubscribed" in common.load_note(1.3, 2) and "widen" not in common.load_note(1.3, 2)
+    assert "more runnable processes than cores" in common.load_note(3.1, 2)
+
+
 def test_unknown_suite_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         bench_main(["nope", "--out", "x"])
@@ -60,6 +71,10 @@ def test_bench_buckets_quick(tmp_path):
     r = run_cli(["bench", "buckets", "--quick", "--out", str(tmp_path)], timeout=240)
     assert r.returncode == 0, r.stderr[-8000:]
     doc = _check(tmp_path, "buckets")
+    # Progress while it runs (stderr), figures for people at the end (stdout).
+    assert "[bench 0:" in r.stderr and f"run {len(doc['rows'])}/" in r.stderr, r.stderr[-2000:]
+    shown = dict(line.strip().split(" = ") for line in r.stdout.splitlines() if " = " in line)
+    assert shown and all(len(v.replace(",", "").lstrip("-").replace(".", "")) <= 6 for v in shown.values()), shown
     calls = [x["collectives_per_step"] for x in doc["rows"]]
     assert calls == sorted(calls, reverse=True) and calls[0] > calls[-1]  # smaller buckets, more calls
     assert all(x["overlap_pct"]["median"] is not None for x in doc["rows"])
@@ -72,3 +87,18 @@ def test_failure_excerpt_keeps_the_cause_before_the_launcher_summary():
     out = common.failure_excerpt(log)
     assert "what():  size mismatch" in out and "Fatal Python error" in out and out.endswith("PID 1")
     assert len(out.splitlines()) < 45
+
+
+def test_default_output_folder_is_ignored_by_git():
+    """`shardlab bench SUITE` without --out writes bench/<suite>-<time>: never shown as work to commit."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run(["git", "check-ignore", "-q", "bench/buckets-20250101-000000/REPORT.md"], cwd=root)
+    assert r.returncode == 0
+    r = subprocess.run(["git", "check-ignore", "-q", "src/shardlab/bench/common.py"], cwd=root)
+    assert r.returncode == 1  # the package of the same name is not

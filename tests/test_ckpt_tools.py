@@ -1,5 +1,7 @@
 """`shardlab ckpt ls|verify|inspect|export` and the HF GPT-2 export (in-process, strategy single)."""
 import json
+import os
+import stat
 
 import pytest
 import torch
@@ -8,6 +10,7 @@ from ckpt_harness import make_cfg
 from shardlab.checkpoint import CheckpointError, CheckpointManager
 from shardlab.checkpoint import cli as ckpt_cli
 from shardlab.checkpoint import manifest as mf
+from shardlab.testing import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +63,31 @@ def test_hf_export_same_logits(trained, tmp_path):
     idx = torch.randint(0, 256, (2, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(hf(idx).logits, ours(idx), atol=1e-5, rtol=0)
+
+
+def test_one_process_train_and_export_are_quiet_shareable_and_carry_the_tokenizer(tmp_path):
+    """As a user runs them (fresh processes): `--nproc 1` training that saves, then the export, print no
+    torch 'distributed is disabled' warning; the model file is readable by others; the tokenizer loads in
+    `transformers` and encodes text to the byte ids the model was trained on."""
+    transformers = pytest.importorskip("transformers")
+    from shardlab.data import tokenizer
+
+    run, out = tmp_path / "run", tmp_path / "hf"
+    p = run_cli(["train", "--nproc", "1", "--config", "configs/tiny.toml", "--out", str(run), "train.steps=2",
+                 "train.eval_every=0", "ckpt.every=2"], timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "distributed is disabled" not in p.stderr and "UserWarning" not in p.stderr, p.stderr
+    p = run_cli(["ckpt", "export", str(run), "--hf", str(out)], timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "distributed is disabled" not in p.stderr and "UserWarning" not in p.stderr, p.stderr
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o666 & ~umask  # not safetensors' 0600
+    tok = transformers.AutoTokenizer.from_pretrained(out)
+    text = "def f(x):\n\treturn x  # héllo, wörld ☃\x00"
+    ids = tok(text)["input_ids"]
+    assert ids == tokenizer.encode(text).tolist() == list(text.encode("utf-8"))
+    assert tok.decode(ids) == text and len(tok) == tokenizer.VOCAB_SIZE
 
 
 def test_train_with_uncommitted_resume_path_exits_2(tmp_path, capsys):

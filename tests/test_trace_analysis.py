@@ -99,3 +99,43 @@ def test_summarize_excludes_warmup_and_takes_medians():
 
 def test_summarize_without_trace_gives_nulls(tmp_path):
     assert analysis.summarize(tmp_path) == {"overlap_pct": None, "exposed_comm_s": None}
+
+
+def arrivals(lateness_ms: list[float], per_step: int = 3) -> list[dict]:
+    """Matched world-2 collectives: at step i, rank 1 launches lateness_ms[i] after rank 0 (negative:
+    before), the same at each of the step's `per_step` collectives; the transfer takes 1 ms."""
+    out = []
+    for step, d in enumerate(lateness_ms):
+        for _ in range(per_step):
+            wait = {0: max(d, 0.0), 1: max(-d, 0.0)}
+            out.append({"step": step, "last_rank": 1 if d > 0 else 0, "late_by_ms": abs(d), "wait_ms": wait,
+                        "transfer_ms": {0: 1.0, 1: 1.0}})
+    return out
+
+
+def test_a_consistently_late_rank_is_the_straggler():
+    late = [30.0, 31.0, 29.5, 30.5, 30.2, 29.8, 30.1, 30.4]  # an injected 30 ms, a little jitter
+    s = analysis.straggler(arrivals(late), [0, 1], {i: 0.2 for i in range(len(late))})
+    assert s["rank"] == 1 and s["significant"] and s["reason"] is None
+    assert s["median_late_by_ms"] == pytest.approx(30.15)
+    assert s["late_pct_of_step"] == pytest.approx(15.075)
+
+
+def test_a_small_steady_lateness_is_not_a_straggler():
+    # The healthy run of the report: one rank last most of the time, 2.2 ms late on a 270 ms step.
+    late = [2.2, 2.1, 2.3, -0.5, 2.2, 2.4, 2.0, 2.2]
+    s = analysis.straggler(arrivals(late), [0, 1], {i: 0.27 for i in range(len(late))})
+    assert s["rank"] == 1 and s["last_share"] >= 0.6 and not s["significant"]
+    assert "of the 270 ms step" in s["reason"]
+
+
+def test_lateness_within_its_own_spread_is_not_a_straggler():
+    late = [12.0, -3.0, 25.0, 1.0, 9.0, -8.0, 30.0, 6.0, 4.0]  # late on average, but all over the place
+    s = analysis.straggler(arrivals(late), [0, 1], {i: 0.1 for i in range(len(late))})
+    assert s["rank"] == 1 and s["last_share"] >= 0.6 and not s["significant"]
+    assert "chance" in s["reason"]
+
+
+def test_alternating_lateness_is_not_a_straggler():
+    s = analysis.straggler(arrivals([20.0, -20.0] * 4), [0, 1], {i: 0.1 for i in range(8)})
+    assert not s["significant"] and "arrival order varies" in s["reason"]

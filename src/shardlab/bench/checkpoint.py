@@ -88,8 +88,10 @@ def _rank_main(work: str, overrides: list[str], pairs: int, gap: int) -> dict:
         path.unlink()
         return dt
 
+    say = common.progress if comm.rank() == 0 else (lambda msg: None)
     _, manifest = timed_save()  # warm-up (file creation paths, DCP's plan cache)
     for i in range(pairs):
+        say(f"  save vs plain write, pair {i + 1}/{pairs}")
         st.step += 1  # a new checkpoint name each time (retention keeps the directory small)
         if i % 2 == 0:
             t_plain = plain(my_bytes(manifest))
@@ -104,6 +106,7 @@ def _rank_main(work: str, overrides: list[str], pairs: int, gap: int) -> dict:
                      "save_MBps": nbytes / t_save / 1e6, "plain_MBps": nbytes / t_plain / 1e6})
     steps_busy, steps_idle = [], []
     for i in range(pairs):
+        say(f"  async vs sync save, pair {i + 1}/{pairs}")
         st.step += 1
         order = (True, False) if i % 2 == 0 else (False, True)
         got = {}
@@ -137,6 +140,7 @@ def run(out_dir: Path, quick: bool) -> dict:
     overrides = ["parallel.strategy=torch-ddp", "train.micro_batch=4", "ckpt.keep=2", "train.steps=10000",
                  *SIZES["quick" if quick else "full"]]
     pairs, gap = (4, 10) if quick else (8, 15)
+    common.progress(f"{pairs} pairs of saves (shardlab vs a plain fsynced write) on 2 ranks, then async saves")
     with WorkerPool(2, timeout=1800) as pool:
         res = pool.run(_rank_main, str(work), overrides, pairs, gap)[0]
     shutil.rmtree(work, ignore_errors=True)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from shardlab.bench.common import fmt_figure, progress
+
 SUITES = {
     "overhead": ("shardlab.bench.overhead", "single strategy vs a plain PyTorch loop (figure overhead_ratio)"),
     "scaling": ("shardlab.bench.scaling", "strong and weak scaling over world 1, 2, 4"),
@@ -41,10 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         raise
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
+    progress(f"{args.suite}{' --quick' if args.quick else ''} -> {out}")
     doc = module.run(out, args.quick)
     print(f"{args.suite}: {len(doc.get('rows', []))} rows in {time.perf_counter() - t0:.0f}s -> {out}/REPORT.md")
     for name, value in doc.get("figures", {}).items():
-        print(f"  {name} = {value}")
+        print(f"  {name} = {fmt_figure(value)}")
     return 0
 
 

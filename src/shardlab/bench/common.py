@@ -8,6 +8,7 @@ checks that the replicas stayed identical (`ranks_consistent`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import statistics
@@ -35,6 +36,27 @@ def own_or_native_ddp() -> str:
     return "ddp" if "ddp" in REGISTRY else "torch-ddp"
 
 
+# --- progress ---------------------------------------------------------------------------------------
+
+_T0 = "SHARDLAB_BENCH_T0"  # the suite's start (epoch seconds), inherited by the ranks it spawns
+
+
+def progress(msg: str) -> None:
+    """One line on stderr while a suite runs (suites take minutes): time since the start, then what
+    happens. Ranks print too (rank 0 only, by the caller's choice); they inherit the start time."""
+    s = int(time.time() - float(os.environ.setdefault(_T0, str(time.time()))))
+    print(f"[bench {s // 60}:{s % 60:02d}] {msg}", file=sys.stderr, flush=True)
+
+
+def fmt_figure(x) -> str:
+    """A figure for people: 4 significant digits, thousands separated (results.json keeps them all)."""
+    if isinstance(x, bool) or not isinstance(x, float) or not math.isfinite(x) or x == 0:
+        return str(x)
+    digits = max(0, 3 - math.floor(math.log10(abs(x))))
+    text = f"{x:,.{digits}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 # --- running ---------------------------------------------------------------------------------------
 
 def run_jobs(jobs: list[dict], nproc: int, work: Path, timeout: float = 900) -> list[dict]:
@@ -51,11 +73,34 @@ def run_jobs(jobs: list[dict], nproc: int, work: Path, timeout: float = 900) -> 
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{free_port()}", *cmd[1:]]
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     log = work / (spec.stem + ".log")
+    progress(f"{len(jobs)} run(s) on {nproc} rank(s): {', '.join(_label(j) for j in jobs)} (log: {log})")
     with open(log, "w") as f:
-        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=timeout)
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        rc = _watch(proc, jobs, time.monotonic() + timeout)
     if rc != 0:
         raise RuntimeError(f"bench jobs failed (exit {rc}); from {log}:\n" + failure_excerpt(log.read_text()))
     return [load_run(Path(j["out"]), j.get("name", "")) for j in jobs]
+
+
+def _label(job: dict) -> str:
+    return Path(job["out"]).name
+
+
+def _watch(proc: subprocess.Popen, jobs: list[dict], deadline: float) -> int:
+    """Wait for the launch, saying when each job finishes (its summary.json appears)."""
+    done = 0
+    while True:
+        rc = proc.poll()
+        while done < len(jobs) and (Path(jobs[done]["out"]) / "summary.json").exists():
+            done += 1
+            progress(f"  run {done}/{len(jobs)} done: {_label(jobs[done - 1])}")
+        if rc is not None:
+            return rc
+        if time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise subprocess.TimeoutExpired(proc.args, 0)
+        time.sleep(0.5)
 
 
 # What a dying rank prints before torchrun's summary (which says only "Signal 6").
@@ -122,11 +167,18 @@ def md_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def load_note(load: float, cores: int) -> str:
+    """What the 1-minute load average says about the measurements (it includes the suite's own ranks)."""
+    if load > cores:
+        return (f"load average {load:.1f} on {cores} cores when the report was written: more runnable processes "
+                "than cores, so other work competed for the CPUs; widen your error bars")
+    return f"load average {load:.1f} on {cores} cores when the report was written: the CPUs were not oversubscribed"
+
+
 def machine_line() -> str:
     import torch
     return (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo over loopback, one thread per rank; "
-            f"run {time.strftime('%Y-%m-%d %H:%M')}; load average {os.getloadavg()[0]:.1f} when the report was written "
-            "(above the core count, other processes competed for the CPUs: widen your error bars).")
+            f"run {time.strftime('%Y-%m-%d %H:%M')}; {load_note(os.getloadavg()[0], os.cpu_count() or 1)}.")
 
 
 def write_report(out: Path, title: str, sections: list[str]) -> Path:

@@ -129,7 +129,9 @@ def run(out: Path, quick: bool) -> dict:
     results = {}
     with WorkerPool(2, timeout=1800) as pool:
         for dtype in ("fp32", "fp16", "bf16"):
+            common.progress(f"own ddp vs torch-ddp, {dtype} gradients: {steps} paired steps")
             results[dtype] = pool.run(_paired_fn, dtype, steps, model_kw)[0]  # rank 0's view
+        common.progress(f"tracing on vs off: {max(40, 3 * steps)} paired steps")
         traced = pool.run(tracing.paired_trace_fn, max(40, 3 * steps), model_kw)[0]  # trace_overhead, see bench/tracing.py
 
     rows, figures = [], {}

@@ -91,7 +91,7 @@ def _plot(out: Path, rows: list[dict]) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     a.plot(mbs, [r["payload_kib_per_token"] for r in rows], "o-", label="measured (bench model)")
     a.plot(mbs, [r["analytic_payload_kib_per_token"] for r in rows], "x--", label="analytic (bench model)")
-    a.plot(mbs, [r["seed000_payload_kib_per_token"] for r in rows], "s:", label="analytic (seed 000, 110M, seq 512)")
+    a.plot(mbs, [r["seed000_payload_kib_per_token"] for r in rows], "s:", label="analytic (reference ~110M GPT, seq 512)")
     a.set(xscale="log", yscale="log", xlabel="microbatch (sequences)", ylabel="KiB per token",
           title="gradient payload per token")
     a.set_xticks(mbs, [str(m) for m in mbs])
@@ -110,7 +110,7 @@ def _report(out, rows, figures, strategy, params, steps, rounds, quick) -> None:
     f = lambda x, d=2: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
     table = common.md_table(
         ["microbatch", "step time ms, median (min–max)", "tokens/s (world 2)", "efficiency", "payload KiB/token",
-         "analytic KiB/token", "seed 000 KiB/token", "comm/compute", "overlap %"],
+         "analytic KiB/token", "~110M model KiB/token", "comm/compute", "overlap %"],
         [[r["micro_batch"], common.fmt_stats(r["step_time_s"], 1e3, 1), f"{r['tokens_per_s']:,.0f}",
           f(r["efficiency"]), f(r["payload_kib_per_token"], 1), f(r["analytic_payload_kib_per_token"], 1),
           f(r["seed000_payload_kib_per_token"], 1), f(r["comm_compute_ratio"]), f(r["overlap_pct"], 1)]
@@ -124,7 +124,7 @@ def _report(out, rows, figures, strategy, params, steps, rounds, quick) -> None:
         "![microbatch](microbatch.png)",
         f"**Payload per token** = gradient bytes all-reduced per rank per step ÷ tokens per rank per step. The "
         f"analytic column is parameters × 4 B ÷ (microbatch × seq); measured and analytic agree when every gradient "
-        f"goes through one all-reduce. For seed 000's model (~110M parameters: we take "
+        f"goes through one all-reduce. For a reference ~110M-parameter GPT (we take "
         f"{SEED000['params']:,}, the count its 838.8 KiB/token figure implies) at seq 512 in fp32: "
         f"**{figures['seed000_payload_kib_mb1']} KiB/token at microbatch 1, {figures['seed000_payload_kib_mb8']} at 8**.",
         "**Efficiency** = tokens/s at world 2 ÷ (2 × tokens/s of one process at the same per-rank batch). "

@@ -87,7 +87,10 @@ def run(out: Path, quick: bool) -> dict:
     torch.set_num_threads(1)
     times = {"shardlab": [], "plain": []}
     sides = {"shardlab": lambda: shardlab_step(tr), "plain": plain.step}
+    common.progress(f"{steps} paired steps: shardlab's `single` vs a plain loop")
     for i in range(steps):
+        if i and i % 10 == 0:
+            common.progress(f"  step {i}/{steps}")
         for name in (("shardlab", "plain") if i % 2 == 0 else ("plain", "shardlab")):
             t0 = time.perf_counter()
             sides[name]()

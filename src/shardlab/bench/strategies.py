@@ -108,9 +108,13 @@ def _measure(size: dict) -> dict:
             kind = peak.kind
             del strategy, opt
             release()
+    say = common.progress if rank == 0 else (lambda msg: None)
+    say("  memory windows done; timed rounds")
     live = {label: _build(label, size["model"]) for label in labels}
     times = {label: [] for label in labels}
     for r in range(size["rounds"]):
+        if r and r % 5 == 0:
+            say(f"  round {r}/{size['rounds']}")
         x, y = batch()
         for label in labels[r % len(labels):] + labels[: r % len(labels)]:
             strategy, opt = live[label]
@@ -120,6 +124,7 @@ def _measure(size: dict) -> dict:
             times[label].append(time.perf_counter() - t0)
     # The figures' pairs, back to back (A B, then B A next round): load drift hits both alike.
     paired = {key: [] for _, _, key in PAIRS}
+    say("  paired rounds")
     for r in range(size["rounds"]):
         x, y = batch()
         for a, b, key in PAIRS:
@@ -183,6 +188,7 @@ def run(out: Path, quick: bool) -> dict:
     saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
     os.environ.update(ALLOCATOR_ENV)  # inherited by the spawned ranks: RSS follows frees
     try:
+        common.progress(f"{len(STRATEGIES)} strategies on 2 ranks: memory windows, then timed rounds")
         with WorkerPool(2, timeout=1800) as pool:
             res = pool.run(_measure, size)[0]
     finally:

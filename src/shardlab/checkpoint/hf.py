@@ -1,4 +1,5 @@
-"""Export a checkpoint's model as a Hugging Face GPT-2 (`model.safetensors` + `config.json`).
+"""Export a checkpoint's model as a Hugging Face GPT-2 (`model.safetensors` + `config.json`), with
+the byte-level tokenizer it was trained with (`tokenizer.json` + `tokenizer_config.json`).
 
 shardlab's GPT is GPT-2 with different names and separate q, k, v projections (HF fuses them into
 `c_attn`, concatenated in that order; checkpoints written before the split hold the fused `attn.qkv`
@@ -6,10 +7,15 @@ and export as they are), and one layout difference: HF GPT-2 uses `Conv1D`,
 whose weight is stored (in, out), the transpose of `nn.Linear`'s (out, in). So every linear weight
 is transposed; embeddings, LayerNorms and biases are copied. The head is tied to `wte` in both, so
 it is not stored. Works offline and without a process group: DCP reads the shards of any world size.
+
+The tokenizer is GPT-2's byte-level BPE with no merges: each UTF-8 byte is one token whose id is the
+byte's value, exactly `shardlab.data.tokenizer`. Written as plain JSON, so no tokenizer package is
+needed to export; `transformers.AutoTokenizer.from_pretrained(DIR)` loads it.
 """
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -17,6 +23,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from shardlab.checkpoint.state import STATE_FILE
+from shardlab.data.tokenizer import VOCAB_SIZE
 
 
 def load_model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
@@ -62,6 +69,36 @@ def hf_config(model: dict) -> dict:
     }
 
 
+def byte_to_unicode() -> dict[int, str]:
+    """GPT-2's map from the 256 bytes to printable characters (a BPE vocabulary is made of strings):
+    printable Latin-1 bytes stand for themselves, the others for chr(256 + n)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = [b for b in range(256) if b not in keep]
+    return {**{b: chr(b) for b in keep}, **{b: chr(256 + n) for n, b in enumerate(extra)}}
+
+
+def hf_tokenizer(max_seq_len: int) -> dict[str, dict]:
+    """`tokenizer.json` and `tokenizer_config.json`: byte-level, vocabulary 256, id = byte value."""
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    vocab = {ch: b for b, ch in byte_to_unicode().items()}
+    assert len(vocab) == VOCAB_SIZE
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+                 "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
+                 "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                           "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                           "ignore_merges": False, "vocab": vocab, "merges": []}}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_seq_len,
+              "clean_up_tokenization_spaces": False}
+    return {"tokenizer.json": tokenizer, "tokenizer_config.json": config}
+
+
+def _readable(path: Path) -> None:
+    """safetensors writes 0600; an exported model is meant to be shared: the usual mode under the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def export_hf(step_dir: Path, out_dir: Path) -> Path:
     from safetensors.torch import save_file
 
@@ -73,5 +110,8 @@ def export_hf(step_dir: Path, out_dir: Path) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    _readable(out_dir / "model.safetensors")
     (out_dir / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
+    for name, doc in hf_tokenizer(model["max_seq_len"]).items():
+        (out_dir / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return out_dir

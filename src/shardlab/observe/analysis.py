@@ -13,6 +13,7 @@ Definitions (per step and rank; the step window is the `step` span):
 """
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -143,8 +144,40 @@ def match_collectives(traces: dict[int, RankTrace]) -> list[dict]:
     return out
 
 
-def straggler(matched: list[dict], ranks: list[int], min_late_ms: float = 1.0) -> dict | None:
-    """The rank most often last, weighted by how late; `significant` when it dominates clearly."""
+def _spread(xs: list[float]) -> float:
+    """Robust standard deviation: 1.4826 x the median absolute deviation (0 with fewer than 2 values)."""
+    if len(xs) < 2:
+        return 0.0
+    mid = statistics.median(xs)
+    return 1.4826 * statistics.median(abs(x - mid) for x in xs)
+
+
+def lateness_ms(m: dict, rank: int) -> float | None:
+    """How much later `rank` launched collective `m` than the last of the other members: positive = all
+    the others were there and waited this long for it (= `late_by_ms` when it was last), negative = it
+    was not last. None when the rank is not in the collective's group."""
+    w = m["wait_ms"]
+    if rank not in w or len(w) < 2:
+        return None
+    return min(v for r, v in w.items() if r != rank) - w[rank]
+
+
+# A rank is named the straggler only when it is late consistently (last at >= LAST_SHARE of the
+# collectives), by more than K standard errors of its per-step lateness (not chance, given the run's
+# own step-to-step spread), and by more than STEP_FRACTION of a step (it matters): a healthy run on a
+# shared machine always has some rank last by a millisecond or two.
+LAST_SHARE, K, STEP_FRACTION, MIN_LATE_MS = 0.6, 3.0, 0.05, 1.0
+
+
+def straggler(matched: list[dict], ranks: list[int], step_s: dict[int, float] | None = None) -> dict | None:
+    """The rank with the most total lateness, and whether that is a straggler or the run's noise.
+
+    Per step, the candidate's lateness is the median over that step's collectives (`lateness_ms`);
+    across steps we take the median (`median_late_by_ms`), its robust spread (`late_spread_ms`) and the
+    standard error of that median (`late_stderr_ms` = 1.2533 x spread / sqrt(steps)). `step_s` (seconds
+    per step, mean over ranks) gives the step it is compared with. `significant` needs all of: last at
+    >= 60% of the collectives; lateness >= 1 ms, >= 3 standard errors, and >= 5% of the median step.
+    Otherwise `reason` says which test it failed."""
     if not matched:
         return None
     late = {r: 0.0 for r in ranks}
@@ -153,13 +186,38 @@ def straggler(matched: list[dict], ranks: list[int], min_late_ms: float = 1.0) -
         late[m["last_rank"]] += m["late_by_ms"]
         last_count[m["last_rank"]] += 1
     rank = max(ranks, key=lambda r: late[r])
-    mine = [m["late_by_ms"] for m in matched if m["last_rank"] == rank]
     share = last_count[rank] / len(matched)
-    median_late = statistics.median(mine) if mine else 0.0
+    by_step: dict[int, list[float]] = {}
+    for m in matched:
+        x = lateness_ms(m, rank)
+        if x is not None:
+            by_step.setdefault(m["step"], []).append(x)
+    per_step = [statistics.median(xs) for _, xs in sorted(by_step.items())]
+    median_late = statistics.median(per_step) if per_step else 0.0
+    times = [t for s, t in sorted((step_s or {}).items()) if s in by_step] or list((step_s or {}).values())
+    step_ms = 1e3 * statistics.median(times) if times else None
+    # The noise is the spread of this rank's own lateness, not of the step time: machine load slows
+    # every rank alike (a wide step-time spread) without making one of them consistently late.
+    spread_ms = _spread(per_step)
+    stderr_ms = 1.2533 * spread_ms / math.sqrt(len(per_step)) if per_step else 0.0
+    if share < LAST_SHARE:
+        reason = f"last at only {share:.0%} of the collectives: the arrival order varies"
+    elif median_late < MIN_LATE_MS:
+        reason = f"late by {median_late:.2f} ms (median), under {MIN_LATE_MS:g} ms"
+    elif median_late < K * stderr_ms:
+        reason = (f"late by {median_late:.1f} ms (median) ± {stderr_ms:.1f} ms (standard error over "
+                  f"{len(per_step)} steps, step-to-step spread {spread_ms:.1f} ms): not distinguishable from chance")
+    elif step_ms is not None and median_late < STEP_FRACTION * step_ms:
+        reason = (f"late by {median_late:.1f} ms (median), {median_late / step_ms:.1%} of the "
+                  f"{step_ms:.0f} ms step (under {STEP_FRACTION:.0%})")
+    else:
+        reason = None
     waits = {r: sum(m["wait_ms"].get(r, 0.0) for m in matched) for r in ranks}
     transfers = {r: sum(m["transfer_ms"].get(r) or 0.0 for m in matched) for r in ranks}
     return {"rank": rank, "last_share": share, "median_late_by_ms": median_late,
-            "total_late_by_ms": late[rank], "significant": share >= 0.6 and median_late >= min_late_ms,
+            "late_spread_ms": spread_ms, "late_stderr_ms": stderr_ms, "step_ms": step_ms,
+            "late_pct_of_step": None if not step_ms else 100.0 * median_late / step_ms,
+            "total_late_by_ms": late[rank], "significant": reason is None, "reason": reason,
             "wait_ms_by_rank": waits, "transfer_ms_by_rank": transfers, "collectives": len(matched)}
 
 
@@ -189,11 +247,12 @@ def summarize_traces(traces: dict[int, RankTrace]) -> dict:
         return _median(vals)
 
     matched = [m for m in match_collectives(traces) if m["step"] not in skip]
+    step_s = {s: statistics.fmean(r["step_s"] for r in kept if r["step"] == s) for s in steps}
     return {"overlap_pct": step_mean("overlap_pct"), "exposed_comm_s": step_mean("exposed_comm_s"),
             "comm_s": step_mean("comm_s"), "compute_s": step_mean("compute_s"), "step_s": step_mean("step_s"),
             "trace_steps": len(steps), "warmup_steps_excluded": len(skip),
             "skew_ms_median": _median([m["skew_ms"] for m in matched]),
-            "straggler": straggler(matched, sorted(traces))}
+            "straggler": straggler(matched, sorted(traces), step_s)}
 
 
 def summarize(run_dir: str | Path) -> dict:

@@ -1,8 +1,9 @@
 """Slow-rank injection (`debug.slow_rank=R debug.slow_ms=M`): a straggler on purpose.
 
 Rank R sleeps M ms at the start of every step, before its forward pass, so it reaches each
-gradient collective late; `shardlab trace RUN` must then name rank R as the straggler and show the
-other ranks' time inside the collectives as waiting, not transfer (seed 000 Q18).
+gradient collective late; with M a sizeable part of the step (5% or more), `shardlab trace RUN` must
+then name rank R as the straggler and show the other ranks' time inside the collectives as waiting,
+not transfer.
 """
 from __future__ import annotations
 

@@ -18,11 +18,7 @@ class MetricsLog:
         if not enabled:
             return
         self.file = open(run_dir / "metrics.jsonl", "a", buffering=1)
-        try:  # optional: TensorBoard scalars when the package is there
-            from torch.utils.tensorboard import SummaryWriter
-            self.tb = SummaryWriter(str(run_dir / "tb"))
-        except Exception:  # noqa: BLE001 - tensorboard missing or broken: the jsonl is the record
-            self.tb = None
+        self.tb = _tensorboard(run_dir / "tb")
 
     def log(self, row: dict, start_step: int = 0) -> None:
         if not self.enabled:
@@ -48,6 +44,25 @@ class MetricsLog:
             self.file.close()
             if self.tb is not None:
                 self.tb.close()
+
+
+_TB_SAID = False  # the missing-package line, once per process (a bench runs many jobs in one)
+
+
+def _tensorboard(log_dir: Path):
+    """A SummaryWriter when the optional `tensorboard` package is installed (`pip install
+    'shardlab[tensorboard]'`), else None after saying so once; metrics.jsonl is the record either way."""
+    global _TB_SAID
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+        return SummaryWriter(str(log_dir))
+    except Exception as e:  # noqa: BLE001 - missing or broken: training goes on without it
+        if not _TB_SAID:
+            _TB_SAID = True
+            why = "is not installed" if isinstance(e, ImportError) else f"failed ({type(e).__name__}: {e})"
+            print(f"[metrics] TensorBoard scalars off: the tensorboard package {why}; metrics.jsonl has every "
+                  "figure (pip install 'shardlab[tensorboard]' for tb/)", file=sys.stderr, flush=True)
+        return None
 
 
 def _hms(seconds: float) -> str:
