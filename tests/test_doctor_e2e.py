@@ -6,7 +6,8 @@ import time
 from shardlab.testing import run_cli
 
 BASE = ["--nproc", "2", "model.preset=tiny", "model.n_layer=3", "train.seq_len=32", "train.micro_batch=4",
-        "train.eval_every=0", "train.log_every=5", "train.warmup_steps=2", "parallel.strategy=ddp"]
+        "train.eval_every=0", "train.log_every=5", "train.warmup_steps=2", "parallel.strategy=ddp",
+        "ckpt.final=false"]
 
 
 def train(out, *overrides, timeout=120):

@@ -48,7 +48,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a rank failure; "
                                                                  "a restarted job resumes from the latest checkpoint")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
-    p.add_argument("--help-keys", action="store_true", help="list every config key with its default")
+    p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -59,10 +59,7 @@ def cmd_train(argv: list[str]) -> int:
 
     args = train_parser().parse_intermixed_args(argv)
     if args.help_keys:
-        defaults = config_mod.to_dict(config_mod.Config())
-        for key in config_mod.all_keys():
-            section, name = key.split(".", 1)
-            print(f"{key} = {defaults[section][name]!r}")
+        print(config_mod.help_keys())
         return 0
     try:
         cfg = config_mod.load(args.config, args.overrides)
