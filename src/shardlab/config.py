@@ -280,9 +280,10 @@ def set_key(cfg: Config, key: str, value: Any) -> None:
     setattr(sub, attr, _coerce(value, getattr(sub, attr), key))
 
 
-def load(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
-    """Build a Config from an optional TOML file and `key=value` overrides (overrides win)."""
-    cfg = Config()
+def load(path: str | Path | None = None, overrides: list[str] = (), base: Config | None = None) -> Config:
+    """Build a Config from `base` (default: the defaults), an optional TOML file and `key=value` overrides
+    (overrides win)."""
+    cfg = base if base is not None else Config()
     if path is not None:
         p = Path(path)
         if not p.is_file():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm
+from shardlab import comm, failure
 from shardlab.config import Config
 from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
@@ -223,11 +223,15 @@ def main(cfg: Config, run_dir: Path) -> dict:
         return summary
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
+        failure.record(run_dir, trainer.rank, kind, e, trainer.doctor)
         if trainer.is_main or isinstance(e, CollectiveMismatchError):
             print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+        raise SystemExit(failure.CODES[kind]) from None
     except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        if not isinstance(e, (SystemExit, KeyboardInterrupt)):
+            failure.record(run_dir, trainer.rank, "crash", e)
         raise
     finally:
         comm.shutdown(clean)
