@@ -12,7 +12,7 @@ from shardlab.checkpoint import manifest as mf
 
 BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
         "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2",
-        "ckpt.keep=10"]
+        "ckpt.keep=10", "ckpt.final=false"]
 
 
 class _Stop(Exception):

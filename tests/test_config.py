@@ -64,3 +64,31 @@ def test_cli_exit_code_in_a_real_process(tmp_path):
     assert res.returncode == 2
     assert "did you mean parallel.bucket_mb" in res.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_every_key_has_a_description_and_allowed_values(capsys):
+    """--help-keys: each key's default, allowed values and one line; the descriptions live in config.py
+    (KEY_HELP), so a key added without one fails here."""
+    keys = config.all_keys()
+    assert sorted(config.KEY_HELP) == sorted(keys)
+    assert all(text.strip() and allowed.strip() for text, allowed in config.KEY_HELP.values())
+    assert cli.cmd_train(["--help-keys"]) == 0
+    out = capsys.readouterr().out
+    for key in keys:
+        assert f"{key} = " in out and config.KEY_HELP[key][0] in out
+    assert "0 means \"derive it\"" in out and "STEP:RANK:MODULE" in out and "R@STEP" in out
+
+
+def test_listed_choices_are_the_validated_ones():
+    """For keys with a fixed set of values, the help lists exactly what validation accepts."""
+    import re
+    for key, (_, allowed) in config.KEY_HELP.items():
+        options = [o.strip() for o in allowed.split("|")]
+        section, name = key.split(".")
+        default = getattr(getattr(config.Config(), section), config._field_name(name))
+        if not isinstance(default, str) or not all(re.fullmatch(r"[a-z0-9-]+", o) for o in options):
+            continue  # free-form (paths, numbers, formats)
+        cfg = config.load(None, [f"{key}=not-a-choice"])
+        with pytest.raises(ConfigError, match="must be one of") as e:
+            config.validate(cfg, 2)
+        assert str(e.value).endswith(", ".join(options)), key

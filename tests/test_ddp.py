@@ -289,7 +289,7 @@ def _trainer_fn(tmp, strategy):
 
     overrides = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
                  "train.steps=4", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0",
-                 f"parallel.strategy={strategy}"]  # 2 ranks x 2 sequences x 2 microbatches (no_sync)
+                 f"parallel.strategy={strategy}", "ckpt.final=false"]  # 2 ranks x 2 sequences x 2 microbatches (no_sync)
     cfg = config.load(None, overrides)
     config.validate(cfg, comm.world_size())
     (tmp / strategy).mkdir(parents=True, exist_ok=True)

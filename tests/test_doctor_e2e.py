@@ -6,7 +6,14 @@ import time
 from shardlab.testing import run_cli
 
 BASE = ["--nproc", "2", "model.preset=tiny", "model.n_layer=3", "train.seq_len=32", "train.micro_batch=4",
-        "train.eval_every=0", "train.log_every=5", "train.warmup_steps=2", "parallel.strategy=ddp"]
+        "train.eval_every=0", "train.log_every=5", "train.warmup_steps=2", "parallel.strategy=ddp",
+        "ckpt.final=false"]
+
+
+def _strict_rows(run):
+    def reject(name):
+        raise ValueError(f"metrics.jsonl holds {name}: not JSON")
+    return [json.loads(line, parse_constant=reject) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
 
 def train(out, *overrides, timeout=120):
@@ -15,8 +22,16 @@ def train(out, *overrides, timeout=120):
 
 def test_injected_nan_stops_with_step_rank_module(tmp_path):
     r = train(tmp_path, "train.steps=10", "debug.inject_nan=7:1:blocks.2.mlp", "doctor.hang_timeout_s=20")
-    assert r.returncode != 0
+    assert r.returncode == 4  # anomaly (shardlab.failure.CODES)
     assert "ANOMALY at step 7: non-finite loss on rank 1" in r.stderr and "module blocks.2.mlp" in r.stderr
+    # the last lines are shardlab's verdict naming the culprit rank; torchrun's report is in launcher.log
+    last = r.stderr.strip().splitlines()[-4:]
+    assert last[0].startswith("shardlab: FAILED (anomaly, rank 1 at step 7)") and "blocks.2.mlp" in last[0]
+    assert last[1] == f"shardlab: report: {tmp_path}/anomalies/step_7.json; replay: shardlab doctor replay {tmp_path} --step 7"
+    assert last[2] == f"shardlab: launcher messages (torchrun): {tmp_path}/launcher.log"
+    assert last[3] == "shardlab: exit code 4 (anomaly)"
+    noise = (tmp_path / "launcher.log").read_text()
+    assert "ChildFailedError" in noise and "Root Cause" in noise and "Root Cause" not in r.stderr
     report = json.loads((tmp_path / "anomalies" / "step_7.json").read_text())
     assert report["step"] == 7 and report["ranks"] == [1]
     assert report["per_rank"]["1"]["localisation"]["module"] == "blocks.2.mlp"
@@ -31,6 +46,12 @@ def test_skip_and_uneven_join_finish_with_consistent_replicas(tmp_path):
     assert summary["ranks_consistent"] is True and summary["anomalies"] == 1 and summary["steps"] == 10
     report = json.loads((tmp_path / "anomalies" / "step_7.json").read_text())
     assert report["ranks"] == [0] and report["per_rank"]["0"]["localisation"]["module"] == "blocks.1.attn"
+    # the skipped step is an event record (strict JSON: the NaN loss is null and flagged), not a loss line
+    rows = _strict_rows(tmp_path)
+    skip = [row for row in rows if row.get("event")]
+    assert [row["step"] for row in skip] == [8] and skip[0]["event"] == "skip" and skip[0]["skipped"] is True
+    assert skip[0]["loss"] is None and "loss" in skip[0]["nonfinite"] and "tokens_per_s" not in skip[0]
+    assert summary["skipped_steps"] == 1 and summary["events"] == {"skip": 1, "rollback": 0}
 
 
 def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path):
@@ -45,6 +66,21 @@ def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path
     assert "rolled back to step_000002" in r.stdout and "rolled back to step_000006" in r.stdout
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["ranks_consistent"] is True and summary["anomalies"] == 1
+    # metrics: one record per step however often it was replayed; each rollback is an event at the step it
+    # happened; step 8's batch (index 7) was skipped on the replay; the summary counts match the records
+    rows = _strict_rows(tmp_path)
+    steps = [row["step"] for row in rows]
+    assert len(steps) == len(set(steps)) and steps == sorted(steps)
+    events = {row["step"]: row for row in rows if row.get("event")}
+    assert sorted(events) == [4, 8] and all(e["event"] == "rollback" for e in events.values())
+    assert events[4]["rolled_back_to"] == 2 and events[4]["skipped"] is False and events[4]["loss"] > 0
+    assert events[8]["rolled_back_to"] == 6 and events[8]["skipped"] is True and "loss" not in events[8]
+    assert summary["skipped_steps"] == 1 and summary["events"] == {"skip": 0, "rollback": 2}
+    # the notebook API reads the same run
+    import shardlab.run
+    run = shardlab.run.load(tmp_path)
+    assert run.config.doctor.on_anomaly == "rollback" and run.metrics == rows and run.summary == summary
+    assert run.events == [events[4], events[8]] and run.series("loss")[0] == [row["step"] for row in rows if "loss" in row]
     rep = run_cli(["doctor", "replay", str(tmp_path), "--step", "7"], timeout=90)
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert "does NOT reproduce" in rep.stdout and "DISTRIBUTED or TRANSIENT" in rep.stdout
@@ -54,8 +90,11 @@ def test_injected_hang_exits_and_is_named(tmp_path):
     t0 = time.monotonic()
     r = train(tmp_path, "train.steps=10", "debug.hang_rank=1@2", "doctor.hang_timeout_s=3", timeout=90)
     elapsed = time.monotonic() - t0
-    assert r.returncode != 0 and elapsed < 3 + 30 + 20  # timeout + 30 s, plus the job's start-up
+    assert r.returncode == 3 and elapsed < 3 + 30 + 20  # hang; timeout + 30 s, plus the job's start-up
     assert "no progress for" in r.stderr
+    last = r.stderr.strip().splitlines()[-4:]
+    assert last[0].startswith("shardlab: FAILED: hang") and "rank 1 never joined all_reduce #" in last[0]
+    assert last[-1] == "shardlab: exit code 3 (hang)"
     h = run_cli(["doctor", "hang", str(tmp_path)], timeout=60)
     assert h.returncode == 0, h.stderr
     first = h.stdout.splitlines()[0]

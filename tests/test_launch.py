@@ -10,7 +10,7 @@ import time
 from shardlab.testing import free_port, run_cli
 
 TINY = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.steps=6", "train.log_every=2",
-        "train.eval_every=3", "train.eval_seqs=8", "train.warmup_steps=1"]
+        "train.eval_every=3", "train.eval_seqs=8", "train.warmup_steps=1", "ckpt.final=false"]
 
 
 def test_nproc2_writes_run_directory(tmp_path):

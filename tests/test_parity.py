@@ -12,7 +12,7 @@ from shardlab.testing.compare import lr_sum
 from shardlab.train.trainer import Trainer
 
 BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
-        "train.steps=5", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2"]
+        "train.steps=5", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2", "ckpt.final=false"]
 
 
 def train_run(run_dir, overrides, world):

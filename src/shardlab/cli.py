@@ -19,9 +19,10 @@ SUBCOMMANDS = {
     "plan": "shardlab.plan.cli",
 }
 
-USAGE = """usage: shardlab {train,bench,trace,ckpt,doctor,plan} ...
+USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
+  resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
   bench    run a benchmark suite and write a report           (shardlab bench --help)
   trace    analyse a traced run: overlap, exposed comm, skew  (shardlab trace RUN)
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)
@@ -61,7 +62,7 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a rank failure; "
                                                                  "a restarted job resumes from the latest checkpoint")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
-    p.add_argument("--help-keys", action="store_true", help="list every config key with its default")
+    p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -75,13 +76,14 @@ def cmd_train(argv: list[str]) -> int:
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
         return e.code if isinstance(e.code, int) else 2
     if args.help_keys:
-        defaults = config_mod.to_dict(config_mod.Config())
-        for key in config_mod.all_keys():
-            section, name = key.split(".", 1)
-            print(f"{key} = {defaults[section][name]!r}")
+        print(config_mod.help_keys())
         return 0
+    resumed = None
     try:
         cfg = config_mod.load(args.config, args.overrides)
+        resumed = _resume_base(cfg, args)  # resuming a run: its config.toml is the base, overrides on top
+        if resumed is not None:
+            cfg = resumed["cfg"]
         if launch.under_torchrun():
             world = int(os.environ["WORLD_SIZE"])
         else:
@@ -101,6 +103,8 @@ def cmd_train(argv: list[str]) -> int:
 
     if launch.under_torchrun():
         run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
+        if resumed is not None:
+            _announce(resumed, cfg, int(os.environ["WORLD_SIZE"]), run_dir)
         if int(os.environ.get("RANK", 0)) == 0:
             launch.write_config(run_dir, cfg)
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -113,7 +117,60 @@ def cmd_train(argv: list[str]) -> int:
         run_dir = Path("runs") / f"multinode-{args.master_port}-{cfg.parallel.strategy}"
     else:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
+    if resumed is not None:
+        _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
     return launch.launch(args, cfg, run_dir)
+
+
+def _resume_base(cfg, args) -> dict | None:
+    """When ckpt.resume points at a run (or --out RUN with ckpt.resume=latest): rebuild the config on
+    that run's config.toml and default the world size to the checkpoint's (see shardlab.resume)."""
+    from shardlab import config as config_mod
+    from shardlab import launch, resume
+
+    run = resume.source_run(cfg.ckpt.resume, args.out)
+    if run is None:
+        return None
+    stored = resume.stored_config(run)
+    new = config_mod.load(args.config, args.overrides, base=resume.base_config(stored))
+    checkpoint = resume.checkpoint_of(new.ckpt.resume, run)
+    world = resume.saved_world(checkpoint)
+    if args.nproc is None and world and not launch.under_torchrun() and world % args.nnodes == 0:
+        args.nproc = world // args.nnodes
+    return {"run": run, "stored": stored, "cfg": new, "world": world, "checkpoint": checkpoint}
+
+
+def _announce(resumed: dict, cfg, world: int, run_dir: Path) -> None:
+    from shardlab import resume
+
+    resume.announce(resumed["run"], resumed["stored"], cfg, resumed["world"], world, resumed["checkpoint"], run_dir)
+
+
+def cmd_resume(argv: list[str]) -> int:
+    """`shardlab resume RUN [train options] [key=value ...]` = `shardlab train --out RUN ckpt.resume=latest ...`"""
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: shardlab resume RUN [--nproc N] [--max-restarts K] [key=value ...]\n\n"
+              "Continue RUN from its latest checkpoint with RUN's own config (config.toml) and the world size it\n"
+              "was saved at; key=value overrides go on top, and every difference is printed first (those that\n"
+              "change the trajectory are named). The replaced config.toml is kept in RUN/config_history/.")
+        return 0 if argv else 2
+    run, rest = Path(argv[0]), argv[1:]
+    if run.name.startswith("-"):
+        return fail(f"shardlab resume: the first argument must be the run directory, got {argv[0]!r}")
+    if "--out" in rest or any(a.startswith("--out=") for a in rest):
+        return fail("shardlab resume writes into RUN itself; to continue elsewhere use "
+                    "`shardlab train --out NEW ckpt.resume=RUN`")
+    if not (run / "config.toml").is_file():
+        return fail(f"{run} is not a run directory (no config.toml); `shardlab resume` takes the directory a "
+                    "`shardlab train` run wrote")
+    from shardlab.checkpoint import manifest as mf
+    try:
+        mf.resolve(run)
+    except FileNotFoundError as e:
+        return fail(f"nothing to resume: {e}")
+    if not mf.resume_candidates(run / "checkpoints"):
+        return fail(f"nothing to resume: {run}/checkpoints has no committed checkpoint")
+    return cmd_train(["--out", str(run), "ckpt.resume=latest", *rest])
 
 
 def _check_data(cfg) -> int:
@@ -145,6 +202,8 @@ def main(argv: list[str] | None = None) -> None:
     command, rest = argv[0], argv[1:]
     if command == "train":
         sys.exit(cmd_train(rest))
+    if command == "resume":
+        sys.exit(cmd_resume(rest))
     if command in SUBCOMMANDS:
         try:
             module = importlib.import_module(SUBCOMMANDS[command])
@@ -153,4 +212,4 @@ def main(argv: list[str] | None = None) -> None:
                 sys.exit(fail(f"'shardlab {command}' is not available in this build"))
             raise
         sys.exit(module.main(rest))
-    sys.exit(fail(f"unknown command {command!r}; expected one of train, {', '.join(SUBCOMMANDS)}"))
+    sys.exit(fail(f"unknown command {command!r}; expected one of train, resume, {', '.join(SUBCOMMANDS)}"))

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from shardlab import config as config_mod
+from shardlab import failure
 
 
 def free_port() -> int:
@@ -75,9 +76,22 @@ def launch(args, cfg, run_dir: Path) -> int:
         train_main(cfg, run_dir)
         return 0
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(cfg.train.threads)),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", SHARDLAB_RESUME_ANNOUNCED="1")  # the ranks need not say it again
     if args.max_restarts > 0:
         # A restarted worker group must not share the agent's rendezvous store: its keys from the failed
         # attempt make the new ranks connect to dead peers (pytorch/pytorch#135712).
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    return subprocess.call(torchrun_command(args, run_dir, config_path), env=env)
+    # torchrun's agent runs with its own messages in RUN/launcher.log (see launch_agent); the ranks' output
+    # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (failure.py).
+    log, failures = run_dir / "launcher.log", run_dir / "failures" / "launcher.json"
+    failure.clear(run_dir)
+    failures.parent.mkdir(parents=True, exist_ok=True)
+    cmd = torchrun_command(args, run_dir, config_path)
+    assert cmd[1:3] == ["-m", "torch.distributed.run"]
+    cmd[1:3] = ["-m", "shardlab.launch_agent", str(log), str(failures), "torch.distributed.run"]
+    code = subprocess.call(cmd, env=env)
+    if code == 0:
+        return 0
+    lines, code = failure.verdict(run_dir, code, log)
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    return code

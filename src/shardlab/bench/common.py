@@ -21,7 +21,8 @@ from shardlab.launch import free_port
 
 # The model and data every suite trains unless it says otherwise.
 BASE = ["data.source=stdlib", "train.seq_len=128", "train.seed=1337", "train.eval_every=0",
-        "train.log_every=1", "train.warmup_steps=2", "train.threads=1"]
+        "train.log_every=1", "train.warmup_steps=2", "train.threads=1",
+        "ckpt.final=false"]  # a bench measures training, not a final save
 MODEL = {"full": ["model.preset=small"],  # 3.2M parameters
          "quick": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=128"]}
 

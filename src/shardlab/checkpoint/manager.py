@@ -59,6 +59,10 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
 
 
+def _human(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
 def resolve_resume_path(target: str) -> Path | str:
     """`ckpt.resume=PATH` (a run, its checkpoints/ or one checkpoint) -> the checkpoint, or an error line."""
     try:
@@ -265,6 +269,8 @@ class CheckpointManager:
             self.failed.append(outcome)
             if self.rank == 0:
                 self._note(outcome)
+        elif self.rank == 0:  # one line per checkpoint: what a user looks for when a run ends or dies
+            log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
@@ -278,8 +284,9 @@ class CheckpointManager:
                 for p in tmp.iterdir():  # DCP's .metadata, train_state.json, anything no rank claimed
                     if p.is_file() and p.name not in files and p.name != mf.MANIFEST:
                         files[p.name] = mf.file_entry(p)
-                mf.write_manifest(tmp, files, step=step, world_size=self.world,
-                                  strategy=self.cfg.parallel.strategy, created=time.time())
+                manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world,
+                                             strategy=self.cfg.parallel.strategy, created=time.time())
+                self.saved_bytes = manifest["total_bytes"]
                 if final.exists():  # a re-save of this step (after resuming from an older checkpoint)
                     shutil.rmtree(final)
                 os.replace(tmp, final)

@@ -197,4 +197,17 @@ def resolve(path: str | Path) -> tuple[Path, str]:
         return p, "ckpts"
     if not p.exists():
         raise FileNotFoundError(f"{p} does not exist")
+    if (p / "config.toml").is_file():  # a run directory that never saved
+        raise FileNotFoundError(f"{p}: this run saved no checkpoint ({_ckpt_settings(p / 'config.toml')}); "
+                                "set ckpt.every=N or ckpt.final=true to keep one")
     raise FileNotFoundError(f"{p} is neither a run directory, a checkpoints/ directory nor a checkpoint")
+
+
+def _ckpt_settings(config_toml: Path) -> str:
+    import tomllib
+    try:
+        ckpt = tomllib.loads(config_toml.read_text()).get("ckpt", {})
+    except (OSError, ValueError):
+        ckpt = {}
+    final = ckpt.get("final", "?")
+    return f"ckpt.every={ckpt.get('every', '?')}, ckpt.final={str(final).lower()}"

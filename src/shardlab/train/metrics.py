@@ -1,11 +1,63 @@
 """Metrics: `metrics.jsonl` (one JSON object per logged step), TensorBoard scalars when installed,
-a progress line on rank 0, and the loss plot at the end."""
+a progress line on rank 0, and the loss plot at the end.
+
+`metrics.jsonl` is strict JSON (RFC 8259 has no NaN/Infinity): a non-finite value is written as `null` and
+its key listed in the record's `nonfinite`. Each step number appears at most once: a step whose update did
+not happen has an `event` record, always written whatever `train.log_every` says:
+
+    {"step": 8, "event": "skip", "skipped": true, "reason": "...", "loss": null, "nonfinite": ["loss"], ...}
+    {"step": 8, "event": "rollback", "skipped": true, "rolled_back_to": 6, "reason": "..."}
+
+and a rollback or a resume drops the records after the step it continues from (the replay writes them
+again). `summary.json`'s `skipped_steps` and `events` are counted from this file, so they match it.
+"""
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 import time
 from pathlib import Path
+
+
+def strict(row: dict) -> dict:
+    """Non-finite floats -> None, their keys listed under `nonfinite` (so the record is valid JSON)."""
+    out, bad = {}, []
+    for k, v in row.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            out[k] = None
+            bad.append(k)
+        else:
+            out[k] = v
+    if bad:
+        out["nonfinite"] = bad
+    return out
+
+
+def strict_json(obj):
+    """The same for a nested object (summary.json): non-finite floats become None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    return obj
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The records of a metrics.jsonl (older files with bare NaN parse too)."""
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def counts(rows: list[dict]) -> dict:
+    """summary.json's counts, from the records themselves."""
+    events = [r for r in rows if r.get("event")]
+    return {"skipped_steps": sum(1 for r in events if r.get("skipped")),
+            "events": {kind: sum(1 for r in events if r["event"] == kind) for kind in ("skip", "rollback")}}
 
 
 class MetricsLog:
@@ -23,21 +75,46 @@ class MetricsLog:
     def log(self, row: dict, start_step: int = 0) -> None:
         if not self.enabled:
             return
+        row = strict(row)
         self.rows.append(row)
-        self.file.write(json.dumps(row) + "\n")
+        self.file.write(json.dumps(row, allow_nan=False) + "\n")
         if self.tb is not None:
             for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)) and v is not None:
+                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self.tb.add_scalar(k, v, row["step"])
-        if "loss" in row:
+        if row.get("event"):
+            extra = f" (rolled back to step {row['rolled_back_to']})" if "rolled_back_to" in row else ""
+            print(f"step {row['step']:>6}/{self.total} | {row['event']}{extra}: {row.get('reason', '')}", flush=True)
+        elif row.get("tokens_per_s") is not None:
             done = row["step"] - start_step
             elapsed = time.perf_counter() - self.t0
             eta = elapsed / max(done, 1) * (self.total - row["step"])
             val = f" | val {row['val_loss']:.3f}" if row.get("val_loss") is not None else ""
-            print(f"step {row['step']:>6}/{self.total} | loss {row['loss']:.4f}{val} | lr {row['lr']:.2e} | "
+            loss = f"{row['loss']:.4f}" if row.get("loss") is not None else "n/a"
+            print(f"step {row['step']:>6}/{self.total} | loss {loss}{val} | lr {row['lr']:.2e} | "
                   f"{row['tokens_per_s']:>9,.0f} tok/s | ETA {_hms(eta)}", flush=True)
-        elif "val_loss" in row:
+        elif row.get("val_loss") is not None:
             print(f"step {row['step']:>6}/{self.total} | val {row['val_loss']:.4f}", flush=True)
+
+    def truncate(self, step: int) -> None:
+        """Drop the records after `step` (completed steps): a resume or rollback continues from there and
+        writes them again, so no step is logged twice."""
+        if not self.enabled:
+            return
+        self.file.close()
+        path = self.file.name
+        rows = read_rows(Path(path))
+        kept = [r for r in rows if r.get("step", 0) <= step]
+        if len(kept) != len(rows):
+            tmp = f"{path}.tmp"
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(strict(r), allow_nan=False) + "\n" for r in kept)
+            os.replace(tmp, path)
+        self.rows = [r for r in self.rows if r.get("step", 0) <= step]
+        self.file = open(path, "a", buffering=1)
+
+    def counts(self) -> dict:
+        return counts(read_rows(Path(self.file.name))) if self.enabled else {}
 
     def close(self) -> None:
         if self.enabled:
@@ -72,7 +149,7 @@ def _hms(seconds: float) -> str:
 
 def plot_losses(run_dir: Path) -> Path | None:
     """loss.png from metrics.jsonl: training loss per logged step and validation loss."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
+    rows = read_rows(run_dir / "metrics.jsonl")
     train = [(r["step"], r["loss"]) for r in rows if r.get("loss") is not None]
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
     if not train and not val:
@@ -110,3 +187,68 @@ def print_summary(summary: dict, file=None) -> None:
         elif isinstance(v, int) and not isinstance(v, bool):
             v = f"{v:,}"
         print(f"  {k:<18} {v}", file=file)
+
+
+class StepLog:
+    """Turns each finished step into its metrics record: a regular line every `train.log_every` steps,
+    an `event` record for every step whose update was skipped or that a rollback returned to.
+    The trainer calls `rolled_back` when it reloads a checkpoint and `finished` after every step."""
+
+    def __init__(self, trainer):
+        self.tr = trainer
+        self.pending: dict[int, dict] = {}  # step index -> the rollback that happened there
+        self.last_train_loss: float | None = None
+        self.last_val: float | None = None
+        self.window_t0, self.window_steps = time.perf_counter(), 0
+
+    def rolled_back(self, at_index: int, to_step: int, reason: str) -> None:
+        """A rollback at step index `at_index` to the checkpoint of `to_step` completed steps."""
+        self.pending[at_index] = {"event": "rollback", "rolled_back_to": to_step, "reason": reason}
+        self.tr.metrics.truncate(to_step)
+
+    def event(self, index: int, verdict: str, skipped: bool) -> dict | None:
+        """The event of step `index` (0-based), identical on every rank (verdicts are agreed)."""
+        if index in self.pending:
+            ev = self.pending.pop(index)
+        elif verdict == "skip":
+            report = self.tr.doctor.last_report or {}
+            ev = {"event": "skip", "reason": f"anomaly: {report.get('reason', 'doctor.on_anomaly=skip')}"}
+        elif skipped:
+            scaler = self.tr.state.scaler
+            ev = {"event": "skip", "reason": "fp16 overflow: the loss scale was halved"
+                                             + (f" to {scaler.scale:g}" if scaler is not None else "")}
+        else:
+            return None
+        return {**ev, "skipped": bool(skipped)}
+
+    def finished(self, step: int, verdict: str, skipped: bool, loss_sum, grad_norm: float, dt: float,
+                 evaluate_fn) -> None:
+        """After step `step` (completed steps, 1-based) on every rank: log what is due."""
+        from shardlab import comm
+        from shardlab.train.optim import lr_at
+
+        tr, t = self.tr, self.tr.cfg.train
+        self.window_steps += 1
+        ev = self.event(step - 1, verdict, skipped)
+        log_now = step % t.log_every == 0 or step == t.steps
+        eval_now = t.eval_every and (step % t.eval_every == 0 or step == t.steps)
+        if not (log_now or eval_now or ev):
+            return
+        row = {"step": step, **(ev or {})}
+        ran = not (ev and ev["event"] == "rollback" and ev["skipped"])  # a skipped bad batch never ran
+        if (log_now or ev) and ran:
+            comm.all_reduce(loss_sum, group=None, tag="metrics")
+            loss = loss_sum.item() / tr.tokens_per_step
+            row.update(loss=loss, grad_norm=grad_norm, lr=lr_at(step - 1, tr.cfg))
+            if tr.state.scaler is not None:
+                row["loss_scale"] = tr.state.scaler.scale
+            if not ev:  # a throughput only for steps that updated the model
+                self.last_train_loss = loss
+                elapsed = time.perf_counter() - self.window_t0
+                row.update(tokens_per_s=self.window_steps * tr.tokens_per_step / elapsed, step_time_s=dt)
+        if eval_now:
+            self.last_val = evaluate_fn(tr)
+            row["val_loss"] = self.last_val
+        tr.metrics.log(row, tr.start_step)
+        if not ev:
+            self.window_t0, self.window_steps = time.perf_counter(), 0

@@ -40,12 +40,14 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
         "ranks_consistent": doctor["ranks_consistent"] if trainer.world > 1 else None,
         "ckpt_failed_saves": list(trainer.ckpt.failed),  # non-empty: the run exits non-zero
         "anomalies": doctor["anomalies"],
-        "skipped_steps": st.scaler.skipped if st.scaler is not None else 0,
+        # counted from metrics.jsonl (rank 0) so that they match its event records
+        "skipped_steps": 0, "events": {}, **trainer.metrics.counts(),
         "dtype": cfg.train.dtype,
     }
 
 
 def write(run_dir: Path, summary: dict) -> None:
     tmp = run_dir / "summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=2) + "\n")
+    from shardlab.train.metrics import strict_json
+    tmp.write_text(json.dumps(strict_json(summary), indent=2, allow_nan=False) + "\n")  # strict JSON: null for NaN
     os.replace(tmp, run_dir / "summary.json")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm
+from shardlab import comm, failure
 from shardlab.config import Config
 from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
@@ -27,8 +27,8 @@ from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
 from shardlab.parallel_dims import dims_for
 from shardlab.strategies import build_strategy
-from shardlab.train import evaluate, summary as summary_mod
-from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
+from shardlab.train import evaluate, precision, summary as summary_mod
+from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
 from shardlab.train.optim import adamw_factory, lr_at, no_decay_names, set_lr
 from shardlab.train.scaler import LossScaler
 
@@ -87,6 +87,7 @@ class Trainer:
         optimizer = self.strategy.make_optimizer(adamw_factory(cfg, no_decay))
         sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.world, self.rank)
         scaler = LossScaler() if t.dtype == "fp16" else None
+        precision.warn_if_slow(t.dtype, self.device.type, self.is_main)
         self.state = TrainState(cfg, self.strategy, optimizer, sampler, scaler)
         self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
 
@@ -164,10 +165,10 @@ class Trainer:
         st.step = self.start_step
         step_times: list[float] = []
         warmup = max(3, (t.steps - st.step) // 10)
-        last_train_loss = last_val = None
+        self.metrics.truncate(st.step if st.step else -1)  # records after the checkpoint are written again
+        steplog = StepLog(self)
         if t.eval_every and st.step == 0:  # the starting point: ~ln(256) = 5.5 nats/byte for a fresh model
             self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})
-        window_t0, window_steps = time.perf_counter(), 0
         while st.step < t.steps:
             set_lr(st.optimizer, lr_at(st.step, cfg))
             comm.RECORDER.reset_step()
@@ -182,41 +183,26 @@ class Trainer:
             if self.verdict == "stop":
                 raise AnomalyError(self.doctor.last_report["summary"])
             if self.verdict == "rollback":
-                st.step = self._rollback()
+                bad, st.step = st.step, self._rollback()
+                steplog.rolled_back(bad, st.step, self.doctor.last_report["reason"])
                 continue
             self.comm_stats = comm.RECORDER.step_stats()
             st.step += 1
-            window_steps += 1
             if st.step > self.start_step + warmup:
                 step_times.append(dt)
             verdict = self.doctor.after_step(st.step - 1)  # heartbeat, periodic replica checksums
             if verdict == "stop":
                 raise AnomalyError(self.doctor.last_checksum["summary"])
             if verdict == "rollback":
-                st.step = self._rollback()
+                bad, st.step = st.step - 1, self._rollback()
+                steplog.rolled_back(bad, st.step, "replica divergence")
                 continue
             self.ckpt.maybe_save(st)
-            log_now = st.step % t.log_every == 0 or st.step == t.steps
-            eval_now = t.eval_every and (st.step % t.eval_every == 0 or st.step == t.steps)
-            if log_now or eval_now:
-                row = {"step": st.step}
-                if log_now:
-                    comm.all_reduce(loss_sum, group=None, tag="metrics")
-                    last_train_loss = loss_sum.item() / self.tokens_per_step
-                    elapsed = time.perf_counter() - window_t0
-                    row.update(loss=last_train_loss, lr=lr_at(st.step - 1, cfg), grad_norm=grad_norm,
-                               tokens_per_s=window_steps * self.tokens_per_step / elapsed, step_time_s=dt)
-                    if st.scaler is not None:
-                        row.update(loss_scale=st.scaler.scale, skipped_steps=st.scaler.skipped)
-                if eval_now:
-                    last_val = evaluate.val_loss(self)
-                    row["val_loss"] = last_val
-                self.metrics.log(row, self.start_step)
-                window_t0, window_steps = time.perf_counter(), 0
+            steplog.finished(st.step, self.verdict, skipped, loss_sum, grad_norm, dt, evaluate.val_loss)
         self.ckpt.close(st)
         self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
-        summary = summary_mod.build(self, step_times, last_train_loss, last_val)
+        summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         if self.is_main and cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
@@ -236,11 +222,15 @@ def main(cfg: Config, run_dir: Path) -> dict:
         clean = True
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
+        failure.record(run_dir, trainer.rank, kind, e, trainer.doctor)
         if trainer.is_main or isinstance(e, CollectiveMismatchError):
             print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
+        raise SystemExit(failure.CODES[kind]) from None
     except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        if not isinstance(e, (SystemExit, KeyboardInterrupt)):
+            failure.record(run_dir, trainer.rank, "crash", e)
         raise
     finally:
         comm.shutdown(clean)

@@ -1,0 +1,151 @@
+"""Why a run failed, said once, last: shardlab's verdict after a multi-rank run ends badly.
+
+Each rank that stops on an error writes `RUN/failures/rank{R}.json` (what kind, which rank(s) the doctor
+blames, the report to read); torchrun's agent writes the exit code or signal of every failed rank (see
+`shardlab.launch_agent`). The launcher combines both into the last lines on stderr and the exit code:
+
+    code  kind         what happened
+    0     -            the run finished
+    1     crash        a rank raised an unexpected error or was killed (signal, out of memory)
+    2     bad input    nothing was launched (config, data or checkpoint problem)
+    3     hang         the hang watchdog stopped a rank that made no progress (doctor.hang_timeout_s)
+    4     anomaly      the doctor stopped the run: non-finite loss/gradient, loss spike, replicas diverged
+    5     distributed  the ranks disagreed: uneven inputs (data.uneven=error) or a collective mismatch
+
+The ranks exit with the same codes (a one-process run too), so a script can tell them apart.
+"""
+from __future__ import annotations
+
+import json
+import signal
+import time
+import traceback
+from pathlib import Path
+
+CODES = {"crash": 1, "bad input": 2, "hang": 3, "anomaly": 4, "distributed": 5}
+_TERM = 128 + signal.SIGTERM  # a rank the launcher stopped after another failed: a bystander
+
+
+def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None) -> None:
+    """On a rank, as it stops: what went wrong here, for the launcher's verdict."""
+    entry = {"rank": rank, "kind": kind, "time": time.time(), "error": f"{type(exc).__name__}: {exc}"}
+    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
+    if frames:
+        f = frames[-1]
+        entry["where"] = f"{f.filename}:{f.lineno} in {f.name}"
+    report = getattr(doctor, "last_report", None) if doctor is not None else None
+    checksum = getattr(doctor, "last_checksum", None) if doctor is not None else None
+    if kind == "anomaly" and report and report.get("summary") == str(exc):
+        entry.update(step=report["step"], ranks=report["ranks"], reason=report["reason"],
+                     report=str(Path(run_dir) / "anomalies" / f"step_{report['step']}.json"))
+        loc = (report.get("per_rank", {}).get(str(report["ranks"][0]), {}) or {}).get("localisation") \
+            if report["ranks"] else None
+        if loc and loc.get("module"):
+            entry["module"] = f"the {loc['where']} of module {loc['module']}"
+    elif kind == "anomaly" and checksum and not checksum.get("consistent", True):
+        first = checksum.get("first") or {}
+        entry.update(step=checksum["step"], ranks=first.get("ranks", []),
+                     reason=f"replicas diverged (first parameter {first.get('param')})",
+                     report=str(Path(run_dir) / "doctor" / f"divergence_step_{checksum['step']}.json"))
+    try:
+        out = Path(run_dir) / "failures"
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"rank{rank}.json").write_text(json.dumps(entry, indent=1, default=str))
+    except OSError:
+        pass  # the verdict falls back on exit codes
+
+
+def clear(run_dir: Path) -> None:
+    """Before a launch: records of an earlier attempt in this directory are not about this one."""
+    for p in (Path(run_dir) / "failures").glob("rank*.json"):
+        p.unlink(missing_ok=True)
+    (Path(run_dir) / "failures" / "launcher.json").unlink(missing_ok=True)
+
+
+def _load(run_dir: Path) -> tuple[dict[int, dict], dict]:
+    records = {}
+    for p in (Path(run_dir) / "failures").glob("rank*.json"):
+        try:
+            r = json.loads(p.read_text())
+            records[int(r["rank"])] = r
+        except (OSError, ValueError, KeyError):
+            continue
+    try:
+        agent = json.loads((Path(run_dir) / "failures" / "launcher.json").read_text())
+    except (OSError, ValueError):
+        agent = {}
+    return records, agent
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    return f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def verdict(run_dir: Path, returncode: int, log: Path | None = None) -> tuple[list[str], int]:
+    """The launcher's last lines and exit code for a job that ended with `returncode` != 0."""
+    run_dir = Path(run_dir)
+    records, agent = _load(run_dir)
+    exits = {int(r): f for r, f in agent.get("failures", {}).items()}
+    tail = [f"launcher messages (torchrun): {log}"] if log is not None else []
+
+    anomaly = [r for r in records.values() if r["kind"] == "anomaly"]
+    if anomaly:
+        r = next((a for a in anomaly if a.get("ranks") is not None), anomaly[0])
+        who = _ranks(r["ranks"]) if r.get("ranks") else "the run"
+        what = r.get("reason") or r["error"]
+        where = f", first in {r['module']}" if r.get("module") else ""
+        step = f" at step {r['step']}" if r.get("step") is not None and r.get("step") >= 0 else ""
+        lines = [f"FAILED (anomaly, {who}{step}): {what}{where}; the run stopped (doctor.on_anomaly=stop)."]
+        if r.get("report"):
+            lines.append(f"report: {r['report']}"
+                         + (f"; replay: shardlab doctor replay {run_dir} --step {r['step']}"
+                            if "anomalies" in r["report"] else ""))
+        return _out(lines + tail, "anomaly")
+
+    hung = sorted(rank for rank, f in exits.items() if f.get("exitcode") == CODES["hang"])
+    if hung:
+        first = ""
+        try:
+            from shardlab.doctor.hang import report
+            first = report(run_dir)["lines"][0]
+        except Exception:  # noqa: BLE001 - the verdict must not fail; the hint below still holds
+            pass
+        lines = [f"FAILED: hang: the watchdog stopped {_ranks(hung)} after doctor.hang_timeout_s without progress"
+                 + (f"; {first}" if first else "") + ".",
+                 f"flight records: {run_dir}/doctor/flight_rank*.json; line them up: shardlab doctor hang {run_dir}"]
+        return _out(lines + tail, "hang")
+
+    distributed = [r for r in records.values() if r["kind"] == "distributed"]
+    if distributed:
+        r = min(distributed, key=lambda r: r["time"])
+        return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): "
+                     f"{r['error']}"] + tail, "distributed")
+
+    killed = sorted((rank, f) for rank, f in exits.items() if f.get("signal") and f["signal"] != "SIGTERM")
+    if killed:
+        rank, f = killed[0]
+        hint = " (SIGKILL: often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
+        return _out([f"FAILED: rank {rank} was killed by {f['signal']}{hint}; the other ranks were stopped."]
+                    + tail, "crash")
+
+    crashed = [r for r in records.values() if r["kind"] == "crash"]
+    if crashed:
+        r = min(crashed, key=lambda r: r["time"])  # the first error; later ones are usually its echoes
+        where = f" at {r['where']}" if r.get("where") else ""
+        return _out([f"FAILED: rank {r['rank']} raised {r['error']}{where} (its traceback is above)."] + tail,
+                    "crash")
+
+    own = sorted((rank, f) for rank, f in exits.items() if f.get("exitcode") not in (None, _TERM))
+    if own:
+        rank, f = own[0]
+        what = f"exited with code {f['exitcode']}" if f["exitcode"] >= 0 else f"was killed by {f['signal']}"
+        return _out([f"FAILED: rank {rank} {what} (its output is above)."] + tail, "crash")
+    if agent.get("agent_error"):
+        return _out([f"FAILED: the launcher stopped: {agent['agent_error']}."] + tail, "crash")
+    return _out([f"FAILED: the job ended with exit code {returncode}."] + tail, "crash")
+
+
+def _out(lines: list[str], kind: str) -> tuple[list[str], int]:
+    code = CODES[kind]
+    return [f"shardlab: {line}" for line in lines] + [f"shardlab: exit code {code} ({kind})"], code
