@@ -1,6 +1,8 @@
 """Export a checkpoint's model as a Hugging Face GPT-2 (`model.safetensors` + `config.json`).
 
-shardlab's GPT is GPT-2 with different names, and one layout difference: HF GPT-2 uses `Conv1D`,
+shardlab's GPT is GPT-2 with different names and separate q, k, v projections (HF fuses them into
+`c_attn`, concatenated in that order; checkpoints written before the split hold the fused `attn.qkv`
+and export as they are), and one layout difference: HF GPT-2 uses `Conv1D`,
 whose weight is stored (in, out), the transpose of `nn.Linear`'s (out, in). So every linear weight
 is transposed; embeddings, LayerNorms and biases are copied. The head is tied to `wte` in both, so
 it is not stored. Works offline and without a process group: DCP reads the shards of any world size.
@@ -32,7 +34,12 @@ def to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
            "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"]}
     ours_to_hf = {"ln_1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "ln_2": "ln_2",
                   "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
+    sd = dict(sd)
     for i in range(n_layer):
+        p = f"blocks.{i}.attn."
+        if p + "q.weight" in sd:  # HF fuses q, k, v into one c_attn, in that order
+            for kind in ("weight", "bias"):
+                sd[p + "qkv." + kind] = torch.cat([sd[p + z + "." + kind] for z in "qkv"])
         for ours, theirs in ours_to_hf.items():
             w, b = sd[f"blocks.{i}.{ours}.weight"], sd[f"blocks.{i}.{ours}.bias"]
             is_linear = not ours.startswith("ln")

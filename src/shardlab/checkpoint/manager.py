@@ -361,6 +361,10 @@ class CheckpointManager:
                 k = diff[0]
                 raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
                                       f"{meta['model'][k]} there and {now[k]} here")
+        md_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        if any(k.endswith(".attn.qkv.weight") for k in md_keys):
+            raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
+                                  "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
         same_world = meta["world_size"] == self.world
         tensors = st.tensor_state(state, self.rank)
         if not same_world:

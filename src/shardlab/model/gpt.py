@@ -12,6 +12,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shardlab.model.loss import cross_entropy
+
 
 @dataclass
 class GPTConfig:
@@ -54,21 +56,30 @@ def resolve_model_config(m, seq_len: int) -> GPTConfig:
 
 
 class CausalSelfAttention(nn.Module):
+    """Multi-head causal attention with separate q, k, v projections.
+
+    Separate projections (rather than one fused qkv) make each a plain (d, d) matrix whose rows are
+    whole heads, so tensor parallelism splits heads by slicing rows and a checkpoint's shards stay
+    contiguous. The number of heads is read from the projection's width at run time: a rank that holds
+    n_head / tp heads runs this same code.
+    """
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        self.n_head = cfg.n_head
+        self.head_dim = cfg.d_model // cfg.n_head
         self.dropout = cfg.dropout
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.q = nn.Linear(cfg.d_model, cfg.d_model)
+        self.k = nn.Linear(cfg.d_model, cfg.d_model)
+        self.v = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj.residual_scaled = True  # GPT-2 init: scale by 1/sqrt(2 * n_layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, d // self.n_head).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
                                            dropout_p=self.dropout if self.training else 0.0)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
 class MLP(nn.Module):
@@ -127,8 +138,8 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, reduction: str = "mean"):
-        """Logits, or the cross-entropy loss when `targets` are given (`reduction="sum"` for token-count
-        normalisation by the caller)."""
+        """Logits. Passing `targets` is a shorthand for `cross_entropy(self(idx), targets, reduction)`
+        (shardlab.model.loss), kept for scripts; parallel code scores logits with the loss function itself."""
         t = idx.shape[1]
         pos = torch.arange(t, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))
@@ -137,7 +148,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))
         if targets is None:
             return logits
-        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1), reduction=reduction)
+        return cross_entropy(logits, targets, reduction)
 
 
 def build_model(cfg: GPTConfig, seed: int) -> GPT:

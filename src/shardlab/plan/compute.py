@@ -48,7 +48,7 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     th = T * h * e / t
     return [
         Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
-        Op("qkv", "gemm", bias=True, flops=2 * T * 3 * h * h / t, shape=(T, 3 * h // t, h)),
+        *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
         Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * 2 * th),  # + grad cat
         *att,
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),

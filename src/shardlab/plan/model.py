@@ -53,7 +53,8 @@ class ModelSpec:
             p = f"blocks.{i}."
             out += [
                 (p + "ln_1.weight", Param(h)), (p + "ln_1.bias", Param(h)),
-                (p + "attn.qkv.weight", Param(3 * h, h)), (p + "attn.qkv.bias", Param(3 * h)),
+                *((p + f"attn.{z}.{kind}", Param(h, h) if kind == "weight" else Param(h))
+                  for z in "qkv" for kind in ("weight", "bias")),
                 (p + "attn.proj.weight", Param(h, h)), (p + "attn.proj.bias", Param(h)),
                 (p + "ln_2.weight", Param(h)), (p + "ln_2.bias", Param(h)),
                 (p + "mlp.fc.weight", Param(f, h)), (p + "mlp.fc.bias", Param(f)),
