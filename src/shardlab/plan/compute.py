@@ -49,7 +49,9 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     return [
         Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
         *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
-        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * 2 * th),  # + grad cat
+        # backward: each of the q, k, v gradients copied back from the heads layout (separate
+        # projections: no concatenation of the three, as the fused qkv had)
+        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * th),
         *att,
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
