@@ -60,6 +60,7 @@ def test_bench_microbatch_quick(tmp_path):
     doc = _check(tmp_path, "microbatch")
     assert doc["figures"]["seed000_payload_kib_mb1"] == 838.8
     assert doc["figures"]["seed000_payload_kib_mb8"] == 104.8
+    assert "reproduced, not measured" in doc["figure_notes"]["seed000_payload_kib_mb1"]  # labelled as what it is
     rows = {x["micro_batch"]: x for x in doc["rows"]}
     # Measured payload per token = analytic: every gradient crosses once per microbatch.
     for mb, row in rows.items():

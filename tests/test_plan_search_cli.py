@@ -10,7 +10,7 @@ from shardlab.plan.search import search, why
 
 
 def test_search_7b_on_64_h100_returns_valid_layouts_with_a_reason_fast():
-    m = PRESETS["7b"]
+    m = PRESETS["gpt3-6.7b"]
     c = load_cluster("H100-SXM", 64)
     t0 = time.perf_counter()
     plans = search(m, TrainSpec(global_batch=512), c)
@@ -30,7 +30,7 @@ def test_search_7b_on_64_h100_returns_valid_layouts_with_a_reason_fast():
 
 def test_cli_search_prints_table_and_reason(capsys):
     t0 = time.perf_counter()
-    assert main(["search", "model=7b", "cluster=H100-SXM", "gpus=64", "global_batch=512", "--top", "3"]) == 0
+    assert main(["search", "model=gpt3-6.7b", "cluster=H100-SXM", "gpus=64", "global_batch=512", "--top", "3"]) == 0
     assert time.perf_counter() - t0 < 10
     out = capsys.readouterr().out
     assert "why #1:" in out and out.count("GiB") >= 3
@@ -78,3 +78,86 @@ def test_example_cluster_profile_in_configs_loads_and_plans(capsys):
                  "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["comm"]["wire_by_tier"]["inter"] > 0
+
+
+def _one_line_exit_2(capsys, argv, needle):
+    assert main(argv) == 2, argv
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.startswith("shardlab plan:") and cap.err.count("\n") == 1, (argv, cap.err)
+    assert needle in cap.err, (argv, cap.err)
+
+
+def test_huge_model_dimensions_are_refused_at_once_not_planned(capsys):
+    # n_layer=1e6 d_model=1e6 used to build million-entry parameter lists for minutes
+    _one_line_exit_2(capsys, ["n_layer=1e6", "d_model=1e6", "n_head=8", "vocab=256", "seq=64"], "n_layer must be")
+    _one_line_exit_2(capsys, ["model=small", "d_model=1000000"], "d_model must be between")
+
+
+def test_search_on_a_billion_gpus_is_refused_at_once(capsys):
+    # gpus=1e9 used to enumerate divisors one by one up to 1e9
+    _one_line_exit_2(capsys, ["search", "gpus=1e9"], "gpus must be between")
+
+
+def test_search_at_the_largest_gpu_count_accepted_finishes(capsys):
+    t0 = time.perf_counter()
+    assert main(["search", "model=gpt3-175b", "gpus=1048576", "--top", "1"]) in (0, 1)
+    assert time.perf_counter() - t0 < 60  # a hang guard (divisors by sqrt), not a performance figure
+    assert "layouts evaluated" in capsys.readouterr().out
+
+
+def test_search_top_below_one_is_bad_input(capsys):
+    _one_line_exit_2(capsys, ["search", "--top", "-1"], "--top must be at least 1")
+    _one_line_exit_2(capsys, ["search", "--top", "0"], "--top must be at least 1")
+
+
+def test_integers_in_scientific_notation_are_read_fractions_refused(capsys):
+    from shardlab.plan.cli import _parse_kv
+    assert _parse_kv(["global_batch=1e3", "gpus=8"]) == {"global_batch": 1000, "gpus": 8}
+    _one_line_exit_2(capsys, ["model=small", "micro_batch=1.5"], "bad value for micro_batch")
+
+
+def test_a_layout_that_does_not_fit_says_so_first_and_what_would_fit(capsys):
+    argv = ["model=gpt3-6.7b", "cluster=H100-SXM", "gpus=8", "strategy=ddp", "global_batch=64", "micro_batch=8"]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert "does not fit" in first and "GiB per GPU needed" in first
+    assert out.index("does not fit") < out.index("tokens/s")  # the verdict before any speed
+    assert "best fitting layouts on 8 GPUs" in out and "it does not fit" in out
+    # every suggested layout, run as printed, fits
+    sugg = [ln.split("tokens/s", 1)[1].split() for ln in out.splitlines() if "tokens/s   dp=" in ln]
+    assert len(sugg) >= 2
+    for args in sugg:
+        assert main(argv[:3] + ["global_batch=64"] + args) == 0, args
+        assert "fits" in capsys.readouterr().out
+
+
+def test_does_not_fit_json_gives_fits_false_and_suggestions(capsys):
+    assert main(["model=gpt3-6.7b", "gpus=8", "strategy=ddp", "global_batch=64", "micro_batch=8", "--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] is False and d["memory"]["fits"] is False and "does not fit" in d["verdict"]
+    assert d["suggestions"] and all(s["mem_total"] <= d["memory"]["capacity"] for s in d["suggestions"])
+    assert main(["model=gpt2", "gpus=8", "strategy=zero2", "global_batch=64", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["fits"] is True and "suggestions" not in d
+
+
+def test_training_strategy_names_are_accepted(capsys):
+    from shardlab.plan.cli import _parse_kv
+    assert _parse_kv(["strategy=torch-fsdp2"])["strategy"] == "zero3"
+    assert _parse_kv(["strategy=fsdp"])["strategy"] == "zero3"
+    assert _parse_kv(["strategy=torch-ddp"])["strategy"] == "ddp"
+    assert _parse_kv(["strategy=torch-zero1"])["strategy"] == "zero1"
+    assert _parse_kv(["strategy=single"]) == {"strategy": "ddp", "dp": 1}
+    assert main(["model=gpt2", "gpus=8", "strategy=torch-fsdp2", "global_batch=64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["layout"]["strategy"] == "zero3"
+    _one_line_exit_2(capsys, ["strategy=single", "dp=2"], "single runs on one rank")
+    _one_line_exit_2(capsys, ["strategy=fsdp3"], "torch-fsdp2")
+
+
+def test_presets_are_named_by_what_they_are_and_7b_resolves_with_a_note(capsys):
+    assert "7b" not in PRESETS and PRESETS["gpt3-6.7b"].name == "gpt3-6.7b"
+    assert main(["model=7b", "gpus=64", "strategy=zero3", "global_batch=512", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["model"]["name"] == "gpt3-6.7b"
+    assert "model=7b is read as gpt3-6.7b" in cap.err and cap.err.count("\n") == 1

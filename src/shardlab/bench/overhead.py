@@ -5,8 +5,10 @@ hyper-parameters and gradient clipping, one thread, in this one process. They al
 step — A B, then B A — because on a shared 2-core machine the load changes faster than a whole run
 lasts; pairing single steps is what keeps the ratio meaningful. The shardlab step is the trainer's
 own per-step path (`Trainer.train_step` plus what `Trainer.run` does around it every step:
-LR schedule, comm accounting, step span, checkpoint check); the per-log work (every `log_every`
-steps: one `loss.item()` and one JSON line) is outside both timings.
+LR schedule, comm accounting, step span, the doctor's after-step check (heartbeat, periodic replica
+checksums), checkpoint check); the per-log work (every `log_every` steps: one `loss.item()` and one
+JSON line) is outside both timings. tests/test_bench_overhead.py checks that the two make the same
+calls per step.
 overhead_ratio = median over steps of t_plain / t_shardlab = tokens/s(shardlab) / tokens/s(plain).
 """
 from __future__ import annotations
@@ -53,7 +55,8 @@ class PlainLoop:
 
 
 def shardlab_step(tr) -> None:
-    """One step exactly as `Trainer.run` drives it (minus logging)."""
+    """One step exactly as `Trainer.run` drives it (minus logging and the step-time bookkeeping);
+    a doctor verdict other than "continue" would end or rewind a run, so here it is an error."""
     from shardlab.observe import inject, timeline
     from shardlab.train.optim import lr_at, set_lr
 
@@ -64,8 +67,12 @@ def shardlab_step(tr) -> None:
     with timeline.span("step", cat="step", step=st.step):
         inject.maybe_slow(tr.cfg, tr.rank, st.step)
         tr.train_step()
+    if tr.verdict in ("stop", "rollback"):
+        raise RuntimeError(f"bench overhead: the doctor said {tr.verdict} at step {st.step}")
     tr.comm_stats = comm.RECORDER.step_stats()
     st.step += 1
+    if tr.doctor.after_step(st.step - 1) in ("stop", "rollback"):  # heartbeat, periodic replica checksums
+        raise RuntimeError(f"bench overhead: the doctor's after-step check stopped step {st.step - 1}")
     tr.ckpt.maybe_save(st)
 
 
@@ -121,7 +128,8 @@ def run(out: Path, quick: bool) -> dict:
         f"**overhead_ratio = {common.fmt_stats(ratio, 1, 3)}** (median (min–max) of per-step t_plain ÷ t_shardlab; "
         f"target ≥ 0.97). Median tokens/s: shardlab {thr['shardlab']:,.0f}, plain {thr['plain']:,.0f}.",
         "![overhead](overhead.png)",
-        "The shardlab side is the trainer's own step: global sampler, strategy interface, LR schedule, comm "
-        "accounting, (disabled) timeline spans, checkpoint check. Both loops build the same model from the same seed.",
+        "The shardlab side is the trainer's own step as `Trainer.run` drives it: global sampler, strategy "
+        "interface, LR schedule, comm accounting, (disabled) timeline spans, the doctor's after-step check, "
+        "checkpoint check. Both loops build the same model from the same seed.",
     ])
     return doc

@@ -1,7 +1,10 @@
 """`shardlab plan [search|calibrate] key=value ... [--json] [--explain]`.
 
+Exit codes: 0 a plan that fits (search: at least one layout fits), 1 it does not fit (what would
+fit is printed first; --json: "fits": false and "suggestions"), 2 bad input.
+
   shardlab plan model=gpt2 cluster=H100-SXM gpus=8 strategy=zero2 global_batch=64 micro_batch=8
-  shardlab plan search model=7b cluster=H100-SXM gpus=64 global_batch=512 --top 5
+  shardlab plan search model=gpt3-6.7b cluster=H100-SXM gpus=64 global_batch=512 --top 5
   shardlab plan calibrate model=small [--out PATH]          (then: shardlab plan cluster=this ...)
 """
 from __future__ import annotations
@@ -13,8 +16,8 @@ import time
 from pathlib import Path
 
 from .hardware import load_cluster
-from .layout import Layout, TrainSpec
-from .model import model_from_args
+from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_name
+from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
               "mlp_ratio": int, "tied": "bool"}
@@ -27,6 +30,26 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "health_check": "bool"}
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int}
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
+
+
+# Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
+# runs for minutes, and no real model or cluster is near them (GPT-3 175B: 96 layers, h = 12,288)
+RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "vocab": (1, 2**24),
+          "seq": (1, 2**22), "mlp_ratio": (1, 64), "global_batch": (1, 2**24),
+          "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
+          "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64)}
+FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20)}
+
+
+def _int(v: str) -> int:
+    """An integer, also written as 1e6 or 1_000_000 (an integral value only)."""
+    try:
+        return int(v)
+    except ValueError:
+        f = float(v)  # ValueError on garbage, as int() would
+        if not (f == f and abs(f) < 2**63 and f.is_integer()):
+            raise ValueError from None
+        return int(f)
 
 
 def _parse_kv(items: list[str]) -> dict:
@@ -47,9 +70,18 @@ def _parse_kv(items: list[str]) -> dict:
                     raise ValueError
                 out[k] = v.lower() in ("true", "1", "yes")
             else:
-                out[k] = typ(v)
+                out[k] = _int(v) if typ is int else typ(v)
         except ValueError:
             raise ValueError(f"bad value for {k}: {v!r}") from None
+        lo, hi = RANGES.get(k) or FLOAT_RANGES.get(k) or (None, None)
+        if lo is not None and not lo <= out[k] <= hi:
+            raise ValueError(f"{k} must be between {lo:,} and {hi:,}, got {v}")
+    if out.get("strategy") in STRATEGY_ALIASES:  # training names: single, torch-fsdp2, fsdp, ...
+        if out["strategy"] == "single":
+            if out.get("dp", 1) != 1:
+                raise ValueError(f"strategy single runs on one rank: dp must be 1, got {out['dp']}")
+            out["dp"] = 1
+        out["strategy"] = strategy_name(out["strategy"])
     return out
 
 
@@ -80,17 +112,28 @@ def build(kv: dict, for_search: bool = False):
 
 
 def _plan(args) -> int:
-    from .report import render, to_dict
+    """Exit 0 when the layout fits, 1 when it does not (what would fit is printed first)."""
+    from .report import fixes_dict, render, render_fixes, shortfall, to_dict
+    from .search import fixes
     from .step import evaluate
     model, train, layout, cluster = build(_parse_kv(args.kv))
     plan = evaluate(model, train, layout, cluster)
-    print(json.dumps(to_dict(plan), indent=2) if args.json else render(plan, args.explain))
-    return 0
+    near, found = fixes(plan) if not plan.fits else ([], [])
+    if args.json:
+        d = to_dict(plan)
+        if not plan.fits:
+            d = {"fits": False, "verdict": shortfall(plan), "suggestions": fixes_dict(near, found), **d}
+        print(json.dumps(d, indent=2))
+    else:
+        print((render_fixes(plan, near, found) if not plan.fits else "") + render(plan, args.explain))
+    return 0 if plan.fits else 1
 
 
 def _search(args) -> int:
     from .report import to_dict
     from .search import search, why
+    if args.top < 1:
+        raise ValueError(f"--top must be at least 1, got {args.top}")
     kv = _parse_kv(args.kv)
     model, train, _, cluster = build(kv, for_search=True)
     t0 = time.perf_counter()
@@ -118,7 +161,7 @@ def _search(args) -> int:
 def _calibrate(args) -> int:
     from .calibrate import calibrate
     kv = _parse_kv(args.kv)
-    names = kv.get("model", "tiny,small").split(",")
+    names = [resolve_preset(n)[0] for n in kv.get("model", "tiny,small").split(",")]
     path = calibrate(models=[model_from_args(n) for n in names], micro_batches=args.micro_batch,
                      out=Path(args.out) if args.out else None, quick=args.quick, trainer=not args.no_trainer)
     print(f"wrote {path}")
@@ -135,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if sub == "plan":
         ap.add_argument("--explain", action="store_true", help="show the formula behind each line")
     if sub == "search":
-        ap.add_argument("--top", type=int, default=5)
+        ap.add_argument("--top", type=int, default=5, help="how many fitting layouts to show (at least 1)")
     if sub == "calibrate":
         ap.add_argument("--out", help="profile path (default ~/.cache/shardlab/this.toml)")
         ap.add_argument("--micro-batch", type=int, nargs="+", default=[1, 2, 4, 8])
@@ -147,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     try:
+        for item in args.kv:  # an old or loose preset name still works; say what it was read as
+            if item.split("=", 1)[0] in ("model", "preset", "model.preset") and "," not in item:
+                note = resolve_preset(item.split("=", 1)[1])[1]
+                if note:
+                    print(f"shardlab plan: note: {note}", file=sys.stderr)
         return {"plan": _plan, "search": _search, "calibrate": _calibrate}[sub](args)
     except (ValueError, OSError) as e:
         print(f"shardlab plan: {e}", file=sys.stderr)

@@ -8,7 +8,9 @@ The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import statistics
+from dataclasses import dataclass, replace
 
 from .hardware import Cluster
 from .layout import Layout, TrainSpec
@@ -47,7 +49,9 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     return [
         Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
         *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
-        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * 2 * th),  # + grad cat
+        # backward: each of the q, k, v gradients copied back from the heads layout (separate
+        # projections: no concatenation of the three, as the fused qkv had)
+        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * th),
         *att,
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
@@ -124,6 +128,7 @@ class MicroTime:
     recompute: float  # part of bwd that is recomputed forward
     gemm_flops: float  # hardware FLOPs of fwd+bwd (recompute included)
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
+    how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -176,34 +181,107 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         rec = layers * ops_time(core, False)
     else:
         rec = 0.0
-    bwd = layers * b_block + b_end + rec
-    rk = rest_key(model, b, s)
-    rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
-    # as calibrated: shardlab's GPT (fused attention) in fp32, the whole model on one rank
-    in_situ = None not in rest and t == 1 and lay.pp == 1 and e == 4 and train.flash_attention
-    if in_situ:
-        # calibrated in situ at exactly this model and micro batch: the keyed ops at their measured
-        # rates plus the measured remainder (every other op, Python, autograd, freeing memory) in
-        # place of the per-family estimates and the miniature's framework cost
-        fwd = _keyed_sum(block, head, layers, c, False) + rest[0]
-        bwd = _keyed_sum(block, head, layers, c, True) + rest[1] + rec
-        if lay.health_check:  # the doctor's hook on every local gradient (a norm each), measured alongside
-            bwd += c.gemm_table.get("hooks:" + rk, 0.0)
-    elif c.overhead:  # eager framework work (Python, dispatch, autograd) the op times above do not include
-        own = c.op_overhead_s * len(block)  # the listed ops' own dispatch is already in their times
-        fwd += layers * max(0.0, c.overhead["layer_fwd"] - own) + c.overhead["fixed_fwd"]
-        bwd += layers * max(0.0, c.overhead["layer_bwd"] - 2 * own) + c.overhead["fixed_bwd"]
-    elif c.op_overhead_s:
-        n, listed = DEFAULT_OP_COUNTS, len(block)
-        fwd += c.op_overhead_s * (layers * max(0, n["layer_fwd"] - listed) + n["fixed_fwd"])
-        bwd += c.op_overhead_s * (layers * max(0, n["layer_bwd"] - 2 * listed) + n["fixed_bwd"])
+    bwd = layers * b_block + b_end
+    fwd, bwd = fwd + _framework(c, len(block), layers)[0], bwd + _framework(c, len(block), layers)[1]
+    # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
+    how = "roofline"
+    if t == 1 and lay.pp == 1 and e == 4 and train.flash_attention:
+        got = in_situ_pass(model, b, s, c, lay.health_check)
+        if got is not None:
+            (fwd, bwd), how = got
+    bwd += rec
     k = c.compute_speed(lay.world)  # calibrated CPU seconds -> wall seconds on shared cores
     fwd, bwd, rec = fwd / k, bwd / k, rec / k
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, in_situ)
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how)
+
+
+def _framework(c: Cluster, listed: int, layers: int) -> tuple[float, float]:
+    """Eager framework seconds (Python, dispatch, autograd) the per-op times do not include."""
+    if c.overhead:
+        own = c.op_overhead_s * listed  # the listed ops' own dispatch is already in their times
+        return (layers * max(0.0, c.overhead["layer_fwd"] - own) + c.overhead["fixed_fwd"],
+                layers * max(0.0, c.overhead["layer_bwd"] - 2 * own) + c.overhead["fixed_bwd"])
+    if c.op_overhead_s:
+        n = DEFAULT_OP_COUNTS
+        return (c.op_overhead_s * (layers * max(0, n["layer_fwd"] - listed) + n["fixed_fwd"]),
+                c.op_overhead_s * (layers * max(0, n["layer_bwd"] - 2 * listed) + n["fixed_bwd"]))
+    return 0.0, 0.0
+
+
+def _roofline(model: ModelSpec, b: int, s: int, c: Cluster) -> tuple[float, float]:
+    """(forward, backward) CPU seconds of one micro batch by the per-op estimates alone (fp32, fused
+    attention, whole model): what the planner says where nothing was measured in situ."""
+    block, head = layer_ops(model, b, s, 1, 4, True), head_ops(model, b, s, 1, 4) + embed_ops(model, b, s, 4)
+    fw = model.n_layer * sum(_op_time(o, c, True, False) for o in block) + sum(_op_time(o, c, True, False) for o in head)
+    bw = model.n_layer * sum(_op_time(o, c, True, True) for o in block) + sum(_op_time(o, c, True, True) for o in head)
+    f, b_ = _framework(c, len(block), model.n_layer)
+    return fw + f, bw + b_
+
+
+def _exact(model: ModelSpec, b: int, s: int, c: Cluster, health: bool) -> tuple[float, float] | None:
+    """(forward, backward) CPU seconds measured in situ at exactly this model and micro batch: the
+    keyed ops at their in-situ rates + the remainder (+ the doctor's hooks), or None."""
+    rk = rest_key(model, b, s)
+    rest = c.gemm_table.get("rest_fwd:" + rk), c.gemm_table.get("rest_bwd:" + rk)
+    if None in rest:
+        return None
+    block, head = layer_ops(model, b, s, 1, 4, True), head_ops(model, b, s, 1, 4)
+    hooks = c.gemm_table.get("hooks:" + rk, 0.0) if health else 0.0
+    return (_keyed_sum(block, head, model.n_layer, c, False) + rest[0],
+            _keyed_sum(block, head, model.n_layer, c, True) + rest[1] + hooks)
+
+
+def calibrated_points(c: Cluster) -> list[tuple[ModelSpec, int, int]]:
+    """(model, micro batch, seq) of every in-situ calibration in the profile, miniatures excluded
+    (1 dim per head: almost no arithmetic, nothing like a model a user plans)."""
+    out = []
+    for key in c.gemm_table:
+        if key.startswith("rest_fwd:"):
+            L, h, a, v, s, b, r, tied = map(int, key.split(":", 1)[1].split(","))
+            if h > a:
+                out.append((ModelSpec("calibrated", L, h, a, v, s, r, bool(tied)), b, s))
+    return out
+
+
+def in_situ_pass(model: ModelSpec, b: int, s: int, c: Cluster, health: bool):
+    """((forward, backward) CPU seconds, how) from the in-situ calibration, or None without one.
+      in situ        this model and micro batch were calibrated: keyed ops + measured remainder
+      interpolated   this model at >= 2 other micro batches: the passes are linear in b at a fixed
+                     sequence length (every op's work is), least squares through them
+      scaled         another model: the per-op estimate x the ratio measured / estimated over the
+                     calibrated models (geometric mean), forward and backward apart
+    """
+    exact = _exact(model, b, s, c, health)
+    if exact is not None:
+        return exact, "in situ"
+    pts = calibrated_points(c)
+    same = sorted(pb for m, pb, ps in pts if ps == s and m == replace(model, name="calibrated", seq=m.seq))
+    if len(same) >= 2:
+        ys = [_exact(model, pb, s, c, health) for pb in same]
+        return tuple(_line_at(same, [y[i] for y in ys], b) for i in (0, 1)), "interpolated"
+    ratios = []
+    for m, pb, ps in pts:
+        got, est = _exact(m, pb, ps, c, health), _roofline(m, pb, ps, c)
+        if got and min(est) > 0:
+            ratios.append((got[0] / est[0], got[1] / est[1]))
+    if not ratios:
+        return None
+    est = _roofline(model, b, s, c)  # the ratios carry the hooks, when asked for, in proportion
+    gm = [math.exp(statistics.fmean(math.log(r[i]) for r in ratios)) for i in (0, 1)]
+    return (est[0] * gm[0], est[1] * gm[1]), "scaled"
+
+
+def _line_at(xs: list[int], ys: list[float], x: float) -> float:
+    """Least-squares line through (xs, ys), at x."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((a - mx) * (y - my) for a, y in zip(xs, ys)) / sum((a - mx) ** 2 for a in xs)
+    return max(0.0, my + slope * (x - mx))
+
+
 
 
 def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,

@@ -9,6 +9,16 @@ from .model import ModelSpec
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("adam", "sgd")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+# `shardlab train`'s names (parallel.strategy) and common ones, as the planner models them: the
+# torch-native layers move the same bytes as the own ones (tests/test_plan_vs_strategies.py checks
+# the own ones); FSDP (full sharding) is ZeRO-3; `single` is one rank (dp=1)
+STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1", "torch-fsdp2": "zero3",
+                    "fsdp": "zero3", "fsdp2": "zero3"}
+
+
+def strategy_name(name: str) -> str:
+    """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
+    return STRATEGY_ALIASES.get(name, name)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 OFFLOAD = ("none", "optimizer", "params")
@@ -93,7 +103,9 @@ class Layout:
         return self.dp // self.shard if self.strategy != "ddp" else self.dp
 
     def check(self, model: ModelSpec) -> None:
-        _one_of("strategy", self.strategy, STRATEGIES)
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)} (or a training name: "
+                             f"{', '.join(STRATEGY_ALIASES)}), got {self.strategy!r}")
         _one_of("schedule", self.schedule, SCHEDULES)
         _one_of("recompute", self.recompute, RECOMPUTE)
         _one_of("offload", self.offload, OFFLOAD)

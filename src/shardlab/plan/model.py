@@ -154,15 +154,31 @@ PRESETS: dict[str, ModelSpec] = {
     "mt-530b": ModelSpec("mt-530b", n_layer=105, d_model=20480, n_head=128, vocab=51200, seq=2048),
     "mt-1t": ModelSpec("mt-1t", n_layer=128, d_model=25600, n_head=160, vocab=51200, seq=2048),
 }
-PRESETS["7b"] = replace(PRESETS["gpt3-6.7b"], name="7b")
+# Older or looser names, kept working: each reads as the preset it names. "7b" was the planner's
+# first name for GPT-3 6.7B, but "7B" usually means LLaMA-7B (another architecture), so the
+# preset is named by what it is and "7b" only resolves to it, with a note (see resolve_preset).
+ALIASES: dict[str, str] = {"7b": "gpt3-6.7b", "gpt3-6.7B": "gpt3-6.7b", "gpt2-124m": "gpt2",
+                           "gpt3-1.3B": "gpt3-1.3b", "gpt3-13B": "gpt3-13b", "gpt3-175B": "gpt3-175b"}
+
+
+def resolve_preset(name: str) -> tuple[str, str | None]:
+    """(preset name, note for the user or None). Unknown names raise with the known ones listed."""
+    if name in PRESETS:
+        return name, None
+    if name in ALIASES:
+        real = ALIASES[name]
+        note = None if name.lower() == real.lower() else (
+            f"model={name} is read as {real} (GPT-3 family, Brown et al. 2020, Table 2.1); "
+            f"name it model={real}")
+        return real, note
+    raise ValueError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
 
 
 def model_from_args(preset: str | None = None, **dims) -> ModelSpec:
     """A preset, optionally with dimensions overridden (n_layer=..., d_model=..., ...)."""
     dims = {k: v for k, v in dims.items() if v is not None}
     if preset:
-        if preset not in PRESETS:
-            raise ValueError(f"unknown model preset {preset!r} (known: {', '.join(PRESETS)})")
+        preset, _ = resolve_preset(preset)
         return replace(PRESETS[preset], **dims) if dims else PRESETS[preset]
     missing = [k for k in ("n_layer", "d_model", "n_head", "vocab", "seq") if k not in dims]
     if missing:

@@ -1,4 +1,9 @@
-"""Published figures the planner is checked against (no fitting: same presets, same assumptions).
+"""Published figures the planner is set beside (no fitting: same presets, same assumptions), of two kinds:
+
+  identity   the paper's figure is a formula the planner implements too (ZeRO's model-state bytes):
+             agreement shows the formula is transcribed right, not that anything was predicted
+  measured   the paper measured it on real hardware (Megatron-LM's MFU and TFLOP/s): a comparison
+             of the planner's prediction with an external measurement
 
 Each case names its source; configurations not stated in the source are marked as our reading.
 """
@@ -29,7 +34,7 @@ def _zero_cases() -> list[dict]:
     for strat, pub in (("ddp", 120.0), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.9)):
         got = sum(model_state_bytes(7.5e9, 64, strat).values()) / 1e9
         out.append({"case": f"7.5B model states per GPU, {strat}", "published": pub, "planner": got,
-                    "unit": "GB", "source": ZERO})
+                    "unit": "GB", "source": ZERO, "kind": "identity"})
     return out
 
 
@@ -59,7 +64,29 @@ PUBLISHED = [
 def evaluate_published() -> list[dict]:
     rows = _zero_cases()
     for case, pub, unit, fn, src in PUBLISHED:
-        rows.append({"case": case, "published": pub, "planner": fn(), "unit": unit, "source": src})
+        rows.append({"case": case, "published": pub, "planner": fn(), "unit": unit, "source": src,
+                     "kind": "measured"})
     for r in rows:
         r["err"] = (r["planner"] - r["published"]) / r["published"]
     return rows
+
+
+def published_table(rows: list[dict]) -> list[str]:
+    """Markdown: the formula identities and the external measurements as two tables (REPORT.md and
+    docs/planner.md, which is generated from this: `python -m shardlab.plan.doctables`)."""
+    out = []
+    for kind, title, note in (
+            ("identity", "Formula identities",
+             "The paper's figure is its own formula, (2 + 2 + K)Ψ/N_d and its variants, evaluated; the planner "
+             "evaluates the same formula, so these rows check the transcription, not a prediction."),
+            ("measured", "Against external measurements",
+             "Measured by the authors on A100 clusters; the planner predicts them from its presets and its one "
+             "GEMM-efficiency assumption (0.75), no per-case factor.")):
+        out += [f"### {title}", "", note, "", "| case | published | planner | error | source |",
+                "| --- | --- | --- | --- | --- |"]
+        for p in rows:
+            if p["kind"] == kind:
+                out.append(f"| {p['case']} | {p['published']:.4g} {p['unit']} | {p['planner']:.4g} {p['unit']} | "
+                           f"{p['err']:+.1%} | {p['source']} |")
+        out.append("")
+    return out

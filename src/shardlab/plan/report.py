@@ -21,6 +21,7 @@ def _t(s: float) -> str:
 
 def to_dict(p: Plan) -> dict:
     return {
+        "fits": p.fits,
         "model": asdict(p.model) | {"params": p.model.params},
         "train": asdict(p.train),
         "layout": asdict(p.layout) | {"world": p.layout.world, "describe": p.layout.describe()},
@@ -81,8 +82,45 @@ def render(p: Plan, explain: bool = False) -> str:
         out.append(f"  {k:<{w - 2}}{_t(p.times[k]):>14}" + (f"   {p.explain[k]}" if explain else ""))
     out.append("")
     out.append(f"step {_t(p.step_time)}   {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}   "
-               f"bound by {p.bound()}")
+               f"bound by {p.bound()}" if p.fits else
+               f"(if it fitted: step {_t(p.step_time)}, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}; "
+               f"it does not, see the top)")
     if explain:
         out.append("MFU = model FLOPs (3 x forward, no recompute) / (step x GPUs x peak "
                    f"{(c.peak_flops if p.train.mixed else c.peak_flops_fp32):.3g} FLOP/s)")
     return "\n".join(out)
+
+
+def shortfall(p: Plan) -> str:
+    """One sentence: by how much the layout misses, and its largest memory lines."""
+    big = sorted(p.memory, key=lambda ln: -ln.bytes)[:2]
+    return (f"does not fit: {_b(p.mem_total)} per GPU needed, {_b(p.capacity)} usable on {p.cluster.name} "
+            f"(largest: {', '.join(f'{ln.name} {_b(ln.bytes)}' for ln in big)})")
+
+
+def render_fixes(p: Plan, near: list, found: list) -> str:
+    """What would make a non-fitting plan fit: printed first, before the plan itself."""
+    from .search import args_of
+    out = [f"{p.layout.describe()}, micro batch {p.train.micro_batch}: {shortfall(p)}", ""]
+    if near:
+        out.append("fits with (same layout):")
+        for what, q in near:
+            out.append(f"  {what:<40}{_b(q.mem_total):>12}  {q.tokens_per_s:>14,.0f} tokens/s   {args_of(q)}")
+    if found:
+        out.append(f"best fitting layouts on {p.layout.world} GPUs (plan search):")
+        for q in found:
+            out.append(f"  {q.layout.describe():<40}{_b(q.mem_total):>12}  {q.tokens_per_s:>14,.0f} tokens/s   "
+                       f"{args_of(q)}")
+    if not near and not found:
+        out.append(f"no layout of {p.model.name} fits on {p.layout.world} x {p.cluster.name} at global batch "
+                   f"{p.train.global_batch}: more GPUs (gpus=...), offload=optimizer, or a smaller model")
+    out += ["", "the plan as asked (it does not fit):", ""]
+    return "\n".join(out)
+
+
+def fixes_dict(near: list, found: list) -> list[dict]:
+    from .search import args_of
+    return ([{"kind": "same layout", "change": what, "args": args_of(q), "mem_total": q.mem_total,
+              "tokens_per_s": q.tokens_per_s} for what, q in near]
+            + [{"kind": "search", "change": q.layout.describe(), "args": args_of(q), "mem_total": q.mem_total,
+                "tokens_per_s": q.tokens_per_s} for q in found])

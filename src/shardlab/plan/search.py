@@ -1,7 +1,9 @@
-"""`shardlab plan search`: enumerate layouts, keep those that fit, rank by predicted tokens/s."""
+"""`shardlab plan search`: enumerate layouts, keep those that fit, rank by predicted tokens/s.
+And, for a layout that does not fit, the nearest changes that make it fit (`fixes`)."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from .hardware import Cluster
 from .layout import Layout, TrainSpec
@@ -10,7 +12,8 @@ from .step import Plan, evaluate
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    small = [d for d in range(1, int(n ** 0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
@@ -71,3 +74,64 @@ def why(best: Plan, nxt: Plan) -> str:
     note = f" [{kind}]" if kind else ""
     return (f"{gain:+.1%} tokens/s: the runner-up ({nxt.layout.describe()}, mb={nxt.train.micro_batch}) "
             f"spends {diffs[k] * 1e3:,.1f} ms more per step on {label}{note}{mem}")
+
+
+def args_of(p: Plan) -> str:
+    """The key=value arguments that select this plan's layout and micro batch (for `shardlab plan`)."""
+    lay, out = p.layout, [f"dp={p.layout.dp}", f"strategy={p.layout.strategy}"]
+    if lay.dp_shard and lay.dp_shard != lay.dp and lay.strategy != "ddp":
+        out.append(f"dp_shard={lay.dp_shard}")
+    if lay.tp > 1:
+        out += [f"tp={lay.tp}"] + (["sp=true"] if lay.sp else [])
+    if lay.pp > 1:
+        out += [f"pp={lay.pp}", f"schedule={lay.schedule}"] + ([f"v={lay.v}"] if lay.v > 1 else [])
+    if lay.recompute != "none":
+        out.append(f"recompute={lay.recompute}")
+    if lay.offload != "none":
+        out.append(f"offload={lay.offload}")
+    out.append(f"micro_batch={p.train.micro_batch}")
+    return " ".join(out)
+
+
+def _one_knob(p: Plan):
+    """(what changed, layout, train) for single changes a user makes first: recompute, a smaller
+    micro batch (same global batch, more accumulation), a higher ZeRO stage, and their combinations."""
+    lay, tr = p.layout, p.train
+    recs = [r for r in ("selective", "full") if r != lay.recompute and lay.recompute != "full"]
+    mbs = []
+    b = tr.micro_batch // 2
+    while b >= 1:
+        mbs.append(b)
+        b //= 2
+    stages = ("ddp", "zero1", "zero2", "zero3")
+    zs = [z for z in stages[stages.index(lay.strategy) + 1:]] if lay.dp > 1 else []
+    for r in recs:
+        yield f"recompute={r}", replace(lay, recompute=r), tr
+    for b in mbs:
+        yield f"micro_batch={b}", lay, replace(tr, micro_batch=b)
+    for z in zs:
+        yield f"strategy={z}", replace(lay, strategy=z), tr
+        for r in recs:
+            yield f"strategy={z} recompute={r}", replace(lay, strategy=z, recompute=r), tr
+    for r in recs:
+        for b in mbs:
+            yield f"recompute={r} micro_batch={b}", replace(lay, recompute=r), replace(tr, micro_batch=b)
+
+
+def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:
+    """For a plan that does not fit: (the same layout with one or two knobs changed, fastest first;
+    the best fitting layouts `plan search` finds on the same GPUs and global batch)."""
+    near = []
+    for what, lay, tr in _one_knob(p):
+        try:
+            q = evaluate(p.model, tr, lay, p.cluster)
+        except ValueError:
+            continue
+        if q.fits:
+            near.append((what, q))
+    near.sort(key=lambda x: -x[1].tokens_per_s)
+    try:
+        found = [q for q in search(p.model, p.train, p.cluster, p.layout.world) if q.fits][:top]
+    except ValueError:
+        found = []
+    return near[:top], found

@@ -180,15 +180,17 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # Python path and sync skew per call (0 on presets)
     dp_calls = sum(cl.c.calls for cl in plan.comm if cl.c.group not in ("tp", "pp")) if lay.world > 1 else 0
     per_call = cluster.call_overhead.get(lay.strategy, cluster.call_overhead.get("ddp", 0.0))
-    T["trainer"] = cluster.step_overhead.get(str(lay.world), 0.0) + dp_calls * per_call
+    T["trainer"] = trainer_step_overhead(cluster, lay.world) + dp_calls * per_call
     T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]
-    X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + (
-        "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass measured in situ "
-        "at this model and micro batch)" if mt.in_situ else
-        "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
+    X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + {
+        "in situ": "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass "
+                   "measured in situ at this model and micro batch)",
+        "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
+        "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
+    }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
-                       if mt.in_situ else "") \
+                       if mt.how != "roofline" else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
@@ -201,3 +203,15 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + optimizer + ZeRO copies + trainer"
     return plan
+
+
+def trainer_step_overhead(cluster: Cluster, world: int) -> float:
+    """The trainer's calibrated per-step seconds at this world size; at a world size never calibrated,
+    that of the largest calibrated one below it (else the smallest above): the same Python per step
+    on every rank. 0 on presets."""
+    cal = {int(k): v for k, v in cluster.step_overhead.items()}
+    if not cal:
+        return 0.0
+    if world in cal:
+        return cal[world]
+    return cal[max((w for w in cal if w < world), default=min(cal))]
