@@ -97,8 +97,8 @@ def test_hang_analysis_on_synthetic_dumps():
              1: _dump(1, 2, "data loading", [_rec(56)])}
     res = hang.analyse(dumps)
     assert res["kind"] == "hang" and res["absent"] == [1]
-    assert res["lines"][0].startswith("rank 1 never joined all_reduce #57 (bucket 3, 4.2 MB); its last completed "
-                                      "op was all_reduce #56") and "it was in: data loading" in res["lines"][0]
+    assert res["lines"][0].startswith("rank 1 never joined all_reduce #57 of world (bucket 3, 4.2 MB); its last "
+                                      "completed op was all_reduce #56") and "it was in: data loading" in res["lines"][0]
     # NCCL-like: rank 0's collectives count as completed once enqueued; rank 1 is still behind
     nccl = {0: _dump(0, 2, "optimizer", [_rec(56), _rec(57), _rec(58)]), 1: _dump(1, 2, "data loading", [_rec(56)])}
     res = hang.analyse(nccl)
