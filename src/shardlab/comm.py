@@ -234,6 +234,8 @@ class Handle:
     def wait(self) -> None:
         if self.rec.t_wait is None:
             self.rec.t_wait = time.perf_counter()  # the caller blocks from here (the trace needs it)
+        if self.rec.t_done is None:
+            # (also when a caller stamped t_wait itself, as ddp does for all buckets at once)
             self.rec.state = "started"
         if self.work is not None:
             self.work.wait()
