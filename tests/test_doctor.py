@@ -97,8 +97,8 @@ def test_hang_analysis_on_synthetic_dumps():
              1: _dump(1, 2, "data loading", [_rec(56)])}
     res = hang.analyse(dumps)
     assert res["kind"] == "hang" and res["absent"] == [1]
-    assert res["lines"][0].startswith("rank 1 never joined all_reduce #57 (bucket 3, 4.2 MB); its last completed "
-                                      "op was all_reduce #56") and "it was in: data loading" in res["lines"][0]
+    assert res["lines"][0].startswith("rank 1 never joined all_reduce #57 of world (bucket 3, 4.2 MB); its last "
+                                      "completed op was all_reduce #56") and "it was in: data loading" in res["lines"][0]
     # NCCL-like: rank 0's collectives count as completed once enqueued; rank 1 is still behind
     nccl = {0: _dump(0, 2, "optimizer", [_rec(56), _rec(57), _rec(58)]), 1: _dump(1, 2, "data loading", [_rec(56)])}
     res = hang.analyse(nccl)
@@ -109,6 +109,42 @@ def test_hang_analysis_on_synthetic_dumps():
     assert res["kind"] == "mismatch" and res["seq"] == 57 and "MISMATCH" in res["lines"][0]
     res = hang.analyse({0: dumps[0]})
     assert any("no flight record from rank 1" in line for line in res["lines"])
+
+
+def _grec(seq, group, ranks, order, state="completed", op="all_reduce", peer=None, nbytes=4000):
+    return {**_rec(seq, op=op, nbytes=nbytes, state=state, tag="x"), "group": group, "group_ranks": ranks,
+            "order": order, "peer": peer}
+
+
+def test_hang_analysis_numbers_per_group_and_names_the_subgroup():
+    # world 4; tp groups [0, 1] and [2, 3]. Rank 3 never reaches tp [2, 3]'s 5th all-reduce: the global
+    # order differs per rank (rank 0 did more on its own tp group), the per-group numbers line up.
+    d = {0: _dump(0, 4, "backward", [_grec(1, "world", [0, 1, 2, 3], 1), _grec(4, "tp", [0, 1], 9)]),
+         1: _dump(1, 4, "backward", [_grec(1, "world", [0, 1, 2, 3], 1), _grec(4, "tp", [0, 1], 9)]),
+         2: _dump(2, 4, "backward", [_grec(4, "tp", [2, 3], 5), _grec(5, "tp", [2, 3], 6, state="started")]),
+         3: _dump(3, 4, "data loading", [_grec(1, "world", [0, 1, 2, 3], 1), _grec(4, "tp", [2, 3], 5)])}
+    res = hang.analyse(d)
+    assert res["kind"] == "hang" and (res["group"], res["group_ranks"], res["seq"]) == ("tp", [2, 3], 5)
+    assert res["absent"] == [3] and res["lines"][0].startswith("rank 3 never joined all_reduce #5 of tp [2, 3]")
+    # a mismatch inside one subgroup names that group
+    d[3]["records"].append(_grec(5, "tp", [2, 3], 6, state="started", op="all_gather"))
+    res = hang.analyse(d)
+    assert res["kind"] == "mismatch" and res["group_ranks"] == [2, 3]
+    assert res["lines"][0].startswith("COLLECTIVE MISMATCH at sequence #5 of tp [2, 3]")
+
+
+def test_hang_analysis_of_point_to_point_names_the_missing_side():
+    # pp [1, 3]: rank 1 waits in its 2nd send to rank 3; rank 3 received only the first
+    d = {1: _dump(1, 4, "forward", [_grec(1, "pp", [1, 3], 1, op="send", peer=3),
+                                    _grec(2, "pp", [1, 3], 2, op="send", peer=3, state="started")]),
+         3: _dump(3, 4, "optimizer", [_grec(1, "pp", [1, 3], 1, op="recv", peer=1)])}
+    res = hang.analyse(d)
+    assert res["kind"] == "hang" and res["absent"] == [3] and res["waiting"] == [1]
+    assert res["lines"][0].startswith("rank 3 never posted the recv matching send #2 rank 1 -> 3 of pp [1, 3]")
+    # sizes of the two sides differ: a mismatch of that channel
+    d[3]["records"].append(_grec(2, "pp", [1, 3], 2, op="recv", peer=1, state="started", nbytes=8))
+    res = hang.analyse(d)
+    assert res["kind"] == "mismatch" and res["seq"] == 2 and "rank 3: recv 8 B" in res["lines"][2]
 
 
 # --- world 2 ----------------------------------------------------------------------------------------
@@ -209,6 +245,30 @@ def _watched_hang(run_dir):
     comm.all_reduce(torch.ones(1000), tag="bucket 0")
     wd.stop()
     return wd.fired
+
+
+def _watched_buckets(run_dir):
+    """Like DDP at a hang: rank 0 launches two async bucket all-reduces and waits on the first while
+    rank 1 is late. The watchdog used to name the newest pending one (#N+1), doctor hang the oldest (#N)."""
+    from shardlab.doctor.watchdog import Watchdog
+    wd = Watchdog(Path(run_dir), comm.rank(), 2, timeout_s=0.5, exit_on_hang=False)
+    comm.all_reduce(torch.ones(4), tag="warm-up")
+    if comm.rank() == 1:
+        comm.set_phase("data loading")
+        time.sleep(2.0)
+    handles = [comm.all_reduce(torch.ones(1000), async_op=True, tag=f"bucket{i}") for i in range(2)]
+    for h in handles:
+        h.wait()
+    wd.stop()
+    return wd.where
+
+
+def test_watchdog_and_doctor_hang_give_the_same_collective_number(pool2, tmp_path):
+    where = pool2.run(_watched_buckets, str(tmp_path), timeout=60)
+    res = hang.report(tmp_path)
+    assert res["kind"] == "hang" and res["absent"] == [1], res["lines"]
+    assert res["op"].startswith("all_reduce #") and "(bucket0," in res["op"]
+    assert where[0] == f"blocked in {res['op']}"
 
 
 def test_watchdog_dumps_and_hang_analysis_names_the_absent_rank(pool2, tmp_path):

@@ -100,3 +100,6 @@ def test_injected_hang_exits_and_is_named(tmp_path):
     first = h.stdout.splitlines()[0]
     assert first.startswith("rank 1 never joined all_reduce #") and "it was in: data loading" in first
     assert "rank 0 is waiting in all_reduce #" in h.stdout
+    # one numbering: rank 0's watchdog line names the collective doctor hang names
+    op = first[len("rank 1 never joined "):first.index("; its last")]
+    assert f"rank 0: no progress for" in r.stderr and f"blocked in {op}." in r.stderr, (op, r.stderr[-2000:])

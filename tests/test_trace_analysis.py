@@ -139,3 +139,19 @@ def test_lateness_within_its_own_spread_is_not_a_straggler():
 def test_alternating_lateness_is_not_a_straggler():
     s = analysis.straggler(arrivals([20.0, -20.0] * 4), [0, 1], {i: 0.1 for i in range(8)})
     assert not s["significant"] and "arrival order varies" in s["reason"]
+
+
+def test_collectives_match_per_subgroup_by_comm_sequence_number():
+    # World 4, two dp_shard groups [0, 1] and [2, 3] of the same name. In [2, 3] rank 3 is 20 ms late;
+    # [0, 1] is on time. Rank 0 also sent a message (p2p is not a collective: left out of the skew).
+    def sub(t0, t1, ranks, seq, peer=None, op="all_reduce"):
+        c = coll(t0, t1, op=op)
+        c["args"].update(group="dp_shard", group_ranks=ranks, seq=seq, peer=peer)
+        return c
+    traces = {0: [sub(0.100, 0.105, [0, 1], 1), sub(0.050, 0.06, [0, 2], 1, peer=2, op="send")],
+              1: [sub(0.101, 0.105, [0, 1], 1)],
+              2: [sub(0.100, 0.125, [2, 3], 1)],
+              3: [sub(0.120, 0.125, [2, 3], 1)]}
+    m = analysis.match_collectives({r: analysis.from_events(r, ev) for r, ev in traces.items()})
+    assert [(x["group_ranks"], x["last_rank"]) for x in m] == [([0, 1], 1), ([2, 3], 3)]
+    assert m[0]["skew_ms"] == pytest.approx(1.0) and m[1]["skew_ms"] == pytest.approx(20.0)

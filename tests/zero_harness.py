@@ -46,7 +46,7 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
     losses, norms = [], []
     for step in range(steps):
         comm.RECORDER.reset_step()
-        first_seq = comm.RECORDER.seq
+        first = comm.RECORDER.order  # records so far, all groups
         batch = torch.randint(0, model_kw["vocab_size"], (accum, world * micro, seq + 1), generator=gen)
         total = 0.0
         for i in range(accum):
@@ -64,7 +64,7 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
         strategy.zero_grad(optimizer)
         losses.append(total)
     stats = comm.RECORDER.step_stats()  # the last step's collectives, before full_parameters() gathers
-    gathers = [r.tag for r in comm.RECORDER.ring if r.seq > first_seq and r.op == "all_gather"]
+    gathers = [r.tag for r in comm.RECORDER.ring if r.order > first and r.op == "all_gather"]
     params = {k: v.detach().clone() for k, v in strategy.full_parameters().items()}
     return {"losses": losses, "norms": norms, "params": params if rank == 0 else None,
             "comm": stats, "gathers": gathers, "state": state, "held": held,

@@ -1,14 +1,31 @@
 """The one door to collectives.
 
-Every collective of shardlab's own code goes through this module, so each one is recorded:
-sequence id, op, group, payload bytes, wire bytes, dtype, launch and completion time, a short stack.
-The records feed three readers: per-step accounting (`summary.json` `comm`), the timeline (trace),
-and the flight recorder (a ring buffer the hang watchdog dumps).
+Every collective and point-to-point transfer of shardlab's own code goes through this module, so each
+one is recorded: op, group (a readable name and its members' global ranks), a per-group sequence
+number, payload bytes, wire bytes, dtype, launch and completion time, a short stack. The records feed
+three readers: per-step accounting (`summary.json` `comm`), the timeline (trace), and the flight
+recorder (a ring buffer the hang watchdog dumps).
+
+Groups. A record's `group` is the name of its process group: "world" for the default group, the mesh
+dimension for a DeviceMesh group ("dp_shard", "tp", ...: torch describes those as `mesh_<dim>`), or
+what the caller registered with `name_group(pg, name)`. `group_ranks` lists the members (global ranks).
+`seq` is the n-th collective on that group (1, 2, 3, ...), so the same collective has the same
+(group, group_ranks, seq) on every member: that is how the hang analysis and the trace line ranks up.
+Point-to-point records count per direction instead: `seq` of a send from rank a to rank b is the n-th
+message on the channel a -> b of that group, and the matching recv on b has the same `seq`. `order`
+is this process's own count over all groups (program order), for "what did this rank do last".
+
+Ranks passed in (`src` of broadcast/scatter, `dst`/`src` of send/recv, the peer of a P2POp) are
+**group-local**: the position in `group` (torch's `group_src`/`group_dst`), so src=0 is the group's
+first member. With the default group, group-local and global ranks are the same. Records store
+global ranks. `global_rank(group, r)` and `group_rank(group, g)` convert.
 
 Byte conventions (per rank): `bytes` is the payload, the full tensor handed to the collective
 (all_reduce: the buffer; reduce_scatter: the full unsharded input; all_gather: the full gathered
-output). `wire_bytes` is what a ring algorithm sends per rank: all_reduce 2(N-1)/N x payload,
-reduce_scatter and all_gather (N-1)/N x payload, broadcast payload.
+output; scatter: the N chunks together; send/recv: the message). `wire_bytes` is what a ring algorithm
+sends per rank: all_reduce 2(N-1)/N x payload, reduce_scatter and all_gather (N-1)/N x payload,
+broadcast payload; scatter (N-1)/N x payload on the source and 0 elsewhere; send payload, recv 0
+(a pair's sum is the traffic once).
 """
 from __future__ import annotations
 
@@ -19,6 +36,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -52,11 +70,30 @@ class Record:
     async_op: bool = False
     t_wait: float | None = None  # async only: when the caller started blocking in wait()
     stack: list[str] = field(default_factory=list)
+    group_ranks: tuple = ()  # the group's members, global ranks
+    peer: int | None = None  # point-to-point: the other side (global rank); None for collectives
+    order: int = 0  # this process's count over all groups: program order
 
     def as_dict(self) -> dict:
-        d = dict(self.__dict__)
-        d["shape"] = list(self.shape)
+        d = {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+        d["shape"], d["group_ranks"] = list(self.shape), list(self.group_ranks)
         return d
+
+
+@dataclass
+class GroupCount:
+    """Per group (or per point-to-point channel): how many were issued and the highest completed.
+    The dump carries these so `doctor hang` knows how far each rank got even when the ring buffer
+    no longer holds a group's last record."""
+    group: str
+    ranks: tuple
+    src: int | None = None  # point-to-point channel src -> dst (global ranks)
+    dst: int | None = None
+    issued: int = 0
+    completed: int = 0
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "ranks": list(self.ranks)}
 
 
 class Recorder:
@@ -65,7 +102,8 @@ class Recorder:
     def __init__(self, capacity: int = 2048):
         self.ring: collections.deque[Record] = collections.deque(maxlen=capacity)
         self.events: list[Record] | None = None  # every record, when tracing is on
-        self.seq = 0
+        self.order = 0  # records so far, all groups
+        self.counts: dict[tuple, GroupCount] = {}  # (group, ranks, src, dst) -> counters
         self.step = -1
         self.phase = "startup"
         self.last_progress = time.monotonic()
@@ -79,19 +117,36 @@ class Recorder:
         self.step_wire: dict[str, int] = collections.defaultdict(int)
         self.step_calls: dict[str, int] = collections.defaultdict(int)
         self.step_tags: dict[str, int] = collections.defaultdict(int)
+        # group name -> {"bytes"|"wire_bytes"|"calls": {op: n}}: traffic per mesh dimension
+        self.step_groups: dict[str, dict[str, dict[str, int]]] = {}
 
     def step_stats(self) -> dict:
         return {"bytes": dict(self.step_bytes), "wire_bytes": dict(self.step_wire),
-                "calls": dict(self.step_calls), "bytes_by_tag": dict(self.step_tags)}
+                "calls": dict(self.step_calls), "bytes_by_tag": dict(self.step_tags),
+                "by_group": {g: {k: dict(v) for k, v in d.items()} for g, d in self.step_groups.items()}}
 
-    def add(self, op: str, tensor_bytes: int, wire: int, dtype, shape, group, tag: str) -> Record:
+    def add(self, op: str, tensor_bytes: int, wire: int, dtype, shape, group, tag: str,
+            peer: int | None = None) -> Record:
+        """One record. `peer` (point-to-point only, global rank) makes the sequence number count the
+        channel sender -> receiver instead of the group's collectives."""
         stack = _short_stack() if self.capture_stack else []
+        name, ranks = group_info(group)
+        key = (name, ranks, None, None)
+        if peer is not None:
+            me = rank()
+            key = (name, ranks, me, peer) if op == "send" else (name, ranks, peer, me)
         with self._lock:
-            self.seq += 1
-            rec = Record(seq=self.seq, op=op, group=_group_name(group), group_size=_size(group),
+            count = self.counts.get(key)
+            if count is None:
+                count = self.counts[key] = GroupCount(name, ranks, key[2], key[3])
+            count.issued += 1
+            self.order += 1
+            rec = Record(seq=count.issued, op=op, group=name, group_size=len(ranks),
                          bytes=tensor_bytes, wire_bytes=wire, dtype=str(dtype).replace("torch.", ""),
                          shape=tuple(shape), tag=tag, step=self.step, phase=self.phase,
-                         t_launch=time.perf_counter(), stack=stack)
+                         t_launch=time.perf_counter(), stack=stack, group_ranks=ranks, peer=peer,
+                         order=self.order)
+            rec._count = count
             self.ring.append(rec)
             if self.events is not None:
                 self.events.append(rec)
@@ -99,7 +154,24 @@ class Recorder:
             self.step_wire[op] += wire
             self.step_calls[op] += 1
             self.step_tags[tag] += tensor_bytes
+            per = self.step_groups.get(name)
+            if per is None:
+                per = self.step_groups[name] = {"bytes": collections.defaultdict(int),
+                                                "wire_bytes": collections.defaultdict(int),
+                                                "calls": collections.defaultdict(int)}
+            per["bytes"][op] += tensor_bytes
+            per["wire_bytes"][op] += wire
+            per["calls"][op] += 1
         return rec
+
+    def blocked_in(self) -> Record | None:
+        """The record this rank is stuck on: the oldest one it is blocked in (a synchronous call, or
+        wait() on an async one), else the oldest not completed. Oldest, because a group completes its
+        collectives in order: a later one cannot finish before it. The watchdog's message and
+        `doctor hang` both name this record, so they give the same number."""
+        pending = [r for r in list(self.ring) if r.state != "completed"]
+        started = [r for r in pending if r.state == "started"]
+        return min(started or pending, key=lambda r: r.order, default=None)
 
     def dump(self, path, **extra) -> dict:
         """Write the ring buffer (oldest first) as JSON for `shardlab doctor hang`. Safe from any thread.
@@ -108,10 +180,13 @@ class Recorder:
         import socket
         with self._lock:
             records = [r.as_dict() for r in self.ring]
+            groups = [c.as_dict() for c in self.counts.values()]
+        blocked = self.blocked_in()
         data = {**extra, "pid": os.getpid(), "host": socket.gethostname(), "time": time.time(),
                 "now_perf": time.perf_counter(), "step": self.step, "phase": self.phase,
-                "last_progress_age_s": time.monotonic() - self.last_progress, "seq": self.seq,
-                "records": records}
+                "last_progress_age_s": time.monotonic() - self.last_progress, "order": self.order,
+                "blocked_in": None if blocked is None else blocked.as_dict(),
+                "groups": groups, "records": records}
         tmp = f"{path}.tmp{os.getpid()}"
         with open(tmp, "w") as f:
             json.dump(data, f, indent=1, default=str)
@@ -122,6 +197,9 @@ class Recorder:
         if rec.t_done is None:
             rec.t_done = time.perf_counter()
             rec.state = "completed"
+            count = getattr(rec, "_count", None)
+            if count is not None and rec.seq > count.completed:
+                count.completed = rec.seq
             self.last_progress = time.monotonic()
 
 
@@ -156,6 +234,8 @@ class Handle:
     def wait(self) -> None:
         if self.rec.t_wait is None:
             self.rec.t_wait = time.perf_counter()  # the caller blocks from here (the trace needs it)
+        if self.rec.t_done is None:
+            # (also when a caller stamped t_wait itself, as ddp does for all buckets at once)
             self.rec.state = "started"
         if self.work is not None:
             self.work.wait()
@@ -219,14 +299,68 @@ def _size(group) -> int:
     return world_size(group)
 
 
-def _group_name(group) -> str:
-    if group is None or not is_initialized():
+# pg -> readable name; pg -> (name, members). Weak keys: a group that is destroyed takes its entry along.
+_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_INFO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def name_group(group, name: str) -> None:
+    """Give a process group the name its records carry (a mesh dimension: "dp_shard", "tp", "pp").
+    Name it before its first collective: the sequence numbers count per (name, members). The default
+    group stays "world" (a mesh dimension that spans the world is the default group on gloo)."""
+    if group is None or not is_initialized() or group is dist.GroupMember.WORLD:
+        return
+    _NAMES[group] = name
+    _INFO.pop(group, None)
+
+
+def _derive_name(group) -> str:
+    if group in _NAMES:
+        return _NAMES[group]
+    desc = getattr(group, "group_desc", "") or ""
+    if desc == "default_pg":
         return "world"
-    return getattr(group, "group_desc", None) or getattr(group, "group_name", "group")
+    if desc.startswith("mesh_"):  # DeviceMesh names its groups mesh_<dim>
+        return desc[len("mesh_"):]
+    return f"group{getattr(group, 'group_name', '')}"  # an unnamed new_group(): torch's id for it
 
 
-def new_group(ranks: list[int]):
-    return dist.new_group(ranks)
+def group_info(group) -> tuple[str, tuple[int, ...]]:
+    """(name, member global ranks) of a process group; None is the default group ("world")."""
+    if not is_initialized():
+        return "world", (0,)
+    if group is None or group is dist.GroupMember.WORLD:
+        return "world", tuple(range(dist.get_world_size()))
+    info = _INFO.get(group)
+    if info is None:
+        info = _INFO[group] = (_derive_name(group), tuple(dist.get_process_group_ranks(group)))
+    return info
+
+
+def _group_name(group) -> str:
+    return group_info(group)[0]
+
+
+def global_rank(group, group_rank: int) -> int:
+    """The global rank of position `group_rank` in `group`."""
+    if group is None or not is_initialized():
+        return group_rank
+    return dist.get_global_rank(group, group_rank)
+
+
+def group_rank(group, global_rank: int) -> int:
+    """The position of global rank `global_rank` in `group`."""
+    if group is None or not is_initialized():
+        return global_rank
+    return dist.get_group_rank(group, global_rank)
+
+
+def new_group(ranks: list[int], name: str | None = None):
+    """A process group of `ranks` (every rank must call it, members or not); `name` for its records."""
+    group = dist.new_group(ranks)
+    if name is not None and group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
+        name_group(group, name)
+    return group
 
 
 def device() -> torch.device:
@@ -241,14 +375,15 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async_op: bool, tag: str):
+def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async_op: bool, tag: str,
+            peer: int | None = None):
     n = _size(group)
     nbytes = _nbytes(payload)
-    rec = RECORDER.add(op, nbytes, int(nbytes * wire_factor), payload.dtype, payload.shape, group, tag)
+    rec = RECORDER.add(op, nbytes, int(nbytes * wire_factor), payload.dtype, payload.shape, group, tag, peer=peer)
     if n == 1:  # a group of one: nothing to exchange, but keep the record so accounting stays uniform
         work = None
     else:
-        if RECORDER.verify:
+        if RECORDER.verify and peer is None:  # (point-to-point has no group-wide moment to compare at)
             _verify(rec, payload, group)
         work = fn(async_op=async_op)
         if async_op:
@@ -262,10 +397,11 @@ def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async
 
 
 class CollectiveMismatchError(RuntimeError):
-    """Ranks were about to issue different collectives at the same sequence id (debug verification)."""
+    """Ranks were about to issue different collectives at the same sequence number of a group (debug
+    verification)."""
 
 
-_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
 
 
 def _verify(rec: Record, payload: torch.Tensor, group) -> None:
@@ -273,14 +409,15 @@ def _verify(rec: Record, payload: torch.Tensor, group) -> None:
     fingerprint (op, element count, element size) and fail on every rank at once if they differ. A real
     mismatch would otherwise hang (NCCL) or abort one process inside gloo. Costs one small extra
     all-gather per collective, so it is off by default; it is not recorded."""
-    sig = torch.tensor([_OPS.index(rec.op), payload.numel(), payload.element_size()], dtype=torch.int64,
-                       device=payload.device)
-    out = torch.empty(_size(group) * 3, dtype=torch.int64, device=payload.device)
+    dev = device() if payload.is_meta else payload.device  # (scatter's payload is only a shape)
+    sig = torch.tensor([_OPS.index(rec.op), payload.numel(), payload.element_size()], dtype=torch.int64, device=dev)
+    out = torch.empty(_size(group) * 3, dtype=torch.int64, device=dev)
     dist_all_gather_flat(out, sig, group=group)
     rows = out.view(-1, 3).tolist()
     if any(r != rows[0] for r in rows):
-        desc = "; ".join(f"rank {i}: {_OPS[o]} of {n} x {e} B" for i, (o, n, e) in enumerate(rows))
-        raise CollectiveMismatchError(f"collective mismatch at sequence #{rec.seq} (step {rec.step}): "
+        desc = "; ".join(f"rank {rec.group_ranks[i]}: {_OPS[o]} of {n} x {e} B" for i, (o, n, e) in enumerate(rows))
+        raise CollectiveMismatchError(f"collective mismatch at sequence #{rec.seq} of {rec.group} "
+                                      f"{list(rec.group_ranks)} (step {rec.step}): "
                                       f"{desc}. The ranks' programs diverged before this point.")
 
 
@@ -312,8 +449,104 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool 
 
 
 def broadcast(t: torch.Tensor, src: int = 0, group=None, async_op: bool = False, tag: str = ""):
-    return _launch("broadcast", lambda async_op: dist.broadcast(t, src=src, group=group, async_op=async_op),
+    """From the group's rank `src` (group-local: 0 is the group's first member) to every member."""
+    return _launch("broadcast",
+                   lambda async_op: dist.broadcast(t, group_src=src, group=group, async_op=async_op),
                    t, 1.0, group, async_op, tag)
+
+
+def scatter(out: torch.Tensor, chunks: list[torch.Tensor] | None, src: int = 0, group=None, async_op: bool = False,
+            tag: str = ""):
+    """The group's rank `src` (group-local) sends `chunks[i]` to the group's rank i; every rank receives
+    its chunk in `out`. `chunks` is only read on the source (others may pass None)."""
+    n = _size(group)
+    me = rank(group) if is_initialized() else 0
+    if n == 1:
+        out.copy_(chunks[0])
+    payload = torch.empty((n, *out.shape), dtype=out.dtype, device="meta")  # the N chunks, for the record
+    return _launch("scatter",
+                   lambda async_op: dist.scatter(out, chunks if me == src else None, group_src=src, group=group,
+                                                 async_op=async_op),
+                   payload, (n - 1) / n if me == src else 0.0, group, async_op, tag)
+
+
+# --- point to point -----------------------------------------------------------------------------------
+# Peers are group-local ranks, like `src` above. Each message is recorded on both sides: "send" with the
+# receiver as `peer`, "recv" with the sender; both carry the same `seq` (n-th message sender -> receiver).
+
+def send(t: torch.Tensor, dst: int, group=None, tag: str = "") -> None:
+    """Send `t` to the group's rank `dst`; returns once the backend has taken it."""
+    _p2p("send", t, dst, group, False, tag)
+
+
+def recv(t: torch.Tensor, src: int, group=None, tag: str = "") -> None:
+    """Receive into `t` from the group's rank `src` (a named source: records need the peer)."""
+    _p2p("recv", t, src, group, False, tag)
+
+
+def isend(t: torch.Tensor, dst: int, group=None, tag: str = "") -> Handle:
+    return _p2p("send", t, dst, group, True, tag)
+
+
+def irecv(t: torch.Tensor, src: int, group=None, tag: str = "") -> Handle:
+    return _p2p("recv", t, src, group, True, tag)
+
+
+def _p2p(op: str, t: torch.Tensor, peer: int, group, async_op: bool, tag: str):
+    def issue(async_op):
+        work = dist.isend(t, group=group, group_dst=peer) if op == "send" else \
+            dist.irecv(t, group=group, group_src=peer)
+        if not async_op:
+            work.wait()  # what dist.send/recv do
+        return work
+    return _launch(op, issue, t, 1.0 if op == "send" else 0.0, group, async_op, tag, peer=global_rank(group, peer))
+
+
+@dataclass
+class P2POp:
+    """One transfer of a `batch_isend_irecv`: `op` is `comm.isend` or `comm.irecv`, `peer` group-local."""
+    op: object
+    tensor: torch.Tensor
+    peer: int
+    group: object = None
+    tag: str = ""
+
+
+class _AllWorks:
+    """Several backend works waited on as one (a coalesced batch returns fewer works than ops)."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return all(w.is_completed() for w in self.works)
+
+
+def batch_isend_irecv(ops: list[P2POp]) -> list[Handle]:
+    """Issue sends and receives together (torch's batch_isend_irecv: on NCCL one coalesced launch, so a
+    ring exchange cannot deadlock on the order of sends and receives). One recorded Handle per op."""
+    if not ops:
+        return []
+    for p in ops:
+        if p.op not in (isend, irecv):
+            raise ValueError(f"P2POp.op must be comm.isend or comm.irecv, not {p.op!r}")
+    recs = [RECORDER.add("send" if p.op is isend else "recv", _nbytes(p.tensor),
+                         _nbytes(p.tensor) if p.op is isend else 0, p.tensor.dtype, p.tensor.shape, p.group, p.tag,
+                         peer=global_rank(p.group, p.peer)) for p in ops]
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend if p.op is isend else dist.irecv, p.tensor,
+                                               group=p.group, group_peer=p.peer) for p in ops])
+    if len(works) != len(ops):  # coalesced: the batch completes as a whole
+        works = [_AllWorks(works)] * len(ops)
+    handles = []
+    for rec, work in zip(recs, works):
+        rec.state, rec.async_op = "scheduled", True
+        handles.append(Handle(work, rec))
+    return handles
 
 
 def all_gather_object(obj, group=None) -> list:
@@ -328,11 +561,12 @@ def all_gather_object(obj, group=None) -> list:
 
 
 def broadcast_object(obj, src: int = 0, group=None):
+    """`obj` of the group's rank `src` (group-local), on every member."""
     if _size(group) == 1:
         return obj
     box = [obj]
     rec = RECORDER.add("broadcast_object", 0, 0, "object", (), group, "control")
-    dist.broadcast_object_list(box, src=src, group=group)
+    dist.broadcast_object_list(box, group_src=src, group=group)
     RECORDER.done(rec)
     return box[0]
 

@@ -1,16 +1,20 @@
 """`shardlab doctor hang RUN`: line up every rank's flight record and say who is stuck where.
 
-Each rank numbers its collectives 1, 2, 3, ... in program order (comm's `seq`). In a healthy job every
-rank issues the same collectives in the same order, so sequence id #57 is "the same" collective on
-every rank. The analysis therefore compares the ranks' records at equal sequence ids:
+comm numbers collectives per process group: each record carries its group (a name such as "world",
+"dp_shard" or "tp", and the members' global ranks) and `seq`, the n-th collective on that group. In a
+healthy job every member issues a group's collectives in the same order, so (group, members, seq) is
+"the same" collective on each of them. Point-to-point messages are numbered per channel (sender ->
+receiver within a group): the n-th send from a to b meets the n-th recv on b from a. The analysis
+lines records up per group:
 
-* a MISMATCH is a sequence id where ranks issued different collectives (op, size, dtype or group):
-  the program diverged (a rank-dependent branch, a skipped bucket, uneven data);
-* a HANG is a collective that some ranks reached (and wait in) while others never did: those others
-  are named with their last completed op, their phase and their Python stack.
+* a MISMATCH is a (group, seq) where members issued different collectives (op, size or dtype; for a
+  message, size or dtype): the program diverged (a rank-dependent branch, a skipped bucket, uneven data);
+* a HANG is a collective that some members reached (and wait in) while others never did: those others
+  are named with the group, their last completed op, their phase and their Python stack. When several
+  groups are stuck at once (a rank misses a dp_shard all-reduce because it waits in a tp one), the
+  groups whose absent rank is stuck outside any collective are the cause and come first.
 
-Caveat: sequence ids count collectives on all groups together; with several process groups of
-different membership (future TP/PP) the alignment must be per group.
+`describe_op` is shared with the watchdog, so its message and this report give the same number.
 """
 from __future__ import annotations
 
@@ -78,14 +82,52 @@ def mb(nbytes: int) -> str:
     return f"{nbytes} B"
 
 
-def describe_op(rec: dict) -> str:
-    """'all_reduce #57 (bucket 3, 4.2 MB)'"""
+def group_label(name: str, ranks) -> str:
+    """'world', or 'dp_shard [1, 3]': a subgroup's name alone is not enough (every rank has a dp_shard)."""
+    return name if name == "world" or not ranks else f"{name} {list(ranks)}"
+
+
+def describe_op(rec: dict, rank: int | None = None) -> str:
+    """'all_reduce #57 of world (bucket 3, 4.2 MB)'; a message seen by rank `rank`:
+    'send #2 rank 1 -> 3 of pp [1, 3] (4.0 kB)'."""
     bits = [b for b in (rec.get("tag"), mb(rec["bytes"]) if rec.get("bytes") else "") if b]
-    return f"{rec['op']} #{rec['seq']}" + (f" ({', '.join(bits)})" if bits else "")
+    label = group_label(rec.get("group") or "world", rec.get("group_ranks"))
+    peer = rec.get("peer")
+    if peer is None:
+        what = f"{rec['op']} #{rec['seq']} of {label}"
+    else:
+        src, dst = (rank, peer) if rec["op"] == "send" else (peer, rank)
+        what = f"{rec['op']} #{rec['seq']} rank {'?' if src is None else src} -> {'?' if dst is None else dst} of {label}"
+    return what + (f" ({', '.join(bits)})" if bits else "")
 
 
-def _signature(rec: dict) -> tuple:
-    return rec["op"], rec["bytes"], rec["dtype"], rec.get("group")
+def _key(rec: dict, rank: int, world: int) -> tuple:
+    """What a sequence number counts: (group, members, None, None) for a collective, (group, members,
+    src, dst) for a message. Dumps written before records carried their members count as the world."""
+    ranks = tuple(rec.get("group_ranks") or range(world))
+    name = rec.get("group") or "world"
+    peer = rec.get("peer")
+    if peer is None:
+        return name, ranks, None, None
+    return (name, ranks, rank, peer) if rec["op"] == "send" else (name, ranks, peer, rank)
+
+
+def _members(key: tuple) -> tuple:
+    return key[1] if key[2] is None else (key[2], key[3])
+
+
+def _signature(rec: dict, key: tuple) -> tuple:
+    # a message's two sides have different ops (send/recv) by design: compare what travels
+    return (rec["bytes"], rec["dtype"]) if key[2] is not None else (rec["op"], rec["bytes"], rec["dtype"])
+
+
+def _wall(dump: dict, rec: dict) -> float:
+    """A record's launch on the wall clock (perf_counter differs between processes)."""
+    return dump.get("time", 0.0) - dump.get("now_perf", 0.0) + rec.get("t_launch", 0.0)
+
+
+def _stack(rec: dict) -> str:
+    return " < ".join(reversed(rec.get("stack") or [])) or "?"
 
 
 def analyse(dumps: dict[int, dict]) -> dict:
@@ -94,72 +136,150 @@ def analyse(dumps: dict[int, dict]) -> dict:
         return {"kind": "none", "lines": ["no flight records found (RUN/doctor/flight_rank*.json): the watchdog "
                                           "did not fire; is doctor.hang_timeout_s larger than the run's wait?"]}
     world = max(int(d.get("world", 0)) for d in dumps.values()) or max(dumps) + 1
-    by_rank = {r: {rec["seq"]: rec for rec in d["records"]} for r, d in dumps.items()}
-    lines: list[str] = []
+    recs: dict[int, dict[tuple, dict[int, dict]]] = {}  # rank -> key -> seq -> record
+    issued: dict[int, dict[tuple, int]] = {}  # rank -> key -> how many it issued
+    for r, d in dumps.items():
+        recs[r] = {}
+        for rec in d["records"]:
+            recs[r].setdefault(_key(rec, r, world), {})[rec["seq"]] = rec
+        issued[r] = {k: max(seqs) for k, seqs in recs[r].items()}
+        for g in d.get("groups", []):  # exact even when the ring no longer holds a group's last record
+            issued[r][(g["group"], tuple(g["ranks"]), g.get("src"), g.get("dst"))] = g["issued"]
+    keys = sorted(set().union(*(set(issued[r]) for r in dumps)), key=str)
     missing = [r for r in range(world) if r not in dumps]
 
-    # 1. Mismatch: the first sequence id where two ranks disagree on what the collective is.
-    common = sorted(set.union(*(set(s) for s in by_rank.values())))
-    for seq in common:
-        present = {r: recs[seq] for r, recs in by_rank.items() if seq in recs}
-        if len({_signature(rec) for rec in present.values()}) > 1:
-            lines.append(f"COLLECTIVE MISMATCH at sequence #{seq}: the ranks issued different collectives:")
-            for r, rec in sorted(present.items()):
-                lines.append(f"  rank {r}: {rec['op']} {mb(rec['bytes'])} {rec['dtype']} shape {rec['shape']} "
-                             f"tag {rec.get('tag')!r} at step {rec['step']} in {rec['phase']}, "
-                             f"from {' < '.join(reversed(rec.get('stack') or [])) or '?'}")
-            lines.append("  The ranks' programs diverged: look for a rank-dependent branch or a different bucket "
-                         "layout before this point. Matching collectives must have the same op and size everywhere.")
-            return {"kind": "mismatch", "seq": seq, "ranks": sorted(present), "lines": lines + _missing(missing)}
+    # 1. Mismatch: per group, the first sequence number where members disagree on what it is; the
+    # earliest of those (wall clock) is reported.
+    found = []
+    for key in keys:
+        per_seq: dict[int, dict[int, dict]] = {}
+        for r in dumps:
+            for seq, rec in recs[r].get(key, {}).items():
+                per_seq.setdefault(seq, {})[r] = rec
+        for seq in sorted(per_seq):
+            present = per_seq[seq]
+            if len({_signature(rec, key) for rec in present.values()}) > 1:
+                found.append((min(_wall(dumps[r], rec) for r, rec in present.items()), key, seq, present))
+                break
+    if found:
+        _, key, seq, present = min(found, key=lambda f: f[0])
+        label = group_label(key[0], key[1])
+        lines = [f"COLLECTIVE MISMATCH at sequence #{seq} of {label}: the ranks issued different collectives:"]
+        for r, rec in sorted(present.items()):
+            lines.append(f"  rank {r}: {rec['op']} {mb(rec['bytes'])} {rec['dtype']} shape {rec['shape']} "
+                         f"tag {rec.get('tag')!r} at step {rec['step']} in {rec['phase']}, from {_stack(rec)}")
+        lines.append("  The ranks' programs diverged: look for a rank-dependent branch or a different bucket "
+                     "layout before this point. Matching collectives must have the same op and size everywhere.")
+        return {"kind": "mismatch", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "ranks": sorted(present),
+                "lines": lines + _missing(missing)}
 
-    # 2. Hang: who reached the furthest collective, who never joined it.
-    last_seen = {r: max(recs) if recs else 0 for r, recs in by_rank.items()}
-    last_done = {r: max((s for s, rec in recs.items() if rec["state"] == "completed"), default=0)
-                 for r, recs in by_rank.items()}
-    frontier = max(last_seen.values())
-    # The collective the job is stuck in: the lowest sequence id that some rank has not completed, or has
-    # not even reached while others went past it. (On NCCL a synchronous collective counts as completed
-    # once it is enqueued on the GPU stream: the ranks then block later, in a host sync, and only the
-    # lagging rank's missing sequence ids show where the job stopped.)
-    pending = {s for r in by_rank for s, rec in by_rank[r].items() if rec["state"] != "completed"}
-    lagging = {last_seen[r] + 1 for r in by_rank if last_seen[r] < frontier}
-    stuck_seq = min(pending | lagging, default=None)
-    if stuck_seq is None:
-        lines.append(f"every recorded collective completed on every rank that wrote a record (last #{frontier}); "
-                     "the ranks stopped outside collectives, or failed:")
+    # 2. Hang: per group, the collective it is stuck in: the lowest sequence number that some member
+    # has not completed, or has not even reached while others went past it. (On NCCL a synchronous
+    # collective counts as completed once it is enqueued on the GPU stream: the ranks then block later,
+    # in a host sync, and only the lagging rank's missing sequence numbers show where the job stopped.)
+    stuck = []
+    for key in keys:
+        members = [r for r in _members(key) if r in dumps]
+        if not members:
+            continue
+        n = {r: issued[r].get(key, 0) for r in members}
+        frontier = max(n.values())
+        pending = {s for r in members for s, rec in recs[r].get(key, {}).items() if rec["state"] != "completed"}
+        lagging = {n[r] + 1 for r in members if n[r] < frontier}
+        seq = min(pending | lagging, default=None)
+        if seq is None:
+            continue
+        waiting = {r: recs[r][key][seq] for r in members if seq in recs[r].get(key, {})}
+        absent = [r for r in members if n[r] < seq]
+        stuck.append({"key": key, "seq": seq, "waiting": waiting, "absent": absent,
+                      "t": min((_wall(dumps[r], rec) for r, rec in waiting.items()), default=0.0)})
+
+    if not stuck:
+        frontier = max((d.get("order", 0) for d in dumps.values()), default=0)
+        lines = [f"every recorded collective completed on every rank that wrote a record ({frontier} on the "
+                 "furthest rank); the ranks stopped outside collectives, or failed:"]
         for r, d in sorted(dumps.items()):
             lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')[:300]}")
             lines.append(f"    stack: {' > '.join(d.get('main_stack', [])[-4:])}")
         return {"kind": "stuck", "lines": lines + _missing(missing)}
 
-    waiting = {r: by_rank[r][stuck_seq] for r in by_rank if stuck_seq in by_rank[r]}
-    absent = [r for r in by_rank if stuck_seq not in by_rank[r] and last_seen[r] < stuck_seq]
+    blocked = {r: _blocked_in(d) for r, d in dumps.items()}
+    # The cause first. A rank absent while itself waiting in another collective is a consequence; one
+    # absent while outside any collective is a cause. So: groups by how many of their absent ranks
+    # are blocked elsewhere (fewest first), then by how many are absent (the most specific first), then
+    # by when the wait began. Groups nobody is absent from only when no group has absent ranks.
+    ordered = sorted((s for s in stuck if s["absent"]),
+                     key=lambda s: (sum(blocked[r] is not None for r in s["absent"]), len(s["absent"]), s["t"]))
+    if not ordered:
+        ordered = sorted(stuck, key=lambda s: s["t"])
+    first = ordered[0]
+    key, seq, waiting, absent = first["key"], first["seq"], first["waiting"], first["absent"]
+    label = group_label(key[0], key[1])
     if not waiting:  # only possible with truncated rings: say what we know
-        return {"kind": "hang", "seq": stuck_seq, "absent": absent, "waiting": [], "op": f"#{stuck_seq}",
-                "lines": [f"ranks {absent} never reached collective #{stuck_seq}; no record of it survives in the "
-                          "other ranks' ring buffers"] + _missing(missing)}
-    op = describe_op(next(iter(waiting.values())))
+        return {"kind": "hang", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "absent": absent,
+                "waiting": [], "op": f"#{seq} of {label}", "stuck": _summary(ordered),
+                "lines": [f"ranks {absent} never reached collective #{seq} of {label}; no record of it survives "
+                          "in the other ranks' ring buffers"] + _missing(missing)}
+    wr, wrec = next(iter(sorted(waiting.items())))
+    op = describe_op(wrec, wr)
+    lines = []
     for r in absent:
-        d = dumps[r]
-        prev = by_rank[r].get(last_done[r])
-        lines.append(f"rank {r} never joined {op}; its last completed op was "
-                     f"{describe_op(prev) if prev else '#' + str(last_done[r])}; it was in: {d['phase']} "
-                     f"(step {d['step']}, no progress for {d.get('last_progress_age_s', 0):.1f} s)")
-        if d.get("main_stack"):
-            lines.append(f"  rank {r} main thread: {' > '.join(d['main_stack'][-4:])}")
+        lines.append(f"{_never(r, wrec, op)}; its last completed op was {_last_done(dumps[r], r)}; it was in: "
+                     f"{dumps[r]['phase']} (step {dumps[r]['step']}, no progress for "
+                     f"{dumps[r].get('last_progress_age_s', 0):.1f} s)")
+        if blocked[r] is not None:
+            lines.append(f"  rank {r} is itself blocked in {describe_op(blocked[r], r)}")
+        if dumps[r].get("main_stack"):
+            lines.append(f"  rank {r} main thread: {' > '.join(dumps[r]['main_stack'][-4:])}")
     for r, rec in sorted(waiting.items()):
         age = dumps[r]["now_perf"] - rec["t_launch"]
-        lines.append(f"rank {r} is waiting in {describe_op(rec)} ({rec['state']}) for {age:.1f} s, "
-                     f"step {rec['step']}, issued from {' < '.join(reversed(rec.get('stack') or [])) or '?'}")
+        lines.append(f"rank {r} is waiting in {describe_op(rec, r)} ({rec['state']}) for {age:.1f} s, "
+                     f"step {rec['step']}, issued from {_stack(rec)}")
         if dumps[r].get("main_stack"):
             lines.append(f"  rank {r} main thread: {' > '.join(dumps[r]['main_stack'][-4:])}")
     if not absent:
         lines.insert(0, f"every rank that wrote a record reached {op} and none completed it: the collective itself "
                         "is stuck (network, a dead peer outside these records, or a backend problem)")
+    for other in ordered[1:]:
+        k = other["key"]
+        some = next(iter(sorted(other["waiting"].items())), None)
+        what = describe_op(some[1], some[0]) if some else f"#{other['seq']} of {group_label(k[0], k[1])}"
+        why = "; ".join(f"rank {r} is blocked in {describe_op(blocked[r], r)}" for r in other["absent"]
+                        if blocked[r] is not None)
+        lines.append(f"also stuck: {what}: rank(s) {other['absent'] or 'none'} never joined"
+                     f"{f' ({why})' if why else ''}, rank(s) {sorted(other['waiting'])} waiting")
     lines.append("What to do: find why the absent rank(s) did not reach this collective (their phase and stack "
                  "above), e.g. slow or exhausted data, an exception swallowed on that rank, or a rank-dependent branch.")
-    return {"kind": "hang", "seq": stuck_seq, "absent": absent, "waiting": sorted(waiting), "op": op,
-            "lines": lines + _missing(missing)}
+    return {"kind": "hang", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "absent": absent,
+            "waiting": sorted(waiting), "op": op, "stuck": _summary(ordered), "lines": lines + _missing(missing)}
+
+
+def _never(r: int, waited: dict, op: str) -> str:
+    if waited.get("peer") is None:
+        return f"rank {r} never joined {op}"
+    other = "recv" if waited["op"] == "send" else "send"
+    return f"rank {r} never posted the {other} matching {op}"
+
+
+def _blocked_in(dump: dict) -> dict | None:
+    """The record a rank is blocked in (a synchronous call, or wait() on an async one), if any."""
+    rec = dump.get("blocked_in")
+    if rec is not None:
+        return rec if rec.get("state") == "started" else None
+    started = [r for r in dump["records"] if r["state"] == "started"]  # dumps without the field
+    return min(started, key=lambda r: r.get("order", r["seq"]), default=None)
+
+
+def _last_done(dump: dict, rank: int) -> str:
+    done = [r for r in dump["records"] if r["state"] == "completed"]
+    if not done:
+        return "none recorded"
+    return describe_op(max(done, key=lambda r: r.get("order", r["seq"])), rank)
+
+
+def _summary(ordered: list[dict]) -> list[dict]:
+    return [{"group": s["key"][0], "group_ranks": list(s["key"][1]), "src": s["key"][2], "dst": s["key"][3],
+             "seq": s["seq"], "absent": s["absent"], "waiting": sorted(s["waiting"])} for s in ordered]
 
 
 def _missing(missing: list[int]) -> list[str]:

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 from shardlab import comm
+from shardlab.doctor.hang import describe_op
 
 EXIT_HANG = 3  # the process exit code of a rank ended by the watchdog
 
@@ -39,6 +40,7 @@ class Watchdog:
         self._stop = threading.Event()
         self._dumped = threading.Lock()
         self.fired: str | None = None
+        self.where: str | None = None  # what the message said this rank was doing when it fired
         self._main_ident = threading.main_thread().ident
         self._pipe = None
         self._old = None
@@ -91,8 +93,10 @@ class Watchdog:
             return  # another thread is already dumping and exiting
         self.fired = reason
         rec = comm.RECORDER
-        pending = [r for r in list(rec.ring) if r.state != "completed"]
-        where = (f"blocked in {pending[-1].op} #{pending[-1].seq}" if pending else f"in: {rec.phase}")
+        # the record `doctor hang` names too (the oldest this rank waits in), in the same words
+        blocked = rec.blocked_in()
+        where = f"blocked in {describe_op(blocked.as_dict(), self.rank)}" if blocked else f"in: {rec.phase}"
+        self.where = where
         try:
             path = self.dump(reason)
             print(f"[shardlab doctor] rank {self.rank}: {reason}; step {rec.step}, {where}. Flight record: {path}. "

@@ -114,18 +114,25 @@ def bucket_table(rt: RankTrace, step: int, t0: float, t1: float) -> list[dict]:
 
 
 def match_collectives(traces: dict[int, RankTrace]) -> list[dict]:
-    """Skew per collective, matched across ranks by (group, n-th call on that group)."""
+    """Skew per collective, matched across ranks by (group, members, comm's per-group sequence number).
+    Point-to-point messages are left out: a receiver waiting for its sender is the pipeline's schedule,
+    not a late rank. (Traces written before records carried their members: the n-th call per group name.)"""
     by_key: dict[tuple, dict[int, dict]] = {}
     for r, rt in traces.items():
         count: dict[str, int] = {}
         for c in rt.comms:
-            g = c["args"]["group"]
-            if c["args"]["group_size"] < 2:
+            a = c["args"]
+            if a["group_size"] < 2 or a.get("peer") is not None:
                 continue
-            n = count[g] = count.get(g, 0) + 1
-            by_key.setdefault((g, n), {})[r] = c
+            g = a["group"]
+            if "group_ranks" in a:
+                key = (g, tuple(a["group_ranks"]), a["seq"])
+            else:
+                key = (g, (), count.setdefault(g, 0) + 1)
+                count[g] += 1
+            by_key.setdefault(key, {})[r] = c
     out = []
-    for (g, n), per_rank in sorted(by_key.items(), key=lambda kv: min(c["t0"] for c in kv[1].values())):
+    for (g, members, n), per_rank in sorted(by_key.items(), key=lambda kv: min(c["t0"] for c in kv[1].values())):
         size = next(iter(per_rank.values()))["args"]["group_size"]
         if len(per_rank) < size:
             continue  # not every member traced this one (e.g. a subgroup this trace does not cover)
@@ -133,7 +140,7 @@ def match_collectives(traces: dict[int, RankTrace]) -> list[dict]:
         last_t, last_rank = launches[-1]
         first = per_rank[launches[0][1]]["args"]
         out.append({
-            "group": g, "n": n, "op": first["op"], "tag": first["tag"], "step": first["step"],
+            "group": g, "group_ranks": list(members), "n": n, "op": first["op"], "tag": first["tag"], "step": first["step"],
             "bytes": first["bytes"], "last_rank": last_rank,
             "skew_ms": 1e3 * (last_t - launches[0][0]),
             "late_by_ms": 1e3 * (last_t - launches[-2][0]),  # what the last rank cost everyone else

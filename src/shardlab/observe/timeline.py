@@ -120,6 +120,7 @@ def _comm_event(r) -> dict:
     return {"name": r.op, "cat": "comm", "t0": r.t_launch, "t1": r.t_done,
             "t_wait": r.t_wait, "async": r.async_op,
             "args": {"op": r.op, "seq": r.seq, "group": r.group, "group_size": r.group_size,
+                     "group_ranks": list(r.group_ranks), "peer": r.peer,
                      "bytes": r.bytes, "wire_bytes": r.wire_bytes, "dtype": r.dtype, "tag": r.tag,
                      "step": r.step, "phase": r.phase}}
 
