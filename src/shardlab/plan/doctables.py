@@ -59,7 +59,7 @@ def seed000() -> str:
 
 # file in docs/ -> generated block name -> the function that writes it
 BLOCKS = {"planner.md": {"presets": presets, "published": published, "calibration": calibration},
-          "bench.md": {"seed000": seed000}}
+          "bench.md": {"reference_payload": seed000}}
 
 
 def render(text: str, doc: str = "planner.md") -> str:
