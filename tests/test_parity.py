@@ -24,7 +24,7 @@ def train_run(run_dir, overrides, world):
     losses = None
     if trainer.rank == 0:
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        losses = [r["loss"] for r in rows if "loss" in r]
+        losses = [(r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
     return losses, params, summary
 
 
@@ -45,6 +45,7 @@ def test_native_strategies_match_single(pool2, tmp_path, reference, overrides):
     results = pool2.run(train_run, tmp_path, overrides, 2)
     losses, params, summary = results[0]
     assert len(losses) == 5
+    # every step's loss and gradient norm (before clipping) tightly: Adam's update hides a gradient's scale
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-5, atol=0)
     assert_params_close(params, ref_params, lr_sum=lr_sum(config.load(None, BASE), 5))
     assert summary["ranks_consistent"] is True

@@ -24,7 +24,9 @@ class _Usage(Exception):
 
 
 def _fail(msg: str) -> int:
-    print(f"shardlab ckpt: error: {msg}", file=sys.stderr)
+    from shardlab.cli import one_line
+
+    print(f"shardlab ckpt: error: {one_line(msg)}", file=sys.stderr)
     return 2
 
 

@@ -28,8 +28,8 @@ def main(argv: list[str]) -> int:
         try:
             result = report(run)
         except FlightRecordError as e:
-            print(f"shardlab: error: {e}", file=sys.stderr)
-            return 2
+            from shardlab.cli import fail
+            return fail(str(e))
         print("\n".join(result["lines"]))
         return 0 if result["kind"] != "none" else 1
     from shardlab.config import ConfigError

@@ -14,12 +14,22 @@ drift of ~1e-3 of Σ lr under the default, AVX2 and baseline kernels), while any
 ~lr per step (the query bias: ~0.8 of Σ lr). Two runs must agree on it within KEY_BIAS_FRACTION of the
 summed learning rate: 25x above the measured noise, 15x below a real gradient. So a strategy that
 routed any real gradient into the key bias still fails.
+
+Every other element gets rtol = 1e-5 and an atol of max(1e-5, UPDATE_FRACTION x Σ lr). The same effect,
+milder, hits any element whose gradient nearly cancels (a sum of large terms with a small result): its
+relative round-off is large, and Adam passes relative gradient error straight into the update (the
+first step of Adam is ±lr whatever the gradient's size). Measured: single vs every world-2 strategy
+under ATEN_CPU_CAPABILITY=default differed by 1.09e-5 = 3.1e-4 of Σ lr in one element of
+blocks.0.mlp.proj.weight. A wrong gradient moves elements by a sizeable fraction of lr per step, far
+above 2e-3 of Σ lr; a gradient wrong only in scale leaves Adam's update unchanged anyway, which is why the
+parity tests also compare every step's loss and gradient norm at rtol 1e-5.
 """
 from __future__ import annotations
 
 import torch
 
 KEY_BIAS_FRACTION = 0.05
+UPDATE_FRACTION = 2e-3
 
 
 def key_bias_slice(name: str, numel: int) -> slice | None:
@@ -41,9 +51,11 @@ def lr_sum(cfg, steps: int, start: int = 0) -> float:
 
 
 def assert_params_close(got: dict, ref: dict, *, lr_sum: float, rtol: float = 1e-5, atol: float = 1e-5) -> None:
-    """Every parameter of `ref` within rtol/atol in `got`; the key biases (see the module docstring)
-    within KEY_BIAS_FRACTION x `lr_sum`, the learning rate summed over the optimizer steps both runs took."""
+    """Every parameter of `ref` within rtol and max(atol, UPDATE_FRACTION x `lr_sum`) in `got`; the key
+    biases within KEY_BIAS_FRACTION x `lr_sum`. `lr_sum` is the learning rate summed over the optimizer
+    steps both runs took (the module docstring says why)."""
     assert got.keys() == ref.keys(), sorted(set(got) ^ set(ref))
+    atol = max(atol, UPDATE_FRACTION * lr_sum)
     for name, r in ref.items():
         g = got[name]
         assert g.shape == r.shape, f"{name}: shape {tuple(g.shape)} != {tuple(r.shape)}"
