@@ -65,7 +65,7 @@ def test_traced_world2_chrome_trace(pool2, tmp_path):
 # The tiny model's step takes ~8 ms, and on a shared 2-core machine one rank is often 1-3 ms behind
 # (scheduling): a quarter of such a step. DATA_MS gives the step a realistic length (the default run's
 # step is ~270 ms) on every rank alike, so that the verdict is about a straggler, not about the OS.
-DATA_MS = 100.0
+DATA_MS = 200.0
 
 
 def test_healthy_run_names_no_straggler(pool2, tmp_path, capsys):

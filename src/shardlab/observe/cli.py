@@ -72,7 +72,7 @@ def render(rep: dict) -> str:
         verdict = (f"rank {st['rank']} is the straggler: last to arrive at {st['last_share']:.0%} of "
                    f"{st['collectives']} collectives, {st['median_late_by_ms']:.1f} ms late (median{of_step}; "
                    f"± {st['late_stderr_ms']:.1f} ms standard error)"
-                   if st["significant"] else f"no straggler: the latest rank ({st['rank']}) was {st['reason']}")
+                   if st["significant"] else f"no straggler: rank {st['rank']}, the latest overall, was {st['reason']}")
         waits = ", ".join(f"r{r} wait {st['wait_ms_by_rank'][r]:.1f} / transfer {st['transfer_ms_by_rank'][r]:.1f}"
                           for r in sorted(st["wait_ms_by_rank"]))
         out.append(f"\n{verdict}\ntime inside collectives (ms, post warm-up): {waits}")
