@@ -75,7 +75,10 @@ def saved_world(checkpoint: Path | None) -> int | None:
 
 def stored_config(run: Path) -> config_mod.Config:
     """RUN/config.toml as written (resolved)."""
-    return config_mod.load(run / "config.toml")
+    try:
+        return config_mod.load(run / "config.toml")
+    except config_mod.ConfigError as e:  # e.g. written by another shardlab version
+        raise config_mod.ConfigError(f"resuming {run}: its config.toml cannot be used as the base: {e}") from None
 
 
 def base_config(stored: config_mod.Config) -> config_mod.Config:
