@@ -119,13 +119,14 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None) -> tuple[li
     distributed = [r for r in records.values() if r["kind"] == "distributed"]
     if distributed:
         r = min(distributed, key=lambda r: r["time"])
-        return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): "
-                     f"{r['error']}"] + tail, "distributed")
+        first = r["error"].split(". ")[0].rstrip(".")  # the full message is printed above
+        return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): {first}."]
+                    + tail, "distributed")
 
     killed = sorted((rank, f) for rank, f in exits.items() if f.get("signal") and f["signal"] != "SIGTERM")
     if killed:
         rank, f = killed[0]
-        hint = " (SIGKILL: often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
+        hint = " (often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
         return _out([f"FAILED: rank {rank} was killed by {f['signal']}{hint}; the other ranks were stopped."]
                     + tail, "crash")
 
