@@ -126,6 +126,8 @@ def announce(run: Path, stored: config_mod.Config, new: config_mod.Config, old_w
     lines, trajectory = differences(stored, new, old_world, new_world)
     where = f"{checkpoint.name}, " if checkpoint is not None else "no checkpoint yet: from step 0, "
     world = f"world size {old_world}" if old_world else "world size unknown"
+    if Path(dest).resolve() != Path(run).resolve():
+        world += f"; writing to {dest}"
     if not lines:
         print(f"[resume] {run} ({where}{world}) with its own config.toml: nothing changed", file=file, flush=True)
         return lines
