@@ -198,7 +198,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                   "true | false"),
     "debug.inject_nan": ("debug: make MODULE's output NaN on RANK at STEP (0-based), e.g. 7:1:blocks.2.mlp",
                          "\"\" | STEP:RANK:MODULE"),
-    "debug.hang_rank": ("debug: rank R stops before step STEP's collectives, e.g. 1@5", "\"\" | R@STEP"),
+    "debug.hang_rank": ("debug: rank R hangs at the start of step STEP (the watchdog fires), e.g. 1@5", "\"\" | R@STEP"),
     "debug.mismatch_rank": ("debug: rank R sends a wrongly sized collective at step STEP", "\"\" | R@STEP"),
     "debug.corrupt_rank": ("debug: rank R flips a parameter after step STEP (replicas diverge)", "\"\" | R@STEP"),
     "debug.uneven_rank": ("debug: rank R has no data from step STEP on (uneven inputs)", "\"\" | R@STEP"),

@@ -55,14 +55,14 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
         pass  # the verdict falls back on exit codes
 
 
-def clear(run_dir: Path) -> None:
+def clear(run_dir: Path, agent_file: Path) -> None:
     """Before a launch: records of an earlier attempt in this directory are not about this one."""
     for p in (Path(run_dir) / "failures").glob("rank*.json"):
         p.unlink(missing_ok=True)
-    (Path(run_dir) / "failures" / "launcher.json").unlink(missing_ok=True)
+    Path(agent_file).unlink(missing_ok=True)
 
 
-def _load(run_dir: Path) -> tuple[dict[int, dict], dict]:
+def _load(run_dir: Path, agent_file: Path) -> tuple[dict[int, dict], dict]:
     records = {}
     for p in (Path(run_dir) / "failures").glob("rank*.json"):
         try:
@@ -71,7 +71,7 @@ def _load(run_dir: Path) -> tuple[dict[int, dict], dict]:
         except (OSError, ValueError, KeyError):
             continue
     try:
-        agent = json.loads((Path(run_dir) / "failures" / "launcher.json").read_text())
+        agent = json.loads(Path(agent_file).read_text())
     except (OSError, ValueError):
         agent = {}
     return records, agent
@@ -82,10 +82,11 @@ def _ranks(ranks) -> str:
     return f"rank{'s' if len(ranks) != 1 else ''} {', '.join(map(str, ranks))}"
 
 
-def verdict(run_dir: Path, returncode: int, log: Path | None = None) -> tuple[list[str], int]:
+def verdict(run_dir: Path, returncode: int, log: Path | None = None,
+            agent_file: Path | None = None) -> tuple[list[str], int]:
     """The launcher's last lines and exit code for a job that ended with `returncode` != 0."""
     run_dir = Path(run_dir)
-    records, agent = _load(run_dir)
+    records, agent = _load(run_dir, agent_file or run_dir / "failures" / "launcher.json")
     exits = {int(r): f for r, f in agent.get("failures", {}).items()}
     tail = [f"launcher messages (torchrun): {log}"] if log is not None else []
 
@@ -119,13 +120,14 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None) -> tuple[li
     distributed = [r for r in records.values() if r["kind"] == "distributed"]
     if distributed:
         r = min(distributed, key=lambda r: r["time"])
-        return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): "
-                     f"{r['error']}"] + tail, "distributed")
+        first = r["error"].split(". ")[0].rstrip(".")  # the full message is printed above
+        return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): {first}."]
+                    + tail, "distributed")
 
     killed = sorted((rank, f) for rank, f in exits.items() if f.get("signal") and f["signal"] != "SIGTERM")
     if killed:
         rank, f = killed[0]
-        hint = " (SIGKILL: often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
+        hint = " (often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
         return _out([f"FAILED: rank {rank} was killed by {f['signal']}{hint}; the other ranks were stopped."]
                     + tail, "crash")
 

@@ -83,8 +83,9 @@ def launch(args, cfg, run_dir: Path) -> int:
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # torchrun's agent runs with its own messages in RUN/launcher.log (see launch_agent); the ranks' output
     # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (failure.py).
-    log, failures = run_dir / "launcher.log", run_dir / "failures" / "launcher.json"
-    failure.clear(run_dir)
+    node = "" if args.nnodes == 1 else f"_node{args.node_rank}"  # nodes may share the run directory
+    log, failures = run_dir / f"launcher{node}.log", run_dir / "failures" / f"launcher{node}.json"
+    failure.clear(run_dir, failures)
     failures.parent.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(args, run_dir, config_path)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
@@ -92,6 +93,6 @@ def launch(args, cfg, run_dir: Path) -> int:
     code = subprocess.call(cmd, env=env)
     if code == 0:
         return 0
-    lines, code = failure.verdict(run_dir, code, log)
+    lines, code = failure.verdict(run_dir, code, log, failures)
     print("\n".join(lines), file=sys.stderr, flush=True)
     return code

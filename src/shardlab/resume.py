@@ -75,7 +75,10 @@ def saved_world(checkpoint: Path | None) -> int | None:
 
 def stored_config(run: Path) -> config_mod.Config:
     """RUN/config.toml as written (resolved)."""
-    return config_mod.load(run / "config.toml")
+    try:
+        return config_mod.load(run / "config.toml")
+    except config_mod.ConfigError as e:  # e.g. written by another shardlab version
+        raise config_mod.ConfigError(f"resuming {run}: its config.toml cannot be used as the base: {e}") from None
 
 
 def base_config(stored: config_mod.Config) -> config_mod.Config:
@@ -123,6 +126,8 @@ def announce(run: Path, stored: config_mod.Config, new: config_mod.Config, old_w
     lines, trajectory = differences(stored, new, old_world, new_world)
     where = f"{checkpoint.name}, " if checkpoint is not None else "no checkpoint yet: from step 0, "
     world = f"world size {old_world}" if old_world else "world size unknown"
+    if Path(dest).resolve() != Path(run).resolve():
+        world += f"; writing to {dest}"
     if not lines:
         print(f"[resume] {run} ({where}{world}) with its own config.toml: nothing changed", file=file, flush=True)
         return lines
