@@ -54,15 +54,30 @@ def cpu_share(seconds: float = 1.0) -> float:
     return min(1.0, (time.process_time() - c0) / (time.perf_counter() - w0))
 
 
+def as_a_rank() -> None:
+    """Put this process in a session of its own, as torchrun starts every rank of a run
+    (start_new_session). On Linux with autogroup scheduling each session is a scheduling group of
+    its own, so on shared cores a rank's share of the CPU is that of a separate program; measured
+    from inside one session, two probes split one group's share and read about half of what the
+    ranks get (measured: every world-2 run over-predicted by 60-200% under a load of 20)."""
+    import os
+    try:
+        os.setsid()
+    except OSError:  # already a session leader
+        pass
+
+
 def _share_worker(seconds: float, q) -> None:
+    as_a_rank()
     import torch
     torch.set_num_threads(1)
     q.put(cpu_share(seconds))
 
 
 def measure_share(world: int, seconds: float = 1.5) -> float:
-    """Mean share of a core over `world` processes each running a GEMM loop at once (world 1: this
-    process): measured right before a run, the machine's availability at that moment."""
+    """Mean share of a core over `world` processes each running a GEMM loop at once, each in its own
+    session as torchrun's ranks are (world 1: this process, as `shardlab train --nproc 1` runs in
+    the caller's): measured right before a run, the machine's availability at that moment."""
     if world <= 1:
         return cpu_share(seconds)
     import multiprocessing as mp
