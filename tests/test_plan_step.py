@@ -144,6 +144,7 @@ def test_figure_of_record_is_the_held_out_error(tmp_path, monkeypatch):
     def fake_trial(out_dir, cluster, model, strategy, b, world, steps, rnd):
         err = 0.3 if validate.held_out_axes(model, strategy, b, world) else 0.01
         return {"pred_step_s": 1 + err, "meas_step_s": 1.0, "time_err": err, "signed_err": err,
+                "pred_step_s_before": 1 + err, "time_err_before": err,
                 "pred_times_ms": {}, "trainer_overhead_s": 0.0, "cpu_share": 1.0, "load_avg_1m": 0.0,
                 "mem_err": 0.0, "comm_exact": True}
     monkeypatch.setattr(validate, "calibrate", fake_calibrate)

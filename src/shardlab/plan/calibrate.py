@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .calibrate_compute import cpu_share, measure_compute
+from .calibrate_compute import as_a_rank, cpu_share, measure_compute
 from .compute import gemm_shapes
 from .hardware import Cluster, default_profile_path, write_profile
 from .model import ModelSpec
@@ -33,6 +33,7 @@ def _free_port() -> int:
 
 
 def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), micro_batches=()) -> None:
+    as_a_rank()  # scheduled as torchrun's ranks are (calibrate_compute.as_a_rank)
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)

@@ -54,15 +54,30 @@ def cpu_share(seconds: float = 1.0) -> float:
     return min(1.0, (time.process_time() - c0) / (time.perf_counter() - w0))
 
 
+def as_a_rank() -> None:
+    """Put this process in a session of its own, as torchrun starts every rank of a run
+    (start_new_session). On Linux with autogroup scheduling each session is a scheduling group of
+    its own, so on shared cores a rank's share of the CPU is that of a separate program; measured
+    from inside one session, two probes split one group's share and read about half of what the
+    ranks get (measured: every world-2 run over-predicted by 60-200% under a load of 20)."""
+    import os
+    try:
+        os.setsid()
+    except OSError:  # already a session leader
+        pass
+
+
 def _share_worker(seconds: float, q) -> None:
+    as_a_rank()
     import torch
     torch.set_num_threads(1)
     q.put(cpu_share(seconds))
 
 
 def measure_share(world: int, seconds: float = 1.5) -> float:
-    """Mean share of a core over `world` processes each running a GEMM loop at once (world 1: this
-    process): measured right before a run, the machine's availability at that moment."""
+    """Mean share of a core over `world` processes each running a GEMM loop at once, each in its own
+    session as torchrun's ranks are (world 1: this process, as `shardlab train --nproc 1` runs in
+    the caller's): measured right before a run, the machine's availability at that moment."""
     if world <= 1:
         return cpu_share(seconds)
     import multiprocessing as mp
@@ -111,7 +126,10 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
     pts = []
     for n in flat:
         src = torch.randn(n)
-        t = _timeit(lambda: torch.empty(2, n // 2).copy_(src.view(2, n // 2)), mt, keep=True)
+        # first touch is kernel work (page faults) whose cost moves with the machine's load: longer
+        # batches and more of them than the other entries (a quick 10 ms sample read 0.8 and 4.3 GB/s
+        # in two calibrations minutes apart)
+        t = _timeit(lambda: torch.empty(2, n // 2).copy_(src.view(2, n // 2)), max(mt, 0.1), min_reps=7, keep=True)
         pts.append((2 * n * 4, t))
         del src
     if pts:

@@ -181,8 +181,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         rec = layers * ops_time(core, False)
     else:
         rec = 0.0
-    bwd = layers * b_block + b_end
-    fwd, bwd = fwd + _framework(c, len(block), layers)[0], bwd + _framework(c, len(block), layers)[1]
+    fw_extra, bw_extra = _framework(c, len(block), layers)
+    fwd, bwd = fwd + fw_extra, layers * b_block + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
     how = "roofline"
     if t == 1 and lay.pp == 1 and e == 4 and train.flash_attention:

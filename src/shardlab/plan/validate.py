@@ -125,18 +125,26 @@ def compare(pred, summary: dict) -> dict:
 
 
 def _trial(out_dir: Path, cluster, model: str, strategy: str, b: int, world: int, steps: int, rnd: int) -> dict:
-    """Predict from the one calibration, then run: one (prediction, measurement). Only the machine's
-    load is probed right before (the share of a core each of `world` GEMM loops gets): on shared
-    cores it moves by the minute, and it is the same probe whatever the configuration."""
+    """Predict from the one calibration, run, compare: one (prediction, measurement). Only the
+    machine's load is probed, right before and right after the run (the share of a core each of
+    `world` GEMM loops gets, A B A): on shared cores it moves by the minute, the mean of the two
+    brackets the run, and the probe is the same whatever the configuration. The prediction from
+    the probe before the run alone is kept beside it (`pred_step_s_before`)."""
     name = f"{model}-{strategy}-mb{b}-w{world}"
     run_dir = out_dir / "runs" / f"{name}-r{rnd}"
-    share = measure_share(world)
-    now = replace(cluster, cpu_share=share, cpu_share_solo=share)
-    pred = predict(model, strategy, b, world, now)
+    before = measure_share(world)
     summary = run_one(run_dir, model, strategy, b, world, steps)
-    row = {"load_avg_1m": os.getloadavg()[0]}  # other work on the shared cores, for context
+    load = os.getloadavg()[0]  # other work on the shared cores, for context
+    after = measure_share(world)
+    share = (before + after) / 2
+    pred = predict(model, strategy, b, world, replace(cluster, cpu_share=share, cpu_share_solo=share))
+    pred_before = predict(model, strategy, b, world, replace(cluster, cpu_share=before, cpu_share_solo=before))
+    row = {"load_avg_1m": load}
     row.update(compare(pred, summary))
-    row.update(cpu_share=share, trainer_overhead_s=pred.times["trainer"], compute_from=pred_how(pred))
+    row.update(cpu_share=share, cpu_share_before=before, cpu_share_after=after,
+               pred_step_s_before=pred_before.step_time,
+               time_err_before=abs(pred_before.step_time - row["meas_step_s"]) / row["meas_step_s"],
+               trainer_overhead_s=pred.times["trainer"], compute_from=pred_how(pred))
     return row
 
 
@@ -149,9 +157,10 @@ def pred_how(pred) -> str:
 def _merge(trials: list[dict]) -> dict:
     """One row per configuration over its rounds: median prediction against median measurement."""
     row = dict(trials[-1])
-    for k in ("pred_step_s", "meas_step_s", "cpu_share", "load_avg_1m"):
+    for k in ("pred_step_s", "meas_step_s", "cpu_share", "load_avg_1m", "pred_step_s_before"):
         row[k] = statistics.median(t[k] for t in trials)
     row["time_err"] = abs(row["pred_step_s"] - row["meas_step_s"]) / row["meas_step_s"]
+    row["time_err_before"] = abs(row["pred_step_s_before"] - row["meas_step_s"]) / row["meas_step_s"]
     row["signed_err"] = (row["pred_step_s"] - row["meas_step_s"]) / row["meas_step_s"]
     row["comm_exact"] = all(t["comm_exact"] for t in trials)
     row["mem_err"] = max(t["mem_err"] for t in trials)
@@ -210,6 +219,7 @@ def run(out_dir: Path, quick: bool = False, rounds: int | None = None) -> dict:
                "planner_time_err_max": err(held, "time_err", max),
                "planner_time_bias": err(held, "signed_err", statistics.fmean),
                "planner_heldout_configs": len(held),
+               "planner_time_err_mean_load_before": err(held, "time_err_before", statistics.fmean),
                "planner_insitu_err_mean": err(ins, "time_err", statistics.fmean),
                "planner_insitu_err_max": err(ins, "time_err", max),
                "planner_insitu_configs": len(ins),
@@ -270,8 +280,11 @@ def _report(result: dict, cluster) -> str:
              f"in situ and alone), gloo collectives and overlap at world {cal['world']}, the trainer's per-step "
              f"cost with {', '.join(f'{s} at world {w}' for s, w in cal['trainer'])}. Every configuration is "
              "then predicted from that one profile and run with `shardlab train` (step time = the run's median "
-             "after warm-up). Right before each run only the machine's load is probed (the share of a core a "
-             "GEMM loop gets on each of `world` processes), the same probe whatever the configuration.", "",
+             "after warm-up). Only the machine's load is probed, right before and right after each run (the "
+             "share of a core a GEMM loop gets on each of `world` processes, each in its own session as "
+             "torchrun's ranks are; the prediction takes the mean of the two), the same probe whatever the "
+             "configuration. `planner_time_err_mean_load_before` is the held-out mean error with the probe "
+             "before the run alone.", "",
              f"**Held out** (another model shape, micro batch, world size or strategy than calibrated; the "
              f"figure of record): {f['planner_heldout_configs']} configurations, mean error "
              f"**{_pct(f['planner_time_err_mean'])}**, max **{_pct(f['planner_time_err_max'])}**, bias "
