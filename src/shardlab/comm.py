@@ -460,7 +460,7 @@ def scatter(out: torch.Tensor, chunks: list[torch.Tensor] | None, src: int = 0, 
     """The group's rank `src` (group-local) sends `chunks[i]` to the group's rank i; every rank receives
     its chunk in `out`. `chunks` is only read on the source (others may pass None)."""
     n = _size(group)
-    me = rank(group) if is_initialized() else 0
+    me = rank(group)
     if n == 1:
         out.copy_(chunks[0])
     payload = torch.empty((n, *out.shape), dtype=out.dtype, device="meta")  # the N chunks, for the record

@@ -195,9 +195,8 @@ def analyse(dumps: dict[int, dict]) -> dict:
                       "t": min((_wall(dumps[r], rec) for r, rec in waiting.items()), default=0.0)})
 
     if not stuck:
-        frontier = max((d.get("order", 0) for d in dumps.values()), default=0)
-        lines = [f"every recorded collective completed on every rank that wrote a record ({frontier} on the "
-                 "furthest rank); the ranks stopped outside collectives, or failed:"]
+        lines = ["every recorded collective completed on every rank that wrote a record; the ranks stopped "
+                 "outside collectives, or failed:"]
         for r, d in sorted(dumps.items()):
             lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')[:300]}")
             lines.append(f"    stack: {' > '.join(d.get('main_stack', [])[-4:])}")
