@@ -165,12 +165,16 @@ def test_world2_with_dp1_trains_what_one_process_trains(pool2, tmp_path):
 
 @pytest.mark.parametrize("name", ["ddp", "zero1", "zero2", "zero3", "torch-fsdp2"])
 def test_microbatches_in_flight_equal_the_plain_loop(pool2, name):
-    from zero_harness import in_flight, train
+    """torch-ddp and torch-zero1 are not here: torch DDP prepares its reducer in forward, so it allows
+    one forward in flight per synchronised backward (the plain loop sets the sync flag before forward)."""
+    from zero_harness import in_flight
 
-    ref = pool2.run(train, name, steps=3, accum=3)[0]
-    out = pool2.run(in_flight, name, steps=3, accum=3)[0]
-    # Same microbatch gradients summed in another order (reverse): equal up to float rounding of the
-    # accumulation, which reorders three fp32 additions per element.
-    torch.testing.assert_close(torch.tensor(out["losses"]), torch.tensor(ref["losses"]), rtol=1e-6, atol=0)
-    for k in ref["params"]:
-        torch.testing.assert_close(out["params"][k], ref["params"][k], rtol=1e-5, atol=1e-6, msg=k)
+    for rank_rounds in pool2.run(in_flight, name):
+        for plain, flight in rank_rounds:
+            assert plain.keys() == flight.keys() and plain
+            scale = max(g.abs().max().item() for g in plain.values())
+            for k in plain:
+                # The same three microbatch gradients, accumulated in the reverse order: equal up to the
+                # rounding of fp32 additions (relative 1e-6; absolute 1e-6 of the largest entry where
+                # terms cancel, e.g. the key biases, whose true gradient is 0).
+                torch.testing.assert_close(flight[k], plain[k], rtol=1e-6, atol=1e-6 * scale, msg=k)

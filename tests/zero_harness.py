@@ -63,30 +63,43 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
             "psi": sum(p.numel() for p in params.values())}
 
 
-def in_flight(name: str, steps: int = 3, accum: int = 3, micro: int = 2, model_kw: dict = TINY, **parallel) -> dict:
-    """What a pipeline schedule does: every microbatch's forward first, then their backwards in reverse
-    order, gradient sync switched on for the last backward only. Same return as `train`."""
+def in_flight(name: str, rounds: int = 2, accum: int = 3, micro: int = 2, model_kw: dict = TINY,
+              **parallel) -> list[tuple[dict, dict]]:
+    """Per round, the gradients this rank holds after `finish()` (shards for sharded layers) two ways,
+    from two copies of the same model: the plain loop (`forward_backward`), and what a pipeline
+    schedule does: every microbatch's forward first, then their backwards in reverse order, gradient
+    sync switched on for the last backward only. No optimizer step between rounds, so round 2 checks
+    that the layer's bookkeeping was reset by round 1 alone."""
     from shardlab import comm
 
-    par = setup(name, model_kw, **parallel)
+    plain, flight = setup(name, model_kw, **parallel), setup(name, model_kw, **parallel)
     world, rank = comm.world_size(), comm.rank()
     seq = model_kw["max_seq_len"]
     weight = 1.0 / (accum * micro * seq)
     gen = torch.Generator().manual_seed(1234)
-    losses = []
-    for _ in range(steps):
+    out = []
+    for _ in range(rounds):
         batch = torch.randint(0, model_kw["vocab_size"], (accum, world * micro, seq + 1), generator=gen)
-        outs = [par.loss_fn(par.module(x), y, reduction="sum") for x, y in microbatches(batch, rank, micro)]
+        mbs = microbatches(batch, rank, micro)
+        plain.forward_backward(mbs, weight)
+        plain.finish()
+        losses = [flight.loss_fn(flight.module(x), y, reduction="sum") for x, y in mbs]
         for i in reversed(range(accum)):
-            par.dp.set_requires_gradient_sync(i == 0)  # the last backward to run syncs
-            (outs[i] * weight).backward()
-        par.finish()
-        par.clip_grad_norm_(1.0)
-        par.optimizer_step()
-        par.zero_grad()
-        losses.append(sum(o.item() for o in outs) * weight)
-    params = {k: v.detach().clone() for k, v in par.full_parameters().items()}
-    return {"losses": losses, "params": params if rank == 0 else None}
+            flight.dp.set_requires_gradient_sync(i == 0)  # the last backward to run syncs
+            (losses[i] * weight).backward()
+        flight.finish()
+        out.append((named_grads(plain), named_grads(flight)))
+        plain.zero_grad()
+        flight.zero_grad()
+    return out
+
+
+def named_grads(par) -> dict:
+    """The gradients this rank holds, by parameter name (zero: this rank's shards)."""
+    if hasattr(par.dp, "infos"):
+        return {i.fqn: i.shard.grad.clone() for i in par.dp.infos if i.shard.grad is not None}
+    return {n: (p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad).clone()
+            for n, p in par.model.named_parameters() if p.grad is not None}
 
 
 def held_bytes(strategy, optimizer) -> dict:
