@@ -23,6 +23,9 @@ DATA_PARALLEL = {
 # Layers that keep a whole replica per data-parallel rank: they fill `dp_replicate`; the others shard
 # (parameters, gradients or optimizer state) and fill `dp_shard`.
 REPLICATING = ("single", "ddp", "torch-ddp")
+# Sharding layers that also replicate their shards over `dp_replicate` (HSDP); the others need
+# dp_replicate == 1.
+HSDP: tuple[str, ...] = ()
 
 # The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
 # (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).
