@@ -178,3 +178,27 @@ def test_microbatches_in_flight_equal_the_plain_loop(pool2, name):
                 # rounding of fp32 additions (relative 1e-6; absolute 1e-6 of the largest entry where
                 # terms cancel, e.g. the key biases, whose true gradient is 0).
                 torch.testing.assert_close(flight[k], plain[k], rtol=1e-6, atol=1e-6 * scale, msg=k)
+
+
+# --- the DeviceMesh agrees with the arithmetic -------------------------------------------------------------
+
+def _mesh_groups_fn(degrees):
+    import torch.distributed as dist
+
+    dims = ParallelDims(**degrees)
+    dims.build_mesh("cpu")
+    out = {}
+    for name in ("pp", "dp_replicate", "dp_shard", "tp", "dp", "dp_cp"):
+        group = dims.group(name)
+        out[name] = (dist.get_process_group_ranks(group) if group is not None else None, dims.ranks(name))
+    return out
+
+
+@pytest.mark.parametrize("degrees", [dict(dp_replicate=2, tp=2), dict(pp=2, dp_shard=2)])
+def test_mesh_groups_are_the_ranks_the_arithmetic_names(pool4, degrees):
+    for by_name in pool4.run(_mesh_groups_fn, degrees):
+        for name, (members, expected) in by_name.items():
+            if len(expected) == 1:
+                assert members is None, name  # a dimension of size one has no group
+            else:
+                assert members == expected, name

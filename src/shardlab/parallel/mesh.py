@@ -36,6 +36,7 @@ class ParallelDims:
     rank: int = 0
     mesh: object = field(default=None, repr=False)
     _groups: dict = field(default_factory=dict, repr=False)
+    _flat: dict = field(default_factory=dict, repr=False)  # dimensions spanned -> flattened DeviceMesh
 
     # --- sizes and coordinates (pure arithmetic) -------------------------------------------------------
     @property
@@ -117,8 +118,8 @@ class ParallelDims:
                                      mesh_dim_names=tuple(names))
         for flat, spans in FLATTENED.items():
             present = tuple(d for d in spans if getattr(self, d) > 1)
-            if len(present) > 1 and flat not in names:
-                self.mesh[present]._flatten(flat)
+            if len(present) > 1 and present not in self._flat:  # dp_cp with cp == 1 is dp: one group
+                self._flat[present] = self.mesh[present]._flatten(flat)
         return self.mesh
 
     def submesh(self, name: str):
@@ -126,7 +127,7 @@ class ParallelDims:
         if self.mesh is None or self.size(name) == 1:
             return None
         present = tuple(d for d in self.dims_of(name) if getattr(self, d) > 1)
-        return self.mesh[present[0] if len(present) == 1 else name]
+        return self.mesh[present[0]] if len(present) == 1 else self._flat[present]
 
     def group(self, name: str):
         """The process group of one dimension (or flattened one); None when its size is one."""
