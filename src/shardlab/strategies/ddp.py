@@ -106,7 +106,7 @@ class DDP(Strategy):
             raise RuntimeError(
                 f"ddp: parameter {self.names[p]!r} received a gradient twice in one synchronised step "
                 f"(rank {self.rank}). Call finish_backward() after each synchronised backward and use "
-                f"sync_context(is_last=False) / no_sync() for the microbatches before the last.")
+                f"set_requires_gradient_sync(False) / no_sync() for the microbatches before the last.")
         self.ready[i] = True
         self.ready_order.append(i)
         if bucket.mark_ready():
