@@ -12,12 +12,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from shardlab.errors import ConfigError  # noqa: F401 - re-exported: `config.ConfigError` is the public name
+from shardlab.parallel import layers
 
-class ConfigError(ValueError):
-    """A bad configuration: the message is one line meant for the user."""
-
-
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "torch-ddp", "torch-fsdp2", "torch-zero1")
+STRATEGIES = tuple(layers.DATA_PARALLEL)  # the data-parallel layer names (parallel/layers.py is the list)
 
 
 @dataclass
@@ -62,7 +60,7 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    strategy: str = "ddp"
+    strategy: str = "ddp"  # the data-parallel layer; `parallel.dp` is the same key (see the `dp` property)
     backend: str = "auto"  # auto | gloo | nccl
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0
@@ -72,10 +70,21 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     wrap: str = "block"  # block | layer | whole
     prefetch: bool = True
-    # Mesh degrees. Only data parallelism is implemented; tp/pp are reserved so TP/PP/HSDP plug in later.
-    dp_replicate: int = 0  # 0 = derived from the strategy
+    # Mesh degrees (docs/parallel.md): -1 = fill the world; the product must equal the world size.
+    dp_replicate: int = 0  # 0 = let the dp layer decide: replicating layers fill dp_replicate,
+    dp_shard: int = 0  # sharding ones dp_shard
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+
+    @property
+    def dp(self) -> str:
+        """`parallel.dp`, the data-parallel layer: the same setting as `parallel.strategy` (its first name)."""
+        return self.strategy
+
+    @dp.setter
+    def dp(self, name: str) -> None:
+        self.strategy = name
 
 
 @dataclass
@@ -176,10 +185,14 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.wrap": ("zero3 wrap unit: one transformer block, one layer, or the whole model",
                       "block | layer | whole"),
     "parallel.prefetch": ("zero3: gather the next unit's parameters while computing this one", "true | false"),
-    "parallel.dp_replicate": ("replica groups for sharded strategies (HSDP); 0 = derived from the strategy "
-                              "(all ranks replicate for ddp, all shard for zero)", "0 | divisor of the world"),
-    "parallel.tp": ("tensor-parallel degree (not implemented yet)", "1"),
-    "parallel.pp": ("pipeline-parallel degree (not implemented yet)", "1"),
+    "parallel.dp": ("the data-parallel layer: another name of parallel.strategy", " | ".join(STRATEGIES)),
+    "parallel.dp_replicate": ("mesh degree: data-parallel replicas (sharding layers with > 1: HSDP); 0 = derived "
+                              "from the layer (replicating layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
+    "parallel.dp_shard": ("mesh degree: ranks a sharding layer (zero1/2/3, torch-fsdp2, torch-zero1) shards over; "
+                          "0 = derived from the layer (sharding layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
+    "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
+    "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
+    "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
     "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
@@ -210,13 +223,18 @@ KEY_HELP: dict[str, tuple[str, str]] = {
 HELP_NOTES = """\
 Notes:
   0 means "derive it": model.n_layer/n_head/d_model/vocab_size = 0 take the preset's value; train.global_batch = 0
-  is micro_batch x grad_accum x world; parallel.dp_replicate = 0 follows the strategy.
+  is micro_batch x data-parallel size x grad_accum; parallel.dp_replicate / dp_shard = 0 follow the data-parallel
+  layer. The mesh degrees (pp, dp_replicate, dp_shard, cp, tp) multiply to the world size; one may be -1 (fill it).
   debug.* keys inject faults on purpose (for the doctor and its tests): STEP is the 0-based step index, RANK/R a
   global rank, MODULE a module name as in model.named_modules() (e.g. blocks.0.attn, blocks.2.mlp)."""
 
 
 # TOML/CLI names that are Python keywords get a trailing underscore in the dataclass.
 _ALIASES = {"async": "async_"}
+
+
+# Keys that are another name of a field (key -> field); listed by --help-keys, not written to config.toml.
+_KEY_ALIASES = {"parallel.dp": "parallel.strategy"}
 
 
 def _field_name(key: str) -> str:
@@ -229,17 +247,17 @@ def _public_name(name: str) -> str:
 
 def all_keys() -> list[str]:
     cfg = Config()
-    return [f"{s.name}.{_public_name(f.name)}" for s in fields(cfg) for f in fields(getattr(cfg, s.name))]
+    keys = [f"{s.name}.{_public_name(f.name)}" for s in fields(cfg) for f in fields(getattr(cfg, s.name))]
+    return keys + list(_KEY_ALIASES)
 
 
 def help_keys() -> str:
     """`shardlab train --help-keys`: every key with its default, allowed values and one line of help."""
-    defaults = to_dict(Config())
+    defaults = Config()
     lines = []
     for key in all_keys():
-        section, name = key.split(".", 1)
         text, allowed = KEY_HELP[key]
-        default = defaults[section][name]
+        default = get_key(defaults, key)
         shown = '""' if default == "" else str(default).lower() if isinstance(default, bool) else repr(default)
         lines.append(f"{key} = {shown}   [{allowed}]")
         lines.append(f"    {text}")
@@ -270,6 +288,7 @@ def _coerce(value: Any, target: Any, key: str) -> Any:
 
 
 def set_key(cfg: Config, key: str, value: Any) -> None:
+    key = _KEY_ALIASES.get(key, key)
     section, _, name = key.partition(".")
     if not name or not hasattr(cfg, section) or not hasattr(getattr(cfg, section), _field_name(name)):
         hint = difflib.get_close_matches(key, all_keys(), n=1)
@@ -278,6 +297,11 @@ def set_key(cfg: Config, key: str, value: Any) -> None:
     sub = getattr(cfg, section)
     attr = _field_name(name)
     setattr(sub, attr, _coerce(value, getattr(sub, attr), key))
+
+
+def get_key(cfg: Config, key: str) -> Any:
+    section, _, name = _KEY_ALIASES.get(key, key).partition(".")
+    return getattr(getattr(cfg, section), _field_name(name))
 
 
 def load(path: str | Path | None = None, overrides: list[str] = (), base: Config | None = None) -> Config:
@@ -334,6 +358,7 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import PRESETS, resolve_model_config
+    from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model
     _choice("model.preset", m.preset, tuple(PRESETS) + ("custom",))
@@ -355,16 +380,19 @@ def validate(cfg: Config, world_size: int) -> None:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
     if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
         raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
-    if p.tp != 1 or p.pp != 1:
-        raise ConfigError("parallel.tp and parallel.pp must be 1: tensor and pipeline parallelism are not implemented yet")
     if p.strategy == "single" and world_size != 1:
         raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
                           "use --nproc 1 or a data-parallel strategy")
-    per_step = t.micro_batch * world_size
+    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
+    missing = layers.not_built(dims.degrees)
+    if missing:
+        raise ConfigError(missing)
+    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
-            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by world size x micro batch "
-                              f"= {world_size} x {t.micro_batch} = {per_step}")
+            what = "world size" if dims.dp_size == world_size else "data-parallel size"
+            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
+                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}")
         accum = t.global_batch // per_step
         if t.grad_accum not in (1, accum):
             raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
@@ -394,7 +422,7 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
                 ("ckpt.every", c.every, 0), ("ckpt.keep", c.keep, 0), ("ckpt.keep_every", c.keep_every, 0),
                 ("doctor.hang_timeout_s", d.hang_timeout_s, 0), ("doctor.checksum_every", d.checksum_every, 0),
                 ("doctor.spike_factor", d.spike_factor, 0), ("debug.slow_ms", cfg.debug.slow_ms, 0),
-                ("debug.slow_rank", cfg.debug.slow_rank, -1), ("parallel.dp_replicate", cfg.parallel.dp_replicate, 0)]
+                ("debug.slow_rank", cfg.debug.slow_rank, -1)]  # mesh degrees: parallel.mesh.resolve
     at_least += [(f"model.{k}", getattr(m, k), 0) for k in ("n_layer", "n_head", "d_model", "vocab_size", "max_seq_len")]
     for key, value, low in at_least:
         if value < low:
@@ -406,10 +434,6 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
             raise ConfigError(f"{key}={value}: must be in [0, 1)")
     if cfg.debug.slow_rank >= world_size:
         raise ConfigError(f"debug.slow_rank={cfg.debug.slow_rank}: no such rank at world size {world_size}")
-    # HSDP (replicate x shard) is not implemented yet: delete this check when it is.
-    if cfg.parallel.dp_replicate > 1:
-        raise ConfigError(f"parallel.dp_replicate={cfg.parallel.dp_replicate}: HSDP (replicate x shard) is not "
-                          "supported yet; leave it at 0 (derived from the strategy)")
     from shardlab.doctor.inject import Faults
 
     Faults.parse(cfg.debug, world_size)  # malformed debug.* fault specs: before launch, not in every rank

@@ -106,7 +106,7 @@ class DDP(Strategy):
             raise RuntimeError(
                 f"ddp: parameter {self.names[p]!r} received a gradient twice in one synchronised step "
                 f"(rank {self.rank}). Call finish_backward() after each synchronised backward and use "
-                f"sync_context(is_last=False) / no_sync() for the microbatches before the last.")
+                f"set_requires_gradient_sync(False) / no_sync() for the microbatches before the last.")
         self.ready[i] = True
         self.ready_order.append(i)
         if bucket.mark_ready():
@@ -201,10 +201,8 @@ class DDP(Strategy):
         finally:
             self.require_sync = previous
 
-    def sync_context(self, is_last: bool):
-        if is_last:
-            return contextlib.nullcontext()
-        return self.no_sync()
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        self.require_sync = requires  # read by the gradient hooks, i.e. at backward time
 
     def grad_tensors(self):
         # The bucket buffers hold exactly the gradients, in few large tensors (fast norms, unscaling).

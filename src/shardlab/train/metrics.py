@@ -224,7 +224,6 @@ class StepLog:
     def finished(self, step: int, verdict: str, skipped: bool, loss_sum, grad_norm: float, dt: float,
                  evaluate_fn) -> None:
         """After step `step` (completed steps, 1-based) on every rank: log what is due."""
-        from shardlab import comm
         from shardlab.train.optim import lr_at
 
         tr, t = self.tr, self.tr.cfg.train
@@ -237,7 +236,7 @@ class StepLog:
         row = {"step": step, **(ev or {})}
         ran = not (ev and ev["event"] == "rollback" and ev["skipped"])  # a skipped bad batch never ran
         if (log_now or ev) and ran:
-            comm.all_reduce(loss_sum, group=None, tag="metrics")
+            tr.par.sum_over_data(loss_sum, tag="metrics")  # data-parallel ranks saw different tokens
             loss = loss_sum.item() / tr.tokens_per_step
             row.update(loss=loss, grad_norm=grad_norm, lr=lr_at(step - 1, tr.cfg))
             if tr.state.scaler is not None:
