@@ -140,11 +140,18 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, reduction: str = "mean"):
         """Logits. Passing `targets` is a shorthand for `cross_entropy(self(idx), targets, reduction)`
         (shardlab.model.loss), kept for scripts; parallel code scores logits with the loss function itself."""
-        t = idx.shape[1]
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))
-        for block in self.blocks:
+        # A pipeline stage is this model with the parts it does not run removed (set to None, blocks kept
+        # under their original indices), so parameter names never change: without positions it takes the
+        # previous stage's activations, without a head it returns its own.
+        if self.wpe is not None:
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            x = self.drop(self.wte(idx) + self.wpe(pos))
+        else:
+            x = idx
+        for block in (self.blocks.values() if isinstance(self.blocks, nn.ModuleDict) else self.blocks):
             x = block(x)
+        if self.lm_head is None:
+            return x
         logits = self.lm_head(self.ln_f(x))
         if targets is None:
             return logits

@@ -53,6 +53,24 @@ def _check_coverage(s: Schedule) -> None:
                     raise ValueError(f"{s.name}: {op}{mb}@s{stage} runs {seen[(op, stage, mb)]} times, not once")
 
 
+def _check_channels(s: Schedule) -> None:
+    """Point-to-point messages between two ranks are matched in the order they were posted (NCCL has no
+    tags), so on every directed pair of ranks the sender's order of sends must be the receiver's order of
+    receives; otherwise an activation would land in a gradient's buffer."""
+    sends: dict[tuple, list] = {}
+    recvs: dict[tuple, list] = {}
+    for r, instrs in enumerate(s.ranks):
+        for i in instrs:
+            if i.op.startswith("SEND"):
+                sends.setdefault((r, s.rank_of(i.peer)), []).append((i.op[-1], i.stage, i.peer, i.mb))
+            elif i.op.startswith("RECV"):
+                recvs.setdefault((s.rank_of(i.peer), r), []).append((i.op[-1], i.peer, i.stage, i.mb))
+    for pair in set(sends) | set(recvs):
+        if sends.get(pair, []) != recvs.get(pair, []):
+            raise ValueError(f"{s.name}: messages from rank {pair[0]} to rank {pair[1]} are received in another "
+                             "order than they are sent")
+
+
 def peak_activations(s: Schedule) -> list[int]:
     """Per rank, the most microbatches whose forward has run and whose backward has not finished (B, or
     W for a split backward): what a rank must keep in memory, in units of one stage's activations."""
@@ -73,6 +91,7 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
              latency: float = 0.0) -> Timing:
     """Durations: f (forward), b (full backward), i and w (its two halves; default b/2 each)."""
     _check_coverage(s)
+    _check_channels(s)
     i = b / 2 if i is None else i
     w = b / 2 if w is None else w
     dur = {"F": f, "B": b, "I": i, "W": w}
