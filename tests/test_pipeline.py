@@ -110,3 +110,16 @@ def test_pipeline_step_equals_one_device(pool2, name, v, m):
             torch.testing.assert_close(g, ref[n], rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{name} {n}: {s}")
             seen.add(n)
     assert seen == set(ref)
+
+
+@pytest.mark.parametrize("name,v,m", [("torch-gpipe", 1, 3), ("torch-1f1b", 1, 4), ("torch-interleaved", 2, 4),
+                                      ("torch-zb", 2, 4)])
+def test_torch_pipeline_equals_one_device(pool2, name, v, m):
+    from shardlab.parallel.pp.testing import pipeline_grads, single_grads
+
+    ref_loss, ref = single_grads(m)
+    results = pool2.run(pipeline_grads, name, m, v)
+    for loss, grads in results:
+        assert loss == pytest.approx(ref_loss, rel=1e-6)
+        for n, g in grads.items():
+            torch.testing.assert_close(g, ref[n], rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{name} {n}: {s}")

@@ -37,16 +37,20 @@ def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tup
     """One step of schedule `name` over the world (pp = world size); every rank returns the loss (from
     the last stage) and the gradients of the parameters its stages hold."""
     pp, rank = comm.world_size(), comm.rank()
-    sched = build(name, pp, m, virtual)
+    sched = build(name.removeprefix("torch-").replace("zb", "interleaved"), pp, m, virtual)  # stage layout
     model = build_model(GPTConfig(**kw), seed=0)
     n = sched.n_stages
     ranges = stage_ranges(kw["n_layer"], n)
     stages = {s: build_stage(model, s, n, ranges[s]) for s in sched.stages_of(rank)}
     ends = sorted({sched.rank_of(0), sched.rank_of(n - 1)})
     embed_group = comm.new_group(ends) if len(ends) > 1 else None
-    engine = PipelineEngine(sched, stages, stage_rank=sched.rank_of, pp_rank=rank, loss_fn=cross_entropy,
-                            act_shape=lambda x: (*x.shape[:2], kw["d_model"]), device=torch.device("cpu"),
-                            embed_group=embed_group)
+    if name.startswith("torch-"):
+        from shardlab.parallel.pp.native import TorchPipeline
+        engine = TorchPipeline(name, stages, n, m, cross_entropy, torch.device("cpu"), embed_group=embed_group)
+    else:
+        engine = PipelineEngine(sched, stages, stage_rank=sched.rank_of, pp_rank=rank, loss_fn=cross_entropy,
+                                act_shape=lambda x: (*x.shape[:2], kw["d_model"]), device=torch.device("cpu"),
+                                embed_group=embed_group)
     mbs = batch(m, kw=kw)
     weight = 1.0 / sum(y.numel() for _, y in mbs)
     loss = engine.step(mbs, weight) * weight
