@@ -55,7 +55,7 @@ class PipelineEngine:
         self.on_last_backward = on_last_backward
         self.n_stages = schedule.n_stages
         self.split = any(i.op in ("I", "W") for i in self.instrs)
-        self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split else {}
+        self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split and emulate is None else {}
         self._last_bwd = {}  # stage -> index of its last backward instruction (B, or W when split)
         for k, ins in enumerate(self.instrs):
             if ins.op in ("B", "W"):
