@@ -123,3 +123,21 @@ def test_torch_pipeline_equals_one_device(pool2, name, v, m):
         assert loss == pytest.approx(ref_loss, rel=1e-6)
         for n, g in grads.items():
             torch.testing.assert_close(g, ref[n], rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{name} {n}: {s}")
+
+
+def test_interleaved_memory_is_megatrons_figure():
+    """Rank 0 holds p(1 + (p-1)/(pV)) stages' worth of activations: 11 chunks of 1/2 stage at p=4, V=2."""
+    assert simulate(build("interleaved", 4, 8, 2)).peak_activations[0] == 11
+
+
+def test_docs_show_the_diagrams_the_code_draws():
+    import re
+    from pathlib import Path
+
+    from shardlab.parallel.pp.draw import text_diagram
+
+    text = (Path(__file__).parent.parent / "docs" / "pipeline.md").read_text()
+    found = re.findall(r"<!-- diagram (\w+) pp=(\d+) m=(\d+) v=(\d+) -->\n```\n(.*?)\n```", text, re.S)
+    assert len(found) == 4
+    for name, pp, m, v, shown in found:
+        assert shown == text_diagram(build(name, int(pp), int(m), int(v))), f"docs/pipeline.md: {name} is stale"
