@@ -103,7 +103,7 @@ def _steps(trainer, n: int) -> list[float]:
         st.step += 1
         trainer.doctor.after_step(st.step - 1)
         trainer.ckpt.maybe_save(st)
-        comm.all_reduce(loss_sum)
+        trainer.par.sum_over_data(loss_sum, tag="test")
         losses.append(loss_sum.item() / trainer.tokens_per_step)
     return losses
 

@@ -21,6 +21,8 @@ def _train(args, capsys):
     (["data.source=text:/no/such/file"], "/no/such/file"),
     (["parallel.strategy=single", "--nproc", "2"], "runs on one process"),
     (["parallel.tp=2"], "not implemented yet"),
+    (["parallel.dp_replicate=3"], "must equal the world"),
+    (["parallel.dp=zero3", "parallel.dp_shard=-1", "parallel.cp=-1"], "at most one degree"),
     (["train.grad_accum=3", "train.global_batch=16", "train.micro_batch=4"], "contradicts"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, needle):

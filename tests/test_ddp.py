@@ -8,10 +8,10 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.config import ParallelConfig
+from shardlab import parallel
+from shardlab.config import Config
 from shardlab.model.gpt import PRESETS, GPTConfig, build_model
-from shardlab.parallel_dims import dims_for
-from shardlab.strategies import build_strategy
+from shardlab.model.loss import cross_entropy
 from shardlab.strategies.sync_batchnorm import SyncBatchNorm
 from shardlab.testing import assert_params_close
 
@@ -84,14 +84,23 @@ def _batch(kind: str, rank: int, step: int, micro: int = 0):
 
 
 def _wrap(name: str, model: nn.Module, **kw):
-    strategy = build_strategy(name, ParallelConfig(strategy=name, **kw), dims_for(name, comm.world_size()),
-                              torch.device("cpu"))
-    strategy.wrap(model)
-    return strategy
+    """The data-parallel layer the composition applies to `model` (its optimizer is not used here)."""
+    cfg = Config()
+    cfg.parallel.strategy = name
+    for k, v in kw.items():
+        setattr(cfg.parallel, k, v)
+    return parallel.build(cfg, torch.device("cpu"), model).dp
+
+
+def _loss(module, batch):
+    """The toy models return their loss; the GPT returns logits, scored by the loss function."""
+    if len(batch) == 2:
+        return cross_entropy(module(batch[0]), batch[1], reduction="mean")
+    return module(*batch)
 
 
 def _step(strategy, kind, step, micro=0):
-    loss = strategy.module(*_batch(kind, comm.rank(), step, micro))
+    loss = _loss(strategy.module, _batch(kind, comm.rank(), step, micro))
     loss.backward()
     strategy.finish_backward()
 
@@ -199,14 +208,14 @@ def _no_sync_fn():
     model, big = _model("gpt"), _model("gpt")
     strategy = _wrap("ddp", model, **SMALL_BUCKETS)
     for micro in range(accum):
-        with strategy.sync_context(is_last=micro == accum - 1):
-            (strategy.module(*_batch("gpt", comm.rank(), 0, micro)) / accum).backward()
+        strategy.set_requires_gradient_sync(micro == accum - 1)
+        (_loss(strategy.module, _batch("gpt", comm.rank(), 0, micro)) / accum).backward()
         if micro == 0:
             assert comm.RECORDER.step_calls.get("all_reduce", 0) == 0 or True
     strategy.finish_backward()
     batches = [_batch("gpt", r, 0, m) for r in range(world) for m in range(accum)]
     x, y = (torch.cat([b[i] for b in batches]) for i in range(2))
-    big(x, y).backward()
+    _loss(big, (x, y)).backward()
     for (n, p), q in zip(model.named_parameters(), big.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-7, msg=lambda m: f"{n}: {m}")
     return True

@@ -13,6 +13,7 @@ from shardlab.config import Config, ConfigError
 from shardlab.doctor import anomaly, checksum, hang, inject
 from shardlab.doctor.localize import build_replica, localize
 from shardlab.model.gpt import build_model, resolve_model_config
+from shardlab.model.loss import cross_entropy
 
 
 def tiny_cfg(**over) -> Config:
@@ -114,14 +115,9 @@ def test_hang_analysis_on_synthetic_dumps():
 # --- world 2 ----------------------------------------------------------------------------------------
 
 def _strategy(cfg, device=torch.device("cpu")):
-    from shardlab.parallel_dims import dims_for
-    from shardlab.strategies import build_strategy
-    model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-    dims = dims_for(cfg.parallel.strategy, comm.world_size(), cfg.parallel.dp_replicate)
-    dims.build_mesh("cpu")
-    s = build_strategy(cfg.parallel.strategy, cfg.parallel, dims, device)
-    s.wrap(model)
-    return s
+    """The data-parallel layer of the trainer's composition (the tests bring their own optimizer)."""
+    from shardlab import parallel
+    return parallel.build(cfg, device).dp
 
 
 def _step(doctor, s, step, opt=None):
@@ -130,9 +126,9 @@ def _step(doctor, s, step, opt=None):
     x, y = torch.randint(0, 256, (2, 16), generator=g), torch.randint(0, 256, (2, 16), generator=g)
     comm.RECORDER.step = step
     action = doctor.before_step(step, [2 * comm.rank(), 2 * comm.rank() + 1])
-    with s.sync_context(is_last=True):
-        loss = s.module(x, y, reduction="sum")
-        (loss * doctor.loss_weight_factor(action) / 64).backward()
+    s.set_requires_gradient_sync(True)
+    loss = cross_entropy(s.module(x), y, reduction="sum")
+    (loss * doctor.loss_weight_factor(action) / 64).backward()
     doctor.after_backward(step, (x, y), loss)
     s.finish_backward()
     norm = s.clip_grad_norm_(0.0)

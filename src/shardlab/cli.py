@@ -59,10 +59,9 @@ def cmd_train(argv: list[str]) -> int:
 
     args = train_parser().parse_intermixed_args(argv)
     if args.help_keys:
-        defaults = config_mod.to_dict(config_mod.Config())
+        defaults = config_mod.Config()
         for key in config_mod.all_keys():
-            section, name = key.split(".", 1)
-            print(f"{key} = {defaults[section][name]!r}")
+            print(f"{key} = {config_mod.get_key(defaults, key)!r}")
         return 0
     try:
         cfg = config_mod.load(args.config, args.overrides)

@@ -219,7 +219,7 @@ def _size(group) -> int:
 
 
 def _group_name(group) -> str:
-    if group is None or not is_initialized():
+    if group is None or not is_initialized() or group is dist.group.WORLD:
         return "world"
     return getattr(group, "group_desc", None) or getattr(group, "group_name", "group")
 

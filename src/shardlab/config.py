@@ -12,12 +12,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from shardlab.errors import ConfigError  # noqa: F401 - re-exported: `config.ConfigError` is the public name
+from shardlab.parallel import layers
 
-class ConfigError(ValueError):
-    """A bad configuration: the message is one line meant for the user."""
-
-
-STRATEGIES = ("single", "ddp", "zero1", "zero2", "zero3", "torch-ddp", "torch-fsdp2", "torch-zero1")
+STRATEGIES = tuple(layers.DATA_PARALLEL)  # the data-parallel layer names (parallel/layers.py is the list)
 
 
 @dataclass
@@ -62,7 +60,7 @@ class TrainConfig:
 
 @dataclass
 class ParallelConfig:
-    strategy: str = "ddp"
+    strategy: str = "ddp"  # the data-parallel layer; `parallel.dp` is the same key (see the `dp` property)
     backend: str = "auto"  # auto | gloo | nccl
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0
@@ -72,10 +70,21 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     wrap: str = "block"  # block | layer | whole
     prefetch: bool = True
-    # Mesh degrees. Only data parallelism is implemented; tp/pp are reserved so TP/PP/HSDP plug in later.
-    dp_replicate: int = 0  # 0 = derived from the strategy
+    # Mesh degrees (docs/parallel.md): -1 = fill the world; the product must equal the world size.
+    dp_replicate: int = 0  # 0 = let the dp layer decide: replicating layers fill dp_replicate,
+    dp_shard: int = 0  # sharding ones dp_shard
     tp: int = 1
     pp: int = 1
+    cp: int = 1
+
+    @property
+    def dp(self) -> str:
+        """`parallel.dp`, the data-parallel layer: the same setting as `parallel.strategy` (its first name)."""
+        return self.strategy
+
+    @dp.setter
+    def dp(self, name: str) -> None:
+        self.strategy = name
 
 
 @dataclass
@@ -129,6 +138,10 @@ class Config:
 _ALIASES = {"async": "async_"}
 
 
+# Keys that are another name of a field (key -> field); listed by --help-keys, not written to config.toml.
+_KEY_ALIASES = {"parallel.dp": "parallel.strategy"}
+
+
 def _field_name(key: str) -> str:
     return _ALIASES.get(key, key)
 
@@ -139,7 +152,8 @@ def _public_name(name: str) -> str:
 
 def all_keys() -> list[str]:
     cfg = Config()
-    return [f"{s.name}.{_public_name(f.name)}" for s in fields(cfg) for f in fields(getattr(cfg, s.name))]
+    keys = [f"{s.name}.{_public_name(f.name)}" for s in fields(cfg) for f in fields(getattr(cfg, s.name))]
+    return keys + list(_KEY_ALIASES)
 
 
 def _coerce(value: Any, target: Any, key: str) -> Any:
@@ -166,6 +180,7 @@ def _coerce(value: Any, target: Any, key: str) -> Any:
 
 
 def set_key(cfg: Config, key: str, value: Any) -> None:
+    key = _KEY_ALIASES.get(key, key)
     section, _, name = key.partition(".")
     if not name or not hasattr(cfg, section) or not hasattr(getattr(cfg, section), _field_name(name)):
         hint = difflib.get_close_matches(key, all_keys(), n=1)
@@ -174,6 +189,11 @@ def set_key(cfg: Config, key: str, value: Any) -> None:
     sub = getattr(cfg, section)
     attr = _field_name(name)
     setattr(sub, attr, _coerce(value, getattr(sub, attr), key))
+
+
+def get_key(cfg: Config, key: str) -> Any:
+    section, _, name = _KEY_ALIASES.get(key, key).partition(".")
+    return getattr(getattr(cfg, section), _field_name(name))
 
 
 def load(path: str | Path | None = None, overrides: list[str] = ()) -> Config:
@@ -229,6 +249,7 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import PRESETS, resolve_model_config
+    from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model
     _choice("model.preset", m.preset, tuple(PRESETS) + ("custom",))
@@ -250,16 +271,19 @@ def validate(cfg: Config, world_size: int) -> None:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
     if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
         raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
-    if p.tp != 1 or p.pp != 1:
-        raise ConfigError("parallel.tp and parallel.pp must be 1: tensor and pipeline parallelism are not implemented yet")
     if p.strategy == "single" and world_size != 1:
         raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
                           "use --nproc 1 or a data-parallel strategy")
-    per_step = t.micro_batch * world_size
+    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
+    missing = layers.not_built(dims.degrees)
+    if missing:
+        raise ConfigError(missing)
+    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
-            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by world size x micro batch "
-                              f"= {world_size} x {t.micro_batch} = {per_step}")
+            what = "world size" if dims.dp_size == world_size else "data-parallel size"
+            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
+                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}")
         accum = t.global_batch // per_step
         if t.grad_accum not in (1, accum):
             raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "

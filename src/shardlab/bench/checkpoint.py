@@ -129,7 +129,7 @@ def _rank_main(work: str, overrides: list[str], pairs: int, gap: int) -> dict:
 
 
 def run(out_dir: Path, quick: bool) -> dict:
-    from shardlab.testing import WorkerPool
+    from shardlab.workers import WorkerPool
 
     out_dir = Path(out_dir)
     work = out_dir / "work"

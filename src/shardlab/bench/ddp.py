@@ -31,25 +31,22 @@ MODELS = {"quick": dict(n_layer=2, n_head=4, d_model=128), "full": dict(n_layer=
 MICRO_BATCH, SEQ, BUCKET_MB = 8, 128, 25.0
 
 
-def _step(strategy, opt, x, y) -> float:
-    loss = strategy.module(x, y)
-    loss.backward()
-    strategy.finish_backward()
-    strategy.clip_grad_norm_(1.0)
-    strategy.optimizer_step(opt)
-    strategy.zero_grad(opt)
-    return loss.detach()
+def _step(par, x, y) -> torch.Tensor:
+    loss = par.forward_backward([(x, y)], 1.0 / y.numel()) / y.numel()  # the mean token loss
+    par.finish()
+    par.clip_grad_norm_(1.0)
+    par.optimizer_step()
+    par.zero_grad()
+    return loss
 
 
 def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
     """On every rank: train a `ddp` and a `torch-ddp` replica alternately; rank 0's times count."""
-    from shardlab import comm
-    from shardlab.config import ParallelConfig
+    from shardlab import comm, parallel
+    from shardlab.config import Config
     from shardlab.data.corpus import load_tokens
     from shardlab.data.dataset import TokenDataset, get_batch
     from shardlab.model.gpt import GPTConfig, build_model
-    from shardlab.parallel_dims import dims_for
-    from shardlab.strategies import build_strategy
 
     rank, world = comm.rank(), comm.world_size()
     data = TokenDataset(load_tokens("stdlib"), SEQ)
@@ -58,11 +55,9 @@ def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
     for name in ("ddp", "torch-ddp"):
         # torch's bf16 compression hook needs CUDA/NCCL: on CPU torch-ddp stays fp32 in the bf16 round.
         dtype = "fp32" if name == "torch-ddp" and comm_dtype == "bf16" and world_is_cpu() else comm_dtype
-        pcfg = ParallelConfig(strategy=name, bucket_mb=BUCKET_MB, comm_dtype=dtype)
-        strategy = build_strategy(name, pcfg, dims_for(name, world), torch.device("cpu"))
-        model = build_model(cfg, seed=1337)
-        strategy.wrap(model)
-        runs[name] = (strategy, torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1))
+        run_cfg = Config()
+        run_cfg.parallel.strategy, run_cfg.parallel.bucket_mb, run_cfg.parallel.comm_dtype = name, BUCKET_MB, dtype
+        runs[name] = parallel.build(run_cfg, torch.device("cpu"), build_model(cfg, seed=1337))
     times = {n: [] for n in runs}
     losses = {n: [] for n in runs}
     bus = []  # inside training: (wire bytes, seconds) of each step's buckets
@@ -72,21 +67,20 @@ def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
         x, y = get_batch(data, idx.tolist())
         order = list(runs) if step % 2 == 0 else list(runs)[::-1]
         for name in order:
-            strategy, opt = runs[name]
             comm.barrier()
             t0 = time.perf_counter()
-            loss = _step(strategy, opt, x, y)
+            loss = _step(runs[name], x, y)
             times[name].append(time.perf_counter() - t0)
             losses[name].append(loss)
         # A collective cannot start before the last rank joins it: measure from the latest launch
         # (perf_counter is the host's monotonic clock, shared by the ranks of one machine).
-        events = runs["ddp"][0].bucket_events()
+        events = runs["ddp"].dp.bucket_events()
         launches = comm.all_gather_object([e["t_launch"] for e in events])
         for i, e in enumerate(events):
             e["t_launch"] = max(ts[i] for ts in launches)
         bus.append((sum(e["bytes"] for e in events) * 2 * (world - 1) / world, _union(events)))
     # Standalone: the same bucket sizes, launched back to back, no compute in between.
-    layout = runs["ddp"][0].bucket_layout()
+    layout = runs["ddp"].dp.bucket_layout()
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
     bufs = [torch.randn(b["numel"]).to(dtype[b["dtype"]]) for b in layout]
     standalone = []
@@ -122,7 +116,7 @@ def _union(events: list[dict]) -> float:
 
 
 def run(out: Path, quick: bool) -> dict:
-    from shardlab.testing.pool import WorkerPool
+    from shardlab.workers import WorkerPool
 
     steps, warm = PAIRS["quick" if quick else "full"]
     model_kw = MODELS["quick" if quick else "full"]

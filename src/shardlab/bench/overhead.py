@@ -21,6 +21,7 @@ import torch
 
 from shardlab import comm, config as config_mod
 from shardlab.bench import common
+from shardlab.model.loss import cross_entropy
 
 
 class PlainLoop:
@@ -45,7 +46,7 @@ class PlainLoop:
         starts = torch.randint(0, len(self.data) - s - 1, (b,), generator=self.gen).tolist()
         x = torch.stack([self.data[i:i + s] for i in starts])
         y = torch.stack([self.data[i + 1:i + 1 + s] for i in starts])
-        loss = self.model(x, y)
+        loss = cross_entropy(self.model(x), y, reduction="mean")
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.grad_clip)
         self.opt.step()

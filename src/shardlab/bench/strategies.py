@@ -41,35 +41,25 @@ MICRO_BATCH, SEQ = 8, 128
 
 
 def _build(label: str, model_kw: dict):
-    from shardlab import comm
+    from shardlab import parallel
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
-    from shardlab.parallel_dims import dims_for
-    from shardlab.strategies import REGISTRY, build_strategy
-    from shardlab.train.optim import adamw_factory, no_decay_names
 
     _, name, overrides = next(s for s in STRATEGIES if s[0] == label)
-    if name == "ddp" and "ddp" not in REGISTRY:
-        name = "torch-ddp"
     cfg = Config()
     cfg.parallel.strategy = name
     for key, value in overrides.items():
         setattr(cfg.parallel, key, value)
-    dims = dims_for(name, comm.world_size())
-    dims.build_mesh("cpu")
-    strategy = build_strategy(name, cfg.parallel, dims, torch.device("cpu"))
     model = build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ, **model_kw), seed=1337)
-    no_decay = no_decay_names(model)
-    strategy.wrap(model)
-    return strategy, strategy.make_optimizer(adamw_factory(cfg, no_decay))
+    return parallel.build(cfg, torch.device("cpu"), model)
 
 
-def _step(strategy, opt, x, y) -> None:
-    strategy.module(x, y).backward()
-    strategy.finish_backward()
-    strategy.clip_grad_norm_(1.0)
-    strategy.optimizer_step(opt)
-    strategy.zero_grad(opt)
+def _step(par, x, y) -> None:
+    par.forward_backward([(x, y)], 1.0 / y.numel())
+    par.finish()
+    par.clip_grad_norm_(1.0)
+    par.optimizer_step()
+    par.zero_grad()
 
 
 def _measure(size: dict) -> dict:
@@ -89,34 +79,33 @@ def _measure(size: dict) -> dict:
 
     labels = [s[0] for s in STRATEGIES]
     for label in ("single", "zero3"):  # warm-up: one-time lazy allocations must not land in a window
-        strategy, opt = _build(label, size["model"])
-        _step(strategy, opt, *batch())
-        del strategy, opt
+        par = _build(label, size["model"])
+        _step(par, *batch())
+        del par
     peaks = {label: [] for label in labels}
     state, kind, comm_bytes = {}, "", {}
     for order in (labels, labels[::-1]):
         for label in order:
             comm.barrier()
             with PeakMemory("cpu") as peak:
-                strategy, opt = _build(label, size["model"])
+                par = _build(label, size["model"])
                 for _ in range(size["mem_steps"]):
                     comm.RECORDER.reset_step()
-                    _step(strategy, opt, *batch())
-                state[label] = {k: v for k, v in strategy.state_bytes(opt).items()}
+                    _step(par, *batch())
+                state[label] = {k: v for k, v in par.state_bytes().items()}
                 comm_bytes[label] = dict(comm.RECORDER.step_stats()["wire_bytes"])
             peaks[label].append(peak.bytes)
             kind = peak.kind
-            del strategy, opt
+            del par
             release()
     live = {label: _build(label, size["model"]) for label in labels}
     times = {label: [] for label in labels}
     for r in range(size["rounds"]):
         x, y = batch()
         for label in labels[r % len(labels):] + labels[: r % len(labels)]:
-            strategy, opt = live[label]
             comm.barrier()
             t0 = time.perf_counter()
-            _step(strategy, opt, x, y)
+            _step(live[label], x, y)
             times[label].append(time.perf_counter() - t0)
     # The figures' pairs, back to back (A B, then B A next round): load drift hits both alike.
     paired = {key: [] for _, _, key in PAIRS}
@@ -125,10 +114,9 @@ def _measure(size: dict) -> dict:
         for a, b, key in PAIRS:
             t = {}
             for label in ((a, b) if r % 2 == 0 else (b, a)):
-                strategy, opt = live[label]
                 comm.barrier()
                 t0 = time.perf_counter()
-                _step(strategy, opt, x, y)
+                _step(live[label], x, y)
                 t[label] = time.perf_counter() - t0
             paired[key].append(t[a] / t[b])
     peak_max = comm.all_gather_object({k: min(v) for k, v in peaks.items()})  # allocator noise only adds
@@ -177,7 +165,7 @@ def _plot(out: Path, rows: list[dict], kind: str) -> Path:
 
 def run(out: Path, quick: bool) -> dict:
     from shardlab.observe.memory import ALLOCATOR_ENV
-    from shardlab.testing.pool import WorkerPool
+    from shardlab.workers import WorkerPool
 
     size = SIZES["quick" if quick else "full"]
     saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}

@@ -16,21 +16,19 @@ from shardlab.bench import common
 
 
 def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int = 128) -> dict:
-    from shardlab import comm
-    from shardlab.config import ParallelConfig
+    from shardlab import comm, parallel
+    from shardlab.config import Config
     from shardlab.data.corpus import load_tokens
     from shardlab.data.dataset import TokenDataset, get_batch
     from shardlab.model.gpt import GPTConfig, build_model
     from shardlab.observe import timeline
-    from shardlab.parallel_dims import dims_for
-    from shardlab.strategies import build_strategy
 
     rank, world = comm.rank(), comm.world_size()
     data = TokenDataset(load_tokens("stdlib"), seq)
+    cfg = Config()
+    cfg.parallel.strategy = "ddp"
     model = build_model(GPTConfig(vocab_size=256, max_seq_len=seq, **model_kw), seed=1337)
-    strategy = build_strategy("ddp", ParallelConfig(strategy="ddp"), dims_for("ddp", world), torch.device("cpu"))
-    strategy.wrap(model)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    par = parallel.build(cfg, torch.device("cpu"), model)
     g = torch.Generator().manual_seed(0)
     times = {True: [], False: []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -42,16 +40,13 @@ def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int =
                 timeline.set_recording(traced)
                 comm.barrier()
                 t0 = time.perf_counter()
-                with timeline.span("step", cat="step", step=step):
-                    with timeline.span("forward"):
-                        loss = strategy.module(x, y)
-                    with timeline.span("backward"):
-                        loss.backward()
+                with timeline.span("step", cat="step", step=step):  # forward/backward spans: the step's own
+                    par.forward_backward([(x, y)], 1.0 / y.numel())
                     with timeline.span("optimizer", cat="optim"):
-                        strategy.finish_backward()
-                        strategy.clip_grad_norm_(1.0)
-                        strategy.optimizer_step(opt)
-                        strategy.zero_grad(opt)
+                        par.finish()
+                        par.clip_grad_norm_(1.0)
+                        par.optimizer_step()
+                        par.zero_grad()
                 times[traced].append(time.perf_counter() - t0)
         timeline.set_recording(True)
         timeline.dump()  # writing the files is part of the cost a traced run pays once, at the end

@@ -56,18 +56,20 @@ def local_table(named: list[tuple[str, torch.Tensor]], device: torch.device) -> 
     return torch.tensor([tensor_checksum(p) for _, p in named], dtype=torch.int64, device=device).view(-1, 2)
 
 
-def compare(names: list[str], tables: list[list[tuple[int, int]]]) -> dict:
+def compare(names: list[str], tables: list[list[tuple[int, int]]], ranks: list[int] | None = None) -> dict:
     """Compare per-rank checksum tables. The reference value of a parameter is what most ranks hold
-    (ties: the lowest rank's value, so with two replicas rank 0 is the reference)."""
+    (ties: the lowest rank's value, so with two replicas rank 0 is the reference). `ranks`: the global
+    rank of each table (default 0, 1, ...); the result names global ranks."""
+    ranks = ranks or list(range(len(tables)))
     diverged: dict[int, list[str]] = {}
     first = None
     for i, name in enumerate(names):
         values = [tuple(t[i]) for t in tables]
         counts = Counter(values)
         ref = max(counts, key=lambda v: (counts[v], -values.index(v)))
-        bad = [r for r, v in enumerate(values) if v != ref]
+        bad = [ranks[k] for k, v in enumerate(values) if v != ref]
         if bad:
-            first = first or {"param": name, "ranks": bad, "reference_rank": values.index(ref)}
+            first = first or {"param": name, "ranks": bad, "reference_rank": ranks[values.index(ref)]}
             for r in bad:
                 diverged.setdefault(r, []).append(name)
     return {"consistent": not diverged, "first": first,
@@ -75,19 +77,22 @@ def compare(names: list[str], tables: list[list[tuple[int, int]]]) -> dict:
                       for r, p in sorted(diverged.items())}}
 
 
-def check_replicas(strategy, step: int, device: torch.device, group=None) -> dict:
-    """Collective (call on every rank): compare replicated parameters; on divergence also measure how
-    far the first diverged parameter is from the reference (max |diff|, elements that differ)."""
+def check_replicas(strategy, step: int, device: torch.device, group=None, ranks: list[int] | None = None) -> dict:
+    """Collective over `group` (the true replicas: the data-parallel ranks, whose tensor/pipeline
+    coordinates are equal; `ranks` are their global ranks in group order): compare replicated
+    parameters; on divergence also measure how far the first diverged parameter is from the reference
+    (max |diff|, elements that differ)."""
     named = replicated_parameters(strategy)
     names = [n for n, _ in named]
     world = comm.world_size(group)
+    ranks = ranks or list(range(world))
     if not named:
         return {"step": step, "consistent": True, "compared": 0, "note": "no replicated parameters to compare"}
     mine = local_table(named, device).view(-1)
     out = torch.empty(world * mine.numel(), dtype=torch.int64, device=device)
     comm.all_gather(out, mine, group=group, tag="doctor checksum")
     tables = [[tuple(row) for row in t.view(-1, 2).tolist()] for t in out.view(world, -1)]
-    result = {"step": step, "compared": len(names), **compare(names, tables)}
+    result = {"step": step, "compared": len(names), **compare(names, tables, ranks)}
     if not result["consistent"]:
         first = result["first"]
         p = dict(named)[first["param"]].detach().clone()
@@ -96,7 +101,7 @@ def check_replicas(strategy, step: int, device: torch.device, group=None) -> dic
         diff = (mine_p.float() - p.float()).abs()
         stats = comm.all_gather_object({"max_abs_diff": float(diff.max()), "n_diff": int((diff > 0).sum()),
                                         "numel": diff.numel()}, group=group)
-        first["detail"] = {str(r): stats[r] for r in first["ranks"]}
+        first["detail"] = {str(r): stats[ranks.index(r)] for r in first["ranks"]}
     return result
 
 

@@ -44,8 +44,10 @@ def _autocast(dtype: str, device: torch.device):
 
 
 class Doctor:
-    def __init__(self, cfg, run_dir, strategy, rank: int, world: int, device: torch.device | None = None):
+    def __init__(self, cfg, run_dir, strategy, rank: int, world: int, device: torch.device | None = None,
+                 dims=None):
         self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
+        self.dims = dims  # the mesh: replicas are compared within the data-parallel group only
         self.rank, self.world = rank, world
         self.device = device or comm.device()
         self.policy = cfg.doctor.on_anomaly
@@ -233,7 +235,14 @@ class Doctor:
         return "ok"
 
     def checksum(self, step: int) -> dict:
-        result = checksum_mod.check_replicas(self.strategy, step, self.device)
+        if self.dims is not None and self.dims.size("dp_cp") < self.world:
+            if self.dims.size("dp_cp") == 1:  # every rank holds a different part: no replica to compare
+                result = {"step": step, "consistent": True, "compared": 0, "note": "no data-parallel replicas"}
+            else:
+                result = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("dp_cp"),
+                                                     self.dims.ranks("dp_cp"))
+        else:
+            result = checksum_mod.check_replicas(self.strategy, step, self.device)
         self.last_checksum = result
         self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:

@@ -17,6 +17,9 @@ import torch
 import torch.nn as nn
 
 
+from shardlab.model.loss import cross_entropy
+
+
 def _finite(x) -> bool:
     """True when every floating tensor in x (a tensor or a tuple of them) is finite; ints/None count as finite."""
     if torch.is_tensor(x):
@@ -34,7 +37,7 @@ def _max_abs(x) -> float:
 
 def build_replica(cfg, full_params: dict[str, torch.Tensor], device: torch.device) -> nn.Module:
     """A plain single-device GPT holding `full_params` (a strategy's `full_parameters()`)."""
-    from shardlab.model.gpt import GPT, resolve_model_config
+    from shardlab.model.gpt import GPT, resolve_model_config  # one process, no layers: the bare model
 
     model = GPT(resolve_model_config(cfg.model, cfg.train.seq_len)).to(device)
     missing, unexpected = model.load_state_dict({k: v.detach().to(device) for k, v in full_params.items()},
@@ -70,13 +73,13 @@ def replay_microbatch(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autoca
         return hook
 
     for name, mod in model.named_modules():
-        if name:  # the root's output is the loss, checked below
+        if name:  # the root's output (the logits) is checked through the loss below
             handles.append(mod.register_forward_hook(fwd_hook(name)))
             handles.append(mod.register_full_backward_hook(bwd_hook(name)))
     try:
         model.zero_grad(set_to_none=True)
         with autocast():
-            per_token = model(x, y, reduction="none")
+            per_token = cross_entropy(model(x), y, reduction="none")
         per_sample = per_token.view(x.shape[0], -1).mean(dim=1)
         with warnings.catch_warnings():  # the embedding's integer input has no gradient: expected
             warnings.filterwarnings("ignore", message="Full backward hook is firing")

@@ -45,6 +45,8 @@ def replay(run: Path, step: int) -> dict:
     ckpt = _checkpoint_before(run, step)
     # One process, fp32, nothing injected, nothing written into the original run.
     cfg.parallel.strategy, cfg.parallel.backend = "single", "auto"
+    cfg.parallel.dp_replicate = cfg.parallel.dp_shard = 0  # one process: the layout's degrees do not apply
+    cfg.parallel.tp = cfg.parallel.pp = cfg.parallel.cp = 1
     cfg.train.dtype, cfg.train.grad_accum, cfg.train.eval_every = "fp32", 1, 0
     cfg.ckpt.every, cfg.ckpt.final, cfg.ckpt.resume = 0, False, str(ckpt) if ckpt else ""
     cfg.trace.enabled = False

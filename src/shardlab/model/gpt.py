@@ -1,7 +1,12 @@
 """GPT-2, exactly: learned positions, pre-LayerNorm, GELU(tanh), tied embedding/head, GPT-2 init.
 
-Single-device code. It knows nothing of ranks, devices meshes or collectives: data parallelism is
-applied to it from the outside (see `shardlab.strategies`).
+Single-device code. It knows nothing of ranks, device meshes or collectives: parallelism is applied to
+it from the outside (`shardlab.parallel`). It returns logits; the loss is `shardlab.model.loss`.
+
+Ready for splitting: the blocks live in a ModuleDict keyed "0", "1", ... (the same parameter names as
+a ModuleList had: `blocks.3.attn.q.weight`), so a pipeline stage deletes the blocks it does not run and
+sets the embeddings or the head it does not hold to None, and every name it keeps is unchanged; a
+checkpoint written at any split loads into any other (torchtitan's scheme).
 """
 from __future__ import annotations
 
@@ -12,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardlab.model.loss import cross_entropy
+from shardlab.errors import ConfigError
 
 
 @dataclass
@@ -35,8 +40,6 @@ PRESETS = {
 
 def resolve_model_config(m, seq_len: int) -> GPTConfig:
     """Merge a `[model]` config section with its preset; raise ConfigError on impossible dimensions."""
-    from shardlab.config import ConfigError
-
     base = dict(PRESETS.get(m.preset, {}))
     for key in ("n_layer", "n_head", "d_model", "vocab_size"):
         if getattr(m, key):
@@ -114,7 +117,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)
@@ -137,25 +140,18 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, reduction: str = "mean"):
-        """Logits. Passing `targets` is a shorthand for `cross_entropy(self(idx), targets, reduction)`
-        (shardlab.model.loss), kept for scripts; parallel code scores logits with the loss function itself."""
-        # A pipeline stage is this model with the parts it does not run removed (set to None, blocks kept
-        # under their original indices), so parameter names never change: without positions it takes the
-        # previous stage's activations, without a head it returns its own.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids -> logits. A pipeline stage without the embeddings takes (and one without the head
+        returns) hidden states instead. The positions mark the first stage: the last stage keeps `wte`
+        too, as the weight of its tied head."""
         if self.wpe is not None:
-            pos = torch.arange(idx.shape[1], device=idx.device)
-            x = self.drop(self.wte(idx) + self.wpe(pos))
-        else:
-            x = idx
-        for block in (self.blocks.values() if isinstance(self.blocks, nn.ModuleDict) else self.blocks):
+            pos = torch.arange(x.shape[1], device=x.device)
+            x = self.drop(self.wte(x) + self.wpe(pos))
+        for block in self.blocks.values():
             x = block(x)
-        if self.lm_head is None:
-            return x
-        logits = self.lm_head(self.ln_f(x))
-        if targets is None:
-            return logits
-        return cross_entropy(logits, targets, reduction)
+        if self.lm_head is not None:
+            x = self.lm_head(self.ln_f(x))
+        return x
 
 
 def build_model(cfg: GPTConfig, seed: int) -> GPT:

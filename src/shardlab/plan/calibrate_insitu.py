@@ -95,6 +95,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
 
         from shardlab.doctor.anomaly import LocalGradMonitor
         from shardlab.model.gpt import GPTConfig, build_model
+        from shardlab.model.loss import cross_entropy
     except ImportError:
         return None
     if model.mlp_ratio != 4 or not model.tied:  # shardlab's GPT is GPT-2: MLP 4h, tied head
@@ -112,7 +113,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     sdpa_key = f"{b * a}x{s},{dh}"
 
     for _ in range(2):  # warm-up: allocator, optimizer state
-        net(x, y, reduction="sum").backward()
+        cross_entropy(net(x), y, reduction="sum").backward()
         optimizer_step()
     rates: dict = {}  # key -> (calls' seconds per FLOP, or seconds, summed; calls)
     whole = {"fwd": [], "bwd": [], "bwd_hooked": [], "opt": []}  # untimed steps, CPU seconds
@@ -120,7 +121,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     while done < steps or time.perf_counter() - w0 < min_time:
         done += 1
         with _timer() as tf:
-            loss = net(x, y, reduction="sum")
+            loss = cross_entropy(net(x), y, reduction="sum")
         with _timer() as tb:
             loss.backward()
         optimizer_step()
@@ -135,7 +136,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
         for hooked in (False, True):
             monitor = LocalGradMonitor(list(net.named_parameters()), torch.device("cpu")) if hooked else None
             c0 = time.process_time()
-            loss = net(x, y, reduction="sum")
+            loss = cross_entropy(net(x), y, reduction="sum")
             c1 = time.process_time()
             loss.backward()
             c2 = time.process_time()

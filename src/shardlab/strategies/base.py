@@ -1,16 +1,18 @@
-"""The strategy interface: how a data-parallel scheme plugs into the strategy-agnostic trainer.
+"""The data-parallel layer interface: how a data-parallel scheme plugs into the composition.
 
-The trainer only ever calls these methods; it never asks which strategy it has. See docs/strategies.md.
-A step, as the trainer drives it:
+A data-parallel layer (historically "strategy") is the last layer `shardlab.parallel` applies to a
+model part. The composition's step (`shardlab.parallel.Parallel`) drives it; the trainer never asks
+which one it has. See docs/strategies.md and docs/parallel.md. A step:
 
-    for i, (x, y) in enumerate(microbatches):
-        with strategy.sync_context(is_last=i == last):   # no communication on all but the last
-            loss = strategy.module(x, y) ...; loss.backward()
-    strategy.finish_backward()                         # wait for in-flight gradient collectives
-    found_inf = strategy.unscale_and_check(inv_scale)  # fp16 only
-    norm = strategy.clip_grad_norm_(max_norm)          # global norm over the true (full) gradient
-    strategy.optimizer_step(optimizer)                 # zero1: + all-gather of updated shards
-    strategy.zero_grad(optimizer)
+    for i, (x, y) in enumerate(microbatches):          # forwards may run ahead of their backwards
+        loss = loss_fn(layer.module(x), y)
+        layer.set_requires_gradient_sync(i == last)     # read at this microbatch's backward
+        (loss * weight).backward()
+    layer.finish_backward()                            # wait for in-flight gradient collectives
+    found_inf = layer.unscale_and_check(inv_scale)     # fp16 only
+    norm = layer.clip_grad_norm_(max_norm, groups)     # global norm over the true (full) gradient
+    layer.optimizer_step(optimizer)                    # zero1: + all-gather of updated shards
+    layer.zero_grad(optimizer)
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.config import ParallelConfig
-from shardlab.parallel_dims import ParallelDims
+from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
 OptimizerFactory = Callable[[list], torch.optim.Optimizer]
@@ -33,7 +35,7 @@ class Strategy:
 
     def __init__(self, pcfg: ParallelConfig, dims: ParallelDims, device: torch.device):
         self.pcfg, self.dims, self.device = pcfg, dims, device
-        self.group = None  # the data-parallel process group (None = world)
+        self.group = None  # the process group this layer communicates in (set by the composition)
         self.model: nn.Module | None = None  # the bare model (FQNs of its parameters are the names)
         self.module: nn.Module | None = None  # what the trainer calls forward on
 
@@ -46,8 +48,13 @@ class Strategy:
         return factory(list(self.model.named_parameters()))
 
     # --- one step -----------------------------------------------------------------------------------
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        """Whether the next backward synchronises gradients (FSDP2's name). Own layers read it when the
+        backward runs, so several microbatches' forwards may be in flight; torch DDP reads it in forward."""
+
     def sync_context(self, is_last: bool) -> contextlib.AbstractContextManager:
-        """Entered around each microbatch's forward+backward; non-last microbatches skip gradient sync."""
+        """Shorthand kept for scripts: `set_requires_gradient_sync(is_last)`, before forward+backward."""
+        self.set_requires_gradient_sync(is_last)
         return contextlib.nullcontext()
 
     def finish_backward(self) -> None:
@@ -71,14 +78,19 @@ class Strategy:
         comm.all_reduce(found, op=comm.ReduceOp.MAX, tag="found_inf")
         return bool(found.item())
 
-    def clip_grad_norm_(self, max_norm: float) -> float:
-        """Global L2 norm of the full gradient; scales the gradients down to max_norm when max_norm > 0."""
+    def clip_grad_norm_(self, max_norm: float, groups: list | None = None) -> float:
+        """Global L2 norm of the full gradient; scales the gradients down to max_norm when max_norm > 0.
+        `groups`: every process group across which ranks hold different parts of the gradient (the
+        composition passes them: this layer's shard group, pipeline stages, ...); by default this
+        layer's own group when its gradients are sharded."""
         grads = list(self.grad_tensors())
         sq = torch.zeros(1, device=self.device, dtype=torch.float32)
         for g in grads:
             sq += g.detach().float().pow(2).sum()
-        if self.grads_are_sharded():
-            comm.all_reduce(sq, group=self.group, tag="grad_norm")
+        if groups is None:
+            groups = [self.group] if self.grads_are_sharded() else []
+        for group in groups:  # orthogonal mesh dimensions: summing along each in turn sums over all
+            comm.all_reduce(sq, group=group, tag="grad_norm")
         norm = sq.sqrt()
         if max_norm > 0:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)

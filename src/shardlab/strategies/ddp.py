@@ -201,10 +201,8 @@ class DDP(Strategy):
         finally:
             self.require_sync = previous
 
-    def sync_context(self, is_last: bool):
-        if is_last:
-            return contextlib.nullcontext()
-        return self.no_sync()
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        self.require_sync = requires  # read by the gradient hooks, i.e. at backward time
 
     def grad_tensors(self):
         # The bucket buffers hold exactly the gradients, in few large tensors (fast norms, unscaling).

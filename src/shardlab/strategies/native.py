@@ -32,8 +32,10 @@ class TorchDDP(Strategy):
             self.module.register_comm_hook(self.group, hook[self.pcfg.comm_dtype])
         return self.module
 
-    def sync_context(self, is_last: bool):
-        return super().sync_context(is_last) if is_last else self.module.no_sync()
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        # What `no_sync()` toggles. torch DDP reads it in forward (it prepares the reducer there), so it
+        # must be set before the forward of the microbatch whose backward it concerns.
+        self.module.require_backward_grad_sync = requires
 
 
 class TorchZero1(TorchDDP):
@@ -72,16 +74,15 @@ class TorchFSDP2(Strategy):
 
         mesh = self.dims.mesh["dp_shard"] if self.dims.mesh is not None else None
         reshard = self.pcfg.reshard_after_forward
-        for block in model.blocks:
+        for block in model.blocks.values():
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
         self.model = self.module = model
         return model
 
-    def sync_context(self, is_last: bool):
-        # No reduce-scatter on non-last microbatches: unsharded gradients accumulate locally.
-        self.module.set_requires_gradient_sync(is_last)
-        return super().sync_context(is_last)
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        # Off: no reduce-scatter in that backward, unsharded gradients accumulate locally.
+        self.module.set_requires_gradient_sync(requires)
 
     def grads_are_sharded(self) -> bool:
         return True

@@ -20,6 +20,8 @@ import torch.nn as nn
 
 from shardlab import comm
 
+MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # zero2/3: bounds the memory of packed gradient buffers during backward
+
 
 class ShardedParam:
     """One parameter of a unit: its full shape, this rank's rows, and where its shard sits in the flat shard."""
@@ -216,7 +218,8 @@ def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
     out = [("", model)]
     if policy == "whole":
         return out
-    for i, block in enumerate(getattr(model, "blocks", [])):
+    blocks = getattr(model, "blocks", [])
+    for i, block in (blocks.items() if isinstance(blocks, nn.ModuleDict) else enumerate(blocks)):
         out.append((f"blocks.{i}", block))
         if policy == "layer":
             out += [(f"blocks.{i}.{c}", getattr(block, c)) for c in ("attn", "mlp") if hasattr(block, c)]

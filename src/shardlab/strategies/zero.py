@@ -24,11 +24,10 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
 from shardlab.strategies.base import Strategy
-from shardlab.strategies.shard import FlatParamUnit, build_units
+from shardlab.strategies.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.strategies import zero_state
 
 COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # bounds the memory of packed gradient buffers during backward
 
 
 class _Zero(Strategy):
@@ -46,15 +45,16 @@ class _Zero(Strategy):
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
         self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
-        self._sync = True  # reduce gradients in this microbatch's backward
+        self._sync = True  # reduce gradients in the next backward
         self._pending: collections.deque = collections.deque()  # reduce-scatters in flight
+        # Gradients arrived per unit since its last reduction. Reset when the unit is reduced (not at
+        # a forward), so several microbatches' forwards may be in flight before their backwards.
         self._ready: dict[FlatParamUnit, int] = {u: 0 for u in self.units}
-        self._reduced: set[FlatParamUnit] = set()
+        self._callback_queued = False
         for unit in self.units:
             for info in unit.infos:
                 if info.param.requires_grad:
                     info.param.register_post_accumulate_grad_hook(functools.partial(self._grad_ready, unit))
-        model.register_forward_pre_hook(lambda *_: self._begin_microbatch())
         if self.keep_full_grads:
             self._attach_full_grads()
         self.model = self.module = model
@@ -65,18 +65,15 @@ class _Zero(Strategy):
         return factory([(i.fqn, i.shard) for i in self.infos])
 
     # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
-    def sync_context(self, is_last: bool):
-        self._sync = is_last or not self.keep_full_grads  # zero2/3 reduce every microbatch (docs/zero.md)
-        return super().sync_context(is_last)
-
-    def _begin_microbatch(self) -> None:
-        self._flush_partial_units()
-        self._ready = {u: 0 for u in self.units}
-        self._reduced = set()
+    def set_requires_gradient_sync(self, requires: bool) -> None:
+        self._sync = requires or not self.keep_full_grads  # zero2/3 reduce every microbatch (docs/zero.md)
 
     def _grad_ready(self, unit: FlatParamUnit, param: torch.Tensor) -> None:
         if not self._sync:
             return
+        if not self._callback_queued:  # once per backward: flush what this backward left partial
+            torch.autograd.Variable._execution_engine.queue_callback(self._on_backward_end)
+            self._callback_queued = True
         self._ready[unit] += 1
         if self._ready[unit] == sum(i.param.requires_grad for i in unit.infos):
             self._reduce(unit)
@@ -89,7 +86,7 @@ class _Zero(Strategy):
         if not self.keep_full_grads:
             for i in unit.infos:
                 i.param.grad = None  # packed into the reduce-scatter buffer: the full gradient can go
-        self._reduced.add(unit)
+        self._ready[unit] = 0
         self._pending.append((unit, handle, out, buf))
         self._after_reduce(unit)
 
@@ -111,19 +108,22 @@ class _Zero(Strategy):
             else:
                 unit.grad_shard.add_(grad)  # gradient accumulation happens in the shard
 
+    def _on_backward_end(self) -> None:
+        self._callback_queued = False
+        self._flush_partial_units()
+
     def _flush_partial_units(self) -> None:
-        """Units some of whose parameters got no gradient (unused in this forward) are reduced here, with
-        zeros for the missing ones, so every rank issues the same collectives in the same order."""
+        """Units some of whose parameters got no gradient in this backward (unused in its forward) are
+        reduced at its end, with zeros for the missing ones, so every rank issues the same collectives
+        in the same order."""
         for unit in self.units:
-            if self._sync and 0 < self._ready.get(unit, 0) and unit not in self._reduced:
+            if self._ready[unit]:
                 self._reduce(unit)
 
     def finish_backward(self) -> None:
         self._flush_partial_units()
         while self._pending:
             self._finish_reduce()
-        self._ready = {u: 0 for u in self.units}
-        self._reduced = set()
 
     # --- gradients as the optimizer and the clipping see them: this rank's shards ----------------------
     def grads_are_sharded(self) -> bool:

@@ -1,5 +1,6 @@
-"""Validation loss: the same fixed set of validation sequences at any world size, split across
-ranks, aggregated as (sum of token losses, token count) so the mean is exact."""
+"""Validation loss: the same fixed set of validation sequences at any layout, split across the
+data-parallel ranks (ranks of one tensor/pipeline group evaluate the same share), aggregated as
+(sum of token losses, token count) over the data-parallel ranks so the mean is exact."""
 from __future__ import annotations
 
 import math
@@ -10,17 +11,18 @@ from shardlab import comm
 from shardlab.data import get_batch, val_indices_for_rank
 
 
-@torch.no_grad()
 def val_loss(trainer) -> float:
     cfg, ds = trainer.cfg, trainer.val_ds
     mb = cfg.train.micro_batch
     limit = min(cfg.train.eval_seqs, len(ds))
-    mine = val_indices_for_rank(len(ds), trainer.world, trainer.rank, limit=limit)
+    par = trainer.par
+    dp_size, dp_rank = par.dims.dp_size, par.dims.dp_rank
+    mine = val_indices_for_rank(len(ds), dp_size, dp_rank, limit=limit)
     # Every rank must run the same number of forwards: sharded strategies all-gather parameters
     # inside forward, so a rank with one batch fewer would leave the others waiting forever.
-    most = max(len(val_indices_for_rank(len(ds), trainer.world, r, limit=limit)) for r in range(trainer.world))
+    most = max(len(val_indices_for_rank(len(ds), dp_size, r, limit=limit)) for r in range(dp_size))
     n_batches = math.ceil(most / mb)
-    module = trainer.module
+    module = par.module
     was_training = module.training
     module.eval()
     totals = torch.zeros(2, dtype=torch.float64, device=trainer.device)
@@ -30,10 +32,10 @@ def val_loss(trainer) -> float:
         real = len(chunk)
         chunk = chunk or mine[:1] or [0]  # a padding forward whose loss is not counted
         x, y = get_batch(ds, chunk)
-        loss = module(x.to(trainer.device), y.to(trainer.device), reduction="sum")
+        loss = par.eval_loss_sum(x.to(trainer.device), y.to(trainer.device))
         if real:
             totals[0] += loss.double()
             totals[1] += real * y.shape[1]
     module.train(was_training)
-    comm.all_reduce(totals, tag="eval")
+    par.sum_over_data(totals, tag="eval")
     return float(totals[0] / totals[1])

@@ -1,14 +1,14 @@
-"""The training loop. Strategy-agnostic: it drives `strategy` through the interface in
-`shardlab.strategies.base` and never asks which strategy it has.
+"""The training loop. Layout-agnostic: `shardlab.parallel.build` composes the layers and returns the
+object that owns a step's forward and backward; the trainer never asks which layers it has.
 
-Per step: the global sampler hands this rank its share of the global batch; the share is split
-into `grad_accum` microbatches; each microbatch's summed cross-entropy is scaled by
-W / global_tokens, so that after the strategies' gradient averaging (÷ W) the gradient is exactly
-that of the mean loss over every token of the global batch, at any world size and accumulation.
+Per step: the global sampler hands this data-parallel rank its share of the global batch (ranks of
+one tensor/pipeline group get the same share); the share is split into `grad_accum` microbatches;
+each microbatch's summed cross-entropy is scaled by D / global_tokens (D = data-parallel size), so
+that after the data-parallel layer's gradient averaging (÷ D) the gradient is exactly that of the
+mean loss over every token of the global batch, at any layout and accumulation.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -22,14 +22,12 @@ from shardlab.config import Config
 from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
-from shardlab.model.gpt import build_model, resolve_model_config
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
-from shardlab.parallel_dims import dims_for
-from shardlab.strategies import build_strategy
+from shardlab import parallel
 from shardlab.train import evaluate, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
-from shardlab.train.optim import adamw_factory, lr_at, no_decay_names, set_lr
+from shardlab.train.optim import lr_at, set_lr
 from shardlab.train.scaler import LossScaler
 
 
@@ -37,17 +35,11 @@ from shardlab.train.scaler import LossScaler
 class TrainState:
     """Everything a checkpoint must capture (see shardlab.checkpoint)."""
     cfg: Config
-    strategy: object
+    strategy: object  # the data-parallel layer (shardlab.strategies.base.Strategy)
     optimizer: torch.optim.Optimizer
     sampler: GlobalSampler
     scaler: LossScaler | None
     step: int = 0
-
-
-def _autocast(dtype: str, device: torch.device):
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
 
 
 def _sync(device: torch.device) -> None:
@@ -77,29 +69,24 @@ class Trainer:
         # Peak memory is measured from here: model, gradients, optimizer state, activations, buffers.
         self.peak_mem = PeakMemory(self.device).__enter__()
 
-        self.dims = dims_for(cfg.parallel.strategy, self.world, cfg.parallel.dp_replicate)
-        self.dims.build_mesh(self.device.type)
-        model = build_model(resolve_model_config(cfg.model, t.seq_len), t.seed).to(self.device)
-        self.n_params = model.num_params()
-        no_decay = no_decay_names(model)
-        self.strategy = build_strategy(cfg.parallel.strategy, cfg.parallel, self.dims, self.device)
-        self.module = self.strategy.wrap(model)
-        optimizer = self.strategy.make_optimizer(adamw_factory(cfg, no_decay))
-        sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.world, self.rank)
+        self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
+        self.dims, self.strategy = self.par.dims, self.par.dp
+        self.n_params = self.par.model.num_params()
+        sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.dims.dp_size, self.dims.dp_rank)
         scaler = LossScaler() if t.dtype == "fp16" else None
-        self.state = TrainState(cfg, self.strategy, optimizer, sampler, scaler)
+        self.state = TrainState(cfg, self.strategy, self.par.optimizer, sampler, scaler)
         self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
 
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
-        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device)
+        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device, self.dims)
         self.verdict = "ok"
 
     # --- one optimizer step -------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
-        cfg, st, strategy = self.cfg, self.state, self.strategy
+        cfg, st, par = self.cfg, self.state, self.par
         t = cfg.train
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
@@ -110,38 +97,29 @@ class Trainer:
                 return torch.zeros((), device=self.device), float("nan"), True
             x, y = get_batch(self.train_ds, idx)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loss_weight = self.world / self.tokens_per_step * self.doctor.loss_weight_factor(action)
+        loss_weight = self.dims.dp_size / self.tokens_per_step * self.doctor.loss_weight_factor(action)
         if st.scaler is not None:
             loss_weight *= st.scaler.scale
-        loss_sum = torch.zeros((), device=self.device)
-        n_micro = t.grad_accum
-        for i, (xb, yb) in enumerate(zip(x.split(t.micro_batch), y.split(t.micro_batch))):
-            with strategy.sync_context(is_last=i == n_micro - 1):
-                comm.set_phase("forward")
-                with timeline.span("forward", cat="compute", micro=i), _autocast(t.dtype, self.device):
-                    loss = self.module(xb, yb, reduction="sum")
-                comm.set_phase("backward")
-                with timeline.span("backward", cat="compute", micro=i):
-                    (loss * loss_weight).backward()
-            self.doctor.after_backward(st.step, (xb, yb), loss)
-            loss_sum += loss.detach()
+        micro = list(zip(x.split(t.micro_batch), y.split(t.micro_batch)))
+        loss_sum = self.par.forward_backward(micro, loss_weight,
+                                             lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss))
         comm.set_phase("optimizer")
         with timeline.span("optimizer", cat="optim"):
-            strategy.finish_backward()
+            par.finish()
             found_inf = False
             if st.scaler is not None:
-                found_inf = strategy.unscale_and_check(1.0 / st.scaler.scale)
-            grad_norm = float("nan") if found_inf else strategy.clip_grad_norm_(t.grad_clip)
+                found_inf = par.unscale_and_check(1.0 / st.scaler.scale)
+            grad_norm = float("nan") if found_inf else par.clip_grad_norm_(t.grad_clip)
             # Same verdict on every rank: "ok" | "skip" | "stop" | "rollback" (doctor.on_anomaly).
             self.verdict = self.doctor.check_step(st.step, loss_sum, grad_norm, found_inf,
                                                   st.scaler.scale if st.scaler is not None else None,
                                                   shadow=action == "shadow")
             found_inf = found_inf or self.verdict != "ok"  # an anomalous step updates nothing
             if not found_inf:
-                strategy.optimizer_step(st.optimizer)
+                par.optimizer_step()
             if st.scaler is not None:
                 st.scaler.update(found_inf)
-            strategy.zero_grad(st.optimizer)
+            par.zero_grad()
         return loss_sum, grad_norm, found_inf
 
     def _rollback(self) -> int:
@@ -201,7 +179,7 @@ class Trainer:
             if log_now or eval_now:
                 row = {"step": st.step}
                 if log_now:
-                    comm.all_reduce(loss_sum, group=None, tag="metrics")
+                    self.par.sum_over_data(loss_sum, tag="metrics")
                     last_train_loss = loss_sum.item() / self.tokens_per_step
                     elapsed = time.perf_counter() - window_t0
                     row.update(loss=last_train_loss, lr=lr_at(st.step - 1, cfg), grad_norm=grad_norm,

@@ -1,4 +1,4 @@
-"""A pool of W gloo ranks that runs test functions on every rank.
+"""A pool of W gloo ranks that runs functions on every rank (the bench suites and the tests use it).
 
     with WorkerPool(2) as pool:
         results = pool.run(fn, arg)   # fn(arg) on ranks 0..W-1, results in rank order
@@ -12,8 +12,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import subprocess
-import sys
 import time
 import traceback
 
@@ -108,17 +106,3 @@ class WorkerPool:
 
     def __exit__(self, *exc):
         self.close(force=any(exc))
-
-
-def run_cli(args: list[str], timeout: float = 180, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
-    """Run `python -m shardlab ARGS` in a subprocess with a hard timeout (kills the process group)."""
-    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
-    proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=full_env, cwd=cwd, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
-        raise TimeoutError(f"shardlab {' '.join(args)} timed out after {timeout}s\n{out[-2000:]}\n{err[-2000:]}")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)

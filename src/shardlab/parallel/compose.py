@@ -1,0 +1,66 @@
+"""The composition: the one place that turns a config into a parallel model, in a fixed order.
+
+Read top to bottom, this is the order torchtitan applies its layers in:
+
+    1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
+    2. the single-device model                model/gpt.py   (same seed -> same weights on every rank)
+    3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
+    4. per part, innermost first:
+         tensor parallel                      parallel/tp*.py (tp > 1)
+         activation recompute                 (train.recompute)
+         compile                              (train.compile)
+         data parallel                        data_parallel.py -> shardlab.strategies
+    5. the optimizer over what the layers left on this rank
+    6. `Parallel`, which owns the step's forward/backward     step.py
+
+A layer not built yet (`layers.not_built`) is refused here in one line, as `config.validate` does.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+from shardlab.errors import ConfigError
+from shardlab.parallel import layers
+from shardlab.parallel.data_parallel import apply_data_parallel
+from shardlab.parallel.mesh import resolve
+from shardlab.parallel.step import Parallel
+
+
+def build(cfg, device: torch.device | None = None, model: nn.Module | None = None) -> Parallel:
+    """Mesh, model, layers, optimizer for this rank. `cfg` is a `shardlab.config.Config`; `model`
+    replaces the one `cfg.model` describes (tests and benchmarks bring their own sizes or modules).
+    Call on every rank after `comm.init` (or without a process group for one rank)."""
+    from shardlab.model.gpt import build_model, resolve_model_config
+    from shardlab.train.optim import adamw_factory, no_decay_names
+
+    device = device or comm.device()
+    # 1. the mesh
+    dims = resolve(cfg.parallel, comm.world_size())
+    missing = layers.not_built(dims.degrees)
+    if missing:
+        raise ConfigError(missing)
+    dims.build_mesh(device.type)
+    # 2. the model, whole, on every rank
+    if model is None:
+        model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
+    model = model.to(device)
+    no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
+    # 3. pipeline split (pp > 1 is refused above until the pipeline layer lands): one part
+    part = model
+    # 4. per part: tensor parallel -> activation recompute -> compile -> data parallel
+    if dims.tp > 1:
+        part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
+    dp = apply_data_parallel(part, cfg.parallel, dims, device)
+    # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
+    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
+    # 6. the step
+    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
+
+
+def _layer(table: dict, impl: str, dim: str):
+    """The apply function registered for `impl` in a layer table: `apply(part, cfg, dims) -> part`."""
+    if impl not in table:
+        raise ConfigError(f"parallel.{dim}_impl={impl!r}: must be one of {', '.join(table) or '(none built yet)'}")
+    return layers.load(table[impl])

@@ -1,0 +1,59 @@
+"""The one list of parallel layers shardlab knows, by mesh dimension.
+
+Config validation, the composition (`compose.py`), the CLI's help and the bench read their names from
+here. An entry is "module:attribute", imported on demand so one layer's import cost never hits another's
+run. Pure data: no torch import, so `shardlab.config` can read it cheaply.
+
+A dimension whose table is empty is accepted by the mesh (its degree can be set) but has no layer yet:
+`not_built` names it, and both `config.validate` and `compose.build` refuse such a layout in one line.
+"""
+from __future__ import annotations
+
+# Data parallelism (`parallel.dp`, alias `parallel.strategy`): the classes of `shardlab.strategies`.
+DATA_PARALLEL = {
+    "single": "shardlab.strategies.single:Single",
+    "ddp": "shardlab.strategies.ddp:DDP",
+    "zero1": "shardlab.strategies.zero:Zero1",
+    "zero2": "shardlab.strategies.zero:Zero2",
+    "zero3": "shardlab.strategies.zero:Zero3",
+    "torch-ddp": "shardlab.strategies.native:TorchDDP",
+    "torch-fsdp2": "shardlab.strategies.native:TorchFSDP2",
+    "torch-zero1": "shardlab.strategies.native:TorchZero1",
+}
+# Layers that keep a whole replica per data-parallel rank: they fill `dp_replicate`; the others shard
+# (parameters, gradients or optimizer state) and fill `dp_shard`.
+REPLICATING = ("single", "ddp", "torch-ddp")
+# Sharding layers that also replicate their shards over `dp_replicate` (HSDP); the others need
+# dp_replicate == 1.
+HSDP: tuple[str, ...] = ()
+
+# The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
+# (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).
+TENSOR_PARALLEL: dict[str, str] = {}
+PIPELINE_PARALLEL: dict[str, str] = {}
+CONTEXT_PARALLEL: dict[str, str] = {}
+
+_BY_DIM = {"tp": ("tensor", TENSOR_PARALLEL), "pp": ("pipeline", PIPELINE_PARALLEL),
+           "cp": ("context", CONTEXT_PARALLEL)}
+
+
+def dp_name(pcfg) -> str:
+    """The data-parallel layer of a `[parallel]` section."""
+    return pcfg.strategy
+
+
+def not_built(degrees: dict) -> str | None:
+    """One line naming the first dimension with degree > 1 that has no layer yet, or None."""
+    for dim, (kind, table) in _BY_DIM.items():
+        if degrees.get(dim, 1) > 1 and not table:
+            return (f"parallel.{dim}={degrees[dim]}: {kind} parallelism is not implemented yet in this version "
+                    f"(the mesh accepts the degree, no layer applies it); set parallel.{dim}=1")
+    return None
+
+
+def load(entry: str):
+    """Import "module:attribute" and return the attribute."""
+    import importlib
+
+    mod, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(mod), attr)

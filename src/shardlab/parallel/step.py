@@ -1,0 +1,120 @@
+"""`Parallel`: what `shardlab.parallel.build` returns, the one object that owns a training step.
+
+The trainer hands it a step's microbatches and never calls forward or backward itself:
+
+    loss_sum = par.forward_backward([(x, y), ...], loss_weight)   # the schedule (here: the plain loop)
+    par.finish()                                                   # in-flight gradient collectives
+    norm = par.clip_grad_norm_(max_norm)                           # over every group sharding gradients
+    par.optimizer_step(); par.zero_grad()
+
+Layers replace pieces of it rather than the trainer: a pipeline schedule replaces `forward_backward`
+(and `eval_loss_sum`), a vocab-parallel loss replaces `loss_fn`, tensor parallelism adds its group to
+`grad_norm_groups`. Everything else delegates to the data-parallel layer (`self.dp`).
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+from shardlab.model.loss import cross_entropy
+from shardlab.observe import timeline
+from shardlab.parallel.mesh import ParallelDims
+
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Parallel:
+    def __init__(self, dims: ParallelDims, model: nn.Module, dp, optimizer, device: torch.device,
+                 dtype: str = "fp32"):
+        self.dims, self.model, self.dp, self.optimizer, self.device = dims, model, dp, optimizer, device
+        self.dtype = dtype
+        self.loss_fn: Callable = cross_entropy  # (logits, targets, reduction) -> loss
+        # Process groups across which ranks hold different parts of the gradient (the norm sums over them).
+        self.grad_norm_groups: list = []
+        if dp.grads_are_sharded() and dims.dp_shard > 1:
+            self.grad_norm_groups.append(dims.group("dp_shard"))
+        if dims.pp > 1:
+            self.grad_norm_groups.append(dims.group("pp"))
+
+    @property
+    def module(self) -> nn.Module:
+        """What forward is called on (the bare model wrapped by the data-parallel layer)."""
+        return self.dp.module
+
+    def autocast(self):
+        if self.dtype not in _AUTOCAST:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=_AUTOCAST[self.dtype])
+
+    # --- the step ------------------------------------------------------------------------------------
+    def forward_backward(self, microbatches: list, loss_weight: float,
+                         after_backward: Callable | None = None) -> torch.Tensor:
+        """Forward and backward of every microbatch; gradients are synchronised in the last backward.
+        Each microbatch's loss is its summed token loss; backward runs on `loss * loss_weight`.
+        `after_backward(i, (x, y), loss)` is called after each backward. Returns the summed loss."""
+        total = torch.zeros((), device=self.device)
+        last = len(microbatches) - 1
+        for i, (x, y) in enumerate(microbatches):
+            # Set before the forward: own layers read it in backward, torch DDP already in forward.
+            self.dp.set_requires_gradient_sync(i == last)
+            comm.set_phase("forward")
+            with timeline.span("forward", cat="compute", micro=i), self.autocast():
+                loss = self.loss_fn(self.module(x), y, reduction="sum")
+            comm.set_phase("backward")
+            with timeline.span("backward", cat="compute", micro=i):
+                (loss * loss_weight).backward()
+            if after_backward is not None:
+                after_backward(i, (x, y), loss)
+            total += loss.detach()
+        return total
+
+    @torch.no_grad()
+    def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Summed token loss of one batch, no gradients (evaluation, in the parameters' precision)."""
+        return self.loss_fn(self.module(x), y, reduction="sum")
+
+    def finish(self) -> None:
+        self.dp.finish_backward()
+
+    def unscale_and_check(self, inv_scale: float) -> bool:
+        return self.dp.unscale_and_check(inv_scale)
+
+    def clip_grad_norm_(self, max_norm: float) -> float:
+        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups)
+
+    def optimizer_step(self) -> None:
+        self.dp.optimizer_step(self.optimizer)
+
+    def zero_grad(self) -> None:
+        self.dp.zero_grad(self.optimizer)
+
+    # --- reductions over the right groups ------------------------------------------------------------
+    def sum_over_data(self, t: torch.Tensor, tag: str) -> torch.Tensor:
+        """Sum a per-rank partial (a loss sum, a token count) over the ranks that saw different data:
+        dp x cp. Ranks of one tensor-parallel group hold the same value and are not added twice."""
+        if self.dims.size("dp_cp") > 1:
+            comm.all_reduce(t, group=self.dims.group("dp_cp"), tag=tag)
+        return t
+
+    # --- state (delegated to the data-parallel layer) ------------------------------------------------
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        return self.dp.full_parameters()
+
+    def model_state_dict(self) -> dict:
+        return self.dp.model_state_dict()
+
+    def load_model_state_dict(self, sd: dict) -> None:
+        self.dp.load_model_state_dict(sd)
+
+    def optim_state_dict(self) -> dict:
+        return self.dp.optim_state_dict(self.optimizer)
+
+    def load_optim_state_dict(self, sd: dict) -> None:
+        self.dp.load_optim_state_dict(self.optimizer, sd)
+
+    def state_bytes(self) -> dict:
+        return self.dp.state_bytes(self.optimizer)
