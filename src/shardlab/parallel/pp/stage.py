@@ -75,7 +75,7 @@ def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> n
     """A copy of `model` that runs only `blocks` (and the embedding / head if first / last)."""
     part = copy.deepcopy(model)
     first, last = stage == 0, stage == n_stages - 1
-    part.blocks = nn.ModuleDict({str(i): part.blocks[i] for i in blocks})
+    part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
     if not first:
         part.wpe = None
     if not first and not last:
