@@ -358,11 +358,11 @@ def _p2p(op: str, fn, t: torch.Tensor, peer: int, group, async_op: bool, tag: st
 
 
 def isend(t: torch.Tensor, dst: int, group=None, tag: str = ""):
-    return _p2p("send", lambda: dist.isend(t, dst, group=group), t, dst, group, True, tag)
+    return _p2p("send", lambda: dist.isend(t, group=group, group_dst=dst), t, dst, group, True, tag)
 
 
 def irecv(t: torch.Tensor, src: int, group=None, tag: str = ""):
-    return _p2p("recv", lambda: dist.irecv(t, src, group=group), t, src, group, True, tag)
+    return _p2p("recv", lambda: dist.irecv(t, group=group, group_src=src), t, src, group, True, tag)
 
 
 def send(t: torch.Tensor, dst: int, group=None, tag: str = "") -> None:

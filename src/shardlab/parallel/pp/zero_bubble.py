@@ -21,18 +21,33 @@ class WeightGradStore:
     def __init__(self):
         self.pending: list = []
 
-    @torch.no_grad()  # the saved inputs are activations that require grad; a W builds no graph
     def run(self) -> None:
-        for weight, bias, x, gy in self.pending:
-            x2, gy2 = x.reshape(-1, x.shape[-1]), gy.reshape(-1, gy.shape[-1])
-            _accumulate(weight, gy2.t().to(weight.dtype) @ x2.to(weight.dtype))
-            if bias is not None:
-                _accumulate(bias, gy2.sum(0).to(bias.dtype))
+        """Compute the queued weight gradients through autograd (a one-node graph per Linear, no
+        recomputation), so they accumulate into `.grad` as any backward's would and the data-parallel
+        layer's gradient hooks fire for them."""
+        if not self.pending:
+            return
+        roots = [_WeightGrad.apply(weight, bias, x, gy) for weight, bias, x, gy in self.pending]
         self.pending.clear()
+        torch.autograd.backward(roots, [torch.zeros_like(r) for r in roots])
 
 
-def _accumulate(p: torch.Tensor, g: torch.Tensor) -> None:
-    p.grad = g if p.grad is None else p.grad + g
+class _WeightGrad(torch.autograd.Function):
+    """A node whose backward is dL/dW = dL/dyᵀ · x and dL/db = Σ dL/dy, whatever gradient it is given."""
+
+    @staticmethod
+    def forward(ctx, weight, bias, x, gy):
+        ctx.save_for_backward(x, gy)
+        ctx.has_bias = bias is not None
+        ctx.dtype = weight.dtype  # under autocast gy is bf16/fp16; a gradient takes its parameter's dtype
+        return weight.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, _):
+        x, gy = ctx.saved_tensors
+        x2, gy2 = x.reshape(-1, x.shape[-1]), gy.reshape(-1, gy.shape[-1])
+        dw = (gy2.t() @ x2.to(gy2.dtype)).to(ctx.dtype)
+        return dw, (gy2.sum(0).to(ctx.dtype) if ctx.has_bias else None), None, None
 
 
 class _Linear(torch.autograd.Function):
@@ -45,7 +60,7 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
-        ctx.store.pending.append((weight, ctx.bias, x, gy))
+        ctx.store.pending.append((weight, ctx.bias, x.detach(), gy.detach()))
         return gy @ weight.to(gy.dtype), None, None, None
 
 
