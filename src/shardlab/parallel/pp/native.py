@@ -50,7 +50,8 @@ class TorchPipeline:
         target = y if self.n_stages - 1 in holds else None
         losses: list[torch.Tensor] = []  # the last stage's weighted loss per microbatch, filled by torch
         self.schedule.step(*args, target=target, losses=losses if target is not None else None)
-        self._reduce_tied()
+        if self.embed_group is not None:
+            self._reduce_tied()
         return sum((loss.detach() / loss_weight for loss in losses), torch.zeros(()))
 
     def _reduce_tied(self) -> None:
