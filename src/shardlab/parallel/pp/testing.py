@@ -33,11 +33,12 @@ def single_grads(m: int, kw: dict = TINY4) -> tuple[float, dict]:
     return total * weight, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tuple[float, dict]:
-    """One step of schedule `name` over the world (pp = world size); every rank returns the loss (from
-    the last stage) and the gradients of the parameters its stages hold."""
+def pipeline_engine(name: str, m: int, virtual: int = 1, kw: dict = TINY4):
+    """This rank's engine (own, or torch's for a `torch-` name) over its stages of a fresh tiny GPT;
+    pp = world size, the tied embedding summed by the engine itself."""
     pp, rank = comm.world_size(), comm.rank()
-    sched = build(name.removeprefix("torch-").replace("zb", "interleaved"), pp, m, virtual)  # stage layout
+    sched = build(name.removeprefix("torch-").replace("zb", "interleaved") if name.startswith("torch-") else name,
+                  pp, m, virtual)  # the stage layout (torch-zb is interleaved zero bubble)
     model = build_model(GPTConfig(**kw), seed=0)
     n = sched.n_stages
     ranges = stage_ranges(kw["n_layer"], n)
@@ -46,14 +47,20 @@ def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tup
     embed_group = comm.new_group(ends) if len(ends) > 1 else None
     if name.startswith("torch-"):
         from shardlab.parallel.pp.native import TorchPipeline
-        engine = TorchPipeline(name, stages, n, m, cross_entropy, torch.device("cpu"), embed_group=embed_group)
-    else:
-        engine = PipelineEngine(sched, stages, stage_rank=sched.rank_of, pp_rank=rank, loss_fn=cross_entropy,
-                                act_shape=lambda x: (*x.shape[:2], kw["d_model"]), device=torch.device("cpu"),
-                                embed_group=embed_group)
+        return TorchPipeline(name, stages, n, m, cross_entropy, torch.device("cpu"), embed_group=embed_group)
+    return PipelineEngine(sched, stages, stage_rank=sched.rank_of, pp_rank=rank, loss_fn=cross_entropy,
+                          act_shape=lambda x: (*x.shape[:2], kw["d_model"]), device=torch.device("cpu"),
+                          embed_group=embed_group)
+
+
+def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tuple[float, dict]:
+    """One step of schedule `name` over the world (pp = world size); every rank returns the loss (from
+    the last stage) and the gradients of the parameters its stages hold."""
+    engine = pipeline_engine(name, m, virtual, kw)
     mbs = batch(m, kw=kw)
     weight = 1.0 / sum(y.numel() for _, y in mbs)
     loss = engine.step(mbs, weight) * weight
     comm.all_reduce(loss)  # only the last stage's rank holds it
-    grads = {nm: p.grad.clone() for st in stages.values() for nm, p in st.named_parameters() if p.grad is not None}
+    grads = {nm: p.grad.clone() for st in engine.stages.values() for nm, p in st.named_parameters()
+             if p.grad is not None}
     return loss.item(), grads
