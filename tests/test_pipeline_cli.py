@@ -16,12 +16,16 @@ def _losses(run: Path) -> dict:
             if "loss" in r}
 
 
-def test_pp2_checkpoint_continues_under_single_and_zero3(tmp_path):
+def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_and_zero3(tmp_path):
     pp = tmp_path / "pp"
     r = run_cli(["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
-                 "ckpt.every=3", "ckpt.final=false"], timeout=300, cwd=ROOT)
+                 "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     ref = _losses(pp)
+    # the traced run's bubble is measured per stage beside the formula, and drawn
+    t = run_cli(["trace", str(pp)], timeout=120, cwd=ROOT)
+    assert t.returncode == 0 and "pipeline bubble" in t.stdout and "analytic 33.3% (1f1b, p=2, m=2)" in t.stdout, t.stdout
+    assert (pp / "trace" / "pipeline.png").stat().st_size > 0
     for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=zero3")):
         out = tmp_path / layout.split("=")[1]
         r = run_cli(["train", "--nproc", str(nproc), "--out", str(out), *BASE, layout, "train.steps=5",

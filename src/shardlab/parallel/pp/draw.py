@@ -48,8 +48,8 @@ def png_diagram(spans: list[list[tuple]], path: Path, title: str) -> Path:
     ax.set_xlabel("time")
     ax.set_title(title)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLORS.values()]
-    ax.legend(handles, ["forward", "backward", "backward (input)", "backward (weight)"], loc="upper right",
-              fontsize=7, ncol=4)
+    ax.legend(handles, ["forward", "backward", "backward (input)", "backward (weight)"], loc="upper center",
+              bbox_to_anchor=(0.5, -0.35), fontsize=7, ncol=4, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
