@@ -76,6 +76,11 @@ class ParallelConfig:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    # Pipeline parallelism (docs/pipeline.md)
+    pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-gpipe | torch-1f1b | torch-interleaved | torch-zb
+    pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
+    pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
+    pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...
 
     @property
     def dp(self) -> str:
@@ -387,6 +392,11 @@ def validate(cfg: Config, world_size: int) -> None:
     missing = layers.not_built(dims.degrees)
     if missing:
         raise ConfigError(missing)
+    if dims.pp > 1 and p.pp_microbatches:
+        if t.grad_accum not in (1, p.pp_microbatches):
+            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
+                              f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
+        t.grad_accum = p.pp_microbatches
     per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
@@ -400,7 +410,10 @@ def validate(cfg: Config, world_size: int) -> None:
         t.grad_accum = accum
     else:
         t.global_batch = per_step * t.grad_accum
-    resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    if dims.pp > 1:
+        from shardlab.parallel import pipeline
+        pipeline.validate(cfg, dims, model_cfg.n_layer)
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
     _check_ranges(cfg, world_size)

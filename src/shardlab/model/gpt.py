@@ -142,8 +142,9 @@ class GPT(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without the embeddings takes (and one without the head
-        returns) hidden states instead."""
-        if self.wte is not None:
+        returns) hidden states instead. The positions mark the first stage: the last stage keeps `wte`
+        too, as the weight of its tied head."""
+        if self.wpe is not None:
             pos = torch.arange(x.shape[1], device=x.device)
             x = self.drop(self.wte(x) + self.wpe(pos))
         for block in self.blocks.values():

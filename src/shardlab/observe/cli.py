@@ -35,8 +35,9 @@ def build(run_dir: Path, max_rows: int) -> dict:
         for s, t0, t1 in analysis.steps_of(rt):
             buckets += analysis.bucket_table(rt, s, t0, t1)
     matched = analysis.match_collectives(traces)
+    from shardlab.observe import pipeline
     return {"summary": analysis.summarize_traces(traces), "steps": steps, "buckets": buckets,
-            "collectives": matched, "max_rows": max_rows}
+            "collectives": matched, "max_rows": max_rows, "pipeline": pipeline.report(run_dir, traces)}
 
 
 def render(rep: dict) -> str:
@@ -76,6 +77,12 @@ def render(rep: dict) -> str:
         waits = ", ".join(f"r{r} wait {st['wait_ms_by_rank'][r]:.1f} / transfer {st['transfer_ms_by_rank'][r]:.1f}"
                           for r in sorted(st["wait_ms_by_rank"]))
         out.append(f"\n{verdict}\ntime inside collectives (ms, post warm-up): {waits}")
+    pp = rep.get("pipeline")
+    if pp:
+        by_rank = ", ".join(f"r{r} {b:.1%}" for r, b in sorted(pp["bubble_by_rank"].items()))
+        formula = "" if pp["bubble_analytic"] is None else f"; analytic {pp['bubble_analytic']:.1%} ({pp['schedule']})"
+        out.append(f"\npipeline bubble (idle share of the forward/backward phase, median over {pp['steps']} steps): "
+                   f"{by_rank}{formula}\ndiagram of the last step: {pp['diagram']}")
     if len(rep["steps"]) > n:
         out.append(f"\n(tables show the first {n} rows; --rows N for more, --json for all)")
     return "\n".join(out)

@@ -47,20 +47,25 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
     model = model.to(device)
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
-    # 3. pipeline split (pp > 1 is refused above until the pipeline layer lands): one part
+    # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model
     part = model
+    if dims.pp > 1:
+        part, stages, schedule = _layer(layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule, "pp")(model, cfg, dims)
     # 4. per part: tensor parallel -> activation recompute -> compile -> data parallel
     if dims.tp > 1:
         part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
-    # 6. the step
+    # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
+    if dims.pp > 1:
+        from shardlab.parallel.pipeline import PipelineParallel
+        return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule)
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
 
 
 def _layer(table: dict, impl: str, dim: str):
     """The apply function registered for `impl` in a layer table: `apply(part, cfg, dims) -> part`."""
     if impl not in table:
-        raise ConfigError(f"parallel.{dim}_impl={impl!r}: must be one of {', '.join(table) or '(none built yet)'}")
+        raise ConfigError(f"parallel.{'pp_schedule' if dim == 'pp' else dim + '_impl'}={impl!r}: must be one of {', '.join(table) or '(none built yet)'}")
     return layers.load(table[impl])

@@ -30,7 +30,11 @@ HSDP: tuple[str, ...] = ()
 # The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
 # (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).
 TENSOR_PARALLEL: dict[str, str] = {}
-PIPELINE_PARALLEL: dict[str, str] = {}
+# Pipeline parallelism: `parallel.pp_schedule` -> the function that splits the model (parallel/pipeline.py);
+# the schedule itself is data (parallel/pp/schedule.py), run by parallel/pp/engine.py or by torch.
+PIPELINE_PARALLEL: dict[str, str] = {
+    name: "shardlab.parallel.pipeline:split"
+    for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb")}
 CONTEXT_PARALLEL: dict[str, str] = {}
 
 _BY_DIM = {"tp": ("tensor", TENSOR_PARALLEL), "pp": ("pipeline", PIPELINE_PARALLEL),

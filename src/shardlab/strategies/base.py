@@ -78,15 +78,26 @@ class Strategy:
         comm.all_reduce(found, op=comm.ReduceOp.MAX, tag="found_inf")
         return bool(found.item())
 
-    def clip_grad_norm_(self, max_norm: float, groups: list | None = None) -> float:
+    def local_grad(self, fqn: str) -> torch.Tensor | None:
+        """This rank's part of parameter `fqn`'s gradient (all of it when gradients are replicated, its
+        dim-0 shard when they are sharded), as a tensor the caller may reduce in place; None if absent."""
+        p = dict(self.model.named_parameters()).get(fqn)
+        return None if p is None or p.grad is None else _local(p.grad)
+
+    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = ()) -> float:
         """Global L2 norm of the full gradient; scales the gradients down to max_norm when max_norm > 0.
         `groups`: every process group across which ranks hold different parts of the gradient (the
         composition passes them: this layer's shard group, pipeline stages, ...); by default this
-        layer's own group when its gradients are sharded."""
+        layer's own group when its gradients are sharded. `exclude`: parameters another rank of those
+        groups also holds (a pipeline's tied embedding on its last stage): clipped, counted once."""
         grads = list(self.grad_tensors())
         sq = torch.zeros(1, device=self.device, dtype=torch.float32)
         for g in grads:
             sq += g.detach().float().pow(2).sum()
+        for fqn in exclude:
+            g = self.local_grad(fqn)
+            if g is not None:
+                sq -= g.detach().float().pow(2).sum()
         if groups is None:
             groups = [self.group] if self.grads_are_sharded() else []
         for group in groups:  # orthogonal mesh dimensions: summing along each in turn sums over all

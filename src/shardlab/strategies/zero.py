@@ -60,6 +60,11 @@ class _Zero(Strategy):
         self.model = self.module = model
         return model
 
+    def local_grad(self, fqn: str):
+        """The gradient of this rank's dim-0 shard of `fqn` (what the optimizer steps)."""
+        info = next((i for i in self.infos if i.fqn == fqn), None)
+        return None if info is None or info.shard.grad is None else info.shard.grad
+
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
         return factory([(i.fqn, i.shard) for i in self.infos])

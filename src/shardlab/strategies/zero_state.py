@@ -86,7 +86,11 @@ def load_optim_state_dict(strategy, optimizer, sd: dict) -> None:
         info = infos[index[fqn]]
         state[index[fqn]] = {k: _to_shard(info, v) if torch.is_tensor(v) and v.dim() > 0 else v
                              for k, v in st.items()}
-    groups = [{**g, "params": [index[f] for f in g["params"]]} for g in sd["param_groups"]]
+    # Hyperparameters from the checkpoint, membership from this optimizer: a checkpoint written by another
+    # layout (a pipeline rank's param_groups list only its stage's parameters) still loads group by group.
+    ids = {id(info.shard): k for k, info in enumerate(infos)}
+    groups = [{**saved, "params": [ids[id(p)] for p in cur["params"]]}
+              for saved, cur in zip(sd["param_groups"], optimizer.param_groups)]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 

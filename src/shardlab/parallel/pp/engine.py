@@ -1,0 +1,147 @@
+"""One engine that runs any schedule: it walks this rank's instruction list and does what each says.
+
+    F       run the stage's forward on the microbatch (the first stage on its tokens, the others on the
+            activation received); the last stage scores the logits with the loss function
+    B       backward of that microbatch through the stage (from the loss, or from the received gradient)
+    I / W   the two halves of B for zero-bubble schedules (see zero_bubble.py)
+    SEND_*  hand the activation (F) or the input's gradient (B) to the neighbouring stage, asynchronously
+    RECV_*  receive it, blocking until it is there
+    REDUCE  sum the tied embedding's gradient between the first and the last stage; wait for sends
+    STEP    nothing here: the optimizer step belongs to the caller (the data-parallel layer steps it)
+
+Sends never block (the schedule's simulator proves the receives then cannot deadlock) and are waited
+for at the end of the step. Point-to-point goes through `comm`, so every transfer is recorded.
+
+`emulate` replaces the model's compute by sleeps of given lengths (forward, backward, and the I / W
+halves) while sending real tensors: on a machine with fewer cores than stages, the schedule itself is
+then what is timed.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+from shardlab.observe import timeline
+from shardlab.parallel.pp.schedule import Schedule
+from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
+
+
+@dataclass
+class Emulation:
+    f_s: float
+    b_s: float
+    i_s: float | None = None
+    w_s: float | None = None
+
+
+class PipelineEngine:
+    def __init__(self, schedule: Schedule, stages: dict[int, nn.Module], stage_rank: Callable[[int], int],
+                 pp_rank: int, loss_fn: Callable, act_shape: Callable[[torch.Tensor], tuple],
+                 device: torch.device, group=None, embed_group=None, emulate: Emulation | None = None,
+                 on_last_backward: Callable[[int], None] | None = None):
+        """`stages`: this rank's stage modules by stage index; `stage_rank(s)`: the global rank holding
+        stage s in this pipeline; `act_shape(x)`: the activation shape of a microbatch of tokens x;
+        `embed_group`: the group of the first and last stage's ranks (None when one rank holds both);
+        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on)."""
+        self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
+        self.instrs = schedule.ranks[pp_rank]
+        self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
+        self.group, self.embed_group, self.emulate = group, embed_group, emulate
+        self.on_last_backward = on_last_backward
+        self.n_stages = schedule.n_stages
+        self.split = any(i.op in ("I", "W") for i in self.instrs)
+        self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split and emulate is None else {}
+        self._last_bwd = {}  # stage -> index of its last backward instruction (B, or W when split)
+        for k, ins in enumerate(self.instrs):
+            if ins.op in ("B", "W"):
+                self._last_bwd[ins.stage] = k
+
+    # --- one step ---------------------------------------------------------------------------------------
+    def step(self, microbatches: list[tuple[torch.Tensor, torch.Tensor]], loss_weight: float) -> torch.Tensor:
+        """Run the schedule on `microbatches` [(x, y)]; returns the summed (unweighted) loss of this rank's
+        last-stage microbatches (zero on other ranks). Gradients are left accumulated in the stages."""
+        assert len(microbatches) == self.schedule.microbatches, "one (x, y) per scheduled microbatch"
+        inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
+        loss_sum = torch.zeros((), device=self.device)
+        for k, ins in enumerate(self.instrs):
+            key = (ins.stage, ins.mb)
+            x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
+            if ins.op == "RECV_F":
+                buf = torch.empty(self.act_shape(x), device=self.device)
+                comm.recv(buf, self.stage_rank(ins.peer), group=self.group, tag=f"act {ins.peer}->{ins.stage} mb{ins.mb}")
+                inputs[key] = buf.requires_grad_(self.emulate is None)
+            elif ins.op == "RECV_B":
+                buf = torch.empty(self.act_shape(x), device=self.device)
+                comm.recv(buf, self.stage_rank(ins.peer), group=self.group, tag=f"grad {ins.peer}->{ins.stage} mb{ins.mb}")
+                grads[key] = buf
+            elif ins.op == "SEND_F":
+                sends.append(comm.isend(outputs[key].detach(), self.stage_rank(ins.peer), group=self.group,
+                                        tag=f"act {ins.stage}->{ins.peer} mb{ins.mb}"))
+            elif ins.op == "SEND_B":
+                inp = inputs.pop(key)
+                g = inp.grad if inp.grad is not None else torch.zeros_like(inp)  # emulation computes none
+                sends.append(comm.isend(g, self.stage_rank(ins.peer), group=self.group,
+                                        tag=f"grad {ins.stage}->{ins.peer} mb{ins.mb}"))
+            elif ins.op == "F":
+                with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage):
+                    outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key)
+                if ins.stage == self.n_stages - 1:
+                    if self.emulate is None:
+                        loss = self.loss_fn(outputs[key], y)
+                        loss_sum += loss.detach()
+                        outputs[key] = loss * loss_weight
+            elif ins.op in ("B", "I"):
+                if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
+                    self.on_last_backward(ins.stage)
+                with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
+                                   micro=ins.mb, stage=ins.stage):
+                    self._backward(ins.op, outputs.pop(key), grads.pop(key, None))
+            elif ins.op == "W":
+                if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
+                    self.on_last_backward(ins.stage)
+                with timeline.span("backward_weight", cat="compute", micro=ins.mb, stage=ins.stage):
+                    if self.emulate is not None:
+                        time.sleep(self.emulate.w_s if self.emulate.w_s is not None else self.emulate.b_s / 2)
+                    else:
+                        stores.pop(key).run()
+            elif ins.op == "REDUCE":
+                for h in sends:
+                    h.wait()
+                sends.clear()
+                self._reduce_tied()
+        return loss_sum
+
+    # --- the compute instructions -----------------------------------------------------------------------
+    def _forward(self, stage: int, inp: torch.Tensor, stores: dict, key) -> torch.Tensor:
+        if self.emulate is not None:
+            time.sleep(self.emulate.f_s)
+            return torch.zeros(self.act_shape(inp) if stage == 0 else inp.shape, device=self.device)
+        if self.split:  # the microbatch's I will queue its weight GEMMs here for its W
+            stores[key] = WeightGradStore()
+            for lin in self.linears[stage]:
+                lin.store = stores[key]
+        return self.stages[stage](inp)
+
+    def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None) -> None:
+        if self.emulate is not None:
+            e = self.emulate
+            time.sleep(e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
+            return
+        torch.autograd.backward(out, grad)
+
+    def _reduce_tied(self) -> None:
+        """The first stage's embedding and the last stage's head are one parameter held twice: add the
+        two gradients so both copies take the same step."""
+        if self.embed_group is None or self.emulate is not None:
+            return
+        for s in (0, self.n_stages - 1):
+            if s in self.stages and self.stages[s].wte is not None:
+                g = self.stages[s].wte.weight.grad
+                if g is None:
+                    g = self.stages[s].wte.weight.grad = torch.zeros_like(self.stages[s].wte.weight)
+                comm.all_reduce(g, group=self.embed_group, tag="tied embedding grad")

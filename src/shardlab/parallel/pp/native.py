@@ -1,0 +1,65 @@
+"""The torch-native twin: the same stages run by `torch.distributed.pipelining`'s schedules.
+
+shardlab builds the stages (stage.py) and hands them to `PipelineStage`; torch's schedule then owns
+the forwards, backwards and point-to-point transfers (its own, not recorded by comm). What torch does
+not do is the tied embedding: the first and last stages' copies are summed here after the step, as the
+own engine's REDUCE does. torch scales gradients by 1/microbatches by default; shardlab's loss is
+already weighted by the global token count, so that scaling is switched off.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+from shardlab import comm
+
+NATIVE = {
+    "torch-gpipe": "ScheduleGPipe",
+    "torch-1f1b": "Schedule1F1B",
+    "torch-interleaved": "ScheduleInterleaved1F1B",
+    "torch-zb": "ScheduleInterleavedZeroBubble",
+}
+
+
+class TorchPipeline:
+    def __init__(self, name: str, stages: dict[int, nn.Module], n_stages: int, microbatches: int,
+                 loss_fn: Callable, device: torch.device, group=None, embed_group=None):
+        from torch.distributed import pipelining
+
+        self.stages, self.n_stages, self.embed_group = stages, n_stages, embed_group
+        self.weight = 1.0
+        self.torch_stages = [pipelining.PipelineStage(m, s, n_stages, device, group=group)
+                             for s, m in sorted(stages.items())]
+        cls = getattr(pipelining, NATIVE[name])
+
+        def weighted(logits, y):
+            return loss_fn(logits, y) * self.weight
+
+        single = len(self.torch_stages) == 1 and name in ("torch-gpipe", "torch-1f1b")
+        self.schedule = cls(self.torch_stages[0] if single else self.torch_stages, microbatches,
+                            loss_fn=weighted, scale_grads=False)
+
+    def step(self, microbatches: list[tuple[torch.Tensor, torch.Tensor]], loss_weight: float) -> torch.Tensor:
+        self.weight = loss_weight
+        x = torch.cat([x for x, _ in microbatches])
+        y = torch.cat([y for _, y in microbatches])
+        holds = set(self.stages)
+        args = (x,) if 0 in holds else ()
+        target = y if self.n_stages - 1 in holds else None
+        losses: list[torch.Tensor] = []  # the last stage's weighted loss per microbatch, filled by torch
+        self.schedule.step(*args, target=target, losses=losses if target is not None else None)
+        if self.embed_group is not None:
+            self._reduce_tied()
+        return sum((loss.detach() / loss_weight for loss in losses), torch.zeros(()))
+
+    def _reduce_tied(self) -> None:
+        if self.embed_group is None:
+            return
+        for s in (0, self.n_stages - 1):
+            if s in self.stages and self.stages[s].wte is not None:
+                w = self.stages[s].wte.weight
+                if w.grad is None:
+                    w.grad = torch.zeros_like(w)
+                comm.all_reduce(w.grad, group=self.embed_group, tag="tied embedding grad")

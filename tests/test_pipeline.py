@@ -1,0 +1,143 @@
+"""Pipeline parallelism: schedules as data (checked and timed without a model), stage splits, and the
+engine's step equal to one device's for every schedule."""
+import pytest
+import torch
+
+from shardlab.parallel.pp import ScheduleError, analytic_bubble, build
+from shardlab.parallel.pp.simulate import simulate
+from shardlab.parallel.pp.stage import layer_costs, stage_ranges
+
+CASES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("zb", 1)]
+
+
+@pytest.mark.parametrize("name,v", CASES)
+def test_every_schedule_is_complete_ordered_and_deadlock_free(name, v):
+    """simulate() raises on a missing or repeated instruction, a backward before its forward, a receive
+    order that differs from the send order on a pair of ranks, and a deadlock."""
+    runs = 0
+    for pp in (2, 3, 4, 8):
+        for m in range(1, 17):
+            try:
+                s = build(name, pp, m, v)
+            except ScheduleError:
+                continue
+            simulate(s)
+            runs += 1
+    assert runs >= 16
+
+
+@pytest.mark.parametrize("name,v", CASES)
+@pytest.mark.parametrize("pp,m", [(2, 4), (4, 4), (4, 8), (4, 16)])
+def test_simulated_bubble_equals_the_formula(name, v, pp, m):
+    """Equal stage times (F = 1, B = 2, I = W = 1) and free communication: the schedules reach exactly
+    the textbook bubble, so any gap in a measured run is the machine's, not the schedule's."""
+    if m % pp and name == "interleaved":
+        pytest.skip("interleaved needs m divisible by pp")
+    t = simulate(build(name, pp, m, v), f=1, b=2)
+    assert max(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, v), abs=1e-9)
+    assert min(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, v), abs=1e-9)
+
+
+def test_zero_bubble_is_a_third_of_1f1b_and_interleaving_divides_by_v():
+    one = simulate(build("1f1b", 4, 8)).makespan - 3 * 8
+    zb = simulate(build("zb", 4, 8)).makespan - 3 * 8
+    il = simulate(build("interleaved", 4, 8, 2), f=0.5, b=1.0).makespan - 3 * 8 / 2 * 2
+    assert one == 9 and zb == 3  # idle time: 3(p-1) vs (p-1)
+    assert il == pytest.approx(one / 2)
+
+
+def test_activation_memory_per_schedule():
+    """GPipe holds every microbatch; 1F1B at most p - r on rank r; ZB-H1 at most p (1F1B's peak)."""
+    assert simulate(build("gpipe", 4, 8)).peak_activations == [8, 8, 8, 8]
+    assert simulate(build("1f1b", 4, 8)).peak_activations == [4, 3, 2, 1]
+    assert max(simulate(build("zb", 4, 8)).peak_activations) == 4
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("1f1b", 4, 2), "needs at least 4 microbatches"),
+    (("zb", 4, 3), "needs at least 4 microbatches"),
+    (("interleaved", 2, 3, 2), "multiple of pp=2"),
+    (("1f1b", 2, 4, 2), "needs parallel.pp_schedule=interleaved"),
+    (("pipedream", 2, 4), "must be one of"),
+])
+def test_bad_schedule_requests_are_one_line(args, needle):
+    with pytest.raises(ScheduleError, match=needle) as e:
+        build(*args)
+    assert "\n" not in str(e.value)
+
+
+def test_gpipe_accepts_fewer_microbatches_than_stages():
+    assert simulate(build("gpipe", 4, 2)).makespan > 0
+
+
+def test_stage_split_balances_cost_and_accepts_explicit_points():
+    assert stage_ranges(4, 2) == [range(0, 2), range(2, 4)]
+    # the head of a 50k vocabulary outweighs blocks of a narrow model: the last stage gets fewer blocks
+    ranges = stage_ranges(12, 4, costs=layer_costs(12, 256, 50257, 128))
+    assert len(ranges[-1]) < len(ranges[0])
+    assert stage_ranges(6, 3, split=[1, 5]) == [range(0, 1), range(1, 5), range(5, 6)]
+    with pytest.raises(ScheduleError, match="pp_split"):
+        stage_ranges(6, 3, split=[5, 1])
+    with pytest.raises(ScheduleError, match="layers"):
+        stage_ranges(2, 3)
+
+
+def test_stage_keeps_parameter_names():
+    from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.parallel.pp.stage import build_stage
+    from shardlab.parallel.pp.testing import TINY4
+
+    model = build_model(GPTConfig(**TINY4), seed=0)
+    names = {n for n, _ in model.named_parameters()}
+    parts = [build_stage(model, s, 2, r) for s, r in enumerate(stage_ranges(4, 2))]
+    held = [{n for n, _ in p.named_parameters()} for p in parts]
+    assert held[0] | held[1] == names
+    assert held[0] & held[1] == {"wte.weight"}  # the tied embedding / head, summed between the two
+
+
+# --- the engine on two ranks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name,v,m", [("gpipe", 1, 3), ("1f1b", 1, 4), ("interleaved", 2, 4), ("zb", 1, 4)])
+def test_pipeline_step_equals_one_device(pool2, name, v, m):
+    from shardlab.parallel.pp.testing import pipeline_grads, single_grads
+
+    ref_loss, ref = single_grads(m)
+    results = pool2.run(pipeline_grads, name, m, v)
+    seen = set()
+    for loss, grads in results:
+        # the same sums in a different order (per stage, then across ranks): fp32 round-off only
+        assert loss == pytest.approx(ref_loss, rel=1e-6)
+        for n, g in grads.items():
+            torch.testing.assert_close(g, ref[n], rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{name} {n}: {s}")
+            seen.add(n)
+    assert seen == set(ref)
+
+
+@pytest.mark.parametrize("name,v,m", [("torch-gpipe", 1, 3), ("torch-1f1b", 1, 4), ("torch-interleaved", 2, 4),
+                                      ("torch-zb", 2, 4)])
+def test_torch_pipeline_equals_one_device(pool2, name, v, m):
+    from shardlab.parallel.pp.testing import pipeline_grads, single_grads
+
+    ref_loss, ref = single_grads(m)
+    results = pool2.run(pipeline_grads, name, m, v)
+    for loss, grads in results:
+        assert loss == pytest.approx(ref_loss, rel=1e-6)
+        for n, g in grads.items():
+            torch.testing.assert_close(g, ref[n], rtol=1e-5, atol=1e-6, msg=lambda s, n=n: f"{name} {n}: {s}")
+
+
+def test_interleaved_memory_is_megatrons_figure():
+    """Rank 0 holds p(1 + (p-1)/(pV)) stages' worth of activations: 11 chunks of 1/2 stage at p=4, V=2."""
+    assert simulate(build("interleaved", 4, 8, 2)).peak_activations[0] == 11
+
+
+def test_docs_show_the_diagrams_the_code_draws():
+    import re
+    from pathlib import Path
+
+    from shardlab.parallel.pp.draw import text_diagram
+
+    text = (Path(__file__).parent.parent / "docs" / "pipeline.md").read_text()
+    found = re.findall(r"<!-- diagram (\w+) pp=(\d+) m=(\d+) v=(\d+) -->\n```\n(.*?)\n```", text, re.S)
+    assert len(found) == 4
+    for name, pp, m, v, shown in found:
+        assert shown == text_diagram(build(name, int(pp), int(m), int(v))), f"docs/pipeline.md: {name} is stale"
