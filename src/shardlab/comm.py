@@ -578,31 +578,3 @@ def barrier(group=None) -> None:
     dist.barrier(group=group)
     RECORDER.done(rec)
 
-
-# --- TEMP comm p2p stand-in (the comm branch replaces this with recorded, per-group p2p) ---------------
-def _p2p(op: str, fn, t: torch.Tensor, peer: int, group, async_op: bool, tag: str):
-    rec = RECORDER.add(op, _nbytes(t), _nbytes(t), t.dtype, t.shape, group, tag or f"peer {peer}")
-    work = fn()
-    rec.async_op = async_op
-    handle = Handle(work, rec)
-    if not async_op:
-        handle.wait()
-        return None
-    rec.state = "scheduled"
-    return handle
-
-
-def isend(t: torch.Tensor, dst: int, group=None, tag: str = ""):
-    return _p2p("send", lambda: dist.isend(t, group=group, group_dst=dst), t, dst, group, True, tag)
-
-
-def irecv(t: torch.Tensor, src: int, group=None, tag: str = ""):
-    return _p2p("recv", lambda: dist.irecv(t, group=group, group_src=src), t, src, group, True, tag)
-
-
-def send(t: torch.Tensor, dst: int, group=None, tag: str = "") -> None:
-    isend(t, dst, group, tag).wait()
-
-
-def recv(t: torch.Tensor, src: int, group=None, tag: str = "") -> None:
-    irecv(t, src, group, tag).wait()

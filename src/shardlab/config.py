@@ -198,6 +198,14 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
     "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
     "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
+    "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
+                             "torch.distributed.pipelining's", "gpipe | 1f1b | interleaved | zb | torch-gpipe | "
+                             "torch-1f1b | torch-interleaved | torch-zb"),
+    "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
+                                 "the same microbatches)", "0 | int >= 1"),
+    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb needs >= 2)", "int >= 1"),
+    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by cost",
+                          "\"\" | increasing block indices"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
     "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),

@@ -123,7 +123,7 @@ def _embed_group(dims: ParallelDims, sched) -> object | None:
             continue
         first = dims.rank_of({**c, "pp": sched.rank_of(0)})
         last = dims.rank_of({**c, "pp": sched.rank_of(sched.n_stages - 1)})
-        g = comm.new_group([first, last])
+        g = comm.new_group([first, last], name="pp_embed")
         if dims.rank in (first, last):
             mine = g
     return mine
