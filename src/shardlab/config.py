@@ -379,6 +379,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
+    _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
