@@ -8,27 +8,29 @@ import torch
 TINY4 = dict(n_layer=4, n_head=2, d_model=32, vocab_size=256, max_seq_len=16)
 
 
-def train(steps: int = 3, accum: int = 4, micro: int = 2, model_kw: dict = TINY4, clip: float = 1.0,
+def train(steps: int = 3, accum: int = 4, rows: int = 4, model_kw: dict = TINY4, clip: float = 1.0,
           dp: str = "single", **parallel) -> dict:
+    """`rows` sequences per microbatch over all data-parallel ranks: the same global batch at any layout."""
     from shardlab import comm, parallel as parallel_mod
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
 
     cfg = Config()
     cfg.parallel.strategy = dp
-    cfg.train.grad_accum, cfg.train.micro_batch, cfg.train.seq_len = accum, micro, model_kw["max_seq_len"]
+    cfg.train.grad_accum, cfg.train.seq_len = accum, model_kw["max_seq_len"]
     for k, v in parallel.items():
         setattr(cfg.parallel, k, v)
     par = parallel_mod.build(cfg, torch.device("cpu"), build_model(GPTConfig(**model_kw), seed=0))
     dp_size, dp_rank = par.dims.dp_size, par.dims.dp_rank
+    micro = rows // dp_size
     seq = model_kw["max_seq_len"]
     weight = 1.0 / (accum * micro * seq)  # this data-parallel rank's token mean; the DP layer averages
     gen = torch.Generator().manual_seed(1234)
     losses = []
     for _ in range(steps):
-        batch = torch.randint(0, model_kw["vocab_size"], (accum, dp_size * micro, seq + 1), generator=gen)
-        rows = batch[:, dp_rank * micro:(dp_rank + 1) * micro]
-        loss = par.forward_backward([(r[:, :-1], r[:, 1:]) for r in rows], weight)
+        batch = torch.randint(0, model_kw["vocab_size"], (accum, rows, seq + 1), generator=gen)
+        mine = batch[:, dp_rank * micro:(dp_rank + 1) * micro]
+        loss = par.forward_backward([(r[:, :-1], r[:, 1:]) for r in mine], weight)
         par.sum_over_data(loss, tag="test")
         par.finish()
         par.clip_grad_norm_(clip)
