@@ -23,7 +23,7 @@ def setup(name: str, model_kw: dict = TINY, **parallel):
     cfg.parallel.strategy = name
     for k, v in parallel.items():
         setattr(cfg.parallel, k, v)
-    dims = dims_for(name, comm.world_size())
+    dims = dims_for(name, comm.world_size(), parallel.get("dp_replicate", 0))  # > 1: HSDP
     dims.build_mesh("cpu")
     strategy = build_strategy(name, cfg.parallel, dims, torch.device("cpu"))
     model = build_model(GPTConfig(**model_kw), seed=0)
@@ -64,11 +64,27 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
         strategy.zero_grad(optimizer)
         losses.append(total)
     stats = comm.RECORDER.step_stats()  # the last step's collectives, before full_parameters() gathers
+    by_group = group_stats(strategy, [r for r in comm.RECORDER.ring if r.seq > first_seq])
     gathers = [r.tag for r in comm.RECORDER.ring if r.seq > first_seq and r.op == "all_gather"]
     params = {k: v.detach().clone() for k, v in strategy.full_parameters().items()}
     return {"losses": losses, "norms": norms, "params": params if rank == 0 else None,
-            "comm": stats, "gathers": gathers, "state": state, "held": held,
+            "comm": stats, "groups": by_group, "gathers": gathers, "state": state, "held": held,
             "psi": sum(p.numel() for p in params.values())}
+
+
+def group_stats(strategy, records) -> dict:
+    """{(mesh dimension, op): (bytes, wire bytes, calls)} of `records`; "world" for the default group."""
+    mesh = strategy.dims.mesh
+    names = {}
+    if mesh is not None and mesh.ndim > 1:
+        from shardlab.comm import _group_name
+        names = {_group_name(mesh.get_group(d)): d for d in mesh.mesh_dim_names}
+    out: dict = {}
+    for r in records:
+        key = (names.get(r.group, r.group), r.op)
+        b, w, c = out.get(key, (0, 0, 0))
+        out[key] = (b + r.bytes, w + r.wire_bytes, c + 1)
+    return out
 
 
 def held_bytes(strategy, optimizer) -> dict:
@@ -80,8 +96,9 @@ def held_bytes(strategy, optimizer) -> dict:
             seen[st.data_ptr()] = st.nbytes()
         return sum(seen.values())
 
-    opt = sum(v.numel() * v.element_size() for st in optimizer.state.values() for v in st.values()
-              if torch.is_tensor(v) and v.dim() > 0)
+    local = [v.to_local() if hasattr(v, "to_local") else v for st in optimizer.state.values() for v in st.values()
+             if torch.is_tensor(v) and v.dim() > 0]  # a DTensor (FSDP2) holds its local shard only
+    opt = sum(v.numel() * v.element_size() for v in local)
     if not hasattr(strategy, "units"):
         return {"optimizer": opt}
     if strategy.shard_params:

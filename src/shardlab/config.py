@@ -73,7 +73,7 @@ class ParallelConfig:
     wrap: str = "block"  # block | layer | whole
     prefetch: bool = True
     # Mesh degrees. Only data parallelism is implemented; tp/pp are reserved so TP/PP/HSDP plug in later.
-    dp_replicate: int = 0  # 0 = derived from the strategy
+    dp_replicate: int = 0  # 0 = derived from the strategy; R > 1 with zero1/2/3, torch-fsdp2 = HSDP
     tp: int = 1
     pp: int = 1
 
@@ -252,6 +252,16 @@ def validate(cfg: Config, world_size: int) -> None:
         raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
     if p.tp != 1 or p.pp != 1:
         raise ConfigError("parallel.tp and parallel.pp must be 1: tensor and pipeline parallelism are not implemented yet")
+    if p.dp_replicate not in (0, 1):  # HSDP: dp_replicate x dp_shard (docs/zero.md)
+        if p.dp_replicate < 0 or world_size % p.dp_replicate:
+            raise ConfigError(f"parallel.dp_replicate={p.dp_replicate} must divide the world size {world_size}")
+        hsdp = ("zero1", "zero2", "zero3", "torch-fsdp2")
+        if p.strategy in hsdp and p.dp_replicate == world_size:
+            raise ConfigError(f"parallel.dp_replicate={p.dp_replicate} leaves dp_shard=1 at world size {world_size}: "
+                              f"{p.strategy} would shard nothing; use ddp or a smaller dp_replicate")
+        if p.strategy not in hsdp and p.dp_replicate != world_size:
+            raise ConfigError(f"parallel.dp_replicate={p.dp_replicate}: {p.strategy} replicates over all "
+                              f"{world_size} ranks; HSDP (dp_replicate x dp_shard) is {', '.join(hsdp)}")
     if p.strategy == "single" and world_size != 1:
         raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
                           "use --nproc 1 or a data-parallel strategy")

@@ -102,6 +102,8 @@ def cmd_inspect(args) -> int:
     print(f"checkpoint  {p}")
     print(f"step        {meta['step']}")
     print(f"strategy    {meta['strategy']} at world size {meta['world_size']}")
+    if meta.get("layout"):
+        print(f"layout      {' x '.join(f'{k}={v}' for k, v in meta['layout'].items())}")
     print(f"sampler     {meta['sampler']}")
     print(f"scaler      {meta['scaler']}")
     print(f"model       {meta['model']}")
