@@ -10,6 +10,7 @@ import torch
 from ckpt_harness import _steps, continue_from, make_cfg, train_quick
 
 HSDP = ["parallel.strategy=zero3", "parallel.dp_replicate=2"]
+STEPS = "train.steps=6"  # the LR schedule's length: the savers' and the loaders' must agree
 SAVERS = {"hsdp": (HSDP, 4), "single": (["parallel.strategy=single"], 1), "ddp": (["parallel.strategy=ddp"], 2),
           "zero3": (["parallel.strategy=zero3"], 4)}
 
@@ -20,7 +21,7 @@ def saved(tmp_path_factory, pool2, pool4):
     out = {}
     for key, (overrides, world) in SAVERS.items():
         run = tmp_path_factory.mktemp(f"save-{key}")
-        args = (run, overrides + ["train.steps=6", "ckpt.every=3"], world)
+        args = (run, overrides + [STEPS, "ckpt.every=3"], world)
         losses = train_quick(*args) if world == 1 else {2: pool2, 4: pool4}[world].run(train_quick, *args)[0]
         out[key] = (run / "checkpoints" / "step_000003", losses[3:])
     return out
@@ -43,16 +44,16 @@ def test_manifest_records_the_layout(saved):
 
 
 def test_hsdp_checkpoint_loads_at_world_1(saved):
-    _check(saved, "single@1", ["hsdp"], continue_from([saved["hsdp"][0]], ["parallel.strategy=single"], 1))
+    _check(saved, "single@1", ["hsdp"], continue_from([saved["hsdp"][0]], ["parallel.strategy=single", STEPS], 1))
 
 
 def test_hsdp_checkpoint_loads_into_ddp_at_world_2(saved, pool2):
-    got = pool2.run(continue_from, [saved["hsdp"][0]], ["parallel.strategy=ddp"], 2, timeout=240)[0]
+    got = pool2.run(continue_from, [saved["hsdp"][0]], ["parallel.strategy=ddp", STEPS], 2, timeout=240)[0]
     _check(saved, "ddp@2", ["hsdp"], got)
 
 
 def test_hsdp_checkpoint_loads_into_zero3_at_world_4(saved, pool4):
-    got = pool4.run(continue_from, [saved["hsdp"][0]], ["parallel.strategy=zero3"], 4, timeout=240)[0]
+    got = pool4.run(continue_from, [saved["hsdp"][0]], ["parallel.strategy=zero3", STEPS], 4, timeout=240)[0]
     _check(saved, "zero3@4", ["hsdp"], got)
 
 
@@ -60,7 +61,7 @@ def test_hsdp_checkpoint_loads_into_zero3_at_world_4(saved, pool4):
 def test_every_checkpoint_loads_into_hsdp(saved, pool4, strategy):
     """...and back: single@1, ddp@2, zero3@4 and the HSDP checkpoint itself continue under HSDP."""
     paths = [p for p, _ in saved.values()]
-    got = pool4.run(continue_from, paths, [f"parallel.strategy={strategy}", "parallel.dp_replicate=2"], 4,
+    got = pool4.run(continue_from, paths, [f"parallel.strategy={strategy}", "parallel.dp_replicate=2", STEPS], 4,
                     timeout=400)[0]
     _check(saved, f"{strategy} HSDP@4", list(saved), got)
 
