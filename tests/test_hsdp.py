@@ -94,3 +94,18 @@ def test_hsdp_collective_bytes_per_group_equal_analytic_and_plan(run, name):
     for rank in run(name):
         assert rank["groups"] == want
     assert _plan(name) == {k: (float(b), c) for k, (b, _, c) in want.items()}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["parallel.strategy=zero3", "parallel.dp_replicate=3", "--nproc", "4"], "must divide the world size 4"),
+    (["parallel.strategy=zero2", "parallel.dp_replicate=4", "--nproc", "4"], "would shard nothing"),
+    (["parallel.strategy=torch-ddp", "parallel.dp_replicate=2", "--nproc", "4"], "HSDP"),
+])
+def test_impossible_hsdp_layout_is_one_line_exit_2(tmp_path, capsys, args, needle):
+    from shardlab import cli
+
+    out = tmp_path / "run"
+    code = cli.cmd_train(["--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
