@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from shardlab.strategies.shard import scatter_rows
+from shardlab.testing import assert_params_close
 from zero_harness import ODD, TINY, load, save, state_dicts, train, unit_shard_numels
 
 RTOL = 1e-5
@@ -17,8 +18,7 @@ def _same(out, ref, rtol=RTOL, atol=1e-5):
                                    rtol=rtol, atol=0)
     params, ref_params = out[0]["params"], ref[0]["params"]
     assert params.keys() == ref_params.keys()
-    for k in ref_params:
-        torch.testing.assert_close(params[k], ref_params[k], rtol=rtol, atol=atol, msg=k)
+    assert_params_close(params, ref_params, rtol=rtol, atol=atol)  # the key bias: see its docstring
 
 
 @pytest.fixture(scope="module")
