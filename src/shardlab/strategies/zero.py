@@ -57,6 +57,7 @@ class _Zero(Strategy):
         self._sync = True  # reduce gradients in this microbatch's backward
         self._last = True  # this microbatch is the step's last: HSDP all-reduces the shards after it
         self._pending: collections.deque = collections.deque()  # reduce-scatters in flight
+        self._replica_pending: list = []  # HSDP: all-reduces across replicas in flight
         self._ready: dict[FlatParamUnit, int] = {u: 0 for u in self.units}
         self._reduced: set[FlatParamUnit] = set()
         for unit in self.units:
@@ -112,9 +113,10 @@ class _Zero(Strategy):
         with torch.no_grad():
             grad = out.to(unit.infos[0].param.dtype).div_(self.dp_size)  # average over the data-parallel ranks
             if self.keep_full_grads:  # zero1: the reduced rows land in this rank's rows of the full gradient
-                self._all_reduce_replicas(unit, grad)  # zero1 reduces on the last microbatch only
-                for info, g in zip(unit.infos, unit.shard_views(grad)):
-                    info.shard.grad.copy_(g)
+                def land(unit=unit, grad=grad):
+                    for info, g in zip(unit.infos, unit.shard_views(grad)):
+                        info.shard.grad.copy_(g)
+                self._all_reduce_replicas(unit, grad, then=land)  # zero1 reduces on the last microbatch only
                 return
             if unit.grad_shard is None:
                 unit.grad_shard = grad
@@ -125,15 +127,27 @@ class _Zero(Strategy):
             if last:
                 self._all_reduce_replicas(unit, unit.grad_shard)
 
-    def _all_reduce_replicas(self, unit: FlatParamUnit, shard: torch.Tensor) -> None:
+    def _all_reduce_replicas(self, unit: FlatParamUnit, shard: torch.Tensor, then=None) -> None:
         """HSDP: sum this (already averaged) gradient shard, in place, over the ranks holding the same
-        shard; in the communication dtype, like the reduce-scatter before it."""
+        shard, in the communication dtype like the reduce-scatter before it; `then()` once it is summed.
+        Launched asynchronously (backward goes on), completed in `finish_backward`."""
         if self.replicate_group is None:
+            if then is not None:
+                then()
             return
         buf = shard if shard.dtype == self.rs_dtype else shard.to(self.rs_dtype)
-        comm.all_reduce(buf, group=self.replicate_group, tag=f"ar:{unit.name}")
-        if buf is not shard:
-            shard.copy_(buf)
+        handle = comm.all_reduce(buf, group=self.replicate_group, async_op=True, tag=f"ar:{unit.name}")
+        self._replica_pending.append((handle, buf, shard, then))
+
+    def _finish_replicas(self) -> None:
+        for handle, buf, shard, then in self._replica_pending:
+            handle.wait()
+            with torch.no_grad():
+                if buf is not shard:
+                    shard.copy_(buf)
+                if then is not None:
+                    then()
+        self._replica_pending.clear()
 
     def _flush_partial_units(self) -> None:
         """Units some of whose parameters got no gradient (unused in this forward) are reduced here, with
@@ -146,6 +160,7 @@ class _Zero(Strategy):
         self._flush_partial_units()
         while self._pending:
             self._finish_reduce()
+        self._finish_replicas()
         self._ready = {u: 0 for u in self.units}
         self._reduced = set()
 
