@@ -394,10 +394,11 @@ class CheckpointManager:
         else:
             st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
         if self.rank == 0:
-            saved = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1) or "one rank"
-            how = "" if same_layout else (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
-                                          f"{f' ({saved})' if 'layout' in meta else ''}; "
-                                          "resharded, RNG streams reseeded)")
+            how = ""
+            if not same_layout:
+                degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
+                how = (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
+                       f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")
             self._note(f"resumed from {path} at step {meta['step']}{how}")
         self.last_saved_step = meta["step"]
         return meta["step"]
