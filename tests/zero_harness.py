@@ -56,10 +56,11 @@ def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, mic
         par.zero_grad()
         losses.append(total)
     stats = comm.RECORDER.step_stats()  # the last step's collectives, before full_parameters() gathers
+    by_group = group_stats([r for r in comm.RECORDER.ring if r.order > first])
     gathers = [r.tag for r in comm.RECORDER.ring if r.order > first and r.op == "all_gather"]
     params = {k: v.detach().clone() for k, v in par.full_parameters().items()}
     return {"losses": losses, "norms": norms, "params": params if rank == 0 else None,
-            "comm": stats, "gathers": gathers, "state": state, "held": held,
+            "comm": stats, "groups": by_group, "gathers": gathers, "state": state, "held": held,
             "psi": sum(p.numel() for p in params.values())}
 
 
@@ -102,6 +103,17 @@ def named_grads(par) -> dict:
             for n, p in par.model.named_parameters() if p.grad is not None}
 
 
+def group_stats(records) -> dict:
+    """{(group name, op): (bytes, wire bytes, calls)} of `records`: comm names a mesh group by its
+    dimension ("dp_shard", "dp_replicate"), the default group "world"."""
+    out: dict = {}
+    for r in records:
+        key = (r.group, r.op)
+        b, w, c = out.get(key, (0, 0, 0))
+        out[key] = (b + r.bytes, w + r.wire_bytes, c + 1)
+    return out
+
+
 def held_bytes(strategy, optimizer) -> dict:
     """What the rank really holds, read off the tensors (to check `state_bytes` against)."""
     def storage_bytes(tensors):
@@ -111,8 +123,9 @@ def held_bytes(strategy, optimizer) -> dict:
             seen[st.data_ptr()] = st.nbytes()
         return sum(seen.values())
 
-    opt = sum(v.numel() * v.element_size() for st in optimizer.state.values() for v in st.values()
-              if torch.is_tensor(v) and v.dim() > 0)
+    local = [v.to_local() if hasattr(v, "to_local") else v for st in optimizer.state.values() for v in st.values()
+             if torch.is_tensor(v) and v.dim() > 0]  # a DTensor (FSDP2) holds its local shard only
+    opt = sum(v.numel() * v.element_size() for v in local)
     if not hasattr(strategy, "units"):
         return {"optimizer": opt}
     if strategy.shard_params:

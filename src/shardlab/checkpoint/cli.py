@@ -141,6 +141,8 @@ def cmd_inspect(args) -> int:
     print(f"checkpoint  {p}")
     print(f"step        {meta['step']}")
     print(f"strategy    {meta['strategy']} at world size {meta['world_size']}")
+    if meta.get("layout"):
+        print(f"layout      {' x '.join(f'{k}={v}' for k, v in meta['layout'].items())}")
     for key in ("sampler", "scaler", "model", "versions"):
         print(f"{key:<11} {meta.get(key)}")
     print(f"files       {len(m['files'])}, {_human(sum(e['size'] for e in m['files'].values()))}")

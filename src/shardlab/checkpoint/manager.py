@@ -132,6 +132,7 @@ class CheckpointManager:
         self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.last_saved_step: int | None = None
+        self.layout: dict | None = None  # the mesh degrees of the last save (for its manifest)
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
         self.failed: list[str] = []  # every abandoned save's reason: the run ends non-zero and summary.json says so
         self.blocked_s: list[float] = []  # time each save held the training loop (for the bench)
@@ -184,7 +185,8 @@ class CheckpointManager:
             # rank creates this group at the same point (new_group is collective).
             self.pg = dist.new_group(backend="gloo")
         step = int(state.step)
-        tensors = st.tensor_state(state, self.rank)
+        self.layout = st.layout(state.strategy.dims)  # recorded in the manifest by the commit
+        tensors = st.tensor_state(state)
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
         if self.ccfg.async_ if async_ is None else async_:
             # The background thread first copies the tensors into private memory (the previous async save's
@@ -284,7 +286,7 @@ class CheckpointManager:
                 for p in tmp.iterdir():  # DCP's .metadata, train_state.json, anything no rank claimed
                     if p.is_file() and p.name not in files and p.name != mf.MANIFEST:
                         files[p.name] = mf.file_entry(p)
-                manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world,
+                manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world, layout=self.layout,
                                              strategy=self.cfg.parallel.strategy, created=time.time())
                 self.saved_bytes = manifest["total_bytes"]
                 if final.exists():  # a re-save of this step (after resuming from an older checkpoint)
@@ -393,12 +395,18 @@ class CheckpointManager:
         if any(k.endswith(".attn.qkv.weight") for k in md_keys):
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
-        same_world = meta["world_size"] == self.world
-        tensors = st.tensor_state(state, self.rank)
-        if not same_world:
-            del tensors["rng"]  # no saved stream for this rank layout; reseeded below
+        # RNG streams are saved per mesh coordinate: the same degrees find this rank's stream wherever
+        # torchrun placed it; another layout has none to continue (reseeded below). A checkpoint without
+        # a layout (written before layouts were recorded) keyed them by global rank.
+        layout = st.layout(state.strategy.dims)
+        if "layout" in meta:
+            same_layout, rng_key = meta["layout"] == layout, st.rng_key(state.strategy.dims)
         else:
-            tensors["rng"][f"rank_{self.rank}"] = self._rng_template(path)
+            same_layout, rng_key = meta["world_size"] == self.world, f"rank_{self.rank}"
+        tensors = st.tensor_state(state)
+        del tensors["rng"]
+        if same_layout:
+            tensors["rng"] = {rng_key: self._rng_template(path, rng_key)}
         dcp.load(tensors, checkpoint_id=str(path), process_group=self.pg, no_dist=not comm.is_initialized())
         state.strategy.load_model_state_dict(tensors["model"])
         st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
@@ -409,18 +417,21 @@ class CheckpointManager:
             if obj is not None and meta.get(attr):
                 obj.load_state_dict(meta[attr])
         state.step = meta["step"]
-        if same_world:
-            st.set_rng(tensors["rng"][f"rank_{self.rank}"])
+        if same_layout:
+            st.set_rng(tensors["rng"][rng_key])
         else:
             st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
         if self.rank == 0:
-            how = "" if same_world else (f" (saved at world size {meta['world_size']} with {meta['strategy']}; "
-                                         "resharded, RNG streams reseeded)")
+            how = ""
+            if not same_layout:
+                degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
+                how = (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
+                       f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")
             self._note(f"resumed from {path} at step {meta['step']}{how}")
         self.last_saved_step = meta["step"]
         return meta["step"]
 
-    def _rng_template(self, path: Path):
+    def _rng_template(self, path: Path, key: str):
         md = dcp.FileSystemReader(str(path)).read_metadata()
-        entry = md.state_dict_metadata[f"rng.rank_{self.rank}"]
+        entry = md.state_dict_metadata[f"rng.{key}"]
         return torch.empty(tuple(entry.size), dtype=torch.uint8)

@@ -5,7 +5,7 @@
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
         train_state.json      step, sampler, scaler, config, versions
-        MANIFEST.json         every file's size and sha256, world size, strategy, step
+        MANIFEST.json         every file's size and sha256, world size, layout (mesh degrees), strategy, step
       step_000008.tmp/        a save in progress or abandoned: never loaded, removed on the next start
       latest                  text file naming the newest committed checkpoint (replaced atomically)
 

@@ -2,10 +2,13 @@
 
 Two parts:
 - tensors, stored with DCP (every rank writes its own shards): `model.*`, `optim.*` (keyed by the bare
-  model's FQNs, so any strategy at any world size can load them) and `rng.rank_R` (rank R's RNG
-  streams, a uint8 tensor that only rank R writes);
+  model's FQNs, DTensors placed on the mesh, so any layout can load any other) and
+  `rng.pp0_dp_replicate1_dp_shard0_cp0_tp0` (the RNG streams of the rank at that mesh coordinate, a
+  uint8 tensor only that rank writes): keyed by coordinate, not by global rank, so a restart with the
+  same degrees restores every stream to the same place in the mesh whatever rank it lands on;
 - `train_state.json`, written by rank 0: step, sampler (epoch, cursor), loss scaler, LR scheduler,
-  resolved config, model dimensions, world size, strategy, versions. These are identical on every rank.
+  resolved config, model dimensions, world size, layout (the mesh degrees), strategy, versions.
+  These are identical on every rank.
 
 torch-zero1 (`ZeroRedundancyOptimizer`) has no DCP state dict: each rank holds the Adam state of the
 parameters it owns and nothing else. We expose exactly that as the standard optimizer layout
@@ -113,13 +116,37 @@ def reseed_rng(seed: int, step: int, rank: int) -> None:
     torch.manual_seed(int(s[0]) << 32 | int(s[1]))
 
 
+# --- the layout -----------------------------------------------------------------------------------
+
+DEGREES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # the mesh's order, outermost first
+
+
+def layout(dims) -> dict:
+    """The degree of every mesh dimension (1 for those a run does not use)."""
+    return {name: int(getattr(dims, name, 1) or 1) for name in DEGREES}
+
+
+def coordinate(dims) -> dict:
+    """This rank's coordinate on every mesh dimension (0 on those the mesh does not have)."""
+    mesh = getattr(dims, "mesh", None)
+    coord = dict.fromkeys(DEGREES, 0)
+    if mesh is not None:
+        coord.update(zip(mesh.mesh_dim_names, mesh.get_coordinate()))
+    return coord
+
+
+def rng_key(dims) -> str:
+    """e.g. pp0_dp_replicate1_dp_shard0_cp0_tp0 (DCP joins nested keys with dots: none inside)."""
+    return "_".join(f"{name}{c}" for name, c in coordinate(dims).items())
+
+
 # --- the full state ---------------------------------------------------------------------------------
 
-def tensor_state(state, rank: int) -> dict:
+def tensor_state(state) -> dict:
     """The DCP part: live tensors (DCP loads into them in place; an async save stages copies)."""
     return {"model": state.strategy.model_state_dict(),
             "optim": optim_state_dict(state.strategy, state.optimizer),
-            "rng": {f"rank_{rank}": rng_tensor()}}
+            "rng": {rng_key(state.strategy.dims): rng_tensor()}}
 
 
 def train_meta(state, world_size: int) -> dict:
@@ -134,6 +161,7 @@ def train_meta(state, world_size: int) -> dict:
         "scaler": _jsonable(scaler.state_dict()) if scaler is not None else None,
         "scheduler": _jsonable(scheduler.state_dict()) if scheduler is not None else None,
         "world_size": world_size,
+        "layout": layout(state.strategy.dims),
         "strategy": cfg.parallel.strategy,
         "seed": cfg.train.seed,
         "model": dataclasses.asdict(model_cfg) if dataclasses.is_dataclass(model_cfg) else None,

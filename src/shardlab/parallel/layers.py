@@ -25,7 +25,7 @@ DATA_PARALLEL = {
 REPLICATING = ("single", "ddp", "torch-ddp")
 # Sharding layers that also replicate their shards over `dp_replicate` (HSDP); the others need
 # dp_replicate == 1.
-HSDP: tuple[str, ...] = ()
+HSDP = ("zero1", "zero2", "zero3", "torch-fsdp2")
 
 # The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
 # (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).

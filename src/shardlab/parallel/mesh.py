@@ -180,6 +180,9 @@ def resolve(pcfg, world_size: int) -> ParallelDims:
     if replicating and deg["dp_shard"] > 1:
         raise ConfigError(f"parallel.dp={name} keeps a full replica per rank: parallel.dp_shard must be 1 "
                           f"(got {deg['dp_shard']}); use a sharding layer (zero1/2/3, torch-fsdp2, torch-zero1)")
+    if not replicating and deg["dp_replicate"] > 1 and deg["dp_shard"] == 1:
+        raise ConfigError(f"parallel.dp={name} with parallel.dp_replicate={deg['dp_replicate']} leaves dp_shard=1: it "
+                          f"would shard nothing; use ddp, or a dp_replicate that leaves dp_shard > 1")
     if not replicating and deg["dp_replicate"] > 1 and name not in layers.HSDP:
         raise ConfigError(f"parallel.dp={name} with parallel.dp_replicate={deg['dp_replicate']} (HSDP: shards "
                           f"replicated across groups) is not implemented yet; set parallel.dp_replicate=1")

@@ -28,7 +28,7 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool"}
-OTHER_KEYS = {"model": str, "cluster": str, "gpus": int}
+OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int}  # dp_replicate: dp_shard = dp / it
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
 
 
@@ -94,6 +94,11 @@ def build(kv: dict, for_search: bool = False):
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1)
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))
+    if "dp_replicate" in kv:  # the trainer's key for HSDP; the layout keeps the shard group's size
+        r, dp = kv["dp_replicate"], lay_kw.get("dp", 1)
+        if r <= 0 or dp % r or lay_kw.get("dp_shard", dp // r) != dp // r:
+            raise ValueError(f"dp_replicate {r} must divide dp {dp} (and agree with dp_shard)")
+        lay_kw["dp_shard"] = dp // r
     layout = Layout(**lay_kw)
     seq = kv.get("seq", model.seq)
     b = kv.get("micro_batch", 1)

@@ -66,13 +66,19 @@ class TorchZero1(TorchDDP):
 
 
 class TorchFSDP2(Strategy):
-    """FSDP2: one unit per transformer block plus the root (embeddings, final norm, tied head)."""
+    """FSDP2: one unit per transformer block plus the root (embeddings, final norm, tied head).
+    With parallel.dp_replicate > 1, HSDP on the (dp_replicate, dp_shard) mesh."""
     name = "torch-fsdp2"
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import fully_shard
 
-        mesh = self.dims.mesh["dp_shard"] if self.dims.mesh is not None else None
+        mesh = None
+        if self.dims.mesh is not None:
+            # HSDP on the 2-D (dp_replicate, dp_shard) mesh: FSDP2 reduce-scatters in the shard group and
+            # all-reduces the shards across replicas; a 1-D mesh is plain FSDP
+            hsdp = self.dims.dp_replicate > 1
+            mesh = self.dims.mesh["dp_replicate", "dp_shard"] if hsdp else self.dims.mesh["dp_shard"]
         reshard = self.pcfg.reshard_after_forward
         for block in model.blocks.values():
             fully_shard(block, mesh=mesh, reshard_after_forward=reshard)

@@ -12,6 +12,11 @@ What each stage keeps per rank (Adam, fp32, Ψ parameters, N ranks) and what it 
 
 All three use the flat-shard layout of `shard.py`: the optimizer only ever sees this rank's shards
 (`(chunk, *rest)` tensors, keyed by the model's FQNs), so the optimizer state is sharded in every stage.
+
+HSDP (`parallel.dp_replicate` R > 1): the data-parallel ranks form an R x S mesh (dp_replicate, dp_shard).
+Every collective above runs in the shard group (S ranks, N = S in the formulas); the reduced gradient
+shard is then all-reduced across the replicate group (R ranks holding the same shard), once per step,
+on the last microbatch (zero2/zero3 accumulate the shard locally until then).
 """
 from __future__ import annotations
 
@@ -35,18 +40,23 @@ class _Zero(Strategy):
     keep_full_grads = False  # zero1: full gradients live (and accumulate) until the step
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        if self.dims.dp_replicate > 1:
-            raise ValueError(f"{self.name} shards over all data-parallel ranks; HSDP (dp_replicate > 1) "
-                             "is not implemented: set parallel.dp_replicate=1 or use torch-fsdp2")
+        if self.dims.dp_replicate > 1 and self.dims.dp_shard == 1:
+            raise ValueError(f"{self.name} with dp_shard=1 has nothing to shard: use ddp, or set "
+                             "parallel.dp_replicate to a divisor of the data-parallel size")
         model.to(self.device)
         if self.dims.mesh is None and comm.world_size() > 1:
             self.dims.build_mesh(self.device.type)  # DTensor state dicts need the dp_shard mesh
-        self.world = comm.world_size(self.group)
+        self.world = comm.world_size(self.group)  # N of the formulas: the shard group
+        # HSDP: the ranks holding the same shard; None when every data-parallel rank shards
+        self.replicate_group = self.dims.group("dp_replicate") if self.dims.dp_replicate > 1 else None
+        self.dp_size = self.world * self.dims.dp_replicate  # gradients are averaged over all of them
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
         self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
         self._sync = True  # reduce gradients in the next backward
+        self._last = True  # that backward is the step's last: HSDP all-reduces the shards after it
         self._pending: collections.deque = collections.deque()  # reduce-scatters in flight
+        self._replica_pending: list = []  # HSDP: all-reduces across replicas in flight
         # Gradients arrived per unit since its last reduction. Reset when the unit is reduced (not at
         # a forward), so several microbatches' forwards may be in flight before their backwards.
         self._ready: dict[FlatParamUnit, int] = {u: 0 for u in self.units}
@@ -72,6 +82,7 @@ class _Zero(Strategy):
     # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
     def set_requires_gradient_sync(self, requires: bool) -> None:
         self._sync = requires or not self.keep_full_grads  # zero2/3 reduce every microbatch (docs/zero.md)
+        self._last = requires  # sync is switched on for the step's last backward only
 
     def _grad_ready(self, unit: FlatParamUnit, param: torch.Tensor) -> None:
         if not self._sync:
@@ -92,26 +103,53 @@ class _Zero(Strategy):
             for i in unit.infos:
                 i.param.grad = None  # packed into the reduce-scatter buffer: the full gradient can go
         self._ready[unit] = 0
-        self._pending.append((unit, handle, out, buf))
+        self._pending.append((unit, handle, out, buf, self._last))
         self._after_reduce(unit)
 
     def _after_reduce(self, unit: FlatParamUnit) -> None:
         """zero3 reshards here: the unit's backward is over."""
 
     def _finish_reduce(self) -> None:
-        unit, handle, out, _ = self._pending.popleft()
+        unit, handle, out, _, last = self._pending.popleft()
         handle.wait()
         with torch.no_grad():
-            grad = out.to(unit.infos[0].param.dtype).div_(self.world)  # average over the data-parallel ranks
+            grad = out.to(unit.infos[0].param.dtype).div_(self.dp_size)  # average over the data-parallel ranks
             if self.keep_full_grads:  # zero1: the reduced rows land in this rank's rows of the full gradient
-                for info, g in zip(unit.infos, unit.shard_views(grad)):
-                    info.shard.grad.copy_(g)
-            elif unit.grad_shard is None:
+                def land(unit=unit, grad=grad):
+                    for info, g in zip(unit.infos, unit.shard_views(grad)):
+                        info.shard.grad.copy_(g)
+                self._all_reduce_replicas(unit, grad, then=land)  # zero1 reduces on the last microbatch only
+                return
+            if unit.grad_shard is None:
                 unit.grad_shard = grad
                 for info, g in zip(unit.infos, unit.shard_views(grad)):
                     info.shard.grad = g
             else:
                 unit.grad_shard.add_(grad)  # gradient accumulation happens in the shard
+            if last:
+                self._all_reduce_replicas(unit, unit.grad_shard)
+
+    def _all_reduce_replicas(self, unit: FlatParamUnit, shard: torch.Tensor, then=None) -> None:
+        """HSDP: sum this (already averaged) gradient shard, in place, over the ranks holding the same
+        shard, in the communication dtype like the reduce-scatter before it; `then()` once it is summed.
+        Launched asynchronously (backward goes on), completed in `finish_backward`."""
+        if self.replicate_group is None:
+            if then is not None:
+                then()
+            return
+        buf = shard if shard.dtype == self.rs_dtype else shard.to(self.rs_dtype)
+        handle = comm.all_reduce(buf, group=self.replicate_group, async_op=True, tag=f"ar:{unit.name}")
+        self._replica_pending.append((handle, buf, shard, then))
+
+    def _finish_replicas(self) -> None:
+        for handle, buf, shard, then in self._replica_pending:
+            handle.wait()
+            with torch.no_grad():
+                if buf is not shard:
+                    shard.copy_(buf)
+                if then is not None:
+                    then()
+        self._replica_pending.clear()
 
     def _on_backward_end(self) -> None:
         self._callback_queued = False
@@ -129,6 +167,7 @@ class _Zero(Strategy):
         self._flush_partial_units()
         while self._pending:
             self._finish_reduce()
+        self._finish_replicas()
 
     # --- gradients as the optimizer and the clipping see them: this rank's shards ----------------------
     def grads_are_sharded(self) -> bool:

@@ -3,7 +3,8 @@
 State dicts have the same keys, nesting and global shapes as torch's `get_model_state_dict` /
 `get_optimizer_state_dict` return for FSDP2: every parameter and every per-element optimizer state is a
 DTensor `Shard(0)` over the `dp_shard` mesh whose local tensor is this rank's unpadded rows (plain tensors
-at world size 1). So a DCP checkpoint written by any strategy loads into any other, at any world size.
+at world size 1); under HSDP `(Replicate(), Shard(0))` over the (dp_replicate, dp_shard) mesh, as FSDP2's
+HSDP state dicts are. So a DCP checkpoint written by any strategy loads into any other, at any layout.
 """
 from __future__ import annotations
 
@@ -11,21 +12,27 @@ import torch
 
 
 def _mesh(strategy):
+    """(the data-parallel mesh, placements of a shard on it), or (None, None) without a mesh."""
+    from torch.distributed.tensor import Replicate, Shard
+
     mesh = strategy.dims.mesh
     if mesh is None:
-        return None
-    return mesh["dp_shard"] if mesh.mesh_dim_names and "dp_shard" in mesh.mesh_dim_names else mesh
+        return None, None
+    names = mesh.mesh_dim_names or ()
+    if "dp_replicate" in names and "dp_shard" in names:  # HSDP: replicated across, sharded within
+        return mesh["dp_replicate", "dp_shard"], [Replicate(), Shard(0)]
+    return (mesh["dp_shard"] if "dp_shard" in names else mesh), [Shard(0)]
 
 
 def _dtensor(strategy, info, t: torch.Tensor):
     """A shard-shaped tensor as the global tensor it is a piece of."""
     local = info.local(t.detach())
-    mesh = _mesh(strategy)
+    mesh, placements = _mesh(strategy)
     if mesh is None:
         return local
-    from torch.distributed.tensor import DTensor, Shard
+    from torch.distributed.tensor import DTensor
 
-    return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=info.shape,
+    return DTensor.from_local(local, mesh, placements, run_check=False, shape=info.shape,
                               stride=torch.empty(info.shape, device="meta").stride())
 
 
