@@ -71,16 +71,11 @@ def test_every_checkpoint_loads_into_hsdp(saved, pool4, strategy):
 def _permuted_mesh(order):
     """Make the trainer place global rank order[i] at the i-th mesh position (row-major), as a restart
     onto other hosts may: same degrees, another rank -> coordinate mapping."""
-    from torch.distributed.device_mesh import DeviceMesh
+    import torch.distributed.device_mesh as dm
 
-    from shardlab.parallel_dims import DIM_NAMES, ParallelDims
-
-    def build_mesh(self, device_type):
-        names = tuple(n for n in DIM_NAMES if getattr(self, n, 1) > 1)
-        shape = tuple(getattr(self, n) for n in names)
-        self.mesh = DeviceMesh(device_type, torch.tensor(order).view(shape), mesh_dim_names=names)
-        return self.mesh
-    ParallelDims.build_mesh = build_mesh
+    def init_device_mesh(device_type, shape, mesh_dim_names=None):
+        return dm.DeviceMesh(device_type, torch.tensor(order).view(shape), mesh_dim_names=mesh_dim_names)
+    dm.init_device_mesh = init_device_mesh  # what ParallelDims.build_mesh calls
 
 
 def _rng_after(run_dir, order, resume_from=None) -> dict:
