@@ -1,7 +1,6 @@
 """The doctor end to end: `shardlab train --nproc 2` with injected faults, then `shardlab doctor ...`.
 Each run is a few seconds of a tiny 3-layer GPT; every subprocess has a hard timeout."""
 import json
-import time
 
 from shardlab.testing import run_cli
 
@@ -51,11 +50,11 @@ def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path
 
 
 def test_injected_hang_exits_and_is_named(tmp_path):
-    t0 = time.monotonic()
-    r = train(tmp_path, "train.steps=10", "debug.hang_rank=1@2", "doctor.hang_timeout_s=3", timeout=90)
-    elapsed = time.monotonic() - t0
-    assert r.returncode != 0 and elapsed < 3 + 30 + 20  # timeout + 30 s, plus the job's start-up
-    assert "no progress for" in r.stderr
+    # The job must end by itself: run_cli's timeout (far above the 3 s watchdog plus start-up, even on a
+    # loaded machine) raises if it hangs; how fast it ends is not asserted (no timed assertions in tests).
+    r = train(tmp_path, "train.steps=10", "debug.hang_rank=1@2", "doctor.hang_timeout_s=3", timeout=180)
+    assert r.returncode != 0
+    assert "no progress for" in r.stderr  # the watchdog ended it, not some other failure
     h = run_cli(["doctor", "hang", str(tmp_path)], timeout=60)
     assert h.returncode == 0, h.stderr
     first = h.stdout.splitlines()[0]
