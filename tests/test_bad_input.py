@@ -30,7 +30,7 @@ def _one_line_exit_2(code, err, out_dir=None):
 
 @pytest.mark.parametrize("override, needle", [
     ("train.global_batch=-2", "train.global_batch=-2"),
-    ("parallel.dp_replicate=2", "not supported yet"),
+    ("parallel.dp_replicate=3", "multiply to dp_replicate=3"),  # world 2, ddp: the degrees must fill it
     ("ckpt.every=-1", "ckpt.every=-1"),
     ("ckpt.keep=-1", "ckpt.keep=-1"),
     ("train.grad_clip=-1", "train.grad_clip=-1"),
