@@ -23,6 +23,7 @@ SUITES = {
     "strategies": ("shardlab.bench.strategies", "tokens/s vs memory of every strategy (Pareto plot)"),
     "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
+    "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
 }
 
 
