@@ -28,7 +28,8 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_and_zero3(t
     assert (pp / "trace" / "pipeline.png").stat().st_size > 0
     for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=zero3")):
         out = tmp_path / layout.split("=")[1]
-        r = run_cli(["train", "--nproc", str(nproc), "--out", str(out), *BASE, layout, "train.steps=5",
+        # resuming starts from the pp run's config: pp=1 is the layout change asked for
+        r = run_cli(["train", "--nproc", str(nproc), "--out", str(out), *BASE, layout, "parallel.pp=1", "train.steps=5",
                      "ckpt.final=false", f"ckpt.resume={pp / 'checkpoints' / 'step_000003'}"], timeout=300, cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
         got = _losses(out)
