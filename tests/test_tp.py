@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from shardlab.testing.compare import assert_params_close
-from tp_harness import TINY, checkpoint_roundtrip, dropout_recompute, dropout_streams, dtensor_collectives, parity, records
+from tp_harness import TINY, checkpoint_roundtrip, reshard_across_degrees, dropout_recompute, dropout_streams, dtensor_collectives, parity, records
 
 # fp32: the TP ranks sum partial matmuls in another order than one device's GEMM, so results differ by
 # round-off (~1e-7 relative); 1e-5 is the project's parity tolerance, relative to each tensor's scale
@@ -168,6 +168,19 @@ def test_checkpoint_reshards(pool2, tmp_path):
     assert layout["blocks.0.attn.proj.weight"][1:] == ((64, 64), "(Shard(dim=1),)", (64, 32))
     assert layout["blocks.0.ln_1.weight"][0] == "Tensor"
     assert layout["lm_head.weight"] == layout["wte.weight"]
+
+
+def test_checkpoint_tp4_loads_at_tp2(pool4, tmp_path):
+    """World 4, vocab 257: a tp=4 checkpoint (shards 65/65/65/62 rows) of model and AdamW state loads at tp=2
+    on a 2 x 2 (dp, tp) mesh holding exactly the saved parameters and first moments, and the next step's
+    loss equals the single-device run's next loss."""
+    for out in pool4.run(reshard_across_degrees, str(tmp_path / "ckpt"), VOCAB257):
+        for kind in ("params", "exp_avg"):
+            for name, saved in out["saved"][kind].items():
+                torch.testing.assert_close(out["loaded"][kind][name], saved, rtol=0, atol=0,
+                                           msg=f"rank {out['rank']} {kind} {name}")
+        assert out["steps"] == {2.0}
+        assert out["next"][0] == pytest.approx(out["next"][1], rel=1e-6)
 
 
 def test_indivisible_heads_are_refused():

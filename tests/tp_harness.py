@@ -13,28 +13,29 @@ import torch.nn.functional as F
 TINY = dict(n_layer=2, n_head=4, d_model=64, vocab_size=256, max_seq_len=16)
 BATCH = 2
 
-_MESH = None
+_MESHES = {}
 
 
-def tp_mesh():
-    """One 1-D "tp" mesh over the world per worker process (creating a mesh creates process groups)."""
-    global _MESH
-    if _MESH is None:
+def tp_mesh(dp: int = 1):
+    """A (tp,) mesh over the world, or (dp, tp); one of each per worker process (a mesh creates groups)."""
+    if dp not in _MESHES:
         from torch.distributed.device_mesh import init_device_mesh
 
         from shardlab import comm
-        _MESH = init_device_mesh("cpu", (comm.world_size(),), mesh_dim_names=("tp",))
-    return _MESH
+        tp = comm.world_size() // dp
+        _MESHES[dp] = (init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",)) if dp == 1 else
+                       init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp")))
+    return _MESHES[dp]
 
 
-def build(impl: str, sp: bool, model_kw: dict = TINY, dtype=torch.float32):
+def build(impl: str, sp: bool, model_kw: dict = TINY, dtype=torch.float32, dp: int = 1):
     """(reference model, TP model), both from seed 0."""
     from shardlab.model.gpt import GPTConfig, build_model
     from shardlab.parallel import tp, tp_dtensor
 
     ref = build_model(GPTConfig(**model_kw), seed=0).to(dtype)
     model = copy.deepcopy(ref)
-    (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, tp_mesh(), sp=sp)
+    (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, tp_mesh(dp), sp=sp)
     return ref, model
 
 
@@ -232,3 +233,50 @@ def checkpoint_roundtrip(path: str, model_kw: dict) -> dict:
     return {"saved": saved, "single": {k: v for k, v in plain.items()}, "own": own.tp.full_parameters(),
             "dtensor": dt.tp.full_parameters(), "layout": layout,
             "padding_zero": bool((own.wte.weight.detach()[own.wte.real_rows:] == 0).all())}
+
+
+def reshard_across_degrees(path: str, model_kw: dict) -> dict:
+    """World 4. Own TP at tp=4 trains two steps (AdamW) next to a single-device reference and saves model and
+    optimizer with DCP; own TP at tp=2 (on a 2 x 2 (dp, tp) mesh) loads both; one more step on each side.
+    Returns the full parameters and first moments saved and loaded, and the next step's loss next to the
+    reference's."""
+    import torch.distributed.checkpoint as dcp
+
+    from shardlab import comm
+
+    def adamw(params):
+        return torch.optim.AdamW(params, lr=1e-3, weight_decay=0.1, foreach=False)
+
+    def step(ref, model, opts, seed):
+        idx, tgt = batch(model_kw, seed=seed)
+        r_loss = ref_loss(ref(idx), tgt) / tgt.numel()
+        r_loss.backward()
+        _, loss = tp_step(model, idx, tgt)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss.item(), r_loss.item()
+
+    ref, model = build("own", False, model_kw)
+    opts = [adamw(ref.parameters()), adamw(model.parameters())]
+    for s in range(2):
+        step(ref, model, opts, s)
+    dcp.save({"model": model.tp.state_dict(), "optim": model.tp.optim_state_dict(opts[1])}, checkpoint_id=path)
+    pos = {id(p): n for n, p in model.named_parameters()}
+    saved = {"params": model.tp.full_parameters(),
+             "exp_avg": {pos[id(p)]: model.tp.full(pos[id(p)], st["exp_avg"]) for p, st in opts[1].state.items()}}
+
+    _, model2 = build("own", False, model_kw, dp=2)
+    opt2 = adamw(model2.parameters())
+    step(copy.deepcopy(ref), model2, [opt2], 99)  # creates the optimizer state to load into
+    sd = {"model": model2.tp.state_dict(), "optim": model2.tp.optim_state_dict(opt2)}
+    dcp.load(sd, checkpoint_id=path)
+    model2.tp.load_state_dict(sd["model"])
+    model2.tp.load_optim_state_dict(opt2, sd["optim"])
+    params = model2.tp.full_parameters()
+    pos = {id(p): n for n, p in model2.named_parameters()}
+    exp_avg = {pos[id(p)]: model2.tp.full(pos[id(p)], st["exp_avg"]) for p, st in opt2.state.items()}
+    steps = {float(st["step"]) for st in opt2.state.values()}
+    next_loss, next_ref = step(ref, model2, [opts[0], opt2], 2)
+    return {"saved": saved, "loaded": {"params": params, "exp_avg": exp_avg}, "steps": steps,
+            "next": (next_loss, next_ref), "rank": comm.rank()}

@@ -362,19 +362,53 @@ class OwnTP:
             out[fqn] = self.to_dtensor(key, params[key].detach())
         return out
 
+    def local_value(self, fqn: str, value) -> torch.Tensor:
+        """This rank's shard (padding rows zero) of parameter `fqn`'s value given as a DTensor (after
+        dcp.load into `state_dict()`'s) or as the full tensor."""
+        spec = self.specs[fqn]
+        if spec.dim is None:
+            return value.full_tensor() if hasattr(value, "full_tensor") else value
+        if hasattr(value, "to_local"):
+            real = value.to_local()
+        else:
+            per = dict(self.model.named_parameters())[fqn].shape[spec.dim]
+            real = value.narrow(spec.dim, self.rank * per, spec.real)
+        shape = list(spec.full_shape)
+        shape[spec.dim] = dict(self.model.named_parameters())[fqn].shape[spec.dim]
+        out = real.new_zeros(shape)
+        out.narrow(spec.dim, 0, spec.real).copy_(real)
+        return out
+
     def load_state_dict(self, sd: dict) -> None:
         """Copy a state dict (DTensors from `state_dict()` after dcp.load, or full tensors) into the shards."""
-        params = dict(self.model.named_parameters())
         with torch.no_grad():
-            for fqn, p in params.items():
-                value, spec = sd[fqn], self.specs[fqn]
-                if hasattr(value, "to_local"):
-                    value = value.to_local()
-                elif spec.dim is not None:  # a full tensor: take this rank's slice
-                    per = p.shape[spec.dim]
-                    value = value.narrow(spec.dim, self.rank * per, spec.real)
-                target = p if spec.dim is None else p.narrow(spec.dim, 0, spec.real)
-                target.copy_(value)
+            for fqn, p in self.model.named_parameters():
+                p.copy_(self.local_value(fqn, sd[fqn]))
+
+    def optim_state_dict(self, optimizer) -> dict:
+        """{"state": {fqn: {"step": t, "exp_avg": DTensor, ...}}, "param_groups": [{..., "params": [fqn]}]}:
+        per-element optimizer states placed like their parameters, so DCP reshards them too."""
+        fqn_of = {id(p): n for n, p in self.model.named_parameters()}
+        order = [fqn_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+        raw = optimizer.state_dict()
+        local = dict(self.model.named_parameters())
+        state = {}
+        for i, st in raw["state"].items():
+            fqn = order[i]
+            state[fqn] = {k: self.to_dtensor(fqn, v) if torch.is_tensor(v) and v.shape == local[fqn].shape else v
+                          for k, v in st.items()}
+        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [order[i] for i in g["params"]]}
+                  for g in raw["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def load_optim_state_dict(self, optimizer, sd: dict) -> None:
+        fqn_of = {id(p): n for n, p in self.model.named_parameters()}
+        order = [fqn_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+        index = {fqn: i for i, fqn in enumerate(order)}
+        state = {index[fqn]: {k: self.local_value(fqn, v) if torch.is_tensor(v) and v.dim() > 0 else v
+                              for k, v in st.items()} for fqn, st in sd["state"].items()}
+        groups = [{**g, "params": [index[f] for f in g["params"]]} for g in sd["param_groups"]]
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
 def _contiguous_stride(shape: tuple) -> tuple:
