@@ -47,6 +47,9 @@ def test_tp_equals_single_device(pool2, impl, sp):
     """Logits, loss, gradients and grad norm of a step, then 3 AdamW steps: losses and parameters."""
     out = pool2.run(parity, impl, sp)[0]
     _check(out)
+    # parameters per rank (docs/tensor_parallel.md): split ones / N, replicated ones whole
+    n, L, h, T, V = 2, TINY["n_layer"], TINY["d_model"], TINY["max_seq_len"], TINY["vocab_size"]
+    assert out["local_numel"] == (L * (12 * h * h + 7 * h) + V * h) // n + L * 6 * h + 2 * h + T * h
     got, ref = out["params"]
     # Adam divides by sqrt(v) + 1e-8: where a gradient element is itself ~1e-8 its round-off moves the
     # update by a visible fraction of lr (1e-3); 3e-5 is 3% of one step (seen: 1.05e-5 on 1 of 16k elements)

@@ -91,6 +91,7 @@ def parity(impl: str, sp: bool, model_kw: dict = TINY, dtype: str = "fp32", step
             opt.zero_grad(set_to_none=True)
     out["params"] = (model.tp.full_parameters(), {n: p.detach().clone() for n, p in ref.named_parameters()})
     out["tied"] = model.lm_head.weight is model.wte.weight
+    out["local_numel"] = sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in model.parameters())
     return out if comm.rank() == 0 else None
 
 
