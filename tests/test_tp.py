@@ -6,6 +6,7 @@ on each rank, keeps a copy as the reference and splits the other (tests/tp_harne
 import pytest
 import torch
 
+from shardlab.parallel.tp import comm_bytes_per_step
 from shardlab.testing.compare import assert_params_close
 from tp_harness import TINY, checkpoint_roundtrip, reshard_across_degrees, dropout_recompute, dropout_streams, dtensor_collectives, parity, records
 
@@ -114,6 +115,10 @@ def test_own_tp_bytes_equal_analytic(pool2, sp):
     if sp:  # per block: 2 LayerNorms (w, b) + 2 row biases; ln_f; the position table
         sp_numel = L * (4 * h + 2 * h) + 2 * h + TINY["max_seq_len"] * h
         assert [r["bytes"] for r in recs if r["tag"] == "tp.sp_grads"] == [sp_numel * 4]
+    by_op = {}
+    for r in recs:
+        by_op[r["op"]] = by_op.get(r["op"], 0) + r["bytes"]
+    assert by_op == comm_bytes_per_step(L, h, TINY["max_seq_len"], b * s, sp)  # what the bench and planner use
 
 
 @pytest.mark.parametrize("sp", [False, True], ids=["nosp", "sp"])

@@ -411,6 +411,22 @@ class OwnTP:
         optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
+def comm_bytes_per_step(n_layer: int, d_model: int, max_seq_len: int, tokens: int, sp: bool,
+                        elem_bytes: int = 4, grad_norm: bool = False) -> dict[str, int]:
+    """Payload bytes (comm's convention) own TP sends per rank for `tokens` = batch x sequence tokens through
+    one forward, backward and finish_backward, by op (docs/tensor_parallel.md): 2L+1 region collectives
+    per pass (2 per block; the embedding forward, the head backward, or with SP both), the loss's max and
+    stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar."""
+    act = tokens * d_model * elem_bytes
+    regions = 2 * (2 * n_layer + 1) * act  # forward + backward
+    loss = tokens * 4 + 2 * tokens * 4
+    norm = 8 if grad_norm else 0
+    if not sp:
+        return {"all_reduce": regions + loss + norm}
+    sp_grads = (6 * n_layer * d_model + 2 * d_model + max_seq_len * d_model) * elem_bytes
+    return {"all_reduce": loss + sp_grads + norm, "all_gather": regions, "reduce_scatter": regions}
+
+
 def _contiguous_stride(shape: tuple) -> tuple:
     stride, acc = [], 1
     for s in reversed(shape):
