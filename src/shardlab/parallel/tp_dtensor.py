@@ -125,8 +125,25 @@ class DTensorTP:
                 p.grad = g.redistribute(p.device_mesh, p.placements)
 
     def grad_norm(self) -> torch.Tensor:
-        total = sum(_full(p.grad).double().pow(2).sum() for p in self.model.parameters() if p.grad is not None)
-        return torch.as_tensor(total).sqrt()
+        """The single-device gradient 2-norm (call after finish_backward): squares of the local shards of
+        sharded gradients summed across TP in one all-reduce, replicated ones (DTensor or plain) once."""
+        from shardlab import comm
+
+        sharded = torch.zeros((), dtype=torch.float64)
+        replicated = torch.zeros((), dtype=torch.float64)
+        for p in self.model.parameters():
+            g = p.grad
+            if g is None:
+                continue
+            split = hasattr(g, "placements") and any(pl.is_shard() for pl in g.placements)
+            sq = (g.to_local() if hasattr(g, "to_local") else g).detach().double().pow(2).sum().cpu()
+            if split:
+                sharded += sq
+            else:
+                replicated += sq
+        sharded = sharded.to(comm.device())
+        comm.all_reduce(sharded, group=self.mesh.get_group(), tag="tp.grad_norm")
+        return (sharded.cpu() + replicated).sqrt()
 
     def gather_logits(self, logits) -> torch.Tensor:
         return _full(logits.detach())
