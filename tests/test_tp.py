@@ -197,3 +197,14 @@ def test_indivisible_heads_are_refused():
     with pytest.raises(ValueError, match="does not divide model.n_head=3"):
         check_divisible(3, 6, 2)
 
+
+
+def test_indivisible_sequence_is_refused_with_sp():
+    from torch import nn
+
+    from shardlab.parallel.tp import SequenceParallelPositions
+
+    positions = SequenceParallelPositions(nn.Embedding(16, 4), rank=0, size=2)
+    assert positions(torch.arange(16)).shape == (8, 4)
+    with pytest.raises(ValueError, match="sequence length 15 is not divisible by the tensor-parallel degree 2"):
+        positions(torch.arange(15))
