@@ -22,10 +22,10 @@ import torch.nn.functional as F
 from shardlab.parallel.tp import check_divisible
 
 
-def _positions_style(sp: bool):
+def _positions_style():
     """SP: the (replicated) position table looks up this rank's sequence slice, its output a DTensor
     sharded on dim 0 (the sequence), so it adds to the token embedding's Shard(1) output without a
-    collective; the table's gradient is partial per rank and DTensor reduces it (it is Replicate)."""
+    collective. The table's gradient is Partial (each rank saw its positions): finish_backward sums it."""
     from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_module, distribute_tensor
     from torch.distributed.tensor.parallel import ParallelStyle
 
@@ -57,7 +57,7 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
         "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Shard(-1), use_local_output=False),
     }
     if sp:
-        plan["wpe"] = _positions_style(sp)
+        plan["wpe"] = _positions_style()
         plan["ln_f"] = SequenceParallel()
     for i in range(len(model.blocks)):
         b = f"blocks.{i}"
