@@ -56,7 +56,10 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
     # 6. the step
-    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
+    par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
+    if dims.tp > 1:
+        par.use_tensor_parallel(part.tp)  # vocab-parallel loss (+ context), SP gradients, the norm
+    return par
 
 
 def _layer(table: dict, impl: str, dim: str):

@@ -33,12 +33,25 @@ class Parallel:
         self.dims, self.model, self.dp, self.optimizer, self.device = dims, model, dp, optimizer, device
         self.dtype = dtype
         self.loss_fn: Callable = cross_entropy  # (logits, targets, reduction) -> loss
+        # Entered around each microbatch's forward loss *and* its backward (DTensor's loss_parallel must
+        # cover both); a layer that needs one sets it (tensor parallelism), the plain step has none.
+        self.loss_context: Callable = contextlib.nullcontext
+        self.tp = None  # the tensor-parallel layer's handle (`model.tp`) when tp > 1
         # Process groups across which ranks hold different parts of the gradient (the norm sums over them).
         self.grad_norm_groups: list = []
         if dp.grads_are_sharded() and dims.dp_shard > 1:
             self.grad_norm_groups.append(dims.group("dp_shard"))
         if dims.pp > 1:
             self.grad_norm_groups.append(dims.group("pp"))
+
+    def use_tensor_parallel(self, tp) -> None:
+        """Take the pieces of the step tensor parallelism replaces (`tp` is `model.tp`, own or DTensor):
+        the vocab-parallel loss and its context, SP's gradient reduction in `finish`, and the tp group in
+        the gradient norm, for the split tensors only (`clip_grad_norm_`)."""
+        self.tp = tp
+        self.loss_fn = tp.loss_fn
+        self.loss_context = tp.loss_context
+        self.grad_norm_groups.append(self.dims.group("tp"))
 
     @property
     def module(self) -> nn.Module:
@@ -61,12 +74,13 @@ class Parallel:
         for i, (x, y) in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
             self.dp.set_requires_gradient_sync(i == last)
-            comm.set_phase("forward")
-            with timeline.span("forward", cat="compute", micro=i), self.autocast():
-                loss = self.loss_fn(self.module(x), y, reduction="sum")
-            comm.set_phase("backward")
-            with timeline.span("backward", cat="compute", micro=i):
-                (loss * loss_weight).backward()
+            with self.loss_context():
+                comm.set_phase("forward")
+                with timeline.span("forward", cat="compute", micro=i), self.autocast():
+                    loss = self.loss_fn(self.module(x), y, reduction="sum")
+                comm.set_phase("backward")
+                with timeline.span("backward", cat="compute", micro=i):
+                    (loss * loss_weight).backward()
             if after_backward is not None:
                 after_backward(i, (x, y), loss)
             total += loss.detach()
@@ -75,15 +89,23 @@ class Parallel:
     @torch.no_grad()
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Summed token loss of one batch, no gradients (evaluation, in the parameters' precision)."""
-        return self.loss_fn(self.module(x), y, reduction="sum")
+        with self.loss_context():
+            return self.loss_fn(self.module(x), y, reduction="sum")
 
     def finish(self) -> None:
         self.dp.finish_backward()
+        if self.tp is not None:  # SP: sum replicated parameters' partial gradients over tp (before clipping)
+            self.tp.finish_backward(self.dp.named_grads())
 
     def unscale_and_check(self, inv_scale: float) -> bool:
         return self.dp.unscale_and_check(inv_scale)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
+        if self.tp is not None:
+            # Across tp, weights are split but LayerNorms, row biases and positions are copies: the dp
+            # layer counts those once (see Strategy._clip_mixed), after summing over all the groups.
+            return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups,
+                                           replicated=(self.dims.group("tp"), self.tp.is_sharded))
         return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups)
 
     def optimizer_step(self) -> None:
@@ -102,19 +124,40 @@ class Parallel:
 
     # --- state (delegated to the data-parallel layer) ------------------------------------------------
     def full_parameters(self) -> dict[str, torch.Tensor]:
-        return self.dp.full_parameters()
+        full = self.dp.full_parameters()
+        return full if self.tp is None else self.tp.full_values(full)  # gather the tp pieces too
+
+    def _tp_owns_state(self) -> bool:
+        """Own TP under a replicating dp layer: the TP layer places the state as DTensors over tp (the dp
+        layer would give plain local pieces). DTensor TP's parameters are DTensors already, and FSDP2
+        makes them 2-D: the dp layer's state dicts are right as they are."""
+        if self.tp is None or self.tp.impl != "own":
+            return False
+        if self.dp.grads_are_sharded() and self.dims.dp_size > 1:
+            raise NotImplementedError(f"checkpoints of own tensor parallelism under {self.dp.name} are not "
+                                      "implemented yet; use parallel.dp=ddp or parallel.tp_impl=dtensor "
+                                      "with torch-fsdp2")
+        return True
 
     def model_state_dict(self) -> dict:
-        return self.dp.model_state_dict()
+        return self.tp.state_dict() if self._tp_owns_state() else self.dp.model_state_dict()
 
     def load_model_state_dict(self, sd: dict) -> None:
-        self.dp.load_model_state_dict(sd)
+        if self._tp_owns_state():
+            self.tp.load_state_dict(sd)
+        else:
+            self.dp.load_model_state_dict(sd)
 
     def optim_state_dict(self) -> dict:
+        if self._tp_owns_state():
+            return self.tp.optim_state_dict(self.optimizer)
         return self.dp.optim_state_dict(self.optimizer)
 
     def load_optim_state_dict(self, sd: dict) -> None:
-        self.dp.load_optim_state_dict(self.optimizer, sd)
+        if self._tp_owns_state():
+            self.tp.load_optim_state_dict(self.optimizer, sd)
+        else:
+            self.dp.load_optim_state_dict(self.optimizer, sd)
 
     def state_bytes(self) -> dict:
         return self.dp.state_bytes(self.optimizer)

@@ -245,6 +245,21 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     return model
 
 
+def seed_alike(cfg) -> None:
+    """Seed the default generator with `train.seed` on every rank. Dropout where activations are
+    replicated across TP draws from it and must draw the same mask on every rank of a TP group
+    (ShardedRegionRNG derives the per-rank streams from it); `build_model` already leaves it alike, but
+    a model handed to the composition may not come from there."""
+    torch.manual_seed(cfg.train.seed)
+
+
+def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+    """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["own"]`): split `part` over the
+    mesh's `tp` dimension, with sequence parallelism when `parallel.sp`."""
+    seed_alike(cfg)
+    return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
+
+
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
     """Under SP, the replicated parameters used on sequence shards: their per-rank gradients are partial."""
     return isinstance(owner, (nn.LayerNorm, SequenceParallelPositions)) or (
@@ -273,11 +288,18 @@ class OwnTP:
         return vocab_parallel_cross_entropy(logits, targets, self.group, self.vocab_size,
                                             vocab_start=self.model.wte.start, reduction=reduction)
 
-    def finish_backward(self) -> None:
+    def is_sharded(self, fqn: str) -> bool:
+        """Whether parameter `fqn` is split across TP (else every TP rank holds the same value)."""
+        return self.specs[fqn].dim is not None
+
+    def finish_backward(self, grads: dict | None = None) -> None:
         """SP: sum the partial gradients of LayerNorm, row-parallel biases and positions across TP, as one
-        flat all-reduce (Megatron does the same after backward). Without SP there is nothing to do."""
-        params = dict(self.model.named_parameters())
-        grads = [params[n].grad for n in self.sp_params if params[n].grad is not None]
+        flat all-reduce (Megatron does the same after backward). Without SP there is nothing to do.
+        `grads`: {fqn: gradient} as the data-parallel layer holds them (zero: this rank's shards, laid out
+        alike on every TP rank since their parameters have equal shapes); default the parameters' .grad."""
+        if grads is None:
+            grads = {n: p.grad for n, p in self.model.named_parameters()}
+        grads = [grads[n] for n in self.sp_params if grads.get(n) is not None]
         if not grads:
             return
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -325,6 +347,11 @@ class OwnTP:
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         return {n: self.full(n, p) for n, p in self.model.named_parameters()}
+
+    def full_values(self, values: dict) -> dict[str, torch.Tensor]:
+        """{fqn: the bare model's value} from {fqn: this TP rank's value} (what a dp layer's
+        full_parameters gives under TP). A collective: every TP rank calls it with the same keys."""
+        return {n: self.full(n, v) for n, v in values.items()}
 
     def full_grads(self) -> dict[str, torch.Tensor]:
         return {n: self.full(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None}
@@ -435,6 +462,6 @@ def _contiguous_stride(shape: tuple) -> tuple:
     return tuple(reversed(stride))
 
 
-__all__ = ["apply_tp", "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
+__all__ = ["apply_tp", "apply_tensor_parallel", "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
            "VocabParallelHead", "SequenceParallelPositions", "ShardedRegionRNG", "OwnTP",
            "vocab_parallel_cross_entropy", "check_divisible"]

@@ -92,6 +92,15 @@ def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> nn.Module:
     return model
 
 
+def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+    """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["dtensor"]`): the plan over the
+    mesh's `tp` dimension (a slice of the root mesh, so FSDP2 can shard the DTensors over dp_shard)."""
+    from shardlab.parallel.tp import seed_alike
+
+    seed_alike(cfg)
+    return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
+
+
 def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
@@ -103,6 +112,13 @@ class DTensorTP:
 
     def __init__(self, model, mesh, sp):
         self.model, self.mesh, self.sp = model, mesh, sp
+        # Read before data parallelism wraps the parameters (FSDP2 adds its own Shard over dp_shard).
+        self._sharded = {n for n, p in model.named_parameters()
+                         if any(pl.is_shard() for pl in getattr(p, "placements", ()))}
+
+    def is_sharded(self, fqn: str) -> bool:
+        """Whether parameter `fqn` is split across TP (else every TP rank holds the same value)."""
+        return fqn in self._sharded
 
     def loss_context(self):
         """`loss_parallel`: cross-entropy on vocabulary-sharded logits; the backward must run inside it too."""
@@ -115,7 +131,7 @@ class DTensorTP:
         logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction=reduction)
 
-    def finish_backward(self) -> None:
+    def finish_backward(self, grads: dict | None = None) -> None:
         """With SP, DTensor leaves the gradients of the replicated parameters used on sequence shards
         (LayerNorms, positions) Partial: sum them across TP now (one all-reduce each), so every gradient is
         placed like its parameter, as the optimizer, clipping and data parallelism expect."""
@@ -150,6 +166,10 @@ class DTensorTP:
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         return {n: _full(p.detach()) for n, p in self.model.named_parameters()}
+
+    def full_values(self, values: dict) -> dict[str, torch.Tensor]:
+        """{fqn: the bare model's value} from the values a dp layer holds (DTensors are gathered)."""
+        return {n: _full(v) for n, v in values.items()}
 
     def full_grads(self) -> dict[str, torch.Tensor]:
         return {n: _full(p.grad) for n, p in self.model.named_parameters() if p.grad is not None}
