@@ -281,3 +281,42 @@ def reshard_across_degrees(path: str, model_kw: dict) -> dict:
     next_loss, next_ref = step(ref, model2, [opts[0], opt2], 2)
     return {"saved": saved, "loaded": {"params": params, "exp_avg": exp_avg}, "steps": steps,
             "next": (next_loss, next_ref), "rank": comm.rank()}
+
+
+# --- through the composition (shardlab.parallel.build), as the trainer runs it ---------------------------
+
+COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4", "train.lr=0.003",
+            "train.grad_clip=1.0"]
+
+
+def composed(overrides: list[str], steps: int = 3) -> dict | None:
+    """`steps` steps of `parallel.build(cfg)`'s Parallel the way the trainer drives it (forward_backward,
+    finish, clip, optimizer step) on the same global batches at any layout: each data-parallel rank takes
+    its rows. Rank 0 returns the global losses, the clipped gradient norms, the full parameters and what
+    the model state dict holds per name (DTensor or not, global shape)."""
+    from shardlab import comm, config
+    from shardlab.parallel import build
+
+    cfg = config.load(None, COMPOSED + overrides)
+    config.validate(cfg, comm.world_size())
+    par = build(cfg, comm.device())
+    dims, t = par.dims, cfg.train
+    tokens = t.global_batch * t.seq_len
+    rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
+    out = {"losses": [], "norms": []}
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(100 + step)
+        data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
+        loss = par.forward_backward([(data[:, :-1], data[:, 1:])], dims.dp_size / tokens)
+        par.finish()
+        out["norms"].append(par.clip_grad_norm_(t.grad_clip))
+        par.optimizer_step()
+        par.zero_grad()
+        out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
+    out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
+    try:
+        sd = par.model_state_dict()
+        out["state"] = {k: (hasattr(v, "placements"), tuple(v.shape)) for k, v in sd.items()}
+    except NotImplementedError as e:
+        out["state"] = str(e)
+    return out if comm.rank() == 0 else None

@@ -57,7 +57,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
     # 6. the step
     par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
-    if dims.tp > 1:
+    if getattr(part, "tp", None) is not None:  # what the tp layer offers the step (own or DTensor)
         par.use_tensor_parallel(part.tp)  # vocab-parallel loss (+ context), SP gradients, the norm
     return par
 

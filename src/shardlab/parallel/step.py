@@ -83,14 +83,14 @@ class Parallel:
                     (loss * loss_weight).backward()
             if after_backward is not None:
                 after_backward(i, (x, y), loss)
-            total += loss.detach()
+            total += _plain(loss.detach())
         return total
 
     @torch.no_grad()
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Summed token loss of one batch, no gradients (evaluation, in the parameters' precision)."""
         with self.loss_context():
-            return self.loss_fn(self.module(x), y, reduction="sum")
+            return _plain(self.loss_fn(self.module(x), y, reduction="sum"))
 
     def finish(self) -> None:
         self.dp.finish_backward()
@@ -161,3 +161,8 @@ class Parallel:
 
     def state_bytes(self) -> dict:
         return self.dp.state_bytes(self.optimizer)
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """A loss as a plain tensor: DTensor TP's loss is a replicated DTensor (the same on every tp rank)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
