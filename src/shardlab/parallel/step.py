@@ -46,12 +46,16 @@ class Parallel:
 
     def use_tensor_parallel(self, tp) -> None:
         """Take the pieces of the step tensor parallelism replaces (`tp` is `model.tp`, own or DTensor):
-        the vocab-parallel loss and its context, SP's gradient reduction in `finish`, and the tp group in
-        the gradient norm, for the split tensors only (`clip_grad_norm_`)."""
+        the vocab-parallel loss and its context, and the tp group in the gradient norm; the dp layer is
+        seen through `TensorParallelDP` (SP's gradient sum after its own, the norm counting copies once,
+        full values and state dicts of the bare model), by the step, checkpoints and the doctor alike."""
+        from shardlab.parallel.tp_layer import TensorParallelDP
+
         self.tp = tp
         self.loss_fn = tp.loss_fn
         self.loss_context = tp.loss_context
         self.grad_norm_groups.append(self.dims.group("tp"))
+        self.dp = TensorParallelDP(self.dp, tp, self.dims.group("tp"))
 
     @property
     def module(self) -> nn.Module:
@@ -94,18 +98,11 @@ class Parallel:
 
     def finish(self) -> None:
         self.dp.finish_backward()
-        if self.tp is not None:  # SP: sum replicated parameters' partial gradients over tp (before clipping)
-            self.tp.finish_backward(self.dp.named_grads())
 
     def unscale_and_check(self, inv_scale: float) -> bool:
         return self.dp.unscale_and_check(inv_scale)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
-        if self.tp is not None:
-            # Across tp, weights are split but LayerNorms, row biases and positions are copies: the dp
-            # layer counts those once (see Strategy._clip_mixed), after summing over all the groups.
-            return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups,
-                                           replicated=(self.dims.group("tp"), self.tp.is_sharded))
         return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups)
 
     def optimizer_step(self) -> None:
@@ -124,40 +121,19 @@ class Parallel:
 
     # --- state (delegated to the data-parallel layer) ------------------------------------------------
     def full_parameters(self) -> dict[str, torch.Tensor]:
-        full = self.dp.full_parameters()
-        return full if self.tp is None else self.tp.full_values(full)  # gather the tp pieces too
-
-    def _tp_owns_state(self) -> bool:
-        """Own TP under a replicating dp layer: the TP layer places the state as DTensors over tp (the dp
-        layer would give plain local pieces). DTensor TP's parameters are DTensors already, and FSDP2
-        makes them 2-D: the dp layer's state dicts are right as they are."""
-        if self.tp is None or self.tp.impl != "own":
-            return False
-        if self.dp.grads_are_sharded() and self.dims.dp_size > 1:
-            raise NotImplementedError(f"checkpoints of own tensor parallelism under {self.dp.name} are not "
-                                      "implemented yet; use parallel.dp=ddp or parallel.tp_impl=dtensor "
-                                      "with torch-fsdp2")
-        return True
+        return self.dp.full_parameters()
 
     def model_state_dict(self) -> dict:
-        return self.tp.state_dict() if self._tp_owns_state() else self.dp.model_state_dict()
+        return self.dp.model_state_dict()
 
     def load_model_state_dict(self, sd: dict) -> None:
-        if self._tp_owns_state():
-            self.tp.load_state_dict(sd)
-        else:
-            self.dp.load_model_state_dict(sd)
+        self.dp.load_model_state_dict(sd)
 
     def optim_state_dict(self) -> dict:
-        if self._tp_owns_state():
-            return self.tp.optim_state_dict(self.optimizer)
         return self.dp.optim_state_dict(self.optimizer)
 
     def load_optim_state_dict(self, sd: dict) -> None:
-        if self._tp_owns_state():
-            self.tp.load_optim_state_dict(self.optimizer, sd)
-        else:
-            self.dp.load_optim_state_dict(self.optimizer, sd)
+        self.dp.load_optim_state_dict(self.optimizer, sd)
 
     def state_bytes(self) -> dict:
         return self.dp.state_bytes(self.optimizer)
