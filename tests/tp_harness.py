@@ -285,7 +285,7 @@ def reshard_across_degrees(path: str, model_kw: dict) -> dict:
 
 # --- through the composition (shardlab.parallel.build), as the trainer runs it ---------------------------
 
-COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4", "train.lr=0.003",
+COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4", "train.lr=0.001",
             "train.grad_clip=1.0"]
 
 

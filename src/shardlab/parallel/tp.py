@@ -210,7 +210,7 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
     if sp:
         model.wpe = SequenceParallelPositions(model.wpe, rank, size)
-    for i, block in enumerate(model.blocks):
+    for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
         attn, mlp = block.attn, block.mlp
         tag = f"tp.blocks.{i}.attn"
         for name in ("q", "k", "v"):
@@ -224,7 +224,7 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
 
     if getattr(cfg, "dropout", 0.0) > 0:
         rng = ShardedRegionRNG(rank)
-        for block in model.blocks:
+        for _, block in _named_blocks(model):
             rng.install(block.attn)  # dropout on this rank's heads
             if sp:
                 rng.install(block.drop)  # sequence-split residual branches
@@ -243,6 +243,12 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
         specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
     model.tp = OwnTP(model, group, mesh, rank, size, sp, specs)
     return model
+
+
+def _named_blocks(model: nn.Module):
+    """(name, block) pairs of `model.blocks`, a ModuleDict keyed by the block's index in the whole model."""
+    blocks = model.blocks
+    return blocks.items() if isinstance(blocks, nn.ModuleDict) else enumerate(blocks)
 
 
 def seed_alike(cfg) -> None:

@@ -59,7 +59,9 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
     if sp:
         plan["wpe"] = _positions_style()
         plan["ln_f"] = SequenceParallel()
-    for i in range(len(model.blocks)):
+    from shardlab.parallel.tp import _named_blocks
+
+    for i, _ in _named_blocks(model):
         b = f"blocks.{i}"
         enter = PrepareModuleInput(input_layouts=(between,), desired_input_layouts=(Replicate(),),
                                    use_local_output=False)
