@@ -66,7 +66,7 @@ def test_cli_train_tp2_loss_equals_single(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         losses[name] = [r[k] for r in rows for k in ("loss", "val_loss") if k in r]
-    assert len(losses["tp"]) == 3  # two training losses and the evaluation's
+    assert len(losses["tp"]) >= 3  # two training losses and at least one evaluation
     torch.testing.assert_close(losses["tp"], losses["single"], rtol=1e-5, atol=0)
 
 
