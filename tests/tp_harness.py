@@ -162,7 +162,7 @@ def dropout_streams(sp: bool) -> dict:
         seen["sdpa"].append(fingerprint())
         return real_sdpa(*a, **k)
 
-    for block in model.blocks:
+    for block in model.blocks.values():
         block.drop.register_forward_pre_hook(lambda m, a: seen["drop"].append(fingerprint()))
     resid = []
     model.ln_f.register_forward_pre_hook(lambda m, a: resid.append(a[0].detach().clone()))
@@ -187,7 +187,7 @@ def dropout_recompute(sp: bool) -> dict:
     for recompute in (False, True):
         _, model = build("own", sp, kw)
         if recompute:
-            for block in model.blocks:
+            for block in model.blocks.values():
                 block.forward = (lambda f: lambda x: checkpoint(f, x, use_reentrant=False))(block.forward)
         idx, tgt = batch(kw, seed=0)
         torch.manual_seed(7)
