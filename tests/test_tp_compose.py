@@ -34,7 +34,7 @@ def _assert_equals_single(got: dict) -> None:
     assert_params_close(got["params"], ref["params"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("impl,sp", [("own", False), ("own", True), ("dtensor", False)])
+@pytest.mark.parametrize("impl,sp", [("own", False), ("own", True), ("dtensor", False), ("dtensor", True)])
 def test_tp2_through_build_equals_single_device(pool2, impl, sp):
     out = pool2.run(composed, ["parallel.tp=2", f"parallel.tp_impl={impl}", f"parallel.sp={str(sp).lower()}",
                                "train.micro_batch=4"], timeout=300)[0]
@@ -46,12 +46,14 @@ def test_tp2_through_build_equals_single_device(pool2, impl, sp):
     assert out["state"]["blocks.0.mlp.fc.weight"][0] and out["state"]["wte.weight"][0]
 
 
-@pytest.mark.parametrize("impl,dp", [("own", "ddp"), ("own", "zero3"), ("dtensor", "torch-fsdp2")])
-def test_tp2_x_dp2_equals_single_device(pool4, impl, dp):
+@pytest.mark.parametrize("impl,dp,sp", [("own", "ddp", False), ("own", "zero3", True),
+                                        ("dtensor", "torch-fsdp2", False)])
+def test_tp2_x_dp2_equals_single_device(pool4, impl, dp, sp):
     """The (dp, tp) mesh at world 4: the gradient norm is the single-device one (split tensors summed over
-    tp, copies once, dp shards summed over dp_shard), and the parameters after 3 steps are."""
+    tp, copies once, dp shards summed over dp_shard), and the parameters after 3 steps are. With zero3 and
+    SP, SP's sum over tp runs on zero's gradient shards (laid out alike on both tp ranks)."""
     out = pool4.run(composed, ["parallel.tp=2", f"parallel.tp_impl={impl}", f"parallel.dp={dp}",
-                               "train.micro_batch=2"], timeout=400)[0]
+                               f"parallel.sp={str(sp).lower()}", "train.micro_batch=2"], timeout=400)[0]
     _assert_equals_single(out)
 
 
