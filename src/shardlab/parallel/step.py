@@ -85,9 +85,10 @@ class Parallel:
                 comm.set_phase("backward")
                 with timeline.span("backward", cat="compute", micro=i):
                     (loss * loss_weight).backward()
+            loss = _plain(loss.detach())
             if after_backward is not None:
                 after_backward(i, (x, y), loss)
-            total += _plain(loss.detach())
+            total += loss
         return total
 
     @torch.no_grad()
