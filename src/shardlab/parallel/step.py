@@ -72,7 +72,8 @@ class Parallel:
                          after_backward: Callable | None = None) -> torch.Tensor:
         """Forward and backward of every microbatch; gradients are synchronised in the last backward.
         Each microbatch's loss is its summed token loss; backward runs on `loss * loss_weight`.
-        `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor). Returns the summed loss."""
+        `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor).
+        Returns the summed loss."""
         total = torch.zeros((), device=self.device)
         last = len(microbatches) - 1
         for i, (x, y) in enumerate(microbatches):
