@@ -72,6 +72,24 @@ def test_cli_train_tp2_loss_equals_single(tmp_path):
     torch.testing.assert_close(losses["tp"], losses["single"], rtol=1e-5, atol=0)
 
 
+def test_tp2_checkpoint_resumes_on_one_device(tmp_path):
+    """A tp=2 run's checkpoint (the bare model's names, split tensors as DTensors over tp) resumes on one
+    process: its next step's loss equals an uninterrupted single-device run's."""
+    common = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
+              "train.warmup_steps=1", "train.log_every=1", "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
+    runs = {"tp": ["--nproc", "2", "parallel.tp=2", "train.steps=2", "train.eval_every=2", "ckpt.final=true"],
+            "whole": ["parallel.strategy=single", "train.steps=3", "train.eval_every=3"]}
+    runs["resumed"] = runs["whole"] + [f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
+    last = {}
+    for name, args in runs.items():  # in order: the resume reads the tp run's checkpoint
+        proc = run_cli(["train", *args, *common, "--out", str(tmp_path / name)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        last[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["resumed"]["step"] == 3
+    for key in ("loss", "val_loss"):
+        assert last["resumed"][key] == pytest.approx(last["whole"][key], rel=1e-5)
+
+
 @pytest.mark.parametrize("args,needle", [
     (["parallel.tp=3"], "does not divide model.n_head=4"),
     (["parallel.tp=2", "parallel.sp=true", "train.seq_len=33"], "train.seq_len=33 is not divisible"),
