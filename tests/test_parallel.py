@@ -61,6 +61,7 @@ def test_impossible_layouts_are_one_line_config_errors(world, kw, needle):
 def test_layers_not_built_yet_are_named():
     """A dimension whose layer table is empty (context parallelism, today) is refused in one line."""
     assert "context parallelism is not implemented yet" in layers.not_built(dict(cp=4))
+    assert layers.not_built(dict(tp=2, pp=2)) is None  # tensor and pipeline parallelism are built
     assert layers.not_built(dict(tp=1, pp=1, cp=1)) is None
     cfg = config.load(None, ["parallel.cp=2", "parallel.strategy=ddp"])
     with pytest.raises(ConfigError, match="parallel.cp=2"):
@@ -68,13 +69,9 @@ def test_layers_not_built_yet_are_named():
 
 
 def test_global_batch_counts_data_parallel_ranks_only():
-    layers.TENSOR_PARALLEL["own"] = "test_parallel:_identity_tp"
-    try:
-        cfg = config.load(None, ["parallel.tp=2", "train.micro_batch=4", "train.grad_accum=2"])
-        config.validate(cfg, 8)
-        assert cfg.train.global_batch == 4 * 2 * 4  # micro x accum x dp (= 8 / tp)
-    finally:
-        layers.TENSOR_PARALLEL.pop("own")
+    cfg = config.load(None, ["parallel.tp=2", "train.micro_batch=4", "train.grad_accum=2"])
+    config.validate(cfg, 8)
+    assert cfg.train.global_batch == 4 * 2 * 4  # micro x accum x dp (= 8 / tp)
 
 
 # --- the 2 x 2 x 2 layout, pure arithmetic ----------------------------------------------------------------
@@ -141,11 +138,12 @@ def _run(run_dir, overrides):
 
 
 def _dp1_fn(run_dir):
+    real = layers.TENSOR_PARALLEL["own"]
     layers.TENSOR_PARALLEL["own"] = "test_parallel:_identity_tp"
     try:
         return _run(run_dir, ["parallel.tp=2"])
     finally:
-        layers.TENSOR_PARALLEL.pop("own")
+        layers.TENSOR_PARALLEL["own"] = real
 
 
 def test_world2_with_dp1_trains_what_one_process_trains(pool2, tmp_path):

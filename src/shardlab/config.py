@@ -81,6 +81,8 @@ class ParallelConfig:
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
     pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...
+    tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
+    sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
 
     @property
     def dp(self) -> str:
@@ -406,6 +408,7 @@ def validate(cfg: Config, world_size: int) -> None:
             raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
                               f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
         t.grad_accum = p.pp_microbatches
+    _validate_tp(cfg, dims)
     per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
@@ -459,3 +462,37 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
     from shardlab.doctor.inject import Faults
 
     Faults.parse(cfg.debug, world_size)  # malformed debug.* fault specs: before launch, not in every rank
+
+
+
+def _validate_tp(cfg: Config, dims) -> None:
+    """Tensor parallelism's own conditions, one line each, before anything starts (docs/tensor_parallel.md)."""
+    from shardlab.model.gpt import resolve_model_config
+
+    p = cfg.parallel
+    _choice("parallel.tp_impl", p.tp_impl, tuple(layers.TENSOR_PARALLEL) or ("own",))
+    if dims.tp == 1:
+        if p.sp:
+            raise ConfigError("parallel.sp=true splits the sequence across tensor-parallel ranks: it needs "
+                              "parallel.tp > 1")
+        return
+    from shardlab.parallel.tp import check_divisible
+
+    m = resolve_model_config(cfg.model, cfg.train.seq_len)
+    try:
+        check_divisible(m.n_head, m.d_model, dims.tp)
+    except ValueError as e:
+        raise ConfigError(f"{e}; choose a degree that divides both") from None
+    if p.sp and cfg.train.seq_len % dims.tp:
+        raise ConfigError(f"parallel.sp=true with parallel.tp={dims.tp}: train.seq_len={cfg.train.seq_len} is not "
+                          f"divisible by the degree; choose train.seq_len as a multiple of parallel.tp")
+    dp = layers.dp_name(p) if dims.dp_size > 1 else "single"
+    ok = layers.TP_WITH_DP.get(p.tp_impl, ())
+    if dp not in ok:
+        raise ConfigError(f"parallel.tp_impl={p.tp_impl} does not compose with parallel.dp={dp} in this version; "
+                          f"use one of {', '.join(ok)} (or parallel.tp_impl="
+                          f"{'dtensor' if p.tp_impl == 'own' else 'own'})")
+    ck = cfg.ckpt
+    if p.tp_impl == "own" and dp not in layers.REPLICATING and (ck.every or ck.final or ck.resume):
+        raise ConfigError(f"checkpoints of own tensor parallelism under parallel.dp={dp} are not implemented yet; "
+                          "use parallel.dp=ddp, or parallel.tp_impl=dtensor with parallel.dp=torch-fsdp2")

@@ -60,8 +60,12 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
         from shardlab.parallel.pipeline import PipelineParallel
-        return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule)
-    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
+        par = PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule)
+    else:
+        par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
+    if getattr(part, "tp", None) is not None:  # what the tp layer offers the step (own or DTensor)
+        par.use_tensor_parallel(part.tp)  # vocab-parallel loss (+ context), SP gradients, the norm
+    return par
 
 
 def _layer(table: dict, impl: str, dim: str):

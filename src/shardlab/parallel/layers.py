@@ -29,7 +29,17 @@ HSDP = ("zero1", "zero2", "zero3", "torch-fsdp2")
 
 # The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
 # (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).
-TENSOR_PARALLEL: dict[str, str] = {}
+TENSOR_PARALLEL: dict[str, str] = {
+    "own": "shardlab.parallel.tp:apply_tensor_parallel",  # Megatron-style layers, collectives through comm
+    "dtensor": "shardlab.parallel.tp_dtensor:apply_tensor_parallel",  # parallelize_module on DTensor
+}
+# The data-parallel layers each TP implementation composes with (the dp layer at dp = 1 is "single").
+# Own TP keeps plain tensors, which the own dp layers bucket and shard; DTensor TP's parameters are
+# DTensors, which only FSDP2 shards (2-D: Shard over dp_shard of a Shard over tp).
+TP_WITH_DP: dict[str, tuple[str, ...]] = {
+    "own": ("single", "ddp", "zero1", "zero2", "zero3"),
+    "dtensor": ("single", "torch-fsdp2"),
+}
 # Pipeline parallelism: `parallel.pp_schedule` -> the function that splits the model (parallel/pipeline.py);
 # the schedule itself is data (parallel/pp/schedule.py), run by parallel/pp/engine.py or by torch.
 PIPELINE_PARALLEL: dict[str, str] = {

@@ -52,6 +52,9 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     if dims.dp_size > 1 and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
         raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
                           "microbatches' forwards in flight; use ddp, zero1, zero2, zero3 or torch-fsdp2")
+    if dims.tp > 1:
+        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp={dims.tp}: pipeline and tensor parallelism are not "
+                          "composed yet in this version; use one of them (each composes with data parallelism)")
     if p.pp_schedule == "torch-zb" and p.pp_virtual < 2:
         raise ConfigError("parallel.pp_schedule=torch-zb (interleaved zero bubble) needs parallel.pp_virtual >= 2")
     own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",

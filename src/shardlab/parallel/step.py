@@ -33,12 +33,29 @@ class Parallel:
         self.dims, self.model, self.dp, self.optimizer, self.device = dims, model, dp, optimizer, device
         self.dtype = dtype
         self.loss_fn: Callable = cross_entropy  # (logits, targets, reduction) -> loss
+        # Entered around each microbatch's forward loss *and* its backward (DTensor's loss_parallel must
+        # cover both); a layer that needs one sets it (tensor parallelism), the plain step has none.
+        self.loss_context: Callable = contextlib.nullcontext
+        self.tp = None  # the tensor-parallel layer's handle (`model.tp`) when tp > 1
         # Process groups across which ranks hold different parts of the gradient (the norm sums over them).
         self.grad_norm_groups: list = []
         if dp.grads_are_sharded() and dims.dp_shard > 1:
             self.grad_norm_groups.append(dims.group("dp_shard"))
         if dims.pp > 1:
             self.grad_norm_groups.append(dims.group("pp"))
+
+    def use_tensor_parallel(self, tp) -> None:
+        """Take the pieces of the step tensor parallelism replaces (`tp` is `model.tp`, own or DTensor):
+        the vocab-parallel loss and its context, and the tp group in the gradient norm; the dp layer is
+        seen through `TensorParallelDP` (SP's gradient sum after its own, the norm counting copies once,
+        full values and state dicts of the bare model), by the step, checkpoints and the doctor alike."""
+        from shardlab.parallel.tp_layer import TensorParallelDP
+
+        self.tp = tp
+        self.loss_fn = tp.loss_fn
+        self.loss_context = tp.loss_context
+        self.grad_norm_groups.append(self.dims.group("tp"))
+        self.dp = TensorParallelDP(self.dp, tp, self.dims.group("tp"))
 
     @property
     def module(self) -> nn.Module:
@@ -55,27 +72,31 @@ class Parallel:
                          after_backward: Callable | None = None) -> torch.Tensor:
         """Forward and backward of every microbatch; gradients are synchronised in the last backward.
         Each microbatch's loss is its summed token loss; backward runs on `loss * loss_weight`.
-        `after_backward(i, (x, y), loss)` is called after each backward. Returns the summed loss."""
+        `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor).
+        Returns the summed loss."""
         total = torch.zeros((), device=self.device)
         last = len(microbatches) - 1
         for i, (x, y) in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
             self.dp.set_requires_gradient_sync(i == last)
-            comm.set_phase("forward")
-            with timeline.span("forward", cat="compute", micro=i), self.autocast():
-                loss = self.loss_fn(self.module(x), y, reduction="sum")
-            comm.set_phase("backward")
-            with timeline.span("backward", cat="compute", micro=i):
-                (loss * loss_weight).backward()
+            with self.loss_context():
+                comm.set_phase("forward")
+                with timeline.span("forward", cat="compute", micro=i), self.autocast():
+                    loss = self.loss_fn(self.module(x), y, reduction="sum")
+                comm.set_phase("backward")
+                with timeline.span("backward", cat="compute", micro=i):
+                    (loss * loss_weight).backward()
+            loss = _plain(loss.detach())
             if after_backward is not None:
                 after_backward(i, (x, y), loss)
-            total += loss.detach()
+            total += loss
         return total
 
     @torch.no_grad()
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Summed token loss of one batch, no gradients (evaluation, in the parameters' precision)."""
-        return self.loss_fn(self.module(x), y, reduction="sum")
+        with self.loss_context():
+            return _plain(self.loss_fn(self.module(x), y, reduction="sum"))
 
     def finish(self) -> None:
         self.dp.finish_backward()
@@ -118,3 +139,8 @@ class Parallel:
 
     def state_bytes(self) -> dict:
         return self.dp.state_bytes(self.optimizer)
+
+
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """A loss as a plain tensor: DTensor TP's loss is a replicated DTensor (the same on every tp rank)."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t

@@ -64,6 +64,11 @@ class Strategy:
         """The gradients this rank holds after `finish_backward` (full or sharded)."""
         return (p.grad for p in self.model.parameters() if p.grad is not None)
 
+    def named_grads(self) -> dict[str, torch.Tensor]:
+        """{bare model FQN: the gradient this rank holds for it} after `finish_backward` (full or this
+        rank's shard; DTensors as they are). Views: scaling them in place scales the gradients."""
+        return {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+
     def grads_are_sharded(self) -> bool:
         """True when each rank holds a different part of the gradient (norms need a cross-rank sum)."""
         return False
@@ -84,12 +89,18 @@ class Strategy:
         p = dict(self.model.named_parameters()).get(fqn)
         return None if p is None or p.grad is None else _local(p.grad)
 
-    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = ()) -> float:
+    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = (),
+                        replicated=None) -> float:
         """Global L2 norm of the full gradient; scales the gradients down to max_norm when max_norm > 0.
         `groups`: every process group across which ranks hold different parts of the gradient (the
         composition passes them: this layer's shard group, pipeline stages, ...); by default this
         layer's own group when its gradients are sharded. `exclude`: parameters another rank of those
-        groups also holds (a pipeline's tied embedding on its last stage): clipped, counted once."""
+        groups also holds (a pipeline's tied embedding on its last stage): clipped, counted once.
+        `replicated`: (group, is_split) when some tensors are split across one of those groups and others
+        identical on all its ranks (tensor parallelism: weights split, LayerNorms replicated); see
+        `_clip_mixed`."""
+        if replicated is not None:
+            return self._clip_mixed(max_norm, groups or [], *replicated)
         grads = list(self.grad_tensors())
         sq = torch.zeros(1, device=self.device, dtype=torch.float32)
         for g in grads:
@@ -107,6 +118,26 @@ class Strategy:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
             for g in grads:
                 g.mul_(coef.to(g.dtype))
+        return float(norm.item())
+
+    def _clip_mixed(self, max_norm: float, groups: list, group, is_split) -> float:
+        """The norm when, across `group`, gradients named `is_split(fqn)` are pieces of one tensor and the
+        others are copies. Squares are kept in two sums, [split, copied], and each is all-reduced over
+        every group like the plain norm: the split sum then covers every piece once, the copied sum covers
+        each copy size(group) times, so it is divided back by that size (exact for equal copies at sizes
+        1, 2, 4). One all-reduce per group, the same count as without tensor parallelism; the dp layer's
+        own sharding (this layer's `named_grads` are its shards) stays one of the `groups`."""
+        named = self.named_grads()
+        sq = torch.zeros(2, device=self.device, dtype=torch.float32)
+        for fqn, g in named.items():
+            sq[0 if is_split(fqn) else 1] += _local(g).detach().float().pow(2).sum()
+        for grp in groups:
+            comm.all_reduce(sq, group=grp, tag="grad_norm")
+        norm = (sq[0] + sq[1] / comm.world_size(group)).sqrt()
+        if max_norm > 0:
+            coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+            for g in named.values():
+                _local(g).mul_(coef.to(g.dtype))
         return float(norm.item())
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:

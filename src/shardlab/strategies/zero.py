@@ -176,6 +176,9 @@ class _Zero(Strategy):
     def grad_tensors(self):
         return (i.shard.grad for i in self.infos if i.shard.grad is not None)
 
+    def named_grads(self) -> dict:
+        return {i.fqn: i.shard.grad for i in self.infos if i.shard.grad is not None}
+
     def optimizer_step(self, optimizer) -> None:
         optimizer.step()
         if not self.shard_params:

@@ -1,0 +1,200 @@
+"""Measurement for the tensor-parallel study (seed 003 Q1, Q4, Q9): data parallelism vs tensor parallelism
+at world 2 and the same global batch. Standalone: `measure(quick)` runs it and returns rows and figures;
+the `shardlab bench tp` suite (report, plot, tp x dp at world 4) wires it in with the parallel core.
+
+Method. One pool of 2 gloo ranks; the same model, initialisation and batches for all. `dp2` is the own
+`ddp` strategy with micro-batch B per rank; the TP rows give both ranks the whole global batch 2B.
+- Memory: each configuration in turn builds its model and optimizer and trains a few steps inside a
+  `PeakMemory` window; twice, in opposite orders, the smaller of the two, max over ranks. Beside it the
+  exact state per rank (parameters, gradients, AdamW moments).
+- Time: every round trains one step of each configuration, the order rotating, a barrier before each
+  timed step; then own vs DTensor back to back (A B, then B A next round): the median ratio.
+- Bytes: own TP's recorded payload per step by op against `tp.comm_bytes_per_step`.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import time
+
+import torch
+
+MICRO_BATCH, SEQ = 8, 128
+SIZES = {"quick": dict(rounds=9, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
+         "full": dict(rounds=24, warm=4, mem_steps=3, model=dict(n_layer=4, n_head=4, d_model=256))}
+# label -> (kind, impl, sp)
+CONFIGS = {"dp2": ("dp", None, False), "tp2 own": ("tp", "own", False), "tp2 dtensor": ("tp", "dtensor", False),
+           "tp2 own sp": ("tp", "own", True), "tp2 dtensor sp": ("tp", "dtensor", True)}
+PAIRS = [("tp2 own", "tp2 dtensor", "tp_own_vs_dtensor"), ("tp2 own sp", "tp2 dtensor sp", "tp_sp_own_vs_dtensor")]
+
+
+class _Run:
+    """One configuration, built: a step = forward, loss, backward, gradient sync, clip, AdamW."""
+
+    def __init__(self, label: str, model_kw: dict, mesh):
+        from shardlab.config import Config
+        from shardlab.model.gpt import GPTConfig, build_model
+        from shardlab.train.optim import adamw_factory, no_decay_names
+
+        kind, impl, sp = CONFIGS[label]
+        cfg = Config()
+        model = build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ, **model_kw), seed=1337)
+        factory = adamw_factory(cfg, no_decay_names(model))
+        self.kind, self.strategy = kind, None
+        if kind == "dp":
+            from shardlab import comm
+            from shardlab.parallel_dims import dims_for
+            from shardlab.strategies import build_strategy
+
+            dims = dims_for("ddp", comm.world_size())
+            dims.build_mesh("cpu")
+            self.strategy = build_strategy("ddp", cfg.parallel, dims, torch.device("cpu"))
+            self.strategy.wrap(model)
+            self.opt = self.strategy.make_optimizer(factory)
+        else:
+            from shardlab.parallel import tp, tp_dtensor
+
+            (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, mesh, sp=sp)
+            self.model = model
+            self.opt = factory(list(model.named_parameters()))
+
+    def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        if self.strategy is not None:
+            s = self.strategy
+            s.module(x, y).backward()
+            s.finish_backward()
+            s.clip_grad_norm_(1.0)
+            s.optimizer_step(self.opt)
+            s.zero_grad(self.opt)
+            return
+        tp = self.model.tp
+        with tp.loss_context():
+            loss = tp.loss_fn(self.model(x), y, "sum") / y.numel()
+            loss.backward()
+        tp.finish_backward()
+        norm = tp.grad_norm()
+        scale = min(1.0, 1.0 / (float(norm) + 1e-6))  # clip to 1.0, as the trainer does
+        if scale < 1.0:
+            for p in self.model.parameters():
+                p.grad.mul_(scale)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+    def state_bytes(self) -> int:
+        params = self.strategy.module.parameters() if self.strategy is not None else self.model.parameters()
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+        return 4 * sum(p.numel() * p.element_size() for p in local)  # params, grads, two AdamW moments
+
+
+def _measure(size: dict) -> dict:
+    """On every rank: memory windows, rotating timed rounds, own vs DTensor pairs, own TP's bytes."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from shardlab import comm
+    from shardlab.data.corpus import load_tokens
+    from shardlab.data.dataset import TokenDataset, get_batch
+    from shardlab.observe.memory import PeakMemory, release
+
+    rank, world = comm.rank(), comm.world_size()
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    data = TokenDataset(load_tokens("stdlib"), SEQ)
+    gen = torch.Generator().manual_seed(0)
+
+    def batch(label):
+        """The global batch of world x B sequences: dp2 takes its rank's B, TP ranks take all of them."""
+        idx = torch.randint(0, len(data), (world * MICRO_BATCH,), generator=gen)
+        if CONFIGS[label][0] == "dp":
+            idx = idx[rank * MICRO_BATCH:(rank + 1) * MICRO_BATCH]
+        return get_batch(data, idx.tolist())
+
+    labels = list(CONFIGS)
+    for label in ("dp2", "tp2 own"):  # warm-up: one-time allocations must not land in a window
+        _Run(label, size["model"], mesh).step(*batch(label))
+    peaks = {label: [] for label in labels}
+    state, measured, kind = {}, {}, ""
+    for order in (labels, labels[::-1]):
+        for label in order:
+            comm.barrier()
+            with PeakMemory("cpu") as peak:
+                run = _Run(label, size["model"], mesh)
+                for _ in range(size["mem_steps"]):
+                    comm.RECORDER.reset_step()
+                    run.step(*batch(label))
+                state[label] = run.state_bytes()
+                measured[label] = dict(comm.RECORDER.step_stats()["bytes"])
+            peaks[label].append(peak.bytes)
+            kind = peak.kind
+            del run
+            release()
+    live = {label: _Run(label, size["model"], mesh) for label in labels}
+    times = {label: [] for label in labels}
+    for r in range(size["rounds"]):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            x, y = batch(label)
+            comm.barrier()
+            t0 = time.perf_counter()
+            live[label].step(x, y)
+            times[label].append(time.perf_counter() - t0)
+    paired = {key: [] for _, _, key in PAIRS}
+    for r in range(size["rounds"]):
+        for a, b, key in PAIRS:
+            x, y = batch(a)
+            t = {}
+            for label in ((a, b) if r % 2 == 0 else (b, a)):
+                comm.barrier()
+                t0 = time.perf_counter()
+                live[label].step(x, y)
+                t[label] = time.perf_counter() - t0
+            paired[key].append(t[a] / t[b])
+    peak_all = comm.all_gather_object({k: min(v) for k, v in peaks.items()})  # allocator noise only adds
+    return {"times": times, "paired": paired, "peaks": {k: max(p[k] for p in peak_all) for k in labels},
+            "kind": kind, "state": state, "measured": copy.deepcopy(measured), "rank": rank}
+
+
+def measure(quick: bool = True) -> dict:
+    """Run the study on 2 ranks; returns {"rows": [...], "figures": {...}} in the bench's results.json shape:
+    `tp_own_vs_dtensor_step_ratio` (own / DTensor, median of back-to-back pairs), `tp_mem_ratio` (peak
+    memory tp=2 / dp=2), `tp_comm_exact` (1.0 when own TP's recorded bytes equal the analytic ones)."""
+    from shardlab.bench import common
+    from shardlab.observe.memory import ALLOCATOR_ENV
+    from shardlab.parallel.tp import comm_bytes_per_step
+    from shardlab.testing.pool import WorkerPool
+
+    size = SIZES["quick" if quick else "full"]
+    saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
+    os.environ.update(ALLOCATOR_ENV)  # inherited by the spawned ranks: RSS follows frees
+    try:
+        with WorkerPool(2, timeout=1800) as pool:
+            res = pool.run(_measure, size)[0]
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    m, world, warm = size["model"], 2, size["warm"]
+    rows, exact = [], []
+    for label, (kind, impl, sp) in CONFIGS.items():
+        t = common.stats(res["times"][label][warm:])
+        row = {"config": label, "tp_impl": impl, "sp": sp, "step_s": t,
+               "tokens_per_s": world * MICRO_BATCH * SEQ / t["median"], "peak_mem_bytes": res["peaks"][label],
+               "peak_mem_kind": res["kind"], "state_bytes": res["state"][label],
+               "bytes_per_step": res["measured"][label]}
+        if kind == "tp" and impl == "own":
+            row["analytic_bytes_per_step"] = comm_bytes_per_step(m["n_layer"], m["d_model"], SEQ,
+                                                                 world * MICRO_BATCH * SEQ, sp, grad_norm=True)
+            exact.append(row["bytes_per_step"] == row["analytic_bytes_per_step"])
+        rows.append(row)
+    by = {r["config"]: r for r in rows}
+    figures = {"tp_mem_ratio": by["tp2 own"]["peak_mem_bytes"] / by["dp2"]["peak_mem_bytes"],
+               "tp_state_ratio": by["tp2 own"]["state_bytes"] / by["dp2"]["state_bytes"],
+               "tp_comm_exact": 1.0 if all(exact) else 0.0}
+    for _, _, key in PAIRS:
+        s = common.stats(res["paired"][key][warm:])
+        figures[f"{key}_step_ratio"] = s["median"]
+        figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = s["min"], s["max"]
+    return {"suite": "tp", "figures": figures, "rows": rows, "size": size}
+
+
+if __name__ == "__main__":  # python -m shardlab.bench.tensor_parallel [--full]
+    import json
+    import sys
+
+    print(json.dumps(measure(quick="--full" not in sys.argv), indent=1, default=str))

@@ -1,0 +1,473 @@
+"""Tensor parallelism, own implementation (Megatron-LM style), applied to the single-device GPT from outside.
+
+    model = apply_tp(build_model(cfg, seed), tp_group_or_mesh, sp=False)
+    logits = model(idx)                                   # this rank's slice of the vocabulary
+    loss = model.tp.loss_fn(logits, targets, "sum")       # vocab-parallel cross-entropy
+    loss.backward(); model.tp.finish_backward()           # SP: reduce the replicated parameters' gradients
+
+What is split (N = TP degree; see docs/tensor_parallel.md):
+- attention by heads: q, k, v column-parallel (rows of their (d, d) weights = whole heads), proj
+  row-parallel. q, k and v share one region entry (a pre-hook on the attention module), so the attention
+  costs one collective forward and one backward, not three;
+- MLP: fc column-parallel, proj row-parallel;
+- the tied embedding / head by vocabulary rows, padded to a multiple of N (the padding rows are zero, never
+  looked up, and masked out of the loss);
+- with sequence parallelism (`sp`), LayerNorm, dropout, residual and the position embedding work on 1/N of the
+  sequence; their parameters are replicated and their gradients summed across TP after backward.
+
+Parameters keep the bare model's FQNs; `model.tp` gives their full values, DTensor state dicts for DCP,
+the loss and the gradient norm. Every collective goes through `shardlab.comm` (tags "tp.<module>").
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from shardlab import comm
+from shardlab.parallel import tp_ops
+from shardlab.parallel.tp_loss import vocab_parallel_cross_entropy
+
+
+# --- layers --------------------------------------------------------------------------------------------
+
+class ColumnParallelLinear(nn.Module):
+    """Y = X A + b with A split by output features: rank r holds rows A_r (and b_r) and computes Y_r.
+    The output stays split (e.g. this rank's heads). `enter=True` puts f (or SP's all-gather) on the input;
+    q, k, v leave it to the attention module's pre-hook so that they share it."""
+
+    def __init__(self, linear: nn.Linear, group, rank: int, size: int, sp: bool, tag: str, enter: bool = True):
+        super().__init__()
+        rows = linear.out_features // size
+        sl = slice(rank * rows, (rank + 1) * rows)
+        self.weight = nn.Parameter(linear.weight.detach()[sl].clone(), linear.weight.requires_grad)
+        self.bias = (nn.Parameter(linear.bias.detach()[sl].clone(), linear.bias.requires_grad)
+                     if linear.bias is not None else None)
+        self.group, self.sp, self.tag, self.enter = group, sp, tag, enter
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.enter:
+            x = tp_ops.enter(x, self.group, self.sp, self.tag)
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """Y = X A + b with A split by input features: rank r holds columns A_r, takes X's r-th slice (the output
+    of a column-parallel layer, no communication) and computes a partial sum X_r A_r; g (or SP's
+    reduce-scatter) sums the partials. The bias is replicated and added once, after the sum."""
+
+    def __init__(self, linear: nn.Linear, group, rank: int, size: int, sp: bool, tag: str):
+        super().__init__()
+        cols = linear.in_features // size
+        self.weight = nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone(),
+                                   linear.weight.requires_grad)
+        self.bias = (nn.Parameter(linear.bias.detach().clone(), linear.bias.requires_grad)
+                     if linear.bias is not None else None)
+        self.group, self.sp, self.tag = group, sp, tag
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = tp_ops.leave(F.linear(x, self.weight), self.group, self.sp, self.tag)
+        return y if self.bias is None else y + self.bias
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Rank r holds rows [r*c, (r+1)*c) of the vocabulary-padded table (c = ceil(V / N)). Ids outside the
+    slice look up row 0 and are zeroed; summing over ranks (g, or SP's reduce-scatter) gives the lookup."""
+
+    def __init__(self, emb: nn.Embedding, group, rank: int, size: int, sp: bool, tag: str = "tp.wte"):
+        super().__init__()
+        self.vocab_size = emb.num_embeddings
+        self.per_rank = -(-self.vocab_size // size)
+        self.start = rank * self.per_rank
+        local = emb.weight.detach().new_zeros(self.per_rank, emb.embedding_dim)  # padding rows stay zero
+        real = self.real_rows
+        local[:real] = emb.weight.detach()[self.start:self.start + real]
+        self.weight = nn.Parameter(local, emb.weight.requires_grad)
+        self.group, self.sp, self.tag = group, sp, tag
+
+    @property
+    def real_rows(self) -> int:
+        return max(0, min(self.per_rank, self.vocab_size - self.start))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        local = ids - self.start
+        outside = (local < 0) | (local >= self.per_rank)
+        out = F.embedding(local.masked_fill(outside, 0), self.weight)
+        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+        return tp_ops.leave(out, self.group, self.sp, self.tag)
+
+
+class VocabParallelHead(nn.Module):
+    """The output layer, column-parallel over the vocabulary, its weight the embedding's own slice (tied):
+    logits for this rank's columns only, scored by the vocab-parallel cross-entropy."""
+
+    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str = "tp.lm_head"):
+        super().__init__()
+        self.weight = weight
+        self.group, self.sp, self.tag = group, sp, tag
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(tp_ops.enter(x, self.group, self.sp, self.tag), self.weight)
+
+
+class SequenceParallelPositions(nn.Module):
+    """SP: the position embedding (replicated) looks up only this rank's positions, since the token
+    embedding's reduce-scatter leaves each rank 1/N of the sequence. Its gradient is partial per rank."""
+
+    def __init__(self, emb: nn.Embedding, rank: int, size: int):
+        super().__init__()
+        self.weight = emb.weight
+        self.rank, self.size = rank, size
+
+    def forward(self, pos: torch.Tensor) -> torch.Tensor:
+        if pos.shape[0] % self.size:
+            raise ValueError(f"sequence parallelism: sequence length {pos.shape[0]} is not divisible by the "
+                             f"tensor-parallel degree {self.size}; choose train.seq_len as a multiple of parallel.tp")
+        return F.embedding(pos.view(self.size, -1)[self.rank], self.weight)
+
+
+# --- dropout streams -------------------------------------------------------------------------------------
+
+class ShardedRegionRNG:
+    """Megatron's two dropout streams: where activations are replicated across TP (the residual stream
+    without SP) dropout draws from the default generator, which every TP rank seeds alike, so the masks
+    agree; where they are sharded (attention heads; with SP the sequence-split LayerNorm/dropout regions)
+    each rank must draw independently. On entering a sharded module this draws one seed from the default
+    generator, reseeds it with (seed, tp rank), and on leaving restores the default stream. Because the
+    seed comes from the default stream, activation recompute (which restores the default generator's
+    state) replays the same masks; there is no extra state to checkpoint."""
+
+    STRIDE = 0x9E3779B97F4A7C15  # odd, so (seed, rank) -> seed + rank * STRIDE is one-to-one per seed
+
+    def __init__(self, tp_rank: int):
+        self.tp_rank = tp_rank
+        self._saved: list = []
+
+    @staticmethod
+    def _generator(x: torch.Tensor) -> torch.Generator:
+        if x.device.type == "cuda":
+            return torch.cuda.default_generators[x.device.index if x.device.index is not None
+                                                  else torch.cuda.current_device()]
+        return torch.default_generator
+
+    def enter(self, module, args):
+        gen = self._generator(args[0])
+        seed = int(torch.randint(0, 2 ** 62, (1,), generator=gen, device=gen.device).item())
+        self._saved.append((gen, gen.get_state()))
+        gen.manual_seed((seed + self.tp_rank * self.STRIDE) % 2 ** 63)
+
+    def leave(self, module, args, output):
+        gen, state = self._saved.pop()
+        gen.set_state(state)
+
+    def install(self, module: nn.Module) -> None:
+        module.register_forward_pre_hook(self.enter)
+        module.register_forward_hook(self.leave)
+
+
+# --- applying it -----------------------------------------------------------------------------------------
+
+@dataclass
+class ShardSpec:
+    """How one parameter is split: `dim` (0: rows, 1: columns, None: replicated), the bare model's shape,
+    and how many of this rank's rows along `dim` are real (the rest is vocabulary padding)."""
+    dim: int | None
+    full_shape: tuple
+    real: int = 0
+
+
+def resolve_group(tp):
+    """A process group, a 1-D DeviceMesh, or a mesh with a "tp" dimension -> (group, mesh or None)."""
+    from torch.distributed.device_mesh import DeviceMesh
+
+    if isinstance(tp, DeviceMesh):
+        mesh = tp["tp"] if tp.ndim > 1 else tp
+        return mesh.get_group(), mesh
+    return tp, None
+
+
+def check_divisible(n_head: int, d_model: int, tp: int) -> None:
+    """What a degree must divide: heads (q, k, v split by whole heads) and the hidden sizes."""
+    if n_head % tp:
+        raise ValueError(f"parallel.tp={tp} does not divide model.n_head={n_head}: attention is split by heads")
+    if d_model % tp:
+        raise ValueError(f"parallel.tp={tp} does not divide model.d_model={d_model}")
+
+
+def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
+    """Split the GPT across the TP group in place (every rank passes the same initial model); returns it.
+    `tp` is a process group, a 1-D DeviceMesh or a mesh with a "tp" dimension."""
+    group, mesh = resolve_group(tp)
+    rank, size = comm.rank(group), comm.world_size(group)
+    cfg = model.cfg
+    check_divisible(cfg.n_head, cfg.d_model, size)
+
+    full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
+    model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
+    if sp:
+        model.wpe = SequenceParallelPositions(model.wpe, rank, size)
+    for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
+        attn, mlp = block.attn, block.mlp
+        tag = f"tp.blocks.{i}.attn"
+        for name in ("q", "k", "v"):
+            setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
+        attn.proj = RowParallelLinear(attn.proj, group, rank, size, sp, tag)
+        attn.register_forward_pre_hook(
+            lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
+        tag = f"tp.blocks.{i}.mlp"
+        mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
+        mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
+
+    if getattr(cfg, "dropout", 0.0) > 0:
+        rng = ShardedRegionRNG(rank)
+        for _, block in _named_blocks(model):
+            rng.install(block.attn)  # dropout on this rank's heads
+            if sp:
+                rng.install(block.drop)  # sequence-split residual branches
+        if sp:
+            rng.install(model.drop)
+
+    specs = {}
+    for fqn, p in model.named_parameters():
+        owner = model.get_submodule(fqn.rsplit(".", 1)[0])
+        dim = None
+        if isinstance(owner, (ColumnParallelLinear, VocabParallelEmbedding)):
+            dim = 0
+        elif isinstance(owner, RowParallelLinear) and fqn.endswith("weight"):
+            dim = 1
+        real = owner.real_rows if isinstance(owner, VocabParallelEmbedding) else (p.shape[dim] if dim is not None else 0)
+        specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
+    model.tp = OwnTP(model, group, mesh, rank, size, sp, specs)
+    return model
+
+
+def _named_blocks(model: nn.Module):
+    """(name, block) pairs of `model.blocks`, a ModuleDict keyed by the block's index in the whole model."""
+    blocks = model.blocks
+    return blocks.items() if isinstance(blocks, nn.ModuleDict) else enumerate(blocks)
+
+
+def seed_alike(cfg) -> None:
+    """Seed the default generator with `train.seed` on every rank. Dropout where activations are
+    replicated across TP draws from it and must draw the same mask on every rank of a TP group
+    (ShardedRegionRNG derives the per-rank streams from it); `build_model` already leaves it alike, but
+    a model handed to the composition may not come from there."""
+    torch.manual_seed(cfg.train.seed)
+
+
+def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+    """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["own"]`): split `part` over the
+    mesh's `tp` dimension, with sequence parallelism when `parallel.sp`."""
+    seed_alike(cfg)
+    return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
+
+
+def _sp_partial(fqn: str, owner: nn.Module) -> bool:
+    """Under SP, the replicated parameters used on sequence shards: their per-rank gradients are partial."""
+    return isinstance(owner, (nn.LayerNorm, SequenceParallelPositions)) or (
+        isinstance(owner, RowParallelLinear) and fqn.endswith("bias"))
+
+
+class OwnTP:
+    """What a TP model offers the composition (the same interface as tp_dtensor.DTensorTP)."""
+
+    impl = "own"
+
+    def __init__(self, model, group, mesh, rank, size, sp, specs):
+        self.model, self.group, self._mesh = model, group, mesh
+        self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
+        self.vocab_size = model.wte.vocab_size
+        self.sp_params = [fqn for fqn in specs
+                          if sp and _sp_partial(fqn, model.get_submodule(fqn.rsplit(".", 1)[0]))]
+
+    # --- step ---
+    def loss_context(self):
+        """Nothing to enter (DTensorTP's is loss_parallel): the loss is an ordinary autograd function."""
+        return nullcontext()
+
+    def loss_fn(self, logits: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        """Replaces shardlab.model.loss.cross_entropy: the logits are this rank's vocabulary slice."""
+        return vocab_parallel_cross_entropy(logits, targets, self.group, self.vocab_size,
+                                            vocab_start=self.model.wte.start, reduction=reduction)
+
+    def is_sharded(self, fqn: str) -> bool:
+        """Whether parameter `fqn` is split across TP (else every TP rank holds the same value)."""
+        return self.specs[fqn].dim is not None
+
+    def finish_backward(self, grads: dict | None = None) -> None:
+        """SP: sum the partial gradients of LayerNorm, row-parallel biases and positions across TP, as one
+        flat all-reduce (Megatron does the same after backward). Without SP there is nothing to do.
+        `grads`: {fqn: gradient} as the data-parallel layer holds them (zero: this rank's shards, laid out
+        alike on every TP rank since their parameters have equal shapes); default the parameters' .grad."""
+        if grads is None:
+            grads = {n: p.grad for n, p in self.model.named_parameters()}
+        grads = [grads[n] for n in self.sp_params if grads.get(n) is not None]
+        if not grads:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        comm.all_reduce(flat, group=self.group, tag="tp.sp_grads")
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+    def grad_norm(self) -> torch.Tensor:
+        """The single-device gradient 2-norm: squares of sharded gradients summed across TP, replicated
+        ones counted once (call after finish_backward)."""
+        sharded = torch.zeros((), dtype=torch.float64)
+        replicated = torch.zeros((), dtype=torch.float64)
+        for fqn, p in self.model.named_parameters():
+            if p.grad is None:
+                continue
+            sq = p.grad.detach().double().pow(2).sum().cpu()
+            if self.specs[fqn].dim is None:
+                replicated += sq
+            else:
+                sharded += sq
+        sharded = sharded.to(comm.device())
+        comm.all_reduce(sharded, group=self.group, tag="tp.grad_norm")
+        return (sharded.cpu() + replicated).sqrt()
+
+    def gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Full logits (padding columns dropped) from every rank's slice: for evaluation and tests only."""
+        return self._gather(logits.detach(), logits.dim() - 1)[..., :self.vocab_size]
+
+    # --- full values and state dicts ---
+    def full(self, fqn: str, local: torch.Tensor) -> torch.Tensor:
+        """The bare model's value of a tensor shaped like parameter `fqn`'s shard (the parameter, its
+        gradient, an optimizer state); every rank gets it."""
+        spec = self.specs[fqn]
+        if spec.dim is None:
+            return local.detach().clone()
+        return self._gather(local.detach(), spec.dim).narrow(spec.dim, 0, spec.full_shape[spec.dim])
+
+    def _gather(self, local: torch.Tensor, dim: int) -> torch.Tensor:
+        shard = local.movedim(dim, 0).contiguous()
+        out = shard.new_empty((self.size * shard.shape[0], *shard.shape[1:]))
+        comm.all_gather(out, shard, group=self.group, tag="tp.full")
+        return out.movedim(0, dim).contiguous()
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        return {n: self.full(n, p) for n, p in self.model.named_parameters()}
+
+    def full_values(self, values: dict) -> dict[str, torch.Tensor]:
+        """{fqn: the bare model's value} from {fqn: this TP rank's value} (what a dp layer's
+        full_parameters gives under TP). A collective: every TP rank calls it with the same keys."""
+        return {n: self.full(n, v) for n, v in values.items()}
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        return {n: self.full(n, p.grad) for n, p in self.model.named_parameters() if p.grad is not None}
+
+    @property
+    def mesh(self):
+        """The 1-D "tp" DeviceMesh (built from the group when `apply_tp` was given a group)."""
+        if self._mesh is None:
+            from torch.distributed.device_mesh import DeviceMesh
+
+            group = self.group if self.group is not None else torch.distributed.group.WORLD
+            self._mesh = DeviceMesh.from_group(group, comm.device().type, mesh_dim_names=("tp",))
+        return self._mesh
+
+    def to_dtensor(self, fqn: str, local: torch.Tensor):
+        """A DTensor on the tp mesh for a tensor shaped like `fqn`'s shard: Shard(dim) with the bare model's
+        global shape (vocabulary padding excluded: the last shards are shorter, as torch.chunk splits), or
+        the plain tensor for a replicated one. It shares storage with `local` (DCP loads in place)."""
+        from torch.distributed.tensor import DTensor, Shard
+
+        spec = self.specs[fqn]
+        if spec.dim is None:
+            return local
+        real = local.narrow(spec.dim, 0, spec.real)
+        return DTensor.from_local(real, self.mesh, [Shard(spec.dim)], run_check=False,
+                                  shape=torch.Size(spec.full_shape), stride=_contiguous_stride(spec.full_shape))
+
+    def state_dict(self) -> dict:
+        """The model state for DCP, keyed by the bare model's FQNs (the tied head under its own name too,
+        like torch's state_dict), sharded parameters as DTensors over tp: loads at any tp degree."""
+        params = dict(self.model.named_parameters())
+        out = {}
+        for fqn in self.model.state_dict(keep_vars=True):
+            key = "wte.weight" if fqn == "lm_head.weight" else fqn
+            out[fqn] = self.to_dtensor(key, params[key].detach())
+        return out
+
+    def local_value(self, fqn: str, value) -> torch.Tensor:
+        """This rank's shard (padding rows zero) of parameter `fqn`'s value given as a DTensor (after
+        dcp.load into `state_dict()`'s) or as the full tensor."""
+        spec = self.specs[fqn]
+        if spec.dim is None:
+            return value.full_tensor() if hasattr(value, "full_tensor") else value
+        if hasattr(value, "to_local"):
+            real = value.to_local()
+        else:
+            per = dict(self.model.named_parameters())[fqn].shape[spec.dim]
+            real = value.narrow(spec.dim, self.rank * per, spec.real)
+        shape = list(spec.full_shape)
+        shape[spec.dim] = dict(self.model.named_parameters())[fqn].shape[spec.dim]
+        out = real.new_zeros(shape)
+        out.narrow(spec.dim, 0, spec.real).copy_(real)
+        return out
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Copy a state dict (DTensors from `state_dict()` after dcp.load, or full tensors) into the shards."""
+        with torch.no_grad():
+            for fqn, p in self.model.named_parameters():
+                p.copy_(self.local_value(fqn, sd[fqn]))
+
+    def optim_state_dict(self, optimizer) -> dict:
+        """{"state": {fqn: {"step": t, "exp_avg": DTensor, ...}}, "param_groups": [{..., "params": [fqn]}]}:
+        per-element optimizer states placed like their parameters, so DCP reshards them too."""
+        fqn_of = {id(p): n for n, p in self.model.named_parameters()}
+        order = [fqn_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+        raw = optimizer.state_dict()
+        local = dict(self.model.named_parameters())
+        state = {}
+        for i, st in raw["state"].items():
+            fqn = order[i]
+            state[fqn] = {k: self.to_dtensor(fqn, v) if torch.is_tensor(v) and v.shape == local[fqn].shape else v
+                          for k, v in st.items()}
+        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [order[i] for i in g["params"]]}
+                  for g in raw["param_groups"]]
+        return {"state": state, "param_groups": groups}
+
+    def load_optim_state_dict(self, optimizer, sd: dict) -> None:
+        fqn_of = {id(p): n for n, p in self.model.named_parameters()}
+        order = [fqn_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
+        index = {fqn: i for i, fqn in enumerate(order)}
+        state = {index[fqn]: {k: self.local_value(fqn, v) if torch.is_tensor(v) and v.dim() > 0 else v
+                              for k, v in st.items()} for fqn, st in sd["state"].items()}
+        groups = [{**g, "params": [index[f] for f in g["params"]]} for g in sd["param_groups"]]
+        optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+
+def comm_bytes_per_step(n_layer: int, d_model: int, max_seq_len: int, tokens: int, sp: bool,
+                        elem_bytes: int = 4, grad_norm: bool = False) -> dict[str, int]:
+    """Payload bytes (comm's convention) own TP sends per rank for `tokens` = batch x sequence tokens through
+    one forward, backward and finish_backward, by op (docs/tensor_parallel.md): 2L+1 region collectives
+    per pass (2 per block; the embedding forward, the head backward, or with SP both), the loss's max and
+    stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar."""
+    act = tokens * d_model * elem_bytes
+    regions = 2 * (2 * n_layer + 1) * act  # forward + backward
+    loss = tokens * 4 + 2 * tokens * 4
+    norm = 8 if grad_norm else 0
+    if not sp:
+        return {"all_reduce": regions + loss + norm}
+    sp_grads = (6 * n_layer * d_model + 2 * d_model + max_seq_len * d_model) * elem_bytes
+    return {"all_reduce": loss + sp_grads + norm, "all_gather": regions, "reduce_scatter": regions}
+
+
+def _contiguous_stride(shape: tuple) -> tuple:
+    stride, acc = [], 1
+    for s in reversed(shape):
+        stride.append(acc)
+        acc *= s
+    return tuple(reversed(stride))
+
+
+__all__ = ["apply_tp", "apply_tensor_parallel", "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
+           "VocabParallelHead", "SequenceParallelPositions", "ShardedRegionRNG", "OwnTP",
+           "vocab_parallel_cross_entropy", "check_divisible"]

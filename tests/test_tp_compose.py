@@ -1,0 +1,116 @@
+"""Tensor parallelism through the composition (`shardlab.parallel.build`): the step the trainer runs equals
+one device's at tp = 2 and at tp x dp = 2 x 2, own and DTensor; the CLI runs it and refuses bad settings.
+
+fp32 parity: losses, clipped gradient norms and parameters after 3 AdamW steps equal the single-device
+run to rtol 1e-5 (the split matmuls and the vocab-parallel loss add in another order; nothing else differs).
+The learning rate is 1e-3: Adam divides a gradient entry by its own magnitude, so an entry near zero turns its
+round-off into an update of up to ~lr; at 3e-3 two of 4096 entries of a q weight differed by 1.8e-5.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+
+from shardlab import config
+from shardlab.testing.cli import run_cli
+from shardlab.testing.compare import assert_params_close
+from tp_harness import composed
+
+
+@functools.lru_cache(maxsize=None)
+def _single():
+    # One process, no process group: the plain model with the whole global batch as one microbatch.
+    return composed(["parallel.strategy=single", "train.micro_batch=4"])
+
+
+def _assert_equals_single(got: dict) -> None:
+    ref = _single()
+    torch.testing.assert_close(got["losses"], ref["losses"], rtol=1e-5, atol=0)
+    torch.testing.assert_close(got["norms"], ref["norms"], rtol=1e-5, atol=0)
+    assert got["params"].keys() == ref["params"].keys()
+    assert_params_close(got["params"], ref["params"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl,sp", [("own", False), ("own", True), ("dtensor", False), ("dtensor", True)])
+def test_tp2_through_build_equals_single_device(pool2, impl, sp):
+    out = pool2.run(composed, ["parallel.tp=2", f"parallel.tp_impl={impl}", f"parallel.sp={str(sp).lower()}",
+                               "train.micro_batch=4"], timeout=300)[0]
+    _assert_equals_single(out)
+    # Checkpoints reshard across tp degrees: the bare model's names, split tensors as DTensors with the
+    # bare model's global shapes.
+    ref_shapes = {k: tuple(v.shape) for k, v in _single()["params"].items()}
+    assert {k: shape for k, (_, shape) in out["state"].items() if k in ref_shapes} == ref_shapes
+    assert out["state"]["blocks.0.mlp.fc.weight"][0] and out["state"]["wte.weight"][0]
+
+
+@pytest.mark.parametrize("impl,dp,sp", [("own", "ddp", False), ("own", "zero3", True),
+                                        ("dtensor", "torch-fsdp2", False)])
+def test_tp2_x_dp2_equals_single_device(pool4, impl, dp, sp):
+    """The (dp, tp) mesh at world 4: the gradient norm is the single-device one (split tensors summed over
+    tp, copies once, dp shards summed over dp_shard), and the parameters after 3 steps are. With zero3 and
+    SP, SP's sum over tp runs on zero's gradient shards (laid out alike on both tp ranks)."""
+    out = pool4.run(composed, ["parallel.tp=2", f"parallel.tp_impl={impl}", f"parallel.dp={dp}",
+                               f"parallel.sp={str(sp).lower()}", "train.micro_batch=2"], timeout=400)[0]
+    _assert_equals_single(out)
+
+
+def test_cli_train_tp2_loss_equals_single(tmp_path):
+    common = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
+              "train.steps=2", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=2",
+              "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
+    losses = {}
+    for name, args in (("tp", ["--nproc", "2", "parallel.tp=2"]), ("single", ["parallel.strategy=single"])):
+        run = tmp_path / name
+        proc = run_cli(["train", *args, *common, "--out", str(run)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        losses[name] = [r[k] for r in rows for k in ("loss", "val_loss") if k in r]
+    assert len(losses["tp"]) >= 3  # two training losses and at least one evaluation
+    torch.testing.assert_close(losses["tp"], losses["single"], rtol=1e-5, atol=0)
+
+
+def test_tp2_checkpoint_resumes_on_one_device(tmp_path):
+    """A tp=2 run's checkpoint (the bare model's names, split tensors as DTensors over tp) resumes on one
+    process: its next step's loss equals an uninterrupted single-device run's."""
+    common = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
+              "train.warmup_steps=1", "train.log_every=1", "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
+    runs = {"tp": ["--nproc", "2", "parallel.tp=2", "train.steps=2", "train.eval_every=2", "ckpt.final=true"],
+            "whole": ["parallel.strategy=single", "train.steps=3", "train.eval_every=3"]}
+    runs["resumed"] = runs["whole"] + [f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
+    last = {}
+    for name, args in runs.items():  # in order: the resume reads the tp run's checkpoint
+        proc = run_cli(["train", *args, *common, "--out", str(tmp_path / name)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        last[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["resumed"]["step"] == 3
+    for key in ("loss", "val_loss"):
+        assert last["resumed"][key] == pytest.approx(last["whole"][key], rel=1e-5)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["parallel.tp=3"], "does not divide model.n_head=4"),
+    (["parallel.tp=2", "parallel.sp=true", "train.seq_len=33"], "train.seq_len=33 is not divisible"),
+    (["parallel.sp=true"], "needs parallel.tp > 1"),
+    (["parallel.tp=2", "parallel.tp_impl=megatron"], "parallel.tp_impl='megatron': must be one of"),
+    (["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.dp=zero3", "--nproc", "4"], "does not compose"),
+    (["parallel.tp=2", "parallel.dp=zero2", "ckpt.final=true", "--nproc", "4"], "not implemented yet"),
+])
+def test_bad_tp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):
+    from shardlab import cli
+
+    nproc = [] if "--nproc" in args else ["--nproc", "3" if "parallel.tp=3" in args else "2"]
+    code = cli.cmd_train(["model.preset=tiny", *nproc, *args, "--out", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], err
+    assert not (tmp_path / "run").exists()
+
+
+def test_tp_keys_validate_in_config():
+    cfg = config.load(None, ["model.preset=tiny", "parallel.tp=2", "parallel.sp=true", "train.seq_len=32"])
+    config.validate(cfg, 4)
+    assert cfg.parallel.tp_impl == "own" and cfg.parallel.sp is True and cfg.train.global_batch % 2 == 0
