@@ -31,7 +31,10 @@ def _assert_equals_single(got: dict) -> None:
     torch.testing.assert_close(got["losses"], ref["losses"], rtol=1e-5, atol=0)
     torch.testing.assert_close(got["norms"], ref["norms"], rtol=1e-5, atol=0)
     assert got["params"].keys() == ref["params"].keys()
-    assert_params_close(got["params"], ref["params"], rtol=1e-5, atol=1e-5)
+    # The harness steps at the constant train.lr=0.001: Σ lr = 3e-3 over its 3 steps (see compare.py). atol
+    # 3e-5 as in test_tp.py: split matmuls change the reduction order of every gradient, and Adam turns the
+    # relative round-off of a near-zero entry into up to ~lr of update (measured worst: 1.05e-5, 1 of 4096).
+    assert_params_close(got["params"], ref["params"], lr_sum=3 * 1e-3, rtol=1e-5, atol=3e-5)
 
 
 @pytest.mark.parametrize("impl,sp", [("own", False), ("own", True), ("dtensor", False), ("dtensor", True)])
@@ -79,7 +82,9 @@ def test_tp2_checkpoint_resumes_on_one_device(tmp_path):
               "train.warmup_steps=1", "train.log_every=1", "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
     runs = {"tp": ["--nproc", "2", "parallel.tp=2", "train.steps=2", "train.eval_every=2", "ckpt.final=true"],
             "whole": ["parallel.strategy=single", "train.steps=3", "train.eval_every=3"]}
-    runs["resumed"] = runs["whole"] + [f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
+    # resuming starts from the tp run's config and world size: the layout change is asked for explicitly
+    runs["resumed"] = runs["whole"] + ["--nproc", "1", "parallel.tp=1",
+                                       f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
     last = {}
     for name, args in runs.items():  # in order: the resume reads the tp run's checkpoint
         proc = run_cli(["train", *args, *common, "--out", str(tmp_path / name)], timeout=400)

@@ -200,6 +200,10 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
     "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
     "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
+    "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
+                         "DTensor's parallelize_module (docs/tensor_parallel.md)", "own | dtensor"),
+    "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
+                    "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
     "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
                              "torch.distributed.pipelining's", "gpipe | 1f1b | interleaved | zb | torch-gpipe | "
                              "torch-1f1b | torch-interleaved | torch-zb"),
