@@ -56,6 +56,8 @@ class TrainConfig:
     eval_seqs: int = 64  # validation sequences per evaluation, split across ranks (same set at any world size)
     log_every: int = 10
     threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
+    recompute: str = "none"  # none | full | selective : activation recompute per block (docs/memory.md)
+    recompute_every: int = 1  # recompute every K-th block (blocks K-1, 2K-1, ...)
 
 
 @dataclass
@@ -258,11 +260,13 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
+    _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
     for key, value in (("train.steps", t.steps), ("train.micro_batch", t.micro_batch),
                        ("train.grad_accum", t.grad_accum), ("train.seq_len", t.seq_len),
-                       ("train.log_every", t.log_every), ("train.threads", t.threads)):
+                       ("train.log_every", t.log_every), ("train.threads", t.threads),
+                       ("train.recompute_every", t.recompute_every)):
         if value < 1:
             raise ConfigError(f"{key}={value}: must be at least 1")
     if not 0.0 < t.lr < 1.0 or t.min_lr < 0 or t.min_lr > t.lr:

@@ -225,6 +225,9 @@ class Zero3(_Zero):
         return model
 
     def _pre_forward(self, unit: FlatParamUnit, module, args) -> None:
+        if _in_backward():  # activation recompute of a unit inside a recomputed block: its backward is next
+            unit.unshard()
+            return
         if unit is self.units[0]:  # a new forward: its order decides the backward prefetch order
             self._post_order, self._bwd_next = [], None
         comm.set_phase("forward")
@@ -233,6 +236,8 @@ class Zero3(_Zero):
             self._fwd_next[unit].start_all_gather()
 
     def _post_forward(self, unit: FlatParamUnit, module, args, output) -> None:
+        if _in_backward():  # recompute: keep the parameters for that backward (it reshards after reducing)
+            return
         self._post_order.append(unit)
         if not torch.is_grad_enabled():  # evaluation: no backward will come to reshard
             if unit is self.units[0]:
@@ -273,6 +278,11 @@ class Zero3(_Zero):
             if not was:
                 unit.reshard()
         return {i.fqn: out[i.fqn] for i in self.infos}
+
+
+def _in_backward() -> bool:
+    """Inside a backward pass a module's forward is activation recompute (checkpointing), not a forward."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _tensors(output) -> list[torch.Tensor]:

@@ -1,0 +1,21 @@
+"""Rank-side helper for the recompute tests: the same training run once per recompute mode, in one pool
+call (one process start for all modes)."""
+from __future__ import annotations
+
+import torch
+
+from zero_harness import TINY, train
+
+MODES = ("none", "full", "selective")
+
+
+def modes(name: str, modes: tuple = MODES, steps: int = 5, model_kw: dict = TINY, every: int = 1,
+          **parallel) -> dict:
+    """mode -> `zero_harness.train`'s result for `name` with `train.recompute=mode`. Every run starts from
+    the same global RNG state, so dropout draws the same masks if recompute replays them."""
+    out = {}
+    for mode in modes:
+        torch.manual_seed(0)
+        out[mode] = train(name, steps=steps, model_kw=model_kw,
+                          train_kw={"recompute": mode, "recompute_every": every}, **parallel)
+    return out
