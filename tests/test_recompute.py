@@ -88,6 +88,7 @@ def test_zero3_wrap_layer_world2_bitwise_equal_to_none(pool2):
 
 
 def test_dropout_world2_zero3_equal_to_none(pool2):
+    """Dropout masks are replayed in recompute: the same losses and parameters as without."""
     _bitwise(pool2.run(modes, "zero3", model_kw=DROPOUT))
 
 
@@ -126,3 +127,8 @@ def test_selective_recompute_keeps_what_its_policy_saves():
     want = formula_bytes(2, SIZES["max_seq_len"], SIZES["d_model"], SIZES["n_head"], "selective")
     assert set(acts.held.values()) == {want}
     assert want < formula_bytes(2, SIZES["max_seq_len"], SIZES["d_model"], SIZES["n_head"], "none")
+
+
+@pytest.mark.parametrize("name", ["zero1", "zero2", "torch-ddp", "torch-fsdp2", "torch-zero1"])
+def test_other_dp_layers_world2_bitwise_equal_to_none(pool2, name):
+    _bitwise(pool2.run(modes, name))
