@@ -11,6 +11,7 @@ from shardlab.observe import analysis, cli, ddp_hook, inject, timeline
 def traced_ddp_run(run_dir: str, slow_rank: int, slow_ms: float, steps: int = 6) -> int:
     from torch.nn.parallel import DistributedDataParallel
     from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.model.loss import cross_entropy
 
     rank = comm.rank()
     timeline.enable(run_dir, rank)
@@ -26,7 +27,7 @@ def traced_ddp_run(run_dir: str, slow_rank: int, slow_ms: float, steps: int = 6)
             inject.maybe_slow(cfg, rank, step)
             x = torch.randint(0, 256, (2, 16), generator=g)
             with timeline.span("forward"):
-                loss = ddp(x, x)
+                loss = cross_entropy(ddp(x), x, reduction="mean")
             with timeline.span("backward"):
                 loss.backward()
             with timeline.span("optimizer", cat="optim"):
