@@ -8,7 +8,7 @@ Activation bytes per block are counted exactly and equal the formula of docs/mem
 import pytest
 import torch
 
-from recompute_harness import modes
+from memory_harness import modes
 from shardlab.config import Config, ConfigError, load, validate
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.observe.activations import ActivationBytes, formula_bytes

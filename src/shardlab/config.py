@@ -78,6 +78,8 @@ class ParallelConfig:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    offload: str = "none"  # none | optimizer : optimizer state and step off the process (own zero1/2/3)
+    offload_to: str = "disk"  # disk (memory-mapped files, docs/memory.md) | host (not built yet)
 
     @property
     def dp(self) -> str:
@@ -259,6 +261,13 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
+    _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
+    _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
+    if p.offload != "none" and (p.offload != "optimizer" or p.offload_to != "disk"
+                                or p.strategy not in ("zero1", "zero2", "zero3")):
+        raise ConfigError(f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with "
+                          f"parallel.strategy={p.strategy}: this version offloads the optimizer to disk for "
+                          "zero1/zero2/zero3 only; use parallel.offload=optimizer parallel.offload_to=disk with one of them")
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))

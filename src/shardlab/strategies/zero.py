@@ -62,6 +62,10 @@ class _Zero(Strategy):
 
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
+        self.offload = None
+        if getattr(self.pcfg, "offload", "none") == "optimizer":  # state in memory-mapped files (offload.py)
+            from shardlab.strategies.offload import DiskOffload
+            self.offload = DiskOffload()
         return factory([(i.fqn, i.shard) for i in self.infos])
 
     # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
@@ -133,7 +137,10 @@ class _Zero(Strategy):
         return (i.shard.grad for i in self.infos if i.shard.grad is not None)
 
     def optimizer_step(self, optimizer) -> None:
-        optimizer.step()
+        if getattr(self, "offload", None) is not None:
+            self.offload.step(optimizer)
+        else:
+            optimizer.step()
         if not self.shard_params:
             self._gather_params()
 

@@ -1,5 +1,5 @@
-"""Rank-side helper for the recompute tests: the same training run once per recompute mode, in one pool
-call (one process start for all modes)."""
+"""Rank-side helpers for the memory tests: the same training run once per recompute mode, or with and
+without optimizer offload, in one pool call (one process start for all)."""
 from __future__ import annotations
 
 import torch
@@ -19,3 +19,9 @@ def modes(name: str, modes: tuple = MODES, steps: int = 5, model_kw: dict = TINY
         out[mode] = train(name, steps=steps, model_kw=model_kw,
                           train_kw={"recompute": mode, "recompute_every": every}, **parallel)
     return out
+
+
+def offload(name: str, steps: int = 5, **parallel) -> dict:
+    """{"none": ..., "disk": ...}: `zero_harness.train` without and with the optimizer offloaded to disk."""
+    return {"none": train(name, steps=steps, **parallel),
+            "disk": train(name, steps=steps, offload="optimizer", offload_to="disk", **parallel)}
