@@ -27,13 +27,15 @@ SIZES = {"quick": dict(rounds=8, warm=2, mem_steps=2, model=dict(n_layer=2, n_he
 MICRO_BATCH, SEQ = 8, 128
 
 
-def _build(dp: str, mode: str, model_kw: dict):
+def _build(dp: str, mode: str, model_kw: dict, offload: bool = False):
     from shardlab import parallel
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
 
     cfg = Config()
     cfg.parallel.strategy, cfg.train.recompute = dp, mode
+    if offload:
+        cfg.parallel.offload, cfg.parallel.offload_to = "optimizer", "disk"
     return parallel.build(cfg, torch.device("cpu"), build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ,
                                                                           **model_kw), seed=1337))
 
@@ -103,7 +105,40 @@ def _measure(size: dict) -> dict:
             paired[(dp, mode)].append(t[(dp, mode)] / t[(dp, "none")])
     peak_all = comm.all_gather_object({row: min(v) for row, v in peaks.items()})
     return {"acts": acts, "peaks": {row: max(p[row] for p in peak_all) for row in rows}, "kind": kind,
-            "paired": paired, "times": times}
+            "paired": paired, "times": times, "offload": _offload(size, batch, live[("zero3", "none")])}
+
+
+def _offload(size: dict, batch, base) -> dict:
+    """zero3 with the optimizer offloaded to disk vs without: the whole footprint of a run (a window around
+    building and training, both orders, the smaller), then step times paired against `base`."""
+    from shardlab import comm
+    from shardlab.observe.memory import PeakMemory, release
+
+    peaks = {False: [], True: []}
+    for order in ((False, True), (True, False)):
+        for off in order:
+            release()
+            comm.barrier()
+            with PeakMemory("cpu") as peak:
+                par = _build("zero3", "none", size["model"], offload=off)
+                for _ in range(size["mem_steps"] + 1):
+                    _step(par, *batch())
+            peaks[off].append(peak.bytes)
+            del par
+    live = _build("zero3", "none", size["model"], offload=True)
+    _step(live, *batch())
+    paired = []
+    for r in range(size["rounds"]):
+        x, y = batch()
+        t = {}
+        for par in ((base, live) if r % 2 == 0 else (live, base)):
+            comm.barrier()
+            t0 = time.perf_counter()
+            _step(par, x, y)
+            t[par is live] = time.perf_counter() - t0
+        paired.append(t[True] / t[False])
+    both = comm.all_gather_object({k: min(v) for k, v in peaks.items()})
+    return {"peak": {k: max(p[k] for p in both) for k in (False, True)}, "paired": paired}
 
 
 def run(out: Path, quick: bool) -> dict:
@@ -147,6 +182,9 @@ def run(out: Path, quick: bool) -> dict:
             figures[f"recompute_{mode}_time_ratio_{dp}"] = by[(dp, mode)]["time_ratio_vs_none"]["median"]
             figures[f"recompute_{mode}_peak_ratio_{dp}"] = \
                 by[(dp, mode)]["peak_mem_bytes"] / max(by[(dp, "none")]["peak_mem_bytes"], 1)
+    off = res["offload"]
+    figures["offload_disk_rss_ratio"] = off["peak"][True] / off["peak"][False]
+    figures["offload_disk_time_ratio"] = common.stats(off["paired"][warm:])["median"]
     figures["act_formula_max_err"] = max(abs(r["act_bytes"] / r["act_formula_bytes"] - 1) for r in rows)
     figures["planner_act_mem_err"] = max(abs(r["act_planner_bytes"] / r["act_bytes"] - 1) for r in rows)
     doc = common.write_results(out, "memory", figures, rows)
@@ -191,6 +229,10 @@ def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) 
         f"{size['warm']} excluded); each recompute row runs back to back with the `none` row of its dp layer "
         "(A B, then B A): the time ratio is the median of the per-round ratios.",
         "## Figures\n\n" + fig,
+        "`offload_disk_*`: zero3 with `parallel.offload=optimizer parallel.offload_to=disk` against zero3 without "
+        "(recompute none): the peak resident set above the start of a window around building the model and "
+        f"training {size['mem_steps'] + 1} steps (the smaller of two windows, max over ranks), and the step time "
+        "paired as above.",
         "## Rows\n\n" + table,
         "Activation bytes are exact (`shardlab.observe.activations.ActivationBytes`, summed over blocks: what the "
         "blocks hold between forward and backward); the formula is `formula_bytes` x n_layer (docs/memory.md); "
