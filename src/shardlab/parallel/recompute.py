@@ -88,7 +88,7 @@ def recomputed(index: int, every: int) -> bool:
 def apply(part: nn.Module, cfg, dims=None) -> nn.Module:
     """The recompute layer: wrap this part's blocks as `cfg.train.recompute` says. `dims` is unused (the
     layer is the same on every rank); it keeps the layers' common signature."""
-    mode, every = cfg.train.recompute, cfg.train.recompute_every
+    mode, every = getattr(cfg.train, "recompute", "none"), getattr(cfg.train, "recompute_every", 1)
     if mode == "none":
         return part
     blocks = getattr(part, "blocks", None) or {}
