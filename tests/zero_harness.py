@@ -12,8 +12,8 @@ TINY = dict(n_layer=2, n_head=4, d_model=64, vocab_size=256, max_seq_len=32)
 ODD = dict(n_layer=2, n_head=1, d_model=3, vocab_size=257, max_seq_len=13)
 
 
-def setup(name: str, model_kw: dict = TINY, dtype: str = "fp32", **parallel):
-    """The composition for `name` (a `Parallel`), on the given model sizes."""
+def setup(name: str, model_kw: dict = TINY, dtype: str = "fp32", train_kw: dict | None = None, **parallel):
+    """The composition for `name` (a `Parallel`), on the given model sizes; `train_kw` sets `[train]` keys."""
     from shardlab import parallel as parallel_mod
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
@@ -22,6 +22,8 @@ def setup(name: str, model_kw: dict = TINY, dtype: str = "fp32", **parallel):
     cfg.parallel.strategy, cfg.train.dtype = name, dtype
     for k, v in parallel.items():
         setattr(cfg.parallel, k, v)
+    for k, v in (train_kw or {}).items():
+        setattr(cfg.train, k, v)
     return parallel_mod.build(cfg, torch.device("cpu"), build_model(GPTConfig(**model_kw), seed=0))
 
 
@@ -32,12 +34,12 @@ def microbatches(batch: torch.Tensor, rank: int, micro: int) -> list:
 
 
 def train(name: str, steps: int = 10, model_kw: dict = TINY, accum: int = 1, micro: int = 2, dtype: str = "fp32",
-          clip: float = 1.0, **parallel) -> dict:
+          clip: float = 1.0, train_kw: dict | None = None, **parallel) -> dict:
     """The trainer's step on a fixed global batch; returns this rank's losses, the full parameters
     (rank 0), the per-rank collective bytes of the last step and `state_bytes`."""
     from shardlab import comm
 
-    par = setup(name, model_kw, dtype, **parallel)
+    par = setup(name, model_kw, dtype, train_kw, **parallel)
     world, rank = comm.world_size(), comm.rank()
     seq = model_kw["max_seq_len"]
     weight = 1.0 / (accum * micro * seq)  # the mean over this rank's tokens of the step

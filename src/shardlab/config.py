@@ -56,6 +56,8 @@ class TrainConfig:
     eval_seqs: int = 64  # validation sequences per evaluation, split across ranks (same set at any world size)
     log_every: int = 10
     threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
+    recompute: str = "none"  # none | full | selective : activation recompute per block (docs/memory.md)
+    recompute_every: int = 1  # recompute every K-th block (blocks K-1, 2K-1, ...)
 
 
 @dataclass
@@ -83,6 +85,8 @@ class ParallelConfig:
     pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...
     tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
+    offload: str = "none"  # none | optimizer : optimizer state and step off the process (own zero1/2/3)
+    offload_to: str = "disk"  # disk (memory-mapped files, docs/memory.md) | host (not built yet)
 
     @property
     def dp(self) -> str:
@@ -176,6 +180,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.eval_every": ("validation loss every N steps (and at step 0, and at the end); 0 = never", "int >= 0"),
     "train.eval_seqs": ("validation sequences per evaluation, the same set at any world size", "int >= 1"),
     "train.log_every": ("a metrics line every N steps (skips and rollbacks are always logged)", "int >= 1"),
+    "train.recompute": ("activation recompute per block: none, full (keep the block input only) or selective "
+                        "(keep matmul outputs, recompute the cheap ops); docs/memory.md", "none | full | selective"),
+    "train.recompute_every": ("recompute every K-th block (1 = all)", "int >= 1"),
     "train.threads": ("torch threads per rank (one per rank on CPU keeps ranks off each other's cores)", "int >= 1"),
     "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
                           " | ".join(STRATEGIES)),
@@ -200,6 +207,10 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
     "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
     "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
+    "parallel.offload": ("ZeRO-Offload: keep the optimizer state and step off the process's memory (own "
+                         "zero1/2/3 only; params is not built yet)", "none | optimizer | params"),
+    "parallel.offload_to": ("where offloaded state lives: memory-mapped files (docs/memory.md); host (pinned "
+                            "memory) is not built yet", "host | disk"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
                          "DTensor's parallelize_module (docs/tensor_parallel.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
@@ -386,12 +397,21 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
+    _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
+    _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
+    if p.offload != "none" and (p.offload != "optimizer" or p.offload_to != "disk"
+                                or p.strategy not in ("zero1", "zero2", "zero3")):
+        raise ConfigError(f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with "
+                          f"parallel.strategy={p.strategy}: this version offloads the optimizer to disk for "
+                          "zero1/zero2/zero3 only; use parallel.offload=optimizer parallel.offload_to=disk with one of them")
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
+    _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
     for key, value in (("train.steps", t.steps), ("train.micro_batch", t.micro_batch),
                        ("train.grad_accum", t.grad_accum), ("train.seq_len", t.seq_len),
-                       ("train.log_every", t.log_every), ("train.threads", t.threads)):
+                       ("train.log_every", t.log_every), ("train.threads", t.threads),
+                       ("train.recompute_every", t.recompute_every)):
         if value < 1:
             raise ConfigError(f"{key}={value}: must be at least 1")
     if not 0.0 < t.lr < 1.0 or t.min_lr < 0 or t.min_lr > t.lr:

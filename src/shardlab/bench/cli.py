@@ -22,6 +22,7 @@ SUITES = {
     "ddp": ("shardlab.bench.ddp", "own ddp vs torch-ddp, and the tracing overhead"),
     "strategies": ("shardlab.bench.strategies", "tokens/s vs memory of every strategy (Pareto plot)"),
     "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),
+    "memory": ("shardlab.bench.memory", "activation recompute: activation bytes, peak memory, step time"),
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
 }

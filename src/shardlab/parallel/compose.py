@@ -7,7 +7,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first:
          tensor parallel                      parallel/tp*.py (tp > 1)
-         activation recompute                 (train.recompute)
+         activation recompute                 recompute.py   (train.recompute)
          compile                              (train.compile)
          data parallel                        data_parallel.py -> shardlab.strategies
     5. the optimizer over what the layers left on this rank
@@ -22,7 +22,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.parallel import layers
+from shardlab.parallel import layers, recompute
 from shardlab.parallel.data_parallel import apply_data_parallel
 from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
@@ -54,6 +54,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 4. per part: tensor parallel -> activation recompute -> compile -> data parallel
     if dims.tp > 1:
         part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
+    part = recompute.apply(part, cfg, dims)
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))

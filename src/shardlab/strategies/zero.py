@@ -77,6 +77,10 @@ class _Zero(Strategy):
 
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
+        self.offload = None
+        if getattr(self.pcfg, "offload", "none") == "optimizer":  # state in memory-mapped files (offload.py)
+            from shardlab.strategies.offload import DiskOffload
+            self.offload = DiskOffload()
         return factory([(i.fqn, i.shard) for i in self.infos])
 
     # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
@@ -180,7 +184,10 @@ class _Zero(Strategy):
         return {i.fqn: i.shard.grad for i in self.infos if i.shard.grad is not None}
 
     def optimizer_step(self, optimizer) -> None:
-        optimizer.step()
+        if getattr(self, "offload", None) is not None:
+            self.offload.step(optimizer)
+        else:
+            optimizer.step()
         if not self.shard_params:
             self._gather_params()
 
@@ -272,6 +279,9 @@ class Zero3(_Zero):
         return model
 
     def _pre_forward(self, unit: FlatParamUnit, module, args) -> None:
+        if _in_backward():  # activation recompute of a unit inside a recomputed block: its backward is next
+            unit.unshard()
+            return
         if unit is self.units[0]:  # a new forward: its order decides the backward prefetch order
             self._post_order, self._bwd_next = [], None
         comm.set_phase("forward")
@@ -280,6 +290,8 @@ class Zero3(_Zero):
             self._fwd_next[unit].start_all_gather()
 
     def _post_forward(self, unit: FlatParamUnit, module, args, output) -> None:
+        if _in_backward():  # recompute: keep the parameters for that backward (it reshards after reducing)
+            return
         self._post_order.append(unit)
         if not torch.is_grad_enabled():  # evaluation: no backward will come to reshard
             if unit is self.units[0]:
@@ -320,6 +332,11 @@ class Zero3(_Zero):
             if not was:
                 unit.reshard()
         return {i.fqn: out[i.fqn] for i in self.infos}
+
+
+def _in_backward() -> bool:
+    """Inside a backward pass a module's forward is activation recompute (checkpointing), not a forward."""
+    return torch._C._current_graph_task_id() != -1
 
 
 def _tensors(output) -> list[torch.Tensor]:

@@ -1,0 +1,83 @@
+"""Optimizer offload to disk (`parallel.offload=optimizer parallel.offload_to=disk`), for the own zero layers.
+
+ZeRO-Infinity's NVMe tier on a CPU-only machine: this rank's optimizer state (Adam's m and v of its
+shards) lives in memory-mapped files, not in the process's memory. The step runs one parameter shard at a
+time: its state is paged in from the file, updated in place (the file is the home), then its pages are
+dropped from the process (`madvise(MADV_DONTNEED)`; the kernel writes them back), so resident memory holds
+at most one shard's state, at any moment. The arithmetic is the optimizer's own (one `step()` per shard,
+the same per-tensor update as the unsplit step with `foreach=False`): results are bitwise those of a run
+without offload.
+
+The files are unlinked as soon as they are mapped (nothing is left behind, whatever way the process ends);
+state dicts see ordinary tensors, so checkpoints of offloaded runs load anywhere, and a loaded state is
+moved back into files at the next step.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import tempfile
+
+import torch
+
+_MADV_DONTNEED = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _drop_pages(t: torch.Tensor) -> None:
+    """Release a file-backed tensor's pages from this process (they stay in the file / page cache)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    start = t.data_ptr() // page * page
+    length = t.data_ptr() + t.numel() * t.element_size() - start
+    _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
+
+
+class DiskOffload:
+    def __init__(self, directory: str = ""):
+        self.dir = tempfile.mkdtemp(prefix="shardlab-offload-", dir=directory or None)
+        self.homes: dict[tuple[int, str], torch.Tensor] = {}  # (id(param), key) -> file-backed tensor
+        self._n = 0
+
+    def _file_tensor(self, like: torch.Tensor) -> torch.Tensor:
+        path = os.path.join(self.dir, f"state{self._n}.bin")
+        self._n += 1
+        t = torch.from_file(path, shared=True, size=like.numel(), dtype=like.dtype).view(like.shape)
+        os.unlink(path)  # the mapping keeps the data; no file outlives the process
+        return t
+
+    def _rehome(self, p: torch.Tensor, state: dict) -> None:
+        """Move the parameter's state tensors into their files (new state, or a state just loaded)."""
+        for key, v in state.items():
+            if not torch.is_tensor(v) or v.dim() == 0:  # Adam's step counter: a scalar, kept in memory
+                continue
+            home = self.homes.get((id(p), key))
+            if home is None or home.shape != v.shape or home.dtype != v.dtype:
+                home = self.homes[(id(p), key)] = self._file_tensor(v)
+            if v is not home:
+                home.copy_(v)
+                state[key] = home
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """`optimizer.step()`, one parameter shard at a time, each shard's state paged in and out."""
+        groups = [g["params"] for g in optimizer.param_groups]
+        try:
+            for g, params in zip(optimizer.param_groups, groups):
+                for p in params:
+                    if p.grad is None:
+                        continue
+                    for other in optimizer.param_groups:
+                        other["params"] = []
+                    g["params"] = [p]
+                    optimizer.step()
+                    state = optimizer.state[p]
+                    self._rehome(p, state)
+                    for key, v in state.items():
+                        if (id(p), key) in self.homes:
+                            _drop_pages(v)
+        finally:
+            for g, params in zip(optimizer.param_groups, groups):
+                g["params"] = params
+
+    def offloaded_bytes(self) -> int:
+        """Bytes of optimizer state kept in files (off the process)."""
+        return sum(t.numel() * t.element_size() for t in self.homes.values())
