@@ -101,7 +101,7 @@ def records(sp: bool, model_kw: dict = TINY) -> list[dict]:
 
     _, model = build("own", sp, model_kw)
     idx, tgt = batch(model_kw, seed=0)
-    first = comm.RECORDER.seq
+    first = comm.RECORDER.order
     comm.set_phase("forward")
     logits = model(idx)
     loss = model.tp.loss_fn(logits, tgt, "sum")
@@ -111,7 +111,7 @@ def records(sp: bool, model_kw: dict = TINY) -> list[dict]:
     model.tp.finish_backward()
     comm.set_phase("idle")
     return [dict(op=r.op, tag=r.tag, phase=r.phase, bytes=r.bytes, wire=r.wire_bytes)
-            for r in comm.RECORDER.ring if r.seq > first]
+            for r in comm.RECORDER.ring if r.order > first]
 
 
 def dtensor_collectives(sp: bool, model_kw: dict = TINY) -> dict:
@@ -286,7 +286,7 @@ def reshard_across_degrees(path: str, model_kw: dict) -> dict:
 # --- through the composition (shardlab.parallel.build), as the trainer runs it ---------------------------
 
 COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4", "train.lr=0.001",
-            "train.grad_clip=1.0"]
+            "train.grad_clip=1.0", "ckpt.final=false"]
 
 
 def composed(overrides: list[str], steps: int = 3) -> dict | None:

@@ -186,7 +186,7 @@ class DDP(Strategy):
         """Lay the buckets out in the order gradients became ready in the first step, so each bucket
         is complete as early as possible. Rank 0's order is used everywhere: all ranks must agree."""
         self.rebuilt = True
-        order = comm.broadcast_object(self.ready_order, src=_root(self.group), group=self.group)
+        order = comm.broadcast_object(self.ready_order, src=0, group=self.group)
         if order == [self.index[p] for b in self.buckets for p in b.params]:
             return  # already the layout we have
         self.buckets = B.build([self.named[i] for i in order], self.limits, self.pcfg.comm_dtype)
@@ -259,15 +259,6 @@ def check_replicas(model: nn.Module, group=None) -> None:
                            f"Every rank must build the same model before wrapping.")
 
 
-def _root(group) -> int:
-    """The global rank of the group's first rank: broadcast's `src` is global, and under tensor
-    parallelism the data-parallel group of tp rank 1 does not contain global rank 0."""
-    if group is None or not comm.is_initialized():
-        return 0
-    import torch.distributed as dist
-    return dist.get_global_rank(group, 0)
-
-
 def broadcast_coalesced(tensors: list[torch.Tensor], group=None, tag: str = "broadcast") -> None:
     """Broadcast tensors from the group's first rank with one collective per dtype (flatten, broadcast, copy back)."""
     by_dtype: dict = {}
@@ -275,7 +266,7 @@ def broadcast_coalesced(tensors: list[torch.Tensor], group=None, tag: str = "bro
         by_dtype.setdefault((t.dtype, t.device), []).append(t)
     for ts in by_dtype.values():
         flat = torch.cat([t.detach().reshape(-1) for t in ts])
-        comm.broadcast(flat, src=_root(group), group=group, tag=tag)
+        comm.broadcast(flat, src=0, group=group, tag=tag)  # src is group-local in comm: the group's first rank
         offset = 0
         with torch.no_grad():
             for t in ts:
