@@ -68,17 +68,15 @@ class PipelineEngine:
         assert len(microbatches) == self.schedule.microbatches, "one (x, y) per scheduled microbatch"
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
         loss_sum = torch.zeros((), device=self.device)
+        recvs = _Receives(self, microbatches)
         for k, ins in enumerate(self.instrs):
             key = (ins.stage, ins.mb)
             x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
+            recvs.post_ahead(k)
             if ins.op == "RECV_F":
-                buf = torch.empty(self.act_shape(x), device=self.device)
-                comm.recv(buf, self.stage_rank(ins.peer), group=self.group, tag=f"act {ins.peer}->{ins.stage} mb{ins.mb}")
-                inputs[key] = buf.requires_grad_(self.emulate is None)
+                inputs[key] = recvs.take(k).requires_grad_(self.emulate is None)
             elif ins.op == "RECV_B":
-                buf = torch.empty(self.act_shape(x), device=self.device)
-                comm.recv(buf, self.stage_rank(ins.peer), group=self.group, tag=f"grad {ins.peer}->{ins.stage} mb{ins.mb}")
-                grads[key] = buf
+                grads[key] = recvs.take(k)
             elif ins.op == "SEND_F":
                 sends.append(comm.isend(outputs[key].detach(), self.stage_rank(ins.peer), group=self.group,
                                         tag=f"act {ins.stage}->{ins.peer} mb{ins.mb}"))
@@ -145,3 +143,35 @@ class PipelineEngine:
                 if g is None:
                     g = self.stages[s].wte.weight.grad = torch.zeros_like(self.stages[s].wte.weight)
                 comm.all_reduce(g, group=self.embed_group, tag="tied embedding grad")
+
+
+class _Receives:
+    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time, in the
+    schedule's order (which is each channel's send order: the simulator checks it), so a message that
+    arrives early lands in its buffer instead of waiting for the receive to be posted; the instruction
+    then only waits for it. The lookahead bounds the extra buffers a rank holds."""
+
+    LOOKAHEAD = 4
+
+    def __init__(self, engine: PipelineEngine, microbatches):
+        self.engine, self.microbatches = engine, microbatches
+        self.todo = [k for k, ins in enumerate(engine.instrs) if ins.op in ("RECV_F", "RECV_B")]
+        self.next = 0  # index into todo of the next receive to post
+        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer)
+
+    def post_ahead(self, k: int) -> None:
+        e = self.engine
+        while self.next < len(self.todo) and (len(self.posted) < self.LOOKAHEAD or self.todo[self.next] <= k):
+            j = self.todo[self.next]
+            ins = e.instrs[j]
+            buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
+            what = "act" if ins.op == "RECV_F" else "grad"
+            handle = comm.irecv(buf, e.stage_rank(ins.peer), group=e.group,
+                                tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
+            self.posted[j] = (handle, buf)
+            self.next += 1
+
+    def take(self, k: int) -> torch.Tensor:
+        handle, buf = self.posted.pop(k)
+        handle.wait()
+        return buf
