@@ -125,10 +125,10 @@ def run(out: Path, quick: bool) -> dict:
         ["schedule", "p", "m", "V", "step ms (median)", "bubble measured", "bubble analytic", "peak activations"],
         [[r["schedule"], r["pp"], r["m"], r["virtual"], f"{r['step_s'] * 1e3:.1f}", f"{r['bubble_measured']:.3f}",
           f"{r['bubble_analytic']:.3f}", r["peak_activations"]] for r in rows])
-    rows.append({"kind": "own_vs_torch", "schedule": "1f1b", "pp": 2, "pairs": pairs, "ratio": ratio})
+    rows.append({"kind": "own_vs_torch", "schedule": "1f1b", "pp": 2, "pairs_own_torch_s": pairs,
+                 "torch_over_own": ratio})
     common.write_results(out, "pipeline", figures, rows)
     common.write_report(out, "Pipeline schedules: the bubble measured", [
-        common.machine_line(),
         f"Emulated compute: every stage sleeps f = {f_s * 1e3:.0f} ms per forward and b = {b_s * 1e3:.0f} ms per "
         "backward (split evenly over virtual stages); activations and gradients are real tensors sent through "
         "comm. Measured bubble = 1 - m(f + b) / step time; analytic: (p-1)/(m+p-1), ÷ V interleaved, "
