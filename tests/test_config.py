@@ -1,7 +1,7 @@
 """Config and CLI validation: every bad input is one clear line, exit code 2, nothing written."""
 import pytest
 
-from shardlab import cli, config
+from shardlab import cli, config, config_help
 from shardlab.config import ConfigError
 from shardlab.testing import run_cli
 
@@ -72,19 +72,19 @@ def test_every_key_has_a_description_and_allowed_values(capsys):
     """--help-keys: each key's default, allowed values and one line; the descriptions live in config.py
     (KEY_HELP), so a key added without one fails here."""
     keys = config.all_keys()
-    assert sorted(config.KEY_HELP) == sorted(keys)
-    assert all(text.strip() and allowed.strip() for text, allowed in config.KEY_HELP.values())
+    assert sorted(config_help.KEY_HELP) == sorted(keys)
+    assert all(text.strip() and allowed.strip() for text, allowed in config_help.KEY_HELP.values())
     assert cli.cmd_train(["--help-keys"]) == 0
     out = capsys.readouterr().out
     for key in keys:
-        assert f"{key} = " in out and config.KEY_HELP[key][0] in out
+        assert f"{key} = " in out and config_help.KEY_HELP[key][0] in out
     assert "0 means \"derive it\"" in out and "STEP:RANK:MODULE" in out and "R@STEP" in out
 
 
 def test_listed_choices_are_the_validated_ones():
     """For keys with a fixed set of values, the help lists exactly what validation accepts."""
     import re
-    for key, (_, allowed) in config.KEY_HELP.items():
+    for key, (_, allowed) in config_help.KEY_HELP.items():
         options = [o.strip() for o in allowed.split("|")]
         section, name = key.split(".")
         default = getattr(getattr(config.Config(), section), config._field_name(name))

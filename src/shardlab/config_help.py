@@ -1,0 +1,135 @@
+"""What `shardlab train --help-keys` says about each config key: one line of help and the allowed values.
+
+One entry per key of `shardlab.config`; tests/test_config.py fails for a key without one, and checks that the
+listed choices are exactly the ones validation accepts.
+"""
+from __future__ import annotations
+
+from shardlab import config
+from shardlab.config import STRATEGIES
+
+# key -> (what it does, allowed values)
+KEY_HELP: dict[str, tuple[str, str]] = {
+    "model.preset": ("model size: tiny (2 layers, d 64: tests), small (4 layers, d 256, ~3.3M params), "
+                     "gpt2 (GPT-2 small, 124M); custom = give n_layer, n_head, d_model", "tiny | small | gpt2 | custom"),
+    "model.n_layer": ("transformer blocks; 0 = the preset's", "0 | int >= 1"),
+    "model.n_head": ("attention heads (must divide d_model); 0 = the preset's", "0 | int >= 1"),
+    "model.d_model": ("embedding width; 0 = the preset's", "0 | int >= 1"),
+    "model.vocab_size": ("vocabulary size (byte-level data needs 256); 0 = the preset's", "0 | int >= 256"),
+    "model.max_seq_len": ("learned positions; 0 = train.seq_len", "0 | int >= train.seq_len"),
+    "model.dropout": ("dropout probability", "0.0 <= float < 1"),
+    "data.source": ("training text: the Python standard library's source, a text file (or every text file "
+                    "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
+    "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),
+    "data.uneven": ("when one rank runs out of data first: stop with an error, or let it shadow the "
+                    "collectives with zero-weight steps", "error | join"),
+    "train.steps": ("optimizer steps in total (the cosine schedule ends here)", "int >= 1"),
+    "train.micro_batch": ("sequences per forward/backward on one rank", "int >= 1"),
+    "train.grad_accum": ("microbatches per optimizer step (derived when train.global_batch is set)", "int >= 1"),
+    "train.global_batch": ("sequences per optimizer step over all ranks; 0 = micro_batch x grad_accum x world. "
+                           "Set it to keep the same batch at any world size", "0 | multiple of micro_batch x world"),
+    "train.seq_len": ("tokens per sequence", "int >= 1"),
+    "train.seed": ("seeds the model init and the sample order", "int"),
+    "train.lr": ("peak learning rate (AdamW)", "min_lr <= float < 1"),
+    "train.min_lr": ("learning rate at the end of the cosine decay", "0 <= float <= lr"),
+    "train.warmup_steps": ("linear warm-up steps", "int >= 0"),
+    "train.weight_decay": ("AdamW weight decay (not on 1-D parameters)", "float >= 0"),
+    "train.beta1": ("AdamW beta1", "0 <= float < 1"),
+    "train.beta2": ("AdamW beta2", "0 <= float < 1"),
+    "train.grad_clip": ("global gradient-norm clip; 0 = no clipping (the norm is still measured)", "float >= 0"),
+    "train.dtype": ("compute precision: fp32, bf16 autocast, or fp16 autocast with loss scaling "
+                    "(fp16 is very slow on CPU: use bf16 there)", "fp32 | bf16 | fp16"),
+    "train.eval_every": ("validation loss every N steps (and at step 0, and at the end); 0 = never", "int >= 0"),
+    "train.eval_seqs": ("validation sequences per evaluation, the same set at any world size", "int >= 1"),
+    "train.log_every": ("a metrics line every N steps (skips and rollbacks are always logged)", "int >= 1"),
+    "train.recompute": ("activation recompute per block: none, full (keep the block input only) or selective "
+                        "(keep matmul outputs, recompute the cheap ops); docs/memory.md", "none | full | selective"),
+    "train.recompute_every": ("recompute every K-th block (1 = all)", "int >= 1"),
+    "train.threads": ("torch threads per rank (one per rank on CPU keeps ranks off each other's cores)", "int >= 1"),
+    "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
+                          " | ".join(STRATEGIES)),
+    "parallel.backend": ("collective backend; auto = nccl with CUDA, else gloo", "auto | gloo | nccl"),
+    "parallel.bucket_mb": ("DDP/ZeRO gradient bucket size (MiB)", "float > 0"),
+    "parallel.first_bucket_mb": ("size of the first bucket (MiB), small so communication starts early",
+                                 "float > 0"),
+    "parallel.comm_dtype": ("precision of gradient communication", "fp32 | fp16 | bf16"),
+    "parallel.find_unused": ("own DDP: tolerate parameters that get no gradient (slower)", "true | false"),
+    "parallel.rebuild_buckets": ("own DDP: rebuild buckets in the order gradients arrived in step 1",
+                                 "true | false"),
+    "parallel.reshard_after_forward": ("zero3/fsdp2: free gathered parameters after forward "
+                                       "(re-gather in backward)", "true | false"),
+    "parallel.wrap": ("zero3 wrap unit: one transformer block, one layer, or the whole model",
+                      "block | layer | whole"),
+    "parallel.prefetch": ("zero3: gather the next unit's parameters while computing this one", "true | false"),
+    "parallel.dp": ("the data-parallel layer: another name of parallel.strategy", " | ".join(STRATEGIES)),
+    "parallel.dp_replicate": ("mesh degree: data-parallel replicas (sharding layers with > 1: HSDP); 0 = derived "
+                              "from the layer (replicating layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
+    "parallel.dp_shard": ("mesh degree: ranks a sharding layer (zero1/2/3, torch-fsdp2, torch-zero1) shards over; "
+                          "0 = derived from the layer (sharding layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
+    "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
+    "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
+    "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
+    "parallel.offload": ("ZeRO-Offload: keep the optimizer state and step off the process's memory (own "
+                         "zero1/2/3 only; params is not built yet)", "none | optimizer | params"),
+    "parallel.offload_to": ("where offloaded state lives: memory-mapped files (docs/memory.md); host (pinned "
+                            "memory) is not built yet", "host | disk"),
+    "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
+                         "DTensor's parallelize_module (docs/tensor_parallel.md)", "own | dtensor"),
+    "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
+                    "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
+    "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
+                             "torch.distributed.pipelining's", "gpipe | 1f1b | interleaved | zb | torch-gpipe | "
+                             "torch-1f1b | torch-interleaved | torch-zb"),
+    "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
+                                 "the same microbatches)", "0 | int >= 1"),
+    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb needs >= 2)", "int >= 1"),
+    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by cost",
+                          "\"\" | increasing block indices"),
+    "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
+    "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
+    "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
+    "ckpt.keep_every": ("also keep every checkpoint whose step is a multiple of N; 0 = off", "int >= 0"),
+    "ckpt.async": ("save in a background thread while training continues", "true | false"),
+    "ckpt.resume": ("resume from the run's latest checkpoint, or a run / checkpoint path "
+                    "(see also `shardlab resume RUN`)", "\"\" | latest | PATH"),
+    "trace.enabled": ("record per-rank compute and communication spans into RUN/trace/", "true | false"),
+    "doctor.spike_factor": ("loss spike alarm: loss > factor x running median; 0 = off", "0 | float > 1"),
+    "doctor.on_anomaly": ("on a NaN/Inf or spike: stop the run, skip the step everywhere, or roll back to "
+                          "the latest checkpoint (needs ckpt.every)", "stop | skip | rollback"),
+    "doctor.checksum_every": ("compare replica checksums every N steps; 0 = only at the end", "int >= 0"),
+    "doctor.hang_timeout_s": ("hang watchdog: dump flight records and exit after this long without "
+                              "progress; 0 = off", "float >= 0"),
+    "doctor.verify_collectives": ("debug: check every own collective's op and size across ranks first",
+                                  "true | false"),
+    "debug.inject_nan": ("debug: make MODULE's output NaN on RANK at STEP (0-based), e.g. 7:1:blocks.2.mlp",
+                         "\"\" | STEP:RANK:MODULE"),
+    "debug.hang_rank": ("debug: rank R hangs at the start of step STEP (the watchdog fires), e.g. 1@5", "\"\" | R@STEP"),
+    "debug.mismatch_rank": ("debug: rank R sends a wrongly sized collective at step STEP", "\"\" | R@STEP"),
+    "debug.corrupt_rank": ("debug: rank R flips a parameter after step STEP (replicas diverge)", "\"\" | R@STEP"),
+    "debug.uneven_rank": ("debug: rank R has no data from step STEP on (uneven inputs)", "\"\" | R@STEP"),
+    "debug.slow_rank": ("debug: this rank sleeps debug.slow_ms at each step (a straggler); -1 = none",
+                        "-1 | rank"),
+    "debug.slow_ms": ("debug: the straggler's delay per step (ms)", "float >= 0"),
+}
+
+HELP_NOTES = """\
+Notes:
+  0 means "derive it": model.n_layer/n_head/d_model/vocab_size = 0 take the preset's value; train.global_batch = 0
+  is micro_batch x data-parallel size x grad_accum; parallel.dp_replicate / dp_shard = 0 follow the data-parallel
+  layer. The mesh degrees (pp, dp_replicate, dp_shard, cp, tp) multiply to the world size; one may be -1 (fill it).
+  debug.* keys inject faults on purpose (for the doctor and its tests): STEP is the 0-based step index, RANK/R a
+  global rank, MODULE a module name as in model.named_modules() (e.g. blocks.0.attn, blocks.2.mlp)."""
+
+
+
+def help_text() -> str:
+    """`shardlab train --help-keys`: every key with its default, allowed values and one line of help."""
+    defaults = config.Config()
+    lines = []
+    for key in config.all_keys():
+        text, allowed = KEY_HELP[key]
+        default = config.get_key(defaults, key)
+        shown = '""' if default == "" else str(default).lower() if isinstance(default, bool) else repr(default)
+        lines.append(f"{key} = {shown}   [{allowed}]")
+        lines.append(f"    {text}")
+    return "\n".join(lines) + "\n\n" + HELP_NOTES
