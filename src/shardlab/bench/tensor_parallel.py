@@ -1,6 +1,6 @@
-"""Measurement for the tensor-parallel study (seed 003 Q1, Q4, Q9): data parallelism vs tensor parallelism
-at world 2 and the same global batch. Standalone: `measure(quick)` runs it and returns rows and figures;
-the `shardlab bench tp` suite (report, plot, tp x dp at world 4) wires it in with the parallel core.
+"""`shardlab bench tp`: data parallelism vs tensor parallelism at world 2 and the same global batch.
+`measure(quick)` runs the study and returns rows and figures; `run` writes the report (tp x dp at world 4
+is not in it yet).
 
 Method. One pool of 2 gloo ranks; the same model, initialisation and batches for all. `dp2` is the own
 `ddp` strategy with micro-batch B per rank; the TP rows give both ranks the whole global batch 2B.
@@ -29,74 +29,45 @@ PAIRS = [("tp2 own", "tp2 dtensor", "tp_own_vs_dtensor"), ("tp2 own sp", "tp2 dt
 
 
 class _Run:
-    """One configuration, built: a step = forward, loss, backward, gradient sync, clip, AdamW."""
+    """One configuration, built by the composition the trainer uses (`shardlab.parallel.build`): a step =
+    forward, loss, backward, gradient sync, clip, AdamW."""
 
-    def __init__(self, label: str, model_kw: dict, mesh):
+    def __init__(self, label: str, model_kw: dict):
         from shardlab.config import Config
         from shardlab.model.gpt import GPTConfig, build_model
-        from shardlab.train.optim import adamw_factory, no_decay_names
+        from shardlab.parallel import build
 
         kind, impl, sp = CONFIGS[label]
         cfg = Config()
-        model = build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ, **model_kw), seed=1337)
-        factory = adamw_factory(cfg, no_decay_names(model))
-        self.kind, self.strategy = kind, None
+        cfg.train.seq_len, cfg.train.grad_clip, cfg.ckpt.final = SEQ, 1.0, False
         if kind == "dp":
-            from shardlab import comm
-            from shardlab.parallel_dims import dims_for
-            from shardlab.strategies import build_strategy
-
-            dims = dims_for("ddp", comm.world_size())
-            dims.build_mesh("cpu")
-            self.strategy = build_strategy("ddp", cfg.parallel, dims, torch.device("cpu"))
-            self.strategy.wrap(model)
-            self.opt = self.strategy.make_optimizer(factory)
+            cfg.parallel.strategy = "ddp"
         else:
-            from shardlab.parallel import tp, tp_dtensor
-
-            (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, mesh, sp=sp)
-            self.model = model
-            self.opt = factory(list(model.named_parameters()))
+            cfg.parallel.strategy, cfg.parallel.tp, cfg.parallel.tp_impl, cfg.parallel.sp = "single", 2, impl, sp
+        model = build_model(GPTConfig(vocab_size=256, max_seq_len=SEQ, **model_kw), seed=1337)
+        self.kind, self.par = kind, build(cfg, torch.device("cpu"), model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        if self.strategy is not None:
-            s = self.strategy
-            s.module(x, y).backward()
-            s.finish_backward()
-            s.clip_grad_norm_(1.0)
-            s.optimizer_step(self.opt)
-            s.zero_grad(self.opt)
-            return
-        tp = self.model.tp
-        with tp.loss_context():
-            loss = tp.loss_fn(self.model(x), y, "sum") / y.numel()
-            loss.backward()
-        tp.finish_backward()
-        norm = tp.grad_norm()
-        scale = min(1.0, 1.0 / (float(norm) + 1e-6))  # clip to 1.0, as the trainer does
-        if scale < 1.0:
-            for p in self.model.parameters():
-                p.grad.mul_(scale)
-        self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
+        par = self.par
+        par.forward_backward([(x, y)], 1.0 / y.numel())
+        par.finish()
+        par.clip_grad_norm_(1.0)
+        par.optimizer_step()
+        par.zero_grad()
 
     def state_bytes(self) -> int:
-        params = self.strategy.module.parameters() if self.strategy is not None else self.model.parameters()
-        local = [p.to_local() if hasattr(p, "to_local") else p for p in params]
+        local = [p.to_local() if hasattr(p, "to_local") else p for p in self.par.module.parameters()]
         return 4 * sum(p.numel() * p.element_size() for p in local)  # params, grads, two AdamW moments
 
 
 def _measure(size: dict) -> dict:
     """On every rank: memory windows, rotating timed rounds, own vs DTensor pairs, own TP's bytes."""
-    from torch.distributed.device_mesh import init_device_mesh
-
     from shardlab import comm
     from shardlab.data.corpus import load_tokens
     from shardlab.data.dataset import TokenDataset, get_batch
     from shardlab.observe.memory import PeakMemory, release
 
     rank, world = comm.rank(), comm.world_size()
-    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
     data = TokenDataset(load_tokens("stdlib"), SEQ)
     gen = torch.Generator().manual_seed(0)
 
@@ -109,14 +80,14 @@ def _measure(size: dict) -> dict:
 
     labels = list(CONFIGS)
     for label in ("dp2", "tp2 own"):  # warm-up: one-time allocations must not land in a window
-        _Run(label, size["model"], mesh).step(*batch(label))
+        _Run(label, size["model"]).step(*batch(label))
     peaks = {label: [] for label in labels}
     state, measured, kind = {}, {}, ""
     for order in (labels, labels[::-1]):
         for label in order:
             comm.barrier()
             with PeakMemory("cpu") as peak:
-                run = _Run(label, size["model"], mesh)
+                run = _Run(label, size["model"])
                 for _ in range(size["mem_steps"]):
                     comm.RECORDER.reset_step()
                     run.step(*batch(label))
@@ -126,7 +97,7 @@ def _measure(size: dict) -> dict:
             kind = peak.kind
             del run
             release()
-    live = {label: _Run(label, size["model"], mesh) for label in labels}
+    live = {label: _Run(label, size["model"]) for label in labels}
     times = {label: [] for label in labels}
     for r in range(size["rounds"]):
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
@@ -158,7 +129,7 @@ def measure(quick: bool = True) -> dict:
     from shardlab.bench import common
     from shardlab.observe.memory import ALLOCATOR_ENV
     from shardlab.parallel.tp import comm_bytes_per_step
-    from shardlab.testing.pool import WorkerPool
+    from shardlab.workers import WorkerPool
 
     size = SIZES["quick" if quick else "full"]
     saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
@@ -191,6 +162,29 @@ def measure(quick: bool = True) -> dict:
         figures[f"{key}_step_ratio"] = s["median"]
         figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = s["min"], s["max"]
     return {"suite": "tp", "figures": figures, "rows": rows, "size": size}
+
+
+def run(out, quick: bool) -> dict:
+    from shardlab.bench import common
+
+    doc = measure(quick)
+    common.write_results(out, "tp", doc["figures"], doc["rows"])
+    table = common.md_table(
+        ["config", "step ms (median)", "tokens/s", "peak memory MiB", "state MiB", "bytes/step (own: = analytic?)"],
+        [[r["config"], f"{r['step_s']['median'] * 1e3:.1f}", f"{r['tokens_per_s']:,.0f}",
+          f"{r['peak_mem_bytes'] / 2**20:.1f}", f"{r['state_bytes'] / 2**20:.2f}",
+          f"{sum(r['bytes_per_step'].values()) if isinstance(r['bytes_per_step'], dict) else r['bytes_per_step']}"
+          + ("" if "analytic_bytes_per_step" not in r else
+             f" ({'yes' if r['bytes_per_step'] == r['analytic_bytes_per_step'] else 'NO'})")] for r in doc["rows"]])
+    f = doc["figures"]
+    common.write_report(out, "Tensor parallelism vs data parallelism (world 2, same global batch)", [
+        "dp2: own ddp, micro batch B per rank; tp2: both ranks run the whole global batch 2B with the layers split. "
+        "Step times from rotating rounds; own vs DTensor from back-to-back pairs (median ratio).",
+        table,
+        f"**Figures**: tp_own_vs_dtensor_step_ratio = {f['tp_own_vs_dtensor_step_ratio']:.3f} (must ≤ 1.05), "
+        f"tp_mem_ratio = {f['tp_mem_ratio']:.3f} (peak memory tp=2 ÷ dp=2), tp_state_ratio = "
+        f"{f['tp_state_ratio']:.3f}, tp_comm_exact = {f['tp_comm_exact']:.0f}."])
+    return doc
 
 
 if __name__ == "__main__":  # python -m shardlab.bench.tensor_parallel [--full]
