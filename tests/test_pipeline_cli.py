@@ -54,3 +54,16 @@ def test_bad_pipeline_settings_are_one_line(tmp_path, args, needle):
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.stderr
     assert not out.exists()
+
+
+def test_a_stage_that_never_sends_is_named(tmp_path):
+    """Stage 0's rank hangs before step 2: stage 1 waits in its receive; the watchdog stops the run and the
+    hang analysis names the rank, the transfer (stage 0 -> 1, microbatch 0) and the op it never posted."""
+    out = tmp_path / "run"
+    r = run_cli(["train", "--nproc", "2", "--out", str(out), "--config", "configs/tiny.toml", "parallel.pp=2",
+                 "train.grad_accum=2", "train.steps=6", "train.eval_every=0", "ckpt.final=false",
+                 "debug.hang_rank=0@2", "doctor.hang_timeout_s=3"], timeout=180, cwd=ROOT)
+    assert r.returncode == 3, r.stderr[-2000:]  # the watchdog's exit code
+    h = run_cli(["doctor", "hang", str(out)], timeout=60, cwd=ROOT)
+    assert h.returncode == 0, h.stderr
+    assert "rank 0 never posted the send matching recv" in h.stdout and "act 0->1 mb0" in h.stdout, h.stdout
