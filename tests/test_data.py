@@ -2,7 +2,6 @@
 import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -199,9 +198,8 @@ def test_stdlib_corpus_is_big_and_cached(tmp_path, monkeypatch):
     assert cached.stat().st_size == 2 * len(first)
     assert not list(tmp_path.glob("*.tmp"))  # the temp file was renamed, not left behind
     assert "import" in decode(first[:20000])
-    t = time.perf_counter()
     second = load_tokens("stdlib")
-    assert time.perf_counter() - t < 0.5
+    # from the cache: a memory map of the file, not a re-tokenisation (no wall-clock bound: it timed the load)
     assert isinstance(second, np.memmap) and np.array_equal(first, second)
 
 
