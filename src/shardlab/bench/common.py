@@ -199,3 +199,19 @@ def pyplot():
 def consistent(runs: list[dict]) -> bool:
     """True when every multi-rank run reported identical replicas (null = not applicable, e.g. world 1)."""
     return all(r["summary"].get("ranks_consistent") is not False for r in runs)
+
+
+def run_on_ranks(fn, *args, world: int = 2, timeout: float = 1800):
+    """`fn(*args)` on a fresh pool of `world` gloo ranks with the allocator settings that make frees visible
+    in RSS (inherited by the spawned ranks, restored afterwards); rank 0's result."""
+    from shardlab.observe.memory import ALLOCATOR_ENV
+    from shardlab.workers import WorkerPool
+
+    saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
+    os.environ.update(ALLOCATOR_ENV)
+    try:
+        with WorkerPool(world, timeout=timeout) as pool:
+            return pool.run(fn, *args)[0]
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)

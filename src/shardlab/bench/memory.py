@@ -12,7 +12,6 @@ recompute none / full / selective under the data-parallel layers ddp and zero3 (
 """
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -143,19 +142,10 @@ def _offload(size: dict, batch, base) -> dict:
 
 def run(out: Path, quick: bool) -> dict:
     from shardlab.observe.activations import formula_bytes
-    from shardlab.observe.memory import ALLOCATOR_ENV
     from shardlab.plan.model import ModelSpec, activation_bytes_per_layer
-    from shardlab.workers import WorkerPool
 
     size = SIZES["quick" if quick else "full"]
-    saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
-    os.environ.update(ALLOCATOR_ENV)  # inherited by the spawned ranks: RSS follows frees
-    try:
-        with WorkerPool(2, timeout=1800) as pool:
-            res = pool.run(_measure, size)[0]
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    res = common.run_on_ranks(_measure, size, world=2)
     m, warm = size["model"], size["warm"]
     spec = ModelSpec("bench", vocab=256, seq=SEQ, **m)
     rows = []

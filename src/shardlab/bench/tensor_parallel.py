@@ -14,7 +14,6 @@ Method. One pool of 2 gloo ranks; the same model, initialisation and batches for
 from __future__ import annotations
 
 import copy
-import os
 import time
 
 import torch
@@ -127,19 +126,10 @@ def measure(quick: bool = True) -> dict:
     `tp_own_vs_dtensor_step_ratio` (own / DTensor, median of back-to-back pairs), `tp_mem_ratio` (peak
     memory tp=2 / dp=2), `tp_comm_exact` (1.0 when own TP's recorded bytes equal the analytic ones)."""
     from shardlab.bench import common
-    from shardlab.observe.memory import ALLOCATOR_ENV
     from shardlab.parallel.tp import comm_bytes_per_step
-    from shardlab.workers import WorkerPool
 
     size = SIZES["quick" if quick else "full"]
-    saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
-    os.environ.update(ALLOCATOR_ENV)  # inherited by the spawned ranks: RSS follows frees
-    try:
-        with WorkerPool(2, timeout=1800) as pool:
-            res = pool.run(_measure, size)[0]
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    res = common.run_on_ranks(_measure, size, world=2)
     m, world, warm = size["model"], 2, size["warm"]
     rows, exact = [], []
     for label, (kind, impl, sp) in CONFIGS.items():
