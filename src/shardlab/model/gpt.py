@@ -58,6 +58,11 @@ def resolve_model_config(m, seq_len: int) -> GPTConfig:
     return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, **base)
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+    """The attention core, (b, heads, t, head_dim) in and out: softmax(q k^T / sqrt(d) + causal mask) v."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal attention with separate q, k, v projections.
 
@@ -65,12 +70,17 @@ class CausalSelfAttention(nn.Module):
     whole heads, so tensor parallelism splits heads by slicing rows and a checkpoint's shards stay
     contiguous. The number of heads is read from the projection's width at run time: a rank that holds
     n_head / tp heads runs this same code.
+
+    `attend` is the attention core as a plain attribute (not a submodule, so no parameter names change):
+    a layer applied from outside that computes attention differently (context parallelism's ring over
+    sequence chunks) replaces it on each block, and this module stays single-device code.
     """
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.head_dim = cfg.d_model // cfg.n_head
         self.dropout = cfg.dropout
+        self.attend = causal_attention
         self.q = nn.Linear(cfg.d_model, cfg.d_model)
         self.k = nn.Linear(cfg.d_model, cfg.d_model)
         self.v = nn.Linear(cfg.d_model, cfg.d_model)
@@ -80,8 +90,7 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                           dropout_p=self.dropout if self.training else 0.0)
+        y = self.attend(q, k, v, self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
