@@ -233,3 +233,19 @@ def test_random_config_files(tmp_path, capsys, monkeypatch, doc, garbage):
                      tmp_path / "run")
     finally:
         os.unlink(path)
+
+
+def test_a_closed_pipe_ends_quietly():
+    """`shardlab train --help-keys | head -1`: the reader is gone before the output is written (here: gone
+    before the process starts printing, so the write fails every time); no traceback on stderr."""
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "shardlab", "train", "--help-keys"],
+                            stdout=w, stderr=subprocess.PIPE)
+    os.close(w)
+    os.close(r)  # no reader left: the child's first write gets EPIPE
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

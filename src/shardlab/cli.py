@@ -195,6 +195,16 @@ def _check_data(cfg) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    try:
+        _main(argv)
+    except BrokenPipeError:
+        # `shardlab ... | head` closed the pipe: stop quietly, as a Unix filter does, instead of a traceback.
+        # Point stdout at /dev/null so the interpreter's final flush does not raise a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a filter killed by the closed pipe
+
+
+def _main(argv: list[str] | None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
