@@ -101,7 +101,6 @@ def test_tp2_checkpoint_resumes_on_one_device(tmp_path):
     (["parallel.sp=true"], "needs parallel.tp > 1"),
     (["parallel.tp=2", "parallel.tp_impl=megatron"], "parallel.tp_impl='megatron': must be one of"),
     (["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.dp=zero3", "--nproc", "4"], "does not compose"),
-    (["parallel.tp=2", "parallel.dp=zero2", "ckpt.final=true", "--nproc", "4"], "not implemented yet"),
 ])
 def test_bad_tp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):
     from shardlab import cli
