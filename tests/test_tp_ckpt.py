@@ -1,8 +1,9 @@
 """Checkpoints of tensor parallelism under ZeRO reshard: a `tp=2 x dp=2` run (own TP, zero3; vocabulary 257,
-so the embedding's TP pieces are padded and its zero shards uneven) saves at step 3 of 6; the checkpoint
-continues under `single`@1, `ddp`@2, `zero3`@2, own `tp=4`@4 and `tp=2 x zero3`@4 (back where it came from),
-and also under `tp=2 x zero1`@4 and `tp=2 x ddp`@4, with the saver's own steps 4..6 as the reference
-(rtol 1e-5, as the reshard matrix in test_ckpt_reshard.py).
+so the embedding's TP pieces are padded and its zero shards uneven) saves every 2 steps of 6, asynchronously
+(the step-4 checkpoint is written from the reused staging copy of step 2's); the step-4 checkpoint continues
+under `single`@1, `ddp`@2, `zero3`@2, own `tp=4`@4 and `tp=2 x zero3`@4 (back where it came from), and also
+under `tp=2 x zero1`@4 and `tp=2 x ddp`@4, with the saver's own steps 5..6 as the reference (rtol 1e-5, as
+the reshard matrix in test_ckpt_reshard.py).
 
 Each rank writes the block of the bare model's tensor its zero shard of its TP piece covers; the keys are
 the bare model's FQNs (src/shardlab/parallel/tp_state.py).
@@ -22,28 +23,28 @@ LOADERS = {1: [["parallel.strategy=single"]],
 
 
 def _save_and_layout(run_dir, overrides):
-    """Train 6 steps with a checkpoint at 3; rank 0 returns the losses and the checkpoint's stored chunks
+    """Train 6 steps with checkpoints every 2; rank 0 returns the losses and the checkpoint's stored chunks
     of a column-parallel weight, a row-parallel weight and the embedding (offsets, sizes)."""
     import torch.distributed.checkpoint as dcp
 
     from shardlab import comm
 
     losses = train_quick(run_dir, overrides, 4)
-    path = run_dir / "checkpoints" / "step_000003"
+    path = run_dir / "checkpoints" / "step_000004"
     md = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
     chunks = {k: (tuple(md[k].size), sorted((tuple(c.offsets), tuple(c.sizes)) for c in md[k].chunks))
               for k in ("model.blocks.0.attn.q.weight", "model.blocks.0.mlp.proj.weight", "model.wte.weight",
                         "optim.state.wte.weight.exp_avg")}
-    return (path, losses[3:], chunks) if comm.rank() == 0 else None
+    return (path, losses[4:], chunks) if comm.rank() == 0 else None
 
 
 def _load(paths, world):
-    return {tuple(o): continue_from(paths, o + [VOCAB, "train.steps=6"], world) for o in LOADERS[world]}
+    return {tuple(o): continue_from(paths, o + [VOCAB, "train.steps=6"], world, steps=2) for o in LOADERS[world]}
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory, pool4):
-    return pool4.run(_save_and_layout, tmp_path_factory.mktemp("tp2xzero3"), SAVER + ["train.steps=6", "ckpt.every=3"],
+    return pool4.run(_save_and_layout, tmp_path_factory.mktemp("tp2xzero3"), SAVER + ["train.steps=6", "ckpt.every=2", "ckpt.async=true"],
                      timeout=400)[0]
 
 
