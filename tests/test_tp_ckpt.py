@@ -1,9 +1,9 @@
-"""Checkpoints of tensor parallelism under ZeRO reshard: a `tp=2 x dp=2` run (own TP, zero3; vocabulary 257,
+"""Checkpoints of tensor parallelism under ZeRO reshard. A `tp=2 x dp=2` run (own TP, zero3; vocabulary 257,
 so the embedding's TP pieces are padded and its zero shards uneven) saves every 2 steps of 6, asynchronously
-(the step-4 checkpoint is written from the reused staging copy of step 2's); the step-4 checkpoint continues
-under `single`@1, `ddp`@2, `zero3`@2, own `tp=4`@4 and `tp=2 x zero3`@4 (back where it came from), and also
-under `tp=2 x zero1`@4 and `tp=2 x ddp`@4, with the saver's own steps 5..6 as the reference (rtol 1e-5, as
-the reshard matrix in test_ckpt_reshard.py).
+(the step-4 checkpoint is written from the reused staging copy of step 2's). The step-4 checkpoint continues
+under `single`@1, `ddp`@2, `zero3`@2, own `tp=4`@4 and `tp=2 x zero3`@4 (back where it came from), and under
+`tp=2 x zero1`@4, `tp=2 x ddp`@4 and DTensor `tp=2 x torch-fsdp2`@4, with the saver's own steps 5..6 as the
+reference (rtol 1e-5, as the reshard matrix in test_ckpt_reshard.py).
 
 Each rank writes the block of the bare model's tensor its zero shard of its TP piece covers; the keys are
 the bare model's FQNs (src/shardlab/parallel/tp_state.py).
@@ -19,7 +19,8 @@ SAVER = ["parallel.tp=2", "parallel.dp=zero3", VOCAB]
 LOADERS = {1: [["parallel.strategy=single"]],
            2: [["parallel.strategy=ddp"], ["parallel.strategy=zero3"]],
            4: [["parallel.tp=4"], ["parallel.tp=2", "parallel.dp=zero3"], ["parallel.tp=2", "parallel.dp=zero1"],
-               ["parallel.tp=2", "parallel.dp=ddp"]]}
+               ["parallel.tp=2", "parallel.dp=ddp"],
+               ["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.dp=torch-fsdp2"]]}
 
 
 def _save_and_layout(run_dir, overrides):
