@@ -55,7 +55,7 @@ def test_bad_train_value_exits_2_before_launch(tmp_path, capsys, monkeypatch, ov
     assert needle in err and not launched
 
 
-# Tensor parallelism: what the degree must divide (docs/tensor_parallel.md). The hidden size cannot be
+# Tensor parallelism: what the degree must divide (the tensor-parallel docs page). The hidden size cannot be
 # indivisible on its own: n_head divides d_model, so a degree dividing n_head divides d_model; an odd
 # hidden size is refused by the model's own check, in one line as well.
 TINY_CUSTOM = ["model.preset=custom", "model.n_layer=1"]

@@ -37,9 +37,11 @@ def to_block(tp, info, fqn: str, value):
     offset[0] = info.start
     if spec.dim == 0:  # rows t*P + s ...; the rows past the TP piece's real ones are vocabulary padding
         local = local[: max(0, min(info.start + local.shape[0], spec.real) - info.start)]
-        offset[0] = min(tp.rank * info.rows + info.start, spec.full_shape[0])  # an empty block stays in bounds
+        offset[0] += tp.rank * info.rows
     else:
         offset[spec.dim] = tp.rank * info.shape[spec.dim]
+    if local.shape[0] == 0:  # no rows here (all padding): at the end of dim 0, where it overlaps no block
+        offset[0] = spec.full_shape[0]
     shape = torch.Size(spec.full_shape)
     return DTensor.from_local(LocalShardsWrapper([local], [tuple(offset)]), tp.mesh, [Shard(spec.dim)],
                               run_check=False, shape=shape, stride=_contiguous_stride(shape))
