@@ -55,6 +55,40 @@ def test_bad_train_value_exits_2_before_launch(tmp_path, capsys, monkeypatch, ov
     assert needle in err and not launched
 
 
+# Tensor parallelism: what the degree must divide (the tensor-parallel docs page). The hidden size cannot be
+# indivisible on its own: n_head divides d_model, so a degree dividing n_head divides d_model; an odd
+# hidden size is refused by the model's own check, in one line as well.
+TINY_CUSTOM = ["model.preset=custom", "model.n_layer=1"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--nproc", "8", "model.preset=tiny", "parallel.tp=8"], "parallel.tp=8 does not divide model.n_head=4"),
+    (["--nproc", "4", *TINY_CUSTOM, "model.n_head=6", "model.d_model=48", "parallel.tp=4"],
+     "parallel.tp=4 does not divide model.n_head=6"),
+    (["--nproc", "4", *TINY_CUSTOM, "model.n_head=4", "model.d_model=66", "parallel.tp=4"],
+     "model.n_head=4 does not divide model.d_model=66"),
+    (["--nproc", "4", "model.preset=tiny", "parallel.tp=4", "parallel.sp=true", "train.seq_len=34"],
+     "train.seq_len=34 is not divisible"),
+    (["--nproc", "4", "model.preset=tiny", "parallel.tp=2", "parallel.sp=true", "train.seq_len=31"],
+     "train.seq_len=31 is not divisible"),
+])
+def test_bad_tensor_parallel_layout_exits_2_before_launch(tmp_path, capsys, monkeypatch, args, needle):
+    monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("launched"))
+    out = tmp_path / "run"
+    code = cli.cmd_train(["--out", str(out), *args])
+    err = capsys.readouterr().err
+    _one_line_exit_2(code, err, out)
+    assert needle in err
+
+
+def test_indivisible_hidden_size_is_refused_by_the_tp_check():
+    """The TP layer's own check, for a model handed to it directly (the config check comes first)."""
+    from shardlab.parallel.tp import check_divisible
+
+    with pytest.raises(ValueError, match="parallel.tp=4 does not divide model.d_model=66"):
+        check_divisible(4, 66, 4)
+
+
 def test_resume_with_other_data_exits_2(tmp_path, capsys, monkeypatch, ckpt_run):
     """The resume data check runs: the checkpoint's sample count differs from this run's data split."""
     monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("launched"))

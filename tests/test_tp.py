@@ -57,6 +57,25 @@ def test_tp_equals_single_device(pool2, impl, sp):
     assert_params_close(got, ref, lr_sum=3 * 1e-3, atol=3e-5)  # 3 steps at lr 1e-3
 
 
+def test_tp4_equals_single_device_and_own_equals_dtensor(pool4):
+    """World 4, tp=4 (one head per rank): own and DTensor, with and without SP, equal one device's first
+    step (as at tp=2) and, over 5 AdamW steps, its losses and final parameters; own and DTensor equal each
+    other; each rank holds 1/4 of the split parameters. In float64 forward and gradients agree to 1e-12."""
+    outs = {case: pool4.run(parity, *case, steps=5, timeout=300)[0] for case in CASES}
+    n, L, h, T, V = 4, TINY["n_layer"], TINY["d_model"], TINY["max_seq_len"], TINY["vocab_size"]
+    for (impl, sp), out in outs.items():
+        _check(out)
+        assert out["local_numel"] == (L * (12 * h * h + 7 * h) + V * h) // n + L * 6 * h + 2 * h + T * h
+        got, ref = out["params"]
+        assert_params_close(got, ref, lr_sum=5 * 1e-3, atol=3e-5)  # 5 steps at lr 1e-3; atol: see above
+    for sp in (False, True):
+        own, dt = outs[("own", sp)], outs[("dtensor", sp)]
+        torch.testing.assert_close(own["losses"], dt["losses"], rtol=1e-5, atol=0)
+        assert_params_close(own["params"][0], dt["params"][0], lr_sum=5 * 1e-3, atol=3e-5)
+    for case in CASES:
+        _check(pool4.run(parity, *case, dtype="fp64", steps=1, timeout=300)[0], tol=FP64)
+
+
 @pytest.mark.parametrize("impl,sp", CASES, ids=IDS)
 def test_tp_float64_equals_single_device(pool2, impl, sp):
     """In float64 the only difference is the order of sums: forward and gradients agree to 1e-12."""

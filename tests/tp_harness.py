@@ -289,7 +289,7 @@ COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4", "tr
             "train.grad_clip=1.0", "ckpt.final=false"]
 
 
-def composed(overrides: list[str], steps: int = 3) -> dict | None:
+def composed(overrides: list[str], steps: int = 3, every_rank: bool = False) -> dict | None:
     """`steps` steps of `parallel.build(cfg)`'s Parallel the way the trainer drives it (forward_backward,
     finish, clip, optimizer step) on the same global batches at any layout: each data-parallel rank takes
     its rows. Rank 0 returns the global losses, the clipped gradient norms, the full parameters and what
@@ -314,6 +314,10 @@ def composed(overrides: list[str], steps: int = 3) -> dict | None:
         par.zero_grad()
         out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
+    if every_rank:  # this rank's own pieces and copies, and where it sits on the (dp, tp) mesh
+        out["local"] = {k: v.detach().clone() for k, v in par.model.named_parameters()}
+        out["coord"] = (dims.dp_rank, par.model.tp.rank)
+        return out
     try:
         sd = par.model_state_dict()
         out["state"] = {k: (hasattr(v, "placements"), tuple(v.shape)) for k, v in sd.items()}

@@ -395,7 +395,3 @@ def _validate_tp(cfg: Config, dims) -> None:
         raise ConfigError(f"parallel.tp_impl={p.tp_impl} does not compose with parallel.dp={dp} in this version; "
                           f"use one of {', '.join(ok)} (or parallel.tp_impl="
                           f"{'dtensor' if p.tp_impl == 'own' else 'own'})")
-    ck = cfg.ckpt
-    if p.tp_impl == "own" and dp not in layers.REPLICATING and (ck.every or ck.final or ck.resume):
-        raise ConfigError(f"checkpoints of own tensor parallelism under parallel.dp={dp} are not implemented yet; "
-                          "use parallel.dp=ddp, or parallel.tp_impl=dtensor with parallel.dp=torch-fsdp2")

@@ -188,7 +188,14 @@ def stage(obj, into=None):
     if torch.is_tensor(obj):
         if hasattr(obj, "to_local"):  # DTensor: copy the local shard, keep the layout
             from torch.distributed.tensor import DTensor
-            local = stage(obj.to_local(), into.to_local() if hasattr(into, "to_local") else None)
+            local, old = obj.to_local(), into.to_local() if hasattr(into, "to_local") else None
+            if hasattr(local, "local_shards"):  # shards at explicit offsets (own TP x zero: parallel/tp_state.py)
+                from torch.distributed.tensor._shards_wrapper import LocalShardsWrapper
+                olds = old.local_shards() if hasattr(old, "local_shards") else [None] * len(local.local_shards())
+                local = LocalShardsWrapper([stage(t, o) for t, o in zip(local.local_shards(), olds)],
+                                           list(local.local_offsets()))
+            else:
+                local = stage(local, old)
             return DTensor.from_local(local, obj.device_mesh, obj.placements, run_check=False,
                                       shape=obj.shape, stride=obj.stride())
         if (torch.is_tensor(into) and not hasattr(into, "to_local") and into.device.type == "cpu"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from shardlab.parallel import tp_state
+
 
 class TensorParallelDP:
     def __init__(self, dp, tp, tp_group):
@@ -38,34 +40,41 @@ class TensorParallelDP:
     def full_parameters(self) -> dict[str, torch.Tensor]:
         return self.tp.full_values(self.dp.full_parameters())  # the dp layer's full values are tp pieces
 
-    def _tp_owns_state(self) -> bool:
-        """Own TP under a replicating dp layer: TP places the state as DTensors over tp (the dp layer would
-        give the plain local pieces). DTensor TP's parameters are DTensors already, and FSDP2 makes them
-        2-D: the dp layer's state dicts are right as they are."""
+    def _state_layer(self) -> str:
+        """Who shapes the checkpoint state. "dp": DTensor TP's parameters are DTensors already (FSDP2 makes
+        them 2-D), the dp layer's state dicts are right as they are. "tp": own TP under a replicating dp
+        layer places its pieces as DTensors over tp. "tp x zero": own TP under zero, each rank's zero shard
+        of its TP piece as a block of the bare model's tensor (tp_state.py)."""
         if self.tp.impl != "own":
-            return False
-        if self.dp.grads_are_sharded() and self.dp.dims.dp_size > 1:
-            raise NotImplementedError(f"checkpoints of own tensor parallelism under {self.dp.name} are not "
-                                      "implemented yet; use parallel.dp=ddp, or parallel.tp_impl=dtensor with "
-                                      "parallel.dp=torch-fsdp2")
-        return True
+            return "dp"
+        return "tp x zero" if self.dp.grads_are_sharded() else "tp"
 
     def model_state_dict(self) -> dict:
-        return self.tp.state_dict() if self._tp_owns_state() else self.dp.model_state_dict()
+        layer = self._state_layer()
+        if layer == "tp x zero":
+            return tp_state.model_state_dict(self.dp, self.tp)
+        return self.tp.state_dict() if layer == "tp" else self.dp.model_state_dict()
 
     def load_model_state_dict(self, sd: dict) -> None:
-        if self._tp_owns_state():
+        layer = self._state_layer()
+        if layer == "tp x zero":
+            tp_state.load_model_state_dict(self.dp, self.tp, sd)
+        elif layer == "tp":
             self.tp.load_state_dict(sd)
         else:
             self.dp.load_model_state_dict(sd)
 
     def optim_state_dict(self, optimizer) -> dict:
-        if self._tp_owns_state():
-            return self.tp.optim_state_dict(optimizer)
-        return self.dp.optim_state_dict(optimizer)
+        layer = self._state_layer()
+        if layer == "tp x zero":
+            return tp_state.optim_state_dict(self.dp, self.tp, optimizer)
+        return self.tp.optim_state_dict(optimizer) if layer == "tp" else self.dp.optim_state_dict(optimizer)
 
     def load_optim_state_dict(self, optimizer, sd: dict) -> None:
-        if self._tp_owns_state():
+        layer = self._state_layer()
+        if layer == "tp x zero":
+            tp_state.load_optim_state_dict(self.dp, self.tp, optimizer, sd)
+        elif layer == "tp":
             self.tp.load_optim_state_dict(optimizer, sd)
         else:
             self.dp.load_optim_state_dict(optimizer, sd)
