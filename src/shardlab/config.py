@@ -417,7 +417,11 @@ def _validate_tp(cfg: Config, dims) -> None:
         check_divisible(m.n_head, m.d_model, dims.tp, n_kv_heads=getattr(m, "n_kv_heads", None),
                         ffn_hidden=getattr(m, "ffn_hidden", None))
     except ValueError as e:
-        raise ConfigError(f"{e}; choose a degree that divides both") from None
+        raise ConfigError(f"{e}; choose another degree") from None
+    n_kv = getattr(m, "n_kv_heads", m.n_head)
+    if p.tp_impl == "dtensor" and n_kv < dims.tp:
+        raise ConfigError(f"parallel.tp_impl=dtensor with model.n_kv_heads={n_kv} < parallel.tp={dims.tp}: replicated "
+                          "key/value heads are built in the own implementation only; use parallel.tp_impl=own")
     if p.sp and cfg.train.seq_len % dims.tp:
         raise ConfigError(f"parallel.sp=true with parallel.tp={dims.tp}: train.seq_len={cfg.train.seq_len} is not "
                           f"divisible by the degree; choose train.seq_len as a multiple of parallel.tp")
