@@ -8,10 +8,12 @@ attention core in the replaceable `attn.attend`, `ln_f`, `lm_head`. What differs
 - no position table: positions enter as a rotation of q and k inside attention (RoPE, Su et al. 2021), in
   Hugging Face's "rotate half" layout, so the weights export to `LlamaForCausalLM` by renaming alone;
 - grouped-query attention (Ainslie et al. 2023): k and v have `n_kv_heads` heads, each serving
-  n_head / n_kv_heads consecutive query heads. They are repeated to the query heads' count before
-  `attend`, so the attention core's contract is the GPT's (q, k, v with equal head counts). The repeat
-  factor is read from the projections' widths at run time: a tensor-parallel rank holding n_head / tp
-  query heads and the key/value heads they use runs this same code;
+  n_head / n_kv_heads consecutive query heads. The attention core takes them as they are (the fused
+  kernel reads each key/value head once per group, and backward keeps k and v at their own, smaller
+  width: GQA's activation saving); so `attend`'s contract here is GPT's with one addition: k and v may
+  have fewer heads than q, a divisor of q's. An attention core that needs equal head counts calls
+  `repeat_kv` first. Head counts are read from the tensors at run time: a tensor-parallel rank holding
+  n_head / tp query heads and the key/value heads they use runs this same code;
 - SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) * up(x)), hidden width as Llama 3 sizes it
   (`ffn_hidden`);
 - the head is its own parameter, so the first stage of a pipeline is the one that holds `wte`.
@@ -26,7 +28,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
-from shardlab.model.gpt import causal_attention
 
 
 @dataclass
@@ -143,18 +144,32 @@ def apply_rope(q: torch.Tensor, k: torch.Tensor, theta: float, positions: torch.
 
 # --- the model -------------------------------------------------------------------------------------------
 
+def repeat_kv(k: torch.Tensor, heads: int) -> torch.Tensor:
+    """(b, kv_heads, t, d) -> (b, heads, t, d): key/value head j serves query heads j*r .. j*r + r - 1
+    (Hugging Face's repeat_kv), for an attention core that needs equal head counts."""
+    rep = heads // k.shape[1]
+    return k if rep == 1 else k.repeat_interleave(rep, dim=1)
+
+
+def grouped_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+    """The attention core, (b, heads, t, head_dim) q and (b, kv_heads, t, head_dim) k, v in, q's shape
+    out: softmax(q k^T / sqrt(d) + causal mask) v, each key/value head shared by its group of query heads."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
 class GroupedQueryAttention(nn.Module):
     """Causal attention with n_head query heads and n_kv_heads key/value heads, rotary positions.
 
-    `attend` is the same seam as in model/gpt.py: (b, heads, t, head_dim) q, k, v with equal head counts
-    in, the same shape out. `rope_positions` (None: 0..t-1) is the positions' seam: a layer that hands
-    this module a chunk of the sequence sets the chunk's positions."""
+    `attend` is the seam of model/gpt.py, k and v with n_kv_heads heads (`grouped_causal_attention`).
+    `rope_positions` (None: 0..t-1) is the positions' seam: a layer that hands this module a chunk of
+    the sequence sets the chunk's positions."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.head_dim = cfg.head_dim
         self.theta = cfg.rope_theta
-        self.attend = causal_attention
+        self.attend = grouped_causal_attention
         self.rope_positions = None
         self.q = nn.Linear(cfg.d_model, cfg.n_head * self.head_dim, bias=False)
         self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * self.head_dim, bias=False)
@@ -166,9 +181,6 @@ class GroupedQueryAttention(nn.Module):
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
         q, k = apply_rope(q, k, self.theta, self.rope_positions)
-        rep = q.shape[1] // k.shape[1]
-        if rep > 1:  # key/value head j serves query heads j*rep .. j*rep + rep - 1 (HF's repeat_kv)
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
         y = self.attend(q, k, v, 0.0)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
