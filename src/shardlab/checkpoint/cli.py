@@ -161,8 +161,9 @@ def cmd_export(args) -> int:
     from shardlab.checkpoint.hf import export_hf
 
     out = export_hf(p, Path(args.hf))
+    cls = json.loads((out / "config.json").read_text())["architectures"][0]
     print(f"exported {p} -> {out}/: model.safetensors, config.json, tokenizer.json, tokenizer_config.json "
-          f"(load with transformers.GPT2LMHeadModel and AutoTokenizer)")
+          f"(load with transformers.{cls} and AutoTokenizer)")
     return 0
 
 
