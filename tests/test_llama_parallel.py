@@ -104,3 +104,25 @@ def test_llama_recompute_world1_bitwise_equal_to_none():
 
 def test_llama_recompute_zero3_world2_bitwise_equal_to_none(pool2):
     _bitwise(pool2.run(modes, "zero3", model_kw=LLAMA_TINY))
+
+
+@pytest.mark.parametrize("sp,kv", [(False, 2), (True, 2), (False, 1), (True, 1)],
+                         ids=["kv-split", "sp-kv-split", "kv-replicated", "sp-kv-replicated"])
+def test_llama_own_tp_bytes_equal_analytic(pool2, sp, kv):
+    """Own TP's recorded payload per op for one llama step equals tp.comm_bytes_per_step (what the bench and
+    the planner use): the same regions as GPT-2 (SwiGLU and GQA enter and leave with one b*s*h
+    activation), SP's flat sum over the RMSNorm gains only, and with one key/value head for two ranks the
+    replicated k and v weights' gradients in that sum."""
+    from shardlab.parallel.tp import comm_bytes_per_step
+    from tp_harness import records
+
+    kw = dict(LLAMA_TINY, n_kv_heads=kv, max_seq_len=16)
+    b, s, h, L = 2, kw["max_seq_len"], kw["d_model"], kw["n_layer"]
+    recs = pool2.run(records, sp, kw)[0]
+    by_op = {}
+    for r in recs:
+        by_op[r["op"]] = by_op.get(r["op"], 0) + r["bytes"]
+    replicated = 2 * L * (kv * h // kw["n_head"]) * h if kv < 2 else 0
+    assert by_op == comm_bytes_per_step(L, h, s, b * s, sp, arch="llama", kv_replicated=replicated)
+    flat = [r["bytes"] for r in recs if r["tag"] == "tp.sp_grads"]
+    assert flat == ([4 * ((2 * L + 1) * h * sp + replicated)] if sp or replicated else [])
