@@ -126,3 +126,11 @@ def test_llama_own_tp_bytes_equal_analytic(pool2, sp, kv):
     assert by_op == comm_bytes_per_step(L, h, s, b * s, sp, arch="llama", kv_replicated=replicated)
     flat = [r["bytes"] for r in recs if r["tag"] == "tp.sp_grads"]
     assert flat == ([4 * ((2 * L + 1) * h * sp + replicated)] if sp or replicated else [])
+
+
+def test_llama_tp2_x_zero3_sp_replicated_kv_equals_single(pool4):
+    """World 4, (dp, tp) = 2 x 2, one key/value head: the replicated k and v gradients are summed over tp on
+    zero3's gradient shards (laid out alike on both tp ranks), in the flat sum SP's RMSNorm gains use."""
+    out = pool4.run(composed, [*LLAMA, "model.n_kv_heads=1", "parallel.tp=2", "parallel.dp=zero3",
+                               "parallel.sp=true", "train.micro_batch=2"], STEPS, timeout=400)[0]
+    _assert_equals_single(out, kv=1)
