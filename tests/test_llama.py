@@ -150,6 +150,9 @@ def test_llama_preset_sets_the_arch_and_keys_override_it():
      "the head size must be even"),
     (["model.preset=llama-tiny", "model.n_kv_heads=4", "parallel.tp=4", "--nproc", "4", "model.d_model=96",
       "model.n_head=4", "model.ffn_multiple_of=30"], "does not divide the MLP width"),
+    (["model.preset=custom", "model.arch=llama", "model.n_layer=2", "model.n_head=12", "model.n_kv_heads=4",
+      "model.d_model=96", "model.ffn_multiple_of=48", "parallel.tp=6", "--nproc", "6"],
+     "parallel.tp=6 is not a multiple of model.n_kv_heads=4"),
     (["model.preset=llama-tiny", "model.n_kv_heads=1", "parallel.tp=2", "parallel.tp_impl=dtensor"],
      "replicated key/value heads are built in the own implementation only"),
 ])
@@ -181,3 +184,41 @@ def test_configs_llama_small_trains_on_stdlib_and_loss_falls(tmp_path):
               if "loss" in json.loads(line)]
     assert len(losses) == 15
     assert sum(losses[-3:]) / 3 < losses[0] - 1.0  # from ln(256) = 5.5 towards the corpus's byte statistics
+
+
+def test_plan_and_plan_search_accept_the_llama_presets(capsys):
+    from shardlab.plan.cli import main
+
+    assert main(["model=llama3-8b", "cluster=H100-SXM", "gpus=8", "strategy=zero3", "global_batch=64",
+                 "seq=8192", "recompute=full", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["model"]["params"] == 8_030_261_248 and d["model"]["arch"] == "llama"
+    assert main(["search", "model=llama3-70b", "cluster=H100-SXM", "gpus=64", "global_batch=512", "seq=8192",
+                 "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "llama3-70b (70.55B params)" in out and "why #1:" in out
+
+
+def test_planner_tp_rule_and_traffic_for_grouped_query_attention():
+    """tp above n_kv_heads replicates k and v: their parameters stay whole in the per-rank units and one
+    all-reduce of their gradients (2 L g h elements) joins the tp traffic; a tp that breaks the rule is
+    refused, as training refuses it."""
+    from shardlab.plan.comm import tp_pp_collectives, units
+    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.model import PRESETS as PLAN
+    from shardlab.plan.model import ModelSpec
+
+    m = PLAN["llama3-8b"]  # 8 key/value heads of 128
+    assert m.tp_ok(8) and m.tp_ok(16) and not m.tp_ok(3)
+    g, h = m.kv_width, m.d_model
+    block = units(m, 16)[1]  # ln_1, q, k, v, proj, ln_2, gate, up, down
+    assert block[2] == block[3] == g * h and block[1] == h * h // 16
+    train = TrainSpec(global_batch=8, seq=8192)
+    kv = [c for c in tp_pp_collectives(m, train, Layout(tp=16), 1) if "replicated k, v" in c.why]
+    assert len(kv) == 1 and kv[0].payload == 2 * 2 * m.n_layer * g * h  # bf16 gradients
+    assert not [c for c in tp_pp_collectives(m, train, Layout(tp=8), 1) if "replicated" in c.why]
+    odd = ModelSpec("odd", n_layer=2, d_model=768, n_head=12, vocab=256, seq=64, arch="llama", n_kv_heads=4,
+                    ffn=3072)  # tp=6 divides heads, width and SwiGLU, but 4 key/value heads neither split nor share
+    assert odd.tp_ok(4) and odd.tp_ok(12) and not odd.tp_ok(6)
+    with pytest.raises(ValueError, match="n_kv_heads 4 must divide it or be divisible by it"):
+        Layout(tp=6).check(odd)
