@@ -13,14 +13,15 @@ def train(steps: int = 3, accum: int = 4, rows: int = 4, model_kw: dict = TINY4,
     """`rows` sequences per microbatch over all data-parallel ranks: the same global batch at any layout."""
     from shardlab import comm, parallel as parallel_mod
     from shardlab.config import Config
-    from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.model.gpt import build_model
+    from zero_harness import model_config
 
     cfg = Config()
     cfg.parallel.strategy = dp
     cfg.train.grad_accum, cfg.train.seq_len = accum, model_kw["max_seq_len"]
     for k, v in parallel.items():
         setattr(cfg.parallel, k, v)
-    par = parallel_mod.build(cfg, torch.device("cpu"), build_model(GPTConfig(**model_kw), seed=0))
+    par = parallel_mod.build(cfg, torch.device("cpu"), build_model(model_config(model_kw), seed=0))
     dp_size, dp_rank = par.dims.dp_size, par.dims.dp_rank
     micro = rows // dp_size
     seq = model_kw["max_seq_len"]

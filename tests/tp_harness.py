@@ -30,10 +30,11 @@ def tp_mesh(dp: int = 1):
 
 def build(impl: str, sp: bool, model_kw: dict = TINY, dtype=torch.float32, dp: int = 1):
     """(reference model, TP model), both from seed 0."""
-    from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.model.gpt import build_model
     from shardlab.parallel import tp, tp_dtensor
+    from zero_harness import model_config
 
-    ref = build_model(GPTConfig(**model_kw), seed=0).to(dtype)
+    ref = build_model(model_config(model_kw), seed=0).to(dtype)
     model = copy.deepcopy(ref)
     (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, tp_mesh(dp), sp=sp)
     return ref, model

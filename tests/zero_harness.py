@@ -16,7 +16,7 @@ def setup(name: str, model_kw: dict = TINY, dtype: str = "fp32", train_kw: dict 
     """The composition for `name` (a `Parallel`), on the given model sizes; `train_kw` sets `[train]` keys."""
     from shardlab import parallel as parallel_mod
     from shardlab.config import Config
-    from shardlab.model.gpt import GPTConfig, build_model
+    from shardlab.model.gpt import build_model
 
     cfg = Config()
     cfg.parallel.strategy, cfg.train.dtype = name, dtype
@@ -24,7 +24,15 @@ def setup(name: str, model_kw: dict = TINY, dtype: str = "fp32", train_kw: dict 
         setattr(cfg.parallel, k, v)
     for k, v in (train_kw or {}).items():
         setattr(cfg.train, k, v)
-    return parallel_mod.build(cfg, torch.device("cpu"), build_model(GPTConfig(**model_kw), seed=0))
+    return parallel_mod.build(cfg, torch.device("cpu"), build_model(model_config(model_kw), seed=0))
+
+
+def model_config(model_kw: dict):
+    """A GPTConfig, or a LlamaConfig when `model_kw` says arch="llama"."""
+    from shardlab.model.gpt import GPTConfig
+    from shardlab.model.llama import LlamaConfig
+
+    return (LlamaConfig if model_kw.get("arch") == "llama" else GPTConfig)(**model_kw)
 
 
 def microbatches(batch: torch.Tensor, rank: int, micro: int) -> list:

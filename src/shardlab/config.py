@@ -20,13 +20,19 @@ STRATEGIES = tuple(layers.DATA_PARALLEL)  # the data-parallel layer names (paral
 
 @dataclass
 class ModelConfig:
-    preset: str = "small"  # tiny | small | gpt2 | custom
+    preset: str = "small"  # tiny | small | gpt2 | llama-tiny | llama-small | llama3-8b | llama3-70b | llama3-405b | custom
+    arch: str = "gpt2"  # gpt2 | llama (a llama-* preset sets llama)
     n_layer: int = 0  # 0 = take it from the preset
     n_head: int = 0
     d_model: int = 0
     vocab_size: int = 0
     max_seq_len: int = 0  # 0 = train.seq_len
     dropout: float = 0.0
+    # llama only (0 = the preset's value): docs/models.md
+    n_kv_heads: int = 0
+    rope_theta: float = 0.0
+    ffn_multiple_of: int = 0
+    ffn_dim_multiplier: float = 0.0
 
 
 @dataclass
@@ -266,11 +272,11 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
 
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
-    from shardlab.model.gpt import PRESETS, resolve_model_config
+    from shardlab.model.gpt import resolve_model_config
     from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model
-    _choice("model.preset", m.preset, tuple(PRESETS) + ("custom",))
+    _validate_arch(m)
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
@@ -368,6 +374,31 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
 
 
 
+LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier")
+
+
+def _validate_arch(m: ModelConfig) -> None:
+    """The preset names its family; `model.arch` picks one for model.preset=custom. Resolved in place, so
+    config.toml says which family ran."""
+    from shardlab.model import gpt, llama
+
+    _choice("model.preset", m.preset, tuple(gpt.PRESETS) + tuple(llama.PRESETS) + ("custom",))
+    _choice("model.arch", m.arch, ("gpt2", "llama"))
+    if m.preset in llama.PRESETS:
+        m.arch = "llama"
+    elif m.preset != "custom" and m.arch != "gpt2":
+        raise ConfigError(f"model.arch={m.arch} with model.preset={m.preset} (a gpt2 preset): use a llama preset "
+                          f"({', '.join(llama.PRESETS)}) or model.preset=custom with the sizes")
+    if m.arch == "gpt2":
+        for key in LLAMA_KEYS:
+            if getattr(m, key):
+                raise ConfigError(f"model.{key}={getattr(m, key)} applies to the llama family only; set "
+                                  "model.arch=llama (or a llama-* preset) or drop the key")
+    for key in LLAMA_KEYS:
+        if getattr(m, key) < 0:
+            raise ConfigError(f"model.{key}={getattr(m, key)}: must be at least 0 (0 = the preset's value)")
+
+
 def _validate_tp(cfg: Config, dims) -> None:
     """Tensor parallelism's own conditions, one line each, before anything starts (docs/tensor_parallel.md)."""
     from shardlab.model.gpt import resolve_model_config
@@ -383,9 +414,14 @@ def _validate_tp(cfg: Config, dims) -> None:
 
     m = resolve_model_config(cfg.model, cfg.train.seq_len)
     try:
-        check_divisible(m.n_head, m.d_model, dims.tp)
+        check_divisible(m.n_head, m.d_model, dims.tp, n_kv_heads=getattr(m, "n_kv_heads", None),
+                        ffn_hidden=getattr(m, "ffn_hidden", None))
     except ValueError as e:
-        raise ConfigError(f"{e}; choose a degree that divides both") from None
+        raise ConfigError(f"{e}; choose another degree") from None
+    n_kv = getattr(m, "n_kv_heads", m.n_head)
+    if p.tp_impl == "dtensor" and n_kv < dims.tp:
+        raise ConfigError(f"parallel.tp_impl=dtensor with model.n_kv_heads={n_kv} < parallel.tp={dims.tp}: replicated "
+                          "key/value heads are built in the own implementation only; use parallel.tp_impl=own")
     if p.sp and cfg.train.seq_len % dims.tp:
         raise ConfigError(f"parallel.sp=true with parallel.tp={dims.tp}: train.seq_len={cfg.train.seq_len} is not "
                           f"divisible by the degree; choose train.seq_len as a multiple of parallel.tp")

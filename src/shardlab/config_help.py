@@ -11,13 +11,27 @@ from shardlab.config import STRATEGIES
 # key -> (what it does, allowed values)
 KEY_HELP: dict[str, tuple[str, str]] = {
     "model.preset": ("model size: tiny (2 layers, d 64: tests), small (4 layers, d 256, ~3.3M params), "
-                     "gpt2 (GPT-2 small, 124M); custom = give n_layer, n_head, d_model", "tiny | small | gpt2 | custom"),
+                     "gpt2 (GPT-2 small, 124M); llama-tiny, llama-small (byte vocabulary, CPU sizes), llama3-8b, "
+                     "llama3-70b, llama3-405b (Meta's shapes: the planner, meta-device counts); custom = give "
+                     "n_layer, n_head, d_model (docs/models.md)",
+                     "tiny | small | gpt2 | llama-tiny | llama-small | llama3-8b | llama3-70b | llama3-405b | custom"),
+    "model.arch": ("model family: GPT-2 (LayerNorm, learned positions, GELU, tied head) or Llama (RMSNorm, "
+                   "rotary positions, SwiGLU, grouped-query attention, untied head); a llama-* preset sets llama",
+                   "gpt2 | llama"),
     "model.n_layer": ("transformer blocks; 0 = the preset's", "0 | int >= 1"),
     "model.n_head": ("attention heads (must divide d_model); 0 = the preset's", "0 | int >= 1"),
     "model.d_model": ("embedding width; 0 = the preset's", "0 | int >= 1"),
     "model.vocab_size": ("vocabulary size (byte-level data needs 256); 0 = the preset's", "0 | int >= 256"),
     "model.max_seq_len": ("learned positions; 0 = train.seq_len", "0 | int >= train.seq_len"),
-    "model.dropout": ("dropout probability", "0.0 <= float < 1"),
+    "model.dropout": ("dropout probability (gpt2 only: llama trains without)", "0.0 <= float < 1"),
+    "model.n_kv_heads": ("llama: key/value heads of grouped-query attention (n_head = multi-head, 1 = "
+                         "multi-query); must divide n_head; 0 = the preset's", "0 | int dividing n_head"),
+    "model.rope_theta": ("llama: base of the rotary position frequencies; 0 = the preset's "
+                         "(10000 for llama-tiny/small, 500000 for llama3-*)", "0 | float > 0"),
+    "model.ffn_multiple_of": ("llama: the SwiGLU width is rounded up to a multiple of this; 0 = the preset's",
+                              "0 | int >= 1"),
+    "model.ffn_dim_multiplier": ("llama: scales the SwiGLU width 2/3 x 4 d_model before rounding "
+                                 "(Llama 3: 1.3 for 8B/70B, 1.2 for 405B); 0 = the preset's", "0 | float > 0"),
     "data.source": ("training text: the Python standard library's source, a text file (or every text file "
                     "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),

@@ -3,7 +3,7 @@
     shardlab ckpt ls RUN_OR_PATH                 checkpoints of a run: step, state, size, world, strategy
     shardlab ckpt verify RUN_OR_PATH             recheck every file's sha256 (exit 1 if anything is corrupt)
     shardlab ckpt inspect PATH [--tensors]       train state, manifest and (optionally) every stored tensor
-    shardlab ckpt export PATH --hf DIR           Hugging Face GPT-2: model.safetensors, config.json, tokenizer
+    shardlab ckpt export PATH --hf DIR           Hugging Face GPT-2 or LlamaForCausalLM: model.safetensors, config.json, tokenizer
 
 RUN_OR_PATH is a run directory, its checkpoints/ directory, or one checkpoint (`.../step_000100`);
 where one checkpoint is needed, a run means its `latest`. Bad input: one line on stderr, exit 2.
@@ -161,8 +161,9 @@ def cmd_export(args) -> int:
     from shardlab.checkpoint.hf import export_hf
 
     out = export_hf(p, Path(args.hf))
+    cls = json.loads((out / "config.json").read_text())["architectures"][0]
     print(f"exported {p} -> {out}/: model.safetensors, config.json, tokenizer.json, tokenizer_config.json "
-          f"(load with transformers.GPT2LMHeadModel and AutoTokenizer)")
+          f"(load with transformers.{cls} and AutoTokenizer)")
     return 0
 
 
@@ -174,7 +175,7 @@ def parser() -> argparse.ArgumentParser:
     ins = sub.add_parser("inspect", help="show the training state of one checkpoint")
     ins.add_argument("path", metavar="RUN_OR_PATH")
     ins.add_argument("--tensors", action="store_true", help="also list every stored tensor")
-    exp = sub.add_parser("export", help="write a Hugging Face GPT-2")
+    exp = sub.add_parser("export", help="write a Hugging Face GPT-2 or LlamaForCausalLM")
     exp.add_argument("path", metavar="RUN_OR_PATH")
     exp.add_argument("--hf", metavar="DIR", help="output directory: model.safetensors, config.json, tokenizer")
     return ap

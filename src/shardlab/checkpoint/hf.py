@@ -1,5 +1,9 @@
-"""Export a checkpoint's model as a Hugging Face GPT-2 (`model.safetensors` + `config.json`), with
-the byte-level tokenizer it was trained with (`tokenizer.json` + `tokenizer_config.json`).
+"""Export a checkpoint's model as a Hugging Face GPT-2 or `LlamaForCausalLM` (`model.safetensors` +
+`config.json`), with the byte-level tokenizer it was trained with (`tokenizer.json` +
+`tokenizer_config.json`).
+
+The llama family (model/llama.py) is written in Hugging Face's layout already (separate q/k/v/o, rotary
+"rotate half" pairing, untied head), so its export is a rename table (`LLAMA_NAMES`) and nothing else.
 
 shardlab's GPT is GPT-2 with different names and separate q, k, v projections (HF fuses them into
 `c_attn`, concatenated in that order; checkpoints written before the split hold the fused `attn.qkv`
@@ -55,6 +59,39 @@ def to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
     return {k: v.detach().float().contiguous() for k, v in out.items()}
 
 
+# shardlab's llama names -> LlamaForCausalLM's (per block: blocks.N.X -> model.layers.N.Y)
+LLAMA_NAMES = {"wte.weight": "model.embed_tokens.weight", "ln_f.weight": "model.norm.weight",
+               "lm_head.weight": "lm_head.weight"}
+LLAMA_BLOCK_NAMES = {"ln_1": "input_layernorm", "attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj",
+                     "attn.v": "self_attn.v_proj", "attn.proj": "self_attn.o_proj",
+                     "ln_2": "post_attention_layernorm", "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj",
+                     "mlp.down": "mlp.down_proj"}
+
+
+def llama_to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    out = {theirs: sd[ours] for ours, theirs in LLAMA_NAMES.items()}
+    for i in range(n_layer):
+        for ours, theirs in LLAMA_BLOCK_NAMES.items():
+            out[f"model.layers.{i}.{theirs}.weight"] = sd[f"blocks.{i}.{ours}.weight"]
+    return {k: v.detach().float().contiguous() for k, v in out.items()}
+
+
+def llama_hf_config(model: dict) -> dict:
+    from shardlab.model.llama import ffn_hidden
+
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+        "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
+        "intermediate_size": ffn_hidden(model["d_model"], model["ffn_multiple_of"], model["ffn_dim_multiplier"]),
+        "num_hidden_layers": model["n_layer"], "num_attention_heads": model["n_head"],
+        "num_key_value_heads": model["n_kv_heads"], "head_dim": model["d_model"] // model["n_head"],
+        "hidden_act": "silu", "max_position_embeddings": model["max_seq_len"], "rms_norm_eps": model["norm_eps"],
+        "rope_theta": model["rope_theta"], "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
+        "attention_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": False,
+        "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
+    }
+
+
 def hf_config(model: dict) -> dict:
     return {
         "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
@@ -106,12 +143,14 @@ def export_hf(step_dir: Path, out_dir: Path) -> Path:
     model = meta["model"]
     if model is None:
         raise ValueError(f"{step_dir} has no model dimensions in {STATE_FILE}; cannot build a GPT-2 config")
-    tensors = to_hf(load_model_tensors(step_dir), model["n_layer"])
+    llama = model.get("arch") == "llama"
+    tensors = (llama_to_hf if llama else to_hf)(load_model_tensors(step_dir), model["n_layer"])
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     _readable(out_dir / "model.safetensors")
-    (out_dir / "config.json").write_text(json.dumps(hf_config(model), indent=2) + "\n")
+    config = llama_hf_config(model) if llama else hf_config(model)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for name, doc in hf_tokenizer(model["max_seq_len"]).items():
         (out_dir / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     return out_dir

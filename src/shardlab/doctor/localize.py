@@ -36,13 +36,14 @@ def _max_abs(x) -> float:
 
 
 def build_replica(cfg, full_params: dict[str, torch.Tensor], device: torch.device) -> nn.Module:
-    """A plain single-device GPT holding `full_params` (a strategy's `full_parameters()`)."""
-    from shardlab.model.gpt import GPT, resolve_model_config  # one process, no layers: the bare model
+    """A plain single-device model (GPT or llama) holding `full_params` (a strategy's `full_parameters()`)."""
+    from shardlab.model.gpt import build_model, resolve_model_config  # one process, no layers: the bare model
 
-    model = GPT(resolve_model_config(cfg.model, cfg.train.seq_len)).to(device)
+    model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), 0).to(device)
     missing, unexpected = model.load_state_dict({k: v.detach().to(device) for k, v in full_params.items()},
                                                 strict=False)
-    missing = [k for k in missing if k != "lm_head.weight"]  # tied to wte.weight: one parameter
+    if getattr(model, "tied_head", True):
+        missing = [k for k in missing if k != "lm_head.weight"]  # tied to wte.weight: one parameter
     if missing or unexpected:
         raise RuntimeError(f"doctor: cannot build a replica for localisation: missing {missing[:3]}, "
                            f"unexpected {unexpected[:3]}")

@@ -38,8 +38,22 @@ PRESETS = {
 }
 
 
-def resolve_model_config(m, seq_len: int) -> GPTConfig:
-    """Merge a `[model]` config section with its preset; raise ConfigError on impossible dimensions."""
+def arch_of(m) -> str:
+    """The family a `[model]` section asks for: a llama preset names it, otherwise `model.arch`."""
+    from shardlab.model import llama
+
+    if m.preset in llama.PRESETS:
+        return "llama"
+    return getattr(m, "arch", "gpt2")
+
+
+def resolve_model_config(m, seq_len: int):
+    """Merge a `[model]` config section with its preset; raise ConfigError on impossible dimensions.
+    Returns a GPTConfig, or a LlamaConfig for the llama family (model/llama.py)."""
+    if arch_of(m) == "llama":
+        from shardlab.model import llama
+
+        return llama.resolve_model_config(m, seq_len)
     base = dict(PRESETS.get(m.preset, {}))
     for key in ("n_layer", "n_head", "d_model", "vocab_size"):
         if getattr(m, key):
@@ -120,6 +134,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
+    tied_head = True  # read by the pipeline split: the last stage keeps `wte` as its head's weight
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
@@ -163,8 +179,13 @@ class GPT(nn.Module):
         return x
 
 
-def build_model(cfg: GPTConfig, seed: int) -> GPT:
-    """Same seed -> the same initial weights on every rank, at any world size."""
+def build_model(cfg, seed: int) -> nn.Module:
+    """Same seed -> the same initial weights on every rank, at any world size. `cfg` is a GPTConfig or a
+    LlamaConfig (model/llama.py): the model of that family."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
+        if getattr(cfg, "arch", "gpt2") == "llama":
+            from shardlab.model.llama import Llama
+
+            return Llama(cfg)
         return GPT(cfg)

@@ -91,10 +91,11 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     keep = [str(i) for s in mine for i in ranges[s]]
     part.blocks = nn.ModuleDict({k: part.blocks[k] for k in keep})
     first, last = 0 in mine, n - 1 in mine
-    if not first:
+    tied = getattr(model, "tied_head", True)
+    if not first and hasattr(part, "wpe"):
         part.wpe = None
-    if not first and not last:
-        part.wte = None  # the last stage keeps it: the weight of its tied head
+    if not first and (not last or not tied):
+        part.wte = None  # a tied head's last stage keeps it (its weight); untied (llama), wte marks the first
     if not last:
         part.ln_f = part.lm_head = None
     part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n}
@@ -108,16 +109,20 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     view._modules = dict(part._modules)
     view._modules["blocks"] = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
     if stage != 0:
-        view._modules["wpe"] = None
+        if "wpe" in view._modules:
+            view._modules["wpe"] = None
+        if not getattr(part, "tied_head", True):
+            view._modules["wte"] = None  # untied (llama): wte marks the first stage
     if stage != n_stages - 1:
         view._modules["ln_f"] = view._modules["lm_head"] = None
     return view
 
 
-def _embed_group(dims: ParallelDims, sched) -> object | None:
+def _embed_group(dims: ParallelDims, sched, tied: bool = True) -> object | None:
     """The ranks holding the first and the last stage of each pipeline (per coordinate of every other
-    dimension): their copies of the tied embedding are summed. Every rank creates every group."""
-    if sched.rank_of(0) == sched.rank_of(sched.n_stages - 1):
+    dimension): their copies of the tied embedding are summed. Every rank creates every group. None when
+    one rank holds both, or the head is not tied (llama)."""
+    if sched.rank_of(0) == sched.rank_of(sched.n_stages - 1) or not tied:
         return None
     mine = None
     for r in range(dims.world_size):
@@ -147,7 +152,7 @@ class PipelineParallel(Parallel):
         else:
             modules = {s: _chunk_view(part, s, n, ranges[s]) for s in stages}
         self.is_first, self.is_last = 0 in stages, n - 1 in stages
-        self.embed_group = _embed_group(dims, sched)
+        self.embed_group = _embed_group(dims, sched, getattr(model, "tied_head", True))
         d_model = model.cfg.d_model
 
         def loss_fn(logits, y):

@@ -9,9 +9,13 @@ What is split (N = TP degree; see docs/tensor_parallel.md):
 - attention by heads: q, k, v column-parallel (rows of their (d, d) weights = whole heads), proj
   row-parallel. q, k and v share one region entry (a pre-hook on the attention module), so the attention
   costs one collective forward and one backward, not three;
-- MLP: fc column-parallel, proj row-parallel;
-- the tied embedding / head by vocabulary rows, padded to a multiple of N (the padding rows are zero, never
-  looked up, and masked out of the loss);
+- MLP: fc column-parallel, proj row-parallel (llama's SwiGLU: gate and up column-parallel, down row-parallel);
+- grouped-query attention (llama): with n_kv_heads >= N (and divisible by N) k and v are column-parallel like
+  q, each rank holding the key/value heads its query heads use; with fewer key/value heads than ranks (N a
+  multiple of n_kv_heads) k and v are replicated and each rank runs only the one head its query heads share
+  (`KVHeadLinear`), the weights' gradients summed across TP after backward;
+- the embedding and the head by vocabulary rows, padded to a multiple of N (the padding rows are zero, never
+  looked up, and masked out of the loss); tied (GPT-2) they are one parameter, untied (llama) two;
 - with sequence parallelism (`sp`), LayerNorm, dropout, residual and the position embedding work on 1/N of the
   sequence; their parameters are replicated and their gradients summed across TP after backward.
 
@@ -101,16 +105,33 @@ class VocabParallelEmbedding(nn.Module):
 
 
 class VocabParallelHead(nn.Module):
-    """The output layer, column-parallel over the vocabulary, its weight the embedding's own slice (tied):
-    logits for this rank's columns only, scored by the vocab-parallel cross-entropy."""
+    """The output layer, column-parallel over the vocabulary: logits for this rank's columns only, scored by
+    the vocab-parallel cross-entropy. Its weight is the embedding's own slice (tied) or, untied, this rank's
+    rows of the head's own (vocabulary-padded like the embedding's)."""
 
-    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str = "tp.lm_head"):
+    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str = "tp.lm_head", real_rows: int = 0):
         super().__init__()
         self.weight = weight
+        self.real_rows = real_rows
         self.group, self.sp, self.tag = group, sp, tag
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(tp_ops.enter(x, self.group, self.sp, self.tag), self.weight)
+
+
+class KVHeadLinear(nn.Module):
+    """Grouped-query attention with fewer key/value heads than TP ranks: the k (or v) projection replicated
+    whole on every rank, of which this rank runs only rows `rows` (the one key/value head its query heads
+    share). Its weight's gradient is nonzero in those rows only, a partial sum: OwnTP.finish_backward adds
+    the ranks' gradients, so every copy takes the same step."""
+
+    def __init__(self, linear: nn.Linear, head: int, head_dim: int):
+        super().__init__()
+        self.weight = linear.weight
+        self.rows = slice(head * head_dim, (head + 1) * head_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight[self.rows])
 
 
 class SequenceParallelPositions(nn.Module):
@@ -189,12 +210,34 @@ def resolve_group(tp):
     return tp, None
 
 
-def check_divisible(n_head: int, d_model: int, tp: int) -> None:
-    """What a degree must divide: heads (q, k, v split by whole heads) and the hidden sizes."""
+def check_divisible(n_head: int, d_model: int, tp: int, n_kv_heads: int | None = None,
+                    ffn_hidden: int | None = None) -> None:
+    """What a degree must divide: heads (q, k, v split by whole heads) and the hidden sizes. Grouped-query
+    attention (`n_kv_heads`): split when there are at least as many key/value heads as ranks (then the
+    degree divides them), replicated otherwise (then they divide the degree, so each rank's query heads
+    share one key/value head)."""
     if n_head % tp:
         raise ValueError(f"parallel.tp={tp} does not divide model.n_head={n_head}: attention is split by heads")
     if d_model % tp:
         raise ValueError(f"parallel.tp={tp} does not divide model.d_model={d_model}")
+    if n_kv_heads and n_kv_heads >= tp and n_kv_heads % tp:
+        raise ValueError(f"parallel.tp={tp} does not divide model.n_kv_heads={n_kv_heads}: key/value heads are "
+                         "split by whole heads when there are at least as many as ranks")
+    if n_kv_heads and n_kv_heads < tp and tp % n_kv_heads:
+        raise ValueError(f"parallel.tp={tp} is not a multiple of model.n_kv_heads={n_kv_heads}: with fewer "
+                         "key/value heads than ranks each rank's query heads must share one of them")
+    if ffn_hidden and ffn_hidden % tp:
+        raise ValueError(f"parallel.tp={tp} does not divide the MLP width {ffn_hidden}")
+
+
+def _vocab_rows(weight: torch.Tensor, rank: int, size: int) -> tuple[torch.Tensor, int]:
+    """This rank's rows of a (vocabulary, d) matrix padded to a multiple of `size` (padding rows zero),
+    and how many of them are real: the split of VocabParallelEmbedding."""
+    per = -(-weight.shape[0] // size)
+    real = max(0, min(per, weight.shape[0] - rank * per))
+    local = weight.detach().new_zeros(per, weight.shape[1])
+    local[:real] = weight.detach()[rank * per:rank * per + real]
+    return local, real
 
 
 def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
@@ -203,24 +246,41 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     group, mesh = resolve_group(tp)
     rank, size = comm.rank(group), comm.world_size(group)
     cfg = model.cfg
-    check_divisible(cfg.n_head, cfg.d_model, size)
+    n_kv = getattr(cfg, "n_kv_heads", cfg.n_head)
+    check_divisible(cfg.n_head, cfg.d_model, size, n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
     model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
-    model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
-    if sp:
+    if getattr(model, "tied_head", True):
+        model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
+    else:
+        local, real = _vocab_rows(model.lm_head.weight, rank, size)
+        model.lm_head = VocabParallelHead(nn.Parameter(local, model.lm_head.weight.requires_grad), group, sp,
+                                          real_rows=real)
+    if sp and getattr(model, "wpe", None) is not None:
         model.wpe = SequenceParallelPositions(model.wpe, rank, size)
     for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
         attn, mlp = block.attn, block.mlp
         tag = f"tp.blocks.{i}.attn"
-        for name in ("q", "k", "v"):
-            setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
+        attn.q = ColumnParallelLinear(attn.q, group, rank, size, sp, tag, enter=False)
+        for name in ("k", "v"):
+            if n_kv >= size:
+                setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
+            else:  # this rank's query heads all use key/value head rank // (size / n_kv)
+                setattr(attn, name, KVHeadLinear(getattr(attn, name), rank // (size // n_kv), attn.head_dim))
         attn.proj = RowParallelLinear(attn.proj, group, rank, size, sp, tag)
         attn.register_forward_pre_hook(
             lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
         tag = f"tp.blocks.{i}.mlp"
-        mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
-        mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
+        if hasattr(mlp, "fc"):
+            mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
+            mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
+        else:  # SwiGLU: gate and up split alike (silu(gate) * up is elementwise), one entry for both
+            mlp.gate = ColumnParallelLinear(mlp.gate, group, rank, size, sp, tag, enter=False)
+            mlp.up = ColumnParallelLinear(mlp.up, group, rank, size, sp, tag, enter=False)
+            mlp.down = RowParallelLinear(mlp.down, group, rank, size, sp, tag)
+            mlp.register_forward_pre_hook(
+                lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
 
     if getattr(cfg, "dropout", 0.0) > 0:
         rng = ShardedRegionRNG(rank)
@@ -235,11 +295,12 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     for fqn, p in model.named_parameters():
         owner = model.get_submodule(fqn.rsplit(".", 1)[0])
         dim = None
-        if isinstance(owner, (ColumnParallelLinear, VocabParallelEmbedding)):
+        if isinstance(owner, (ColumnParallelLinear, VocabParallelEmbedding, VocabParallelHead)):
             dim = 0
         elif isinstance(owner, RowParallelLinear) and fqn.endswith("weight"):
             dim = 1
-        real = owner.real_rows if isinstance(owner, VocabParallelEmbedding) else (p.shape[dim] if dim is not None else 0)
+        vocab = isinstance(owner, (VocabParallelEmbedding, VocabParallelHead))
+        real = owner.real_rows if vocab else (p.shape[dim] if dim is not None else 0)
         specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
     model.tp = OwnTP(model, group, mesh, rank, size, sp, specs)
     return model
@@ -268,7 +329,7 @@ def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
 
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
     """Under SP, the replicated parameters used on sequence shards: their per-rank gradients are partial."""
-    return isinstance(owner, (nn.LayerNorm, SequenceParallelPositions)) or (
+    return isinstance(owner, (nn.LayerNorm, nn.RMSNorm, SequenceParallelPositions)) or (
         isinstance(owner, RowParallelLinear) and fqn.endswith("bias"))
 
 
@@ -281,8 +342,11 @@ class OwnTP:
         self.model, self.group, self._mesh = model, group, mesh
         self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
         self.vocab_size = model.wte.vocab_size
-        self.sp_params = [fqn for fqn in specs
-                          if sp and _sp_partial(fqn, model.get_submodule(fqn.rsplit(".", 1)[0]))]
+        owner = {fqn: model.get_submodule(fqn.rsplit(".", 1)[0]) for fqn in specs}
+        # Replicated parameters whose per-rank gradients are partial sums: SP's, and the key/value heads
+        # replicated under grouped-query attention (each rank's gradient covers its query heads only).
+        self.sp_params = [fqn for fqn in specs if (sp and _sp_partial(fqn, owner[fqn]))
+                          or isinstance(owner[fqn], KVHeadLinear)]
 
     # --- step ---
     def loss_context(self):
@@ -300,7 +364,8 @@ class OwnTP:
 
     def finish_backward(self, grads: dict | None = None) -> None:
         """SP: sum the partial gradients of LayerNorm, row-parallel biases and positions across TP, as one
-        flat all-reduce (Megatron does the same after backward). Without SP there is nothing to do.
+        flat all-reduce (Megatron does the same after backward); the replicated key/value heads of
+        grouped-query attention join it. Otherwise there is nothing to do.
         `grads`: {fqn: gradient} as the data-parallel layer holds them (zero: this rank's shards, laid out
         alike on every TP rank since their parameters have equal shapes); default the parameters' .grad."""
         if grads is None:
@@ -391,7 +456,7 @@ class OwnTP:
         params = dict(self.model.named_parameters())
         out = {}
         for fqn in self.model.state_dict(keep_vars=True):
-            key = "wte.weight" if fqn == "lm_head.weight" else fqn
+            key = fqn if fqn in params else "wte.weight"  # a tied head is registered once, as wte.weight
             out[fqn] = self.to_dtensor(key, params[key].detach())
         return out
 
@@ -445,19 +510,28 @@ class OwnTP:
 
 
 def comm_bytes_per_step(n_layer: int, d_model: int, max_seq_len: int, tokens: int, sp: bool,
-                        elem_bytes: int = 4, grad_norm: bool = False) -> dict[str, int]:
+                        elem_bytes: int = 4, grad_norm: bool = False, arch: str = "gpt2",
+                        kv_replicated: int = 0) -> dict[str, int]:
     """Payload bytes (comm's convention) own TP sends per rank for `tokens` = batch x sequence tokens through
     one forward, backward and finish_backward, by op (docs/tensor_parallel.md): 2L+1 region collectives
     per pass (2 per block; the embedding forward, the head backward, or with SP both), the loss's max and
-    stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar."""
+    stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar. Llama
+    (`arch`): SP's replicated parameters are the RMSNorm gains only (no biases, no position table), and
+    `kv_replicated` elements of replicated key/value weights (grouped-query attention with fewer key/value
+    heads than ranks) join the flat all-reduce after backward. SwiGLU and GQA change no region: each
+    still enters and leaves with one (tokens, d_model) activation."""
     act = tokens * d_model * elem_bytes
     regions = 2 * (2 * n_layer + 1) * act  # forward + backward
     loss = tokens * 4 + 2 * tokens * 4
     norm = 8 if grad_norm else 0
+    kv = kv_replicated * elem_bytes
     if not sp:
-        return {"all_reduce": regions + loss + norm}
-    sp_grads = (6 * n_layer * d_model + 2 * d_model + max_seq_len * d_model) * elem_bytes
-    return {"all_reduce": loss + sp_grads + norm, "all_gather": regions, "reduce_scatter": regions}
+        return {"all_reduce": regions + loss + norm + kv}
+    if arch == "llama":
+        sp_grads = (2 * n_layer + 1) * d_model * elem_bytes
+    else:
+        sp_grads = (6 * n_layer * d_model + 2 * d_model + max_seq_len * d_model) * elem_bytes
+    return {"all_reduce": loss + sp_grads + kv + norm, "all_gather": regions, "reduce_scatter": regions}
 
 
 def _contiguous_stride(shape: tuple) -> tuple:
@@ -469,5 +543,5 @@ def _contiguous_stride(shape: tuple) -> tuple:
 
 
 __all__ = ["apply_tp", "apply_tensor_parallel", "ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
-           "VocabParallelHead", "SequenceParallelPositions", "ShardedRegionRNG", "OwnTP",
+           "VocabParallelHead", "KVHeadLinear", "SequenceParallelPositions", "ShardedRegionRNG", "OwnTP",
            "vocab_parallel_cross_entropy", "check_divisible"]

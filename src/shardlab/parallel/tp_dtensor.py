@@ -5,8 +5,9 @@
         loss = model.tp.loss_fn(model(idx), targets, "sum")
         loss.backward()
 
-The split is the own implementation's (shardlab.parallel.tp): q, k, v and mlp.fc colwise, the projections
-rowwise, the tied embedding/head by vocabulary rows (the head's logits stay a DTensor sharded on the
+The split is the own implementation's (shardlab.parallel.tp): q, k, v and mlp.fc (llama: mlp.gate and
+mlp.up) colwise, the projections rowwise (grouped-query attention: key/value heads split, so at least as
+many of them as ranks), the tied embedding/head by vocabulary rows (the head's logits stay a DTensor sharded on the
 vocabulary, scored by `loss_parallel`). The attention and MLP inputs are made DTensors once per module
 (`PrepareModuleInput`) so q, k and v share one redistribution. With sequence parallelism the LayerNorms
 are `SequenceParallel`, the embedding's output and the projections' outputs are sharded on the sequence,
@@ -57,7 +58,8 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
         "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Shard(-1), use_local_output=False),
     }
     if sp:
-        plan["wpe"] = _positions_style()
+        if getattr(model, "wpe", None) is not None:
+            plan["wpe"] = _positions_style()
         plan["ln_f"] = SequenceParallel()
     from shardlab.parallel.tp import _named_blocks
 
@@ -72,9 +74,14 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
             f"{b}.attn.v": ColwiseParallel(),
             f"{b}.attn.proj": RowwiseParallel(output_layouts=between, use_local_output=not sp),
             f"{b}.mlp": enter,
-            f"{b}.mlp.fc": ColwiseParallel(),
-            f"{b}.mlp.proj": RowwiseParallel(output_layouts=between, use_local_output=not sp),
         })
+        if hasattr(model.blocks[str(i)].mlp, "fc"):
+            plan[f"{b}.mlp.fc"] = ColwiseParallel()
+            plan[f"{b}.mlp.proj"] = RowwiseParallel(output_layouts=between, use_local_output=not sp)
+        else:  # llama's SwiGLU
+            plan[f"{b}.mlp.gate"] = ColwiseParallel()
+            plan[f"{b}.mlp.up"] = ColwiseParallel()
+            plan[f"{b}.mlp.down"] = RowwiseParallel(output_layouts=between, use_local_output=not sp)
         if sp:
             plan[f"{b}.ln_1"] = SequenceParallel()
             plan[f"{b}.ln_2"] = SequenceParallel()
@@ -87,9 +94,16 @@ def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> nn.Module:
     from torch.distributed.tensor.parallel import parallelize_module
 
     mesh = tp_mesh["tp"] if tp_mesh.ndim > 1 else tp_mesh
-    check_divisible(model.cfg.n_head, model.cfg.d_model, mesh.size())
+    cfg = model.cfg
+    n_kv = getattr(cfg, "n_kv_heads", cfg.n_head)
+    check_divisible(cfg.n_head, cfg.d_model, mesh.size(), n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
+    if n_kv < mesh.size():
+        raise ValueError(f"parallel.tp_impl=dtensor with model.n_kv_heads={n_kv} < parallel.tp={mesh.size()}: "
+                         "replicated key/value heads are built in the own implementation only; use "
+                         "parallel.tp_impl=own or parallel.tp <= model.n_kv_heads")
     parallelize_module(model, mesh, tp_plan(model, sp))
-    model.lm_head.weight = model.wte.weight
+    if getattr(model, "tied_head", True):
+        model.lm_head.weight = model.wte.weight
     model.tp = DTensorTP(model, mesh, sp)
     return model
 

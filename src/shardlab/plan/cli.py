@@ -20,7 +20,7 @@ from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_name
 from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
-              "mlp_ratio": int, "tied": "bool"}
+              "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int}
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool"}
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int,
@@ -35,7 +35,7 @@ ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
 # runs for minutes, and no real model or cluster is near them (GPT-3 175B: 96 layers, h = 12,288)
 RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "vocab": (1, 2**24),
-          "seq": (1, 2**22), "mlp_ratio": (1, 64), "global_batch": (1, 2**24),
+          "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "global_batch": (1, 2**24),
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64)}
 FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20)}

@@ -78,10 +78,13 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], 
         elif pp == 1 or name in ("wte.weight", "wpe.weight"):  # with pp the final LN is on the last stage
             root.append(n)
 
+    # llama with fewer key/value heads than tp ranks: k and v are replicated (parallel/tp.py)
+    kv_whole = model.kv_width * model.d_model if model.llama and model.n_kv_heads < tp else -1
+
     def split(unit):
         if tp == 1:
             return tuple(unit)
-        return tuple(x if x == model.d_model and tp > 1 else -(-x // tp) for x in unit)
+        return tuple(x if x in (model.d_model, kv_whole) and tp > 1 else -(-x // tp) for x in unit)
     return (split(root),) + tuple(split(b) for b in blocks)
 
 
@@ -196,6 +199,11 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
             out.append(Collective("all_reduce", "tp", lay.tp, act * n, n, "none",
                                   f"sbh*{e} x (4 per layer{' +2 recompute' if per_mb > 4 else ''}"
                                   f" x {layers} layers + 2) x {m} micro batches", per_micro=True))
+    if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:
+        g = train.grad_bytes * 2 * layers * model.kv_width * model.d_model
+        out.append(Collective("all_reduce", "tp", lay.tp, g, 1, "none",
+                              f"2 x {layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
+                              f"n_kv_heads {model.n_kv_heads} < t)"))
     if lay.pp > 1:
         sends = 2 * m * lay.v
         b = act / (lay.tp if lay.sp else 1)

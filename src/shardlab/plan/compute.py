@@ -38,6 +38,8 @@ DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_b
 
 def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
     """One transformer block forward, tensor-parallel degree t, activation element size e."""
+    if model.llama:
+        return llama_layer_ops(model, b, s, t, e, flash)
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
     att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
@@ -65,11 +67,42 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     ]
 
 
+def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+    """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
+    rotary positions on q and k, grouped-query attention (each key/value head read by its group),
+    SwiGLU (gate, up, silu x up, down)."""
+    h, a, g, f = model.d_model, model.n_head, model.kv_width, model.ffn
+    T, dh, ah = b * s, h // a, a // t
+    gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
+    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
+    if not flash:
+        att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
+               Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
+               Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
+    th = T * h * e / t
+    return [
+        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
+        Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
+        *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
+        # rotary: q and k read, rotated half built, two products and a sum written
+        Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"),
+        *att,
+        Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
+        Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
+        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
+        *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
+        Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
+        Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
+        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+    ]
+
+
 def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
     T, h = b * s, model.d_model
     # backward: a dense V x h gradient is zeroed and the T rows are added into it
     return [Op("embedding", "elem", bytes=4 * T * h * e, ew="add",
-               bwd_bytes=(model.vocab * h + model.seq * h) * e + 3 * T * h * e)]
+               bwd_bytes=(model.vocab * h + (0 if model.llama else model.seq * h)) * e + 3 * T * h * e)]
 
 
 def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int) -> list[Op]:
@@ -98,7 +131,8 @@ def in_situ_keyed(op: Op) -> bool:
 
 def rest_key(model: ModelSpec, b: int, s: int) -> str:
     """Table key suffix of what was calibrated in situ for exactly this model and micro batch."""
-    return f"{model.n_layer},{model.d_model},{model.n_head},{model.vocab},{s},{b},{model.mlp_ratio},{int(model.tied)}"
+    key = f"{model.n_layer},{model.d_model},{model.n_head},{model.vocab},{s},{b},{model.mlp_ratio},{int(model.tied)}"
+    return key + (f",llama{model.n_kv_heads},{model.ffn}" if model.llama else "")
 
 
 def _keyed_sum(block: list[Op], head: list[Op], layers: int, c: Cluster, backward: bool) -> float:
@@ -241,7 +275,10 @@ def calibrated_points(c: Cluster) -> list[tuple[ModelSpec, int, int]]:
     out = []
     for key in c.gemm_table:
         if key.startswith("rest_fwd:"):
-            L, h, a, v, s, b, r, tied = map(int, key.split(":", 1)[1].split(","))
+            parts = key.split(":", 1)[1].split(",")
+            if len(parts) != 8:  # in-situ calibration builds shardlab's GPT only
+                continue
+            L, h, a, v, s, b, r, tied = map(int, parts)
             if h > a:
                 out.append((ModelSpec("calibrated", L, h, a, v, s, r, bool(tied)), b, s))
     return out

@@ -118,8 +118,10 @@ class Layout:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
         if self.dp_shard is not None and (self.dp_shard <= 0 or self.dp % self.dp_shard):
             raise ValueError(f"dp_shard {self.dp_shard} must divide dp {self.dp}")
-        if model.n_head % self.tp or model.d_model % self.tp:
-            raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}")
+        if not model.tp_ok(self.tp):
+            kv = f" (and n_kv_heads {model.n_kv_heads} must divide it or be divisible by it, and it must divide " \
+                 f"the SwiGLU width {model.ffn})" if model.llama else ""
+            raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
         if self.v > 1 and self.schedule != "interleaved":
             raise ValueError("v > 1 needs schedule=interleaved")
         if model.n_layer % (self.pp * self.v):

@@ -1,7 +1,9 @@
 """Model dimensions, exact parameter counts, FLOPs and activation memory.
 
-Architecture: GPT-2 (learned positional embeddings, pre-LayerNorm blocks, biases everywhere, tied
-embedding/head unless `tied=False`). Notation follows Korthikanti et al. 2022 ("Reducing Activation
+Architectures: GPT-2 (learned positional embeddings, pre-LayerNorm blocks, biases everywhere, tied
+embedding/head unless `tied=False`) and, with `arch="llama"`, shardlab's Llama (model/llama.py: RMSNorm,
+rotary positions, SwiGLU of width f, grouped-query attention with g = n_kv_heads x h/a key/value
+width, untied head, no biases). Notation follows Korthikanti et al. 2022 ("Reducing Activation
 Recomputation in Large Transformer Models"): a = heads, b = micro batch, h = hidden, L = layers,
 s = sequence length, v = vocabulary, t = tensor-parallel degree, p = pipeline-parallel degree.
 """
@@ -28,7 +30,10 @@ class ModelSpec:
     vocab: int  # v
     seq: int  # s (also the size of the learned positional table)
     mlp_ratio: int = 4
-    tied: bool = True  # head shares the embedding matrix (GPT-2)
+    tied: bool = True  # head shares the embedding matrix (GPT-2); llama: always untied
+    arch: str = "gpt2"  # gpt2 | llama
+    n_kv_heads: int = 0  # llama: key/value heads (0 = n_head)
+    ffn: int = 0  # llama: SwiGLU width f (0 = Llama 3's rule, 2/3 x 4h rounded up to a multiple of 256)
 
     def __post_init__(self) -> None:
         for f in ("n_layer", "d_model", "n_head", "vocab", "seq", "mlp_ratio"):
@@ -36,17 +41,48 @@ class ModelSpec:
                 raise ValueError(f"model.{f} must be positive, got {getattr(self, f)}")
         if self.d_model % self.n_head:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
+        if self.arch not in ("gpt2", "llama"):
+            raise ValueError(f"arch must be gpt2 or llama, got {self.arch!r}")
+        if self.arch == "llama":
+            kv = self.n_kv_heads or self.n_head
+            if kv < 0 or self.n_head % kv:
+                raise ValueError(f"n_kv_heads {kv} must divide n_head {self.n_head}")
+            object.__setattr__(self, "n_kv_heads", kv)
+            object.__setattr__(self, "tied", False)
+            if self.ffn <= 0:
+                object.__setattr__(self, "ffn", 256 * -(-int(8 * self.d_model / 3) // 256))
+
+    @property
+    def llama(self) -> bool:
+        return self.arch == "llama"
+
+    @property
+    def kv_width(self) -> int:
+        """g: the width of k and v (all of h for GPT-2, n_kv_heads heads for llama)."""
+        return self.n_kv_heads * (self.d_model // self.n_head) if self.llama else self.d_model
+
+    def tp_ok(self, t: int) -> bool:
+        """Tensor parallelism splits whole heads; llama's key/value heads are split (t divides them)
+        or replicated (they divide t), and t divides the SwiGLU width."""
+        if self.n_head % t or self.d_model % t:
+            return False
+        if self.llama:
+            kv = self.n_kv_heads
+            return (kv % t == 0 if kv >= t else t % kv == 0) and self.ffn % t == 0
+        return True
 
     def miniature(self) -> "ModelSpec":
         """The same blocks (so the same parameter tensors, hooks and ZeRO units) at 1 dim per head,
         8 positions and a 256-token vocabulary: its step is almost all per-op and per-tensor cost."""
-        return ModelSpec(f"{self.name}-mini", n_layer=self.n_layer, d_model=self.n_head, n_head=self.n_head,
-                         vocab=256, seq=8, mlp_ratio=self.mlp_ratio, tied=self.tied)
+        return replace(self, name=f"{self.name}-mini", d_model=self.n_head, vocab=256, seq=8,
+                       ffn=max(1, self.ffn * self.n_head // self.d_model) if self.llama else 0)
 
     # ---- parameters ------------------------------------------------------------------------
     def param_shapes(self) -> list[tuple[str, "Param"]]:
         """(name, numel) of every parameter in registration order, like model.named_parameters();
         each numel is a `Param` that also knows its dim-0 row size (sharding pads whole rows)."""
+        if self.llama:
+            return self._llama_param_shapes()
         h, f = self.d_model, self.mlp_ratio * self.d_model
         out = [("wte.weight", Param(self.vocab, h)), ("wpe.weight", Param(self.seq, h))]
         for i in range(self.n_layer):
@@ -65,20 +101,37 @@ class ModelSpec:
             out.append(("lm_head.weight", Param(self.vocab, h)))
         return out
 
+    def _llama_param_shapes(self) -> list[tuple[str, "Param"]]:
+        h, f, g, v = self.d_model, self.ffn, self.kv_width, self.vocab
+        out = [("wte.weight", Param(v, h))]
+        for i in range(self.n_layer):
+            p = f"blocks.{i}."
+            out += [(p + "ln_1.weight", Param(h)), (p + "attn.q.weight", Param(h, h)),
+                    (p + "attn.k.weight", Param(g, h)), (p + "attn.v.weight", Param(g, h)),
+                    (p + "attn.proj.weight", Param(h, h)), (p + "ln_2.weight", Param(h)),
+                    (p + "mlp.gate.weight", Param(f, h)), (p + "mlp.up.weight", Param(f, h)),
+                    (p + "mlp.down.weight", Param(h, f))]
+        return out + [("ln_f.weight", Param(h)), ("lm_head.weight", Param(v, h))]
+
     @property
     def params_per_layer(self) -> int:
         h, r = self.d_model, self.mlp_ratio
+        if self.llama:  # q, proj h^2 each; k, v g*h each; SwiGLU 3fh; two RMSNorm gains
+            return 2 * h * h + 2 * self.kv_width * h + 3 * self.ffn * h + 2 * h
         return (4 + 2 * r) * h * h + (9 + r) * h  # r=4: 12h^2 + 13h
 
     @property
     def params_embedding(self) -> int:
         """Token + positional embeddings and (untied) head; the final LayerNorm is counted apart."""
+        if self.llama:
+            return 2 * self.vocab * self.d_model  # no position table, untied head
         return (self.vocab * (1 if self.tied else 2) + self.seq) * self.d_model
 
     @property
     def params(self) -> int:
-        """Psi. For r=4, tied: 12*L*h^2 + 13*L*h + v*h + s*h + 2*h."""
-        return self.n_layer * self.params_per_layer + self.params_embedding + 2 * self.d_model
+        """Psi. For r=4, tied: 12*L*h^2 + 13*L*h + v*h + s*h + 2*h. Llama: L(2h^2 + 2gh + 3fh + 2h) + 2vh + h."""
+        final_norm = self.d_model if self.llama else 2 * self.d_model
+        return self.n_layer * self.params_per_layer + self.params_embedding + final_norm
 
     # ---- FLOPs (multiply-add = 2 FLOPs; causal mask not discounted, as in Narayanan et al.) ---
     def flops_fwd_layer(self, tokens: int, seq: int | None = None) -> float:
@@ -86,6 +139,8 @@ class ModelSpec:
         GEMMs 2*(4+2r)*h^2 per token, attention scores and attention-over-values 2*2*s*h per token."""
         s = seq or self.seq
         h, r = self.d_model, self.mlp_ratio
+        if self.llama:  # GEMMs: q, proj 2h^2; k, v 2gh; SwiGLU 3fh (x2 FLOPs per multiply-add)
+            return tokens * (2 * (2 * h * h + 2 * self.kv_width * h + 3 * self.ffn * h) + 4 * s * h)
         return tokens * (2 * (4 + 2 * r) * h * h + 4 * s * h)
 
     def flops_fwd_attention_core(self, tokens: int, seq: int | None = None) -> float:
@@ -118,12 +173,44 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     """
     h, a = m.d_model, m.n_head
     sbh = s * b * h
+    if m.llama and recompute != "full":
+        return llama_activation_bytes_per_layer(m, b, s, t, sp, recompute, flash)
     if recompute == "full":
         return sbh * 2 / (t if sp else 1)
     attn_core = 0.0 if (recompute == "selective" or flash) else 5 * a * s / h
     if sp:
         return sbh * (34 / t + attn_core / t)
     return sbh * (10 + 24 / t + attn_core / t)
+
+
+def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                                     recompute: str = "none", flash: bool = False) -> float:
+    """What one llama block (model/llama.py) keeps for backward, 16-bit (2 bytes an element; no dropout,
+    so fp32 is exactly twice this). h = d_model, g = key/value width, f = SwiGLU width, a = heads,
+    d = h/a. At t = 1 these are autograd's saved tensors, counted exactly (tests/test_llama.py):
+
+      none       2sb(8h + 2g + 4f + 2) + 2abs + 4sd
+                 8h: each RMSNorm's input, normalised input and output (x2), q (rotated), the attention
+                 output; 2g: k (rotated) and v at their own width (GQA: the fused kernel reads them per
+                 group, never repeated); 4f: gate, up, silu(gate), their product; 2: the RMSNorms' 1/rms;
+                 abs: the attention's log-sum-exp; 2sd: the rotary cos and sin tables.
+      selective  2sb(5h + 2g + 2f) + 2abs   (shardlab's policy: input, q, k, v, attention output and
+                 log-sum-exp, proj, gate, up, down outputs; the rest is recomputed)
+      full       2sbh                       (the block input)
+
+    Without fused attention (`flash=False`) the s x s softmax output (2as^2b) is kept instead of the
+    log-sum-exp. Under tensor parallelism the head- and width-split tensors divide by t; the RMSNorm
+    tensors and the rotary tables are replicated (split by t too with sequence parallelism, as Megatron
+    keeps them: Korthikanti et al.'s accounting, not measured here)."""
+    h, a, g, f = m.d_model, m.n_head, m.kv_width, m.ffn
+    d = h // a
+    core = a * s if flash else a * s * s  # per sequence position: log-sum-exp, or the softmax rows
+    if recompute == "selective":
+        rep = 3 * h / (t if sp else 1) + (2 * h + 2 * g + 2 * f) / t
+        return 2 * s * b * rep + 2 * a * s * b / t
+    rep = (6 * h + 2) / (t if sp else 1)  # the RMSNorms' tensors: replicated across TP
+    split = (2 * h + 2 * g + 4 * f) / t
+    return 2 * s * b * (rep + split) + 2 * core * b / t + 4 * s * d / (t if sp else 1)
 
 
 def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
@@ -133,7 +220,7 @@ def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     LayerNorm, output projection and cross-entropy inputs, 4sbh(1 + v/h). Both are split t ways
     under sequence parallelism (the paper's setting)."""
     sbh = s * b * m.d_model
-    out = sbh * in_flight
+    out = 0.0 if m.llama else sbh * in_flight  # llama: no embedding dropout
     if p == 1:
         out += 4 * sbh * (1 + m.vocab / m.d_model)
     return out / (t if sp else 1)
@@ -153,6 +240,17 @@ PRESETS: dict[str, ModelSpec] = {
     "mt-22b": ModelSpec("mt-22b", n_layer=48, d_model=6144, n_head=64, vocab=51200, seq=2048),
     "mt-530b": ModelSpec("mt-530b", n_layer=105, d_model=20480, n_head=128, vocab=51200, seq=2048),
     "mt-1t": ModelSpec("mt-1t", n_layer=128, d_model=25600, n_head=160, vocab=51200, seq=2048),
+    # shardlab's llama presets (must match shardlab.model.llama) and Meta's Llama 3 / 3.1 shapes
+    "llama-tiny": ModelSpec("llama-tiny", n_layer=2, d_model=64, n_head=4, vocab=256, seq=64, arch="llama",
+                            n_kv_heads=2, ffn=192),
+    "llama-small": ModelSpec("llama-small", n_layer=4, d_model=256, n_head=8, vocab=256, seq=128, arch="llama",
+                             n_kv_heads=2, ffn=704),
+    "llama3-8b": ModelSpec("llama3-8b", n_layer=32, d_model=4096, n_head=32, vocab=128256, seq=8192,
+                           arch="llama", n_kv_heads=8, ffn=14336),
+    "llama3-70b": ModelSpec("llama3-70b", n_layer=80, d_model=8192, n_head=64, vocab=128256, seq=8192,
+                            arch="llama", n_kv_heads=8, ffn=28672),
+    "llama3-405b": ModelSpec("llama3-405b", n_layer=126, d_model=16384, n_head=128, vocab=128256, seq=8192,
+                             arch="llama", n_kv_heads=8, ffn=53248),
 }
 # Older or looser names, kept working: each reads as the preset it names. "7b" was the planner's
 # first name for GPT-3 6.7B, but "7B" usually means LLaMA-7B (another architecture), so the

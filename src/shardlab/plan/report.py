@@ -54,7 +54,8 @@ def to_dict(p: Plan) -> dict:
 def render(p: Plan, explain: bool = False) -> str:
     m, lay, c = p.model, p.layout, p.cluster
     out = [f"shardlab plan: {m.name} ({m.params / 1e6:,.1f}M params, L={m.n_layer} h={m.d_model} "
-           f"a={m.n_head} s={p.train.seq or m.seq} v={m.vocab}) on {c.name} "
+           f"a={m.n_head}{f' kv={m.n_kv_heads} f={m.ffn} llama' if m.llama else ''} s={p.train.seq or m.seq} "
+           f"v={m.vocab}) on {c.name} "
            f"({lay.world} of {c.num_gpus} GPUs, {c.gpus_per_node}/node)",
            f"layout: {lay.describe()}   precision {p.train.precision}, {p.train.optimizer}, "
            f"global batch {p.train.global_batch} seq = {p.tokens_per_step:,} tokens, "

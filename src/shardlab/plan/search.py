@@ -18,7 +18,7 @@ def _divisors(n: int) -> list[int]:
 
 def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
     g = cluster.gpus_per_node
-    for tp in (t for t in _divisors(gpus) if t <= g and model.n_head % t == 0):
+    for tp in (t for t in _divisors(gpus) if t <= g and model.tp_ok(t)):
         for pp in (p for p in _divisors(gpus // tp) if model.n_layer % p == 0 and p <= 16):
             dp = gpus // (tp * pp)
             if train.global_batch % dp:

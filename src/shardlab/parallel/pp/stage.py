@@ -76,10 +76,10 @@ def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> n
     part = copy.deepcopy(model)
     first, last = stage == 0, stage == n_stages - 1
     part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    if not first:
+    if not first and hasattr(part, "wpe"):
         part.wpe = None
-    if not first and not last:
-        part.wte = None
+    if not first and (not last or not getattr(model, "tied_head", True)):
+        part.wte = None  # untied (llama): only the first stage embeds
     if not last:
         part.ln_f = None
         part.lm_head = None

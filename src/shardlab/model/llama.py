@@ -1,0 +1,248 @@
+"""A Llama-family decoder (Llama 2/3): RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention,
+untied output head, no biases.
+
+Single-device code, like model/gpt.py, and built to the same skeleton so the parallel layers apply
+unchanged where they can: `wte`, `blocks` (a ModuleDict "0".."n-1"), `attn.q/k/v/proj` with the
+attention core in the replaceable `attn.attend`, `ln_f`, `lm_head`. What differs:
+
+- no position table: positions enter as a rotation of q and k inside attention (RoPE, Su et al. 2021), in
+  Hugging Face's "rotate half" layout, so the weights export to `LlamaForCausalLM` by renaming alone;
+- grouped-query attention (Ainslie et al. 2023): k and v have `n_kv_heads` heads, each serving
+  n_head / n_kv_heads consecutive query heads. The attention core takes them as they are (the fused
+  kernel reads each key/value head once per group, and backward keeps k and v at their own, smaller
+  width: GQA's activation saving); so `attend`'s contract here is GPT's with one addition: k and v may
+  have fewer heads than q, a divisor of q's. An attention core that needs equal head counts calls
+  `repeat_kv` first. Head counts are read from the tensors at run time: a tensor-parallel rank holding
+  n_head / tp query heads and the key/value heads they use runs this same code;
+- SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) * up(x)), hidden width as Llama 3 sizes it
+  (`ffn_hidden`);
+- the head is its own parameter, so the first stage of a pipeline is the one that holds `wte`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from shardlab.errors import ConfigError
+
+
+@dataclass
+class LlamaConfig:
+    n_layer: int
+    n_head: int
+    d_model: int
+    n_kv_heads: int = 0  # 0 = n_head (multi-head attention); 1 = multi-query attention
+    vocab_size: int = 256
+    max_seq_len: int = 128
+    ffn_multiple_of: int = 256
+    ffn_dim_multiplier: float = 1.0
+    rope_theta: float = 500000.0
+    norm_eps: float = 1e-5
+    dropout: float = 0.0  # Llama trains without dropout; kept for the config's common shape (must be 0)
+    arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
+
+    def __post_init__(self):
+        if not self.n_kv_heads:
+            self.n_kv_heads = self.n_head
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_head
+
+    @property
+    def ffn_hidden(self) -> int:
+        return ffn_hidden(self.d_model, self.ffn_multiple_of, self.ffn_dim_multiplier)
+
+
+def ffn_hidden(d_model: int, multiple_of: int, multiplier: float = 1.0) -> int:
+    """Llama 3's SwiGLU width: 2/3 of 4d (three matrices cost what GPT's two 4d ones do), times the
+    multiplier, rounded up to a multiple of `multiple_of` (8B: 4096 -> 14336)."""
+    hidden = int(2 * (4 * d_model) / 3)
+    if multiplier != 1.0:
+        hidden = int(multiplier * hidden)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+# Real shapes from Meta's Llama 3 / 3.1 releases (params.json), and small byte-vocabulary ones for CPU.
+PRESETS = {
+    "llama-tiny": dict(n_layer=2, n_head=4, n_kv_heads=2, d_model=64, vocab_size=256, ffn_multiple_of=32,
+                       rope_theta=10000.0),  # tests: ~0.13M params
+    "llama-small": dict(n_layer=4, n_head=8, n_kv_heads=2, d_model=256, vocab_size=256, ffn_multiple_of=64,
+                        rope_theta=10000.0),  # CPU runs: ~2.95M params
+    "llama3-8b": dict(n_layer=32, n_head=32, n_kv_heads=8, d_model=4096, vocab_size=128256,
+                      ffn_multiple_of=1024, ffn_dim_multiplier=1.3, rope_theta=500000.0, max_seq_len=8192),
+    "llama3-70b": dict(n_layer=80, n_head=64, n_kv_heads=8, d_model=8192, vocab_size=128256,
+                       ffn_multiple_of=4096, ffn_dim_multiplier=1.3, rope_theta=500000.0, max_seq_len=8192),
+    "llama3-405b": dict(n_layer=126, n_head=128, n_kv_heads=8, d_model=16384, vocab_size=128256,
+                        ffn_multiple_of=4096, ffn_dim_multiplier=1.2, rope_theta=500000.0, max_seq_len=8192),
+}
+
+
+def resolve_model_config(m, seq_len: int) -> LlamaConfig:
+    """Merge a `[model]` section (arch = llama) with its preset; ConfigError on impossible dimensions."""
+    base = dict(PRESETS.get(m.preset, {}))
+    for key in ("n_layer", "n_head", "d_model", "vocab_size", "n_kv_heads", "ffn_multiple_of",
+                "ffn_dim_multiplier", "rope_theta"):
+        if getattr(m, key, 0):
+            base[key] = getattr(m, key)
+    missing = [k for k in ("n_layer", "n_head", "d_model") if not base.get(k)]
+    if missing:
+        raise ConfigError(f"model.preset=custom needs model.{missing[0]} (and n_layer, n_head, d_model) set")
+    base.setdefault("vocab_size", 256)
+    base.setdefault("ffn_multiple_of", 256)
+    if base["d_model"] % base["n_head"]:
+        raise ConfigError(f"model.n_head={base['n_head']} does not divide model.d_model={base['d_model']}")
+    if (base["d_model"] // base["n_head"]) % 2:
+        raise ConfigError(f"model.d_model / model.n_head = {base['d_model'] // base['n_head']}: rotary "
+                          "positions rotate pairs of dimensions, so the head size must be even")
+    kv = base.get("n_kv_heads") or base["n_head"]
+    if kv > base["n_head"] or base["n_head"] % kv:
+        raise ConfigError(f"model.n_kv_heads={kv} must divide model.n_head={base['n_head']} (each key/value "
+                          "head serves a whole group of query heads)")
+    if base["vocab_size"] < 256:
+        raise ConfigError(f"model.vocab_size={base['vocab_size']}: byte-level data needs at least 256")
+    if m.dropout:
+        raise ConfigError(f"model.dropout={m.dropout}: the llama family trains without dropout; use model.dropout=0")
+    preset_seq = base.pop("max_seq_len", 0)
+    max_seq = m.max_seq_len or max(seq_len, preset_seq)
+    if seq_len > max_seq:
+        raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
+    return LlamaConfig(max_seq_len=max_seq, **base)
+
+
+# --- rotary position embedding -------------------------------------------------------------------------
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin, (t, head_dim), for integer `positions`: frequency i rotates dimensions i and
+    i + head_dim/2 by position x theta^(-2i/head_dim). Computed in fp32 as Hugging Face does, so exported
+    logits agree to round-off."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
+                                .float() / head_dim))
+    freqs = positions.float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos(), emb.sin()
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(q: torch.Tensor, k: torch.Tensor, theta: float, positions: torch.Tensor | None = None):
+    """Rotate q and k, (b, heads, t, head_dim), by their positions (default 0..t-1)."""
+    t, hd = q.shape[-2], q.shape[-1]
+    if positions is None:
+        positions = torch.arange(t, device=q.device)
+    cos, sin = rope_tables(positions, hd, theta)
+    cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+# --- the model -------------------------------------------------------------------------------------------
+
+def repeat_kv(k: torch.Tensor, heads: int) -> torch.Tensor:
+    """(b, kv_heads, t, d) -> (b, heads, t, d): key/value head j serves query heads j*r .. j*r + r - 1
+    (Hugging Face's repeat_kv), for an attention core that needs equal head counts."""
+    rep = heads // k.shape[1]
+    return k if rep == 1 else k.repeat_interleave(rep, dim=1)
+
+
+def grouped_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+    """The attention core, (b, heads, t, head_dim) q and (b, kv_heads, t, head_dim) k, v in, q's shape
+    out: softmax(q k^T / sqrt(d) + causal mask) v, each key/value head shared by its group of query heads."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
+                                          enable_gqa=k.shape[1] != q.shape[1])
+
+
+class GroupedQueryAttention(nn.Module):
+    """Causal attention with n_head query heads and n_kv_heads key/value heads, rotary positions.
+
+    `attend` is the seam of model/gpt.py, k and v with n_kv_heads heads (`grouped_causal_attention`).
+    `rope_positions` (None: 0..t-1) is the positions' seam: a layer that hands this module a chunk of
+    the sequence sets the chunk's positions."""
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.head_dim = cfg.head_dim
+        self.theta = cfg.rope_theta
+        self.attend = grouped_causal_attention
+        self.rope_positions = None
+        self.q = nn.Linear(cfg.d_model, cfg.n_head * self.head_dim, bias=False)
+        self.k = nn.Linear(cfg.d_model, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(cfg.d_model, cfg.n_kv_heads * self.head_dim, bias=False)
+        self.proj = nn.Linear(cfg.n_head * self.head_dim, cfg.d_model, bias=False)
+        self.proj.residual_scaled = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
+        q, k = apply_rope(q, k, self.theta, self.rope_positions)
+        y = self.attend(q, k, v, 0.0)
+        return self.proj(y.transpose(1, 2).reshape(b, t, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.gate = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.up = nn.Linear(cfg.d_model, cfg.ffn_hidden, bias=False)
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+        self.down.residual_scaled = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.ln_1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.attn = GroupedQueryAttention(cfg)
+        self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Llama(nn.Module):
+    tied_head = False  # read by the pipeline split: the last stage needs no embedding
+
+    def __init__(self, cfg: LlamaConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleDict({str(i): LlamaBlock(cfg) for i in range(cfg.n_layer)})
+        self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's scheme (std 0.02, residual projections scaled by 1/sqrt(2 n_layer)), RMSNorm gains 1."""
+        for mod in self.modules():
+            if isinstance(mod, nn.Linear):
+                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(mod, "residual_scaled", False) else 1.0
+                nn.init.normal_(mod.weight, mean=0.0, std=0.02 * scale)
+            elif isinstance(mod, nn.Embedding):
+                nn.init.normal_(mod.weight, mean=0.0, std=0.02)
+            elif isinstance(mod, nn.RMSNorm):
+                nn.init.ones_(mod.weight)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids -> logits. A pipeline stage without `wte` (not the first) takes hidden states, one
+        without the head (not the last) returns them."""
+        if self.wte is not None:
+            x = self.wte(x)
+        for block in self.blocks.values():
+            x = block(x)
+        if self.lm_head is not None:
+            x = self.lm_head(self.ln_f(x))
+        return x
