@@ -35,3 +35,51 @@ def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zig
         errs["d" + name] = (m.grad - cp.shard_sequence(t.grad, r, size, layout, dim=2)).abs().max().item()
     everyone = comm.all_gather_object({"errs": errs, "sent": sent, "flops": ring.stats["flops"]}, group=group)
     return everyone if r == 0 else None
+
+
+COMPOSED = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.lr=0.001",
+            "train.grad_clip=1.0", "ckpt.final=false"]
+
+
+def composed(overrides: list[str], steps: int = 5) -> dict | None:
+    """`steps` steps of `parallel.build(cfg)`'s Parallel the way the trainer drives it, on the same global
+    batches at any layout: each data-parallel rank takes its rows, the cp ranks of one dp rank the same rows
+    (the step cuts them into chunks). The loss weight counts the ranks that saw different tokens (dp x cp),
+    as the trainer's. Rank 0 returns the global losses, clipped norms, full parameters, the model state
+    dict's shape per name, an eval loss, and every rank's K/V send bytes of the last step by tag."""
+    from shardlab import comm, config
+    from shardlab.parallel import build
+
+    cfg = config.load(None, COMPOSED + overrides)
+    config.validate(cfg, comm.world_size())
+    par = build(cfg, comm.device())
+    dims, t = par.dims, cfg.train
+    tokens = t.global_batch * t.seq_len
+    rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
+    out = {"losses": [], "norms": []}
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(100 + step)
+        data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
+        comm.RECORDER.reset_step()
+        first = comm.RECORDER.order
+        loss = par.forward_backward([(data[:, :-1], data[:, 1:])], dims.size("dp_cp") / tokens)
+        par.finish()
+        out["norms"].append(par.clip_grad_norm_(t.grad_clip))
+        par.optimizer_step()
+        par.zero_grad()
+        out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
+    sent = {}
+    for rec in comm.RECORDER.ring:
+        if rec.order > first and rec.op == "send" and rec.tag.startswith("cp."):
+            sent[rec.tag] = sent.get(rec.tag, 0) + rec.bytes
+    gen = torch.Generator().manual_seed(999)
+    data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
+    ev = par.sum_over_data(par.eval_loss_sum(data[:, :-1], data[:, 1:]).double(), "eval")
+    out["eval"] = float(ev) / tokens
+    out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
+    sd = par.model_state_dict()
+    out["state"] = {k: tuple(v.shape) for k, v in sd.items()}
+    cp = getattr(par.model, "cp", None)
+    out["sent"] = comm.all_gather_object(sent)
+    out["flops"] = comm.all_gather_object(cp.attention_stats()["flops"] if cp is not None else 0)
+    return out if comm.rank() == 0 else None
