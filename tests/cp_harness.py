@@ -26,10 +26,10 @@ def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zig
     r = comm.rank(group)
     ring = Ring(group, lambda i: cp.chunk_ids(i, size, layout), "t", causal)
     mine = [cp.shard_sequence(t.detach(), r, size, layout, dim=2).requires_grad_() for t in (q, k, v)]
-    comm.RECORDER.reset_step()
+    first = comm.RECORDER.order
     out = ring(*mine)
     out.backward(cp.shard_sequence(dout, r, size, layout, dim=2))
-    sent = {tag: n for tag, n in comm.RECORDER.step_stats()["bytes_by_tag"].items() if tag.startswith("cp.")}
+    sent = _sent_since(first)
     errs = {"out": (out - cp.shard_sequence(ref.detach(), r, size, layout, dim=2)).abs().max().item()}
     for name, t, m in zip("qkv", (q, k, v), mine):
         errs["d" + name] = (m.grad - cp.shard_sequence(t.grad, r, size, layout, dim=2)).abs().max().item()
@@ -60,7 +60,6 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
     for step in range(steps):
         gen = torch.Generator().manual_seed(100 + step)
         data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
-        comm.RECORDER.reset_step()
         first = comm.RECORDER.order
         loss = par.forward_backward([(data[:, :-1], data[:, 1:])], dims.size("dp_cp") / tokens)
         par.finish()
@@ -68,10 +67,7 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
         par.optimizer_step()
         par.zero_grad()
         out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
-    sent = {}
-    for rec in comm.RECORDER.ring:
-        if rec.order > first and rec.op == "send" and rec.tag.startswith("cp."):
-            sent[rec.tag] = sent.get(rec.tag, 0) + rec.bytes
+    sent = _sent_since(first)
     gen = torch.Generator().manual_seed(999)
     data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
     ev = par.sum_over_data(par.eval_loss_sum(data[:, :-1], data[:, 1:]).double(), "eval")
@@ -83,3 +79,15 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
     out["sent"] = comm.all_gather_object(sent)
     out["flops"] = comm.all_gather_object(cp.attention_stats()["flops"] if cp is not None else 0)
     return out if comm.rank() == 0 else None
+
+
+def _sent_since(first: int) -> dict[str, int]:
+    """Bytes this rank sent by the ring since record number `first`, by tag (sends only: a receive's
+    record carries the same payload, and a pair's transfer is counted once)."""
+    from shardlab import comm
+
+    sent: dict[str, int] = {}
+    for rec in comm.RECORDER.ring:
+        if rec.order > first and rec.op == "send" and rec.tag.startswith("cp."):
+            sent[rec.tag] = sent.get(rec.tag, 0) + rec.bytes
+    return sent
