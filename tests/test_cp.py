@@ -168,3 +168,22 @@ def test_bad_cp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):
     lines = err.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], err
     assert not (tmp_path / "run").exists()
+
+
+def test_bench_context_quick(tmp_path):
+    """`shardlab bench context --quick`: rows for cp1 and cp2 at every length, the plot, and the figures that
+    are counts rather than times: exact activation bytes halve (goal <= 0.55), the ring's recorded bytes equal
+    the planner's, zigzag FLOPs are equal per rank and a contiguous split's are not. (Times are reported,
+    never asserted.)"""
+    r = run_cli(["bench", "context", "--quick", "--out", str(tmp_path)], timeout=900)
+    assert r.returncode == 0, r.stderr[-8000:]
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["suite"] == "context" and (tmp_path / "context.png").exists()
+    assert (tmp_path / "REPORT.md").read_text().startswith("# Context parallelism")
+    f = doc["figures"]
+    assert f["cp_act_mem_ratio"] <= 0.55
+    assert f["cp_comm_exact"] == 1.0 and f["ranks_consistent"] is True
+    assert f["cp_flops_balance"] == 1.0 and f["cp_flops_balance_contiguous"] > 2.5
+    assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio"} <= f.keys()
+    rows = [x for x in doc["rows"] if "config" in x]
+    assert {x["config"] for x in rows} == {"cp1", "cp2"} and len(rows) == 2 * len({x["seq_len"] for x in rows})
