@@ -180,7 +180,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     (same wire bytes). Full recomputation repeats the forward ones. Pipeline: one p2p send of the
     activation per micro batch per boundary forward, one gradient backward (x v interleaved)."""
     out: list[Collective] = []
-    s = train.seq or model.seq
+    s = (train.seq or model.seq) // lay.cp  # under context parallelism a rank holds s/cp tokens
     e = 2 if train.mixed else 4
     act = train.micro_batch * s * model.d_model * e
     layers = model.n_layer // lay.pp
