@@ -394,6 +394,9 @@ def _validate_cp(cfg: Config, dims) -> None:
     if dims.dp_replicate > 1 and dp not in layers.REPLICATING:
         raise ConfigError(f"parallel.cp={dims.cp} with HSDP (parallel.dp={dp}, parallel.dp_replicate="
                           f"{dims.dp_replicate}) is not implemented yet; set parallel.dp_replicate=1 or use ddp")
+    if dims.tp > 1 and p.tp_impl != "own":  # DTensor parameters: the own dp layers over dp_cp take plain tensors
+        raise ConfigError(f"parallel.cp={dims.cp} with parallel.tp_impl={p.tp_impl} is not implemented yet; use "
+                          "parallel.tp_impl=own")
     if dims.tp > 1 and dp not in layers.REPLICATING:
         raise ConfigError(f"parallel.cp={dims.cp} with parallel.tp={dims.tp} composes with parallel.dp=ddp only in "
                           f"this version (got {dp})")
