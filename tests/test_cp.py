@@ -80,16 +80,19 @@ def test_kv_bytes_are_cp_minus_one_blocks_per_pass_and_zigzag_balances(pool4):
 
 # --- the composed step --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dp", ["ddp", "zero2"])
-def test_cp2_training_equals_single(pool2, dp):
-    out = pool2.run(composed, ["parallel.cp=2", f"parallel.dp={dp}", "train.micro_batch=4"], STEPS,
-                    timeout=300)[0]
+@pytest.mark.parametrize("dp,recompute", [("ddp", "none"), ("zero2", "none"), ("torch-ddp", "none"),
+                                          ("ddp", "full")])
+def test_cp2_training_equals_single(pool2, dp, recompute):
+    out = pool2.run(composed, ["parallel.cp=2", f"parallel.dp={dp}", f"train.recompute={recompute}",
+                               "train.micro_batch=4"], STEPS, timeout=300)[0]
     _assert_equals_single(out)
-    # the K/V bytes of one step, per layer and pass: one block (cp - 1 = 1) of b x s/cp x (K, V) x d x 4 B
+    # the K/V bytes of one step, per layer and pass: one block (cp - 1 = 1) of b x s/cp x (K, V) x d x 4 B;
+    # full recompute runs the forward ring again in backward
     block = 4 * 16 * 2 * 64 * 4
     for sent in out["sent"]:
         for i in ("0", "1"):
-            assert sent[f"cp.kv:blocks.{i}"] == block and sent[f"cp.kv_bwd:blocks.{i}"] == block
+            assert sent[f"cp.kv:blocks.{i}"] == block * (2 if recompute == "full" else 1)
+            assert sent[f"cp.kv_bwd:blocks.{i}"] == block
             assert sent[f"cp.dkv:blocks.{i}"] == 2 * block
     assert len(set(out["flops"])) == 1  # zigzag: every rank computes the same attention FLOPs
 
