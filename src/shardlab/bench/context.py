@@ -231,10 +231,13 @@ def measure(quick: bool = True) -> dict:
         return max(med) / min(med)
 
     def balance(times):
-        """max / min over ranks of the median time, and per round (min–max of those ratios)."""
-        med = [common.stats(ts)["median"] for ts in times.values()]
-        rounds = common.stats([max(ts) / min(ts) for ts in zip(*times.values())])
-        return {"median": max(med) / min(med), "min": rounds["min"], "max": rounds["max"]}
+        """Paired: each round's times divided by that round's mean (the load it ran under), the median of
+        that per rank, max / min over ranks; with the range of the per-round max / min."""
+        rounds = list(zip(*times.values()))
+        rel = [[t / (sum(ts) / len(ts)) for t in ts] for ts in rounds]
+        med = [common.stats(list(r))["median"] for r in zip(*rel)]
+        spread = common.stats([max(ts) / min(ts) for ts in rounds])
+        return {"median": max(med) / min(med), "min": spread["min"], "max": spread["max"]}
 
     replayed = replay(size["attn_seq"], size["attn_reps"])
     zig, con = balance(replayed["zigzag"]), balance(replayed["contiguous"])
@@ -288,8 +291,9 @@ def run(out, quick: bool) -> dict:
         f"Attention balance at T = {doc['size']['attn_seq']}, the tiny model's heads, forward + backward. "
         "**cp_balance**: each rank's attention compute of one ring pass (the same flash calls on the same chunk "
         "pairs) replayed alone on one thread, the ranks alternating A B / B A over "
-        f"{doc['size']['attn_reps']} rounds; max ÷ min over ranks of their median time (each round's max ÷ min "
-        "is always ≥ 1 under noise, so its range is shown only as the spread). The table: the live ring on 2 ranks "
+        f"{doc['size']['attn_reps']} rounds; each round's times divided by the round's mean, the median of that per "
+        "rank, max ÷ min over ranks (a round's own max ÷ min is ≥ 1 by construction, so its range is shown only as "
+        "the spread). The table: the live ring on 2 ranks "
         "(per-rank FLOPs as counted by the ring; attention compute time per repeat, transfers excluded), where "
         "the two ranks compete for the cores with each other and any other load (cp_balance_live: max ÷ min of "
         "the per-rank medians).",
