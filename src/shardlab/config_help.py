@@ -82,7 +82,11 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                           "0 = derived from the layer (sharding layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
     "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
     "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
-    "parallel.cp": ("mesh degree: context parallelism (not implemented yet)", "1"),
+    "parallel.cp": ("mesh degree: context parallelism, every sequence split across the ranks in 2 x cp zigzag "
+                    "chunks, attention by the ring (docs/context.md); train.seq_len must be a multiple of 2 x cp; "
+                    "-1 = fill the world", "-1 | int >= 1"),
+    "parallel.cp_impl": ("context parallelism: own ring attention (every K/V transfer through comm, CPU and CUDA) "
+                         "or torch's context_parallel (CUDA only)", "own | torch"),
     "parallel.offload": ("ZeRO-Offload: keep the optimizer state and step off the process's memory (own "
                          "zero1/2/3 only; params is not built yet)", "none | optimizer | params"),
     "parallel.offload_to": ("where offloaded state lives: memory-mapped files (docs/memory.md); host (pinned "

@@ -26,6 +26,8 @@ SUITES = {
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
     "tp": ("shardlab.bench.tensor_parallel", "data vs tensor parallelism at world 2, own vs DTensor"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
+    "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "
+                "step time, K/V bytes, zigzag balance"),
 }
 
 

@@ -7,6 +7,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first:
          tensor parallel                      parallel/tp*.py (tp > 1)
+         context parallel                     parallel/cp.py (cp > 1: ring attention, zigzag chunks)
          activation recompute                 recompute.py   (train.recompute)
          compile                              (train.compile)
          data parallel                        data_parallel.py -> shardlab.strategies
@@ -54,6 +55,8 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 4. per part: tensor parallel -> activation recompute -> compile -> data parallel
     if dims.tp > 1:
         part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
+    if dims.cp > 1:  # the ring replaces each block's attention core; positions follow the chunks
+        part = _layer(layers.CONTEXT_PARALLEL, getattr(cfg.parallel, "cp_impl", "own"), "cp")(part, cfg, dims)
     part = recompute.apply(part, cfg, dims)
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
@@ -66,6 +69,8 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
     if getattr(part, "tp", None) is not None:  # what the tp layer offers the step (own or DTensor)
         par.use_tensor_parallel(part.tp)  # vocab-parallel loss (+ context), SP gradients, the norm
+    if getattr(part, "cp", None) is not None:
+        par.shard_batch = part.cp.shard_batch  # the step slices inputs and targets into this rank's chunks
     return par
 
 

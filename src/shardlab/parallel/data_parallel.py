@@ -16,7 +16,10 @@ from shardlab.strategies.base import Strategy
 
 def data_parallel_group(dims: ParallelDims):
     """The group a one-dimensional data-parallel layer communicates in: the sharding dimension when
-    there is one, else the replicating one."""
+    there is one, else the replicating one. Under context parallelism the cp ranks hold replicas whose
+    gradients must be summed too: the layer communicates in dp_cp (a sharding layer shards over it)."""
+    if dims.cp > 1:
+        return dims.group("dp_cp")
     return dims.group("dp_shard" if dims.dp_shard > 1 else "dp_replicate")
 
 
@@ -24,7 +27,7 @@ def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch
     """Wrap `part` in the data-parallel layer `parallel.dp`; returns the layer (its `.module` is what
     forward is called on, its `.model` the bare part)."""
     name = layers.dp_name(pcfg)
-    if dims.dp_size == 1 and dims.world_size > 1:
+    if dims.size("dp_cp") == 1 and dims.world_size > 1:
         # Every rank is busy with tp/pp/cp: there is no data-parallel group to talk to, and a layer
         # given no group would talk to the world. Nothing to synchronise: the no-communication layer.
         name = "single"

@@ -45,7 +45,15 @@ TP_WITH_DP: dict[str, tuple[str, ...]] = {
 PIPELINE_PARALLEL: dict[str, str] = {
     name: "shardlab.parallel.pipeline:split"
     for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb")}
-CONTEXT_PARALLEL: dict[str, str] = {}
+# Context parallelism: `parallel.cp_impl` -> the function that applies it (parallel/cp.py): own ring attention
+# (parallel/ring_attention.py, every transfer through comm) or torch's context_parallel (CUDA only).
+CONTEXT_PARALLEL: dict[str, str] = {
+    "own": "shardlab.parallel.cp:apply_context_parallel",
+    "torch": "shardlab.parallel.cp:apply_torch_context_parallel",
+}
+# The data-parallel layers context parallelism composes with: they communicate in the dp_cp group (cp ranks
+# hold replicas, their gradients are summed too). FSDP2 and torch's ZeRO take their mesh or group otherwise.
+CP_WITH_DP = ("ddp", "zero1", "zero2", "zero3", "torch-ddp")
 
 _BY_DIM = {"tp": ("tensor", TENSOR_PARALLEL), "pp": ("pipeline", PIPELINE_PARALLEL),
            "cp": ("context", CONTEXT_PARALLEL)}

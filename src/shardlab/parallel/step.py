@@ -37,10 +37,13 @@ class Parallel:
         # cover both); a layer that needs one sets it (tensor parallelism), the plain step has none.
         self.loss_context: Callable = contextlib.nullcontext
         self.tp = None  # the tensor-parallel layer's handle (`model.tp`) when tp > 1
+        # Context parallelism: (x, y) -> this rank's chunks of the sequence, before forward (None: whole).
+        self.shard_batch: Callable | None = None
         # Process groups across which ranks hold different parts of the gradient (the norm sums over them).
         self.grad_norm_groups: list = []
-        if dp.grads_are_sharded() and dims.dp_shard > 1:
-            self.grad_norm_groups.append(dims.group("dp_shard"))
+        shard = "dp_cp" if dims.cp > 1 else "dp_shard"  # under cp a sharding layer shards over dp_cp
+        if dp.grads_are_sharded() and dims.size(shard) > 1:
+            self.grad_norm_groups.append(dims.group(shard))
         if dims.pp > 1:
             self.grad_norm_groups.append(dims.group("pp"))
 
@@ -79,6 +82,8 @@ class Parallel:
         for i, (x, y) in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
             self.dp.set_requires_gradient_sync(i == last)
+            if self.shard_batch is not None:
+                x, y = self.shard_batch(x, y)
             with self.loss_context():
                 comm.set_phase("forward")
                 with timeline.span("forward", cat="compute", micro=i), self.autocast():
@@ -94,7 +99,10 @@ class Parallel:
 
     @torch.no_grad()
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Summed token loss of one batch, no gradients (evaluation, in the parameters' precision)."""
+        """Summed token loss of one batch (this rank's chunks under cp), no gradients (evaluation, in the
+        parameters' precision)."""
+        if self.shard_batch is not None:
+            x, y = self.shard_batch(x, y)
         with self.loss_context():
             return _plain(self.loss_fn(self.module(x), y, reduction="sum"))
 

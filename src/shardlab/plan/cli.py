@@ -23,7 +23,7 @@ MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq"
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int}
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool"}
-LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int,
+LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str,
@@ -37,7 +37,8 @@ ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
 RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "vocab": (1, 2**24),
           "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "global_batch": (1, 2**24),
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
-          "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64)}
+          "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
+          "cp": (1, 4096)}
 FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20)}
 
 
@@ -91,7 +92,7 @@ def build(kv: dict, for_search: bool = False):
                             **{k: kv[k] for k in MODEL_KEYS if k in kv})
     cluster = load_cluster(kv.get("cluster", "H100-SXM"), kv.get("gpus"))
     lay_kw = {k: kv[k] for k in LAYOUT_KEYS if k in kv}
-    tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1)
+    tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))
     if "dp_replicate" in kv:  # the trainer's key for HSDP; the layout keeps the shard group's size

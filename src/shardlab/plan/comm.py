@@ -183,7 +183,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     (same wire bytes). Full recomputation repeats the forward ones. Pipeline: one p2p send of the
     activation per micro batch per boundary forward, one gradient backward (x v interleaved)."""
     out: list[Collective] = []
-    s = train.seq or model.seq
+    s = (train.seq or model.seq) // lay.cp  # under context parallelism a rank holds s/cp tokens
     e = 2 if train.mixed else 4
     act = train.micro_batch * s * model.d_model * e
     layers = model.n_layer // lay.pp
@@ -204,6 +204,9 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         out.append(Collective("all_reduce", "tp", lay.tp, g, 1, "none",
                               f"2 x {layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
                               f"n_kv_heads {model.n_kv_heads} < t)"))
+
+    if lay.cp > 1:
+        out.append(cp_ring(model, train, lay, m))
     if lay.pp > 1:
         sends = 2 * m * lay.v
         b = act / (lay.tp if lay.sp else 1)
@@ -211,6 +214,23 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
                               f"sbh*{e}{'/t' if lay.sp else ''} x 2 x {m} micro batches x v={lay.v}",
                               per_micro=True))
     return out
+
+
+def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:
+    """Ring attention's sends per rank (parallel/ring_attention.py): a block is one rank's K and V,
+    2 * b * (s/cp) * h/t elements. Per layer and micro batch: forward cp-1 blocks; backward cp-1 blocks
+    and cp dK/dV accumulators (in the gradient's dtype, the last one home to its owner); full recompute
+    repeats the forward ring."""
+    s = (train.seq or model.seq) // lay.cp
+    e = 2 if train.mixed else 4
+    block = 2 * train.micro_batch * s * model.d_model // lay.tp * e
+    layers = model.n_layer // lay.pp
+    fwd = (lay.cp - 1) * (2 if lay.recompute == "full" else 1)
+    per_layer = (fwd + lay.cp - 1) * block + lay.cp * 2 * train.micro_batch * s * model.d_model // lay.tp * 4
+    sends = (fwd + 2 * lay.cp - 1) * layers * m
+    return Collective("p2p", "cp", lay.cp, per_layer * layers * m, sends, "none",
+                      f"K/V block 2*b*(s/cp)*h/t*{e} x ({fwd} fwd + {lay.cp - 1} bwd) + dK/dV x {lay.cp}, "
+                      f"x {layers} layers x {m} micro batches", per_micro=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,6 +290,8 @@ def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float
         return 0.0, 0.0, 0.0
     if c.op == "p2p":
         inter = lay.tp * lay.dp >= cluster.gpus_per_node and lay.pp > 1
+        if c.group == "cp":  # cp sits just outside tp in the rank order
+            inter = lay.tp * lay.cp > cluster.gpus_per_node
         if "p2p" in cluster.collectives:
             alpha, bw = cluster.collectives["p2p"]
         else:

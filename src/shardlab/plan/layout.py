@@ -73,6 +73,7 @@ class Layout:
     tp: int = 1
     sp: bool = False  # sequence parallelism (needs tp > 1 to matter)
     pp: int = 1
+    cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
     schedule: str = "1f1b"
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"
@@ -89,7 +90,7 @@ class Layout:
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
 
     @property
     def shard(self) -> int:
@@ -113,7 +114,7 @@ class Layout:
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, ("fp32", "fp16", "bf16"))
-        for k in ("dp", "tp", "pp", "v"):
+        for k in ("dp", "tp", "pp", "v", "cp"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
         if self.dp_shard is not None and (self.dp_shard <= 0 or self.dp % self.dp_shard):
@@ -137,6 +138,8 @@ class Layout:
             parts.append(f"hsdp {self.replicate}x{self.shard}")
         if self.tp > 1:
             parts.append(f"tp={self.tp}" + ("+sp" if self.sp else ""))
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
         if self.pp > 1:
             parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
         if self.recompute != "none":

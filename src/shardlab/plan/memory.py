@@ -83,7 +83,7 @@ def in_flight(lay: Layout, m: int) -> float:
 
 
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
-    s = train.seq or model.seq
+    s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
     layers = model.n_layer // lay.pp
     per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute,
@@ -104,7 +104,7 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     lines = [
         Line("activations", one + extra,
              f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
-             f"{extra:,.0f} B (b={b}, s={s})"),
+             f"{extra:,.0f} B (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
     if fl > 1:
         lines.append(Line("pipeline in-flight", one * (fl - 1),

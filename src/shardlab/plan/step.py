@@ -92,7 +92,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     train.check()
     lay.check(model)
     if lay.world > cluster.num_gpus:
-        raise ValueError(f"layout needs {lay.world} GPUs (dp*tp*pp), cluster has {cluster.num_gpus}")
+        raise ValueError(f"layout needs {lay.world} GPUs (dp*tp*pp*cp), cluster has {cluster.num_gpus}")
     m = grad_accum(train, lay)
     if lay.pp > 1 and m < lay.pp:
         raise ValueError(f"pipeline needs at least p={lay.pp} micro batches per step, got m={m}")
@@ -104,16 +104,16 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp = sum(cl.time for cl in plan.comm if cl.c.group in ("tp", "pp"))
+    tp_pp = sum(cl.time for cl in plan.comm if cl.c.group in ("tp", "pp", "cp"))
     for cl in plan.comm:
-        if cl.c.group in ("tp", "pp"):
+        if cl.c.group in ("tp", "pp", "cp"):
             cl.exposed = cl.time
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     # one compute budget shared by every overlappable collective: all of forward+backward, of which
     # gradient collectives may only use the backward part (and once-per-step ones the last one)
     used_bwd = used_all = 0.0
     for cl in plan.comm:
-        if cl.c.group in ("tp", "pp"):
+        if cl.c.group in ("tp", "pp", "cp"):
             continue
         if cl.c.overlap == "none" or cl.time == 0:
             cl.exposed = cl.time
@@ -130,7 +130,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         used_all += hidden
         used_bwd += hidden if cl.c.overlap == "backward" else 0.0
         cl.exposed = cl.time - hidden
-    exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp"))
+    exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp", "cp"))
 
     # ZeRO's flat-buffer layout, on the compute stream. Per unit call (payload P, shard S = P/N):
     # reduce-scatter packs the gradients into a fresh N x S buffer and receives into a fresh S one;
@@ -178,7 +178,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["zero_copies"] = copies
     # calibrated on shardlab's trainer: data, doctor, bookkeeping per step, and each collective's
     # Python path and sync skew per call (0 on presets)
-    dp_calls = sum(cl.c.calls for cl in plan.comm if cl.c.group not in ("tp", "pp")) if lay.world > 1 else 0
+    dp_calls = sum(cl.c.calls for cl in plan.comm if cl.c.group not in ("tp", "pp", "cp")) if lay.world > 1 else 0
     per_call = cluster.call_overhead.get(lay.strategy, cluster.call_overhead.get("ddp", 0.0))
     T["trainer"] = trainer_step_overhead(cluster, lay.world) + dp_calls * per_call
     T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]

@@ -18,6 +18,8 @@ def _mesh(strategy):
     mesh = strategy.dims.mesh
     if mesh is None:
         return None, None
+    if strategy.dims.cp > 1:  # context parallelism: the layer shards over dp_cp (flattened dp_shard x cp)
+        return strategy.dims.submesh("dp_cp"), [Shard(0)]
     names = mesh.mesh_dim_names or ()
     if "dp_replicate" in names and "dp_shard" in names:  # HSDP: replicated across, sharded within
         return mesh["dp_replicate", "dp_shard"], [Replicate(), Shard(0)]

@@ -98,7 +98,9 @@ class Trainer:
                 return torch.zeros((), device=self.device), float("nan"), True
             x, y = get_batch(self.train_ds, idx)
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
-        loss_weight = self.dims.dp_size / self.tokens_per_step * self.doctor.loss_weight_factor(action)
+        # Ranks that saw different tokens (dp x cp): the dp layer averages over them, so this makes the mean
+        # over all tokens of the global batch.
+        loss_weight = self.dims.size("dp_cp") / self.tokens_per_step * self.doctor.loss_weight_factor(action)
         if st.scaler is not None:
             loss_weight *= st.scaler.scale
         micro = list(zip(x.split(t.micro_batch), y.split(t.micro_batch)))
