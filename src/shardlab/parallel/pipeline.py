@@ -11,8 +11,16 @@ step. The loss of the step lives on the last stage; it is summed over the pipeli
 reports the same figure.
 
 With V > 1 virtual stages per rank (interleaved schedules) the rank's part holds several chunks that
-run as separate stages sharing the part's modules; the data-parallel layer is then bypassed during
-forward, so V > 1 needs a data-parallel degree of 1 (refused in one line otherwise).
+run as separate stages sharing the part's modules. The data-parallel layers reduce a rank's gradients in
+one synchronised backward, so with data parallelism the chunks hand theirs over together: sync is switched
+on for the rank's last backward only, and that backward also carries a zero-weight term for every
+parameter of the rank's other chunks whose gradient the layer still holds unreduced (ddp, zero1; zero2
+and zero3 reduce each backward's gradients as they come). torch's schedules run their own backwards:
+after them, the same zero-weight backward hands the accumulated gradients to the layer.
+
+Tensor parallelism (own) is applied to each rank's part after the split: the first stage's embedding
+and the last stage's head and loss are vocabulary-parallel, and activations travel between the same tp
+rank of neighbouring stages (the `pp` group of the rank's tp/dp coordinate), split by sequence under SP.
 """
 from __future__ import annotations
 
@@ -52,9 +60,10 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     if dims.dp_size > 1 and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
         raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
                           "microbatches' forwards in flight; use ddp, zero1, zero2, zero3 or torch-fsdp2")
-    if dims.tp > 1:
-        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp={dims.tp}: pipeline and tensor parallelism are not "
-                          "composed yet in this version; use one of them (each composes with data parallelism)")
+    if dims.tp > 1 and getattr(p, "tp_impl", "own") != "own":
+        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp_impl={p.tp_impl}: DTensor's plan shards an embedding "
+                          "and head a pipeline stage may not hold, and its loss_parallel must span a backward the "
+                          "schedule runs later; use parallel.tp_impl=own")
     if p.pp_schedule == "torch-zb" and p.pp_virtual < 2:
         raise ConfigError("parallel.pp_schedule=torch-zb (interleaved zero bubble) needs parallel.pp_virtual >= 2")
     own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",
@@ -65,9 +74,10 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
-    if p.pp_virtual > 1 and dims.dp_size > 1:
-        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with data parallelism (dp={dims.dp_size}) is not "
-                          "supported yet: use parallel.pp_virtual=1, or a layout without data parallelism")
+    if p.pp_virtual > 1 and dims.dp_size > 1 and layers.dp_name(p) in ("zero3", "torch-fsdp2"):
+        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp={layers.dp_name(p)}: its root unit "
+                          "(embedding, final norm) is gathered around the forward of the rank's whole part, which "
+                          "virtual stages bypass; use ddp, zero1 or zero2, or parallel.pp_virtual=1")
 
 
 def _split_points(text: str) -> list[int]:
@@ -114,6 +124,30 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     return view
 
 
+def _stage_params(part: nn.Module, stage: int, n_stages: int, blocks: range) -> list[nn.Parameter]:
+    """The parameters stage `stage` uses: its blocks, the embeddings if first, the final norm and the
+    (tied) head if last."""
+    mods = [part.blocks[str(i)] for i in blocks]
+    if stage == 0:
+        mods += [part.wte, part.wpe]
+    if stage == n_stages - 1:
+        mods += [part.ln_f, part.wte]
+    seen, out = set(), []
+    for m in mods:
+        for p in m.parameters():
+            if id(p) not in seen and p.requires_grad:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def _zero_terms(params) -> list[torch.Tensor]:
+    """One zero-weight scalar per parameter whose gradient the data-parallel layer still holds unreduced
+    (a layer that reduced it already has set `.grad` to None): backpropagating them adds exact zeros and
+    fires the layer's gradient hooks, so it reduces those gradients in the backward they join."""
+    return [p.sum() * 0.0 for p in params if p.grad is not None]
+
+
 def _embed_group(dims: ParallelDims, sched) -> object | None:
     """The ranks holding the first and the last stage of each pipeline (per coordinate of every other
     dimension): their copies of the tied embedding are summed. Every rank creates every group."""
@@ -148,26 +182,55 @@ class PipelineParallel(Parallel):
             modules = {s: _chunk_view(part, s, n, ranges[s]) for s in stages}
         self.is_first, self.is_last = 0 in stages, n - 1 in stages
         self.embed_group = _embed_group(dims, sched)
+        # Activations between stages: (batch, sequence, d_model); under sequence parallelism each tp rank
+        # sends and receives its 1/tp of the sequence (the blocks' residual stream is split that way).
+        seq_div = dims.tp if dims.tp > 1 and getattr(cfg.parallel, "sp", False) else 1
         d_model = model.cfg.d_model
+        self.act_shape = lambda x: (x.shape[0], x.shape[1] // seq_div, d_model)
+        # The parameters each of this rank's stages computes gradients for (a chunk view also carries
+        # the part's wte unused unless it is the first or the last stage).
+        self.stage_params = {s: _stage_params(part, s, n, ranges[s]) for s in stages}
+        self.handover = dims.dp_size > 1 and (len(stages) > 1 or cfg.parallel.pp_schedule in NATIVE_SCHEDULES)
 
         def loss_fn(logits, y):
             return self.loss_fn(logits, y, reduction="sum")
 
-        if cfg.parallel.pp_schedule in NATIVE_SCHEDULES:
+        self.cfg_native = cfg.parallel.pp_schedule in NATIVE_SCHEDULES
+        if self.cfg_native:
             from shardlab.parallel.pp.native import TorchPipeline
             self.engine = TorchPipeline(cfg.parallel.pp_schedule, modules, n, sched.microbatches, loss_fn,
                                         device, group=self.group)
         else:
             self.engine = PipelineEngine(sched, modules, stage_rank=sched.rank_of, pp_rank=dims.coord("pp"),
-                                         loss_fn=loss_fn, act_shape=lambda x: (*x.shape[:2], d_model),
-                                         device=device, group=self.group,
-                                         on_last_backward=lambda s: dp.set_requires_gradient_sync(True))
+                                         loss_fn=loss_fn, act_shape=self.act_shape, device=device,
+                                         group=self.group, on_last_backward=self._on_last_backward)
+            self.final_stage = next(i.stage for i in reversed(sched.ranks[dims.coord("pp")])
+                                    if i.op in ("B", "W"))
         self.modules = modules
+        self._dp = dp
+
+    def _on_last_backward(self, stage: int):
+        """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
+        (interleaved) with data parallelism: only the rank's final backward synchronises, and it carries
+        the other chunks' unreduced gradients along (see the module docstring)."""
+        if not self.handover:
+            self._dp.set_requires_gradient_sync(True)
+            return None
+        if stage != self.final_stage:
+            return None
+        self._dp.set_requires_gradient_sync(True)
+        return _zero_terms(p for s in self.stage_ids if s != stage for p in self.stage_params[s])
 
     def forward_backward(self, microbatches, loss_weight, after_backward=None):
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
         with self.autocast():
             loss = self.engine.step(list(microbatches), loss_weight)
+        if self.handover and self.cfg_native:
+            # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
+            self._dp.set_requires_gradient_sync(True)
+            terms = _zero_terms(p for s in self.stage_ids for p in self.stage_params[s])
+            if terms:
+                torch.autograd.backward(terms)
         return self._share(loss.to(self.device))
 
     def finish(self) -> None:
@@ -183,7 +246,7 @@ class PipelineParallel(Parallel):
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         dup = ("wte.weight",) if self.embed_group is not None and self.is_last and not self.is_first else ()
-        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)
+        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)  # also under TensorParallelDP
 
     @torch.no_grad()
     def eval_loss_sum(self, x, y):
@@ -196,7 +259,7 @@ class PipelineParallel(Parallel):
             if self.sched.rank_of(s) != self.dims.coord("pp"):
                 continue
             if s > 0:
-                act = torch.empty((*x.shape[:2], self.model.cfg.d_model), device=self.device)
+                act = torch.empty(self.act_shape(x), device=self.device)
                 comm.recv(act, self.sched.rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
             out = self.modules[s](x if s == 0 else act)
             if s < n - 1:

@@ -206,9 +206,13 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     check_divisible(cfg.n_head, cfg.d_model, size)
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
-    model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
-    if sp:
+    # A pipeline stage may lack some of these (parallel/pipeline.py): the middle stages hold neither the
+    # embedding nor the head, the last holds `wte` only as its head's weight.
+    if model.wte is not None:
+        model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
+    if model.lm_head is not None:
+        model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
+    if sp and model.wpe is not None:
         model.wpe = SequenceParallelPositions(model.wpe, rank, size)
     for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
         attn, mlp = block.attn, block.mlp
@@ -280,7 +284,7 @@ class OwnTP:
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
         self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
-        self.vocab_size = model.wte.vocab_size
+        self.vocab_size = model.cfg.vocab_size  # a middle pipeline stage has no wte to ask
         self.sp_params = [fqn for fqn in specs
                           if sp and _sp_partial(fqn, model.get_submodule(fqn.rsplit(".", 1)[0]))]
 

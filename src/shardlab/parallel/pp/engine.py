@@ -47,7 +47,9 @@ class PipelineEngine:
         """`stages`: this rank's stage modules by stage index; `stage_rank(s)`: the global rank holding
         stage s in this pipeline; `act_shape(x)`: the activation shape of a microbatch of tokens x;
         `embed_group`: the group of the first and last stage's ranks (None when one rank holds both);
-        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on)."""
+        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on); it
+        may return extra scalar roots that this backward then also runs (zero-weight terms that hand other
+        stages' gradients to the data-parallel layer in the same synchronised backward)."""
         self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
         self.instrs = schedule.ranks[pp_rank]
         self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
@@ -94,11 +96,12 @@ class PipelineEngine:
                         loss_sum += loss.detach()
                         outputs[key] = loss * loss_weight
             elif ins.op in ("B", "I"):
+                extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
-                    self.on_last_backward(ins.stage)
+                    extra = self.on_last_backward(ins.stage)
                 with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
                                    micro=ins.mb, stage=ins.stage):
-                    self._backward(ins.op, outputs.pop(key), grads.pop(key, None))
+                    self._backward(ins.op, outputs.pop(key), grads.pop(key, None), extra)
             elif ins.op == "W":
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
                     self.on_last_backward(ins.stage)
@@ -125,10 +128,14 @@ class PipelineEngine:
                 lin.store = stores[key]
         return self.stages[stage](inp)
 
-    def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None) -> None:
+    def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None, extra: list | None = None) -> None:
         if self.emulate is not None:
             e = self.emulate
             time.sleep(e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
+            return
+        if extra:
+            grad = torch.ones_like(out) if grad is None else grad  # the loss: d(loss)/d(loss) = 1
+            torch.autograd.backward([out, *extra], [grad, *(torch.ones_like(t) for t in extra)])
             return
         torch.autograd.backward(out, grad)
 
