@@ -25,6 +25,7 @@ rank of neighbouring stages (the `pp` group of the rank's tp/dp coordinate), spl
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -32,20 +33,19 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel.mesh import ParallelDims
+from shardlab.parallel.pp.native import LAYOUT, NATIVE
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
 from shardlab.parallel.step import Parallel
 
-NATIVE_SCHEDULES = ("torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb")
+NATIVE_SCHEDULES = tuple(NATIVE)
 
 
 def schedule_of(pcfg, microbatches: int):
     """The own schedule (also the stage layout of a torch one) for this config, or a ConfigError."""
-    name = pcfg.pp_schedule
-    own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",
-           "torch-zb": "interleaved"}.get(name, name)
+    own, layout = LAYOUT.get(pcfg.pp_schedule, (pcfg.pp_schedule, "loop"))
     try:
-        return build_schedule(own, pcfg.pp, microbatches, pcfg.pp_virtual)
+        return dataclasses.replace(build_schedule(own, pcfg.pp, microbatches, pcfg.pp_virtual), layout=layout)
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
 
@@ -64,10 +64,16 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
         raise ConfigError(f"parallel.pp={p.pp} with parallel.tp_impl={p.tp_impl}: DTensor's plan shards an embedding "
                           "and head a pipeline stage may not hold, and its loss_parallel must span a backward the "
                           "schedule runs later; use parallel.tp_impl=own")
-    if p.pp_schedule == "torch-zb" and p.pp_virtual < 2:
-        raise ConfigError("parallel.pp_schedule=torch-zb (interleaved zero bubble) needs parallel.pp_virtual >= 2")
-    own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",
-           "torch-zb": "interleaved"}.get(p.pp_schedule, p.pp_schedule)
+    if p.pp_schedule in ("torch-zb", "torch-looped-bfs") and p.pp_virtual < 2:
+        raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} runs several stages per rank: it needs "
+                          "parallel.pp_virtual >= 2")
+    if p.pp_schedule in ("torch-zbv", "torch-dualpipev") and p.pp_virtual != 2:
+        raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} places exactly two stages per rank (the V "
+                          f"layout): set parallel.pp_virtual=2 (got {p.pp_virtual})")
+    if p.pp_schedule == "torch-dualpipev" and cfg.train.grad_accum < 2 * p.pp:
+        raise ConfigError(f"parallel.pp_schedule=torch-dualpipev at pp={p.pp} needs at least {2 * p.pp} microbatches "
+                          f"(one per stage; got {cfg.train.grad_accum}); raise train.grad_accum")
+    own = LAYOUT.get(p.pp_schedule, (p.pp_schedule, "loop"))[0]
     try:
         check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
         if p.pp_split:
@@ -255,15 +261,17 @@ class PipelineParallel(Parallel):
         n = self.sched.n_stages
         act = None
         loss = torch.zeros((), device=self.device)
+        me, rank_of = self.dims.coord("pp"), self.sched.rank_of
         for s in range(n):
-            if self.sched.rank_of(s) != self.dims.coord("pp"):
+            if rank_of(s) != me:
                 continue
-            if s > 0:
+            if s > 0 and rank_of(s - 1) != me:  # (the V layout keeps stage p-1 -> p on one rank)
                 act = torch.empty(self.act_shape(x), device=self.device)
-                comm.recv(act, self.sched.rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
-            out = self.modules[s](x if s == 0 else act)
+                comm.recv(act, rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
+            out = act = self.modules[s](x if s == 0 else act)
             if s < n - 1:
-                comm.send(out.contiguous(), self.sched.rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")
+                if rank_of(s + 1) != me:
+                    comm.send(out.contiguous(), rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")
             else:
                 loss = self.loss_fn(out, y, reduction="sum")
         return self._share(loss)
