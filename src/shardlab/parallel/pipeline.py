@@ -196,7 +196,9 @@ class PipelineParallel(Parallel):
         # The parameters each of this rank's stages computes gradients for (a chunk view also carries
         # the part's wte unused unless it is the first or the last stage).
         self.stage_params = {s: _stage_params(part, s, n, ranges[s]) for s in stages}
-        self.handover = dims.dp_size > 1 and (len(stages) > 1 or cfg.parallel.pp_schedule in NATIVE_SCHEDULES)
+        # (torch's stages reduce FSDP2's gradients themselves, at their last backward)
+        self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
+                         and (len(stages) > 1 or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
 
         def loss_fn(logits, y):
             return self.loss_fn(logits, y, reduction="sum")
