@@ -59,6 +59,8 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
      "use parallel.tp_impl=own"),
     (["--nproc", "4", "parallel.pp=2", "parallel.strategy=zero3", "parallel.pp_schedule=interleaved",
       "parallel.pp_virtual=2", "train.grad_accum=4", "model.n_layer=4"], "use ddp, zero1 or zero2"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.strategy=torch-fsdp2", "parallel.pp_schedule=zb",
+      "train.grad_accum=2"], "zero2 or zero3, or another schedule"),
 ])
 def test_bad_pipeline_settings_are_one_line(tmp_path, args, needle):
     out = tmp_path / "run"

@@ -73,14 +73,15 @@ def test_own_and_torch_schedules_agree(pool2, own, v):
 
 
 @pytest.mark.parametrize("dp,schedule,v", [("ddp", "1f1b", 1), ("zero1", "1f1b", 1), ("zero2", "1f1b", 1),
-                                           ("torch-fsdp2", "1f1b", 1),
+                                           ("torch-fsdp2", "1f1b", 1), ("ddp", "zb", 1), ("zero1", "zb", 1),
                                            ("ddp", "interleaved", 2), ("zero1", "interleaved", 2),
                                            ("zero2", "interleaved", 2),
                                            ("ddp", "torch-1f1b", 1), ("zero1", "torch-zbv", 2)])
 def test_pipeline_composes_with_data_parallel(pool4, reference, dp, schedule, v):
     """World 4 = pp 2 x dp 2: each stage's gradients reduced over its data-parallel pair, once a step. With
-    two virtual stages per rank both chunks' gradients are reduced, in the rank's last backward; torch's
-    schedules hand theirs to the (own) data-parallel layer after the step."""
+    two virtual stages per rank both chunks' gradients are reduced, in the rank's last backward; with zb
+    that backward is a W, which also carries the gradients its I halves computed (LayerNorms, embeddings);
+    torch's schedules hand theirs to the (own) data-parallel layer after the step."""
     _check(_run(pool4, dp=dp, pp=2, pp_schedule=schedule, pp_virtual=v), reference, f"pp2 x {dp} ({schedule})")
 
 

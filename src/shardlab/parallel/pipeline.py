@@ -33,6 +33,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel.mesh import ParallelDims
+from shardlab.parallel.pp.engine import zero_terms
 from shardlab.parallel.pp.native import LAYOUT, NATIVE
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
@@ -80,10 +81,19 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
-    if p.pp_virtual > 1 and dims.dp_size > 1 and layers.dp_name(p) in ("zero3", "torch-fsdp2"):
-        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp={layers.dp_name(p)}: its root unit "
-                          "(embedding, final norm) is gathered around the forward of the rank's whole part, which "
-                          "virtual stages bypass; use ddp, zero1 or zero2, or parallel.pp_virtual=1")
+    dp = layers.dp_name(p) if dims.dp_size > 1 else "single"
+    if p.pp_virtual > 1 and dp == "zero3":
+        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=zero3: zero3 gathers, prefetches and "
+                          "reshards its units in the order of one forward through the rank's part, and virtual "
+                          "stages interleave several; use ddp, zero1 or zero2, or parallel.pp_virtual=1")
+    if p.pp_virtual > 1 and dp == "torch-fsdp2":
+        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=torch-fsdp2: FSDP2 makes the rank's "
+                          "whole part its root unit, which virtual stages cannot share; use ddp, zero1 or zero2, or "
+                          "parallel.pp_virtual=1")
+    if p.pp_schedule == "zb" and dp == "torch-fsdp2":
+        raise ConfigError("parallel.pp_schedule=zb with parallel.dp=torch-fsdp2: FSDP2 reduces gradients in hooks of "
+                          "its modules' backward, which zb's weight-gradient halves run outside of; use ddp, zero1, "
+                          "zero2 or zero3, or another schedule")
 
 
 def _split_points(text: str) -> list[int]:
@@ -147,13 +157,6 @@ def _stage_params(part: nn.Module, stage: int, n_stages: int, blocks: range) -> 
     return out
 
 
-def _zero_terms(params) -> list[torch.Tensor]:
-    """One zero-weight scalar per parameter whose gradient the data-parallel layer still holds unreduced
-    (a layer that reduced it already has set `.grad` to None): backpropagating them adds exact zeros and
-    fires the layer's gradient hooks, so it reduces those gradients in the backward they join."""
-    return [p.sum() * 0.0 for p in params if p.grad is not None]
-
-
 def _embed_group(dims: ParallelDims, sched) -> object | None:
     """The ranks holding the first and the last stage of each pipeline (per coordinate of every other
     dimension): their copies of the tied embedding are summed. Every rank creates every group."""
@@ -197,8 +200,9 @@ class PipelineParallel(Parallel):
         # the part's wte unused unless it is the first or the last stage).
         self.stage_params = {s: _stage_params(part, s, n, ranges[s]) for s in stages}
         # (torch's stages reduce FSDP2's gradients themselves, at their last backward)
+        self.split = any(i.op == "W" for i in sched.ranks[dims.coord("pp")])  # zb: backward as I then W
         self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
-                         and (len(stages) > 1 or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
+                         and (len(stages) > 1 or self.split or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
 
         def loss_fn(logits, y):
             return self.loss_fn(logits, y, reduction="sum")
@@ -220,14 +224,16 @@ class PipelineParallel(Parallel):
     def _on_last_backward(self, stage: int):
         """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
         (interleaved) with data parallelism: only the rank's final backward synchronises, and it carries
-        the other chunks' unreduced gradients along (see the module docstring)."""
+        the other chunks' unreduced gradients along; when it is a W (zb), the stage's own too, those its
+        I halves computed (see the module docstring). Returns those parameters for the engine."""
         if not self.handover:
             self._dp.set_requires_gradient_sync(True)
             return None
         if stage != self.final_stage:
             return None
         self._dp.set_requires_gradient_sync(True)
-        return _zero_terms(p for s in self.stage_ids if s != stage for p in self.stage_params[s])
+        others = [p for s in self.stage_ids if s != stage for p in self.stage_params[s]]
+        return others + (self.stage_params[stage] if self.split else [])  # the engine skips what W computes
 
     def forward_backward(self, microbatches, loss_weight, after_backward=None):
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
@@ -236,7 +242,7 @@ class PipelineParallel(Parallel):
         if self.handover and self.cfg_native:
             # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
             self._dp.set_requires_gradient_sync(True)
-            terms = _zero_terms(p for s in self.stage_ids for p in self.stage_params[s])
+            terms = zero_terms(p for s in self.stage_ids for p in self.stage_params[s])
             if terms:
                 torch.autograd.backward(terms)
         return self._share(loss.to(self.device))
