@@ -15,8 +15,10 @@ run as separate stages sharing the part's modules. The data-parallel layers redu
 one synchronised backward, so with data parallelism the chunks hand theirs over together: sync is switched
 on for the rank's last backward only, and that backward also carries a zero-weight term for every
 parameter of the rank's other chunks whose gradient the layer still holds unreduced (ddp, zero1; zero2
-and zero3 reduce each backward's gradients as they come). torch's schedules run their own backwards:
-after them, the same zero-weight backward hands the accumulated gradients to the layer.
+and zero3 reduce each backward's gradients as they come). zb's last backward is a W, which computes the
+Linear weights' gradients only: it carries the stage's other parameters (computed in the I halves) the
+same way. torch's schedules run their own backwards: after them, the same zero-weight backward hands the
+accumulated gradients to the layer.
 
 Tensor parallelism (own) is applied to each rank's part after the split: the first stage's embedding
 and the last stage's head and loss are vocabulary-parallel, and activations travel between the same tp
@@ -199,8 +201,9 @@ class PipelineParallel(Parallel):
         # The parameters each of this rank's stages computes gradients for (a chunk view also carries
         # the part's wte unused unless it is the first or the last stage).
         self.stage_params = {s: _stage_params(part, s, n, ranges[s]) for s in stages}
-        # (torch's stages reduce FSDP2's gradients themselves, at their last backward)
         self.split = any(i.op == "W" for i in sched.ranks[dims.coord("pp")])  # zb: backward as I then W
+        # Whether gradients are handed to the dp layer in one backward (module docstring); torch's stages
+        # reduce FSDP2's gradients themselves, at their last backward.
         self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
                          and (len(stages) > 1 or self.split or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
 
@@ -219,7 +222,6 @@ class PipelineParallel(Parallel):
             self.final_stage = next(i.stage for i in reversed(sched.ranks[dims.coord("pp")])
                                     if i.op in ("B", "W"))
         self.modules = modules
-        self._dp = dp
 
     def _on_last_backward(self, stage: int):
         """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
@@ -227,11 +229,11 @@ class PipelineParallel(Parallel):
         the other chunks' unreduced gradients along; when it is a W (zb), the stage's own too, those its
         I halves computed (see the module docstring). Returns those parameters for the engine."""
         if not self.handover:
-            self._dp.set_requires_gradient_sync(True)
+            self.dp.set_requires_gradient_sync(True)
             return None
         if stage != self.final_stage:
             return None
-        self._dp.set_requires_gradient_sync(True)
+        self.dp.set_requires_gradient_sync(True)
         others = [p for s in self.stage_ids if s != stage for p in self.stage_params[s]]
         return others + (self.stage_params[stage] if self.split else [])  # the engine skips what W computes
 
@@ -241,7 +243,7 @@ class PipelineParallel(Parallel):
             loss = self.engine.step(list(microbatches), loss_weight)
         if self.handover and self.cfg_native:
             # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
-            self._dp.set_requires_gradient_sync(True)
+            self.dp.set_requires_gradient_sync(True)
             terms = zero_terms(p for s in self.stage_ids for p in self.stage_params[s])
             if terms:
                 torch.autograd.backward(terms)
@@ -260,7 +262,7 @@ class PipelineParallel(Parallel):
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         dup = ("wte.weight",) if self.embed_group is not None and self.is_last and not self.is_first else ()
-        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)  # also under TensorParallelDP
+        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)
 
     @torch.no_grad()
     def eval_loss_sum(self, x, y):
