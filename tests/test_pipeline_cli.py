@@ -1,5 +1,6 @@
-"""Pipeline parallelism from the command line: a pp=2 run's checkpoint continues under other layouts
-with the same next losses, and bad pipeline settings are one line, exit 2, before launch."""
+"""Pipeline parallelism from the command line: a pp=2 run's checkpoint continues under single, ddp and
+zero3 with the same next losses (and zero3's back under pp=2), and bad pipeline settings are one line,
+exit 2, before launch."""
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ def _losses(run: Path) -> dict:
             if "loss" in r}
 
 
-def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_and_zero3(tmp_path):
+def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_and_back(tmp_path):
     pp = tmp_path / "pp"
     r = run_cli(["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
                  "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
@@ -26,15 +27,23 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_and_zero3(t
     t = run_cli(["trace", str(pp)], timeout=120, cwd=ROOT)
     assert t.returncode == 0 and "pipeline bubble" in t.stdout and "analytic 33.3% (1f1b, p=2, m=2)" in t.stdout, t.stdout
     assert (pp / "trace" / "pipeline.png").stat().st_size > 0
-    for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=zero3")):
+    for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=ddp"), (2, "parallel.strategy=zero3")):
         out = tmp_path / layout.split("=")[1]
-        # resuming starts from the pp run's config: pp=1 is the layout change asked for
+        # resuming starts from the pp run's config: pp=1 is the layout change asked for; zero3 saves step 4
         r = run_cli(["train", "--nproc", str(nproc), "--out", str(out), *BASE, layout, "parallel.pp=1", "train.steps=5",
-                     "ckpt.final=false", f"ckpt.resume={pp / 'checkpoints' / 'step_000003'}"], timeout=300, cwd=ROOT)
+                     "ckpt.final=false", "ckpt.every=4", f"ckpt.resume={pp / 'checkpoints' / 'step_000003'}"],
+                    timeout=300, cwd=ROOT)
         assert r.returncode == 0, r.stderr[-3000:]
         got = _losses(out)
         for step in (4, 5):  # fp32; the same sums split another way: round-off only
             assert got[step] == pytest.approx(ref[step], rel=1e-5), (layout, step)
+    # and back: zero3's step-4 checkpoint (parameters and optimizer state sharded over dp) into two stages
+    back = tmp_path / "back"
+    r = run_cli(["train", "--nproc", "2", "--out", str(back), *BASE, "parallel.strategy=ddp", "parallel.pp=2",
+                 "train.steps=5", "ckpt.final=false", f"ckpt.resume={tmp_path / 'zero3' / 'checkpoints' / 'step_000004'}"],
+                timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _losses(back)[5] == pytest.approx(ref[5], rel=1e-5)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -45,11 +54,18 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_and_zero3(t
       "model.n_layer=3"], "layers"),
     (["parallel.pp=2", "parallel.pp_schedule=pipedream"], "must be one of"),
     (["parallel.pp=2", "parallel.pp_split=9", "train.grad_accum=2"], "pp_split"),
+    (["parallel.pp=2", "parallel.pp_schedule=torch-zbv", "train.grad_accum=2"], "set parallel.pp_virtual=2"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "train.grad_accum=2"],
+     "use parallel.tp_impl=own"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.strategy=zero3", "parallel.pp_schedule=interleaved",
+      "parallel.pp_virtual=2", "train.grad_accum=4", "model.n_layer=4"], "use ddp, zero1 or zero2"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.strategy=torch-fsdp2", "parallel.pp_schedule=zb",
+      "train.grad_accum=2"], "zero2 or zero3, or another schedule"),
 ])
 def test_bad_pipeline_settings_are_one_line(tmp_path, args, needle):
     out = tmp_path / "run"
-    r = run_cli(["train", "--nproc", "2", "--out", str(out), "--config", "configs/tiny.toml", *args], timeout=120,
-                cwd=ROOT)
+    nproc = [] if "--nproc" in args else ["--nproc", "2"]
+    r = run_cli(["train", *nproc, "--out", str(out), "--config", "configs/tiny.toml", *args], timeout=120, cwd=ROOT)
     assert r.returncode == 2, r.stderr[-2000:]
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], r.stderr

@@ -85,7 +85,7 @@ class ParallelConfig:
     pp: int = 1
     cp: int = 1
     # Pipeline parallelism (docs/pipeline.md)
-    pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-gpipe | torch-1f1b | torch-interleaved | torch-zb
+    pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-<gpipe|1f1b|interleaved|zb|looped-bfs|zbv|dualpipev>
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
     pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...

@@ -97,10 +97,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                     "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
     "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
                              "torch.distributed.pipelining's", "gpipe | 1f1b | interleaved | zb | torch-gpipe | "
-                             "torch-1f1b | torch-interleaved | torch-zb"),
+                             "torch-1f1b | torch-interleaved | torch-zb | torch-looped-bfs | torch-zbv | "
+                             "torch-dualpipev"),
     "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
                                  "the same microbatches)", "0 | int >= 1"),
-    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb needs >= 2)", "int >= 1"),
+    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs "
+                            "need >= 2, torch-zbv and torch-dualpipev exactly 2)", "int >= 1"),
     "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by cost",
                           "\"\" | increasing block indices"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),

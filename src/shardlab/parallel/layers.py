@@ -44,7 +44,8 @@ TP_WITH_DP: dict[str, tuple[str, ...]] = {
 # the schedule itself is data (parallel/pp/schedule.py), run by parallel/pp/engine.py or by torch.
 PIPELINE_PARALLEL: dict[str, str] = {
     name: "shardlab.parallel.pipeline:split"
-    for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb")}
+    for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb",
+                 "torch-looped-bfs", "torch-zbv", "torch-dualpipev")}
 # Context parallelism: `parallel.cp_impl` -> the function that applies it (parallel/cp.py): own ring attention
 # (parallel/ring_attention.py, every transfer through comm) or torch's context_parallel (CUDA only).
 CONTEXT_PARALLEL: dict[str, str] = {

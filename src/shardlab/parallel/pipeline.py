@@ -11,12 +11,23 @@ step. The loss of the step lives on the last stage; it is summed over the pipeli
 reports the same figure.
 
 With V > 1 virtual stages per rank (interleaved schedules) the rank's part holds several chunks that
-run as separate stages sharing the part's modules; the data-parallel layer is then bypassed during
-forward, so V > 1 needs a data-parallel degree of 1 (refused in one line otherwise).
+run as separate stages sharing the part's modules. The data-parallel layers reduce a rank's gradients in
+one synchronised backward, so with data parallelism the chunks hand theirs over together: sync is switched
+on for the rank's last backward only, and that backward also carries a zero-weight term for every
+parameter of the rank's other chunks whose gradient the layer still holds unreduced (ddp, zero1; zero2
+and zero3 reduce each backward's gradients as they come). zb's last backward is a W, which computes the
+Linear weights' gradients only: it carries the stage's other parameters (computed in the I halves) the
+same way. torch's schedules run their own backwards: after them, the same zero-weight backward hands the
+accumulated gradients to the layer.
+
+Tensor parallelism (own) is applied to each rank's part after the split: the first stage's embedding
+and the last stage's head and loss are vocabulary-parallel, and activations travel between the same tp
+rank of neighbouring stages (the `pp` group of the rank's tp/dp coordinate), split by sequence under SP.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -24,20 +35,20 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel.mesh import ParallelDims
+from shardlab.parallel.pp.engine import zero_terms
+from shardlab.parallel.pp.native import LAYOUT, NATIVE
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
 from shardlab.parallel.step import Parallel
 
-NATIVE_SCHEDULES = ("torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb")
+NATIVE_SCHEDULES = tuple(NATIVE)
 
 
 def schedule_of(pcfg, microbatches: int):
     """The own schedule (also the stage layout of a torch one) for this config, or a ConfigError."""
-    name = pcfg.pp_schedule
-    own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",
-           "torch-zb": "interleaved"}.get(name, name)
+    own, layout = LAYOUT.get(pcfg.pp_schedule, (pcfg.pp_schedule, "loop"))
     try:
-        return build_schedule(own, pcfg.pp, microbatches, pcfg.pp_virtual)
+        return dataclasses.replace(build_schedule(own, pcfg.pp, microbatches, pcfg.pp_virtual), layout=layout)
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
 
@@ -52,22 +63,39 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     if dims.dp_size > 1 and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
         raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
                           "microbatches' forwards in flight; use ddp, zero1, zero2, zero3 or torch-fsdp2")
-    if dims.tp > 1:
-        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp={dims.tp}: pipeline and tensor parallelism are not "
-                          "composed yet in this version; use one of them (each composes with data parallelism)")
-    if p.pp_schedule == "torch-zb" and p.pp_virtual < 2:
-        raise ConfigError("parallel.pp_schedule=torch-zb (interleaved zero bubble) needs parallel.pp_virtual >= 2")
-    own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved",
-           "torch-zb": "interleaved"}.get(p.pp_schedule, p.pp_schedule)
+    if dims.tp > 1 and getattr(p, "tp_impl", "own") != "own":
+        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp_impl={p.tp_impl}: DTensor's plan shards an embedding "
+                          "and head a pipeline stage may not hold, and its loss_parallel must span a backward the "
+                          "schedule runs later; use parallel.tp_impl=own")
+    if p.pp_schedule in ("torch-zb", "torch-looped-bfs") and p.pp_virtual < 2:
+        raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} runs several stages per rank: it needs "
+                          "parallel.pp_virtual >= 2")
+    if p.pp_schedule in ("torch-zbv", "torch-dualpipev") and p.pp_virtual != 2:
+        raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} places exactly two stages per rank (the V "
+                          f"layout): set parallel.pp_virtual=2 (got {p.pp_virtual})")
+    if p.pp_schedule == "torch-dualpipev" and cfg.train.grad_accum < 2 * p.pp:
+        raise ConfigError(f"parallel.pp_schedule=torch-dualpipev at pp={p.pp} needs at least {2 * p.pp} microbatches "
+                          f"(one per stage; got {cfg.train.grad_accum}); raise train.grad_accum")
+    own = LAYOUT.get(p.pp_schedule, (p.pp_schedule, "loop"))[0]
     try:
         check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
         if p.pp_split:
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
-    if p.pp_virtual > 1 and dims.dp_size > 1:
-        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with data parallelism (dp={dims.dp_size}) is not "
-                          "supported yet: use parallel.pp_virtual=1, or a layout without data parallelism")
+    dp = layers.dp_name(p) if dims.dp_size > 1 else "single"
+    if p.pp_virtual > 1 and dp == "zero3":
+        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=zero3: zero3 gathers, prefetches and "
+                          "reshards its units in the order of one forward through the rank's part, and virtual "
+                          "stages interleave several; use ddp, zero1 or zero2, or parallel.pp_virtual=1")
+    if p.pp_virtual > 1 and dp == "torch-fsdp2":
+        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=torch-fsdp2: FSDP2 makes the rank's "
+                          "whole part its root unit, which virtual stages cannot share; use ddp, zero1 or zero2, or "
+                          "parallel.pp_virtual=1")
+    if p.pp_schedule == "zb" and dp == "torch-fsdp2":
+        raise ConfigError("parallel.pp_schedule=zb with parallel.dp=torch-fsdp2: FSDP2 reduces gradients in hooks of "
+                          "its modules' backward, which zb's weight-gradient halves run outside of; use ddp, zero1, "
+                          "zero2 or zero3, or another schedule")
 
 
 def _split_points(text: str) -> list[int]:
@@ -118,6 +146,23 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     return view
 
 
+def _stage_params(part: nn.Module, stage: int, n_stages: int, blocks: range) -> list[nn.Parameter]:
+    """The parameters stage `stage` uses: its blocks, the embeddings if first, the final norm and the
+    head if last (its weight is the embedding's when tied)."""
+    mods = [part.blocks[str(i)] for i in blocks]
+    if stage == 0:
+        mods += [m for m in (part.wte, getattr(part, "wpe", None)) if m is not None]  # llama: no wpe
+    if stage == n_stages - 1:
+        mods += [part.ln_f, part.lm_head]  # GPT-2's head's weight is wte's (tied); llama's its own
+    seen, out = set(), []
+    for m in mods:
+        for p in m.parameters():
+            if id(p) not in seen and p.requires_grad:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
 def _embed_group(dims: ParallelDims, sched, tied: bool = True) -> object | None:
     """The ranks holding the first and the last stage of each pipeline (per coordinate of every other
     dimension): their copies of the tied embedding are summed. Every rank creates every group. None when
@@ -153,26 +198,60 @@ class PipelineParallel(Parallel):
             modules = {s: _chunk_view(part, s, n, ranges[s]) for s in stages}
         self.is_first, self.is_last = 0 in stages, n - 1 in stages
         self.embed_group = _embed_group(dims, sched, getattr(model, "tied_head", True))
+        # Activations between stages: (batch, sequence, d_model); under sequence parallelism each tp rank
+        # sends and receives its 1/tp of the sequence (the blocks' residual stream is split that way).
+        seq_div = dims.tp if dims.tp > 1 and getattr(cfg.parallel, "sp", False) else 1
         d_model = model.cfg.d_model
+        self.act_shape = lambda x: (x.shape[0], x.shape[1] // seq_div, d_model)
+        # The parameters each of this rank's stages computes gradients for (a chunk view also carries
+        # the part's wte unused unless it is the first or the last stage).
+        self.stage_params = {s: _stage_params(part, s, n, ranges[s]) for s in stages}
+        self.split = any(i.op == "W" for i in sched.ranks[dims.coord("pp")])  # zb: backward as I then W
+        # Whether gradients are handed to the dp layer in one backward (module docstring); torch's stages
+        # reduce FSDP2's gradients themselves, at their last backward.
+        self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
+                         and (len(stages) > 1 or self.split or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
 
         def loss_fn(logits, y):
             return self.loss_fn(logits, y, reduction="sum")
 
-        if cfg.parallel.pp_schedule in NATIVE_SCHEDULES:
+        self.cfg_native = cfg.parallel.pp_schedule in NATIVE_SCHEDULES
+        if self.cfg_native:
             from shardlab.parallel.pp.native import TorchPipeline
             self.engine = TorchPipeline(cfg.parallel.pp_schedule, modules, n, sched.microbatches, loss_fn,
                                         device, group=self.group)
         else:
             self.engine = PipelineEngine(sched, modules, stage_rank=sched.rank_of, pp_rank=dims.coord("pp"),
-                                         loss_fn=loss_fn, act_shape=lambda x: (*x.shape[:2], d_model),
-                                         device=device, group=self.group,
-                                         on_last_backward=lambda s: dp.set_requires_gradient_sync(True))
+                                         loss_fn=loss_fn, act_shape=self.act_shape, device=device,
+                                         group=self.group, on_last_backward=self._on_last_backward)
+            self.final_stage = next(i.stage for i in reversed(sched.ranks[dims.coord("pp")])
+                                    if i.op in ("B", "W"))
         self.modules = modules
+
+    def _on_last_backward(self, stage: int):
+        """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
+        (interleaved) with data parallelism: only the rank's final backward synchronises, and it carries
+        the other chunks' unreduced gradients along; when it is a W (zb), the stage's own too, those its
+        I halves computed (see the module docstring). Returns those parameters for the engine."""
+        if not self.handover:
+            self.dp.set_requires_gradient_sync(True)
+            return None
+        if stage != self.final_stage:
+            return None
+        self.dp.set_requires_gradient_sync(True)
+        others = [p for s in self.stage_ids if s != stage for p in self.stage_params[s]]
+        return others + (self.stage_params[stage] if self.split else [])  # the engine skips what W computes
 
     def forward_backward(self, microbatches, loss_weight, after_backward=None):
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
         with self.autocast():
             loss = self.engine.step(list(microbatches), loss_weight)
+        if self.handover and self.cfg_native:
+            # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
+            self.dp.set_requires_gradient_sync(True)
+            terms = zero_terms(p for s in self.stage_ids for p in self.stage_params[s])
+            if terms:
+                torch.autograd.backward(terms)
         return self._share(loss.to(self.device))
 
     def finish(self) -> None:
@@ -197,15 +276,17 @@ class PipelineParallel(Parallel):
         n = self.sched.n_stages
         act = None
         loss = torch.zeros((), device=self.device)
+        me, rank_of = self.dims.coord("pp"), self.sched.rank_of
         for s in range(n):
-            if self.sched.rank_of(s) != self.dims.coord("pp"):
+            if rank_of(s) != me:
                 continue
-            if s > 0:
-                act = torch.empty((*x.shape[:2], self.model.cfg.d_model), device=self.device)
-                comm.recv(act, self.sched.rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
-            out = self.modules[s](x if s == 0 else act)
+            if s > 0 and rank_of(s - 1) != me:  # (the V layout keeps stage p-1 -> p on one rank)
+                act = torch.empty(self.act_shape(x), device=self.device)
+                comm.recv(act, rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
+            out = act = self.modules[s](x if s == 0 else act)
             if s < n - 1:
-                comm.send(out.contiguous(), self.sched.rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")
+                if rank_of(s + 1) != me:
+                    comm.send(out.contiguous(), rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")
             else:
                 loss = self.loss_fn(out, y, reduction="sum")
         return self._share(loss)

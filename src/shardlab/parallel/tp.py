@@ -250,13 +250,17 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     check_divisible(cfg.n_head, cfg.d_model, size, n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
-    if getattr(model, "tied_head", True):
-        model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
-    else:
-        local, real = _vocab_rows(model.lm_head.weight, rank, size)
-        model.lm_head = VocabParallelHead(nn.Parameter(local, model.lm_head.weight.requires_grad), group, sp,
-                                          real_rows=real)
+    # A pipeline stage may lack some of these (parallel/pipeline.py): the middle stages hold neither the
+    # embedding nor the head, GPT-2's last holds `wte` only as its tied head's weight.
+    if model.wte is not None:
+        model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
+    if model.lm_head is not None:
+        if getattr(model, "tied_head", True):
+            model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
+        else:
+            local, real = _vocab_rows(model.lm_head.weight, rank, size)
+            model.lm_head = VocabParallelHead(nn.Parameter(local, model.lm_head.weight.requires_grad), group, sp,
+                                              real_rows=real)
     if sp and getattr(model, "wpe", None) is not None:
         model.wpe = SequenceParallelPositions(model.wpe, rank, size)
     for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
@@ -341,7 +345,7 @@ class OwnTP:
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
         self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
-        self.vocab_size = model.wte.vocab_size
+        self.vocab_size = model.cfg.vocab_size  # a middle pipeline stage has no wte to ask
         owner = {fqn: model.get_submodule(fqn.rsplit(".", 1)[0]) for fqn in specs}
         # Replicated parameters whose per-rank gradients are partial sums: SP's, and the key/value heads
         # replicated under grouped-query attention (each rank's gradient covers its query heads only).

@@ -29,12 +29,14 @@ class TensorParallelDP:
         self.dp.finish_backward()
         self.tp.finish_backward(self.dp.named_grads())
 
-    def clip_grad_norm_(self, max_norm: float, groups: list | None = None) -> float:
+    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = ()) -> float:
         """The single-device norm under TP x DP. Across tp, weights are split but LayerNorms, row biases
         and positions are copies: the dp layer sums squares over every group (its own dp_shard, tp, ...)
         in two sums, split and copied, and divides the copied one by the tp size (Strategy._clip_mixed).
-        One all-reduce per group, as without TP; the dp layer's sharding needs no special case."""
-        return self.dp.clip_grad_norm_(max_norm, groups, replicated=(self.tp_group, self.tp.is_sharded))
+        One all-reduce per group, as without TP; the dp layer's sharding needs no special case. `exclude`:
+        as the dp layer's (a pipeline's tied embedding held again by its last stage)."""
+        return self.dp.clip_grad_norm_(max_norm, groups, exclude=exclude,
+                                       replicated=(self.tp_group, self.tp.is_sharded))
 
     # --- state: the bare model's names and values ---
     def full_parameters(self) -> dict[str, torch.Tensor]:

@@ -100,7 +100,7 @@ class Strategy:
         identical on all its ranks (tensor parallelism: weights split, LayerNorms replicated); see
         `_clip_mixed`."""
         if replicated is not None:
-            return self._clip_mixed(max_norm, groups or [], *replicated)
+            return self._clip_mixed(max_norm, groups or [], *replicated, exclude=exclude)
         grads = list(self.grad_tensors())
         sq = torch.zeros(1, device=self.device, dtype=torch.float32)
         for g in grads:
@@ -120,7 +120,7 @@ class Strategy:
                 g.mul_(coef.to(g.dtype))
         return float(norm.item())
 
-    def _clip_mixed(self, max_norm: float, groups: list, group, is_split) -> float:
+    def _clip_mixed(self, max_norm: float, groups: list, group, is_split, exclude: tuple = ()) -> float:
         """The norm when, across `group`, gradients named `is_split(fqn)` are pieces of one tensor and the
         others are copies. Squares are kept in two sums, [split, copied], and each is all-reduced over
         every group like the plain norm: the split sum then covers every piece once, the copied sum covers
@@ -130,7 +130,8 @@ class Strategy:
         named = self.named_grads()
         sq = torch.zeros(2, device=self.device, dtype=torch.float32)
         for fqn, g in named.items():
-            sq[0 if is_split(fqn) else 1] += _local(g).detach().float().pow(2).sum()
+            if fqn not in exclude:  # counted on the rank that holds it first (clipped here all the same)
+                sq[0 if is_split(fqn) else 1] += _local(g).detach().float().pow(2).sum()
         for grp in groups:
             comm.all_reduce(sq, group=grp, tag="grad_norm")
         norm = (sq[0] + sq[1] / comm.world_size(group)).sqrt()

@@ -47,7 +47,10 @@ class PipelineEngine:
         """`stages`: this rank's stage modules by stage index; `stage_rank(s)`: the global rank holding
         stage s in this pipeline; `act_shape(x)`: the activation shape of a microbatch of tokens x;
         `embed_group`: the group of the first and last stage's ranks (None when one rank holds both);
-        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on)."""
+        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on); it
+        may return parameters whose gradients must join that synchronised backward (see `zero_terms`):
+        a rank's other virtual stages', or, when that backward is a W, the stage's parameters the I
+        halves left behind (LayerNorms, embeddings)."""
         self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
         self.instrs = schedule.ranks[pp_rank]
         self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
@@ -94,19 +97,22 @@ class PipelineEngine:
                         loss_sum += loss.detach()
                         outputs[key] = loss * loss_weight
             elif ins.op in ("B", "I"):
+                extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
-                    self.on_last_backward(ins.stage)
+                    extra = self.on_last_backward(ins.stage)
                 with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
                                    micro=ins.mb, stage=ins.stage):
-                    self._backward(ins.op, outputs.pop(key), grads.pop(key, None))
+                    self._backward(ins.op, outputs.pop(key), grads.pop(key, None), zero_terms(extra or ()))
             elif ins.op == "W":
+                extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
-                    self.on_last_backward(ins.stage)
+                    extra = self.on_last_backward(ins.stage)
                 with timeline.span("backward_weight", cat="compute", micro=ins.mb, stage=ins.stage):
                     if self.emulate is not None:
                         time.sleep(self.emulate.w_s if self.emulate.w_s is not None else self.emulate.b_s / 2)
                     else:
-                        stores.pop(key).run()
+                        store = stores.pop(key)
+                        store.run(zero_terms(extra or (), skip=store.params()))
             elif ins.op == "REDUCE":
                 for h in sends:
                     h.wait()
@@ -125,10 +131,14 @@ class PipelineEngine:
                 lin.store = stores[key]
         return self.stages[stage](inp)
 
-    def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None) -> None:
+    def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None, extra: list | None = None) -> None:
         if self.emulate is not None:
             e = self.emulate
             time.sleep(e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
+            return
+        if extra:
+            grad = torch.ones_like(out) if grad is None else grad  # the loss: d(loss)/d(loss) = 1
+            torch.autograd.backward([out, *extra], [grad, *(torch.ones_like(t) for t in extra)])
             return
         torch.autograd.backward(out, grad)
 
@@ -143,6 +153,16 @@ class PipelineEngine:
                 if g is None:
                     g = self.stages[s].wte.weight.grad = torch.zeros_like(self.stages[s].wte.weight)
                 comm.all_reduce(g, group=self.embed_group, tag="tied embedding grad")
+
+
+def zero_terms(params, skip=()) -> list[torch.Tensor]:
+    """One zero-weight scalar per parameter whose gradient the data-parallel layer still holds unreduced
+    (a layer that reduced it already has set `.grad` to None), except those in `skip` (which the backward
+    computes anyway: one parameter twice in a synchronised backward is an error for ddp). Backpropagated
+    along with a stage's last backward they add exact zeros and fire the layer's gradient hooks, so the
+    layer reduces those gradients in that one synchronised backward."""
+    skip = {id(p) for p in skip}
+    return [p.sum() * 0.0 for p in params if p.grad is not None and id(p) not in skip]
 
 
 class _Receives:

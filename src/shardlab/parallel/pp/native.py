@@ -20,7 +20,16 @@ NATIVE = {
     "torch-1f1b": "Schedule1F1B",
     "torch-interleaved": "ScheduleInterleaved1F1B",
     "torch-zb": "ScheduleInterleavedZeroBubble",
+    "torch-looped-bfs": "ScheduleLoopedBFS",  # every forward of a stage, then the next stage's (breadth first)
+    "torch-zbv": "ScheduleZBVZeroBubble",  # zero bubble on the V layout: two stages per rank
+    "torch-dualpipev": "ScheduleDualPipeV",  # DeepSeek's DualPipe on the V layout
 }
+# The stage layout each torch schedule expects: the own schedule of the same layout, its placement.
+LAYOUT = {"torch-gpipe": ("gpipe", "loop"), "torch-1f1b": ("1f1b", "loop"),
+          "torch-interleaved": ("interleaved", "loop"), "torch-zb": ("interleaved", "loop"),
+          "torch-looped-bfs": ("interleaved", "loop"), "torch-zbv": ("interleaved", "v"),
+          "torch-dualpipev": ("interleaved", "v")}
+MULTI = ("torch-interleaved", "torch-zb", "torch-looped-bfs", "torch-zbv", "torch-dualpipev")  # V >= 2 stages per rank
 
 
 class TorchPipeline:
@@ -37,7 +46,7 @@ class TorchPipeline:
         def weighted(logits, y):
             return loss_fn(logits, y) * self.weight
 
-        single = len(self.torch_stages) == 1 and name in ("torch-gpipe", "torch-1f1b")
+        single = len(self.torch_stages) == 1 and name not in MULTI
         self.schedule = cls(self.torch_stages[0] if single else self.torch_stages, microbatches,
                             loss_fn=weighted, scale_grads=False)
 

@@ -47,15 +47,23 @@ class Schedule:
     microbatches: int
     virtual: int  # stages per rank
     ranks: tuple[tuple[Instr, ...], ...]  # ranks[r] = the instructions of pipeline rank r, in order
+    # Where stages live: "loop" (Megatron: rank r holds r, r + p, ...) or "v" (two stages per rank, down
+    # and back up: rank r holds r and 2p - 1 - r, so rank 0 holds the first and the last stage; the
+    # layout of torch's ZB-V and DualPipeV, which shardlab runs through torch only).
+    layout: str = "loop"
 
     @property
     def n_stages(self) -> int:
         return self.pp * self.virtual
 
     def rank_of(self, stage: int) -> int:
+        if self.layout == "v":
+            return stage if stage < self.pp else 2 * self.pp - 1 - stage
         return stage % self.pp
 
     def stages_of(self, rank: int) -> list[int]:
+        if self.layout == "v":
+            return [rank, 2 * self.pp - 1 - rank]
         return [c * self.pp + rank for c in range(self.virtual)]
 
 

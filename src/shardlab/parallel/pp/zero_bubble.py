@@ -21,15 +21,20 @@ class WeightGradStore:
     def __init__(self):
         self.pending: list = []
 
-    def run(self) -> None:
+    def params(self) -> list[torch.Tensor]:
+        """The weights and biases whose gradients `run` computes."""
+        return [t for weight, bias, _, _ in self.pending for t in (weight, bias) if t is not None]
+
+    def run(self, extra: list | None = None) -> None:
         """Compute the queued weight gradients through autograd (a one-node graph per Linear, no
         recomputation), so they accumulate into `.grad` as any backward's would and the data-parallel
-        layer's gradient hooks fire for them."""
-        if not self.pending:
-            return
+        layer's gradient hooks fire for them. `extra`: more scalar roots for the same backward (the
+        engine's zero-weight terms)."""
         roots = [_WeightGrad.apply(weight, bias, x, gy) for weight, bias, x, gy in self.pending]
         self.pending.clear()
-        torch.autograd.backward(roots, [torch.zeros_like(r) for r in roots])
+        roots += extra or []
+        if roots:
+            torch.autograd.backward(roots, [torch.zeros_like(r) for r in roots])
 
 
 class _WeightGrad(torch.autograd.Function):
