@@ -243,6 +243,13 @@ class Doctor:
                                                      self.dims.ranks("dp_cp"))
         else:
             result = checksum_mod.check_replicas(self.strategy, step, self.device)
+        if self.dims is not None and self.dims.size("tp") > 1:  # and within each TP group, what TP keeps whole
+            named = checksum_mod.tp_replicated_parameters(self.strategy)
+            tp = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("tp"),
+                                             self.dims.ranks("tp"), named=named)
+            tp["group_ranks"] = self.dims.ranks("tp")
+            result = {**result, "dp_consistent": result["consistent"], "tp": tp,
+                      "consistent": result["consistent"] and tp["consistent"]}
         self.last_checksum = result
         self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:
