@@ -1,6 +1,6 @@
 """`shardlab trace RUN`: what each rank did per step, how much communication was hidden, who was late.
 
-    shardlab trace runs/x                 # tables: steps, buckets, skew, straggler verdict
+    shardlab trace runs/x                 # tables: by group, steps, buckets, skew, straggler verdict
     shardlab trace runs/x --json          # the same as JSON
     shardlab trace runs/x --merge         # (re)write RUN/trace/trace.json from the rank files
 """
@@ -48,6 +48,12 @@ def render(rep: dict) -> str:
                f"   comm {_f(s['comm_s'] and s['comm_s'] * 1e3)} ms   compute {_f(s['compute_s'] and s['compute_s'] * 1e3)} ms"
                f"   step {_f(s['step_s'] and s['step_s'] * 1e3)} ms   (medians over {s['trace_steps']} steps, "
                f"{s['warmup_steps_excluded']} warm-up excluded)")
+    groups = s.get("comm_by_group") or {}
+    if groups:
+        out.append("\ncommunication by process group (per step: mean over ranks, median over steps)")
+        out.append(_table(["group", "calls", "KiB", "comm ms", "exposed ms"],
+                          [[g, _f(d["collectives"], "{:.0f}"), _f(d["comm_bytes"] / 1024, "{:.1f}"),
+                            _f(d["comm_s"] * 1e3), _f(d["exposed_comm_s"] * 1e3)] for g, d in groups.items()]))
     out.append("\nper step and rank (ms)")
     out.append(_table(["step", "rank", "step", "compute", "comm", "overlap%", "exposed", "calls", "KiB"],
                       [[r["step"], r["rank"], _f(r["step_s"] * 1e3), _f(r["compute_s"] * 1e3), _f(r["comm_s"] * 1e3),
