@@ -66,13 +66,15 @@ def render(rep: dict) -> str:
                             _f(b["launch_ms"]), _f(b["done_ms"]), _f(b["ready_to_launch_ms"]), _f(b["comm_ms"])]
                            for b in rep["buckets"][:n]]))
     if rep["collectives"]:
-        out.append("\nskew per collective (ms): last = the rank everybody waited for; wait/transfer per rank")
-        ranks = sorted(rep["collectives"][0]["wait_ms"])
-        out.append(_table(["step", "op", "tag", "KiB", "last", "skew"] + [f"wait r{r}" for r in ranks]
+        out.append("\nskew per collective (ms): last = the rank everybody waited for; wait/transfer per rank "
+                   "(- : not in that collective's group)")
+        shown = rep["collectives"][:n]
+        ranks = sorted({r for c in shown for r in c["wait_ms"]})  # subgroups (tp, dp) hold some ranks each
+        out.append(_table(["step", "group", "op", "tag", "KiB", "last", "skew"] + [f"wait r{r}" for r in ranks]
                           + [f"xfer r{r}" for r in ranks],
-                          [[c["step"], c["op"], c["tag"] or "-", _f(c["bytes"] / 1024, "{:.1f}"), c["last_rank"],
-                            _f(c["skew_ms"])] + [_f(c["wait_ms"][r]) for r in ranks]
-                           + [_f(c["transfer_ms"][r]) for r in ranks] for c in rep["collectives"][:n]]))
+                          [[c["step"], c["group"], c["op"], c["tag"] or "-", _f(c["bytes"] / 1024, "{:.1f}"),
+                            c["last_rank"], _f(c["skew_ms"])] + [_f(c["wait_ms"].get(r)) for r in ranks]
+                           + [_f(c["transfer_ms"].get(r)) for r in ranks] for c in shown]))
     st = s.get("straggler")
     if st:
         of_step = "" if st["late_pct_of_step"] is None else f" = {st['late_pct_of_step']:.0f}% of the step"
