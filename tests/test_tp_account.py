@@ -73,3 +73,28 @@ def test_doctor_compares_tp_replicated_parameters_within_the_tp_group(pool2, tmp
     assert (first["param"], first["ranks"], first["reference_rank"]) == ("blocks.1.ln_2.weight", [1], 0)
     assert first["detail"]["1"]["n_diff"] == 1
     assert "TP COPIES DIVERGED" in out["text"] and "blocks.1.ln_2.weight" in out["text"]
+
+
+ONE_BLOCK = dict(TINY, n_layer=1)
+
+
+def _symbols(kw: dict) -> dict[int, str]:
+    b, s, h, L = BATCH, kw["max_seq_len"], kw["d_model"], kw["n_layer"]
+    psi_r = L * 6 * h + 2 * h + s * h
+    return {b * s * h * 4: "A = b·s·h·4 B", b * s * 4: "4·b·s B", 2 * b * s * 4: "8·b·s B",
+            psi_r * 4: "Ψ_r·4 B", 8: "8 B"}
+
+
+@pytest.mark.parametrize("sp", [False, True], ids=["nosp", "sp"])
+def test_docs_show_who_sends_what_as_the_code_records_it(pool2, sp):
+    """docs/tp.md's tables of one step's collectives (one block, tp=2) are what comm records in a real step."""
+    import re
+    from pathlib import Path
+
+    from shardlab.observe.tp_diagram import who_sends_what
+    from tp_account_harness import step_records
+
+    drawn = who_sends_what(pool2.run(step_records, sp, ONE_BLOCK)[0], _symbols(ONE_BLOCK))
+    text = (Path(__file__).parent.parent / "docs" / "tp.md").read_text()
+    shown = re.findall(rf"<!-- who-sends-what sp={str(sp).lower()} -->\n```\n(.*?)\n```", text, re.S)
+    assert shown == [drawn], f"docs/tp.md (sp={sp}) is stale; it should show:\n{drawn}"

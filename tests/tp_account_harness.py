@@ -108,3 +108,21 @@ def traced_steps(run_dir: str, tp: int, steps: int = 4) -> None:
                 par.optimizer_step()
                 par.zero_grad()
     timeline.finish()
+
+
+def step_records(sp: bool, model_kw: dict) -> list[dict]:
+    """comm's records of one whole step (the second) of own TP, in program order: forward, backward, then
+    the step's own (SP's gradient sum, the norm)."""
+    from shardlab import comm
+
+    _, par = build(sp=sp, model_kw=model_kw)
+    step(par, 0, model_kw)
+    first = comm.RECORDER.order
+    x, y = batch(par, 1, model_kw)
+    par.forward_backward([(x, y)], 1.0 / y.numel())
+    comm.set_phase("step")
+    par.finish()
+    par.clip_grad_norm_(1.0)
+    par.optimizer_step()
+    comm.set_phase("idle")
+    return [dict(op=r.op, tag=r.tag, phase=r.phase, bytes=r.bytes) for r in comm.RECORDER.ring if r.order > first]
