@@ -222,6 +222,8 @@ class Doctor:
             self.watchdog.beat()
         if self.faults.fires("corrupt", step, self.rank):
             replicated = checksum_mod.replicated_parameters(self.strategy)
+            if self.dims is not None and self.dims.size("dp_cp") == 1:  # no dp replica: what TP keeps whole
+                replicated = checksum_mod.tp_replicated_parameters(self.strategy)
             if replicated:
                 name = inject.corrupt_parameter(replicated)
                 print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
