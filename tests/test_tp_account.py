@@ -72,6 +72,7 @@ def test_doctor_compares_tp_replicated_parameters_within_the_tp_group(pool2, tmp
     first = broken["tp"]["first"]
     assert (first["param"], first["ranks"], first["reference_rank"]) == ("blocks.1.ln_2.weight", [1], 0)
     assert first["detail"]["1"]["n_diff"] == 1
+    assert broken["first"] == first  # what the run's verdict names (shardlab: FAILED ... first parameter ...)
     assert "TP COPIES DIVERGED" in out["text"] and "blocks.1.ln_2.weight" in out["text"]
 
 

@@ -252,6 +252,8 @@ class Doctor:
             tp["group_ranks"] = self.dims.ranks("tp")
             result = {**result, "dp_consistent": result["consistent"], "tp": tp,
                       "consistent": result["consistent"] and tp["consistent"]}
+            if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
+                result["first"], result["ranks"] = tp["first"], tp["ranks"]
         self.last_checksum = result
         self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:
