@@ -39,11 +39,12 @@ def step(par, seed: int, model_kw: dict = TINY, zero_grad: bool = True) -> None:
         par.zero_grad()
 
 
-def recorded_bytes(sp: bool) -> dict:
-    """Payload bytes by op that comm recorded in the second step (the first builds lazy state)."""
+def recorded_bytes(sp: bool, dp: str = "single") -> dict:
+    """Payload bytes by op that comm recorded in the second step (the first builds lazy state); tp=2 under
+    the `dp` layer on the rest of the world."""
     from shardlab import comm
 
-    _, par = build(sp=sp)
+    _, par = build(sp=sp, dp=dp)
     step(par, 0)
     comm.RECORDER.reset_step()
     step(par, 1)

@@ -101,13 +101,13 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], 
     return (tuple(root),) + tuple(tuple(b) for b in blocks)
 
 
-def tp_replicated_params(model: ModelSpec, pp: int = 1) -> int:
-    """Elements TP leaves whole on the first stage (LayerNorms, row biases, positions): with sequence
-    parallelism their gradients are partial per rank and summed over tp after backward."""
+def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
+    """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
+    with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
     layers = model.n_layer // pp
-    return sum(n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
-               and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
-               and (pp == 1 or not name.startswith("ln_f.")))
+    return [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
+            and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
+            and (pp == 1 or not name.startswith("ln_f."))]
 
 
 def local_params(model: ModelSpec, tp: int = 1, pp: int = 1) -> int:
@@ -234,11 +234,13 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         out.append(Collective("all_reduce", "tp", lay.tp, 3 * 4 * tokens * m, 2 * m, "none",
                               f"vocab-parallel loss: 3 fp32 per token (max; target logit, sum of exp) x "
                               f"{tokens} tokens x {m} micro batches", per_micro=True))
-        if lay.sp:
-            r = tp_replicated_params(model, lay.pp)
+        if lay.sp:  # on the gradients as the dp layer holds them: ZeRO's are its (padded) shards
+            rep, sh = tp_replicated_params(model, lay.pp), lay.shard
+            r = padded(rep, sh, lay.padding) / sh if lay.strategy != "ddp" else sum(rep)
             gb = train.grad_bytes
             out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
-                                  f"sequence parallel: {gb} B x {r:,} replicated parameters' gradients"))
+                                  f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
+                                  + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
         out.append(Collective("all_reduce", "tp", lay.tp, 8, 1, "none",
                               "8 B: grad-norm partial sums (split, copied)"))
     if lay.pp > 1:

@@ -1,11 +1,15 @@
-"""A traced tp=2 x dp=2 run (own TP under own ddp, world 4): TP's collectives on their own track per group in
-trace.json, and `shardlab trace` splitting communication and exposed communication by group."""
+"""tp=2 x dp=2 (world 4): a traced run (own TP under own ddp) has TP's collectives on their own track per
+group in trace.json and `shardlab trace` splits communication and exposed communication by group; the
+planner's bytes equal comm's records under every own data-parallel layer, with and without SP."""
 import json
 
 import pytest
 
 from shardlab.observe import cli
-from tp_account_harness import traced_steps
+from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
+from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.model import ModelSpec
+from tp_account_harness import BATCH, TINY, recorded_bytes, traced_steps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,3 +53,20 @@ def test_trace_cli_splits_exposed_comm_by_group(traced):
     assert "communication by process group" in text
     shown = {line.split()[0] for line in text.splitlines() if line.strip()}
     assert {"tp", dp[0]} <= shown
+
+
+def test_planner_bytes_equal_recorded_under_tp_x_dp(pool4):
+    """Every own dp layer under own TP, with and without SP: payload bytes per op of one step, recorded on
+    every rank, equal the planner's data-parallel plus tensor-parallel bytes for the layout (ZeRO sums SP's
+    replicated gradients on its shards, and both norms carry two floats)."""
+    m = ModelSpec("tiny", n_layer=TINY["n_layer"], d_model=TINY["d_model"], n_head=TINY["n_head"],
+                  vocab=TINY["vocab_size"], seq=TINY["max_seq_len"])
+    tr = TrainSpec(global_batch=2 * BATCH, micro_batch=BATCH, precision="fp32")
+    for dp in ("ddp", "zero1", "zero2", "zero3"):
+        for sp in (False, True):
+            lay = Layout(dp=2, strategy=dp, tp=2, sp=sp)
+            want = dp_bytes_per_step(m, tr, lay)
+            for op, b in tp_bytes_per_step(m, tr, lay).items():
+                want[op] = want.get(op, 0) + b
+            for rank, got in enumerate(pool4.run(recorded_bytes, sp, dp)):
+                assert got == want, (dp, sp, rank)
