@@ -48,7 +48,7 @@ def test_tp_equals_single_device(pool2, impl, sp):
     """Logits, loss, gradients and grad norm of a step, then 3 AdamW steps: losses and parameters."""
     out = pool2.run(parity, impl, sp)[0]
     _check(out)
-    # parameters per rank (docs/tensor_parallel.md): split ones / N, replicated ones whole
+    # parameters per rank (docs/tp.md): split ones / N, replicated ones whole
     n, L, h, T, V = 2, TINY["n_layer"], TINY["d_model"], TINY["max_seq_len"], TINY["vocab_size"]
     assert out["local_numel"] == (L * (12 * h * h + 7 * h) + V * h) // n + L * 6 * h + 2 * h + T * h
     got, ref = out["params"]

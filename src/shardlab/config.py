@@ -444,7 +444,7 @@ def _validate_cp(cfg: Config, dims) -> None:
 
 
 def _validate_tp(cfg: Config, dims) -> None:
-    """Tensor parallelism's own conditions, one line each, before anything starts (docs/tensor_parallel.md)."""
+    """Tensor parallelism's own conditions, one line each, before anything starts (docs/tp.md)."""
     from shardlab.model.gpt import resolve_model_config
 
     p = cfg.parallel

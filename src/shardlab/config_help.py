@@ -92,7 +92,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.offload_to": ("where offloaded state lives: memory-mapped files (docs/memory.md); host (pinned "
                             "memory) is not built yet", "host | disk"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
-                         "DTensor's parallelize_module (docs/tensor_parallel.md)", "own | dtensor"),
+                         "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
                     "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
     "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "

@@ -24,7 +24,7 @@ SUITES = {
     "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),
     "memory": ("shardlab.bench.memory", "activation recompute: activation bytes, peak memory, step time"),
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
-    "tp": ("shardlab.bench.tensor_parallel", "data vs tensor parallelism at world 2, own vs DTensor"),
+    "tp": ("shardlab.bench.tensor_parallel", "data vs tensor vs tensor x data parallelism at world 2 and 4, own vs DTensor"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
     "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "
                 "step time, K/V bytes, zigzag balance"),

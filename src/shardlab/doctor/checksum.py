@@ -38,6 +38,17 @@ def replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+def tp_replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
+    """What tensor parallelism leaves whole on every rank of a TP group (LayerNorms, the row-parallel
+    layers' biases, the position table): the same on every TP rank when everything works, since their
+    gradients are computed from replicated activations, or summed over tp under sequence parallelism.
+    Empty without TP (`strategy.tp` is the TP layer's handle under `TensorParallelDP`)."""
+    tp = getattr(strategy, "tp", None)
+    if tp is None:
+        return []
+    return [(n, p) for n, p in replicated_parameters(strategy) if not tp.is_sharded(n)]
+
+
 def tensor_checksum(t: torch.Tensor) -> tuple[int, int]:
     """Exact checksums of the raw bits: (sum, position-weighted sum), int64 with wrap-around."""
     flat = t.detach().contiguous().view(-1)
@@ -77,12 +88,14 @@ def compare(names: list[str], tables: list[list[tuple[int, int]]], ranks: list[i
                       for r, p in sorted(diverged.items())}}
 
 
-def check_replicas(strategy, step: int, device: torch.device, group=None, ranks: list[int] | None = None) -> dict:
+def check_replicas(strategy, step: int, device: torch.device, group=None, ranks: list[int] | None = None,
+                   named: list[tuple[str, torch.Tensor]] | None = None) -> dict:
     """Collective over `group` (the true replicas: the data-parallel ranks, whose tensor/pipeline
     coordinates are equal; `ranks` are their global ranks in group order): compare replicated
-    parameters; on divergence also measure how far the first diverged parameter is from the reference
-    (max |diff|, elements that differ)."""
-    named = replicated_parameters(strategy)
+    parameters (`named`, default `replicated_parameters(strategy)`; within a TP group,
+    `tp_replicated_parameters`); on divergence also measure how far the first diverged parameter is
+    from the reference (max |diff|, elements that differ)."""
+    named = replicated_parameters(strategy) if named is None else named
     names = [n for n, _ in named]
     world = comm.world_size(group)
     ranks = ranks or list(range(world))
@@ -107,8 +120,12 @@ def check_replicas(strategy, step: int, device: torch.device, group=None, ranks:
 
 def describe(result: dict) -> str:
     """One human paragraph for a checksum result."""
+    tp = result.get("tp")
     if result["consistent"]:
-        return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared)"
+        within = "" if not tp else f"; {tp['compared']} TP-replicated parameters compared within tensor-parallel groups"
+        return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared{within})"
+    if tp and not tp["consistent"] and (result.get("dp_consistent", True)):
+        return _describe_tp(result["step"], tp)
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))
     many = len(first["ranks"]) > 1
@@ -122,4 +139,20 @@ def describe(result: dict) -> str:
     lines.append("  A replica drifted: a rank applied a different update (non-deterministic kernel, a skipped "
                  "step on one rank only, corrupted memory). Roll back to the last checkpoint "
                  "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
+    return "\n".join(lines)
+
+
+def _describe_tp(step: int, tp: dict) -> str:
+    """A divergence within a tensor-parallel group: a parameter TP leaves whole differs between TP ranks."""
+    first = tp["first"]
+    ranks = ", ".join(map(str, first["ranks"]))
+    lines = [f"step {step}: TP COPIES DIVERGED within the tensor-parallel group {tp['group_ranks']}: rank(s) {ranks} "
+             f"differ from rank {first['reference_rank']}; first diverged parameter: {first['param']} (one that "
+             "tensor parallelism keeps whole on every TP rank)"]
+    for r, d in (first.get("detail") or {}).items():
+        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
+    lines.append("  Its gradient differed between TP ranks: with sequence parallelism it must be summed over tp after "
+                 "backward (finish_backward); without, the activations feeding it must be identical on every TP rank "
+                 "(dropout on the replicated stream drawing different masks, a non-deterministic kernel). Roll back "
+                 "to the last checkpoint (doctor.on_anomaly=rollback) and look for what differs on that rank.")
     return "\n".join(lines)

@@ -222,6 +222,8 @@ class Doctor:
             self.watchdog.beat()
         if self.faults.fires("corrupt", step, self.rank):
             replicated = checksum_mod.replicated_parameters(self.strategy)
+            if self.dims is not None and self.dims.size("dp_cp") == 1:  # no dp replica: what TP keeps whole
+                replicated = checksum_mod.tp_replicated_parameters(self.strategy)
             if replicated:
                 name = inject.corrupt_parameter(replicated)
                 print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
@@ -243,6 +245,15 @@ class Doctor:
                                                      self.dims.ranks("dp_cp"))
         else:
             result = checksum_mod.check_replicas(self.strategy, step, self.device)
+        if self.dims is not None and self.dims.size("tp") > 1:  # and within each TP group, what TP keeps whole
+            named = checksum_mod.tp_replicated_parameters(self.strategy)
+            tp = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("tp"),
+                                             self.dims.ranks("tp"), named=named)
+            tp["group_ranks"] = self.dims.ranks("tp")
+            result = {**result, "dp_consistent": result["consistent"], "tp": tp,
+                      "consistent": result["consistent"] and tp["consistent"]}
+            if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
+                result["first"], result["ranks"] = tp["first"], tp["ranks"]
         self.last_checksum = result
         self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:

@@ -7,6 +7,9 @@ Definitions (per step and rank; the step window is the `step` span):
 - comm time: union of the collectives' launch -> completion intervals.
 - overlap % (the HTA definition): time computing while communicating / time communicating.
 - exposed comm: communication time not hidden by compute (comm minus compute).
+- by group: the same per process group (`tp`, `dp`, `pp`, ... as comm names them): each group's own
+  comm time and its exposed part. Groups' collectives can overlap each other, so the groups' exposed
+  times may add up to more than the total.
 - skew: collectives are matched across ranks by (group, n-th call on that group). The rank that
   launched last is the one everybody waited for; each rank's time in the collective splits into
   waiting (last arrival - own launch) and transfer (completion - last arrival).
@@ -84,7 +87,19 @@ def step_breakdown(rt: RankTrace, step: int, t0: float, t1: float) -> dict:
     return {"step": step, "rank": rt.rank, "step_s": t1 - t0, "compute_s": total(compute), "comm_s": comm_s,
             "overlap_s": overlap, "overlap_pct": 100.0 * overlap / comm_s if comm_s > 0 else None,
             "exposed_comm_s": total(subtract(comm, compute)), "collectives": len(comms),
-            "comm_bytes": sum(c["args"]["bytes"] for c in comms)}
+            "comm_bytes": sum(c["args"]["bytes"] for c in comms), "by_group": _by_group(comms, compute, end)}
+
+
+def _by_group(comms: list[dict], compute, end: float) -> dict[str, dict]:
+    """Per process group (in order of first use): its comm time, the part of it not hidden by compute,
+    its calls and payload bytes."""
+    out: dict[str, dict] = {}
+    for g in dict.fromkeys(c["args"].get("group", "world") for c in comms):
+        mine = [c for c in comms if c["args"].get("group", "world") == g]
+        gcomm = union((c["t0"], c["t1"] if c["t1"] is not None else end) for c in mine)
+        out[g] = {"comm_s": total(gcomm), "exposed_comm_s": total(subtract(gcomm, compute)),
+                  "collectives": len(mine), "comm_bytes": sum(c["args"]["bytes"] for c in mine)}
+    return out
 
 
 def per_step(traces: dict[int, RankTrace]) -> list[dict]:
@@ -253,10 +268,19 @@ def summarize_traces(traces: dict[int, RankTrace]) -> dict:
                 vals.append(sum(xs) / len(xs))
         return _median(vals)
 
+    by_group = {}
+    for g in dict.fromkeys(g for r in kept for g in r["by_group"]):
+        per = []
+        for s in steps:  # mean over ranks (a rank outside the group counts 0), median over steps
+            xs = [r["by_group"].get(g) or {} for r in kept if r["step"] == s]
+            per.append({k: sum(x.get(k, 0) for x in xs) / len(xs)
+                        for k in ("comm_s", "exposed_comm_s", "collectives", "comm_bytes")})
+        by_group[g] = {k: _median([p[k] for p in per]) for k in per[0]} if per else {}
     matched = [m for m in match_collectives(traces) if m["step"] not in skip]
     step_s = {s: statistics.fmean(r["step_s"] for r in kept if r["step"] == s) for s in steps}
     return {"overlap_pct": step_mean("overlap_pct"), "exposed_comm_s": step_mean("exposed_comm_s"),
             "comm_s": step_mean("comm_s"), "compute_s": step_mean("compute_s"), "step_s": step_mean("step_s"),
+            "comm_by_group": by_group,
             "trace_steps": len(steps), "warmup_steps_excluded": len(skip),
             "skew_ms_median": _median([m["skew_ms"] for m in matched]),
             "straggler": straggler(matched, sorted(traces), step_s)}

@@ -1,6 +1,6 @@
 """`shardlab trace RUN`: what each rank did per step, how much communication was hidden, who was late.
 
-    shardlab trace runs/x                 # tables: steps, buckets, skew, straggler verdict
+    shardlab trace runs/x                 # tables: by group, steps, buckets, skew, straggler verdict
     shardlab trace runs/x --json          # the same as JSON
     shardlab trace runs/x --merge         # (re)write RUN/trace/trace.json from the rank files
 """
@@ -48,6 +48,12 @@ def render(rep: dict) -> str:
                f"   comm {_f(s['comm_s'] and s['comm_s'] * 1e3)} ms   compute {_f(s['compute_s'] and s['compute_s'] * 1e3)} ms"
                f"   step {_f(s['step_s'] and s['step_s'] * 1e3)} ms   (medians over {s['trace_steps']} steps, "
                f"{s['warmup_steps_excluded']} warm-up excluded)")
+    groups = s.get("comm_by_group") or {}
+    if groups:
+        out.append("\ncommunication by process group (per step: mean over ranks, median over steps)")
+        out.append(_table(["group", "calls", "KiB", "comm ms", "exposed ms"],
+                          [[g, _f(d["collectives"], "{:.0f}"), _f(d["comm_bytes"] / 1024, "{:.1f}"),
+                            _f(d["comm_s"] * 1e3), _f(d["exposed_comm_s"] * 1e3)] for g, d in groups.items()]))
     out.append("\nper step and rank (ms)")
     out.append(_table(["step", "rank", "step", "compute", "comm", "overlap%", "exposed", "calls", "KiB"],
                       [[r["step"], r["rank"], _f(r["step_s"] * 1e3), _f(r["compute_s"] * 1e3), _f(r["comm_s"] * 1e3),
@@ -60,13 +66,15 @@ def render(rep: dict) -> str:
                             _f(b["launch_ms"]), _f(b["done_ms"]), _f(b["ready_to_launch_ms"]), _f(b["comm_ms"])]
                            for b in rep["buckets"][:n]]))
     if rep["collectives"]:
-        out.append("\nskew per collective (ms): last = the rank everybody waited for; wait/transfer per rank")
-        ranks = sorted(rep["collectives"][0]["wait_ms"])
-        out.append(_table(["step", "op", "tag", "KiB", "last", "skew"] + [f"wait r{r}" for r in ranks]
+        out.append("\nskew per collective (ms): last = the rank everybody waited for; wait/transfer per rank "
+                   "(- : not in that collective's group)")
+        shown = rep["collectives"][:n]
+        ranks = sorted({r for c in shown for r in c["wait_ms"]})  # subgroups (tp, dp) hold some ranks each
+        out.append(_table(["step", "group", "op", "tag", "KiB", "last", "skew"] + [f"wait r{r}" for r in ranks]
                           + [f"xfer r{r}" for r in ranks],
-                          [[c["step"], c["op"], c["tag"] or "-", _f(c["bytes"] / 1024, "{:.1f}"), c["last_rank"],
-                            _f(c["skew_ms"])] + [_f(c["wait_ms"][r]) for r in ranks]
-                           + [_f(c["transfer_ms"][r]) for r in ranks] for c in rep["collectives"][:n]]))
+                          [[c["step"], c["group"], c["op"], c["tag"] or "-", _f(c["bytes"] / 1024, "{:.1f}"),
+                            c["last_rank"], _f(c["skew_ms"])] + [_f(c["wait_ms"].get(r)) for r in ranks]
+                           + [_f(c["transfer_ms"].get(r)) for r in ranks] for c in shown]))
     st = s.get("straggler")
     if st:
         of_step = "" if st["late_pct_of_step"] is None else f" = {st['late_pct_of_step']:.0f}% of the step"

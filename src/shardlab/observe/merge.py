@@ -1,10 +1,11 @@
 """Merge every rank's `trace/rank{R}.jsonl` into one Chrome/Perfetto `trace/trace.json`.
 
 Open it at https://ui.perfetto.dev or chrome://tracing. Layout: one process per rank; on each, a
-`main` track (step > forward / backward / optimizer / data, nested) and `comm` tracks holding the
-collectives (launch -> completion, with op, bytes, dtype, group and seq in the args). Async
-collectives can overlap each other, and Chrome draws overlapping slices on one track badly, so
-they are spread over as many `comm` lanes as needed.
+`main` track (step > forward / backward / optimizer / data, nested) and one `comm GROUP` track per
+process group holding its collectives (launch -> completion, with op, bytes, dtype, group and seq in
+the args): with tensor and data parallelism, `comm tp` and `comm dp` side by side. Async collectives
+can overlap each other, and Chrome draws overlapping slices on one track badly, so a group's are
+spread over as many lanes (`comm dp 2`, ...) as needed.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 from pathlib import Path
 
 MAIN_TID = 0
-COMM_TID = 10  # comm lanes are 10, 11, ...
+COMM_TID = 10  # comm tracks are 10, 11, ...: each group's lanes in turn
 
 
 def read_rank_file(path: Path) -> tuple[dict, list[dict]]:
@@ -70,17 +71,27 @@ def chrome_events(ranks: dict[int, tuple[dict, list[dict]]]) -> list[dict]:
             else:
                 out.append({"ph": "X", "name": e["name"], "cat": e["cat"], "pid": rank, "tid": MAIN_TID,
                             "ts": us(e["t0"]), "dur": round((e["t1"] - e["t0"]) * 1e6, 3), "args": e["args"]})
-        spans = [(e["t0"], e["t1"] if e["t1"] is not None else e["t0"]) for e in comms]
-        lanes = _lanes(spans)
-        for lane in sorted(set(lanes)):
-            out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": COMM_TID + lane,
-                        "args": {"name": "comm" if lane == 0 else f"comm {lane + 1}"}})
-        for e, lane, (t0, t1) in zip(comms, lanes, spans):
-            a = e["args"]
-            name = f"{a['op']} {a['tag']}".strip()
-            out.append({"ph": "X", "name": name, "cat": "comm", "pid": rank, "tid": COMM_TID + lane,
-                        "ts": us(t0), "dur": round((t1 - t0) * 1e6, 3),
-                        "args": {**a, "async": e["async"], "completed": e["t1"] is not None}})
+        # One track per process group (TP's collectives apart from DP's, ...), in order of first use,
+        # each spread over as many lanes as its overlapping async collectives need.
+        groups: dict[str, list[dict]] = {}
+        for e in comms:
+            groups.setdefault(e["args"].get("group", "world"), []).append(e)
+        tid = COMM_TID
+        for group, evs in groups.items():
+            spans = [(e["t0"], e["t1"] if e["t1"] is not None else e["t0"]) for e in evs]
+            lanes = _lanes(spans)
+            for lane in sorted(set(lanes)):
+                out.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid + lane,
+                            "args": {"name": f"comm {group}" if lane == 0 else f"comm {group} {lane + 1}"}})
+                out.append({"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid + lane,
+                            "args": {"sort_index": tid + lane}})
+            for e, lane, (t0, t1) in zip(evs, lanes, spans):
+                a = e["args"]
+                name = f"{a['op']} {a['tag']}".strip()
+                out.append({"ph": "X", "name": name, "cat": "comm", "pid": rank, "tid": tid + lane,
+                            "ts": us(t0), "dur": round((t1 - t0) * 1e6, 3),
+                            "args": {**a, "async": e["async"], "completed": e["t1"] is not None}})
+            tid += max(lanes) + 1
     return out
 
 

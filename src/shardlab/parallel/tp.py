@@ -5,7 +5,7 @@
     loss = model.tp.loss_fn(logits, targets, "sum")       # vocab-parallel cross-entropy
     loss.backward(); model.tp.finish_backward()           # SP: reduce the replicated parameters' gradients
 
-What is split (N = TP degree; see docs/tensor_parallel.md):
+What is split (N = TP degree; see docs/tp.md):
 - attention by heads: q, k, v column-parallel (rows of their (d, d) weights = whole heads), proj
   row-parallel. q, k and v share one region entry (a pre-hook on the attention module), so the attention
   costs one collective forward and one backward, not three;
@@ -517,7 +517,7 @@ def comm_bytes_per_step(n_layer: int, d_model: int, max_seq_len: int, tokens: in
                         elem_bytes: int = 4, grad_norm: bool = False, arch: str = "gpt2",
                         kv_replicated: int = 0) -> dict[str, int]:
     """Payload bytes (comm's convention) own TP sends per rank for `tokens` = batch x sequence tokens through
-    one forward, backward and finish_backward, by op (docs/tensor_parallel.md): 2L+1 region collectives
+    one forward, backward and finish_backward, by op (docs/tp.md): 2L+1 region collectives
     per pass (2 per block; the embedding forward, the head backward, or with SP both), the loss's max and
     stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar. Llama
     (`arch`): SP's replicated parameters are the RMSNorm gains only (no biases, no position table), and

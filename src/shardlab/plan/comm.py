@@ -63,29 +63,53 @@ def ddp_buckets(sizes: list[int], first: int, cap: int) -> list[int]:
     return out + ([cur] if cur else [])
 
 
+# Under tensor parallelism these stay whole on every TP rank (Megatron, and shardlab's own TP): LayerNorms,
+# the row-parallel layers' biases (added after the reduction) and the position table.
+TP_REPLICATED = ("ln_1.", "ln_2.", "ln_f.", "attn.proj.bias", "mlp.proj.bias", "wpe.")
+# Row-parallel weights split their input features (dim 1); every other matrix splits rows (dim 0).
+TP_ROW_WEIGHTS = ("attn.proj.weight", "mlp.proj.weight", "mlp.down.weight")  # llama's SwiGLU: down
+# llama with fewer key/value heads than TP ranks: k and v stay whole on every rank (parallel/tp.py)
+TP_KV = ("attn.k.weight", "attn.v.weight")
+
+
+def tp_local(name: str, n, tp: int, kv_whole: bool = False):
+    """One TP rank's piece of parameter `name` (a `Param`): replicated ones whole, column-parallel
+    weights and biases and the vocabulary rows ceil(rows/tp) (the vocabulary is padded to a multiple
+    of tp), row-parallel weights 1/tp of each row."""
+    from .model import Param
+    if tp == 1 or any(k in name for k in TP_REPLICATED) or (kv_whole and name.endswith(TP_KV)):
+        return n
+    rows, row = getattr(n, "rows", n), getattr(n, "row", 1)
+    if any(name.endswith(k) for k in TP_ROW_WEIGHTS):
+        return Param(rows, row // tp)
+    return Param(-(-rows // tp), row)
+
+
 @functools.lru_cache(maxsize=256)
 def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], ...]:
-    """FSDP units on the first pipeline stage: the root (embeddings, final LN) then one per block.
-    Tensor parallelism splits every matrix and bias t ways (LayerNorms stay whole)."""
+    """FSDP units on the first pipeline stage: the root (embeddings, final LN) then one per block,
+    each parameter as one TP rank holds it (`tp_local`)."""
     layers = model.n_layer // pp
     root: list[int] = []
     blocks: list[list[int]] = [[] for _ in range(layers)]
     for name, n in model.param_shapes():
+        n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
         if name.startswith("blocks."):
             i = int(name.split(".", 2)[1])
             if i < layers:
                 blocks[i].append(n)
         elif pp == 1 or name in ("wte.weight", "wpe.weight"):  # with pp the final LN is on the last stage
             root.append(n)
+    return (tuple(root),) + tuple(tuple(b) for b in blocks)
 
-    # llama with fewer key/value heads than tp ranks: k and v are replicated (parallel/tp.py)
-    kv_whole = model.kv_width * model.d_model if model.llama and model.n_kv_heads < tp else -1
 
-    def split(unit):
-        if tp == 1:
-            return tuple(unit)
-        return tuple(x if x in (model.d_model, kv_whole) and tp > 1 else -(-x // tp) for x in unit)
-    return (split(root),) + tuple(split(b) for b in blocks)
+def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
+    """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
+    with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
+    layers = model.n_layer // pp
+    return [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
+            and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
+            and (pp == 1 or not name.startswith("ln_f."))]
 
 
 def local_params(model: ModelSpec, tp: int = 1, pp: int = 1) -> int:
@@ -159,8 +183,10 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
                               f" x {m} micro batches, one call per unit",
                               per_micro=True, last_payload=pb * unit_full[0]))
     if grad_op == "reduce_scatter":
-        # sharded gradients: the global grad norm needs one fp32 scalar summed across shards
-        out.append(Collective("all_reduce", sg, s, 4, 1, "none", "4 B: grad-norm partial sums"))
+        # sharded gradients: the global grad norm needs one fp32 scalar summed across shards (under TP
+        # two: split and copied parameters' squares, summed apart)
+        nb = 4 if lay.tp == 1 else 8
+        out.append(Collective("all_reduce", sg, s, nb, 1, "none", f"{nb} B: grad-norm partial sums"))
     out += health  # the doctor's per-step check (shardlab's trainer)
     if r > 1:  # HSDP: shards are all-reduced across replicas once per step
         b = gb * full / s
@@ -178,33 +204,52 @@ def dp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 
 
 
 def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
-    """Megatron tensor parallelism: per layer 2 all-reduces forward (f/g) and 2 backward of the
-    b*s*h activation; with sequence parallelism each becomes an all-gather + reduce-scatter pair
-    (same wire bytes). Full recomputation repeats the forward ones. Pipeline: one p2p send of the
-    activation per micro batch per boundary forward, one gradient backward (x v interleaved)."""
+    """Megatron tensor parallelism, as shardlab's own TP sends it (docs/tp.md), per rank per step:
+    per layer 2 all-reduces forward (g) and 2 backward (f) of the b*s*h activation, plus the
+    vocab-parallel embedding's g forward and the head's f backward. With sequence parallelism every
+    one becomes an all-gather and a reduce-scatter (twice the calls and payload, the same wire bytes).
+    Full recomputation repeats the forward ones. The vocab-parallel loss sends 3 fp32 numbers per token
+    (max; target logit and sum of exp), O(tokens) and not O(tokens x vocab); SP sums the replicated
+    parameters' gradients once per step; the clipped norm adds 2 fp32 sums per step.
+    Pipeline: one p2p send of the activation per micro batch per boundary forward, one gradient
+    backward (x v interleaved)."""
     out: list[Collective] = []
     s = (train.seq or model.seq) // lay.cp  # under context parallelism a rank holds s/cp tokens
     e = 2 if train.mixed else 4
-    act = train.micro_batch * s * model.d_model * e
+    tokens = train.micro_batch * s
+    act = tokens * model.d_model * e
     layers = model.n_layer // lay.pp
     if lay.tp > 1:
         per_mb = 4 + (2 if lay.recompute == "full" else 0)
-        n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd/bwd
+        n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd / head bwd
         if lay.sp:
-            out.append(Collective("all_gather", "tp", lay.tp, act * n / 2, n // 2 + n % 2, "none",
-                                  f"sbh*{e} x {n // 2} (sequence parallel g)", per_micro=True))
-            out.append(Collective("reduce_scatter", "tp", lay.tp, act * n / 2, n // 2, "none",
-                                  f"sbh*{e} x {n // 2} (sequence parallel g-bar)", per_micro=True))
+            out.append(Collective("all_gather", "tp", lay.tp, act * n, n, "none",
+                                  f"sbh*{e} x {n} (sequence parallel: entering each region, both passes)",
+                                  per_micro=True))
+            out.append(Collective("reduce_scatter", "tp", lay.tp, act * n, n, "none",
+                                  f"sbh*{e} x {n} (sequence parallel: leaving each region, both passes)",
+                                  per_micro=True))
         else:
             out.append(Collective("all_reduce", "tp", lay.tp, act * n, n, "none",
                                   f"sbh*{e} x (4 per layer{' +2 recompute' if per_mb > 4 else ''}"
                                   f" x {layers} layers + 2) x {m} micro batches", per_micro=True))
+        out.append(Collective("all_reduce", "tp", lay.tp, 3 * 4 * tokens * m, 2 * m, "none",
+                              f"vocab-parallel loss: 3 fp32 per token (max; target logit, sum of exp) x "
+                              f"{tokens} tokens x {m} micro batches", per_micro=True))
+        if lay.sp:  # on the gradients as the dp layer holds them: ZeRO's are its (padded) shards
+            rep, sh = tp_replicated_params(model, lay.pp), lay.shard
+            r = padded(rep, sh, lay.padding) / sh if lay.strategy != "ddp" else sum(rep)
+            gb = train.grad_bytes
+            out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
+                                  f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
+                                  + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
+        out.append(Collective("all_reduce", "tp", lay.tp, 8, 1, "none",
+                              "8 B: grad-norm partial sums (split, copied)"))
     if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:
         g = train.grad_bytes * 2 * layers * model.kv_width * model.d_model
         out.append(Collective("all_reduce", "tp", lay.tp, g, 1, "none",
                               f"2 x {layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
                               f"n_kv_heads {model.n_kv_heads} < t)"))
-
     if lay.cp > 1:
         out.append(cp_ring(model, train, lay, m))
     if lay.pp > 1:
@@ -231,6 +276,16 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
     return Collective("p2p", "cp", lay.cp, per_layer * layers * m, sends, "none",
                       f"K/V block 2*b*(s/cp)*h/t*{e} x ({fwd} fwd + {lay.cp - 1} bwd) + dK/dV x {lay.cp}, "
                       f"x {layers} layers x {m} micro batches", per_micro=True)
+
+
+def tp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 1) -> dict:
+    """op -> payload bytes per rank per step of the tensor-parallel collectives: comparable with the
+    comm recorder's bytes on the tp group."""
+    out: dict[str, float] = {}
+    for c in tp_pp_collectives(model, train, lay, m):
+        if c.group == "tp":
+            out[c.op] = out.get(c.op, 0) + c.payload
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
