@@ -14,12 +14,18 @@ for at the end of the step. Point-to-point goes through `comm`, so every transfe
 
 `emulate` replaces the model's compute by sleeps of given lengths (forward, backward, and the I / W
 halves) while sending real tensors: on a machine with fewer cores than stages, the schedule itself is
-then what is timed.
+then what is timed. A sleep overshoots (by the scheduler's wake-up, more on a loaded machine), so the
+emulation also records how long each one really took: the busy time a measured bubble must subtract.
+
+`activations` (an `observe.activations.HeldActivations`) counts, with saved-tensor hooks, the bytes
+autograd holds for each microbatch between its forward and its backward, sampled before every compute
+instruction and after every forward: the peak is the schedule's activation memory, measured.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -27,6 +33,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.observe import timeline
+from shardlab.observe.activations import HeldActivations
 from shardlab.parallel.pp.schedule import Schedule
 from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
 
@@ -37,22 +44,34 @@ class Emulation:
     b_s: float
     i_s: float | None = None
     w_s: float | None = None
+    # what the sleeps really took, summed per op since the last reset (op -> [seconds, count])
+    spent: dict = field(default_factory=dict)
+
+    def sleep(self, op: str, seconds: float) -> None:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        got = self.spent.setdefault(op, [0.0, 0])
+        got[0] += time.perf_counter() - t0
+        got[1] += 1
 
 
 class PipelineEngine:
     def __init__(self, schedule: Schedule, stages: dict[int, nn.Module], stage_rank: Callable[[int], int],
                  pp_rank: int, loss_fn: Callable, act_shape: Callable[[torch.Tensor], tuple],
                  device: torch.device, group=None, embed_group=None, emulate: Emulation | None = None,
-                 on_last_backward: Callable[[int], None] | None = None):
+                 on_last_backward: Callable[[int], None] | None = None,
+                 activations: HeldActivations | None = None):
         """`stages`: this rank's stage modules by stage index; `stage_rank(s)`: the global rank holding
         stage s in this pipeline; `act_shape(x)`: the activation shape of a microbatch of tokens x;
         `embed_group`: the group of the first and last stage's ranks (None when one rank holds both);
-        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on)."""
+        `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on);
+        `activations`: counts the saved tensors each microbatch holds (see the module doc)."""
         self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
         self.instrs = schedule.ranks[pp_rank]
         self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
         self.group, self.embed_group, self.emulate = group, embed_group, emulate
         self.on_last_backward = on_last_backward
+        self.activations = activations
         self.n_stages = schedule.n_stages
         self.split = any(i.op in ("I", "W") for i in self.instrs)
         self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split and emulate is None else {}
@@ -69,30 +88,34 @@ class PipelineEngine:
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
         loss_sum = torch.zeros((), device=self.device)
         recvs = _Receives(self, microbatches)
+        held = self.activations if self.emulate is None else None
         for k, ins in enumerate(self.instrs):
             key = (ins.stage, ins.mb)
             x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
             recvs.post_ahead(k)
+            if held is not None and ins.op in ("F", "B", "I", "W"):
+                held.sample()
             if ins.op == "RECV_F":
                 inputs[key] = recvs.take(k).requires_grad_(self.emulate is None)
             elif ins.op == "RECV_B":
                 grads[key] = recvs.take(k)
             elif ins.op == "SEND_F":
+                sends = _reap(sends)
                 sends.append(comm.isend(outputs[key].detach(), self.stage_rank(ins.peer), group=self.group,
                                         tag=f"act {ins.stage}->{ins.peer} mb{ins.mb}"))
             elif ins.op == "SEND_B":
-                inp = inputs.pop(key)
-                g = inp.grad if inp.grad is not None else torch.zeros_like(inp)  # emulation computes none
-                sends.append(comm.isend(g, self.stage_rank(ins.peer), group=self.group,
+                sends = _reap(sends)
+                # the received activation is dropped here (no local keeps it): only its gradient travels on
+                sends.append(comm.isend(_input_grad(inputs.pop(key)), self.stage_rank(ins.peer), group=self.group,
                                         tag=f"grad {ins.stage}->{ins.peer} mb{ins.mb}"))
             elif ins.op == "F":
-                with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage):
+                with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage), \
+                        (held.saving(key) if held is not None else contextlib.nullcontext()):
                     outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key)
-                if ins.stage == self.n_stages - 1:
-                    if self.emulate is None:
-                        loss = self.loss_fn(outputs[key], y)
-                        loss_sum += loss.detach()
-                        outputs[key] = loss * loss_weight
+                    if ins.stage == self.n_stages - 1 and self.emulate is None:
+                        outputs[key] = self._score(outputs[key], y, loss_weight, loss_sum)
+                if held is not None:
+                    held.sample()
             elif ins.op in ("B", "I"):
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
                     self.on_last_backward(ins.stage)
@@ -104,7 +127,8 @@ class PipelineEngine:
                     self.on_last_backward(ins.stage)
                 with timeline.span("backward_weight", cat="compute", micro=ins.mb, stage=ins.stage):
                     if self.emulate is not None:
-                        time.sleep(self.emulate.w_s if self.emulate.w_s is not None else self.emulate.b_s / 2)
+                        self.emulate.sleep("W", self.emulate.w_s if self.emulate.w_s is not None
+                                           else self.emulate.b_s / 2)
                     else:
                         stores.pop(key).run()
             elif ins.op == "REDUCE":
@@ -115,9 +139,15 @@ class PipelineEngine:
         return loss_sum
 
     # --- the compute instructions -----------------------------------------------------------------------
+    def _score(self, logits: torch.Tensor, y: torch.Tensor, loss_weight: float, loss_sum: torch.Tensor):
+        """The last stage's loss, weighted: the root its backward starts from (added to loss_sum too)."""
+        loss = self.loss_fn(logits, y)
+        loss_sum += loss.detach()
+        return loss * loss_weight
+
     def _forward(self, stage: int, inp: torch.Tensor, stores: dict, key) -> torch.Tensor:
         if self.emulate is not None:
-            time.sleep(self.emulate.f_s)
+            self.emulate.sleep("F", self.emulate.f_s)
             return torch.zeros(self.act_shape(inp) if stage == 0 else inp.shape, device=self.device)
         if self.split:  # the microbatch's I will queue its weight GEMMs here for its W
             stores[key] = WeightGradStore()
@@ -128,7 +158,7 @@ class PipelineEngine:
     def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None) -> None:
         if self.emulate is not None:
             e = self.emulate
-            time.sleep(e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
+            e.sleep(op, e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
             return
         torch.autograd.backward(out, grad)
 
@@ -143,6 +173,22 @@ class PipelineEngine:
                 if g is None:
                     g = self.stages[s].wte.weight.grad = torch.zeros_like(self.stages[s].wte.weight)
                 comm.all_reduce(g, group=self.embed_group, tag="tied embedding grad")
+
+
+def _input_grad(inp: torch.Tensor) -> torch.Tensor:
+    return inp.grad if inp.grad is not None else torch.zeros_like(inp)  # emulation computes none
+
+
+def _reap(sends: list) -> list:
+    """Sends still in flight; the completed ones are waited for (recorded as done) and let go, so a sent
+    activation's buffer is freed once it has left rather than at the end of the step."""
+    pending = []
+    for h in sends:
+        if h.is_completed():
+            h.wait()
+        else:
+            pending.append(h)
+    return pending
 
 
 class _Receives:

@@ -64,3 +64,16 @@ def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tup
     grads = {nm: p.grad.clone() for st in engine.stages.values() for nm, p in st.named_parameters()
              if p.grad is not None}
     return loss.item(), grads
+
+
+def held_activations(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> dict:
+    """One step of own schedule `name` with the saved tensors counted (observe.activations.HeldActivations):
+    this rank's peak microbatches held, peak bytes and one microbatch's bytes."""
+    from shardlab.observe.activations import HeldActivations
+
+    engine = pipeline_engine(name, m, virtual, kw)
+    engine.activations = held = HeldActivations()
+    mbs = batch(m, kw=kw)
+    engine.step(mbs, 1.0 / sum(y.numel() for _, y in mbs))
+    return {"peak_microbatches": held.peak_microbatches, "peak_bytes": held.peak_bytes,
+            "bytes_per_microbatch": held.bytes_per_microbatch, "after_step": sum(held.sample().values())}
