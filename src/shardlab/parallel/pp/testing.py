@@ -77,3 +77,14 @@ def held_activations(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> d
     engine.step(mbs, 1.0 / sum(y.numel() for _, y in mbs))
     return {"peak_microbatches": held.peak_microbatches, "peak_bytes": held.peak_bytes,
             "bytes_per_microbatch": held.bytes_per_microbatch, "after_step": sum(held.sample().values())}
+
+
+def p2p_bytes(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> dict:
+    """One step of own schedule `name`; the point-to-point payload bytes comm recorded on this rank
+    (op -> bytes: send, recv), as summary.json's comm.bytes_per_step counts them."""
+    engine = pipeline_engine(name, m, virtual, kw)
+    mbs = batch(m, kw=kw)
+    comm.RECORDER.reset_step()
+    engine.step(mbs, 1.0 / sum(y.numel() for _, y in mbs))
+    got = comm.RECORDER.step_stats()["bytes"]
+    return {op: got.get(op, 0) for op in ("send", "recv")}
