@@ -34,7 +34,7 @@ MICRO, SEQ, D_MODEL = 1, 16, 32  # the emulated activations: one sequence of 16 
 REAL = dict(n_layer=8, n_head=2, d_model=D_MODEL, vocab_size=256, max_seq_len=SEQ)
 
 
-def emulated_step_times(name: str, m: int, virtual: int, f_s: float, b_s: float, steps: int = 3,
+def emulated_step_times(name: str, m: int, virtual: int, f_s: float, b_s: float, steps: int = 3, warmup: int = 1,
                         micro: int = MICRO, seq: int = SEQ, d_model: int = D_MODEL) -> list[list[dict]]:
     """Rank-side: run `steps` steps of schedule `name` (pp = world size), stage times f_s / b_s per
     stage (split evenly over virtual stages). Returns every rank's steps (gathered): `end_s` (from the
@@ -53,14 +53,14 @@ def emulated_step_times(name: str, m: int, virtual: int, f_s: float, b_s: float,
                             device=torch.device("cpu"), emulate=emu)
     mbs = [(torch.zeros(micro, seq, dtype=torch.long), None)] * m
     out = []
-    for k in range(steps + 1):  # the first step sets up the connections
+    for k in range(steps + warmup):  # a first step sets up the connections
         comm.barrier()
         emu.spent.clear()
         comm.RECORDER.reset_step()
         t0 = time.perf_counter()
         engine.step(mbs, 1.0)
         end = time.perf_counter() - t0
-        if k:
+        if k >= warmup:
             got = comm.RECORDER.step_stats()["bytes"]
             out.append({"end_s": end, "busy_s": sum(t for t, _ in emu.spent.values()),
                         "op_s": {op: t / n for op, (t, n) in emu.spent.items()},
@@ -173,32 +173,39 @@ def run(out: Path, quick: bool) -> dict:
     act_bytes = MICRO * SEQ * D_MODEL * 4
     rows = []
     for p in (2, 4):
+        configs = [(name, v, m) for name, v in SCHEDULES for m in ms if not (name == "interleaved" and m % p)]
         with WorkerPool(p, timeout=600) as pool:
-            for name, v in SCHEDULES:
-                for m in ms:
-                    if name == "interleaved" and m % p:
-                        continue
-                    got = pipeline_step(pool.run(emulated_step_times, name, m, v, f_s, b_s, steps)[0])
-                    held = pool.run(held_activations, name, m, v, REAL)
-                    latency = pool.run(p2p_latency)[0]
-                    sched = build(name, p, m, v)
-                    o = got["op_s"]  # the simulator at the measured op times and message latency
-                    sim = simulate(sched, f=o["F"], b=o.get("B", 0.0), i=o.get("I"), w=o.get("W"), latency=latency)
-                    rows.append({"kind": "emulated", "schedule": name, "pp": p, "m": m, "virtual": v,
-                                 "step_s": got["step_s"], "step_times_s": got["step_times_s"],
-                                 "idle_s": got["idle_s"], "op_s": got["op_s"],
-                                 "bubble_measured": got["bubble"], "bubbles_measured": got["bubbles"],
-                                 "bubble_nominal": nominal_bubble(got["step_s"], m, f_s, b_s),
-                                 "bubble_analytic": analytic_bubble(name, p, m, v),
-                                 "bubble_simulated": sim.mean_bubble, "p2p_latency_s": latency,
-                                 "peak_activations": max(simulate(sched).peak_activations),
-                                 "held_microbatches": [h["peak_microbatches"] for h in held],
-                                 "held_bytes": [h["peak_bytes"] for h in held],
-                                 "p2p_bytes": got["p2p_bytes"], "activation_bytes": act_bytes,
-                                 **planner_view(name, p, m, v), "f_s": f_s, "b_s": b_s})
-                    r = rows[-1]
-                    common.progress(f"pp={p} {name} m={m}: bubble {r['bubble_measured']:.3f} (analytic "
-                                    f"{r['bubble_analytic']:.3f}), held activations {max(r['held_microbatches'])}")
+            # rounds of one step of every layout (alternating the order), so a burst of other load on the
+            # machine spreads over all layouts instead of falling on one; medians over the rounds
+            runs = {c: None for c in configs}
+            latencies = []
+            for k in range(steps):
+                for c in configs if k % 2 == 0 else configs[::-1]:
+                    got = pool.run(emulated_step_times, c[0], c[2], c[1], f_s, b_s, 1, 1 if k == 0 else 0)[0]
+                    runs[c] = got if runs[c] is None else [a + b for a, b in zip(runs[c], got)]
+                latencies.append(pool.run(p2p_latency)[0])
+            latency = statistics.median(latencies)
+            for name, v, m in configs:
+                got = pipeline_step(runs[(name, v, m)])
+                held = pool.run(held_activations, name, m, v, REAL)
+                sched = build(name, p, m, v)
+                o = got["op_s"]  # the simulator at the measured op times and message latency
+                sim = simulate(sched, f=o["F"], b=o.get("B", 0.0), i=o.get("I"), w=o.get("W"), latency=latency)
+                rows.append({"kind": "emulated", "schedule": name, "pp": p, "m": m, "virtual": v,
+                             "step_s": got["step_s"], "step_times_s": got["step_times_s"],
+                             "idle_s": got["idle_s"], "op_s": got["op_s"],
+                             "bubble_measured": got["bubble"], "bubbles_measured": got["bubbles"],
+                             "bubble_nominal": nominal_bubble(got["step_s"], m, f_s, b_s),
+                             "bubble_analytic": analytic_bubble(name, p, m, v),
+                             "bubble_simulated": sim.mean_bubble, "p2p_latency_s": latency,
+                             "peak_activations": max(simulate(sched).peak_activations),
+                             "held_microbatches": [h["peak_microbatches"] for h in held],
+                             "held_bytes": [h["peak_bytes"] for h in held],
+                             "p2p_bytes": got["p2p_bytes"], "activation_bytes": act_bytes,
+                             **planner_view(name, p, m, v), "f_s": f_s, "b_s": b_s})
+                r = rows[-1]
+                common.progress(f"pp={p} {name} m={m}: bubble {r['bubble_measured']:.3f} (analytic "
+                                f"{r['bubble_analytic']:.3f}), held activations {max(r['held_microbatches'])}")
     n_pairs = 9 if quick else 21
     with WorkerPool(2, timeout=600) as pool:
         pairs = pool.run(own_vs_torch, n_pairs)[0]
