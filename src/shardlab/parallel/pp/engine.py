@@ -192,32 +192,45 @@ def _reap(sends: list) -> list:
 
 
 class _Receives:
-    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time, in the
-    schedule's order (which is each channel's send order: the simulator checks it), so a message that
-    arrives early lands in its buffer instead of waiting for the receive to be posted; the instruction
-    then only waits for it. The lookahead bounds the extra buffers a rank holds."""
+    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time per
+    peer rank, each peer's in the schedule's order (which is that channel's send order: the simulator
+    checks it), so a message that arrives early lands in its buffer instead of waiting for the receive
+    to be posted; the instruction then only waits for it. (gloo matches a send with a posted receive
+    directly; a send that finds none waits for the receiver to post one and to say so: a round trip
+    more on the critical path.) Counting per peer matters where a rank receives activations from one
+    neighbour and gradients from the other (p > 2): a window over the whole list, filled with one
+    neighbour's receives, would leave the other's next message unposted. The lookahead bounds the extra
+    buffers a rank holds."""
 
     LOOKAHEAD = 4
 
     def __init__(self, engine: PipelineEngine, microbatches):
         self.engine, self.microbatches = engine, microbatches
-        self.todo = [k for k, ins in enumerate(engine.instrs) if ins.op in ("RECV_F", "RECV_B")]
-        self.next = 0  # index into todo of the next receive to post
-        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer)
+        self.queues: dict[int, list[int]] = {}  # peer rank -> its receives' instruction indices, in order
+        for k, ins in enumerate(engine.instrs):
+            if ins.op in ("RECV_F", "RECV_B"):
+                self.queues.setdefault(engine.stage_rank(ins.peer), []).append(k)
+        self.next = {peer: 0 for peer in self.queues}  # index into the peer's queue of its next to post
+        self.in_flight = {peer: 0 for peer in self.queues}
+        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer, peer)
 
     def post_ahead(self, k: int) -> None:
         e = self.engine
-        while self.next < len(self.todo) and (len(self.posted) < self.LOOKAHEAD or self.todo[self.next] <= k):
-            j = self.todo[self.next]
-            ins = e.instrs[j]
-            buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
-            what = "act" if ins.op == "RECV_F" else "grad"
-            handle = comm.irecv(buf, e.stage_rank(ins.peer), group=e.group,
-                                tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
-            self.posted[j] = (handle, buf)
-            self.next += 1
+        for peer, queue in self.queues.items():
+            i = self.next[peer]
+            while i < len(queue) and (self.in_flight[peer] < self.LOOKAHEAD or queue[i] <= k):
+                j = queue[i]
+                ins = e.instrs[j]
+                buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
+                what = "act" if ins.op == "RECV_F" else "grad"
+                handle = comm.irecv(buf, peer, group=e.group, tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
+                self.posted[j] = (handle, buf, peer)
+                self.in_flight[peer] += 1
+                i += 1
+            self.next[peer] = i
 
     def take(self, k: int) -> torch.Tensor:
-        handle, buf = self.posted.pop(k)
+        handle, buf, peer = self.posted.pop(k)
+        self.in_flight[peer] -= 1
         handle.wait()
         return buf
