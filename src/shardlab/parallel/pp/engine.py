@@ -9,8 +9,9 @@
     REDUCE  sum the tied embedding's gradient between the first and the last stage; wait for sends
     STEP    nothing here: the optimizer step belongs to the caller (the data-parallel layer steps it)
 
-Sends never block (the schedule's simulator proves the receives then cannot deadlock) and are waited
-for at the end of the step. Point-to-point goes through `comm`, so every transfer is recorded.
+Sends never block (the schedule's simulator proves the receives then cannot deadlock); a completed
+send is let go at the next send (its buffer freed), the rest are waited for at REDUCE. Receives are
+posted ahead (see _Receives). Point-to-point goes through `comm`, so every transfer is recorded.
 
 `emulate` replaces the model's compute by sleeps of given lengths (forward, backward, and the I / W
 halves) while sending real tensors: on a machine with fewer cores than stages, the schedule itself is
