@@ -135,12 +135,12 @@ class HeldActivations:
         held = HeldActivations()
         with held.saving(mb):     # around a microbatch's forward: what autograd saves is mb's
             out = stage(x)
-        held.sample()             # between instructions: drop what was freed, update the peaks
+        held.sample()             # between instructions: what is still held now
 
     A saved tensor is held for as long as its storage lives (autograd frees it after the backward; a
     zero-bubble W keeps its inputs until it runs: still held, rightly). Storages are counted once,
-    parameters never; a storage saved by two microbatches (a shared buffer, not an activation) is
-    dropped from the count. `peak_microbatches` is the most microbatches with something held at once:
+    parameters never; a storage saved by two microbatches (a shared buffer, or the batch tensor the
+    microbatches' tokens are views of: not an activation) is dropped from the count, in every sample. `peak_microbatches` is the most microbatches with something held at once:
     the schedules' memory argument (1F1B at most p, GPipe all m) measured rather than derived."""
 
     def __init__(self):
@@ -173,22 +173,9 @@ class HeldActivations:
             self._owner[r] = (self._key, _nbytes(t), r)
         return t
 
-    def saving(self, key):
+    def saving(self, key) -> "_SavingAs":
         """Attribute what autograd saves inside the `with` to microbatch `key`."""
-        held = self
-
-        class _Saving(torch.autograd.graph.saved_tensors_hooks):
-            def __init__(self):
-                super().__init__(held._pack, lambda t: t)
-
-            def __enter__(self):
-                held._key = key
-                return super().__enter__()
-
-            def __exit__(self, *exc):
-                held._key = None
-                return super().__exit__(*exc)
-        return _Saving()
+        return _SavingAs(self, key)
 
     def sample(self) -> dict:
         """Bytes held now per microbatch key (freed storages forgotten)."""
@@ -221,6 +208,22 @@ class HeldActivations:
     def bytes_per_microbatch(self) -> int:
         """The most one microbatch held (its forward's saved bytes)."""
         return max((n for s in self._samples for n in self._per_key(s).values()), default=0)
+
+
+class _SavingAs(torch.autograd.graph.saved_tensors_hooks):
+    """HeldActivations' hooks, with the microbatch being saved for set while they are active."""
+
+    def __init__(self, held: HeldActivations, key):
+        super().__init__(held._pack, lambda t: t)
+        self.held, self.key = held, key
+
+    def __enter__(self):
+        self.held._key = self.key
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.held._key = None
+        return super().__exit__(*exc)
 
 
 def formula_bytes(batch: int, seq: int, d_model: int, n_head: int, mode: str = "none") -> int:
