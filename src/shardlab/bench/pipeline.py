@@ -233,13 +233,14 @@ def run(out: Path, quick: bool) -> dict:
     table = common.md_table(
         ["schedule", "p", "m", "V", "step ms", "F / B ms (measured)", "bubble measured", "bubble analytic",
          "planner bubble", "simulated (measured F, B, latency)", "bubble, nominal f b", "p2p KiB per rank",
-         "planner p2p KiB"],
+         "planner p2p KiB", "activations held (max rank)"],
         [[r["schedule"], r["pp"], r["m"], r["virtual"], f"{r['step_s'] * 1e3:.1f}",
           f"{ms_of(r, 'F')} / " + (ms_of(r, "B") if "B" in r["op_s"] else f"{ms_of(r, 'I')}+{ms_of(r, 'W')}"),
           f"{r['bubble_measured']:.3f}", f"{r['bubble_analytic']:.3f}", _fmt(r["plan_bubble"]),
           f"{r['bubble_simulated']:.3f} ({r['p2p_latency_s'] * 1e3:.2f} ms)", f"{r['bubble_nominal']:.3f}",
           f"{min(r['p2p_bytes']) / 1024:g}–{max(r['p2p_bytes']) / 1024:g}",
-          _fmt(None if r["plan_p2p_bytes"] is None else r["plan_p2p_bytes"] / 1024, "g")] for r in rows])
+          _fmt(None if r["plan_p2p_bytes"] is None else r["plan_p2p_bytes"] / 1024, "g"),
+          max(r["held_microbatches"])] for r in rows])
     mem_table = common.md_table(
         ["schedule", "p", "m", "V", "held, per rank (measured)", "schedule's count (max)", "peak KiB per rank"],
         [[r["schedule"], r["pp"], r["m"], r["virtual"], ", ".join(map(str, r["held_microbatches"])),
