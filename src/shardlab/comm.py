@@ -206,15 +206,22 @@ class Recorder:
 RECORDER = Recorder()
 
 
+_CODE_WHERE: dict = {}  # code object -> (file name, function name), computed once per function
+
+
 def _short_stack(depth: int = 3) -> list[str]:
     """The innermost frames outside this module, e.g. "ddp.py:120 _launch_bucket": enough for the
     flight recorder to say where a collective came from. Walks frames directly: traceback's
-    extract_stack reads source lines and would cost more than a small collective."""
+    extract_stack reads source lines and would cost more than a small collective (a pipeline step
+    records every message, so this runs dozens of times per step)."""
     frame, out = sys._getframe(1), []
     while frame is not None and len(out) < depth:
         code = frame.f_code
         if code.co_filename != __file__:
-            out.append(f"{os.path.basename(code.co_filename)}:{frame.f_lineno} {code.co_name}")
+            where = _CODE_WHERE.get(code)
+            if where is None:
+                where = _CODE_WHERE[code] = (os.path.basename(code.co_filename), code.co_name)
+            out.append(f"{where[0]}:{frame.f_lineno} {where[1]}")
         frame = frame.f_back
     return out[::-1]  # outermost first, like a traceback
 
@@ -329,9 +336,11 @@ def group_info(group) -> tuple[str, tuple[int, ...]]:
     """(name, member global ranks) of a process group; None is the default group ("world")."""
     if not is_initialized():
         return "world", (0,)
-    if group is None or group is dist.GroupMember.WORLD:
-        return "world", tuple(range(dist.get_world_size()))
-    info = _INFO.get(group)
+    if group is None:
+        group = dist.GroupMember.WORLD
+    info = _INFO.get(group)  # cached: every record asks
+    if info is None and group is dist.GroupMember.WORLD:
+        info = _INFO[group] = ("world", tuple(range(dist.get_world_size())))
     if info is None:
         info = _INFO[group] = (_derive_name(group), tuple(dist.get_process_group_ranks(group)))
     return info

@@ -17,6 +17,9 @@ activations and never count):
   what recompute changes: full keeps the input only, selective the input plus the outputs its policy
   saves. Without recompute `held` equals `saved`.
 
+`HeldActivations` counts the same saved tensors over time instead of per block: which microbatches'
+activations autograd holds at each moment of a pipeline step, and the peak (docs/pipeline.md).
+
 `formula_bytes` is the closed form for this model (docs/memory.md derives it): Korthikanti et al.'s
 sbh(34 + 5as/h), redone for GPT-2 with separate q/k/v projections, fused attention, fp32, dropout off.
 """
@@ -124,6 +127,103 @@ class ActivationBytes:
         self.saved = {k: sum(n for r, n in v.items() if not r.expired()) for k, v in self._saved.items()}
         self.held = {k: sum(n for r, n in v.items() if not r.expired()) for k, v in self._held.items()}
         self._saved = self._held = {}
+
+
+class HeldActivations:
+    """Saved-tensor bytes held per microbatch over a pipeline step, and their peak.
+
+        held = HeldActivations()
+        with held.saving(mb):     # around a microbatch's forward: what autograd saves is mb's
+            out = stage(x)
+        held.sample()             # between instructions: what is still held now
+
+    A saved tensor is held for as long as its storage lives (autograd frees it after the backward; a
+    zero-bubble W keeps its inputs until it runs: still held, rightly). Storages are counted once,
+    parameters never; a storage saved by two microbatches (a shared buffer, or the batch tensor the
+    microbatches' tokens are views of: not an activation) is dropped from the count, in every sample. `peak_microbatches` is the most microbatches with something held at once:
+    the schedules' memory argument (1F1B at most p, GPipe all m) measured rather than derived."""
+
+    def __init__(self):
+        # storage -> (microbatch key, bytes, the weak ref itself). A dead storage's address can be reused
+        # by a new one that then compares equal, so every lookup checks the stored ref is still alive
+        self._owner: dict[StorageWeakRef, tuple] = {}
+        self._shared: dict[StorageWeakRef, StorageWeakRef] = {}
+        self._shared_ids: set[int] = set()  # owner entries found shared after they were sampled
+        self._samples: list[list[tuple]] = []  # [(key, bytes, ref)] alive at each sample
+        self._key = None
+
+    def _pack(self, t: torch.Tensor):
+        if self._key is None or _is_param(t):
+            return t
+        r = _ref(t)
+        if r is None:
+            return t
+        shared = self._shared.get(r)
+        if shared is not None:
+            if not shared.expired():
+                return t
+            del self._shared[r]
+        prev = self._owner.get(r)
+        if prev is not None and not prev[2].expired() and prev[0] != self._key:
+            del self._owner[r]
+            self._shared[r] = r
+            self._shared_ids.add(id(prev[2]))
+        elif prev is None or prev[2].expired():
+            self._owner.pop(r, None)
+            self._owner[r] = (self._key, _nbytes(t), r)
+        return t
+
+    def saving(self, key) -> "_SavingAs":
+        """Attribute what autograd saves inside the `with` to microbatch `key`."""
+        return _SavingAs(self, key)
+
+    def sample(self) -> dict:
+        """Bytes held now per microbatch key (freed storages forgotten)."""
+        now = []
+        for r, (key, n, ref) in list(self._owner.items()):
+            if ref.expired():
+                del self._owner[r]
+            else:
+                now.append((key, n, ref))
+        self._samples.append(now)
+        return self._per_key(now)
+
+    def _per_key(self, sample) -> dict:
+        out: dict = {}
+        for key, n, ref in sample:
+            if id(ref) not in self._shared_ids:
+                out[key] = out.get(key, 0) + n
+        return out
+
+    @property
+    def peak_microbatches(self) -> int:
+        """The most microbatches holding saved tensors at one sample."""
+        return max((len(self._per_key(s)) for s in self._samples), default=0)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max((sum(self._per_key(s).values()) for s in self._samples), default=0)
+
+    @property
+    def bytes_per_microbatch(self) -> int:
+        """The most one microbatch held (its forward's saved bytes)."""
+        return max((n for s in self._samples for n in self._per_key(s).values()), default=0)
+
+
+class _SavingAs(torch.autograd.graph.saved_tensors_hooks):
+    """HeldActivations' hooks, with the microbatch being saved for set while they are active."""
+
+    def __init__(self, held: HeldActivations, key):
+        super().__init__(held._pack, lambda t: t)
+        self.held, self.key = held, key
+
+    def __enter__(self):
+        self.held._key = self.key
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        self.held._key = None
+        return super().__exit__(*exc)
 
 
 def formula_bytes(batch: int, seq: int, d_model: int, n_head: int, mode: str = "none") -> int:

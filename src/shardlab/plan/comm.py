@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 
 from .hardware import Cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
 
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
@@ -86,10 +86,11 @@ def tp_local(name: str, n, tp: int, kv_whole: bool = False):
 
 
 @functools.lru_cache(maxsize=256)
-def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], ...]:
-    """FSDP units on the first pipeline stage: the root (embeddings, final LN) then one per block,
-    each parameter as one TP rank holds it (`tp_local`)."""
-    layers = model.n_layer // pp
+def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
+    """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
+    many blocks as the busiest rank holds (`stage_layers`: uneven splits plan for the largest stage).
+    Each parameter as one TP rank holds it (`tp_local`)."""
+    layers = stage_layers(model.n_layer, pp, v)
     root: list[int] = []
     blocks: list[list[int]] = [[] for _ in range(layers)]
     for name, n in model.param_shapes():
@@ -106,14 +107,14 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1) -> tuple[tuple[int, ...], 
 def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
     """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
     with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
-    layers = model.n_layer // pp
+    layers = stage_layers(model.n_layer, pp)
     return [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
             and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
             and (pp == 1 or not name.startswith("ln_f."))]
 
 
-def local_params(model: ModelSpec, tp: int = 1, pp: int = 1) -> int:
-    return sum(sum(u) for u in units(model, tp, pp))
+def local_params(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> int:
+    return sum(sum(u) for u in units(model, tp, pp, v))
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
                          "8 fp64 signals x N ranks: the doctor's per-step check")] if lay.health_check else []
     if lay.dp == 1:
         return health
-    us = units(model, lay.tp, lay.pp)
+    us = units(model, lay.tp, lay.pp, lay.v)
     numels = [x for u in us for x in u]
     psi = sum(numels)
     gb = DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
@@ -218,7 +219,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     e = 2 if train.mixed else 4
     tokens = train.micro_batch * s
     act = tokens * model.d_model * e
-    layers = model.n_layer // lay.pp
+    layers = stage_layers(model.n_layer, lay.pp, lay.v)
     if lay.tp > 1:
         per_mb = 4 + (2 if lay.recompute == "full" else 0)
         n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd / head bwd

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, replace
 
 from .hardware import Cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
 
 
@@ -189,12 +189,13 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
-    """Slowest pipeline stage: the first (embedding) or the last (logits + loss)."""
+    """Slowest pipeline stage: the busiest rank's layers (stage_layers) plus the first stage's
+    embedding or the last stage's logits + loss, whichever costs more."""
     s = train.seq or model.seq
     b, t = train.micro_batch, lay.tp
     e = train.param_bytes
     fp32 = not train.mixed
-    layers = model.n_layer // lay.pp
+    layers = stage_layers(model.n_layer, lay.pp, lay.v)
     block = layer_ops(model, b, s, t, e, train.flash_attention)
 
     def ops_time(ops, backward):

@@ -125,8 +125,9 @@ class Layout:
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
         if self.v > 1 and self.schedule != "interleaved":
             raise ValueError("v > 1 needs schedule=interleaved")
-        if model.n_layer % (self.pp * self.v):
-            raise ValueError(f"n_layer {model.n_layer} is not divisible by pp*v = {self.pp * self.v}")
+        if self.pp * self.v > model.n_layer:
+            raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
+                             "every stage needs a layer")
         if self.offload != "none" and self.strategy == "ddp":
             raise ValueError("offload needs a ZeRO strategy (zero1/zero2/zero3)")
         if self.offload == "params" and self.strategy != "zero3":
@@ -147,6 +148,17 @@ class Layout:
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
         return " ".join(parts)
+
+
+def stage_layers(n_layer: int, pp: int, v: int = 1) -> int:
+    """Layers on the busiest pipeline rank. The layers are cut into pp*v contiguous stages as evenly as
+    they go (n_layer need not divide: BLOOM's 70 layers on 12 stages are 10 stages of 6 and 2 of 5),
+    rank r holding stages r, r + pp, ...; the rank with the most layers decides the step time and the
+    memory, so the planner plans for it."""
+    n = pp * v
+    q, extra = divmod(n_layer, n)
+    sizes = [q + (1 if s < extra else 0) for s in range(n)]
+    return max(sum(sizes[r::pp]) for r in range(pp))
 
 
 def grad_accum(train: TrainSpec, layout: Layout) -> int:

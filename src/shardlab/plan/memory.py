@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .comm import MiB, padded, units
-from .layout import Layout, TrainSpec
+from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
 
 
@@ -43,7 +43,7 @@ def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 
 
 
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
-    numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
+    numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
     psi = sum(numels)
     n = lay.shard
     shard = padded(numels, n, lay.padding) / n
@@ -85,7 +85,7 @@ def in_flight(lay: Layout, m: int) -> float:
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
-    layers = model.n_layer // lay.pp
+    layers = stage_layers(model.n_layer, lay.pp, lay.v)
     per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute,
                                            flash=train.flash_attention) * train.act_bytes_scale
     fl = in_flight(lay, m)
@@ -115,7 +115,7 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
 def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     """Communication buffers: two gradient buckets in flight (DDP/ZeRO-1/2), or ZeRO-3's gathered
     current + prefetched unit and one unit's unsharded gradient before its reduce-scatter."""
-    us = units(model, lay.tp, lay.pp)
+    us = units(model, lay.tp, lay.pp, lay.v)
     psi = sum(sum(u) for u in us)
     gb, pb = train.grad_bytes, train.param_bytes
     if lay.dp == 1:

@@ -19,14 +19,14 @@ def _divisors(n: int) -> list[int]:
 def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
     g = cluster.gpus_per_node
     for tp in (t for t in _divisors(gpus) if t <= g and model.tp_ok(t)):
-        for pp in (p for p in _divisors(gpus // tp) if model.n_layer % p == 0 and p <= 16):
+        for pp in (p for p in _divisors(gpus // tp) if p <= min(16, model.n_layer)):  # uneven splits too
             dp = gpus // (tp * pp)
             if train.global_batch % dp:
                 continue
             per_rank = train.global_batch // dp
             mbs = [b for b in (1, 2, 4, 8, 16, 32) if per_rank % b == 0 and per_rank // b >= pp]
             scheds = [("1f1b", 1)] if pp == 1 else [("1f1b", 1), ("interleaved", 2)]
-            scheds = [(s, v) for s, v in scheds if model.n_layer % (pp * v) == 0]
+            scheds = [(s, v) for s, v in scheds if pp * v <= model.n_layer]
             strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
             for strat, (sched, v), rec, sp, b in itertools.product(
                     strategies, scheds, ("none", "selective", "full"),

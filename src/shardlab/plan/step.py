@@ -162,9 +162,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     p, v = lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
     bubble = (p - 1) / v * t_mb
     # optimizer on this rank's shard of the states
-    numels = [x for u in units(model, lay.tp, lay.pp) for x in u]
+    numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
     psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
-        else local_params(model, lay.tp, lay.pp)
+        else local_params(model, lay.tp, lay.pp, lay.v)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
     t_opt /= cluster.compute_speed(lay.world)
 

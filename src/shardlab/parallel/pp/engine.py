@@ -9,17 +9,24 @@
     REDUCE  sum the tied embedding's gradient between the first and the last stage; wait for sends
     STEP    nothing here: the optimizer step belongs to the caller (the data-parallel layer steps it)
 
-Sends never block (the schedule's simulator proves the receives then cannot deadlock) and are waited
-for at the end of the step. Point-to-point goes through `comm`, so every transfer is recorded.
+Sends never block (the schedule's simulator proves the receives then cannot deadlock); a completed
+send is let go at the next send (its buffer freed), the rest are waited for at REDUCE. Receives are
+posted ahead (see _Receives). Point-to-point goes through `comm`, so every transfer is recorded.
 
 `emulate` replaces the model's compute by sleeps of given lengths (forward, backward, and the I / W
 halves) while sending real tensors: on a machine with fewer cores than stages, the schedule itself is
-then what is timed.
+then what is timed. A sleep overshoots (by the scheduler's wake-up, more on a loaded machine), so the
+emulation also records how long each one really took: the busy time a measured bubble must subtract.
+
+`activations` (an `observe.activations.HeldActivations`) counts, with saved-tensor hooks, the bytes
+autograd holds for each microbatch between its forward and its backward, sampled before every compute
+instruction and after every forward: the peak is the schedule's activation memory, measured.
 """
 from __future__ import annotations
 
+import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -27,6 +34,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.observe import timeline
+from shardlab.observe.activations import HeldActivations
 from shardlab.parallel.pp.schedule import Schedule
 from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
 
@@ -37,25 +45,37 @@ class Emulation:
     b_s: float
     i_s: float | None = None
     w_s: float | None = None
+    # what the sleeps really took, summed per op since the last reset (op -> [seconds, count])
+    spent: dict = field(default_factory=dict)
+
+    def sleep(self, op: str, seconds: float) -> None:
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        got = self.spent.setdefault(op, [0.0, 0])
+        got[0] += time.perf_counter() - t0
+        got[1] += 1
 
 
 class PipelineEngine:
     def __init__(self, schedule: Schedule, stages: dict[int, nn.Module], stage_rank: Callable[[int], int],
                  pp_rank: int, loss_fn: Callable, act_shape: Callable[[torch.Tensor], tuple],
                  device: torch.device, group=None, embed_group=None, emulate: Emulation | None = None,
-                 on_last_backward: Callable[[int], None] | None = None):
+                 on_last_backward: Callable[[int], None] | None = None,
+                 activations: HeldActivations | None = None):
         """`stages`: this rank's stage modules by stage index; `stage_rank(s)`: the global rank holding
         stage s in this pipeline; `act_shape(x)`: the activation shape of a microbatch of tokens x;
         `embed_group`: the group of the first and last stage's ranks (None when one rank holds both);
         `on_last_backward(s)`: called before a stage's last backward of the step (gradient sync on); it
         may return parameters whose gradients must join that synchronised backward (see `zero_terms`):
         a rank's other virtual stages', or, when that backward is a W, the stage's parameters the I
-        halves left behind (LayerNorms, embeddings)."""
+        halves left behind (LayerNorms, embeddings);
+        `activations`: counts the saved tensors each microbatch holds (see the module doc)."""
         self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
         self.instrs = schedule.ranks[pp_rank]
         self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
         self.group, self.embed_group, self.emulate = group, embed_group, emulate
         self.on_last_backward = on_last_backward
+        self.activations = activations
         self.n_stages = schedule.n_stages
         self.split = any(i.op in ("I", "W") for i in self.instrs)
         self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split and emulate is None else {}
@@ -72,30 +92,34 @@ class PipelineEngine:
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
         loss_sum = torch.zeros((), device=self.device)
         recvs = _Receives(self, microbatches)
+        held = self.activations if self.emulate is None else None
         for k, ins in enumerate(self.instrs):
             key = (ins.stage, ins.mb)
             x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
             recvs.post_ahead(k)
+            if held is not None and ins.op in ("F", "B", "I", "W"):
+                held.sample()
             if ins.op == "RECV_F":
                 inputs[key] = recvs.take(k).requires_grad_(self.emulate is None)
             elif ins.op == "RECV_B":
                 grads[key] = recvs.take(k)
             elif ins.op == "SEND_F":
+                sends = _reap(sends)
                 sends.append(comm.isend(outputs[key].detach(), self.stage_rank(ins.peer), group=self.group,
                                         tag=f"act {ins.stage}->{ins.peer} mb{ins.mb}"))
             elif ins.op == "SEND_B":
-                inp = inputs.pop(key)
-                g = inp.grad if inp.grad is not None else torch.zeros_like(inp)  # emulation computes none
-                sends.append(comm.isend(g, self.stage_rank(ins.peer), group=self.group,
+                sends = _reap(sends)
+                # the received activation is dropped here (no local keeps it): only its gradient travels on
+                sends.append(comm.isend(_input_grad(inputs.pop(key)), self.stage_rank(ins.peer), group=self.group,
                                         tag=f"grad {ins.stage}->{ins.peer} mb{ins.mb}"))
             elif ins.op == "F":
-                with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage):
+                with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage), \
+                        (held.saving(key) if held is not None else contextlib.nullcontext()):
                     outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key)
-                if ins.stage == self.n_stages - 1:
-                    if self.emulate is None:
-                        loss = self.loss_fn(outputs[key], y)
-                        loss_sum += loss.detach()
-                        outputs[key] = loss * loss_weight
+                    if ins.stage == self.n_stages - 1 and self.emulate is None:
+                        outputs[key] = self._score(outputs[key], y, loss_weight, loss_sum)
+                if held is not None:
+                    held.sample()
             elif ins.op in ("B", "I"):
                 extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
@@ -109,7 +133,8 @@ class PipelineEngine:
                     extra = self.on_last_backward(ins.stage)
                 with timeline.span("backward_weight", cat="compute", micro=ins.mb, stage=ins.stage):
                     if self.emulate is not None:
-                        time.sleep(self.emulate.w_s if self.emulate.w_s is not None else self.emulate.b_s / 2)
+                        self.emulate.sleep("W", self.emulate.w_s if self.emulate.w_s is not None
+                                           else self.emulate.b_s / 2)
                     else:
                         store = stores.pop(key)
                         store.run(zero_terms(extra or (), skip=store.params()))
@@ -121,9 +146,15 @@ class PipelineEngine:
         return loss_sum
 
     # --- the compute instructions -----------------------------------------------------------------------
+    def _score(self, logits: torch.Tensor, y: torch.Tensor, loss_weight: float, loss_sum: torch.Tensor):
+        """The last stage's loss, weighted: the root its backward starts from (added to loss_sum too)."""
+        loss = self.loss_fn(logits, y)
+        loss_sum += loss.detach()
+        return loss * loss_weight
+
     def _forward(self, stage: int, inp: torch.Tensor, stores: dict, key) -> torch.Tensor:
         if self.emulate is not None:
-            time.sleep(self.emulate.f_s)
+            self.emulate.sleep("F", self.emulate.f_s)
             return torch.zeros(self.act_shape(inp) if stage == 0 else inp.shape, device=self.device)
         if self.split:  # the microbatch's I will queue its weight GEMMs here for its W
             stores[key] = WeightGradStore()
@@ -134,7 +165,7 @@ class PipelineEngine:
     def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None, extra: list | None = None) -> None:
         if self.emulate is not None:
             e = self.emulate
-            time.sleep(e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
+            e.sleep(op, e.b_s if op == "B" else (e.i_s if e.i_s is not None else e.b_s / 2))
             return
         if extra:
             grad = torch.ones_like(out) if grad is None else grad  # the loss: d(loss)/d(loss) = 1
@@ -165,33 +196,62 @@ def zero_terms(params, skip=()) -> list[torch.Tensor]:
     return [p.sum() * 0.0 for p in params if p.grad is not None and id(p) not in skip]
 
 
+def _input_grad(inp: torch.Tensor) -> torch.Tensor:
+    return inp.grad if inp.grad is not None else torch.zeros_like(inp)  # emulation computes none
+
+
+def _reap(sends: list) -> list:
+    """Sends still in flight; the completed ones are waited for (recorded as done) and let go, so a sent
+    activation's buffer is freed once it has left rather than at the end of the step."""
+    pending = []
+    for h in sends:
+        if h.is_completed():
+            h.wait()
+        else:
+            pending.append(h)
+    return pending
+
+
 class _Receives:
-    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time, in the
-    schedule's order (which is each channel's send order: the simulator checks it), so a message that
-    arrives early lands in its buffer instead of waiting for the receive to be posted; the instruction
-    then only waits for it. The lookahead bounds the extra buffers a rank holds."""
+    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time per
+    peer rank, each peer's in the schedule's order (which is that channel's send order: the simulator
+    checks it), so a message that arrives early lands in its buffer instead of waiting for the receive
+    to be posted; the instruction then only waits for it. (gloo matches a send with a posted receive
+    directly; a send that finds none waits for the receiver to post one and to say so: a round trip
+    more on the critical path.) Counting per peer matters where a rank receives activations from one
+    neighbour and gradients from the other (p > 2): a window over the whole list, filled with one
+    neighbour's receives, would leave the other's next message unposted. The lookahead bounds the extra
+    buffers a rank holds."""
 
     LOOKAHEAD = 4
 
     def __init__(self, engine: PipelineEngine, microbatches):
         self.engine, self.microbatches = engine, microbatches
-        self.todo = [k for k, ins in enumerate(engine.instrs) if ins.op in ("RECV_F", "RECV_B")]
-        self.next = 0  # index into todo of the next receive to post
-        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer)
+        self.queues: dict[int, list[int]] = {}  # peer rank -> its receives' instruction indices, in order
+        for k, ins in enumerate(engine.instrs):
+            if ins.op in ("RECV_F", "RECV_B"):
+                self.queues.setdefault(engine.stage_rank(ins.peer), []).append(k)
+        self.next = {peer: 0 for peer in self.queues}  # index into the peer's queue of its next to post
+        self.in_flight = {peer: 0 for peer in self.queues}
+        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer, peer)
 
     def post_ahead(self, k: int) -> None:
         e = self.engine
-        while self.next < len(self.todo) and (len(self.posted) < self.LOOKAHEAD or self.todo[self.next] <= k):
-            j = self.todo[self.next]
-            ins = e.instrs[j]
-            buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
-            what = "act" if ins.op == "RECV_F" else "grad"
-            handle = comm.irecv(buf, e.stage_rank(ins.peer), group=e.group,
-                                tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
-            self.posted[j] = (handle, buf)
-            self.next += 1
+        for peer, queue in self.queues.items():
+            i = self.next[peer]
+            while i < len(queue) and (self.in_flight[peer] < self.LOOKAHEAD or queue[i] <= k):
+                j = queue[i]
+                ins = e.instrs[j]
+                buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
+                what = "act" if ins.op == "RECV_F" else "grad"
+                handle = comm.irecv(buf, peer, group=e.group, tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
+                self.posted[j] = (handle, buf, peer)
+                self.in_flight[peer] += 1
+                i += 1
+            self.next[peer] = i
 
     def take(self, k: int) -> torch.Tensor:
-        handle, buf = self.posted.pop(k)
+        handle, buf, peer = self.posted.pop(k)
+        self.in_flight[peer] -= 1
         handle.wait()
         return buf

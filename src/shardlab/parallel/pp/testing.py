@@ -64,3 +64,27 @@ def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tup
     grads = {nm: p.grad.clone() for st in engine.stages.values() for nm, p in st.named_parameters()
              if p.grad is not None}
     return loss.item(), grads
+
+
+def held_activations(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> dict:
+    """One step of own schedule `name` with the saved tensors counted (observe.activations.HeldActivations):
+    this rank's peak microbatches held, peak bytes and one microbatch's bytes."""
+    from shardlab.observe.activations import HeldActivations
+
+    engine = pipeline_engine(name, m, virtual, kw)
+    engine.activations = held = HeldActivations()
+    mbs = batch(m, kw=kw)
+    engine.step(mbs, 1.0 / sum(y.numel() for _, y in mbs))
+    return {"peak_microbatches": held.peak_microbatches, "peak_bytes": held.peak_bytes,
+            "bytes_per_microbatch": held.bytes_per_microbatch, "after_step": sum(held.sample().values())}
+
+
+def p2p_bytes(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> dict:
+    """One step of own schedule `name`; the point-to-point payload bytes comm recorded on this rank
+    (op -> bytes: send, recv), as summary.json's comm.bytes_per_step counts them."""
+    engine = pipeline_engine(name, m, virtual, kw)
+    mbs = batch(m, kw=kw)
+    comm.RECORDER.reset_step()
+    engine.step(mbs, 1.0 / sum(y.numel() for _, y in mbs))
+    got = comm.RECORDER.step_stats()["bytes"]
+    return {op: got.get(op, 0) for op in ("send", "recv")}
