@@ -16,6 +16,7 @@ seeded by (seed, i), so where a prompt runs does not change what it draws.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 
@@ -157,7 +158,7 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
         model = split_stage(model, stage, layout.pp)
     if layout.tp > 1:
         torch.manual_seed(0)  # TP splits are deterministic; the dropout streams (p = 0 here) want alike seeds
-        model = apply_tp(model, dims.group("tp"))
+        model = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
     tp_model = model if layout.tp > 1 else None
 
     def last_logits(logits):
