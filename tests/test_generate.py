@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -138,9 +139,29 @@ def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     (["HF"], "no prompt"),
     (["HF", "--prompt", "x", "--nproc", "2"], "product"),
 ])
-def test_cli_bad_input_is_one_line_exit_2(hf_dir, tmp_path, args, words):
-    args = [str(hf_dir) if a == "HF" else a for a in args]
-    r = run_cli(["generate", *args], cwd=tmp_path)
-    assert r.returncode == 2, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
-    assert r.stdout == "" and list(tmp_path.iterdir()) == []
+def test_cli_bad_input_is_one_line_exit_2(hf_dir, tmp_path, monkeypatch, capsys, args, words):
+    # in-process (the same main() the subprocess tests run): validation happens before anything starts
+    from shardlab.generate.cli import main
+    monkeypatch.chdir(tmp_path)
+    assert main([str(hf_dir) if a == "HF" else a for a in args]) == 2
+    out, err = capsys.readouterr()
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert out == "" and list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path):
+    # A checkpoint written by tensor-parallel training (2 ranks, sharded DTensors) loads on one device
+    # through DCP's reshard path; its HF export gives the same weights and the same tokens.
+    from shardlab.checkpoint.hf import export_hf
+    from shardlab.generate.load import load_model, step_dir
+    run = tmp_path / "run"
+    r = run_cli(["train", "--config", "configs/tiny.toml", "--nproc", "2", "parallel.tp=2", "parallel.dp=ddp",
+                 "train.steps=2", "train.eval_every=0", "--out", str(run)], timeout=300,
+                cwd=Path(__file__).resolve().parent.parent)
+    assert r.returncode == 0, r.stderr[-4000:]
+    ours = load_model(run)
+    exported = load_model(export_hf(step_dir(run), tmp_path / "hf"))
+    for (name, a), (_, b) in zip(ours.named_parameters(), exported.named_parameters()):
+        assert torch.equal(a, b), name
+    opts = Options(max_new=8)
+    assert torch.equal(generate(ours, PROMPTS, opts)[0], generate(exported, PROMPTS, opts)[0])
