@@ -6,7 +6,9 @@ them), fp32, one thread per rank. Two paired comparisons, each alternating A B A
 pool of ranks) and reported as the median ratio with min–max:
 - kv_cache_speedup = tokens/s with the KV cache / without it (every step re-runs the whole sequence),
   one prompt of 32 bytes, 256 new tokens (--quick: 64, and the report says so);
-- pp_lanes_gain = tokens/s at pp = 2 with 2 request lanes / with 1 lane, 4 prompts.
+- pp_lanes_gain = tokens/s at pp = 2 with 2 request lanes / with 1 lane, 4 prompts. Lanes win only when
+  the two stages run at once (a free core each) and a forward outweighs its messages; on an
+  oversubscribed machine each lane is just one more forward per stage, and the ratio drops below 1.
 The layout table (single, tp 2, dp 2, pp 2) is one warm run each, for orientation; on a shared 2-core
 machine two ranks compete with everything else, so read its absolute numbers with the load note.
 """
