@@ -65,6 +65,16 @@ def test_layout_greedy_tokens_equal_single_and_bytes_equal_analytic(pool2, tp, p
         assert measured == r["analytic"], f"rank bytes {measured} != analytic {r['analytic']}"
 
 
+@pytest.mark.parametrize("tp,pp,dp", [(2, 1, 2), (1, 2, 2)])
+def test_layout_with_two_replicas_equals_single(pool4, tp, pp, dp):
+    results = pool4.run(run_layout, tp, pp, dp, 0)
+    for r in results:
+        if r["stage"] == 0:
+            assert torch.equal(r["tokens"], _single()), f"layout tp={tp} pp={pp} dp={dp}"
+        if r["replica"] == 0:  # (the formula is written for replica 0's prompts)
+            assert {op: b for op, b in r["bytes"].items() if b} == r["analytic"]
+
+
 @pytest.mark.parametrize("tp,pp,dp", [(2, 1, 1), (1, 2, 1), (1, 1, 2)])
 def test_layout_seeded_sampling_equals_single(pool2, tp, pp, dp):
     results = pool2.run(run_layout, tp, pp, dp, 0, True, 1.0)
@@ -120,6 +130,16 @@ def test_cli_json_stdout_is_one_object_per_prompt(hf_dir):
     assert [d["prompt"] for d in lines] == ["def main():", "x"]
     assert [d["tokens"] for d in lines] == _single()[:2].tolist()
     assert "tokens/s" in r.stderr and "KV cache" in r.stderr
+
+
+def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
+    from shardlab.data.tokenizer import decode
+    from shardlab.generate.cli import main
+    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12"]) == 0
+    out, err = capsys.readouterr()
+    first, second = (decode(ids) for ids in _single()[:2].tolist())
+    assert out == f"def main():{first}\n--- prompt 2 ---\nx{second}\n"
+    assert "time to first token" in err and "per-token latency" in err and "tokens/s" in err
 
 
 def test_cli_pipeline_two_ranks_equals_single(hf_dir):

@@ -172,7 +172,7 @@ def run(args, plan: dict) -> int:
                 if i:
                     print(f"--- prompt {i + 1} ---\n{text}{detok(ids)}")
         sys.stdout.flush()
-        per_tok = {op: b / max(1, stats.tokens) for op, b in stats.comm_bytes.items()}
+        per_tok = {op: b / max(1, stats.local_tokens) for op, b in stats.comm_bytes.items()}
         say(f"time to first token {stats.ttft_s * 1e3:.1f} ms, per-token latency {stats.per_token_s * 1e3:.2f} ms, "
             f"{stats.tokens_per_s:.1f} tokens/s ({stats.tokens} tokens in {stats.wall_s:.2f} s, "
             f"tp={lay.tp} pp={lay.pp} dp={lay.dp}, {'no ' if args.no_cache else ''}KV cache)")

@@ -54,7 +54,8 @@ class Stats:
     ttft_s: float = 0.0
     per_token_s: float = 0.0
     tokens_per_s: float = 0.0
-    tokens: int = 0
+    tokens: int = 0  # every prompt's
+    local_tokens: int = 0  # this replica's (what its comm bytes were spent on)
     wall_s: float = 0.0
     kv_bytes: int = 0
     comm_bytes: dict = field(default_factory=dict)
@@ -200,6 +201,7 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
         result = full[:len(prompts)]
     wall = time.perf_counter() - t0
     stats.tokens = len(prompts) * opts.max_new
+    stats.local_tokens = len(rows) * opts.max_new
     stats.wall_s = wall
     stats.tokens_per_s = stats.tokens / wall if wall > 0 else 0.0
     if first:
