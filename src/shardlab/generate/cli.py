@@ -111,6 +111,9 @@ def main(argv: list[str]) -> int:
     from shardlab import launch
     from shardlab.cli import fail
 
+    if not argv:
+        return fail("missing RUN_OR_CHECKPOINT: the run, checkpoint or HF export to generate from "
+                    "(see shardlab generate --help)")
     try:
         args = parser().parse_intermixed_args(argv)
     except SystemExit as e:

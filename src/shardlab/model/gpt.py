@@ -118,7 +118,9 @@ class Block(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln_1(x)) if cache is None else self.attn(self.ln_1(x), cache=cache))
+        h = self.ln_1(x)
+        # training calls the attention exactly as before (wrappers applied from outside see no new argument)
+        x = x + self.drop(self.attn(h) if cache is None else self.attn(h, cache=cache))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
