@@ -1,4 +1,4 @@
-"""One entry point: shardlab train | bench | trace | ckpt | doctor | plan.
+"""One entry point: shardlab train | bench | trace | ckpt | doctor | plan | generate.
 
 Bad input anywhere -> one clear line on stderr and exit code 2, with nothing written.
 """
@@ -17,9 +17,10 @@ SUBCOMMANDS = {
     "ckpt": "shardlab.checkpoint.cli",
     "doctor": "shardlab.doctor.cli",
     "plan": "shardlab.plan.cli",
+    "generate": "shardlab.generate.cli",
 }
 
-USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan} ...
+USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
@@ -28,6 +29,7 @@ USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan} ...
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)
   doctor   diagnose hangs and anomalies                       (shardlab doctor --help)
   plan     predict memory, traffic and step time at scale     (shardlab plan --help)
+  generate generate text from a checkpoint (KV cache, tp/pp/dp) (shardlab generate --help)
 """
 
 

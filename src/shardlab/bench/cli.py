@@ -28,6 +28,7 @@ SUITES = {
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
     "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "
                 "step time, K/V bytes, zigzag balance"),
+    "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
 }
 
 

@@ -101,10 +101,13 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj.residual_scaled = True  # GPT-2 init: scale by 1/sqrt(2 * n_layer)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
-        y = self.attend(q, k, v, self.dropout if self.training else 0.0)
+        if cache is None:
+            y = self.attend(q, k, v, self.dropout if self.training else 0.0)
+        else:  # generation: this layer's KV cache appends k, v and attends over all cached positions
+            y = cache.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -128,8 +131,10 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.drop(self.attn(self.ln_1(x)))
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        h = self.ln_1(x)
+        # training calls the attention exactly as before (wrappers applied from outside see no new argument)
+        x = x + self.drop(self.attn(h) if cache is None else self.attn(h, cache=cache))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
@@ -165,15 +170,24 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without the embeddings takes (and one without the head
         returns) hidden states instead. The positions mark the first stage: the last stage keeps `wte`
-        too, as the weight of its tied head."""
+        too, as the weight of its tied head.
+
+        `cache` (generation only, model/kv_cache.py): a KVCache this call reads positions and the padding
+        mask from, appends every layer's keys and values to, and advances by the new positions."""
+        t = x.shape[1]
         if self.wpe is not None:
-            pos = torch.arange(x.shape[1], device=x.device)
+            pos = torch.arange(t, device=x.device) if cache is None else cache.positions(t)
             x = self.drop(self.wte(x) + self.wpe(pos))
-        for block in self.blocks.values():
-            x = block(x)
+        if cache is None:
+            for block in self.blocks.values():
+                x = block(x)
+        else:
+            for name, block in self.blocks.items():
+                x = block(x, cache=cache.layer(name))
+            cache.advance(t)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x

@@ -1,0 +1,240 @@
+"""Generation under every layout: prefill then decode with a KV cache, greedy or seeded sampling.
+
+    results = generate(model, prompts, Options(max_new=32), Layout(tp=2))   # on every rank
+
+The model is the single-device GPT; the layout is applied to it from outside, as in training:
+- `dp` (parallel.dp_replicate): the prompts are split into contiguous chunks, one per replica; the
+  generated tokens are all-gathered to every replica at the end (no traffic per token).
+- `tp` (parallel.tp): parallel/tp.py's own layers split heads and the MLP; per token one all-reduce after
+  the embedding, one per attention and one per MLP (2L + 1), and the vocab-parallel head's logits of the
+  last position are all-gathered so every TP rank picks the same token.
+- `pp` (parallel.pp): the batch is cut into request lanes, each with its own KV cache per stage
+  (`lanes.py`); while the last stage decodes one lane, the first already runs the next.
+
+Sampling is reproducible at any layout: row i (the i-th prompt overall) draws from its own generator
+seeded by (seed, i), so where a prompt runs does not change what it draws.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from shardlab import comm
+from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
+
+
+@dataclass
+class Options:
+    max_new: int = 32
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: the whole vocabulary
+    seed: int = 0
+    use_cache: bool = True
+    lanes: int = 0  # pipeline request lanes; 0: one per stage
+
+
+@dataclass
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass
+class Stats:
+    """What rank 0 measured: time to first token, per-token latency after it, tokens/s over the whole
+    call (every prompt's tokens over the wall time), and this rank's comm bytes by op while generating."""
+    ttft_s: float = 0.0
+    per_token_s: float = 0.0
+    tokens_per_s: float = 0.0
+    tokens: int = 0  # every prompt's
+    local_tokens: int = 0  # this replica's (what its comm bytes were spent on)
+    wall_s: float = 0.0
+    kv_bytes: int = 0
+    comm_bytes: dict = field(default_factory=dict)
+
+
+class Sampler:
+    """Picks the next token of every row from its (batch, vocab) logits."""
+
+    def __init__(self, opts: Options, rows: list[int]):
+        self.temperature, self.top_k = opts.temperature, opts.top_k
+        self.gens = None
+        if self.temperature > 0:
+            self.gens = [torch.Generator().manual_seed(opts.seed * 1_000_003 + r) for r in rows]
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.float()
+        if self.gens is None:
+            return logits.argmax(-1)
+        logits = logits / self.temperature
+        if self.top_k:
+            kth = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1).cpu()
+        return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.gens)]).to(logits.device)
+
+
+def left_pad(prompts: list[list[int]], device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, longest) ids with padding (id 0) on the left, and each row's padding count."""
+    longest = max(len(p) for p in prompts)
+    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, longest - len(p):] = torch.tensor(p, dtype=torch.long)
+    pad = torch.tensor([longest - len(p) for p in prompts], dtype=torch.long)
+    return ids.to(device), pad.to(device)
+
+
+def kv_cache_bytes(cfg, layout: Layout, prompts: list[list[int]], max_new: int, elem_bytes: int = 4) -> int:
+    """The KV cache one rank allocates (the largest): its replica's rows, its stage's layers, its heads."""
+    rows = -(-len(prompts) // layout.dp)
+    longest = max(len(p) for p in prompts)
+    layers = -(-cfg.n_layer // layout.pp)
+    return kv_nbytes(layers, rows, longest + max_new, cfg.d_model // layout.tp, elem_bytes)
+
+
+def decode(forward, pick, ids: torch.Tensor, pad: torch.Tensor, opts: Options, on_token=None) -> torch.Tensor:
+    """Prefill then decode one batch on one model part that has the embedding and the head (single or
+    TP). `forward(x, cache) -> last-position logits (batch, vocab)`. Without the cache every step re-runs
+    the whole sequence (a fresh cache per step is only its mask and positions). Returns (batch, max_new)."""
+    out = []
+    if opts.use_cache:
+        cache = KVCache(pad, ids.shape[1] + opts.max_new)
+        logits = forward(ids, cache)
+        for step in range(opts.max_new):
+            tok = pick(logits)
+            out.append(tok)
+            if on_token is not None:
+                on_token(tok)
+            if step + 1 < opts.max_new:
+                logits = forward(tok[:, None], cache)
+    else:
+        seq = ids
+        for step in range(opts.max_new):
+            tok = pick(forward(seq, KVCache(pad, seq.shape[1])))
+            out.append(tok)
+            if on_token is not None:
+                on_token(tok)
+            seq = torch.cat([seq, tok[:, None]], dim=1)
+    return torch.stack(out, dim=1)
+
+
+def _dims(layout: Layout):
+    from shardlab.parallel.mesh import ParallelDims
+
+    dims = ParallelDims(dp_replicate=layout.dp, tp=layout.tp, pp=layout.pp)
+    if layout.world > 1:
+        if comm.world_size() != layout.world:
+            raise ValueError(f"layout tp={layout.tp} x pp={layout.pp} x dp={layout.dp} needs {layout.world} "
+                             f"ranks, the world has {comm.world_size()}")
+        dims.build_mesh(comm.device().type)
+    return dims
+
+
+def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = Layout(),
+             on_token=None) -> tuple[torch.Tensor, Stats]:
+    """Every rank calls it with the same prompts and the same bare model. Returns the (n_prompts, max_new)
+    generated ids on every rank of pipeline stage 0 (others get an empty tensor) and rank 0's Stats.
+    `on_token(prompt_index, token_id)` streams the first prompt's tokens as they come (stage 0 only)."""
+    from shardlab.parallel.tp import apply_tp
+
+    dims = _dims(layout)
+    device = comm.device()
+    replica = dims.coord("dp_replicate")
+    per = -(-len(prompts) // layout.dp)
+    rows = list(range(replica * per, min(len(prompts), (replica + 1) * per)))
+    stats = Stats(kv_bytes=kv_cache_bytes(model.cfg, layout, prompts, opts.max_new))
+
+    model = model.to(device).eval()
+    stage = dims.coord("pp")
+    if layout.pp > 1:
+        from shardlab.generate.lanes import split_stage
+        model = split_stage(model, stage, layout.pp)
+    if layout.tp > 1:
+        torch.manual_seed(0)  # TP splits are deterministic; the dropout streams (p = 0 here) want alike seeds
+        model = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
+    tp_model = model if layout.tp > 1 else None
+
+    def last_logits(logits):
+        last = logits[:, -1]
+        return tp_model.tp.gather_logits(last) if tp_model is not None else last[..., :model.cfg.vocab_size]
+
+    def forward(x, cache):
+        return last_logits(model(x, cache))
+
+    comm.RECORDER.reset_step()
+    t0 = time.perf_counter()
+    first = []
+
+    def stream(tok):
+        if not first:
+            first.append(time.perf_counter())
+        if on_token is not None and replica == 0:
+            on_token(rows[0], int(tok[0]))
+
+    local = torch.empty(0, opts.max_new, dtype=torch.long)
+    with torch.no_grad():
+        if rows:
+            if layout.pp > 1:
+                from shardlab.generate.lanes import pipeline_decode
+                local = pipeline_decode(model, stage, layout.pp, dims.group("pp"), [prompts[r] for r in rows],
+                                        rows, opts, last_logits, stream, device)
+            else:
+                ids, pad = left_pad([prompts[r] for r in rows], device)
+                local = decode(forward, Sampler(opts, rows), ids, pad, opts, stream)
+    t_end = time.perf_counter()
+    stats.comm_bytes = dict(comm.RECORDER.step_stats()["bytes"])
+
+    result = local
+    if layout.dp > 1 and stage == 0:  # every replica's tokens, in prompt order (chunks padded to `per`)
+        buf = torch.full((per, opts.max_new), -1, dtype=torch.long, device=device)
+        buf[:local.shape[0]] = local.to(device)
+        full = torch.empty(layout.dp * per, opts.max_new, dtype=torch.long, device=device)
+        comm.all_gather(full, buf, group=dims.group("dp_replicate"), tag="generate.tokens")
+        result = full[:len(prompts)]
+    wall = time.perf_counter() - t0
+    stats.tokens = len(prompts) * opts.max_new
+    stats.local_tokens = len(rows) * opts.max_new
+    stats.wall_s = wall
+    stats.tokens_per_s = stats.tokens / wall if wall > 0 else 0.0
+    if first:
+        stats.ttft_s = first[0] - t0
+        stats.per_token_s = (t_end - first[0]) / max(1, opts.max_new - 1)
+    return (result.cpu() if stage == 0 else torch.empty(0, opts.max_new, dtype=torch.long)), stats
+
+
+def analytic_comm_bytes(cfg, layout: Layout, prompts: list[list[int]], opts: Options, rank_stage: int = 0,
+                        lanes: list[list[int]] | None = None) -> dict[str, int]:
+    """Payload bytes (comm's convention) one rank of replica 0 sends and receives while generating, by op.
+    TP: (2L + 1) all-reduces of (rows x new positions x d_model) fp32 per forward, and one all-gather of
+    the last position's padded-vocabulary logits per picked token. PP: each forward's hidden states
+    (fp32) from stage s to s + 1, and each picked token (int64) from the last stage back to the first.
+    DP: nothing per token (one all-gather of the ids at the end, not counted here)."""
+    rows = prompts[:-(-len(prompts) // layout.dp)]
+    n, longest = opts.max_new, max(len(p) for p in rows)
+    positions = longest + (n - 1) if opts.use_cache else sum(longest + i for i in range(n))
+    out: dict[str, int] = {}
+    if layout.tp > 1:
+        vpad = -(-cfg.vocab_size // layout.tp) * layout.tp
+        out["all_reduce"] = (2 * cfg.n_layer + 1) * len(rows) * positions * cfg.d_model * 4
+        out["all_gather"] = n * len(rows) * vpad * 4
+    if layout.pp > 1:
+        from shardlab.generate.lanes import lane_rows
+        hidden = tok = 0
+        for lane in lane_rows(len(rows), opts.lanes or layout.pp):
+            lp = [rows[i] for i in lane]
+            ll = max(len(p) for p in lp)
+            pos = ll + (n - 1) if opts.use_cache else sum(ll + i for i in range(n))
+            hidden += len(lp) * pos * cfg.d_model * 4
+            tok += n * len(lp) * 8
+        s, last = rank_stage, layout.pp - 1
+        out["send"] = (hidden if s < last else 0) + (tok if s == last else 0)
+        out["recv"] = (hidden if s > 0 else 0) + (tok if s == 0 else 0)
+    return out
