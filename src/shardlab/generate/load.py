@@ -58,6 +58,9 @@ def model_config(path: str | Path) -> GPTConfig:
     m = meta.get("model")
     if not m:
         raise LoadError(f"{step}/{STATE_FILE} has no model dimensions; cannot build the model")
+    if m.get("arch", "gpt2") != "gpt2":  # the KV cache is GQA-ready; the llama model does not take it yet
+        raise LoadError(f"{step}: a model.arch={m['arch']} checkpoint; generate runs the gpt2 family only in this "
+                        "version (export it with `shardlab ckpt export --hf` and use transformers)")
     return GPTConfig(**{k: m[k] for k in ("n_layer", "n_head", "d_model", "vocab_size", "max_seq_len",
                                           "layer_norm_eps") if k in m})
 
