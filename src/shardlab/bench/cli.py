@@ -26,6 +26,7 @@ SUITES = {
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
     "tp": ("shardlab.bench.tensor_parallel", "data vs tensor parallelism at world 2, own vs DTensor"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
+    "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
 }
 
 
