@@ -87,7 +87,7 @@ class ParallelConfig:
     pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-gpipe | torch-1f1b | torch-interleaved | torch-zb
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
-    pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...
+    pp_split: str = ""  # "" = balanced by cost; auto = by measured times; "3,7" = first block of stages 1, 2, ...
     tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
     offload: str = "none"  # none | optimizer : optimizer state and step off the process (own zero1/2/3)

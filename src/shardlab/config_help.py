@@ -91,8 +91,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
                                  "the same microbatches)", "0 | int >= 1"),
     "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb needs >= 2)", "int >= 1"),
-    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by cost",
-                          "\"\" | increasing block indices"),
+    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by FLOP cost; "
+                          "auto = balanced by measured per-layer forward+backward times",
+                          "\"\" | auto | increasing block indices"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
     "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
