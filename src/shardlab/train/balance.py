@@ -51,7 +51,8 @@ def parse(spec: str, dp_size: int) -> list[float] | None:
                           f"give one weight per data-parallel rank (or auto / equal)")
     if any(not w > 0 or w == float("inf") for w in weights):
         raise ConfigError(f"data.shares={spec}: every weight must be a positive number")
-    return weights
+    top = max(weights)
+    return [w / top for w in weights]  # relative to the largest: huge weights cannot overflow their sum
 
 
 def partition(total: int, weights: list[float], minimum: int = 1) -> list[int]:
