@@ -178,3 +178,13 @@ def test_bench_balance_quick(tmp_path):
     assert all(x["samples"] == [12, 12] for x in equal)
     assert all(x["straggler"] is not None for x in doc["rows"])  # the report, before and after
     assert (tmp_path / "balance.png").stat().st_size > 0 and "straggler" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_resume_says_new_shares_keep_the_trajectory():
+    from shardlab import resume
+
+    old = config.load(None, BASE)
+    new = config.load(None, ["data.shares=auto"], base=resume.base_config(old))
+    lines, trajectory = resume.differences(old, new, 2, 2)
+    assert not trajectory and any(line.startswith("data.shares:") and "another summation order" in line
+                                  for line in lines)
