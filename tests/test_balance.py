@@ -66,7 +66,7 @@ def train_run(run_dir, overrides, world):
     return losses, params, summary, rows
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "zero2"])
+@pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "zero3"])
 def test_shares_1_3_match_equal_shares(pool2, tmp_path, strategy):
     """The loss is the mean over every token of the global batch whatever the cut: shares 1:3 give the
     same losses, gradient norms and final parameters as equal shares (fp32, 10 steps)."""
