@@ -14,19 +14,21 @@ and the torch-native layers see only different amounts of local work.
 
     data.shares=equal      every rank the same number of samples (the default)
     data.shares=1,3        fixed weights per data-parallel rank (whole samples, largest remainder)
-    data.shares=auto       measured: compute seconds per sample per rank over `data.shares_window`
-                           steps (the first step after a start is warm-up), then n_r ∝ 1/c_r; measured
-                           again every window, and re-set when the shares it implies move by more than
-                           `data.shares_drift` (a fraction of the global batch)
+    data.shares=auto       measured: compute seconds per sample per rank, the fastest step of
+                           `data.shares_window` steps (the first step after a start is warm-up), then
+                           n_r ∝ 1/c_r; measured again every window, and re-set when two windows in a
+                           row imply shares further than `data.shares_drift` (a fraction of the global
+                           batch) from the current ones
 
 "Compute" is the wall time of the step's forwards and backwards minus the time this rank was blocked
 in a collective (the flight recorder's records), so a fast rank's waiting for the slow one is not
-counted against it. See docs/balance.md.
+counted against it. Timing noise on a shared machine (another process taking the core) only ever adds
+time, so a window's fastest step is its estimate, and one noisy window cannot move the shares.
+See docs/balance.md.
 """
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 
 from shardlab import comm
@@ -142,6 +144,7 @@ class Balancer:
         self.changes: list[dict] = []
         self.pending: dict | None = None  # what the next metrics record carries
         self.window: list[float] = []
+        self.drifting = False  # the last window implied shares beyond data.shares_drift
         self.steps_seen = 0
         self._last: float | None = None  # this step's compute seconds per sample (None: not measured)
         self._est: float | None = None  # this rank's own compute per sample (no injected delay)
@@ -177,17 +180,21 @@ class Balancer:
         self.window.append(last)
         if len(self.window) < self.cfg.data.shares_window:
             return
-        mine, self.window = statistics.median(self.window), []
+        mine, self.window = min(self.window), []  # noise only adds time: the fastest step is the estimate
         per_dp = [0.0] * self.dp_size
         for dp_rank, s in comm.all_gather_object((self.dp_rank, mine)):
             per_dp[dp_rank] = max(per_dp[dp_rank], s)  # tp/pp/cp peers of one share: the slowest counts
         self.s_per_sample = per_dp
         proposed = partition(self.global_batch, [1.0 / s for s in per_dp], self.minimum)
         drift = max(abs(a - b) for a, b in zip(proposed, self.counts)) / self.global_batch
+        beyond, confirmed = drift > self.cfg.data.shares_drift, self.drifting
+        self.drifting = beyond
         if not self.measured:
             self._set(step, proposed, "measured")
-        elif drift > self.cfg.data.shares_drift:
-            self._set(step, proposed, f"drift {drift:.3f} > data.shares_drift={self.cfg.data.shares_drift:g}")
+        elif beyond and confirmed:  # two windows in a row: a change, not one noisy window
+            self.drifting = False
+            self._set(step, proposed, f"drift {drift:.3f} > data.shares_drift={self.cfg.data.shares_drift:g} "
+                                      "in two windows")
 
     def _set(self, step: int, counts: list[int], reason: str) -> None:
         self.measured = True
