@@ -14,7 +14,7 @@ and the torch-native layers see only different amounts of local work.
 
     data.shares=equal      every rank the same number of samples (the default)
     data.shares=1,3        fixed weights per data-parallel rank (whole samples, largest remainder)
-    data.shares=auto       measured: compute seconds per sample per rank, the fastest step of
+    data.shares=auto       measured: compute seconds per sample per rank, the median over
                            `data.shares_window` steps (the first step after a start is warm-up), then
                            n_r ∝ 1/c_r; measured again every window, and re-set when two windows in a
                            row imply shares further than `data.shares_drift` (a fraction of the global
@@ -22,13 +22,13 @@ and the torch-native layers see only different amounts of local work.
 
 "Compute" is the wall time of the step's forwards and backwards minus the time this rank was blocked
 in a collective (the flight recorder's records), so a fast rank's waiting for the slow one is not
-counted against it. Timing noise on a shared machine (another process taking the core) only ever adds
-time, so a window's fastest step is its estimate, and one noisy window cannot move the shares.
-See docs/balance.md.
+counted against it. The median keeps a few descheduled steps on a shared machine out of the estimate,
+and the two-window rule keeps one noisy window from moving the shares. See docs/balance.md.
 """
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 
 from shardlab import comm
@@ -180,7 +180,7 @@ class Balancer:
         self.window.append(last)
         if len(self.window) < self.cfg.data.shares_window:
             return
-        mine, self.window = min(self.window), []  # noise only adds time: the fastest step is the estimate
+        mine, self.window = statistics.median(self.window), []
         per_dp = [0.0] * self.dp_size
         for dp_rank, s in comm.all_gather_object((self.dp_rank, mine)):
             per_dp[dp_rank] = max(per_dp[dp_rank], s)  # tp/pp/cp peers of one share: the slowest counts
