@@ -65,8 +65,10 @@ def _verdict(s: dict | None) -> str:
 
 
 def run(out: Path, quick: bool) -> dict:
-    steps = 12 if quick else 30
-    rounds = 2 if quick else 3
+    # short runs, many rounds: the two runs of a pair are close in time, so a machine whose load changes
+    # from minute to minute (a shared one) hits both alike
+    steps = 12 if quick else 14
+    rounds = 2 if quick else 6
     base = common.BASE + common.model_overrides(quick) + [
         f"train.steps={steps}", "parallel.strategy=ddp", "train.micro_batch=4", "train.grad_accum=3",
         f"debug.slow_rank={SLOW_RANK}", f"debug.slow_factor={FACTOR:g}", "trace.enabled=true",
