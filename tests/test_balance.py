@@ -183,8 +183,8 @@ def test_bench_balance_quick(tmp_path):
     equal = [x for x in doc["rows"] if x["shares"] == "equal"]
     # auto measured and chose its shares (which ones is the figure's business: timings on a loaded
     # machine are not asserted in tests); equal kept 12:12
-    assert auto and all(x["s_per_sample"] and sum(x["samples"]) == 24 for x in auto)
-    assert all(x["samples"] == [12, 12] for x in equal)
+    assert auto and all(x["s_per_sample"] and sum(x["samples"]) == 48 for x in auto)
+    assert all(x["samples"] == [24, 24] for x in equal)
     assert all(x["straggler"] is not None for x in doc["rows"])  # the report, before and after
     assert (tmp_path / "balance.png").stat().st_size > 0 and "straggler" in (tmp_path / "REPORT.md").read_text()
 
