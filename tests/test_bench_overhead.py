@@ -20,7 +20,8 @@ def _trainer(tmp_path, name, steps):
 def _spy(monkeypatch, tr, log):
     """Record every per-step call Trainer.run makes on the trainer, its doctor, its checkpoint
     manager and the comm recorder."""
-    for obj, names in ((tr, ("train_step",)), (tr.doctor, ("after_step",)), (tr.ckpt, ("maybe_save",)),
+    for obj, names in ((tr, ("train_step",)), (tr.doctor, ("after_step",)), (tr.balance, ("after_step",)),
+                       (tr.ckpt, ("maybe_save",)),
                        (comm.RECORDER, ("reset_step", "step_stats"))):
         for n in names:
             real = getattr(obj, n)

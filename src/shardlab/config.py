@@ -40,6 +40,11 @@ class DataConfig:
     source: str = "stdlib"  # stdlib | text:PATH | bin:PATH
     val_fraction: float = 0.05
     uneven: str = "error"  # error | join : what happens when one rank runs out of data first
+    # Each data-parallel rank's share of the global batch (docs/balance.md): equal | auto | w0,w1,...
+    shares: str = "equal"
+    shares_window: int = 4  # auto: steps per measurement
+    shares_drift: float = 0.05  # auto: re-set the shares when a measurement moves them by more than this
+    shares_resume: str = "keep"  # keep | measure : what a resumed auto run does with the recorded shares
 
 
 @dataclass
@@ -88,7 +93,7 @@ class ParallelConfig:
     pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-<gpipe|1f1b|interleaved|zb|looped-bfs|zbv|dualpipev>
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
-    pp_split: str = ""  # "" = balanced by cost; "3,7" = the first block of stages 1, 2, ...
+    pp_split: str = ""  # "" = balanced by cost; auto = by measured times; "3,7" = first block of stages 1, 2, ...
     tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
     cp_impl: str = "own"  # own (ring attention, parallel/cp.py) | torch (context_parallel, CUDA only)
@@ -138,6 +143,7 @@ class DebugConfig:
     uneven_rank: str = ""  # R@STEP: rank R has no data from STEP on (tests uneven-input handling)
     slow_rank: int = -1
     slow_ms: float = 0.0
+    slow_factor: float = 1.0  # the slow rank's compute this many times slower (sleeps in proportion)
 
 
 @dataclass
@@ -337,6 +343,9 @@ def validate(cfg: Config, world_size: int) -> None:
     if dims.pp > 1:
         from shardlab.parallel import pipeline
         pipeline.validate(cfg, dims, model_cfg.n_layer)
+    from shardlab.train import balance
+
+    balance.validate(cfg, dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
     _check_ranges(cfg, world_size)

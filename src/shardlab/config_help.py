@@ -37,6 +37,14 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),
     "data.uneven": ("when one rank runs out of data first: stop with an error, or let it shadow the "
                     "collectives with zero-weight steps", "error | join"),
+    "data.shares": ("each data-parallel rank's share of the global batch: equal, fixed weights per rank "
+                    "(e.g. 1,3), or auto (measured compute speed, docs/balance.md)", "equal | auto | w0,w1,..."),
+    "data.shares_window": ("data.shares=auto: steps per measurement of each rank's compute per sample",
+                           "int >= 1"),
+    "data.shares_drift": ("data.shares=auto: re-set the shares when a new measurement moves a rank's share by "
+                          "more than this fraction of the global batch", "0 <= float < 1"),
+    "data.shares_resume": ("data.shares=auto on resume: keep the checkpoint's shares or measure again",
+                           "keep | measure"),
     "train.steps": ("optimizer steps in total (the cosine schedule ends here)", "int >= 1"),
     "train.micro_batch": ("sequences per forward/backward on one rank", "int >= 1"),
     "train.grad_accum": ("microbatches per optimizer step (derived when train.global_batch is set)", "int >= 1"),
@@ -103,8 +111,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                  "the same microbatches)", "0 | int >= 1"),
     "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs "
                             "need >= 2, torch-zbv and torch-dualpipev exactly 2)", "int >= 1"),
-    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by cost",
-                          "\"\" | increasing block indices"),
+    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by FLOP cost; "
+                          "auto = balanced by measured per-layer forward+backward times",
+                          "\"\" | auto | increasing block indices"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
     "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
@@ -130,6 +139,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "debug.slow_rank": ("debug: this rank sleeps debug.slow_ms at each step (a straggler); -1 = none",
                         "-1 | rank"),
     "debug.slow_ms": ("debug: the straggler's delay per step (ms)", "float >= 0"),
+    "debug.slow_factor": ("debug: the straggler's compute is this many times slower (it sleeps in proportion "
+                          "to its measured compute); 1 = off", "float >= 1"),
 }
 
 HELP_NOTES = """\

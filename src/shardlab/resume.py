@@ -38,6 +38,8 @@ TRAJECTORY = {
 # Same maths, different summation order: equal up to floating-point rounding, not bitwise.
 REORDER = {"parallel.strategy", "train.micro_batch", "train.grad_accum", "parallel.bucket_mb",
            "parallel.first_bucket_mb", "parallel.wrap", "parallel.dp_replicate"}
+# where the global batch is cut between data-parallel ranks (docs/balance.md): the same samples per step
+REORDER |= {"data.shares", "data.shares_window", "data.shares_drift", "data.shares_resume"}
 _IGNORED = {"ckpt.resume"}
 
 
@@ -98,7 +100,7 @@ def differences(old: config_mod.Config, new: config_mod.Config, old_world: int |
             key = f"{section}.{name}"
             if key in _IGNORED or a[section][name] == b[section].get(name):
                 continue
-            if key in TRAJECTORY or section in ("model", "data"):
+            if key in TRAJECTORY or (section in ("model", "data") and key not in REORDER):
                 why = TRAJECTORY.get(key, "another model" if section == "model" else "other data")
                 note = f"changes the trajectory: {why}"
                 trajectory.append(key)

@@ -29,6 +29,7 @@ SUITES = {
     "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "
                 "step time, K/V bytes, zigzag balance"),
     "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
+    "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
 }
 
 

@@ -74,6 +74,7 @@ def shardlab_step(tr) -> None:
     st.step += 1
     if tr.doctor.after_step(st.step - 1) in ("stop", "rollback"):  # heartbeat, periodic replica checksums
         raise RuntimeError(f"bench overhead: the doctor's after-step check stopped step {st.step - 1}")
+    tr.balance.after_step(st.step)  # data.shares=auto's measurement (a no-op at equal shares)
     tr.ckpt.maybe_save(st)
 
 

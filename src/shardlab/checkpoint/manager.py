@@ -416,6 +416,8 @@ class CheckpointManager:
             obj = getattr(state, attr, None)
             if obj is not None and meta.get(attr):
                 obj.load_state_dict(meta[attr])
+        if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
+            state.balance.load_state_dict(meta.get("shares"))
         state.step = meta["step"]
         if same_layout:
             st.set_rng(tensors["rng"][rng_key])

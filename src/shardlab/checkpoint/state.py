@@ -158,6 +158,7 @@ def train_meta(state, world_size: int) -> dict:
     return {
         "step": int(state.step),
         "sampler": state.sampler.state_dict() if getattr(state, "sampler", None) is not None else None,
+        "shares": state.balance.state_dict() if getattr(state, "balance", None) is not None else None,
         "scaler": _jsonable(scaler.state_dict()) if scaler is not None else None,
         "scheduler": _jsonable(scheduler.state_dict()) if scheduler is not None else None,
         "world_size": world_size,

@@ -5,6 +5,10 @@ all sample indices; optimizer step k consumes the next `global_batch` indices of
 takes the contiguous slice [r*gb/W, (r+1)*gb/W) of that global batch. So the set of samples in step k
 (and their order, read rank by rank) does not depend on the world size, and the whole state is two
 integers, epoch and cursor, which a run at any other world size can resume from.
+
+Uneven shares (`data.shares`, docs/balance.md) change only where the global batch is cut: rank r takes
+the slice [n_0 + ... + n_{r-1}, n_0 + ... + n_r) for per-rank sample counts n_r summing to gb. The
+samples of step k stay the same, so the trajectory does not depend on the shares.
 """
 import numpy as np
 
@@ -37,6 +41,17 @@ class GlobalSampler:
         self.world_size, self.rank = world_size, rank
         self.epoch, self.cursor = 0, 0  # the whole state: position in the current epoch's permutation
         self._perm_epoch, self._perm = None, None
+        self.counts = [global_batch // world_size] * world_size  # samples per rank in each global batch
+
+    def set_shares(self, counts: list[int]) -> None:
+        """Cut each global batch into these per-rank sample counts (whole samples, summing to the global
+        batch, at least one each) instead of equal slices. Not part of the state: the counts belong to a
+        world size, the state does not (a checkpoint records them beside it, docs/balance.md)."""
+        counts = [int(c) for c in counts]
+        if len(counts) != self.world_size or sum(counts) != self.global_batch or min(counts) < 1:
+            raise DataError(f"shares {counts} must give each of the {self.world_size} ranks at least one sample "
+                            f"and sum to the global batch {self.global_batch}")
+        self.counts = counts
 
     @property
     def steps_per_epoch(self) -> int:
@@ -65,9 +80,9 @@ class GlobalSampler:
         return self._permutation(epoch)[start:start + self.global_batch].tolist()
 
     def rank_share(self, global_indices: list[int]) -> list[int]:
-        """This rank's contiguous slice of a global batch."""
-        per_rank = self.global_batch // self.world_size
-        return global_indices[self.rank * per_rank:(self.rank + 1) * per_rank]
+        """This rank's contiguous slice of a global batch (`counts[rank]` samples after the lower ranks')."""
+        start = sum(self.counts[:self.rank])
+        return global_indices[start:start + self.counts[self.rank]]
 
     def next_global_batch(self) -> list[int]:
         """Consume the next step's global batch and return all of it."""

@@ -79,7 +79,7 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     own = LAYOUT.get(p.pp_schedule, (p.pp_schedule, "loop"))[0]
     try:
         check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
-        if p.pp_split:
+        if p.pp_split and p.pp_split != "auto":  # auto: measured at start-up (pp/measure.py)
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
@@ -111,8 +111,12 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     sched = schedule_of(p, t.grad_accum)
     mc = model.cfg
     n = sched.n_stages
-    ranges = stage_ranges(mc.n_layer, n, split=_split_points(p.pp_split) or None,
-                          costs=layer_costs(mc.n_layer, mc.d_model, mc.vocab_size, t.seq_len))
+    if p.pp_split == "auto":  # measured per-layer times, rank 0's on every rank
+        from shardlab.parallel.pp.measure import measured_costs
+        costs, points = measured_costs(model, cfg), None
+    else:
+        costs, points = layer_costs(mc.n_layer, mc.d_model, mc.vocab_size, t.seq_len), _split_points(p.pp_split)
+    ranges = stage_ranges(mc.n_layer, n, split=points or None, costs=costs)
     pp_rank = dims.coord("pp")
     mine = sched.stages_of(pp_rank)
     part = copy.deepcopy(model)

@@ -229,11 +229,12 @@ class StepLog:
         tr, t = self.tr, self.tr.cfg.train
         self.window_steps += 1
         ev = self.event(step - 1, verdict, skipped)
-        log_now = step % t.log_every == 0 or step == t.steps
+        shares = tr.balance.pop_log() if getattr(tr, "balance", None) is not None else None  # new shares
+        log_now = step % t.log_every == 0 or step == t.steps or shares is not None
         eval_now = t.eval_every and (step % t.eval_every == 0 or step == t.steps)
         if not (log_now or eval_now or ev):
             return
-        row = {"step": step, **(ev or {})}
+        row = {"step": step, **(ev or {}), **(shares or {})}
         ran = not (ev and ev["event"] == "rollback" and ev["skipped"])  # a skipped bad batch never ran
         if (log_now or ev) and ran:
             tr.par.sum_over_data(loss_sum, tag="metrics")  # data-parallel ranks saw different tokens

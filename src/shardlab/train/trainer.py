@@ -5,7 +5,8 @@ Per step: the global sampler hands this data-parallel rank its share of the glob
 one tensor/pipeline group get the same share); the share is split into `grad_accum` microbatches;
 each microbatch's summed cross-entropy is scaled by D / global_tokens (D = data-parallel size), so
 that after the data-parallel layer's gradient averaging (÷ D) the gradient is exactly that of the
-mean loss over every token of the global batch, at any layout and accumulation.
+mean loss over every token of the global batch, at any layout and accumulation -- and at any shares
+(`data.shares`: ranks may hold different numbers of samples; train/balance.py).
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ class TrainState:
     sampler: GlobalSampler
     scaler: LossScaler | None
     step: int = 0
+    balance: object = None  # the data-parallel shares (shardlab.train.balance.Balancer), checkpointed
 
 
 def _sync(device: torch.device) -> None:
@@ -75,7 +77,9 @@ class Trainer:
         sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.dims.dp_size, self.dims.dp_rank)
         scaler = LossScaler() if t.dtype == "fp16" else None
         precision.warn_if_slow(t.dtype, self.device.type, self.is_main)
-        self.state = TrainState(cfg, self.strategy, self.par.optimizer, sampler, scaler)
+        from shardlab.train.balance import Balancer
+        self.balance = Balancer(cfg, self.dims, sampler, self.rank)  # data.shares: each rank's samples
+        self.state = TrainState(cfg, self.strategy, self.par.optimizer, sampler, scaler, balance=self.balance)
         self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
 
         from shardlab.checkpoint import CheckpointManager
@@ -103,9 +107,11 @@ class Trainer:
         loss_weight = self.dims.size("dp_cp") / self.tokens_per_step * self.doctor.loss_weight_factor(action)
         if st.scaler is not None:
             loss_weight *= st.scaler.scale
-        micro = list(zip(x.split(t.micro_batch), y.split(t.micro_batch)))
-        loss_sum = self.par.forward_backward(micro, loss_weight,
-                                             lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss))
+        # grad_accum microbatches on every rank whatever its share (the same collectives everywhere)
+        micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
+        with self.balance.measure(len(idx)):  # compute per sample (data.shares=auto, debug.slow_factor)
+            loss_sum = self.par.forward_backward(micro, loss_weight,
+                                                 lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss))
         comm.set_phase("optimizer")
         with timeline.span("optimizer", cat="optim"):
             par.finish()
@@ -177,12 +183,14 @@ class Trainer:
                 bad, st.step = st.step - 1, self._rollback()
                 steplog.rolled_back(bad, st.step, "replica divergence")
                 continue
+            self.balance.after_step(st.step)  # data.shares=auto: measure, re-set the shares
             self.ckpt.maybe_save(st)
             steplog.finished(st.step, self.verdict, skipped, loss_sum, grad_norm, dt, evaluate.val_loss)
         self.ckpt.close(st)
         self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
+        summary["shares"] = self.balance.summary()
         if self.is_main and cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
