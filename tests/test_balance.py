@@ -48,6 +48,7 @@ def test_sampler_shares_cut_the_same_global_batch_differently():
     (["data.shares=1,20"], "fewer than train.grad_accum=2"),
     (["data.shares_resume=sometimes"], "must be one of keep, measure"),
     (["debug.slow_factor=0.5"], "at least 1"),
+    (["data.shares=1,3", "data.uneven=join"], "the join correction assumes equal shares"),
 ])
 def test_bad_shares_are_one_line_config_errors(overrides, message):
     cfg = config.load(None, BASE + overrides)

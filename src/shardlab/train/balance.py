@@ -93,6 +93,9 @@ def validate(cfg, dims) -> None:
         raise ConfigError(f"data.shares_drift={d.shares_drift}: must be in [0, 1)")
     if cfg.debug.slow_factor < 1:
         raise ConfigError(f"debug.slow_factor={cfg.debug.slow_factor}: must be at least 1 (1 = not slowed)")
+    if d.shares != "equal" and d.uneven == "join":  # join's loss correction (world / active ranks) assumes equal shares
+        raise ConfigError(f"data.shares={d.shares} with data.uneven=join: the join correction assumes equal shares; "
+                          "set data.uneven=error or data.shares=equal")
     weights = parse(d.shares, dims.dp_size)
     if weights is None or len(set(weights)) == 1:
         return
