@@ -177,7 +177,7 @@ def dp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 
 def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
     """Megatron tensor parallelism: per layer 2 all-reduces forward (f/g) and 2 backward of the
     b*s*h activation; with sequence parallelism each becomes an all-gather + reduce-scatter pair
-    (same wire bytes). Full recomputation repeats the forward ones. Pipeline: one p2p send of the
+    (same wire bytes). Full (and shardlab's selective) recomputation repeats the forward ones. Pipeline: one p2p send of the
     activation per micro batch per boundary forward, one gradient backward (x v interleaved)."""
     out: list[Collective] = []
     s = train.seq or model.seq
@@ -185,7 +185,9 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     act = train.micro_batch * s * model.d_model * e
     layers = model.n_layer // lay.pp
     if lay.tp > 1:
-        per_mb = 4 + (2 if lay.recompute == "full" else 0)
+        # shardlab's selective recompute reruns the block's TP collectives too (own TP's go through
+        # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
+        per_mb = 4 + (2 if lay.recompute in ("full", "selective") else 0)
         n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd/bwd
         if lay.sp:
             out.append(Collective("all_gather", "tp", lay.tp, act * n / 2, n // 2 + n % 2, "none",
