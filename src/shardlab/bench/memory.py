@@ -216,9 +216,9 @@ def run(out: Path, quick: bool) -> dict:
         these = _rows(size, got)
         rows += these
         figures.update(_figures(these, "" if k == 0 else f"{size['name']}_"))
-    doc = common.write_results(out, "memory", figures, rows)
-    plot = _plot(out, rows)
-    _report(out, rows, figures, sizes, plot)
+        # written after each preset: the small model's results stand even if gpt2's run is cut short
+        doc = common.write_results(out, "memory", figures, rows)
+        _report(out, rows, figures, sizes[:k + 1], _plot(out, rows))
     return doc
 
 
