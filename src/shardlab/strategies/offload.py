@@ -45,14 +45,13 @@ class DiskTier:
     name = "disk"
 
     def __init__(self, directory: str = ""):
-        self.dir = tempfile.mkdtemp(prefix="shardlab-offload-", dir=directory or None)
-        self._n = 0
+        self.dir = directory or None  # None: the system's temporary directory (TMPDIR)
 
     def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
-        path = os.path.join(self.dir, f"t{self._n}.bin")
-        self._n += 1
+        fd, path = tempfile.mkstemp(prefix="shardlab-offload-", suffix=".bin", dir=self.dir)
+        os.close(fd)
         t = torch.from_file(path, shared=True, size=numel, dtype=dtype)
-        os.unlink(path)  # the mapping keeps the data
+        os.unlink(path)  # the mapping keeps the data; nothing is left in the directory
         return t
 
     def release(self, t: torch.Tensor) -> None:
