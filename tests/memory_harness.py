@@ -21,7 +21,77 @@ def modes(name: str, modes: tuple = MODES, steps: int = 5, model_kw: dict = TINY
     return out
 
 
-def offload(name: str, steps: int = 5, **parallel) -> dict:
-    """{"none": ..., "disk": ...}: `zero_harness.train` without and with the optimizer offloaded to disk."""
-    return {"none": train(name, steps=steps, **parallel),
-            "disk": train(name, steps=steps, offload="optimizer", offload_to="disk", **parallel)}
+def offload(name: str, steps: int = 5, what: str = "optimizer", to: tuple = ("disk",), **parallel) -> dict:
+    """{"none": ..., "disk": ..., "host": ...}: `zero_harness.train` without and with `what` (optimizer or
+    params) offloaded to each tier of `to`."""
+    out = {"none": train(name, steps=steps, **parallel)}
+    for tier in to:
+        out[tier] = train(name, steps=steps, offload=what, offload_to=tier, **parallel)
+    return out
+
+
+def params_at_rest(name: str = "zero3", **parallel) -> dict:
+    """After a step of zero3 with offload=params: where each unit's flat shard lives (file-backed or not)
+    and how much of it is resident in this process (`mincore`)."""
+    from zero_harness import _steps, setup, TINY as kw
+
+    par = setup(name, kw, **parallel)
+    _steps(par, kw, 1)
+    units = par.dp.units
+    return {"mapped": [bool(u.flat_shard.untyped_storage().filename) for u in units],
+            "resident": [resident_bytes(u.flat_shard) for u in units],
+            "bytes": [u.flat_shard.numel() * u.flat_shard.element_size() for u in units]}
+
+
+def resident_bytes(t: torch.Tensor) -> int:
+    """Bytes of the mapping that holds `t` resident in this process (`Rss` in /proc/self/smaps; mincore
+    would report the page cache, which keeps a file's pages after the process has dropped them)."""
+    addr, rss, inside = t.data_ptr(), 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and all(c in "0123456789abcdef-" for c in head):
+                lo, hi = (int(v, 16) for v in head.split("-"))
+                inside = lo <= addr < hi
+            elif inside and head == "Rss:":
+                rss += int(line.split()[1]) * 1024
+    return rss
+
+
+COMPOSED = ["model.preset=tiny", "train.seq_len=16", "train.lr=0.001", "train.grad_clip=1.0", "ckpt.final=false"]
+
+
+def composed_modes(overrides: list[str], steps: int = 5, modes: tuple = MODES) -> dict:
+    """mode -> this rank's losses and the full parameters it holds after `steps` steps of
+    `parallel.build(cfg)` (TP, PP or both layers) with `train.recompute=mode`, the trainer's way: forward
+    and backward of the step's microbatches, finish, clip, optimizer step. Every rank returns its own
+    (a pipeline stage holds its blocks only). Each mode starts from the same global RNG state."""
+    from shardlab import comm, config
+    from shardlab.parallel import build
+
+    out = {}
+    for mode in modes:
+        torch.manual_seed(0)
+        cfg = config.load(None, COMPOSED + overrides + [f"train.recompute={mode}"])
+        config.validate(cfg, comm.world_size())
+        par = build(cfg, comm.device())
+        dims, t = par.dims, cfg.train
+        tokens = t.global_batch * t.seq_len
+        rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
+        losses = []
+        for step in range(steps):
+            first = comm.RECORDER.order
+            gen = torch.Generator().manual_seed(100 + step)
+            data = torch.randint(0, 256, (t.grad_accum, t.global_batch // t.grad_accum, t.seq_len + 1),
+                                 generator=gen)[:, rows]
+            loss = par.forward_backward([(d[:, :-1], d[:, 1:]) for d in data], dims.dp_size / tokens)
+            par.finish()
+            par.clip_grad_norm_(t.grad_clip)
+            par.optimizer_step()
+            par.zero_grad()
+            losses.append(float(par.sum_over_data(loss, "loss")) / tokens)
+        ops = [(r.op, r.phase) for r in comm.RECORDER.ring if r.order > first]  # the last step's collectives
+        out[mode] = {"losses": losses, "ops": ops, "recomputed": [k for k, b in par.module.blocks.items()
+                                                      if getattr(b, "recompute", None) == mode],
+                     "params": {k: v.detach().clone() for k, v in par.full_parameters().items()}}
+    return out

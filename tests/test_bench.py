@@ -103,3 +103,25 @@ def test_default_output_folder_is_ignored_by_git():
     assert r.returncode == 0
     r = subprocess.run(["git", "check-ignore", "-q", "src/shardlab/bench/common.py"], cwd=root)
     assert r.returncode == 1  # the package of the same name is not
+
+
+def test_bench_memory_runs_every_row_and_writes_its_figures(tmp_path, monkeypatch):
+    """The memory suite end to end on a toy model (its `--quick` size shrunk further, gpt2's subset of rows:
+    recompute x {ddp, zero3}, each offload with recompute none): the figures the issue names, exact activation
+    bytes, the plot."""
+    import json
+
+    from shardlab.bench import memory
+
+    monkeypatch.setattr(memory, "QUICK", dict(memory.QUICK, name="toy", model=dict(n_layer=2, n_head=2, d_model=32,
+                                              vocab_size=256), micro=2, seq=32, rounds=2, warm=0, mem_steps=1,
+                                              subset=True))
+    memory.run(tmp_path, quick=True)
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert {(r["dp"], r["recompute"], r["offload"]) for r in doc["rows"]} == set(memory.rows_of(memory.QUICK))
+    assert len(doc["rows"]) == 3 + 3 + 2
+    for name in ("recompute_full_act_ratio", "recompute_full_time_ratio", "recompute_selective_time_ratio",
+                 "offload_disk_rss_ratio", "offload_params_disk_rss_ratio", "planner_act_mem_err"):
+        assert doc["figures"][name] > 0, name
+    assert doc["figures"]["act_formula_max_err"] == 0
+    assert (tmp_path / "memory_tradeoff.png").stat().st_size > 0 and (tmp_path / "REPORT.md").exists()

@@ -107,8 +107,8 @@ def test_korthikanti_table_2(t):
     x = 5 * a * s / h
     assert activation_bytes_per_layer(m, b, s, t) == pytest.approx(sbh * (10 + 24 / t + x / t))
     assert activation_bytes_per_layer(m, b, s, t, sp=True) == pytest.approx(sbh * (34 / t + x / t))
-    assert activation_bytes_per_layer(m, b, s, t, recompute="selective") == pytest.approx(sbh * (10 + 24 / t))
-    assert activation_bytes_per_layer(m, b, s, t, sp=True, recompute="selective") == pytest.approx(sbh * 34 / t)
+    assert activation_bytes_per_layer(m, b, s, t, recompute="selective-attn") == pytest.approx(sbh * (10 + 24 / t))
+    assert activation_bytes_per_layer(m, b, s, t, sp=True, recompute="selective-attn") == pytest.approx(sbh * 34 / t)
     assert activation_bytes_per_layer(m, b, s, t, recompute="full") == 2 * sbh
 
 
@@ -117,8 +117,21 @@ def test_korthikanti_sp_plus_selective_saves_5x_on_gpt3():
     (here (10 + 24/8 + 80/8) / (34/8) = 5.4 per layer for GPT-3 at t=8)."""
     m = GPT3
     base = activation_bytes_per_layer(m, 1, m.seq, 8)
-    best = activation_bytes_per_layer(m, 1, m.seq, 8, sp=True, recompute="selective")
+    best = activation_bytes_per_layer(m, 1, m.seq, 8, sp=True, recompute="selective-attn")
     assert base / best == pytest.approx(23 / 4.25)
+
+
+def test_shardlab_selective_is_what_its_policy_keeps():
+    """`selective` is shardlab's policy: 11 sbh-sized tensors at 16 bits plus the fp32 attention
+    log-sum-exp, 22sbh + 4asb; doubled for fp32 it is the measured formula of docs/memory.md, 4(11sbh + asb),
+    up to the log-sum-exp counted twice (4asb of 44sbh: 4a/44h, under 1%)."""
+    from shardlab.observe.activations import formula_bytes
+
+    m, b, s = GPT3, 2, 128
+    sbh, a = s * b * m.d_model, m.n_head
+    got = activation_bytes_per_layer(m, b, s, recompute="selective", flash=True)
+    assert got == pytest.approx(22 * sbh + 4 * a * s * b)
+    assert 2 * got == pytest.approx(formula_bytes(b, s, m.d_model, a, "selective"), rel=0.01)
 
 
 def test_korthikanti_extra_terms_and_pipeline_in_flight():

@@ -8,7 +8,7 @@ Activation bytes per block are counted exactly and equal the formula of docs/mem
 import pytest
 import torch
 
-from memory_harness import modes
+from memory_harness import composed_modes, modes
 from shardlab.config import Config, ConfigError, load, validate
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.observe.activations import ActivationBytes, formula_bytes
@@ -132,3 +132,43 @@ def test_selective_recompute_keeps_what_its_policy_saves():
 @pytest.mark.parametrize("name", ["zero1", "zero2", "torch-ddp", "torch-fsdp2", "torch-zero1"])
 def test_other_dp_layers_world2_bitwise_equal_to_none(pool2, name):
     _bitwise(pool2.run(modes, name))
+
+
+# --- under tensor (with sequence) parallelism and pipeline parallelism --------------------------------
+
+TP_SP = ["parallel.tp=2", "parallel.sp=true", "train.micro_batch=2", "train.grad_accum=1"]
+PP_1F1B = ["parallel.pp=2", "parallel.pp_schedule=1f1b", "train.micro_batch=1", "train.grad_accum=4"]
+
+
+def _bitwise_per_rank(out: list[dict]):
+    """Every rank's losses and the parameters it holds (a stage's, a TP shard's gathered) are bitwise none's."""
+    for rank_out in out:
+        for mode in ("full", "selective"):
+            assert rank_out[mode]["losses"] == rank_out["none"]["losses"], mode
+            assert rank_out[mode]["recomputed"], mode  # this stage's blocks really are recomputed
+            want = rank_out["none"]["params"]
+            assert rank_out[mode]["params"].keys() == want.keys()
+            for k in want:
+                assert torch.equal(rank_out[mode]["params"][k], want[k]), (mode, k)
+
+
+def _check_layer(pool2, overrides: list[str], dropout: float):
+    out = pool2.run(composed_modes, overrides + [f"model.dropout={dropout}"], timeout=300)
+    _bitwise_per_rank(out)
+    if dropout:  # the masks are really drawn: the losses are not those of the run without dropout
+        plain = pool2.run(composed_modes, overrides + ["model.dropout=0.0"], modes=("none",), timeout=300)
+        assert plain[-1]["none"]["losses"] != out[-1]["none"]["losses"]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_tp2_sp_world2_bitwise_equal_to_none(pool2, dropout):
+    """Own TP with SP: recompute reruns the block's sequence all-gather and the per-rank dropout stream
+    (ShardedRegionRNG draws its seed from the default generator, which the checkpoint restores)."""
+    _check_layer(pool2, TP_SP, dropout)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.1])
+def test_pp2_1f1b_world2_bitwise_equal_to_none(pool2, dropout):
+    """1F1B: a stage's backward of microbatch i runs after later forwards; the recompute restores the RNG
+    state stashed at i's forward."""
+    _check_layer(pool2, PP_1F1B, dropout)

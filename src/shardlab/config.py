@@ -97,8 +97,8 @@ class ParallelConfig:
     tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
     cp_impl: str = "own"  # own (ring attention, parallel/cp.py) | torch (context_parallel, CUDA only)
-    offload: str = "none"  # none | optimizer : optimizer state and step off the process (own zero1/2/3)
-    offload_to: str = "disk"  # disk (memory-mapped files, docs/memory.md) | host (not built yet)
+    offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
+    offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
 
     @property
     def dp(self) -> str:
@@ -277,6 +277,31 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}={value!r}: must be one of {', '.join(options)}")
 
 
+def _check_offload(p) -> None:
+    """What offload exists (docs/memory.md): optimizer to disk for zero1/2/3; params (with the optimizer) to
+    host or disk for zero3; torch-fsdp2's CPUOffloadPolicy (params to host), which needs an accelerator."""
+    what = f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with parallel.strategy={p.strategy}"
+    if p.offload == "none":
+        return
+    if p.strategy == "torch-fsdp2":
+        if p.offload != "params" or p.offload_to != "host":
+            raise ConfigError(f"{what}: FSDP2 offloads parameters (with gradients and optimizer) to the host "
+                              "only; use parallel.offload=params parallel.offload_to=host")
+        import torch
+        if not torch.cuda.is_available() or p.backend == "gloo":
+            raise ConfigError(f"{what}: FSDP2's CPUOffloadPolicy needs an accelerator (CUDA) and this run has "
+                              "none; on a CPU use parallel.strategy=zero3 parallel.offload=params "
+                              "parallel.offload_to=disk")
+        return
+    if p.offload == "optimizer" and (p.offload_to != "disk" or p.strategy not in ("zero1", "zero2", "zero3")):
+        raise ConfigError(f"{what}: the optimizer is offloaded to disk for zero1/zero2/zero3; use "
+                          "parallel.offload_to=disk with one of them (or parallel.offload=params "
+                          "parallel.offload_to=host with zero3)")
+    if p.offload == "params" and p.strategy != "zero3":
+        raise ConfigError(f"{what}: parameter offload needs parameters sharded at rest; use "
+                          "parallel.strategy=zero3 (or torch-fsdp2 on CUDA)")
+
+
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import resolve_model_config
@@ -291,11 +316,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
-    if p.offload != "none" and (p.offload != "optimizer" or p.offload_to != "disk"
-                                or p.strategy not in ("zero1", "zero2", "zero3")):
-        raise ConfigError(f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with "
-                          f"parallel.strategy={p.strategy}: this version offloads the optimizer to disk for "
-                          "zero1/zero2/zero3 only; use parallel.offload=optimizer parallel.offload_to=disk with one of them")
+    _check_offload(p)
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))

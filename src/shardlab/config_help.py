@@ -95,10 +95,11 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                     "-1 = fill the world", "-1 | int >= 1"),
     "parallel.cp_impl": ("context parallelism: own ring attention (every K/V transfer through comm, CPU and CUDA) "
                          "or torch's context_parallel (CUDA only)", "own | torch"),
-    "parallel.offload": ("ZeRO-Offload: keep the optimizer state and step off the process's memory (own "
-                         "zero1/2/3 only; params is not built yet)", "none | optimizer | params"),
-    "parallel.offload_to": ("where offloaded state lives: memory-mapped files (docs/memory.md); host (pinned "
-                            "memory) is not built yet", "host | disk"),
+    "parallel.offload": ("ZeRO-Offload: the optimizer state and step (own zero1/2/3), or the parameter shards "
+                         "with them between uses (params: zero3, or torch-fsdp2 on CUDA) live off the device "
+                         "(docs/memory.md)", "none | optimizer | params"),
+    "parallel.offload_to": ("where offloaded state lives: memory-mapped files (disk), or pinned CPU memory (host; "
+                            "on a CPU-only machine a no-op)", "host | disk"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
                          "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "

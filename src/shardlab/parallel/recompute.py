@@ -8,8 +8,9 @@ composes with hooks on parameters and module outputs (what the data-parallel lay
 - full: the block keeps its input only and recomputes its whole forward in backward.
 - selective: an op-level policy (torchtitan's selective AC, Megatron's selective recompute): the outputs
   of the matmuls and of fused attention are kept, everything cheap and memory-heavy between them
-  (LayerNorm, GELU, softmax-like, elementwise, dropout) is recomputed. Collectives inside a block (tensor
-  parallelism) are kept too, so recompute never communicates.
+  (LayerNorm, GELU, softmax-like, elementwise, dropout) is recomputed. Functional collectives inside a
+  block (DTensor tensor parallelism) are kept too; own TP's collectives go through comm.py, outside the
+  policy's reach, and run again in the recompute, as in full recompute (docs/memory.md).
 
 The block's class is swapped for a subclass whose `forward` runs the original one under checkpoint (the
 way FSDP2's `fully_shard` swaps classes): no wrapper module, so parameter names, state dicts and

@@ -209,7 +209,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     per layer 2 all-reduces forward (g) and 2 backward (f) of the b*s*h activation, plus the
     vocab-parallel embedding's g forward and the head's f backward. With sequence parallelism every
     one becomes an all-gather and a reduce-scatter (twice the calls and payload, the same wire bytes).
-    Full recomputation repeats the forward ones. The vocab-parallel loss sends 3 fp32 numbers per token
+    Full (and shardlab's selective) recomputation repeats the forward ones. The vocab-parallel loss sends 3 fp32 numbers per token
     (max; target logit and sum of exp), O(tokens) and not O(tokens x vocab); SP sums the replicated
     parameters' gradients once per step; the clipped norm adds 2 fp32 sums per step.
     Pipeline: one p2p send of the activation per micro batch per boundary forward, one gradient
@@ -221,7 +221,9 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     act = tokens * model.d_model * e
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     if lay.tp > 1:
-        per_mb = 4 + (2 if lay.recompute == "full" else 0)
+        # shardlab's selective recompute reruns the block's TP collectives too (own TP's go through
+        # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
+        per_mb = 4 + (2 if lay.recompute in ("full", "selective") else 0)
         n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd / head bwd
         if lay.sp:
             out.append(Collective("all_gather", "tp", lay.tp, act * n, n, "none",

@@ -211,7 +211,10 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     fwd = layers * f_block + f_end
     if lay.recompute == "full":
         rec = layers * f_block
-    elif lay.recompute == "selective":
+    elif lay.recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
+        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual")]
+        rec = layers * ops_time(cheap, False)
+    elif lay.recompute == "selective-attn":  # Megatron's: the attention core again
         core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_v")]
         rec = layers * ops_time(core, False)
     else:

@@ -20,7 +20,7 @@ def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "selective-attn", "full")  # selective: shardlab's; selective-attn: Megatron's
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
 

@@ -167,9 +167,16 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
       no parallelism            sbh(34 + 5as/h)
       tensor parallel           sbh(10 + 24/t + 5as/(ht))
       tensor + sequence par.    sbh(34/t + 5as/(ht))
-      selective recompute       drops the 5as/h term (attention core recomputed)
+      selective-attn            drops the 5as/h term (Megatron's selective: attention core recomputed)
       full recompute            sbh*2 (only the layer input; /t with sequence parallelism)
-    `flash=True`: a fused attention kernel never stores the s x s scores, like selective recompute.
+    `flash=True`: a fused attention kernel never stores the s x s scores, like selective-attn.
+
+    `selective` is shardlab's policy (parallel/recompute.py), as measured (docs/memory.md): it keeps the
+    outputs of the matmuls and of attention and recomputes LayerNorm, GELU, dropout and the residual adds:
+      sbh(2/t_sp + 16/t + 4) + 4asb/t   (16-bit values; the attention log-sum-exp is fp32)
+    the layer input (÷t with sequence parallelism), q, k, v, attention output and the 4h MLP matmul output
+    (head/column-split: ÷t), both row-parallel matmul outputs (a partial sum of full size before its
+    reduction), plus the s x s scores (as²b) where attention is not fused.
     """
     h, a = m.d_model, m.n_head
     sbh = s * b * h
@@ -177,7 +184,10 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
         return llama_activation_bytes_per_layer(m, b, s, t, sp, recompute, flash)
     if recompute == "full":
         return sbh * 2 / (t if sp else 1)
-    attn_core = 0.0 if (recompute == "selective" or flash) else 5 * a * s / h
+    if recompute == "selective":
+        scores = 0.0 if flash else 2 * a * s * s * b / t
+        return sbh * (2 / (t if sp else 1) + 16 / t + 4) + 4 * a * s * b / t + scores
+    attn_core = 0.0 if (recompute == "selective-attn" or flash) else 5 * a * s / h
     if sp:
         return sbh * (34 / t + attn_core / t)
     return sbh * (10 + 24 / t + attn_core / t)

@@ -53,7 +53,7 @@ def _tflops(name: str, gpus: int, tp: int, pp: int, batch: int) -> float:
 
 
 PUBLISHED = [
-    ("530B MFU, sequence parallel + selective recompute", 54.2, "%", lambda: 100 * _mfu_530b("selective", True),
+    ("530B MFU, sequence parallel + selective recompute", 54.2, "%", lambda: 100 * _mfu_530b("selective-attn", True),
      KORTHIKANTI),
     ("530B MFU, full recompute", 42.1, "%", lambda: 100 * _mfu_530b("full", False), KORTHIKANTI),
     ("1T on 3072 A100 (t=8, p=64, batch 3072), TFLOP/s per GPU", 163.0, "TFLOP/s",

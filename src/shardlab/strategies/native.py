@@ -79,10 +79,13 @@ class TorchFSDP2(Strategy):
             # all-reduces the shards across replicas; a 1-D mesh is plain FSDP
             hsdp = self.dims.dp_replicate > 1
             mesh = self.dims.mesh["dp_replicate", "dp_shard"] if hsdp else self.dims.mesh["dp_shard"]
-        reshard = self.pcfg.reshard_after_forward
+        kw = {"mesh": mesh, "reshard_after_forward": self.pcfg.reshard_after_forward}
+        if getattr(self.pcfg, "offload", "none") == "params":  # CUDA only (config refuses it without)
+            from torch.distributed.fsdp import CPUOffloadPolicy
+            kw["offload_policy"] = CPUOffloadPolicy(pin_memory=True)  # shards, grads, optimizer on the host
         for block in model.blocks.values():
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(block, **kw)
+        fully_shard(model, **kw)
         self.model = self.module = model
         return model
 

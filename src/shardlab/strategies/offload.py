@@ -1,4 +1,12 @@
-"""Optimizer offload to disk (`parallel.offload=optimizer parallel.offload_to=disk`), for the own zero layers.
+"""Offload for the own zero layers: the optimizer (`parallel.offload=optimizer`, ZeRO-Offload) or the
+parameter shards and the optimizer (`parallel.offload=params`, zero3: ZeRO-3 offload), to a *tier*:
+
+- `disk` (`DiskTier`): memory-mapped files, ZeRO-Infinity's NVMe tier. Pages are dropped from the process
+  after every use, so resident memory really falls: the tier that makes the trade measurable on a CPU.
+- `host` (`HostTier`): pinned CPU memory on CUDA (fast, asynchronous copies to the device). On a CPU-only
+  machine the host *is* the device: host offload is a no-op copy and saves nothing.
+
+Optimizer offload to disk:
 
 ZeRO-Infinity's NVMe tier on a CPU-only machine: this rank's optimizer state (Adam's m and v of its
 shards) lives in memory-mapped files, not in the process's memory. The step runs one parameter shard at a
@@ -32,18 +40,48 @@ def _drop_pages(t: torch.Tensor) -> None:
     _libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(length), _MADV_DONTNEED)
 
 
+class DiskTier:
+    """Tensors in memory-mapped files (one file each, unlinked once mapped: none outlives the process)."""
+    name = "disk"
+
+    def __init__(self, directory: str = ""):
+        self.dir = directory or None  # None: the system's temporary directory (TMPDIR)
+
+    def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        fd, path = tempfile.mkstemp(prefix="shardlab-offload-", suffix=".bin", dir=self.dir)
+        os.close(fd)
+        t = torch.from_file(path, shared=True, size=numel, dtype=dtype)
+        os.unlink(path)  # the mapping keeps the data; nothing is left in the directory
+        return t
+
+    def release(self, t: torch.Tensor) -> None:
+        """After a use: the pages leave the process (the file keeps the data)."""
+        _drop_pages(t)
+
+
+class HostTier:
+    """Pinned CPU memory when CUDA is there (page-locked: the copy to the device can be asynchronous);
+    without an accelerator plain CPU memory, which is where the parameters already were."""
+    name = "host"
+
+    def empty(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
+        return torch.empty(numel, dtype=dtype, pin_memory=torch.cuda.is_available())
+
+    def release(self, t: torch.Tensor) -> None:
+        pass
+
+
+def tier(name: str):
+    return DiskTier() if name == "disk" else HostTier()
+
+
 class DiskOffload:
     def __init__(self, directory: str = ""):
-        self.dir = tempfile.mkdtemp(prefix="shardlab-offload-", dir=directory or None)
+        self.tier = DiskTier(directory)
         self.homes: dict[tuple[int, str], torch.Tensor] = {}  # (id(param), key) -> file-backed tensor
-        self._n = 0
 
     def _file_tensor(self, like: torch.Tensor) -> torch.Tensor:
-        path = os.path.join(self.dir, f"state{self._n}.bin")
-        self._n += 1
-        t = torch.from_file(path, shared=True, size=like.numel(), dtype=like.dtype).view(like.shape)
-        os.unlink(path)  # the mapping keeps the data; no file outlives the process
-        return t
+        return self.tier.empty(like.numel(), like.dtype).view(like.shape)
 
     def _rehome(self, p: torch.Tensor, state: dict) -> None:
         """Move the parameter's state tensors into their files (new state, or a state just loaded)."""

@@ -80,7 +80,7 @@ class FlatParamUnit:
     """
 
     def __init__(self, name: str, module: nn.Module, params: list[tuple[str, nn.Parameter, list]],
-                 group, shard_at_rest: bool):
+                 group, shard_at_rest: bool, home=None):
         self.name, self.module, self.group = name, module, group
         self.rank, self.world = comm.rank(group), comm.world_size(group)
         self.infos: list[ShardedParam] = []
@@ -91,6 +91,9 @@ class FlatParamUnit:
             offset += info.numel
         self.shard_numel = offset  # S
         self.shard_at_rest = shard_at_rest
+        # zero3 with parallel.offload=params: the tier (offload.py) where the flat shard lives between uses;
+        # it is fetched to the device when the all-gather starts (one unit ahead with prefetch)
+        self.home = home if shard_at_rest else None
         self.flat_shard: torch.Tensor | None = None  # zero3: the parameters' home
         self.grad_shard: torch.Tensor | None = None  # zero2/zero3: the reduced gradient shard
         self.unsharded = not shard_at_rest
@@ -102,8 +105,12 @@ class FlatParamUnit:
         with torch.no_grad():
             if self.shard_at_rest:
                 p0 = self.infos[0].param if self.infos else None
-                self.flat_shard = torch.zeros(self.shard_numel, dtype=p0.dtype if p0 is not None else None,
-                                              device=p0.device if p0 is not None else None)
+                self.device = p0.device if p0 is not None else None
+                if self.home is not None and p0 is not None:
+                    self.flat_shard = self.home.empty(self.shard_numel, p0.dtype).zero_()
+                else:
+                    self.flat_shard = torch.zeros(self.shard_numel, dtype=p0.dtype if p0 is not None else None,
+                                                  device=self.device)
             for info in self.infos:
                 p = info.param
                 full = p.new_zeros((self.world * info.chunk, *info.shape[1:]))
@@ -119,6 +126,12 @@ class FlatParamUnit:
             if self.shard_at_rest:
                 self._free_full()
                 self._register(shard=True)
+                self.release()
+
+    def release(self) -> None:
+        """Offloaded (disk): the flat shard's pages leave the process after a use (a fetch, an update)."""
+        if self.home is not None and self.flat_shard is not None:
+            self.home.release(self.flat_shard)
 
     def _register(self, shard: bool) -> None:
         """Point the modules at the shards (at rest) or at the full parameters (in use)."""
@@ -144,6 +157,10 @@ class FlatParamUnit:
     # --- parameters: all-gather ------------------------------------------------------------------------
     def pack_shards(self) -> torch.Tensor:
         """This rank's shards as one flat buffer (zero1/zero2 build it from the full parameters)."""
+        if self.home is not None:  # offloaded: fetch the shard to the device (the all-gather's input)
+            buf = self.flat_shard.to(self.device, copy=True, non_blocking=self.flat_shard.is_pinned())
+            self.release()
+            return buf
         if self.flat_shard is not None:
             return self.flat_shard
         return torch.cat([i.full[i.start: i.start + i.chunk].reshape(-1) for i in self.infos])
@@ -226,7 +243,7 @@ def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool) -> list[FlatParamUnit]:
+def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=None) -> list[FlatParamUnit]:
     """Give every parameter to the innermost unit module that contains it (FSDP's rule). A parameter
     registered twice (the tied embedding/head) is one parameter, kept under its first name (wte.weight)."""
     mods = unit_modules(model, policy)
@@ -239,5 +256,5 @@ def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool) -> li
     for fqn, p in model.named_parameters():
         owner = max((name for name, _ in mods if name == "" or fqn.startswith(name + ".")), key=len)
         owned[owner].append((fqn, p, regs[id(p)]))
-    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest)
+    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest, home)
             for name, mod in mods if owned[name]]

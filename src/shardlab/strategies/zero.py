@@ -50,7 +50,12 @@ class _Zero(Strategy):
         # HSDP: the ranks holding the same shard; None when every data-parallel rank shards
         self.replicate_group = self.dims.group("dp_replicate") if self.dims.dp_replicate > 1 else None
         self.dp_size = self.world * self.dims.dp_replicate  # gradients are averaged over all of them
-        self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params)
+        self.param_home = None  # zero3 with parallel.offload=params: where the parameter shards live
+        if self.shard_params and getattr(self.pcfg, "offload", "none") == "params":
+            from shardlab.strategies.offload import tier
+            self.param_home = tier(self.pcfg.offload_to)
+        self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params,
+                                                      self.param_home)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
         self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
         self._sync = True  # reduce gradients in the next backward
@@ -78,7 +83,10 @@ class _Zero(Strategy):
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
         self.offload = None
-        if getattr(self.pcfg, "offload", "none") == "optimizer":  # state in memory-mapped files (offload.py)
+        offload = getattr(self.pcfg, "offload", "none")
+        # state in memory-mapped files (offload.py); with offload=params the optimizer follows the shards it
+        # updates (on the host tier Adam's state is created where they are)
+        if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
             from shardlab.strategies.offload import DiskOffload
             self.offload = DiskOffload()
         return factory([(i.fqn, i.shard) for i in self.infos])
@@ -184,12 +192,27 @@ class _Zero(Strategy):
         return {i.fqn: i.shard.grad for i in self.infos if i.shard.grad is not None}
 
     def optimizer_step(self, optimizer) -> None:
+        if getattr(self, "param_home", None) is not None:
+            self._grads_home()
         if getattr(self, "offload", None) is not None:
             self.offload.step(optimizer)
         else:
             optimizer.step()
         if not self.shard_params:
             self._gather_params()
+        for unit in self.units:
+            unit.release()  # offloaded shards just updated in place: their pages leave the process
+
+    def _grads_home(self) -> None:
+        """offload=params: the optimizer steps the shards where they live (the host), so their reduced
+        gradients go there first (on a CPU they are there already)."""
+        for unit in self.units:
+            g = unit.grad_shard
+            if g is None or g.device == unit.flat_shard.device:
+                continue
+            unit.grad_shard = g = g.to(unit.flat_shard.device)
+            for info, v in zip(unit.infos, unit.shard_views(g)):
+                info.shard.grad = v
 
     def _gather_params(self) -> None:
         """zero1/zero2: every rank updated its shard in place; all-gather the full parameters, one
@@ -237,6 +260,8 @@ class _Zero(Strategy):
         zero_state.load_model_state_dict(self, sd)
         if not self.shard_params:
             self._gather_params()
+        for unit in self.units:
+            unit.release()
 
     def optim_state_dict(self, optimizer) -> dict:
         return zero_state.optim_state_dict(self, optimizer)
