@@ -1,4 +1,4 @@
-"""The llama family under context parallelism (issue 23): the ring takes grouped key/value heads and the
+"""The llama family under context parallelism: the ring takes grouped key/value heads and the
 rotary positions follow the zigzag chunks, so llama-tiny at cp=2 equals `single` over 5 steps.
 
 Tolerances as in test_cp.py: the ring against one device's attention fp32 <= 1e-5 and float64 <= 1e-12

@@ -1,4 +1,4 @@
-"""`shardlab generate` with the llama family (issue 23): rotary positions per row, a KV cache of n_kv_heads
+"""`shardlab generate` with the llama family: rotary positions per row, a KV cache of n_kv_heads
 heads (grouped-query attention), Llama checkpoints and LlamaForCausalLM exports load, and greedy tokens
 equal Hugging Face transformers' `generate` on the export.
 
