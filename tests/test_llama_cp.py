@@ -68,3 +68,14 @@ def test_llama_cp_positions_are_the_zigzag_chunks_global_positions():
     cp._install(model, ctx)
     model(torch.zeros(1, 8, dtype=torch.long))
     assert model.blocks["0"].attn.rope_positions.tolist() == [4, 5, 6, 7, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_llama_cp2_x_tp2_equals_single(pool4, sp):
+    # each tp rank holds one of the two key/value heads; its ring carries that one head's blocks
+    out = pool4.run(composed, [*LLAMA, "parallel.cp=2", "parallel.tp=2", f"parallel.sp={str(sp).lower()}",
+                               "train.micro_batch=4"], STEPS, timeout=400)[0]
+    ref = _single()
+    torch.testing.assert_close(out["losses"], ref["losses"], rtol=1e-5, atol=0)
+    torch.testing.assert_close(out["norms"], ref["norms"], rtol=1e-5, atol=0)
+    assert_params_close(out["params"], ref["params"], lr_sum=STEPS * 1e-3, rtol=1e-5, atol=3e-5)
