@@ -7,10 +7,11 @@ import torch.nn.functional as F
 
 
 def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zigzag", seq: int = 32,
-                 batch: int = 2, heads: int = 3, head_dim: int = 8) -> dict | None:
+                 batch: int = 2, heads: int = 3, head_dim: int = 8, kv_heads: int = 0) -> dict | None:
     """Forward and backward of the ring over a group of `size` ranks (the first `size` of the world) against
     F.scaled_dot_product_attention on the whole sequence. Every rank draws the same full q, k, v, dout.
-    Rank 0 returns the max errors, this rank's recorded send bytes by tag, the per-rank FLOPs counted."""
+    Rank 0 returns the max errors, this rank's recorded send bytes by tag, the per-rank FLOPs counted.
+    `kv_heads` (0: = heads): grouped-query attention, k and v with fewer heads (reference: SDPA's enable_gqa)."""
     from shardlab import comm
     from shardlab.parallel import cp
     from shardlab.parallel.ring_attention import Ring
@@ -19,9 +20,11 @@ def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zig
     if comm.rank() >= size:
         return None
     gen = torch.Generator().manual_seed(7)
-    q, k, v, dout = (torch.randn(batch, heads, seq, head_dim, generator=gen, dtype=dtype) for _ in range(4))
+    kv_heads = kv_heads or heads
+    q, k, v, dout = (torch.randn(batch, h, seq, head_dim, generator=gen, dtype=dtype)
+                     for h in (heads, kv_heads, kv_heads, heads))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != heads)
     ref.backward(dout)
     r = comm.rank(group)
     ring = Ring(group, lambda i: cp.chunk_ids(i, size, layout), "t", causal)

@@ -161,7 +161,6 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
     (["parallel.cp=2", "parallel.cp_impl=ring"], "parallel.cp_impl='ring': must be one of own, torch"),
     (["parallel.cp=2", "parallel.dp=torch-fsdp2"], "does not compose with parallel.dp=torch-fsdp2"),
     (["parallel.cp=2", "model.dropout=0.1"], "set model.dropout=0"),
-    (["parallel.cp=2", "model.preset=llama-tiny"], "with model.arch=llama is not implemented yet"),
     (["parallel.cp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "--nproc", "4"], "use parallel.tp_impl=own"),
 ])
 def test_bad_cp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):

@@ -465,9 +465,6 @@ def _validate_cp(cfg: Config, dims) -> None:
         raise ConfigError(f"parallel.sp=true with parallel.cp={dims.cp}: each rank's {t.seq_len // dims.cp} tokens are "
                           f"not divisible by parallel.tp={dims.tp}; choose train.seq_len as a multiple of "
                           f"{dims.cp * dims.tp * 2}")
-    if cfg.model.arch == "llama":  # the ring takes equal q/k/v heads and learned positions (GPT-2's wpe) today
-        raise ConfigError(f"parallel.cp={dims.cp} with model.arch=llama is not implemented yet (grouped k/v heads "
-                          "and rotary positions per chunk); set parallel.cp=1 or use a gpt2 preset")
     if cfg.model.dropout > 0:
         raise ConfigError(f"model.dropout={cfg.model.dropout} with parallel.cp={dims.cp}: the ring computes attention "
                           "without dropout; set model.dropout=0")

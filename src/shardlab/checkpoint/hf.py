@@ -76,13 +76,23 @@ def llama_to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Te
     return {k: v.detach().float().contiguous() for k, v in out.items()}
 
 
+def llama_from_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+    """The inverse of llama_to_hf: the same rename table read backwards (no tensor changes)."""
+    out = {ours: sd[theirs] for ours, theirs in LLAMA_NAMES.items()}
+    for i in range(n_layer):
+        for ours, theirs in LLAMA_BLOCK_NAMES.items():
+            out[f"blocks.{i}.{ours}.weight"] = sd[f"model.layers.{i}.{theirs}.weight"]
+    return out
+
+
 def llama_hf_config(model: dict) -> dict:
     from shardlab.model.llama import ffn_hidden
 
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
-        "intermediate_size": ffn_hidden(model["d_model"], model["ffn_multiple_of"], model["ffn_dim_multiplier"]),
+        "intermediate_size": model.get("intermediate_size") or ffn_hidden(
+            model["d_model"], model["ffn_multiple_of"], model["ffn_dim_multiplier"]),
         "num_hidden_layers": model["n_layer"], "num_attention_heads": model["n_head"],
         "num_key_value_heads": model["n_kv_heads"], "head_dim": model["d_model"] // model["n_head"],
         "hidden_act": "silu", "max_position_embeddings": model["max_seq_len"], "rms_norm_eps": model["norm_eps"],

@@ -86,10 +86,14 @@ def resolve(args) -> dict:
         if len(p) + args.max_new > cfg.max_seq_len:
             what = "is longer than" if len(p) > cfg.max_seq_len else "plus --max-new exceeds"
             raise BadInput(f"prompt {t[:20]!r}... has {len(p)} tokens; that {what} the model's max_seq_len "
-                           f"{cfg.max_seq_len} (positions are learned); shorten it or lower --max-new")
+                           f"{cfg.max_seq_len}; shorten it or lower --max-new")
     lay = Layout(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"])
-    if cfg.n_head % lay.tp or cfg.d_model % lay.tp:
-        raise BadInput(f"parallel.tp={lay.tp} does not divide the model's {cfg.n_head} heads / d_model {cfg.d_model}")
+    from shardlab.parallel.tp import check_divisible
+    try:  # GPT-2: heads and d_model; llama also its key/value heads and SwiGLU width (tp.py's rule)
+        check_divisible(cfg.n_head, cfg.d_model, lay.tp, getattr(cfg, "n_kv_heads", None),
+                        getattr(cfg, "ffn_hidden", None))
+    except ValueError as e:
+        raise BadInput(f"{e} (the model's dimensions)") from None
     if lay.pp > cfg.n_layer:
         raise BadInput(f"parallel.pp={lay.pp} exceeds the model's {cfg.n_layer} layers")
     if lay.pp > 1 and lay.tp > 1:

@@ -2,7 +2,7 @@
 
     results = generate(model, prompts, Options(max_new=32), Layout(tp=2))   # on every rank
 
-The model is the single-device GPT; the layout is applied to it from outside, as in training:
+The model is the single-device GPT or Llama; the layout is applied to it from outside, as in training:
 - `dp` (parallel.dp_replicate): the prompts are split into contiguous chunks, one per replica; the
   generated tokens are all-gathered to every replica at the end (no traffic per token).
 - `tp` (parallel.tp): parallel/tp.py's own layers split heads and the MLP; per token one all-reduce after
@@ -93,11 +93,16 @@ def left_pad(prompts: list[list[int]], device=None) -> tuple[torch.Tensor, torch
 
 
 def kv_cache_bytes(cfg, layout: Layout, prompts: list[list[int]], max_new: int, elem_bytes: int = 4) -> int:
-    """The KV cache one rank allocates (the largest): its replica's rows, its stage's layers, its heads."""
+    """The KV cache one rank allocates (the largest): its replica's rows, its stage's layers, its key/value
+    heads. GPT-2: n_head / tp heads of d_model / n_head. Llama (GQA): n_kv_heads / tp, or one head when
+    there are fewer key/value heads than TP ranks (tp.py replicates them and each rank runs the one its
+    query heads share)."""
     rows = -(-len(prompts) // layout.dp)
     longest = max(len(p) for p in prompts)
     layers = -(-cfg.n_layer // layout.pp)
-    return kv_nbytes(layers, rows, longest + max_new, cfg.d_model // layout.tp, elem_bytes)
+    head_dim = cfg.d_model // cfg.n_head
+    kv_heads = max(1, getattr(cfg, "n_kv_heads", cfg.n_head) // layout.tp)
+    return kv_nbytes(layers, rows, longest + max_new, kv_heads * head_dim, elem_bytes)
 
 
 def decode(forward, pick, ids: torch.Tensor, pad: torch.Tensor, opts: Options, on_token=None) -> torch.Tensor:

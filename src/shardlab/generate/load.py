@@ -1,5 +1,7 @@
 """What `shardlab generate` reads: a run, its checkpoints/ directory, one step directory, or an exported
-Hugging Face GPT-2 directory -> the model's dimensions and its full (unsharded) tensors.
+Hugging Face GPT-2 or LlamaForCausalLM directory -> the model's dimensions and its full (unsharded) tensors.
+The family comes from the checkpoint's metadata (`model.arch`, gpt2 when absent: older checkpoints) or the
+export's `model_type`.
 
 A checkpoint of any training layout loads the same way: DCP keeps every tensor's global shape and reads
 the shards of whatever world wrote them (the reshard path, `checkpoint.hf.load_model_tensors`); each rank
@@ -14,7 +16,8 @@ import torch
 
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint.state import STATE_FILE
-from shardlab.model.gpt import GPT, GPTConfig
+from shardlab.model.gpt import GPTConfig, build_model
+from shardlab.model.llama import LlamaConfig
 
 
 class LoadError(ValueError):
@@ -40,13 +43,16 @@ def step_dir(path: str | Path) -> Path:
     return latest if latest is not None else candidates[0]
 
 
-def model_config(path: str | Path) -> GPTConfig:
+def model_config(path: str | Path) -> GPTConfig | LlamaConfig:
     """The dimensions alone (cheap: the launcher validates with them before starting ranks)."""
     p = Path(path)
     if is_hf_dir(p):
         c = json.loads((p / "config.json").read_text())
+        if c.get("model_type") == "llama":
+            return llama_hf_config(p, c)
         if c.get("model_type") != "gpt2":
-            raise LoadError(f"{p}/config.json: model_type {c.get('model_type')!r}; generate reads GPT-2 exports")
+            raise LoadError(f"{p}/config.json: model_type {c.get('model_type')!r}; generate reads GPT-2 and Llama "
+                            "exports")
         return GPTConfig(n_layer=c["n_layer"], n_head=c["n_head"], d_model=c["n_embd"], vocab_size=c["vocab_size"],
                          max_seq_len=c["n_positions"], layer_norm_eps=c.get("layer_norm_epsilon", 1e-5))
     step = step_dir(p)
@@ -58,11 +64,32 @@ def model_config(path: str | Path) -> GPTConfig:
     m = meta.get("model")
     if not m:
         raise LoadError(f"{step}/{STATE_FILE} has no model dimensions; cannot build the model")
-    if m.get("arch", "gpt2") != "gpt2":  # the KV cache is GQA-ready; the llama model does not take it yet
-        raise LoadError(f"{step}: a model.arch={m['arch']} checkpoint; generate runs the gpt2 family only in this "
-                        "version (export it with `shardlab ckpt export --hf` and use transformers)")
+    if m.get("arch", "gpt2") == "llama":
+        fields = LlamaConfig.__dataclass_fields__
+        return LlamaConfig(**{k: v for k, v in m.items() if k in fields})
     return GPTConfig(**{k: m[k] for k in ("n_layer", "n_head", "d_model", "vocab_size", "max_seq_len",
                                           "layer_norm_eps") if k in m})
+
+
+def llama_hf_config(p: Path, c: dict) -> LlamaConfig:
+    """A LlamaForCausalLM config.json -> LlamaConfig; the SwiGLU width is taken as it is. One line for what
+    the llama model here does not compute (rope scaling, biases, a head size other than d_model / n_head)."""
+    try:
+        d, heads = c["hidden_size"], c["num_attention_heads"]
+        unsupported = [k for k in ("rope_scaling", "attention_bias", "mlp_bias") if c.get(k)]
+        if c.get("head_dim", d // heads) != d // heads:
+            unsupported.append("head_dim")
+        if c.get("hidden_act", "silu") != "silu":
+            unsupported.append("hidden_act")
+        if unsupported:
+            raise LoadError(f"{p}/config.json: {unsupported[0]}={c[unsupported[0]]!r} is not supported by "
+                            "shardlab's llama model (plain RoPE, no biases, SiLU, head_dim = hidden / heads)")
+        return LlamaConfig(n_layer=c["num_hidden_layers"], n_head=heads, d_model=d,
+                           n_kv_heads=c.get("num_key_value_heads") or heads, vocab_size=c["vocab_size"],
+                           max_seq_len=c["max_position_embeddings"], rope_theta=float(c.get("rope_theta", 10000.0)),
+                           norm_eps=c.get("rms_norm_eps", 1e-6), intermediate_size=c["intermediate_size"])
+    except KeyError as e:
+        raise LoadError(f"{p}/config.json: no {e.args[0]!r}; not a complete LlamaForCausalLM config") from None
 
 
 def from_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
@@ -83,15 +110,16 @@ def from_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor
     return out
 
 
-def load_model(path: str | Path) -> GPT:
-    """The bare single-device GPT with the checkpoint's (or export's) weights, in eval mode."""
-    from shardlab.checkpoint.hf import load_model_tensors
+def load_model(path: str | Path):
+    """The bare single-device model (GPT or Llama) with the checkpoint's (or export's) weights, in eval mode."""
+    from shardlab.checkpoint.hf import llama_from_hf, load_model_tensors
 
     p = Path(path)
     cfg = model_config(p)
+    llama = isinstance(cfg, LlamaConfig)
     if is_hf_dir(p):
         from safetensors.torch import load_file
-        sd = from_hf(load_file(str(p / "model.safetensors")), cfg.n_layer)
+        sd = (llama_from_hf if llama else from_hf)(load_file(str(p / "model.safetensors")), cfg.n_layer)
     else:
         sd = load_model_tensors(step_dir(p))
         if "blocks.0.attn.qkv.weight" in sd:  # written before q, k, v were split: the same rows, fused
@@ -100,8 +128,9 @@ def load_model(path: str | Path) -> GPT:
                 for kind in ("weight", "bias"):
                     for z, part in zip("qkv", sd.pop(a + "qkv." + kind).chunk(3)):
                         sd[a + z + "." + kind] = part
-    sd.setdefault("lm_head.weight", sd["wte.weight"])
-    model = GPT(cfg)
+    if not llama:
+        sd.setdefault("lm_head.weight", sd["wte.weight"])  # GPT-2's head is tied to wte
+    model = build_model(cfg, 0)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     if missing or unexpected:
         raise LoadError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")

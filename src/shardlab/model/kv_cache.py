@@ -1,7 +1,8 @@
 """The KV cache for generation: keys and values of every position seen so far, per layer, so a decode step
 runs one new token through the model instead of the whole sequence (prefill once, then decode).
 
-Single-device code, like the model. `GPT.forward(ids, cache)` reads positions and the attention mask
+Single-device code, like the model. `GPT.forward(ids, cache)` (and `Llama.forward`, whose attention
+reads each layer's rotary positions through `LayerCache.positions`) reads positions and the attention mask
 from it and advances it; each block's attention calls `cache.layer(name).attend(q, k, v)`, which appends
 this step's k, v and attends over everything cached. Without a cache the model runs its training path
 unchanged.
@@ -79,6 +80,10 @@ class LayerCache:
 
     def __init__(self, cache: KVCache, name: str):
         self.cache, self.name = cache, name
+
+    def positions(self, t: int) -> torch.Tensor:
+        """(batch, t) positions of the new tokens (rotary attention rotates q and k by them)."""
+        return self.cache.positions(t)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """(b, heads, t, head_dim) in and out; k, v may have fewer heads (GQA)."""

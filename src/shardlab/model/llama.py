@@ -15,7 +15,7 @@ attention core in the replaceable `attn.attend`, `ln_f`, `lm_head`. What differs
   `repeat_kv` first. Head counts are read from the tensors at run time: a tensor-parallel rank holding
   n_head / tp query heads and the key/value heads they use runs this same code;
 - SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) * up(x)), hidden width as Llama 3 sizes it
-  (`ffn_hidden`);
+  (`ffn_hidden`), or an imported checkpoint's width as it is (`intermediate_size`);
 - the head is its own parameter, so the first stage of a pipeline is the one that holds `wte`.
 """
 from __future__ import annotations
@@ -43,6 +43,7 @@ class LlamaConfig:
     rope_theta: float = 500000.0
     norm_eps: float = 1e-5
     dropout: float = 0.0  # Llama trains without dropout; kept for the config's common shape (must be 0)
+    intermediate_size: int = 0  # 0: Llama 3's rule (ffn_hidden); else the SwiGLU width as given (HF imports)
     arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
 
     def __post_init__(self):
@@ -55,6 +56,8 @@ class LlamaConfig:
 
     @property
     def ffn_hidden(self) -> int:
+        if self.intermediate_size:
+            return self.intermediate_size
         return ffn_hidden(self.d_model, self.ffn_multiple_of, self.ffn_dim_multiplier)
 
 
@@ -133,12 +136,15 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(q: torch.Tensor, k: torch.Tensor, theta: float, positions: torch.Tensor | None = None):
-    """Rotate q and k, (b, heads, t, head_dim), by their positions (default 0..t-1)."""
+    """Rotate q and k, (b, heads, t, head_dim), by their positions: (t,) shared by the batch (default
+    0..t-1), or (b, t), one row each (generation's left-padded rows count from their first real token)."""
     t, hd = q.shape[-2], q.shape[-1]
     if positions is None:
         positions = torch.arange(t, device=q.device)
-    cos, sin = rope_tables(positions, hd, theta)
-    cos, sin = cos.to(q.dtype), sin.to(q.dtype)
+    cos, sin = rope_tables(positions.reshape(-1), hd, theta)
+    cos, sin = (z.view(*positions.shape, hd).to(q.dtype) for z in (cos, sin))
+    if positions.dim() == 2:  # (b, t, hd) -> (b, 1, t, hd): the same rotation for every head of a row
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
@@ -177,11 +183,16 @@ class GroupedQueryAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_head * self.head_dim, cfg.d_model, bias=False)
         self.proj.residual_scaled = True
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
-        q, k = apply_rope(q, k, self.theta, self.rope_positions)
-        y = self.attend(q, k, v, 0.0)
+        if cache is None:
+            q, k = apply_rope(q, k, self.theta, self.rope_positions)
+            y = self.attend(q, k, v, 0.0)
+        else:  # generation (model/kv_cache.py): rotate by each row's positions, then the cache stores the
+            # rotated k at n_kv_heads heads (as Hugging Face's cache does) and attends over every position
+            q, k = apply_rope(q, k, self.theta, cache.positions(t))
+            y = cache.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -205,8 +216,10 @@ class LlamaBlock(nn.Module):
         self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+        h = self.ln_1(x)
+        # training calls the attention exactly as before (wrappers applied from outside see no new argument)
+        x = x + (self.attn(h) if cache is None else self.attn(h, cache=cache))
         return x + self.mlp(self.ln_2(x))
 
 
@@ -236,13 +249,22 @@ class Llama(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without `wte` (not the first) takes hidden states, one
-        without the head (not the last) returns them."""
+        without the head (not the last) returns them.
+
+        `cache` (generation only, model/kv_cache.py): as GPT's; each layer reads the rotary positions of
+        the new tokens from it, appends its keys and values, and the call advances it."""
+        t = x.shape[1]
         if self.wte is not None:
             x = self.wte(x)
-        for block in self.blocks.values():
-            x = block(x)
+        if cache is None:
+            for block in self.blocks.values():
+                x = block(x)
+        else:
+            for name, block in self.blocks.items():
+                x = block(x, cache=cache.layer(name))
+            cache.advance(t)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x

@@ -9,7 +9,11 @@ Zigzag ("head-tail") chunking: the sequence is cut into 2N chunks and rank r hol
 so under a causal mask every rank scores the same number of (query, key) pairs (a contiguous split gives
 the last rank ~2x the first's). Positions and targets follow the chunks: the step slices inputs and
 targets alike, and a pre-hook on the position embedding maps local positions to global ones (also under
-sequence parallelism, whose own position layer then takes its slice of those).
+sequence parallelism, whose own position layer then takes its slice of those). The llama family has no
+position table: its rotary positions are set on every block's `attn.rope_positions` by a pre-hook on the
+model, from the length of the chunks it is handed (so q and k rotate by their global positions, and
+q.k depends on the global distance between them, as on one device). Its grouped k/v heads travel the
+ring as they are (ring_attention.py).
 
 Parameters are not split: every cp rank holds a replica, and their gradients are summed over cp as well
 as dp (the data-parallel layer communicates in the `dp_cp` group). See docs/context.md.
@@ -21,7 +25,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.parallel.ring_attention import Ring
+from shardlab.parallel.ring_attention import Ring, expand
 
 LAYOUTS = ("zigzag", "contiguous")  # contiguous: only to measure what zigzag balances (bench context)
 
@@ -146,7 +150,8 @@ def apply_torch_context_parallel(part: nn.Module, cfg, dims) -> nn.Module:
     for _, block in part.blocks.items():
         core = parallelize_module(SDPA(), mesh, cp_attention._ContextParallel(
             seq_dim=2, attention_type=cp_attention._ContextParallel.AttentionType.SDPA))
-        block.attn.attend = lambda q, k, v, dropout_p, core=core: core(q, k, v)
+        # GQA: torch's ring dispatches SDPA with equal head counts, so the grouped k/v heads are repeated first
+        block.attn.attend = lambda q, k, v, dropout_p, core=core: core(q, expand(k, q.shape[1]), expand(v, q.shape[1]))
     return _install(part, ContextParallel(dims.group("cp"), "zigzag", {}))
 
 
@@ -154,6 +159,15 @@ def _install(model: nn.Module, cp: ContextParallel) -> nn.Module:
     """Positions follow the chunks (a pre-hook keeps the embedding's parameter name); `model.cp` for the step."""
     if getattr(model, "wpe", None) is not None:
         model.wpe.register_forward_pre_hook(lambda mod, args: (cp.positions(args[0]), *args[1:]))
+    attns = [b.attn for b in model.blocks.values() if hasattr(b.attn, "rope_positions")]
+    if attns:  # rotary positions (llama): the model's input is this rank's chunks, (b, local_len[, d])
+
+        def rope_positions(mod, args):
+            pos = cp.positions(torch.arange(args[0].shape[1], device=args[0].device))
+            for attn in attns:
+                attn.rope_positions = pos
+
+        model.register_forward_pre_hook(rope_positions)
     model.cp = cp
     return model
 

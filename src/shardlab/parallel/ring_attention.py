@@ -20,6 +20,12 @@ and log-sum-exp (its softmax rows are then the global ones): the standard ring-a
 
 Per rank and pass: forward sends size - 1 K/V blocks; backward size - 1 K/V blocks and size dK/dV
 blocks (tags "cp.kv:NAME", "cp.kv_bwd:NAME", "cp.dkv:NAME"). docs/context.md has the picture.
+
+Grouped-query attention (Llama): k and v may have fewer heads than q (a divisor of q's). The ring runs on
+the grouped heads: the blocks that travel keep n_kv_heads heads, so the K/V traffic shrinks by
+n_head / n_kv_heads (GQA's point, and the ring's whole cost); each pair repeats its key/value chunk over
+the query groups just before the kernel (`expand`), and the pair's dK/dV is summed back over each group
+(`reduce_groups`, the adjoint of the repeat) before it joins the travelling accumulator.
 """
 from __future__ import annotations
 
@@ -58,6 +64,19 @@ def block_attention_backward(dout, q, k, v, out, lse, causal: bool):
     dp = (dout @ v.transpose(-1, -2)).float()
     ds = p * (dp - (dout.float() * out.float()).sum(-1, keepdim=True)) * scale
     return (ds.to(q.dtype) @ k), (ds.to(q.dtype).transpose(-1, -2) @ q), dv
+
+
+def expand(kv: torch.Tensor, heads: int) -> torch.Tensor:
+    """(b, kv_heads, t, d) -> (b, heads, t, d): key/value head j serves query heads j*r .. j*r + r - 1
+    (model/llama.py's repeat_kv); the CPU flash kernel takes equal head counts only."""
+    rep = heads // kv.shape[1]
+    return kv if rep == 1 else kv.repeat_interleave(rep, dim=1)
+
+
+def reduce_groups(g: torch.Tensor, kv_heads: int) -> torch.Tensor:
+    """(b, heads, t, d) -> (b, kv_heads, t, d): the gradient of `expand`, a sum over each group."""
+    b, h, t, d = g.shape
+    return g if h == kv_heads else g.view(b, kv_heads, h // kv_heads, t, d).sum(2)
 
 
 def _upper(tq: int, tk: int, device) -> torch.Tensor:
@@ -135,7 +154,7 @@ class RingAttention(torch.autograd.Function):
                 nxt, handles = ring.shift(kv, f"cp.kv:{ring.name}")
             t0 = time.perf_counter()
             for i, j, kind in ring.pairs(src):
-                ks, vs = kv[0, :, :, j * c:(j + 1) * c], kv[1, :, :, j * c:(j + 1) * c]
+                ks, vs = (expand(kv[z, :, :, j * c:(j + 1) * c], q.shape[1]) for z in (0, 1))
                 o, lse = block_attention(qs[i], ks, vs, kind == "diag")
                 acc[i] = merge(*acc[i], o, lse)
                 ring.stats["flops"] += _flops(qs[i], kind)
@@ -169,11 +188,11 @@ class RingAttention(torch.autograd.Function):
             for i, j, kind in ring.pairs(src):
                 qsl, ksl = slice(i * c, (i + 1) * c), slice(j * c, (j + 1) * c)
                 g_q, g_k, g_v = block_attention_backward(
-                    dout[:, :, qsl], q[:, :, qsl], kv[0, :, :, ksl], kv[1, :, :, ksl], out[:, :, qsl],
-                    lse[:, :, qsl], kind == "diag")
+                    dout[:, :, qsl], q[:, :, qsl], expand(kv[0, :, :, ksl], q.shape[1]),
+                    expand(kv[1, :, :, ksl], q.shape[1]), out[:, :, qsl], lse[:, :, qsl], kind == "diag")
                 dq[:, :, qsl] += g_q
-                dkv[0, :, :, ksl] += g_k
-                dkv[1, :, :, ksl] += g_v
+                dkv[0, :, :, ksl] += reduce_groups(g_k, k.shape[1])
+                dkv[1, :, :, ksl] += reduce_groups(g_v, k.shape[1])
             ring.stats["bwd_s"] += time.perf_counter() - t0
             # This block's gradient moves on with it (after the last step: home to its owner).
             dkv, dkv_handles = ring.shift(dkv, f"cp.dkv:{ring.name}")
