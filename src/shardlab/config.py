@@ -99,6 +99,12 @@ class ParallelConfig:
     cp_impl: str = "own"  # own (ring attention, parallel/cp.py) | torch (context_parallel, CUDA only)
     offload: str = "none"  # none | optimizer : optimizer state and step off the process (own zero1/2/3)
     offload_to: str = "disk"  # disk (memory-mapped files, docs/memory.md) | host (not built yet)
+    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync.py)
+    sync: str = "every_step"  # every_step | local_sgd | diloco (async: not built yet)
+    sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
+    outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
+    outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
+    outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
 
     @property
     def dp(self) -> str:
@@ -277,6 +283,25 @@ def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}={value!r}: must be one of {', '.join(options)}")
 
 
+def _validate_sync(p: ParallelConfig) -> None:
+    """parallel.sync and its keys: what this version builds (docs/sync.md)."""
+    if p.sync == "async":
+        raise ConfigError("parallel.sync=async: the asynchronous parameter server is not built yet in this version; "
+                          "use parallel.sync=every_step, local_sgd or diloco")
+    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco"))
+    _choice("parallel.outer_dtype", p.outer_dtype, ("fp32", "bf16", "fp16"))
+    if p.sync_every < 1:
+        raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
+    if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
+        raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
+                          "learning rate must be > 0 and the momentum in [0, 1)")
+    if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
+                                   or p.dp_shard not in (0, 1)):
+        raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
+                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp (or single) with "
+                          "parallel.tp=pp=cp=1 and no dp_shard")
+
+
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import resolve_model_config
@@ -296,6 +321,7 @@ def validate(cfg: Config, world_size: int) -> None:
         raise ConfigError(f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with "
                           f"parallel.strategy={p.strategy}: this version offloads the optimizer to disk for "
                           "zero1/zero2/zero3 only; use parallel.offload=optimizer parallel.offload_to=disk with one of them")
+    _validate_sync(p)
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
