@@ -47,7 +47,7 @@ def _h1_runs(run_dir):
     return {name: _train(run_dir / name, common + extra, sgd=True)[1] for name, extra in {
         "ddp": ["parallel.strategy=ddp"],
         "local_sgd": ["parallel.strategy=ddp", "parallel.sync=local_sgd", "parallel.sync_every=1"],
-        "diloco": ["parallel.strategy=single", "parallel.sync=diloco", "parallel.sync_every=1",
+        "diloco": ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=1",
                    "parallel.outer_lr=1", "parallel.outer_momentum=0"]}.items()}
 
 
@@ -110,8 +110,8 @@ def _bytes_fn():
     return {name: _bytes_per_step(extra) for name, extra in {
         "sync": ["parallel.strategy=ddp"],
         "local_sgd": ["parallel.strategy=ddp", "parallel.sync=local_sgd", "parallel.sync_every=4"],
-        "diloco": ["parallel.strategy=single", "parallel.sync=diloco", "parallel.sync_every=4"],
-        "diloco_bf16": ["parallel.strategy=single", "parallel.sync=diloco", "parallel.sync_every=4",
+        "diloco": ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=4"],
+        "diloco_bf16": ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=4",
                         "parallel.outer_dtype=bf16"]}.items()}
 
 

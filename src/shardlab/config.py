@@ -298,7 +298,7 @@ def _validate_sync(p: ParallelConfig) -> None:
     if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
                                    or p.dp_shard not in (0, 1)):
         raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
-                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp (or single) with "
+                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
                           "parallel.tp=pp=cp=1 and no dp_shard")
 
 
