@@ -125,6 +125,47 @@ def test_local_sgd_and_diloco_send_one_hth_of_syncs_bytes(pool2):
         assert rank_bytes["diloco_bf16"][0] == sync / 8  # in bf16: half of that again
 
 
+# --- torch's twin -----------------------------------------------------------------------------------------
+
+def _steps(par, n, averager=None):
+    vocab = par.model.cfg.vocab_size
+    gen = torch.Generator().manual_seed(comm.rank())
+    for _ in range(n):
+        x = torch.randint(0, vocab, (2, 32), generator=gen)
+        par.forward_backward([(x, torch.roll(x, -1, 1))], 1.0 / 128)
+        par.finish()
+        par.optimizer_step()
+        par.zero_grad()
+        if averager is not None:
+            averager.average_parameters(par.model.parameters())
+    return {k: v.detach().clone() for k, v in par.full_parameters().items()}
+
+
+def _twin_fn():
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+
+    from shardlab import parallel
+
+    def build(h):
+        cfg = config.load(None, TINY_RUN + ["parallel.strategy=ddp", "parallel.sync=local_sgd",
+                                            f"parallel.sync_every={h}"])
+        config.validate(cfg, comm.world_size())
+        return parallel.build(cfg)
+
+    ours = _steps(build(2), 6)
+    # torch's averager on replicas that never synchronise themselves (H beyond the run): after calls 1, 3, 5
+    # (warm-up 1, period 2), i.e. after inner steps 2, 4, 6, as ours.
+    torch_avg = _steps(build(10**6), 6, PeriodicModelAverager(period=2, warmup_steps=1))
+    return ours, torch_avg
+
+
+def test_local_sgd_equals_torchs_periodic_model_averager(pool2):
+    for ours, theirs in pool2.run(_twin_fn, timeout=180):
+        for k in ours:
+            # torch divides before its all-reduce, ours after: the same average up to fp32 rounding.
+            torch.testing.assert_close(ours[k], theirs[k], rtol=1e-6, atol=1e-7, msg=k)
+
+
 # --- checkpoints: exact resume mid-period -----------------------------------------------------------------
 
 def _resume_fn(run_dir):

@@ -63,7 +63,6 @@ def run(out: Path, quick: bool) -> dict:
         f"{common.fmt_figure(figures['local_sgd_comm_reduction'])}, local_sgd_loss_gap = "
         f"{common.fmt_figure(figures['local_sgd_loss_gap'])}.",
         f"Replicas identical at the end (`ranks_consistent`): {figures['ranks_consistent']}.",
-        common.machine_line(),
     ])
     return doc
 
