@@ -115,6 +115,7 @@ class PeriodicSync:
                 sd["momentum"] = buf.detach().clone()
         opt = {str(i): {k: v.detach().clone() for k, v in self.optimizer.state[p].items() if torch.is_tensor(v)}
                for i, p in enumerate(self.params) if p in self.optimizer.state}
+        opt = {i: st for i, st in opt.items() if st}  # no empty entries (plain SGD keeps no tensor state)
         sd[f"replica{self.replica}"] = {"params": self._flat().clone(), "optim": opt}
         return sd
 
