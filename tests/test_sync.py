@@ -169,8 +169,10 @@ def test_local_sgd_equals_torchs_periodic_model_averager(pool2):
 # --- checkpoints: exact resume mid-period -----------------------------------------------------------------
 
 def _resume_fn(run_dir):
-    diloco = ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=4", "train.steps=6"]
-    _, straight = _train(run_dir / "straight", diloco + ["ckpt.every=3"])  # saves step 3: inner step 3 of 4
+    diloco = ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=2", "train.steps=5"]
+    # outer steps after steps 2 and 4; the save at step 3 is 1 step into a period, with θ_start and the outer
+    # momentum already moved by the first outer step
+    _, straight = _train(run_dir / "straight", diloco + ["ckpt.every=3"])
     ckpt = run_dir / "straight" / "checkpoints" / "step_000003"
     _, resumed = _train(run_dir / "resumed", diloco + [f"ckpt.resume={ckpt}"])
     rows = [json.loads(line) for line in (run_dir / "straight" / "metrics.jsonl").read_text().splitlines()] \
@@ -179,15 +181,15 @@ def _resume_fn(run_dir):
 
 
 def test_diloco_resumes_exactly_mid_period(pool2, tmp_path):
-    """AdamW inside, Nesterov outside (momentum 0.9): steps 0-3 (outer step at 4), a checkpoint at step 3,
-    then steps 3-5. Resumed from step 3, each replica ends bitwise where the straight run's did, although
-    the replicas hold different parameters there (step 6 is 2 steps into a period)."""
+    """AdamW inside, Nesterov outside (momentum 0.9), H = 2: a checkpoint at step 3 (mid-period, after one
+    outer step), then steps 3-4 and the outer step at 4. Resumed from step 3, each replica ends bitwise where
+    the straight run's did, although the replicas hold different parameters there (step 5 is mid-period)."""
     (s0, r0, rows), (s1, r1, _) = pool2.run(_resume_fn, tmp_path, timeout=300)
     assert any(not torch.equal(s0[k], s1[k]) for k in s0)  # mid-period: the replicas differ by design
     for straight, resumed in ((s0, r0), (s1, r1)):
         for k in straight:
             assert torch.equal(resumed[k], straight[k]), k
-    assert [r["step"] for r in rows if "loss" in r][-1] == 6
+    assert [r["step"] for r in rows if "loss" in r][-1] == 5
 
 
 # --- config -----------------------------------------------------------------------------------------------
