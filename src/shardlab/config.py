@@ -99,6 +99,12 @@ class ParallelConfig:
     cp_impl: str = "own"  # own (ring attention, parallel/cp.py) | torch (context_parallel, CUDA only)
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
+    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync.py)
+    sync: str = "every_step"  # every_step | local_sgd | diloco (async: not built yet)
+    sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
+    outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
+    outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
+    outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
 
     @property
     def dp(self) -> str:
@@ -302,6 +308,25 @@ def _check_offload(p) -> None:
                           "parallel.strategy=zero3 (or torch-fsdp2 on CUDA)")
 
 
+def _validate_sync(p: ParallelConfig) -> None:
+    """parallel.sync and its keys: what this version builds (docs/sync.md)."""
+    if p.sync == "async":
+        raise ConfigError("parallel.sync=async: the asynchronous parameter server is not built yet in this version; "
+                          "use parallel.sync=every_step, local_sgd or diloco")
+    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco"))
+    _choice("parallel.outer_dtype", p.outer_dtype, ("fp32", "bf16", "fp16"))
+    if p.sync_every < 1:
+        raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
+    if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
+        raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
+                          "learning rate must be > 0 and the momentum in [0, 1)")
+    if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
+                                   or p.dp_shard not in (0, 1)):
+        raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
+                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
+                          "parallel.tp=pp=cp=1 and no dp_shard")
+
+
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import resolve_model_config
@@ -317,6 +342,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)
+    _validate_sync(p)
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))

@@ -34,6 +34,10 @@ TRAJECTORY = {
     "train.grad_clip": "another clipping threshold", "train.dtype": "another compute precision",
     "parallel.comm_dtype": "gradients communicated at another precision",
     "doctor.on_anomaly": "anomalies handled differently",
+    # local SGD / DiLoCo (docs/sync.md): another algorithm, or the same one synchronising otherwise
+    "parallel.sync": "replicas synchronised another way", "parallel.sync_every": "another period H",
+    "parallel.outer_lr": "another outer learning rate", "parallel.outer_momentum": "another outer momentum",
+    "parallel.outer_dtype": "pseudo-gradients averaged at another precision",
 }
 # Same maths, different summation order: equal up to floating-point rounding, not bitwise.
 REORDER = {"parallel.strategy", "train.micro_batch", "train.grad_accum", "parallel.bucket_mb",

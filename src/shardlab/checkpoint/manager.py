@@ -407,9 +407,13 @@ class CheckpointManager:
         del tensors["rng"]
         if same_layout:
             tensors["rng"] = {rng_key: self._rng_template(path, rng_key)}
+        if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
+            tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
         dcp.load(tensors, checkpoint_id=str(path), process_group=self.pg, no_dist=not comm.is_initialized())
         state.strategy.load_model_state_dict(tensors["model"])
         st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
+        if "sync" in tensors:  # after the model and optimizer: this replica's own values override them
+            state.strategy.load_sync_state_dict(tensors["sync"])
         if meta.get("sampler") and getattr(state, "sampler", None) is not None:
             state.sampler.load_state_dict(meta["sampler"])
         for attr in ("scaler", "scheduler"):

@@ -144,9 +144,25 @@ def rng_key(dims) -> str:
 
 def tensor_state(state) -> dict:
     """The DCP part: live tensors (DCP loads into them in place; an async save stages copies)."""
-    return {"model": state.strategy.model_state_dict(),
-            "optim": optim_state_dict(state.strategy, state.optimizer),
-            "rng": {rng_key(state.strategy.dims): rng_tensor()}}
+    tensors = {"model": state.strategy.model_state_dict(),
+               "optim": optim_state_dict(state.strategy, state.optimizer),
+               "rng": {rng_key(state.strategy.dims): rng_tensor()}}
+    if hasattr(state.strategy, "sync_state_dict"):  # local SGD / DiLoCo (parallel/sync.py): after optim's
+        tensors["sync"] = state.strategy.sync_state_dict()  # materialisation, so the inner state is there
+    return tensors
+
+
+def present(sd: dict, keys, prefix: str) -> dict:
+    """The part of a nested state dict whose flattened keys (`prefix.a.b`) a checkpoint holds."""
+    out = {}
+    for k, v in sd.items():
+        if isinstance(v, dict):
+            sub = present(v, keys, f"{prefix}.{k}")
+            if sub:
+                out[k] = sub
+        elif f"{prefix}.{k}" in keys:
+            out[k] = v
+    return out
 
 
 def train_meta(state, world_size: int) -> dict:

@@ -11,7 +11,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          activation recompute                 recompute.py   (train.recompute)
          compile                              (train.compile)
          data parallel                        data_parallel.py -> shardlab.strategies
-    5. the optimizer over what the layers left on this rank
+    5. the optimizer over what the layers left on this rank (+ local SGD / DiLoCo: sync.py)
     6. `Parallel`, which owns the step's forward/backward     step.py
 
 A layer not built yet (`layers.not_built`) is refused here in one line, as `config.validate` does.
@@ -24,7 +24,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers, recompute
-from shardlab.parallel.data_parallel import apply_data_parallel
+from shardlab.parallel.data_parallel import apply_data_parallel, data_parallel_group
 from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
 
@@ -61,6 +61,9 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
+    if getattr(cfg.parallel, "sync", "every_step") != "every_step":  # local SGD / DiLoCo replace the
+        from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
+        dp = PeriodicSync(dp, cfg.parallel, data_parallel_group(dims), optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
         from shardlab.parallel.pipeline import PipelineParallel

@@ -33,7 +33,11 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
         "state_bytes": state_bytes,
         "state_bytes_by_rank": [r["state_bytes"] for r in per_rank],
         "comm": {"bytes_per_step": stats.get("bytes", {}), "calls_per_step": stats.get("calls", {}),
-                 "wire_bytes_per_step": stats.get("wire_bytes", {}), "bytes_by_tag": stats.get("bytes_by_tag", {})},
+                 "wire_bytes_per_step": stats.get("wire_bytes", {}), "bytes_by_tag": stats.get("bytes_by_tag", {}),
+                 # the mean over every step of this run (local SGD / DiLoCo send on 1 step in H: the last
+                 # step alone says nothing of the rate)
+                 "bytes_per_step_mean": {op: b / max(1, trainer.comm_steps)
+                                         for op, b in getattr(trainer, "comm_total", {}).items()}},
         "overlap_pct": None,
         "exposed_comm_s": None,
         # Replicas were compared only with more than one rank: at world 1 nothing was, so null.

@@ -88,6 +88,8 @@ class Trainer:
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device, self.dims)
         self.verdict = "ok"
+        self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
+        self.comm_steps = 0
 
     # --- one optimizer step -------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
@@ -173,6 +175,9 @@ class Trainer:
                 steplog.rolled_back(bad, st.step, self.doctor.last_report["reason"])
                 continue
             self.comm_stats = comm.RECORDER.step_stats()
+            for op, b in self.comm_stats["bytes"].items():  # the run's totals (summary: mean per step)
+                self.comm_total[op] = self.comm_total.get(op, 0) + b
+            self.comm_steps += 1
             st.step += 1
             if st.step > self.start_step + warmup:
                 step_times.append(dt)
