@@ -1,4 +1,4 @@
-"""`ddp`: data parallelism written out — buckets, overlap, no_sync, unused parameters, compression.
+"""`ddp`: data parallelism written out — buckets, overlap, no_sync, unused parameters, compression (casts, PowerSGD).
 
 Every rank holds the whole model and sees different data. After backward every rank must hold the
 same, averaged gradient; the optimizer step then keeps the replicas identical. How (docs/ddp.md):
