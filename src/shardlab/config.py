@@ -78,6 +78,8 @@ class ParallelConfig:
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0
     comm_dtype: str = "fp32"  # fp32 | fp16 | bf16 : gradient communication precision
+    compress: str = "none"  # none | powersgd : low-rank gradient compression (ddp, torch-ddp; docs/ddp.md)
+    powersgd_rank: int = 4  # PowerSGD's rank r: r*(rows+cols) numbers per gradient matrix on the wire
     find_unused: bool = False
     rebuild_buckets: bool = True
     reshard_after_forward: bool = True
@@ -337,6 +339,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
+    _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
@@ -373,6 +376,7 @@ def validate(cfg: Config, world_size: int) -> None:
         t.grad_accum = p.pp_microbatches
     _validate_tp(cfg, dims)
     _validate_cp(cfg, dims)
+    _validate_powersgd(cfg, dims)
     per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
@@ -430,6 +434,29 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
 
     Faults.parse(cfg.debug, world_size)  # malformed debug.* fault specs: before launch, not in every rank
 
+
+
+def _validate_powersgd(cfg: Config, dims) -> None:
+    """PowerSGD replaces the gradient all-reduce of a replicating layer (docs/ddp.md)."""
+    p = cfg.parallel
+    if p.powersgd_rank < 1:
+        raise ConfigError(f"parallel.powersgd_rank={p.powersgd_rank}: must be at least 1 (the rank of the "
+                          "gradient approximation; 1-8 is usual)")
+    if p.compress == "none":
+        return
+    if p.strategy not in ("ddp", "torch-ddp"):
+        raise ConfigError(f"parallel.compress={p.compress} with parallel.strategy={p.strategy}: PowerSGD "
+                          "replaces the all-reduce of ddp or torch-ddp only; use one of them")
+    if p.comm_dtype != "fp32":
+        raise ConfigError(f"parallel.compress={p.compress} with parallel.comm_dtype={p.comm_dtype}: choose one "
+                          "compression; set parallel.comm_dtype=fp32")
+    if dims.tp * dims.pp * dims.cp > 1:
+        raise ConfigError(f"parallel.compress={p.compress} with tp/pp/cp > 1: this version compresses pure "
+                          "data parallelism only; set parallel.tp=parallel.pp=parallel.cp=1")
+    if cfg.ckpt.resume:
+        raise ConfigError(f"ckpt.resume with parallel.compress={p.compress}: checkpoints do not hold PowerSGD's "
+                          "per-rank state (error feedback, warm-start Q), so the run would not continue as it "
+                          "was; resume with parallel.compress=none or start a new run")
 
 
 LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier")

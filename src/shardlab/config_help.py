@@ -75,6 +75,11 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.first_bucket_mb": ("size of the first bucket (MiB), small so communication starts early",
                                  "float > 0"),
     "parallel.comm_dtype": ("precision of gradient communication", "fp32 | fp16 | bf16"),
+    "parallel.compress": ("gradient compression: powersgd sends rank-r factors of each gradient matrix with error "
+                          "feedback and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",
+                          "none | powersgd"),
+    "parallel.powersgd_rank": ("PowerSGD rank r (parallel.compress=powersgd): r*(rows+cols) numbers per matrix",
+                               "int >= 1"),
     "parallel.find_unused": ("own DDP: tolerate parameters that get no gradient (slower)", "true | false"),
     "parallel.rebuild_buckets": ("own DDP: rebuild buckets in the order gradients arrived in step 1",
                                  "true | false"),

@@ -33,6 +33,7 @@ TRAJECTORY = {
     "train.beta1": "another AdamW beta1", "train.beta2": "another AdamW beta2",
     "train.grad_clip": "another clipping threshold", "train.dtype": "another compute precision",
     "parallel.comm_dtype": "gradients communicated at another precision",
+    "parallel.compress": "gradients compressed differently", "parallel.powersgd_rank": "another PowerSGD rank",
     "doctor.on_anomaly": "anomalies handled differently",
     # local SGD / DiLoCo (docs/sync.md): another algorithm, or the same one synchronising otherwise
     "parallel.sync": "replicas synchronised another way", "parallel.sync_every": "another period H",

@@ -18,7 +18,7 @@ SUITES = {
     "scaling": ("shardlab.bench.scaling", "strong and weak scaling over world 1, 2, 4"),
     "microbatch": ("shardlab.bench.microbatch", "gradient payload per token and efficiency vs microbatch"),
     "buckets": ("shardlab.bench.buckets", "bucket size sweep: step time, collectives, exposed comm, overlap"),
-    "compression": ("shardlab.bench.compression", "fp32 / fp16 / bf16 gradient communication"),
+    "compression": ("shardlab.bench.compression", "fp32 / fp16 / bf16 and PowerSGD gradient communication"),
     "ddp": ("shardlab.bench.ddp", "own ddp vs torch-ddp, and the tracing overhead"),
     "strategies": ("shardlab.bench.strategies", "tokens/s vs memory of every strategy (Pareto plot)"),
     "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),

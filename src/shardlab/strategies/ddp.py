@@ -1,4 +1,4 @@
-"""`ddp`: data parallelism written out — buckets, overlap, no_sync, unused parameters, compression.
+"""`ddp`: data parallelism written out — buckets, overlap, no_sync, unused parameters, compression (casts, PowerSGD).
 
 Every rank holds the whole model and sees different data. After backward every rank must hold the
 same, averaged gradient; the optimizer step then keeps the replicas identical. How (docs/ddp.md):
@@ -26,6 +26,7 @@ from shardlab import comm
 from shardlab.observe import timeline
 from shardlab.strategies import buckets as B
 from shardlab.strategies.base import Strategy
+from shardlab.strategies.powersgd import PowerSGD
 from shardlab.strategies.sync_batchnorm import enable_cpu_sync_batchnorm
 
 MiB = 1024 * 1024
@@ -60,6 +61,11 @@ class DDP(Strategy):
         self.buckets = B.build(list(reversed(self.named)), self.limits, self.pcfg.comm_dtype)
         self._index_buckets()
         self.rebuilt = not self.pcfg.rebuild_buckets
+        self.powersgd = None
+        if self.pcfg.compress == "powersgd":
+            # The buckets still hold the gradients (views), but are not all-reduced: after backward
+            # PowerSGD sends low-rank factors instead (strategies/powersgd.py).
+            self.powersgd = PowerSGD([p for _, p in self.named], self.pcfg.powersgd_rank, self.group)
         self.require_sync = True
         self.used = [0] * len(self.named)  # for find_unused: which parameters this rank used
         self._new_step()
@@ -114,6 +120,8 @@ class DDP(Strategy):
             self._launch_ready_buckets()
 
     def _launch_ready_buckets(self) -> None:
+        if self.powersgd is not None:
+            return  # compression needs every matrix whole: it runs in finish_backward
         while self.next_launch < len(self.buckets) and self.buckets[self.next_launch].pending == 0:
             self.buckets[self.next_launch].launch(self.world, self.group)
             self.in_flight.append(self.buckets[self.next_launch])
@@ -163,6 +171,11 @@ class DDP(Strategy):
                 raise RuntimeError(f"ddp: finish_backward() on rank {self.rank} but no gradient arrived "
                                    f"since the last step; was backward() called on the loss?")
             self._on_backward_end()
+        if self.powersgd is not None:
+            self.powersgd.reduce(self.world)
+            self.last_events = []
+            self._after_sync()
+            return
         self._poll_in_flight()
         now = time.perf_counter()
         for b in self.buckets:  # from here the step only waits (the trace's exposed communication)
@@ -173,6 +186,9 @@ class DDP(Strategy):
             b.finish()
             events.append(b.events)
         self.last_events = events
+        self._after_sync()
+
+    def _after_sync(self) -> None:
         if not self.rebuilt:
             self._rebuild_buckets()
         if self.unused_handle is not None:

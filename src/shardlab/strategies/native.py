@@ -24,7 +24,9 @@ class TorchDDP(Strategy):
             process_group=self.group, bucket_cap_mb=self.pcfg.bucket_mb,
             find_unused_parameters=self.pcfg.find_unused)
         from shardlab.observe import ddp_hook, timeline
-        if timeline.enabled():  # trace: route the bucket all-reduces through comm.py (same arithmetic)
+        if self.pcfg.compress == "powersgd":
+            register_powersgd(self.module, self.group, self.pcfg.powersgd_rank)
+        elif timeline.enabled():  # trace: route the bucket all-reduces through comm.py (same arithmetic)
             ddp_hook.register(self.module, self.group, self.pcfg.comm_dtype)
         elif self.pcfg.comm_dtype != "fp32":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -36,6 +38,19 @@ class TorchDDP(Strategy):
         # What `no_sync()` toggles. torch DDP reads it in forward (it prepares the reducer there), so it
         # must be set before the forward of the microbatch whose backward it concerns.
         self.module.require_backward_grad_sync = requires
+
+
+def register_powersgd(ddp_module, group, rank: int):
+    """torch's powerSGD_hook, set as the own PowerSGD runs (strategies/powersgd.py): error feedback and
+    warm start on, every matrix compressed (min_compression_rate=0; torch's default 2 would send small
+    matrices uncompressed). torch requires start_powerSGD_iter >= 2 with error feedback, so its first two
+    steps are plain all-reduces. Its collectives run inside the hook, not through comm.py."""
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+
+    state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=rank, start_powerSGD_iter=2,
+                                   min_compression_rate=0, use_error_feedback=True, warm_start=True)
+    ddp_module.register_comm_hook(state, powersgd.powerSGD_hook)
+    return state
 
 
 class TorchZero1(TorchDDP):
