@@ -9,7 +9,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          tensor parallel                      parallel/tp*.py (tp > 1)
          context parallel                     parallel/cp.py (cp > 1: ring attention, zigzag chunks)
          activation recompute                 recompute.py   (train.recompute)
-         compile                              (train.compile)
+         compile                              compile.py     (train.compile: each block, inductor)
          data parallel                        data_parallel.py -> shardlab.strategies
     5. the optimizer over what the layers left on this rank
     6. `Parallel`, which owns the step's forward/backward     step.py
@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.parallel import layers, recompute
+from shardlab.parallel import compile as compile_layer, layers, recompute
 from shardlab.parallel.data_parallel import apply_data_parallel
 from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
@@ -58,6 +58,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     if dims.cp > 1:  # the ring replaces each block's attention core; positions follow the chunks
         part = _layer(layers.CONTEXT_PARALLEL, getattr(cfg.parallel, "cp_impl", "own"), "cp")(part, cfg, dims)
     part = recompute.apply(part, cfg, dims)
+    part = compile_layer.apply(part, cfg, dims)  # after recompute: the checkpoint is traced into the graph
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
