@@ -33,14 +33,16 @@ _CLASSES: dict[type, type] = {}
 def _compiled_class(cls: type) -> type:
     """A subclass of `cls` whose forward runs compiled (one per class, so isinstance holds)."""
     if cls not in _CLASSES:
-        state = {"fn": None, "failed": None}
+        state = {"fn": None, "failed": None, "calls": 0}  # calls: forwards that ran compiled
 
         def forward(self, *args, **kwargs):
             if state["failed"] is None:
                 if state["fn"] is None:
                     state["fn"] = torch.compile(cls.forward, backend=BACKEND)
                 try:
-                    return state["fn"](self, *args, **kwargs)
+                    out = state["fn"](self, *args, **kwargs)
+                    state["calls"] += 1
+                    return out
                 except Exception as e:  # noqa: BLE001 -- a compile error: eager is the same function
                     if not _is_compile_error(e):
                         raise
