@@ -46,7 +46,7 @@ def _compiled_class(cls: type) -> type:
                 except Exception as e:  # noqa: BLE001 -- a compile error: eager is the same function
                     if not _is_compile_error(e):
                         raise
-                    state["failed"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                    state["failed"] = _reason(e)
                     print(f"warning: train.compile: compiling {cls.__name__} failed ({state['failed'][:200]}); "
                           "running it eager", file=sys.stderr)
             return cls.forward(self, *args, **kwargs)
@@ -54,6 +54,13 @@ def _compiled_class(cls: type) -> type:
         _CLASSES[cls] = type(f"Compiled{cls.__name__}", (cls,),
                              {"forward": forward, "compiled": True, "_compile_state": state})
     return _CLASSES[cls]
+
+
+def _reason(e: Exception) -> str:
+    """`Type: first line` of the error that made compilation fail (a backend's own error, not dynamo's wrapper)."""
+    cause = getattr(e, "inner_exception", None) or e.__cause__ or e
+    lines = [ln for ln in str(cause).splitlines() if ln.strip()]
+    return f"{type(cause).__name__}: {lines[0].strip() if lines else ''}"
 
 
 def _is_compile_error(e: Exception) -> bool:
