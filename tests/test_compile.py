@@ -67,3 +67,17 @@ def test_world2_losses_equal_eager_within_rtol_1e4_over_20_steps(pool2, name):
     """Under the own data-parallel hooks (ddp's buckets, zero2's reduce-scatter): both ranks."""
     for rank_out in pool2.run(eager_and_compiled, name, timeout=600):  # compile takes minutes under load
         _close(rank_out)
+
+
+def test_cpu_mfu_counts_6n_plus_attention_and_every_linear_gemm():
+    """bench overhead's cpu_mfu inputs: FLOPs per token by hand for the tiny model, and three GEMMs per Linear."""
+    from shardlab.bench.compile_speed import flops_per_token, gemm_shapes
+
+    model = build_model(GPTConfig(**TINY), 0)
+    L, d, V, T = TINY["n_layer"], TINY["d_model"], TINY["vocab_size"], 32
+    per_block = 4 * (d * d + d) + (d * 4 * d + 4 * d) + (4 * d * d + d) + 2 * 2 * d  # q k v proj, fc, proj, 2 LN
+    n = V * d + L * per_block + 2 * d  # tied wte/head once, final LN; no position table
+    assert flops_per_token(model, T) == 6 * n + 12 * L * d * T
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    shapes = gemm_shapes(model, tokens=8)
+    assert len(shapes) == 3 * len(linears) and (8, d, V) in shapes and (V, 8, d) in shapes
