@@ -69,6 +69,7 @@ class TrainConfig:
     threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
     recompute: str = "none"  # none | full | selective : activation recompute per block (docs/memory.md)
     recompute_every: int = 1  # recompute every K-th block (blocks K-1, 2K-1, ...)
+    compile: bool = False  # torch.compile (inductor) each block; a compile error falls back to eager (docs/training.md)
 
 
 @dataclass

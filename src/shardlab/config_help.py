@@ -67,6 +67,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.recompute": ("activation recompute per block: none, full (keep the block input only) or selective "
                         "(keep matmul outputs, recompute the cheap ops); docs/memory.md", "none | full | selective"),
     "train.recompute_every": ("recompute every K-th block (1 = all)", "int >= 1"),
+    "train.compile": ("torch.compile (inductor) each block, after tp/recompute, under data parallelism; a compile "
+                      "error falls back to eager with one warning; docs/training.md", "bool"),
     "train.threads": ("torch threads per rank (one per rank on CPU keeps ranks off each other's cores)", "int >= 1"),
     "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
                           " | ".join(STRATEGIES)),

@@ -10,6 +10,8 @@ checksums), checkpoint check); the per-log work (every `log_every` steps: one `l
 JSON line) is outside both timings. tests/test_bench_overhead.py checks that the two make the same
 calls per step.
 overhead_ratio = median over steps of t_plain / t_shardlab = tokens/s(shardlab) / tokens/s(plain).
+The same run then measures compiled blocks and compute efficiency (`compile_speedup`, `cpu_mfu`):
+bench/compile_speed.py.
 """
 from __future__ import annotations
 
@@ -79,6 +81,7 @@ def shardlab_step(tr) -> None:
 
 
 def run(out: Path, quick: bool) -> dict:
+    from shardlab.bench import compile_speed
     from shardlab.train.trainer import Trainer
 
     steps, warm = (40, 5) if quick else (150, 10)
@@ -112,7 +115,10 @@ def run(out: Path, quick: bool) -> dict:
     figures = {"overhead_ratio": ratio["median"], "overhead_ratio_min": ratio["min"],
                "overhead_ratio_max": ratio["max"], "shardlab_tokens_per_s": thr["shardlab"],
                "plain_tokens_per_s": thr["plain"]}
-    doc = common.write_results(out, "overhead", figures, rows)
+    common.progress("compiled blocks: eager vs train.compile=true, tiny and small models")
+    cfigs, crows, clines = compile_speed.run(out, quick)
+    figures.update(cfigs)
+    doc = common.write_results(out, "overhead", figures, rows + crows)
     plt = common.pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
     ax.plot([r["step"] for r in rows], [r["ratio"] for r in rows], "o-", ms=3)
@@ -133,5 +139,6 @@ def run(out: Path, quick: bool) -> dict:
         "The shardlab side is the trainer's own step as `Trainer.run` drives it: global sampler, strategy "
         "interface, LR schedule, comm accounting, (disabled) timeline spans, the doctor's after-step check, "
         "checkpoint check. Both loops build the same model from the same seed.",
+        *clines,
     ])
     return doc

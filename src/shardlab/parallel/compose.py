@@ -3,13 +3,13 @@
 Read top to bottom, this is the order torchtitan applies its layers in:
 
     1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
-    2. the single-device model                model/gpt.py   (same seed -> same weights on every rank)
+    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights)
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first:
          tensor parallel                      parallel/tp*.py (tp > 1)
          context parallel                     parallel/cp.py (cp > 1: ring attention, zigzag chunks)
          activation recompute                 recompute.py   (train.recompute)
-         compile                              (train.compile)
+         compile                              compile.py     (train.compile: each block, inductor)
          data parallel                        data_parallel.py -> shardlab.strategies
     5. the optimizer over what the layers left on this rank (+ local SGD / DiLoCo: sync.py)
     6. `Parallel`, which owns the step's forward/backward     step.py
@@ -23,7 +23,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.parallel import layers, recompute
+from shardlab.parallel import compile as compile_layer, layers, recompute
 from shardlab.parallel.data_parallel import apply_data_parallel, data_parallel_group
 from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
@@ -52,12 +52,13 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     part = model
     if dims.pp > 1:
         part, stages, schedule = _layer(layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule, "pp")(model, cfg, dims)
-    # 4. per part: tensor parallel -> activation recompute -> compile -> data parallel
+    # 4. per part: tensor parallel -> context parallel -> activation recompute -> compile -> data parallel
     if dims.tp > 1:
         part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
     if dims.cp > 1:  # the ring replaces each block's attention core; positions follow the chunks
         part = _layer(layers.CONTEXT_PARALLEL, getattr(cfg.parallel, "cp_impl", "own"), "cp")(part, cfg, dims)
     part = recompute.apply(part, cfg, dims)
+    part = compile_layer.apply(part, cfg, dims)  # after recompute: the checkpoint is traced into the graph
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
