@@ -26,4 +26,6 @@ def eager_and_compiled(name: str, steps: int = 20, model_kw: dict = TINY, train_
     out["graphs"] = counters["stats"]["unique_graphs"]
     out["breaks"] = dict(counters["graph_break"])
     out["calls"] = sum(c._compile_state["calls"] for c in compile_layer._CLASSES.values()) - calls
+    out["failed"] = next((c._compile_state["failed"] for c in compile_layer._CLASSES.values()
+                          if c._compile_state["failed"]), None)
     return out

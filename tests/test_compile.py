@@ -24,6 +24,11 @@ def _cfg(on: bool = True) -> Config:
 
 def _close(out: dict):
     assert out["compiled"]["losses"] == pytest.approx(out["eager"]["losses"], rel=RTOL)
+    if out["failed"]:
+        # inductor itself could not build the block here (e.g. torch 2.13 under ATEN_CPU_CAPABILITY=default
+        # emits at::vec reductions without the vector headers: a C++ compile error). The fallback ran eager
+        # and the losses above matched; whether compiled code matches cannot be checked on this machine.
+        pytest.skip(f"inductor cannot compile the block on this machine ({out['failed']}); ran eager")
     # every block forward of the 20 steps ran compiled (not a silent eager run), and without graph breaks
     assert out["calls"] == 20 * TINY["n_layer"] and out["breaks"] == {}
 

