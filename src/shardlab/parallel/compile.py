@@ -21,7 +21,10 @@ run yet when compilation fails, so the eager rerun of that call is exact.
 """
 from __future__ import annotations
 
+import getpass
+import os
 import sys
+import tempfile
 
 import torch
 import torch.nn as nn
@@ -94,6 +97,18 @@ def apply(part: nn.Module, cfg, dims=None) -> nn.Module:
     unused (the same on every rank); it keeps the layers' common signature."""
     if not getattr(cfg.train, "compile", False):
         return part
+    _separate_cache_per_cpu_capability()
     for block in (getattr(part, "blocks", None) or {}).values():
         compile_block(block)
     return part
+
+
+def _separate_cache_per_cpu_capability() -> None:
+    """inductor's on-disk cache (kernels, precompiled headers) is not keyed by ATEN_CPU_CAPABILITY: a kernel
+    built for the CPU's own vector width and reused in a process that forces another one computed NaN
+    (avx2 after avx512), and a stale precompiled header failed to compile (default after avx512). A forced
+    capability therefore gets a cache directory of its own, unless the user chose one."""
+    cap = os.environ.get("ATEN_CPU_CAPABILITY")
+    if cap and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+            tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_aten_{cap}")
