@@ -18,6 +18,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
+from shardlab.model.kv_cache import run_blocks
 
 
 @dataclass
@@ -181,13 +182,7 @@ class GPT(nn.Module):
         if self.wpe is not None:
             pos = torch.arange(t, device=x.device) if cache is None else cache.positions(t)
             x = self.drop(self.wte(x) + self.wpe(pos))
-        if cache is None:
-            for block in self.blocks.values():
-                x = block(x)
-        else:
-            for name, block in self.blocks.items():
-                x = block(x, cache=cache.layer(name))
-            cache.advance(t)
+        x = run_blocks(self.blocks, x, cache)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x

@@ -92,3 +92,16 @@ class LayerCache:
             k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)
             v = v.repeat_interleave(q.shape[1] // v.shape[1], dim=1)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.cache.mask(q.shape[2]))
+
+
+def run_blocks(blocks, x, cache=None):
+    """The blocks in order; with a cache (generation) each reads and appends its own layer, and the cache
+    advances by the new tokens once all have run. Shared by both model families."""
+    if cache is None:
+        for block in blocks.values():
+            x = block(x)
+        return x
+    for name, block in blocks.items():
+        x = block(x, cache=cache.layer(name))
+    cache.advance(x.shape[1])
+    return x

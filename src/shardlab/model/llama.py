@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
+from shardlab.model.kv_cache import run_blocks
 
 
 @dataclass
@@ -255,16 +256,9 @@ class Llama(nn.Module):
 
         `cache` (generation only, model/kv_cache.py): as GPT's; each layer reads the rotary positions of
         the new tokens from it, appends its keys and values, and the call advances it."""
-        t = x.shape[1]
         if self.wte is not None:
             x = self.wte(x)
-        if cache is None:
-            for block in self.blocks.values():
-                x = block(x)
-        else:
-            for name, block in self.blocks.items():
-                x = block(x, cache=cache.layer(name))
-            cache.advance(t)
+        x = run_blocks(self.blocks, x, cache)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x
