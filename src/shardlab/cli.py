@@ -18,9 +18,10 @@ SUBCOMMANDS = {
     "doctor": "shardlab.doctor.cli",
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
+    "lighthouse": "shardlab.parallel.fault_tolerant",
 }
 
-USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate} ...
+USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
@@ -30,6 +31,7 @@ USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate} 
   doctor   diagnose hangs and anomalies                       (shardlab doctor --help)
   plan     predict memory, traffic and step time at scale     (shardlab plan --help)
   generate generate text from a checkpoint (KV cache, tp/pp/dp) (shardlab generate --help)
+  lighthouse host the store fault-tolerant replicas meet at  (shardlab lighthouse --help)
 """
 
 

@@ -108,6 +108,13 @@ class ParallelConfig:
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
+    # Fault-tolerant replicas: each its own `shardlab train`, the outer step through a store (parallel/fault_tolerant.py)
+    fault_tolerant: bool = False
+    replicas: int = 0  # R: the job's replicas (replica_id 0..R-1)
+    replica_id: int = -1  # this process's replica
+    ft_store: str = ""  # HOST:PORT of the TCPStore all replicas meet at (`shardlab lighthouse`)
+    ft_timeout: float = 30.0  # seconds an outer step waits for a replica's pseudo-gradient before dropping it
+    ft_join_timeout: float = 120.0  # seconds a starting replica waits for its peers (founding) or a peer's state
 
     @property
     def dp(self) -> str:
@@ -330,6 +337,32 @@ def _validate_sync(p: ParallelConfig) -> None:
                           "parallel.tp=pp=cp=1 and no dp_shard")
 
 
+def _validate_fault_tolerant(cfg: Config, world_size: int) -> None:
+    """parallel.fault_tolerant: replicas that may die and rejoin (docs/sync.md)."""
+    p = cfg.parallel
+    if not p.fault_tolerant:
+        return
+    if p.sync not in ("local_sgd", "diloco"):
+        raise ConfigError(f"parallel.fault_tolerant=true with parallel.sync={p.sync}: only replicas that synchronise "
+                          "periodically can lose one; use parallel.sync=diloco or local_sgd")
+    if world_size != 1:
+        raise ConfigError(f"parallel.fault_tolerant=true at {world_size} processes: this version runs each replica "
+                          "as one process; start every replica with its own `shardlab train --nproc 1`")
+    if p.replicas < 1 or not 0 <= p.replica_id < p.replicas:
+        raise ConfigError(f"parallel.replicas={p.replicas} parallel.replica_id={p.replica_id}: give the job's "
+                          "replica count (>= 1) and this replica's id in 0..replicas-1")
+    host, _, port = p.ft_store.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"parallel.ft_store={p.ft_store!r}: expected HOST:PORT of the store every replica meets "
+                          "at (start one with `shardlab lighthouse --port P`)")
+    if not (p.ft_timeout > 0 and p.ft_join_timeout > 0):
+        raise ConfigError(f"parallel.ft_timeout={p.ft_timeout} parallel.ft_join_timeout={p.ft_join_timeout}: "
+                          "both must be > 0 seconds")
+    if cfg.data.shares != "equal":
+        raise ConfigError(f"data.shares={cfg.data.shares} with parallel.fault_tolerant=true: replicas are separate "
+                          "jobs and take equal slices of the data; use data.shares=equal")
+
+
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import resolve_model_config
@@ -347,6 +380,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)
     _validate_sync(p)
+    _validate_fault_tolerant(cfg, world_size)
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))

@@ -117,6 +117,17 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.outer_momentum": ("DiLoCo's outer Nesterov momentum (0 = plain outer SGD)", "float in [0, 1)"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
                              "fp32 | bf16 | fp16"),
+    "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train --nproc 1`, "
+                                "the outer step goes through the store at parallel.ft_store with a per-step "
+                                "membership; needs parallel.sync=diloco or local_sgd (docs/sync.md)", "true | false"),
+    "parallel.replicas": ("R: the fault-tolerant job's replicas (its data is split R ways)", "int >= 1"),
+    "parallel.replica_id": ("this process's replica in a fault-tolerant job", "0 .. parallel.replicas - 1"),
+    "parallel.ft_store": ("HOST:PORT of the TCPStore the replicas meet at (`shardlab lighthouse --port P` hosts one)",
+                          "HOST:PORT"),
+    "parallel.ft_timeout": ("seconds an outer step waits for a replica's pseudo-gradient before dropping that "
+                            "replica from the step", "float > 0"),
+    "parallel.ft_join_timeout": ("seconds a starting replica waits for the others (founding) or for a peer's "
+                                 "state (joining)", "float > 0"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
                          "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "

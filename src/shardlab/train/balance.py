@@ -136,7 +136,8 @@ class Balancer:
     def __init__(self, cfg, dims, sampler, rank: int):
         self.cfg, self.dims, self.sampler, self.rank = cfg, dims, sampler, rank
         d = cfg.data
-        self.dp_size, self.dp_rank = dims.dp_size, dims.dp_rank
+        # The sampler's slices: the data-parallel group's (fault-tolerant replicas: one slice each of R jobs)
+        self.dp_size, self.dp_rank = sampler.world_size, sampler.rank
         self.global_batch, self.minimum = sampler.global_batch, cfg.train.grad_accum
         weights = parse(d.shares, self.dp_size)
         self.mode = "auto" if weights is None else "equal" if len(set(weights)) == 1 else "weights"

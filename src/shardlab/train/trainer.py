@@ -74,7 +74,10 @@ class Trainer:
         self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
         self.dims, self.strategy = self.par.dims, self.par.dp
         self.n_params = self.par.model.num_params()
-        sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed, self.dims.dp_size, self.dims.dp_rank)
+        # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
+        reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
+        sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
+                                rid * self.dims.dp_size + self.dims.dp_rank)
         scaler = LossScaler() if t.dtype == "fp16" else None
         precision.warn_if_slow(t.dtype, self.device.type, self.is_main)
         from shardlab.train.balance import Balancer
@@ -85,6 +88,8 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
+        if cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device, self.dims)
         self.verdict = "ok"

@@ -1,0 +1,138 @@
+"""Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/fault_tolerant.py): a replica killed with
+SIGKILL does not stop the other; restarted, it joins with the survivor's state and they end equal.
+
+Each replica is what `shardlab train --nproc 1 ...` runs (the CLI's launcher path, in-process for one rank),
+started from a forkserver that imported shardlab once (three cold torch imports would dominate the test).
+The store is hosted by the test, as `shardlab lighthouse` would. SIGSTOP/SIGCONT order the events: the
+survivor is held while the killed replica is restarted, so the outcome does not depend on the machine's load.
+Every wait has a deadline; every process is killed at the end.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing as mp
+import os
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+STEPS, H, TIMEOUT_S = 16, 2, 6
+DEADLINE_S = 240  # the whole test, however loaded the machine; a stuck wait fails with the logs
+
+
+def _replica(argv: list[str], log: str) -> None:
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    from shardlab import cli
+    code = cli.cmd_train(argv)
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def _argv(out, rid: int, port: int) -> list[str]:
+    return ["--nproc", "1", "--out", str(out), "model.preset=tiny", "train.seq_len=32", "train.micro_batch=2",
+            "train.warmup_steps=1", "train.log_every=2", "train.eval_every=0", "ckpt.final=false",
+            f"train.steps={STEPS}", "parallel.strategy=single", "parallel.sync=diloco", f"parallel.sync_every={H}",
+            "parallel.fault_tolerant=true", "parallel.replicas=2", f"parallel.replica_id={rid}",
+            f"parallel.ft_store=127.0.0.1:{port}", f"parallel.ft_timeout={TIMEOUT_S}", "parallel.ft_join_timeout=120",
+            # 0.15 s per step: room for the test to hold the survivor before it runs out of steps
+            "debug.slow_rank=0", "debug.slow_ms=150"]
+
+
+class _Replica:
+    def __init__(self, ctx, argv, log, t_end):
+        self.log, self.t_end = log, t_end
+        self.proc = ctx.Process(target=_replica, args=(argv, str(log)))
+        self.proc.start()
+
+    def text(self) -> str:
+        return self.log.read_text() if self.log.exists() else ""
+
+    def wait_for(self, pattern: str) -> re.Match:
+        while True:
+            m = re.search(pattern, self.text())
+            if m:
+                return m
+            if not self.proc.is_alive() and not re.search(pattern, self.text()):
+                pytest.fail(f"{self.log.name} exited ({self.proc.exitcode}) without {pattern!r}:\n{self.text()}")
+            if time.monotonic() > self.t_end:
+                pytest.fail(f"{self.log.name}: no {pattern!r} before the deadline:\n{self.text()}")
+            time.sleep(0.01)
+
+    def signal(self, sig) -> None:
+        os.kill(self.proc.pid, sig)
+
+    def exitcode(self) -> int | None:
+        self.proc.join(timeout=max(1.0, self.t_end - time.monotonic()))
+        return self.proc.exitcode
+
+
+def _outer_lines(text: str) -> dict[int, str]:
+    return {int(m.group(1)): m.group(0) for m in re.finditer(r"outer step (\d+) \(step \d+\): [^\n]*", text)}
+
+
+def _fingerprint(line: str) -> str:
+    return line.rsplit("parameters ", 1)[1]
+
+
+def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=30))
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer"])
+    t_end = time.monotonic() + DEADLINE_S
+    replicas = []
+    try:
+        r0, r1 = (_Replica(ctx, _argv(tmp_path / f"r{i}", i, store.port), tmp_path / f"r{i}.log", t_end)
+                  for i in range(2))
+        replicas += [r0, r1]
+        r0.wait_for(r"outer step 1 \(")
+        r0.signal(signal.SIGSTOP)  # hold the survivor while replica 1 dies
+        r1.wait_for(r"outer step 1 \(")
+        r1.signal(signal.SIGKILL)
+        assert r1.exitcode() == -signal.SIGKILL
+        r0.signal(signal.SIGCONT)
+        # The survivor waits TIMEOUT_S for replica 1's pseudo-gradient, drops it and goes on alone.
+        r0.wait_for(r"replica 1 gone \(no pseudo-gradient within")
+        r0.signal(signal.SIGSTOP)  # hold it again, steps to spare, until the restarted replica asks to join
+        assert r0.proc.is_alive(), "the survivor finished before replica 1 was restarted"
+        r1b = _Replica(ctx, _argv(tmp_path / "r1b", 1, store.port), tmp_path / "r1b.log", t_end)
+        replicas.append(r1b)
+        r1b.wait_for(r"asking to join")
+        r0.signal(signal.SIGCONT)
+        joined = r1b.wait_for(r"joined at outer step (\d+) \(step (\d+)\) with the state of replica 0; "
+                              r"members \[0, 1\]; parameters (\w+)")
+        assert r0.exitcode() == 0, r0.text()
+        assert r1b.exitcode() == 0, r1b.text()
+    finally:
+        for r in replicas:
+            if r.proc.is_alive():
+                r.signal(signal.SIGCONT)
+                r.proc.kill()
+                r.proc.join(timeout=10)
+
+    survivor, rejoined = _outer_lines(r0.text()), _outer_lines(r1b.text())
+    last = STEPS // H
+    # Alone: at least one outer step averaged over replica 0 only, after replica 1 was declared gone.
+    assert any("averaged 1 of 2 replicas [0]" in line for line in survivor.values()), r0.text()
+    # The join: replica 1 took exactly the survivor's parameters after outer step k.
+    k = int(joined.group(1))
+    assert k < last and "admitting replica(s) [1]" in survivor[k]
+    assert joined.group(3) == _fingerprint(survivor[k])
+    # Both were members of every later outer step, and end with bitwise equal parameters.
+    for j in range(k + 1, last + 1):
+        assert "averaged 2 of 2 replicas [0, 1]" in survivor[j] and j in rejoined, (j, r0.text(), r1b.text())
+        assert _fingerprint(survivor[j]) == _fingerprint(rejoined[j])
+    # The outer step's bytes are counted (comm's store records): at the last step each replica sent its
+    # fp32 pseudo-gradient and received the other's.
+    summary = json.loads((tmp_path / "r0" / "summary.json").read_text())
+    sent = summary["comm"]["bytes_per_step"]
+    delta_bytes = 4 * summary["params"]
+    assert sent.get("store_set") == delta_bytes and sent.get("store_get") == delta_bytes, sent
