@@ -136,3 +136,43 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
     sent = summary["comm"]["bytes_per_step"]
     delta_bytes = 4 * summary["params"]
     assert sent.get("store_set") == delta_bytes and sent.get("store_get") == delta_bytes, sent
+
+
+# --- bad input: one line, exit 2, nothing written ------------------------------------------------------------
+
+FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.replicas=2", "parallel.replica_id=0",
+      "parallel.ft_store=127.0.0.1:29510"]
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (FT, "use parallel.sync=diloco or local_sgd"),  # sync=every_step: nothing periodic to lose a replica from
+    (FT + ["parallel.sync=diloco", "parallel.replica_id=2"], "parallel.replica_id=2"),
+    (FT + ["parallel.sync=diloco", "parallel.ft_store=nowhere"], "parallel.ft_store='nowhere'"),
+    (FT + ["parallel.sync=local_sgd", "parallel.ft_timeout=0"], "parallel.ft_timeout=0"),
+    (FT + ["parallel.sync=diloco", "data.shares=auto"], "data.shares=auto"),
+])
+def test_fault_tolerant_bad_input_exits_2(tmp_path, capsys, monkeypatch, overrides, needle):
+    from shardlab import cli, launch
+    launched = []
+    monkeypatch.setattr(launch, "launch", lambda *a: launched.append(a) or 0)
+    out = tmp_path / "run"
+    code = cli.cmd_train(["--nproc", "1", "--out", str(out), *overrides])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+    assert not out.exists() and not launched
+
+
+def test_fault_tolerant_needs_one_process_per_replica(tmp_path, capsys, monkeypatch):
+    from shardlab import cli, launch
+    monkeypatch.setattr(launch, "launch", lambda *a: 0)
+    code = cli.cmd_train(["--nproc", "2", "--out", str(tmp_path / "run"), "parallel.strategy=ddp",
+                          "parallel.sync=diloco", *FT[1:]])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--nproc 1" in err, err
+
+
+def test_lighthouse_bad_port_exits_2(capsys):
+    from shardlab.parallel import fault_tolerant
+    assert fault_tolerant.main(["--port", "70000"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--port 70000" in err, err
