@@ -176,3 +176,96 @@ def test_lighthouse_bad_port_exits_2(capsys):
     assert fault_tolerant.main(["--port", "70000"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--port 70000" in err, err
+
+
+# --- the protocol in one process: a live replica that misses the deadline is dropped and rejoins --------------
+
+def _ft_replica(rid: int, port: int):
+    """A FaultTolerantSync over a 4x4 linear model (the same start on both), with its train state."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from shardlab.data import GlobalSampler
+    from shardlab.parallel.fault_tolerant import FaultTolerantSync
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    dp = SimpleNamespace(model=model, optimizer_step=lambda o: o.step(), set_requires_gradient_sync=lambda s: None)
+    pcfg = SimpleNamespace(sync="diloco", sync_every=1, outer_lr=0.7, outer_momentum=0.9, outer_dtype="fp32",
+                           replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{port}", ft_timeout=0.3,
+                           ft_join_timeout=30)
+    state = SimpleNamespace(step=0, sampler=GlobalSampler(100, 4, 0, 2, rid))
+    return FaultTolerantSync(dp, pcfg, None, opt), state
+
+
+def _inner_steps(ft, seed: int) -> None:
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ft.params:
+            p.add_(torch.randn(p.shape, generator=g), alpha=0.01)
+
+
+def _wait_key(store, key: str, t_end: float) -> None:
+    while not store.check([key]):
+        assert time.monotonic() < t_end, f"no {key} in the store before the deadline"
+        time.sleep(0.01)
+
+
+def test_late_replica_is_dropped_and_rejoins_mid_run():
+    import threading
+
+    import torch.distributed as dist
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                          timeout=datetime.timedelta(seconds=30))
+    t_end = time.monotonic() + 60
+    seen, errors = {}, []
+
+    def replica0():
+        ft, st = _ft_replica(0, store.port)
+        st.step = ft.found_or_join(st, 0)
+        _inner_steps(ft, 10)
+        ft.synchronise()  # outer step 1: replica 1 posts nothing within 0.3 s, so it is averaged alone
+        seen["members1"] = ft.members
+        _wait_key(store, "join/1", t_end)
+        st.step = 1
+        _inner_steps(ft, 11)
+        ft.synchronise()  # outer step 2: admits replica 1, serves it the state
+        seen["after2"] = ft.fingerprint()
+        st.step = 2
+        _inner_steps(ft, 12)
+        ft.synchronise()  # outer step 3: both
+        seen["final0"] = ft.fingerprint()
+
+    def replica1():
+        ft, st = _ft_replica(1, store.port)
+        st.step = ft.found_or_join(st, 0)
+        _wait_key(store, "1/decision", t_end)  # late on purpose: the others decided outer step 1 already
+        _inner_steps(ft, 20)
+        ft.synchronise()  # finds itself dropped, joins again, takes the state after outer step 2
+        seen["joined"], seen["step1"], seen["sampler1"] = ft.fingerprint(), st.step, st.sampler.step
+        st.step = 2
+        _inner_steps(ft, 21)
+        ft.synchronise()
+        seen["final1"] = ft.fingerprint()
+
+    def guard(fn):
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=guard, args=(f,), daemon=True) for f in (replica0, replica1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, t_end - time.monotonic()))
+    assert not errors, errors
+    assert not any(t.is_alive() for t in threads), "a replica is still waiting"
+    assert seen["members1"] == [0]  # dropped from the next step's expected members
+    assert seen["joined"] == seen["after2"]  # took the peer's parameters after outer step 2
+    assert seen["step1"] == 1 and seen["sampler1"] == 2  # the trainer adds the step it is in: step 2 next
+    assert seen["final0"] == seen["final1"]
