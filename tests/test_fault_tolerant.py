@@ -2,7 +2,8 @@
 SIGKILL does not stop the other; restarted, it joins with the survivor's state and they end equal.
 
 Each replica is what `shardlab train --nproc 1 ...` runs (the CLI's launcher path, in-process for one rank),
-started from a forkserver that imported shardlab once (three cold torch imports would dominate the test).
+started from a forkserver that imported shardlab once (three cold imports of torch, DCP and matplotlib would
+dominate the test).
 The store is hosted by the test, as `shardlab lighthouse` would. SIGSTOP/SIGCONT order the events: the
 survivor is held while the killed replica is restarted, so the outcome does not depend on the machine's load.
 Every wait has a deadline; every process is killed at the end.
@@ -86,7 +87,9 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                           timeout=datetime.timedelta(seconds=30))
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer"])
+    # What a replica would import on its own: torch, DCP (checkpoint), matplotlib (loss.png)
+    ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer", "shardlab.resume", "shardlab.checkpoint",
+                                "matplotlib.pyplot"])
     t_end = time.monotonic() + DEADLINE_S
     replicas = []
     try:
