@@ -108,7 +108,7 @@ class ParallelConfig:
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
-    # Fault-tolerant replicas: each its own `shardlab train`, the outer step through a store (parallel/fault_tolerant.py)
+    # Fault-tolerant replicas: each its own `shardlab train`, meeting at a store (parallel/fault_tolerant.py)
     fault_tolerant: bool = False
     replicas: int = 0  # R: the job's replicas (replica_id 0..R-1)
     replica_id: int = -1  # this process's replica
