@@ -109,11 +109,11 @@ class FaultTolerantSync(PeriodicSync):
                            f"{self.timeout:g} s late); joining again")
             self._join(mid_step=True)
             return
-        total = None
+        total = torch.zeros(delta.numel(), dtype=torch.float32)
         for j in decision["members"]:  # the same order on every member: bitwise equal sums
             d = delta if j == self.rid else _from_bytes(
                 comm.store_get(store, f"{k}/delta/{j}", tag=f"{self.mode} outer step"), delta.dtype)
-            total = d.float() if total is None else total.add_(d.float())
+            total.add_(d.float())
         mean = total.div_(len(decision["members"]))
         if self.mode == "diloco":
             self.start.grad = mean
