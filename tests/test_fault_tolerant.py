@@ -3,9 +3,9 @@ SIGKILL does not stop the other; restarted, it joins with the survivor's state a
 
 Each replica is what `shardlab train --nproc 1 ...` runs (the CLI's launcher path, in-process for one rank),
 started from a forkserver that imported shardlab once (three cold imports of torch, DCP and matplotlib would
-dominate the test).
-The store is hosted by the test, as `shardlab lighthouse` would. SIGSTOP/SIGCONT order the events: the
-survivor is held while the killed replica is restarted, so the outcome does not depend on the machine's load.
+dominate the test). The store is the lighthouse's own code (`shardlab lighthouse`), forked likewise.
+SIGSTOP/SIGCONT order the events: the survivor is held while the killed replica is restarted, so the outcome
+does not depend on the machine's load.
 Every wait has a deadline; every process is killed at the end.
 """
 from __future__ import annotations
@@ -82,18 +82,20 @@ def _fingerprint(line: str) -> str:
 
 
 def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
-    import torch.distributed as dist
+    from shardlab.launch import free_port
+    from shardlab.parallel import fault_tolerant
 
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=30))
     ctx = mp.get_context("forkserver")
     # What a replica would import on its own: torch, DCP (checkpoint), matplotlib (loss.png)
     ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer", "shardlab.resume", "shardlab.checkpoint",
                                 "matplotlib.pyplot"])
     t_end = time.monotonic() + DEADLINE_S
+    port = free_port()
+    lighthouse = ctx.Process(target=fault_tolerant.serve, args=(port, "127.0.0.1"), daemon=True)
+    lighthouse.start()  # what `shardlab lighthouse --port PORT` runs
     replicas = []
     try:
-        r0, r1 = (_Replica(ctx, _argv(tmp_path / f"r{i}", i, store.port), tmp_path / f"r{i}.log", t_end)
+        r0, r1 = (_Replica(ctx, _argv(tmp_path / f"r{i}", i, port), tmp_path / f"r{i}.log", t_end)
                   for i in range(2))
         replicas += [r0, r1]
         r0.wait_for(r"outer step 1 \(")
@@ -106,7 +108,7 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
         r0.wait_for(r"replica 1 gone \(no pseudo-gradient within")
         r0.signal(signal.SIGSTOP)  # hold it again, steps to spare, until the restarted replica asks to join
         assert r0.proc.is_alive(), "the survivor finished before replica 1 was restarted"
-        r1b = _Replica(ctx, _argv(tmp_path / "r1b", 1, store.port), tmp_path / "r1b.log", t_end)
+        r1b = _Replica(ctx, _argv(tmp_path / "r1b", 1, port), tmp_path / "r1b.log", t_end)
         replicas.append(r1b)
         r1b.wait_for(r"asking to join")
         r0.signal(signal.SIGCONT)
@@ -120,6 +122,8 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
                 r.signal(signal.SIGCONT)
                 r.proc.kill()
                 r.proc.join(timeout=10)
+        lighthouse.kill()
+        lighthouse.join(timeout=10)
 
     survivor, rejoined = _outer_lines(r0.text()), _outer_lines(r1b.text())
     last = STEPS // H

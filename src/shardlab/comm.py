@@ -606,6 +606,12 @@ def connect_store(address: str, timeout_s: float):
                          wait_for_workers=False)
 
 
+def host_store(host: str, port: int):
+    """Host a TCPStore (the lighthouse's side); port 0 picks a free one (`.port` says which)."""
+    import datetime
+    return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(seconds=60))
+
+
 def store_check(store, key: str) -> bool:
     """Whether `key` exists. Not recorded: no payload, and polling would fill the flight recorder."""
     return store.check([key])

@@ -261,11 +261,7 @@ def main(argv: list[str]) -> int:
 
 def serve(port: int, host: str = "0.0.0.0") -> None:
     """`shardlab lighthouse`: host the store the replicas of a fault-tolerant job meet at, until stopped."""
-    import datetime
-
-    import torch.distributed as dist
-    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=60))
+    store = comm.host_store(host, port)
     print(f"[shardlab lighthouse] store at {host}:{store.port}; replicas use parallel.ft_store=HOST:{store.port}",
           flush=True)
     while True:
