@@ -64,7 +64,8 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-addr", default="127.0.0.1")
     p.add_argument("--master-port", type=int, default=0, help="rendezvous port (required with --nnodes > 1)")
     p.add_argument("--max-restarts", type=int, default=0, help="torchrun restarts after a rank failure; "
-                                                                 "a restarted job resumes from the latest checkpoint")
+                                                                 "a restarted job resumes from the latest checkpoint "
+                                                                 "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
     p.add_argument("overrides", nargs="*", metavar="key=value")

@@ -69,6 +69,9 @@ def launch(args, cfg, run_dir: Path) -> int:
     config_path = write_config(run_dir, cfg)
     world = args.nproc * args.nnodes
     if world == 1:
+        if cfg.parallel.fault_tolerant and args.max_restarts > 0:  # restart the replica's process when it dies
+            from shardlab.parallel.fault_tolerant import supervise
+            return supervise(cfg, run_dir, args.max_restarts)
         if cfg.parallel.strategy != "single":  # a one-rank process group for data-parallel strategies
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                               WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")

@@ -91,7 +91,8 @@ class FaultTolerantSync(PeriodicSync):
                                                       for j in range(self.n_replicas)):
             time.sleep(_POLL_S)
         present = [j for j in range(self.n_replicas) if comm.store_check(store, f"hello/{j}")]
-        _log(self.rid, f"founding member; replicas present at the start: {present} of {self.n_replicas}")
+        _log(self.rid, f"founding member (process {os.getpid()}); replicas present at the start: {present} of "
+                       f"{self.n_replicas}")
         return start_step
 
     # --- the outer step ---------------------------------------------------------------------------------
@@ -199,7 +200,8 @@ class FaultTolerantSync(PeriodicSync):
         store = self.store
         inc = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         comm.store_set(store, f"join/{self.rid}", inc.encode())
-        _log(self.rid, f"asking to join (waiting up to {self.join_timeout:g} s for a peer's state)")
+        _log(self.rid, f"asking to join (process {os.getpid()}; waiting up to {self.join_timeout:g} s for a peer's "
+                       "state)")
         deadline = time.monotonic() + self.join_timeout
         k = None
         while k is None or not comm.store_check(store, f"{k}/state"):
@@ -234,6 +236,36 @@ def position(sampler, step: int) -> None:
     """Move the global sampler to the start of optimizer step `step` (the data a joiner trains on next)."""
     sampler.epoch, k = divmod(step, sampler.steps_per_epoch)
     sampler.cursor = k * sampler.global_batch
+
+
+def supervise(cfg, run_dir, max_restarts: int) -> int:
+    """`shardlab train --nproc 1 --max-restarts K` of a fault-tolerant replica: run the replica in a child process
+    and start a new one each time it dies, at most K times. (torchrun restarts a whole process group; a replica
+    here is alone, so restarting it is all there is to do.) The new process finds the job under way and joins."""
+    import multiprocessing as mp
+    import signal
+
+    rid = cfg.parallel.replica_id
+    ctx = mp.get_context("fork")  # the launcher has imported shardlab and run no training: a quick, clean start
+    for attempt in range(max_restarts + 1):
+        proc = ctx.Process(target=_run_replica, args=(cfg, run_dir))
+        proc.start()
+        proc.join()
+        code = proc.exitcode
+        if code == 0:
+            return 0
+        why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        if attempt == max_restarts or code == 2:  # out of restarts, or bad input a restart would repeat
+            print(f"shardlab: error: replica {rid}'s process ended ({why}) after {attempt} restart(s) of "
+                  f"--max-restarts {max_restarts}", file=sys.stderr, flush=True)
+            return 1 if code < 0 else code
+        _log(rid, f"its process ended ({why}); restarting it ({attempt + 1} of {max_restarts})")
+    return 1
+
+
+def _run_replica(cfg, run_dir) -> None:
+    from shardlab.train.trainer import main as train_main
+    train_main(cfg, run_dir)
 
 
 def main(argv: list[str]) -> int:
