@@ -193,9 +193,11 @@ def _check_data(cfg) -> int:
         TokenDataset(val, cfg.train.seq_len, name="validation split")
     except DataError as e:
         raise ConfigError(str(e)) from None
-    if len(train_ds) < cfg.train.global_batch:
+    # fault-tolerant replicas are separate jobs, each taking its slice of an R-times larger global batch
+    needed = cfg.train.global_batch * (cfg.parallel.replicas if cfg.parallel.fault_tolerant else 1)
+    if len(train_ds) < needed:
         raise ConfigError(f"data.source={cfg.data.source!r} has {len(train_ds)} training sequences of "
-                          f"{cfg.train.seq_len} tokens, fewer than one global batch ({cfg.train.global_batch})")
+                          f"{cfg.train.seq_len} tokens, fewer than one global batch ({needed})")
     return len(train_ds)
 
 
