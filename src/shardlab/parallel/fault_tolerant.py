@@ -288,6 +288,10 @@ def main(argv: list[str]) -> int:
         serve(args.port, args.host)
     except KeyboardInterrupt:
         return 0
+    except Exception as e:  # noqa: BLE001 - the port is taken, the address is not this machine's, ...
+        print(f"shardlab lighthouse: error: cannot host a store at {args.host}:{args.port} ({type(e).__name__}); "
+              "choose another --port (0 = any free one)", file=sys.stderr)
+        return 2
     return 0
 
 
