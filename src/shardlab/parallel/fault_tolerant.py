@@ -270,8 +270,6 @@ def _run_replica(cfg, run_dir) -> None:
 
 def main(argv: list[str]) -> int:
     """`shardlab lighthouse [--port P] [--host H]`: host the store a fault-tolerant job's replicas meet at."""
-    import argparse
-
     from shardlab.cli import _OneLineParser
     p = _OneLineParser(prog="shardlab lighthouse", description="Host the TCPStore the replicas of a fault-tolerant "
                        "job (parallel.fault_tolerant=true) meet at; runs until stopped (docs/sync.md).")
