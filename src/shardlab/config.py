@@ -108,6 +108,7 @@ class ParallelConfig:
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
+    fragments: int = 1  # F: streaming DiLoCo, F groups of blocks synced at steps staggered H/F apart
 
     @property
     def dp(self) -> str:
@@ -323,11 +324,19 @@ def _validate_sync(p: ParallelConfig) -> None:
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
         raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
                           "learning rate must be > 0 and the momentum in [0, 1)")
-    if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
-                                   or p.dp_shard not in (0, 1)):
+    if p.fragments < 1 or (p.fragments > 1 and (p.sync == "every_step" or p.fragments > p.sync_every)):
+        raise ConfigError(f"parallel.fragments={p.fragments}: must be 1, or 2..parallel.sync_every "
+                          f"({p.sync_every}) with parallel.sync=local_sgd or diloco (fragments are synced at "
+                          "steps H/F apart, so F <= H)")
+    if p.sync == "every_step":
+        return
+    hsdp = p.strategy in ("zero1", "zero2", "zero3") and p.dp_replicate > 1
+    if p.tp != 1 or p.pp != 1 or p.cp != 1 or p.offload != "none" or not (
+            hsdp or (p.strategy in ("single", "ddp") and p.dp_shard in (0, 1))):
         raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
-                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
-                          "parallel.tp=pp=cp=1 and no dp_shard")
+                          "and DiLoCo over whole replicas only (ddp, no dp_shard) or over HSDP replicas "
+                          "(zero1/zero2/zero3 with parallel.dp_replicate > 1), with parallel.tp=pp=cp=1 and no "
+                          "offload")
 
 
 def validate(cfg: Config, world_size: int) -> None:
