@@ -207,7 +207,10 @@ def _hsdp_fn(strategy):
     init = _params(ref)
     ref_stats = _steps(ref, 3)
     runs = {}
-    for mode, extra in {"local_sgd": [], "diloco": ["parallel.outer_lr=1", "parallel.outer_momentum=0"]}.items():
+    modes = {"local_sgd": [], "diloco": ["parallel.outer_lr=1", "parallel.outer_momentum=0"]}
+    if strategy != "zero2":  # DiLoCo's outer step is the same code on every layer: checked on one (cost)
+        del modes["diloco"]
+    for mode, extra in modes.items():
         par = _build(base + [f"parallel.sync={mode}", "parallel.sync_every=1"] + extra, sgd=True)
         _steps(par, 3)
         runs[mode] = _params(par)
@@ -226,7 +229,7 @@ def hsdp(pool4):
 def test_hsdp_h1_equals_every_step_hsdp(hsdp, strategy):
     for ref, runs, *_, init in hsdp[strategy]:
         assert not torch.equal(ref["wte.weight"], init["wte.weight"])  # it did train
-        for mode in ("local_sgd", "diloco"):
+        for mode in runs:
             for k in ref:
                 # rtol 1e-5 (the bar): average-then-step vs step-then-average, fp32 rounding
                 torch.testing.assert_close(runs[mode][k], ref[k], rtol=1e-5, atol=1e-7, msg=f"{mode} {k}")
