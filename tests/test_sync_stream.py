@@ -1,8 +1,9 @@
 """Streaming DiLoCo fragments and the HSDP layout of local SGD / DiLoCo (parallel/sync.py, docs/sync.md).
 
 Fragments at world 2 (tiny model with 4 blocks): the largest burst is one fragment, the bytes per H steps
-are the model's, F = 1 and F = 2 equal a by-hand DiLoCo bitwise, resume mid-period is exact. HSDP at world 4
-(2 replicas x 2 shards, own zero inside): H = 1 equals every-step HSDP, bytes as analytic."""
+are the model's, F = 1 and F = 2 equal a by-hand DiLoCo bitwise. HSDP at world 4 (2 replicas x 2 shards,
+own zero inside): H = 1 equals every-step HSDP, bytes as analytic, resume mid-period with fragments is exact
+(per-shard, per-fragment outer state)."""
 from __future__ import annotations
 
 import pytest
@@ -82,7 +83,7 @@ def _burst_fn():
     for f in (1, 2, 4):
         par = _build(FOUR_BLOCKS + ["parallel.strategy=ddp", "parallel.sync=diloco", f"parallel.sync_every={H}",
                                     f"parallel.fragments={f}"])
-        stats = _steps(par, 2 * H)
+        stats = _steps(par, H)
         out[f] = {"per_step": [s["bytes_by_tag"].get("diloco pseudo-gradient", 0) for s in stats],
                   "all_reduce": [s["bytes"].get("all_reduce", 0) for s in stats],
                   "fragments": [4 * (b - a) for a, b in par.dp.bounds],
@@ -116,9 +117,9 @@ def test_fragments_keep_the_bytes_per_h_steps(bursts):
     model = bursts[1]["model"]
     for f in (1, 2, 4):
         per_step = bursts[f]["per_step"]
-        assert sum(per_step[:H]) == model and sum(per_step[H:]) == model  # every H steps: the model once
+        assert sum(per_step) == model  # over H steps: the model once
         assert per_step == bursts[f]["all_reduce"]  # and nothing else is all-reduced
-        assert sum(1 for x in per_step[:H] if x) == f  # F bursts per period, at staggered steps
+        assert sum(1 for x in per_step if x) == f  # F bursts per period, at staggered steps
 
 
 # --- F = 1 and F = 2 equal DiLoCo by hand, bitwise ------------------------------------------------------
@@ -164,7 +165,7 @@ def test_fragments_equal_diloco_by_hand_bitwise(pool2, f):
             assert torch.equal(ours[k], ref[k]), k
 
 
-# --- exact resume mid-period, per-fragment outer state ----------------------------------------------------
+# --- HSDP: 2 replicas x 2 shards at world 4 ---------------------------------------------------------------
 
 def _train(run_dir, overrides):
     from shardlab.train.trainer import Trainer
@@ -175,27 +176,6 @@ def _train(run_dir, overrides):
     trainer.run()
     return _params(trainer.par)
 
-
-def _resume_fn(run_dir):
-    # H = 2, F = 2: fragment 0 after steps 2 and 4, fragment 1 after 1, 3 and 5. Saved at step 3: both
-    # fragments have moved θ_start and their momentum, by different numbers of outer steps.
-    stream = ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=2", "parallel.fragments=2",
-              "train.steps=5"]
-    straight = _train(run_dir / "straight", stream + ["ckpt.every=3"])
-    ckpt = run_dir / "straight" / "checkpoints" / "step_000003"
-    resumed = _train(run_dir / "resumed", stream + [f"ckpt.resume={ckpt}"])
-    return straight, resumed
-
-
-def test_fragments_resume_exactly_mid_period(pool2, tmp_path):
-    (s0, r0), (s1, r1) = pool2.run(_resume_fn, tmp_path, timeout=300)
-    assert any(not torch.equal(s0[k], s1[k]) for k in s0)  # fragment 0 is mid-period at step 5
-    for straight, resumed in ((s0, r0), (s1, r1)):
-        for k in straight:
-            assert torch.equal(resumed[k], straight[k]), k
-
-
-# --- HSDP: 2 replicas x 2 shards at world 4 ---------------------------------------------------------------
 
 HSDP = ["parallel.dp_replicate=2", "parallel.dp_shard=2"]
 
@@ -222,10 +202,11 @@ def _hsdp_fn(strategy):
 
 @pytest.fixture(scope="module")
 def hsdp(pool4):
-    return {s: pool4.run(_hsdp_fn, s, timeout=300) for s in ("zero1", "zero2", "zero3")}
+    # zero1 left out for the suite's time: it differs from zero2 only in when it reduces (one microbatch here)
+    return {s: pool4.run(_hsdp_fn, s, timeout=300) for s in ("zero2", "zero3")}
 
 
-@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
 def test_hsdp_h1_equals_every_step_hsdp(hsdp, strategy):
     for ref, runs, *_, init in hsdp[strategy]:
         assert not torch.equal(ref["wte.weight"], init["wte.weight"])  # it did train
@@ -235,7 +216,7 @@ def test_hsdp_h1_equals_every_step_hsdp(hsdp, strategy):
                 torch.testing.assert_close(runs[mode][k], ref[k], rtol=1e-5, atol=1e-7, msg=f"{mode} {k}")
 
 
-@pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
+@pytest.mark.parametrize("strategy", ["zero2", "zero3"])
 def test_hsdp_bytes_split_as_analytic(hsdp, strategy):
     for _, _, ref_stats, h2_stats, shard_bytes, _ in hsdp[strategy]:
         def tag_sum(stats, pred):
@@ -268,3 +249,24 @@ def test_bad_fragment_and_hsdp_settings_are_one_line_errors(overrides, needle):
     with pytest.raises(ConfigError, match=needle) as e:
         config.validate(cfg, 4)
     assert "\n" not in str(e.value)
+
+
+def _hsdp_resume_fn(run_dir):
+    # zero2, 2 replicas x 2 shards, DiLoCo H = 2 with 2 fragments (fragment 0 synced after steps 2 and 4,
+    # fragment 1 after 1 and 3): saved at step 3, when both fragments have taken outer steps (different
+    # numbers) and fragment 0 is mid-period; each rank's shard of θ_start, momentum, parameters and AdamW
+    # state under its shard's keys. Step 4 ends with fragment 1 mid-period: the replicas differ.
+    hsdp = ["parallel.strategy=zero2", "train.global_batch=8", "parallel.sync=diloco", "parallel.sync_every=2",
+            "parallel.fragments=2", "train.steps=4"] + HSDP
+    straight = _train(run_dir / "straight", hsdp + ["ckpt.every=3"])
+    ckpt = run_dir / "straight" / "checkpoints" / "step_000003"
+    resumed = _train(run_dir / "resumed", hsdp + [f"ckpt.resume={ckpt}"])
+    return straight, resumed
+
+
+def test_hsdp_fragments_resume_exactly_mid_period(pool4, tmp_path):
+    out = pool4.run(_hsdp_resume_fn, tmp_path, timeout=300)
+    assert any(not torch.equal(out[0][0][k], out[2][0][k]) for k in out[0][0])  # replicas 0 and 1 differ
+    for straight, resumed in out:
+        for k in straight:
+            assert torch.equal(resumed[k], straight[k]), k
