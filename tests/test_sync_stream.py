@@ -88,6 +88,9 @@ def _burst_fn():
                   "all_reduce": [s["bytes"].get("all_reduce", 0) for s in stats],
                   "fragments": [4 * (b - a) for a, b in par.dp.bounds],
                   "units": par.dp.fragment_units, "model": 4 * sum(p.numel() for p in par.dp.params)}
+    local = _steps(_build(FOUR_BLOCKS + ["parallel.strategy=ddp", "parallel.sync=local_sgd",
+                                         f"parallel.sync_every={H}", "parallel.fragments=2"]), H)
+    out["local_sgd"] = [s["bytes_by_tag"].get("local_sgd average", 0) for s in local]
     sync = _steps(_build(FOUR_BLOCKS + ["parallel.strategy=ddp"]), 2)
     out["sync"] = [s["bytes"]["all_reduce"] for s in sync]
     return out
@@ -111,6 +114,10 @@ def test_largest_burst_is_one_fragment(bursts):
     # exactly, for this model: F=2 -> embedding+2 blocks (473,600 B) vs 1/2 = 436,992 B; F=4 -> embedding+1
     # block (273,664 B) vs 1/4 = 218,496 B
     assert max(bursts[2]["per_step"]) == 473600 and max(bursts[4]["per_step"]) == 273664
+
+
+def test_local_sgd_streams_the_same_fragments(bursts):
+    assert bursts["local_sgd"] == bursts[2]["per_step"]  # the parameters instead of Δ, same sizes and steps
 
 
 def test_fragments_keep_the_bytes_per_h_steps(bursts):
@@ -240,6 +247,7 @@ def test_hsdp_bytes_split_as_analytic(hsdp, strategy):
     (["parallel.sync=diloco", "parallel.sync_every=4", "parallel.fragments=5"], "F <= H"),
     (["parallel.fragments=2"], "parallel.fragments=2"),
     (["parallel.sync=diloco", "parallel.fragments=0"], "parallel.fragments=0"),
+    (["model.preset=tiny", "parallel.sync=diloco", "parallel.sync_every=8", "parallel.fragments=5"], "at most 4"),
     (["parallel.sync=local_sgd", "parallel.strategy=zero2", "parallel.dp_replicate=2",
       "parallel.offload=optimizer"], "no offload"),
     (["parallel.sync=local_sgd", "parallel.strategy=torch-fsdp2", "parallel.dp_replicate=2"], "HSDP replicas"),

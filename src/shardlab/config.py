@@ -401,6 +401,9 @@ def validate(cfg: Config, world_size: int) -> None:
     else:
         t.global_batch = per_step * t.grad_accum
     model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
+        raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
+                          f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
     if dims.pp > 1:
         from shardlab.parallel import pipeline
         pipeline.validate(cfg, dims, model_cfg.n_layer)
