@@ -1,8 +1,9 @@
 """Synchronising replicas less often than every step: local SGD and DiLoCo (`parallel.sync`, docs/sync.md).
 
-Put in front of a replicating data-parallel layer (`single`, `ddp`) by the composition. Between two
-synchronisations each replica steps alone on its own share of the batch: the layer is told never to
-synchronise gradients, so the inner optimizer sees this replica's gradient only. Every H
+Put in front of a replicating data-parallel layer (`single`, `ddp`), or of an HSDP zero layer (below), by
+the composition. Between two synchronisations each replica steps alone on its own share of the batch: the
+layer is told never to synchronise gradients across replicas, so the inner optimizer sees this replica's
+gradient only. Every H
 (`parallel.sync_every`) inner steps, across the data-parallel group:
 
 - **local SGD** (Stich 2019; Lin et al. 2020, "post-local SGD"): the parameters are averaged.
