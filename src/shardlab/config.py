@@ -115,6 +115,7 @@ class ParallelConfig:
     ft_store: str = ""  # HOST:PORT of the TCPStore all replicas meet at (`shardlab lighthouse`)
     ft_timeout: float = 30.0  # seconds an outer step waits for a replica's pseudo-gradient before dropping it
     ft_join_timeout: float = 120.0  # seconds a starting replica waits for its peers (founding) or a peer's state
+    fragments: int = 1  # F: streaming DiLoCo, F groups of blocks synced at steps staggered H/F apart
 
     @property
     def dp(self) -> str:
@@ -330,11 +331,19 @@ def _validate_sync(p: ParallelConfig) -> None:
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
         raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
                           "learning rate must be > 0 and the momentum in [0, 1)")
-    if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
-                                   or p.dp_shard not in (0, 1)):
+    if p.fragments < 1 or (p.fragments > 1 and (p.sync == "every_step" or p.fragments > p.sync_every)):
+        raise ConfigError(f"parallel.fragments={p.fragments}: must be 1, or 2..parallel.sync_every "
+                          f"({p.sync_every}) with parallel.sync=local_sgd or diloco (fragments are synced at "
+                          "steps H/F apart, so F <= H)")
+    if p.sync == "every_step":
+        return
+    hsdp = p.strategy in ("zero1", "zero2", "zero3") and p.dp_replicate > 1
+    if p.tp != 1 or p.pp != 1 or p.cp != 1 or p.offload != "none" or not (
+            hsdp or (p.strategy in ("single", "ddp") and p.dp_shard in (0, 1))):
         raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
-                          "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
-                          "parallel.tp=pp=cp=1 and no dp_shard")
+                          "and DiLoCo over whole replicas only (ddp, no dp_shard) or over HSDP replicas "
+                          "(zero1/zero2/zero3 with parallel.dp_replicate > 1), with parallel.tp=pp=cp=1 and no "
+                          "offload")
 
 
 def _validate_fault_tolerant(cfg: Config, world_size: int) -> None:
@@ -345,6 +354,9 @@ def _validate_fault_tolerant(cfg: Config, world_size: int) -> None:
     if p.sync not in ("local_sgd", "diloco"):
         raise ConfigError(f"parallel.fault_tolerant=true with parallel.sync={p.sync}: only replicas that synchronise "
                           "periodically can lose one; use parallel.sync=diloco or local_sgd")
+    if p.fragments != 1:
+        raise ConfigError(f"parallel.fault_tolerant=true with parallel.fragments={p.fragments}: this version's "
+                          "store exchange sends the whole model per outer step; use parallel.fragments=1")
     if world_size != 1:
         raise ConfigError(f"parallel.fault_tolerant=true at {world_size} processes: this version runs each replica "
                           "as one process; start every replica with its own `shardlab train --nproc 1`")
@@ -426,6 +438,9 @@ def validate(cfg: Config, world_size: int) -> None:
     else:
         t.global_batch = per_step * t.grad_accum
     model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
+        raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
+                          f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
     if dims.pp > 1:
         from shardlab.parallel import pipeline
         pipeline.validate(cfg, dims, model_cfg.n_layer)

@@ -110,7 +110,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.sync": ("how data-parallel replicas stay together: every_step (gradients all-reduced each step), "
                       "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps) or "
                       "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD); "
-                      "docs/sync.md; ddp or single only; async is not built yet", "every_step | local_sgd | diloco"),
+                      "docs/sync.md; ddp or single, or zero1/2/3 with parallel.dp_replicate > 1 (HSDP: synced across "
+                      "replicas, sharded within); async is not built yet", "every_step | local_sgd | diloco"),
     "parallel.sync_every": ("H: inner optimizer steps between two synchronisations (local_sgd, diloco)", "int >= 1"),
     "parallel.outer_lr": ("DiLoCo's outer learning rate on the averaged pseudo-gradient (1 with no momentum = "
                           "local SGD)", "float > 0"),
@@ -128,6 +129,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                             "replica from the step", "float > 0"),
     "parallel.ft_join_timeout": ("seconds a starting replica waits for the others (founding) or for a peer's "
                                  "state (joining)", "float > 0"),
+    "parallel.fragments": ("F: streaming DiLoCo (and local SGD): the parameters cut into F contiguous groups of "
+                           "blocks, fragment f synced H/F*f steps after fragment 0, so no burst sends the whole "
+                           "model (docs/sync.md)", "int in [1, parallel.sync_every]"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
                          "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "

@@ -64,9 +64,11 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
     if getattr(cfg.parallel, "sync", "every_step") != "every_step":  # local SGD / DiLoCo replace the
         from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
+        # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
         if getattr(cfg.parallel, "fault_tolerant", False):  # replicas that may die: the outer step via a store
             from shardlab.parallel.fault_tolerant import FaultTolerantSync as PeriodicSync
-        dp = PeriodicSync(dp, cfg.parallel, data_parallel_group(dims), optimizer)
+        group = dims.group("dp_replicate") if hasattr(dp, "replicas_step_alone") else data_parallel_group(dims)
+        dp = PeriodicSync(dp, cfg.parallel, group, optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
         from shardlab.parallel.pipeline import PipelineParallel

@@ -97,7 +97,8 @@ class FaultTolerantSync(PeriodicSync):
 
     # --- the outer step ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def synchronise(self) -> None:
+    def synchronise(self, fragments: list[int] | None = None) -> None:
+        # one fragment only (parallel.fragments=1 is enforced with fault_tolerant): the whole model
         store, k = self.store, self.outer_k + 1
         if self.mode == "diloco":
             delta = (self.start - self._flat().float()).to(self.wire_dtype)  # Δ = θ_start − θ_end
@@ -117,9 +118,10 @@ class FaultTolerantSync(PeriodicSync):
             total.add_(d.float())
         mean = total.div_(len(decision["members"]))
         if self.mode == "diloco":
-            self.start.grad = mean
+            whole = self.views[0]  # the outer optimizer's one parameter: a view of all of θ_start
+            whole.grad = mean
             self.outer.step()
-            self.start.grad = None
+            whole.grad = None
             self._unflatten(self.start)
         else:
             self._unflatten(mean)
@@ -188,8 +190,8 @@ class FaultTolerantSync(PeriodicSync):
     def _state_bytes(self, k: int, step: int, members: list[int]) -> bytes:
         state = {"outer_step": k, "step": step, "inner_step": self.inner_step, "members": members,
                  "params": self.start.detach().clone() if self.mode == "diloco" else self._flat()}
-        if self.mode == "diloco" and self.outer.state[self.start].get("momentum_buffer") is not None:
-            state["momentum"] = self.outer.state[self.start]["momentum_buffer"].clone()
+        if self.mode == "diloco" and self.outer.state[self.views[0]].get("momentum_buffer") is not None:
+            state["momentum"] = self.outer.state[self.views[0]]["momentum_buffer"].clone()
         buf = io.BytesIO()
         torch.save(state, buf)
         return buf.getvalue()
@@ -219,7 +221,7 @@ class FaultTolerantSync(PeriodicSync):
         self._unflatten(params)
         if self.mode == "diloco":
             self.start.copy_(params)
-            buf = self.outer.state[self.start].get("momentum_buffer")
+            buf = self.outer.state[self.views[0]].get("momentum_buffer")
             if buf is not None and "momentum" in state:
                 buf.copy_(state["momentum"])
         st = self.train_state

@@ -1,8 +1,9 @@
 """Synchronising replicas less often than every step: local SGD and DiLoCo (`parallel.sync`, docs/sync.md).
 
-Put in front of a replicating data-parallel layer (`single`, `ddp`) by the composition. Between two
-synchronisations each replica steps alone on its own share of the batch: the layer is told never to
-synchronise gradients, so the inner optimizer sees this replica's gradient only. Every H
+Put in front of a replicating data-parallel layer (`single`, `ddp`), or of an HSDP zero layer (below), by
+the composition. Between two synchronisations each replica steps alone on its own share of the batch: the
+layer is told never to synchronise gradients across replicas, so the inner optimizer sees this replica's
+gradient only. Every H
 (`parallel.sync_every`) inner steps, across the data-parallel group:
 
 - **local SGD** (Stich 2019; Lin et al. 2020, "post-local SGD"): the parameters are averaged.
@@ -15,6 +16,17 @@ One all-reduce of the whole model per H steps instead of one of the gradients pe
 The inner optimizer's state stays per replica (as in DiLoCo), so with AdamW even H = 1 is not ddp (Adam
 of an average is not the average of Adams); with SGD it is.
 
+**Streaming fragments** (`parallel.fragments=F`, Douillard et al. 2025, "Streaming DiLoCo"): the parameters,
+in model order, are cut into F contiguous groups of whole blocks (the embedding and the head count as blocks
+of their own), balanced by size; fragment f is synchronised after the inner steps s with (s − o_f) % H == 0,
+o_f = ⌊f·H/F⌋, each with its own θ_start slice and outer momentum. The bytes per H steps are unchanged, but
+each burst is one fragment (≈ 1/F of the model) instead of the whole of it. F = 1 is plain DiLoCo.
+
+**HSDP layout** (zero1/2/3 with `parallel.dp_replicate` R > 1): a replica is a group of ranks sharding one
+model copy. Inside it the per-step gradient reduce-scatter runs as usual (averaged over the shard group);
+the per-step all-reduce across replicas goes (`replicas_step_alone`), and the periodic synchronisation runs
+over the `dp_replicate` group on what each rank's optimizer steps: its shards.
+
 Between synchronisations the replicas differ by design: `replicas_in_sync` tells the doctor, and
 `sync_state_dict` gives checkpoints what exact resume mid-period needs: the step within the period,
 DiLoCo's θ_start and outer momentum (the same on every replica), and each replica's own parameters and
@@ -22,11 +34,42 @@ inner optimizer state (keyed by replica, like the RNG streams).
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from shardlab import comm
+from shardlab.errors import ConfigError
 
+_BLOCK = re.compile(r"^(blocks|layers)\.(\d+)\.")  # a transformer block's parameters (GPT, Llama)
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _unit(fqn: str, first_block_seen: bool) -> str:
+    """The fragment unit a parameter belongs to: its block, or the embedding (before the first block) and
+    the head (after the last), each a unit of its own."""
+    m = _BLOCK.match(fqn)
+    if m:
+        return f"block{int(m.group(2)):06d}"
+    return "head" if first_block_seen else "embed"
+
+
+def cut_fragments(sizes: list[int], f: int) -> list[int]:
+    """Boundaries [0, b_1, ..., b_{F-1}, len(sizes)] cutting units of `sizes` (in order) into F contiguous
+    non-empty fragments: cut k sits at the unit boundary nearest k/F of the total, so every fragment is
+    within one unit of 1/F of the model."""
+    if not 1 <= f <= len(sizes):
+        raise ConfigError(f"parallel.fragments={f}: the model has {len(sizes)} units (embedding, blocks, head) "
+                          "to cut into fragments; use at most that many")
+    cum = [0]
+    for s in sizes:
+        cum.append(cum[-1] + s)
+    cuts = [0]
+    for k in range(1, f):
+        target = cum[-1] * k / f
+        lo, hi = cuts[-1] + 1, len(sizes) - (f - k)  # leave at least one unit for each later fragment
+        cuts.append(min(range(lo, hi + 1), key=lambda b: (abs(cum[b] - target), b)))
+    return cuts + [len(sizes)]
 
 
 class PeriodicSync:
@@ -35,62 +78,108 @@ class PeriodicSync:
     def __init__(self, dp, pcfg, group, optimizer):
         self.__dict__.update(dp=dp, mode=pcfg.sync, every=int(pcfg.sync_every), group=group,
                              optimizer=optimizer, inner_step=0, wire_dtype=_DTYPES[pcfg.outer_dtype])
-        # The trainable parameters once each (a tied weight once), in one fixed order on every replica.
-        seen, params = set(), []
-        for p in dp.model.parameters():
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-        self.__dict__["params"] = params
+        # HSDP: the replica is a shard group; what is synchronised is this rank's shards (what its optimizer
+        # steps), and gradients stay reduced inside the replica.
+        sharded = hasattr(dp, "replicas_step_alone")
+        if sharded:
+            dp.replicas_step_alone()
+            named = [(i.fqn, i.shard) for i in dp.infos]
+        else:
+            # The trainable parameters once each (a tied weight once), in one fixed order on every replica.
+            seen, named = set(), []
+            for fqn, p in dp.model.named_parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    named.append((fqn, p))
+        params = [p for _, p in named]
+        # Fragments: contiguous units (embedding, each block, head) of the model order, cut by size.
+        units, seen_block = [], False
+        for fqn, p in named:
+            u = _unit(fqn, seen_block)
+            seen_block = seen_block or u.startswith("block")
+            if not units or units[-1][0] != u:
+                units.append([u, 0, 0])  # name, first param index, numel
+            units[-1][2] += p.numel()
+        n_frag = int(getattr(pcfg, "fragments", 1))
+        cuts = cut_fragments([u[2] for u in units], n_frag)
+        bounds, offset = [], 0  # (first, last) element of each fragment in the flat order
+        for a, b in zip(cuts, cuts[1:]):
+            numel = sum(u[2] for u in units[a:b])
+            bounds.append((offset, offset + numel))
+            offset += numel
+        self.__dict__.update(params=params, sharded=sharded, bounds=bounds,
+                             offsets=[f * self.every // n_frag for f in range(n_frag)],
+                             fragment_units=[[u[0] for u in units[a:b]] for a, b in zip(cuts, cuts[1:])])
         self.__dict__["replica"] = comm.rank(group)
+        # Checkpoint keys: under HSDP the ranks of one replica hold different shards (keyed by shard)
+        self.__dict__["shard_key"] = f"shard{dp.dims.coord('dp_shard')}" if sharded else None
         if self.mode == "diloco":
-            # θ_start, one flat fp32 tensor, is what the outer optimizer updates; torch's SGD does the maths.
+            # θ_start, one flat fp32 tensor, is what the outer optimizer updates; torch's SGD does the maths,
+            # one parameter per fragment (a view of θ_start): a step moves only fragments given a gradient.
             start = self._flat().float()
+            views = [start[a:b] for a, b in bounds]
             momentum = float(pcfg.outer_momentum)
-            outer = torch.optim.SGD([start], lr=float(pcfg.outer_lr), momentum=momentum,
+            outer = torch.optim.SGD(views, lr=float(pcfg.outer_lr), momentum=momentum,
                                     nesterov=momentum > 0, foreach=False)
             if momentum > 0:
                 # A zero buffer is what SGD's first step would start from (buf = g with no dampening);
                 # allocated now so a checkpoint has it before the first outer step.
-                outer.state[start]["momentum_buffer"] = torch.zeros_like(start)
-            self.__dict__.update(start=start, outer=outer)
+                for v in views:
+                    outer.state[v]["momentum_buffer"] = torch.zeros_like(v)
+            self.__dict__.update(start=start, views=views, outer=outer)
 
     def __getattr__(self, name):  # everything not named here is the dp layer's own
         return getattr(self.__dict__["dp"], name)
 
     # --- the step ---------------------------------------------------------------------------------------
     def set_requires_gradient_sync(self, requires: bool) -> None:
-        self.dp.set_requires_gradient_sync(False)  # each replica steps on its own gradient
+        # a whole replica steps on its own gradient; a sharded one reduces inside itself as usual
+        self.dp.set_requires_gradient_sync(requires if self.sharded else False)
 
     @property
     def replicas_in_sync(self) -> bool:
-        """True at a period boundary, when every replica holds the same parameters."""
+        """True when every replica holds the same parameters: at a period boundary (with F > 1 fragments,
+        only before the first step: some fragment is always mid-period after it)."""
+        if len(self.bounds) > 1:
+            return self.inner_step == 0
         return self.inner_step % self.every == 0
+
+    def due(self, step: int) -> list[int]:
+        """The fragments synchronised after inner step `step` (1-based)."""
+        return [f for f, o in enumerate(self.offsets) if step >= max(o, 1) and (step - o) % self.every == 0]
 
     def optimizer_step(self, optimizer) -> None:
         self.dp.optimizer_step(optimizer)
         self.__dict__["inner_step"] = self.inner_step + 1
-        if self.inner_step % self.every == 0:
-            self.synchronise()
+        frags = self.due(self.inner_step)
+        if frags:
+            self.synchronise(frags)
 
     @torch.no_grad()
-    def synchronise(self) -> None:
-        """The outer step: average the parameters (local SGD) or the pseudo-gradient (DiLoCo)."""
+    def synchronise(self, fragments: list[int] | None = None) -> None:
+        """The outer step of `fragments` (all by default), one all-reduce each: average their parameters
+        (local SGD) or their pseudo-gradient (DiLoCo)."""
         n = comm.world_size(self.group)
-        if self.mode == "local_sgd":
-            flat = self._flat()
+        flat = self._flat()
+        for f in range(len(self.bounds)) if fragments is None else fragments:
+            a, b = self.bounds[f]
+            if self.mode == "local_sgd":
+                piece = flat[a:b]
+                if n > 1:
+                    comm.all_reduce(piece, group=self.group, tag="local_sgd average")
+                    piece.div_(n)
+                continue
+            view = self.views[f]
+            delta = (view - flat[a:b].float()).to(self.wire_dtype)  # Δ = θ_start − θ_end
             if n > 1:
-                comm.all_reduce(flat, group=self.group, tag="local_sgd average")
-                flat.div_(n)
-            self._unflatten(flat)
-            return
-        delta = (self.start - self._flat().float()).to(self.wire_dtype)  # Δ = θ_start − θ_end
-        if n > 1:
-            comm.all_reduce(delta, group=self.group, tag="diloco pseudo-gradient")
-        self.start.grad = delta.float().div_(n)
-        self.outer.step()
-        self.start.grad = None
-        self._unflatten(self.start)
+                comm.all_reduce(delta, group=self.group, tag="diloco pseudo-gradient")
+            view.grad = delta.float().div_(n)
+            self.outer.step()  # only this fragment has a gradient: the others stay
+            view.grad = None
+            flat[a:b].copy_(view)
+        self._unflatten(flat)
+        if self.sharded and not getattr(self.dp, "shard_params", True):
+            self.dp._gather_params()  # zero1/2 keep full parameters: the updated shards gathered again
 
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.params])
@@ -102,21 +191,30 @@ class PeriodicSync:
             offset += p.numel()
 
     # --- checkpoint state -------------------------------------------------------------------------------
+    def _keys(self) -> tuple[str | None, str]:
+        """(where the shared entries live: None = top level, the own entry's key). Under HSDP the ranks of
+        one replica hold different shards: both are keyed by shard."""
+        own = f"replica{self.replica}"
+        return (None, own) if self.shard_key is None else (self.shard_key, f"{own}_{self.shard_key}")
+
     def sync_state_dict(self) -> dict:
         """Tensors for DCP. Shared (equal on every replica): the step within the period, DiLoCo's θ_start
-        and momentum. Per replica (`replica<r>`: only that replica writes it): its parameters and inner
-        optimizer state, which differ from the others' mid-period. Copies, so a load into them never
-        aliases the live tensors the `model`/`optim` entries load into."""
+        and momentum (the fragments' slices, concatenated in flat order). Per replica (`replica<r>`: only
+        that replica writes it): its parameters and inner optimizer state, which differ from the others'
+        mid-period. Copies, so a load into them never aliases the live tensors the `model`/`optim` entries
+        load into."""
         sd = {"inner_step": torch.tensor(self.inner_step, dtype=torch.int64)}
+        shared_key, own_key = self._keys()
+        shared = sd if shared_key is None else sd.setdefault(shared_key, {})
         if self.mode == "diloco":
-            sd["start"] = self.start.detach().clone()
-            buf = self.outer.state[self.start].get("momentum_buffer")
-            if buf is not None:
-                sd["momentum"] = buf.detach().clone()
+            shared["start"] = self.start.detach().clone()
+            bufs = [self.outer.state[v].get("momentum_buffer") for v in self.views]
+            if all(b is not None for b in bufs):
+                shared["momentum"] = torch.cat(bufs)
         opt = {str(i): {k: v.detach().clone() for k, v in self.optimizer.state[p].items() if torch.is_tensor(v)}
                for i, p in enumerate(self.params) if p in self.optimizer.state}
         opt = {i: st for i, st in opt.items() if st}  # no empty entries (plain SGD keeps no tensor state)
-        sd[f"replica{self.replica}"] = {"params": self._flat().clone(), "optim": opt}
+        sd[own_key] = {"params": self._flat().clone(), "optim": opt}
         return sd
 
     @torch.no_grad()
@@ -124,14 +222,21 @@ class PeriodicSync:
         """After the model and optimizer were loaded: what a checkpoint had of this state (a checkpoint
         of another run keeps the loaded model as θ_start and starts a fresh period)."""
         self.__dict__["inner_step"] = int(sd["inner_step"]) if "inner_step" in sd else 0
-        mine = sd.get(f"replica{self.replica}")
+        shared_key, own_key = self._keys()
+        shared = sd if shared_key is None else sd.get(shared_key, {})
+        mine = sd.get(own_key)
         if mine is not None:  # this replica's own mid-period parameters and inner optimizer state
             self._unflatten(mine["params"])
             for i, p in enumerate(self.params):
                 for k, v in mine.get("optim", {}).get(str(i), {}).items():
                     if k in self.optimizer.state.get(p, {}):
                         self.optimizer.state[p][k].copy_(v)
+            if self.sharded and not getattr(self.dp, "shard_params", True):
+                self.dp._gather_params()
         if self.mode == "diloco":
-            self.start.copy_(sd["start"] if "start" in sd else self._flat().float())
-            if "momentum" in sd and self.outer.state[self.start].get("momentum_buffer") is not None:
-                self.outer.state[self.start]["momentum_buffer"].copy_(sd["momentum"])
+            self.start.copy_(shared["start"] if "start" in shared else self._flat().float())
+            if "momentum" in shared:
+                for v, (a, b) in zip(self.views, self.bounds):
+                    buf = self.outer.state[v].get("momentum_buffer")
+                    if buf is not None:
+                        buf.copy_(shared["momentum"][a:b])

@@ -75,6 +75,13 @@ class _Zero(Strategy):
         self.model = self.module = model
         return model
 
+    def replicas_step_alone(self) -> None:
+        """HSDP under local SGD / DiLoCo (parallel/sync.py): each replica group steps on its own gradient,
+        so the per-step all-reduce across replicas goes and the reduce-scatter averages over the shard group
+        only; the replicas meet in the periodic outer synchronisation instead."""
+        self.replicate_group = None
+        self.dp_size = self.world
+
     def local_grad(self, fqn: str):
         """The gradient of this rank's dim-0 shard of `fqn` (what the optimizer steps)."""
         info = next((i for i in self.infos if i.fqn == fqn), None)
