@@ -1,0 +1,2 @@
+"""Expert parallelism (placeholder replaced below)."""
+EP_WITH_DP = ("single", "ddp")
