@@ -67,3 +67,39 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5) -
     out["params"] = {n: p.clone() for n, p in full.items()} if comm.rank() == 0 else None
     out["state_keys"] = sorted(par.model_state_dict())
     return out
+
+
+def reshard(single_ckpt: str, out_ckpt: str) -> dict:
+    """Load a checkpoint written by `single` into ep=2 (DCP reshard: each rank reads its own experts), then
+    train one step and write model + optimizer state for `single` to read back."""
+    import torch.distributed.checkpoint as dcp
+
+    from shardlab import comm
+
+    par = build(2, 0.0)
+    sd = {"model": par.model_state_dict()}
+    dcp.load(sd, checkpoint_id=single_ckpt)
+    par.load_model_state_dict(sd["model"])
+    loaded = {n: p.clone() for n, p in par.full_parameters().items()}  # (views of live parameters)
+    per = GLOBAL_BATCH // par.dims.dp_size
+    x, y = global_batch(0)
+    rows = slice(par.dims.dp_rank * per, (par.dims.dp_rank + 1) * per)
+    par.forward_backward([(x[rows], y[rows])], par.dims.dp_size / y.numel())
+    par.finish()
+    par.optimizer_step()
+    dcp.save({"model": par.model_state_dict(), "optim": par.optim_state_dict()}, checkpoint_id=out_ckpt)
+    after = par.full_parameters()
+    return {"loaded": loaded, "after": after} if comm.rank() == 0 else {}
+
+
+def trainer_run(run_dir: str, overrides: list[str]) -> dict:
+    """The real trainer (what `shardlab train` runs on each rank) with `overrides`; returns its summary."""
+    from pathlib import Path
+
+    from shardlab import comm, config
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(None, overrides)
+    config.validate(cfg, comm.world_size())
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    return Trainer(cfg, Path(run_dir)).run()

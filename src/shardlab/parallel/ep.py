@@ -176,6 +176,11 @@ class ExpertParallelDP:
                 g.mul_(coef.to(g.dtype))
         return float(norm.item())
 
+    def num_params(self) -> int:
+        """The whole model's parameter count: this rank's, plus the experts the other ep ranks hold."""
+        local = sum(p.numel() for p in self.ep.expert_params)
+        return self.dp.model.num_params() + (self.ep.ep - 1) * local
+
     def zero_grad(self, optimizer) -> None:
         self.dp.zero_grad(optimizer)  # the dense buckets
         for p in self.ep.expert_params:
