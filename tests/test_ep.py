@@ -50,6 +50,14 @@ def test_dropless_ep2_equals_single(single, ep2):
     assert all(d == 0 for d in ref["dropped"]) and all(d == 0 for d in res[0]["dropped"])
 
 
+def test_dropless_ep2_under_torch_ddp_equals_single(single, pool2):
+    """torch's DistributedDataParallel wraps the dense parameters only (the experts hidden while it is built)."""
+    ref, res = single[0.0], pool2.run(train, 2, 0.0, "torch-ddp", steps=STEPS[0.0])
+    for r in res:
+        assert r["loss"] == pytest.approx(ref["loss"], rel=LOSS_RTOL)
+    _params_equal(ref["params"], res[0]["params"])
+
+
 def test_ep_checkpoint_keys_are_this_ranks_experts_under_their_global_names(ep2):
     keys = [set(r["state_keys"]) for r in ep2[0.0]]
     assert "blocks.0.mlp.experts.0.fc.weight" in keys[0] and "blocks.0.mlp.experts.2.fc.weight" in keys[1]

@@ -115,7 +115,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                     "-1 = fill the world", "-1 | int >= 1"),
     "parallel.ep": ("expert parallelism: the experts split over this many data-parallel ranks, tokens sent to "
                     "their expert's rank by all-to-all (docs/moe.md); must divide model.moe_experts and the "
-                    "data-parallel size; ddp or single", "int >= 1"),
+                    "data-parallel size; with ddp or torch-ddp", "int >= 1"),
     "parallel.cp_impl": ("context parallelism: own ring attention (every K/V transfer through comm, CPU and CUDA) "
                          "or torch's context_parallel (CUDA only)", "own | torch"),
     "parallel.offload": ("ZeRO-Offload: the optimizer state and step (own zero1/2/3), or the parameter shards "

@@ -20,8 +20,8 @@ row goes back to the rank that sent it. Every transfer goes through comm (`all_t
 
 Gradients: an expert's gradient on its holder already sums the tokens of its whole ep group; the dp ranks
 holding the same experts (`edp`) sum theirs (`ExpertParallelDP.finish_backward`). Dense parameters are the
-dp layer's, over all dp ranks. The dp layer never sees the experts (they are hidden while it wraps): own
-`ddp` only in this version (zero1/2/3 and torch's layers would shard or replicate experts they must not).
+dp layer's, over all dp ranks. The dp layer never sees the experts (they are hidden while it wraps): own `ddp`
+and `torch-ddp` in this version (zero's and FSDP's optimizers would hold the dense shards only).
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.model.moe import MoE, moe_layers
 
-EP_WITH_DP = ("ddp",)  # the data-parallel layers expert parallelism composes with (config checks this)
+EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
 
 
 class _AllToAll(torch.autograd.Function):
@@ -160,7 +160,7 @@ class ExpertParallelDP:
     def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = ()) -> float:
         """The single-device norm: dense gradients are the same on every dp rank (counted once), each
         expert's lives on one rank of every ep group (summed over ep)."""
-        dense = list(self.dp.grad_tensors())
+        dense = [p.grad for p in self.dp.model.parameters() if p.grad is not None and not self.ep.is_expert(p)]
         experts = [p.grad for p in self.ep.expert_params if p.grad is not None]
         sq = torch.zeros(1, device=self.dp.device)
         for g in experts:
