@@ -27,9 +27,10 @@ def global_batch(step: int):
     return x[:, :-1], x[:, 1:]
 
 
-def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5) -> dict:
+def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, accum: int = 1) -> dict:
     """`steps` optimizer steps; per step the global loss, dropped slots, this rank's tokens per expert per
-    layer and all-to-all bytes; the MoE outputs of step 0 for this rank's sequences; the final parameters."""
+    layer and all-to-all bytes; the MoE outputs of step 0 for this rank's sequences; the final parameters.
+    `accum`: this rank's sequences in that many microbatches (gradients accumulated, synchronised once)."""
     from shardlab import comm
     from shardlab.model.moe import moe_layers
 
@@ -46,7 +47,8 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5) -
     for step in range(steps):
         x, y = global_batch(step)
         comm.RECORDER.reset_step()
-        loss = par.forward_backward([(x[rows], y[rows])], dims.dp_size / n_tokens)
+        micro = list(zip(x[rows].tensor_split(accum), y[rows].tensor_split(accum)))
+        loss = par.forward_backward(micro, dims.dp_size / n_tokens)
         par.finish()
         par.clip_grad_norm_(1.0)
         par.optimizer_step()

@@ -58,6 +58,14 @@ def test_dropless_ep2_under_torch_ddp_equals_single(single, pool2):
     _params_equal(ref["params"], res[0]["params"])
 
 
+def test_dropless_ep2_with_accumulation_equals_single(single, pool2):
+    """Two microbatches per rank: expert gradients accumulate locally and are reduced once per step."""
+    ref, res = single[0.0], pool2.run(train, 2, 0.0, steps=STEPS[0.0], accum=2)
+    for r in res:
+        assert r["loss"] == pytest.approx(ref["loss"], rel=LOSS_RTOL)
+    _params_equal(ref["params"], res[0]["params"])
+
+
 def test_ep_checkpoint_keys_are_this_ranks_experts_under_their_global_names(ep2):
     keys = [set(r["state_keys"]) for r in ep2[0.0]]
     assert "blocks.0.mlp.experts.0.fc.weight" in keys[0] and "blocks.0.mlp.experts.2.fc.weight" in keys[1]
@@ -155,6 +163,8 @@ def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
         assert len(r["moe_tokens_per_expert"]) == 4 and r["moe_dropped"] >= 0
         assert sum(r["moe_tokens_per_expert"]) == 2 * 8 * 32 * 2  # layers x sequences x tokens x top-k
         assert r["moe_aux"] > 0 and r["moe_z"] > 0
+        tpe = r["moe_tokens_per_expert"]
+        assert r["moe_tokens_per_ep_rank"] == [tpe[0] + tpe[1], tpe[2] + tpe[3]]  # one ep group of 2
     moe = summary["moe"]
     assert moe["load_imbalance"] == pytest.approx(max(moe["tokens_per_expert"]) * 4 / sum(moe["tokens_per_expert"]))
     assert moe["load_imbalance"] >= 1.0 and summary["ranks_consistent"] is True

@@ -37,8 +37,13 @@ class MoELog:
                                                                       dtype=torch.float64)])
         self.par.sum_over_data(t, tag="moe metrics")
         n = self.par.dims.size("dp_cp") * self.grad_accum
-        return {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
-                "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n}
+        row = {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
+               "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n}
+        ep = self.par.dims.ep
+        if ep > 1:  # what each expert-parallel rank was sent (its experts' share; per rank of one ep group)
+            per_group = t[:E].view(ep, E // ep).sum(1) / self.par.dims.size("edp")
+            row["moe_tokens_per_ep_rank"] = [float(v) for v in per_group.tolist()]
+        return row
 
     def summary(self) -> dict:
         """`moe` of summary.json: tokens per expert over the run and the load imbalance, max / mean tokens
