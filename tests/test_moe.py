@@ -136,3 +136,16 @@ def test_bad_moe_input_exits_2_before_launch(tmp_path, capsys, monkeypatch, args
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and needle in err, err
     assert not out.exists()
+
+
+def test_ep_and_edp_groups_split_the_data_parallel_ranks():
+    """ep borrows dp ranks: consecutive dp ranks form an ep group, those at the same ep coordinate an edp
+    group; with tp, each tp coordinate has its own (pure arithmetic, no processes)."""
+    from shardlab.parallel.mesh import ParallelDims
+
+    d = ParallelDims(dp_replicate=4, ep=2)
+    assert [d.ranks("ep", r) for r in range(4)] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert [d.ranks("edp", r) for r in range(4)] == [[0, 2], [1, 3], [0, 2], [1, 3]]
+    assert (d.size("ep"), d.size("edp"), d.coord("ep", 3), d.coord("edp", 3)) == (2, 2, 1, 1)
+    t = ParallelDims(dp_replicate=2, tp=2, ep=2)  # ranks 0,1 = tp group of dp rank 0
+    assert t.ranks("ep", 1) == [1, 3] and t.ranks("edp", 1) == [1] and t.size("edp") == 1

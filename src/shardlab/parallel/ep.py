@@ -57,11 +57,10 @@ class _AllToAll(torch.autograd.Function):
 class ExpertDispatch:
     """Replaces one MoE module's `run_experts`: the local experts, the all-to-all around them."""
 
-    def __init__(self, module: MoE, name: str, ep: int, ep_rank: int, group):
+    def __init__(self, module: MoE, name: str, ep: int, group):
         self.ep, self.group, self.name = ep, group, name
         self.n_local = module.n_experts // ep
-        self.first = ep_rank * self.n_local
-        self.experts = module.experts  # after `localise`: {str(global index): expert}
+        self.experts = module.experts  # this rank's: {str(global index): expert}, in index order
 
     def __call__(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         ep, n = self.ep, self.n_local
@@ -75,7 +74,7 @@ class ExpertDispatch:
         sizes = recv.flatten().tolist()  # chunk (source s, expert j) at s * n + j
         order = [s * n + j for j in range(n) for s in range(ep)]
         chunks = rows.split(sizes)
-        by_expert = torch.cat([chunks[i] for i in order]) if rows.shape[0] else rows
+        by_expert = torch.cat([chunks[i] for i in order])
         per_expert = recv.sum(0).tolist()
         outs = [expert(c) for expert, c in zip(self.experts.values(), by_expert.split(per_expert))]
         y = torch.cat(outs)
@@ -105,7 +104,7 @@ class ExpertParallel:
             keep = range(rank * n, (rank + 1) * n)
             # a ModuleDict keyed by the global index keeps every name (`experts.5.fc.weight`)
             module.experts = nn.ModuleDict({str(j): module.experts[j] for j in keep})
-            module.run_experts = ExpertDispatch(module, name, self.ep, rank, self.group)
+            module.run_experts = ExpertDispatch(module, name, self.ep, self.group)
             self.layers.append(module)
         self.expert_params = [p for m in self.layers for p in m.experts.parameters()]
         self._ids = {id(p) for p in self.expert_params}
