@@ -6,13 +6,16 @@ import pytest
 import torch
 
 from ep_harness import TINY, build, reshard, train, trainer_run
+from shardlab.config import Config
+from shardlab.testing import assert_params_close
 
 pytestmark = pytest.mark.timeout(300)
 
-# fp32. The losses agree to ~1e-7; parameters after 5 AdamW steps differ only by the order in which the
-# expert GEMMs and the data-parallel sums add the same terms (a few ulps, amplified by Adam's division by
-# sqrt(v) on tiny second moments), hence atol 1e-5 on values of size ~0.02-1.
-LOSS_RTOL, PARAM_ATOL = 1e-5, 1e-5
+# fp32. Losses agree to ~2e-7 relative (rtol 1e-5). Parameters are compared as every parity test here does
+# (shardlab.testing.compare): rtol = atol = 1e-5, atol at least 2e-3 of the summed learning rate (Adam turns
+# round-off in a nearly cancelling gradient into a visible update), the attention key bias (true gradient
+# zero, pure round-off) within 5% of it. Measured under ep=2 with ddp: max |diff| 4e-6.
+LOSS_RTOL = 1e-5
 
 
 # dropless: 5 steps; capacity 1.0: 2 steps (which slots drop is decided per step; two show it holds after
@@ -30,10 +33,8 @@ def ep2(pool2):
     return {c: pool2.run(train, 2, c, steps=n) for c, n in STEPS.items()}
 
 
-def _params_equal(ref: dict, got: dict) -> None:
-    assert set(ref) == set(got)
-    for k in ref:
-        torch.testing.assert_close(got[k], ref[k], rtol=0, atol=PARAM_ATOL, msg=k)
+def _params_equal(ref: dict, got: dict, steps: int = 5) -> None:
+    assert_params_close(got, ref, lr_sum=Config().train.lr * steps)  # the harness keeps train.lr constant
 
 
 def _outputs_by_sequence(res: list) -> list:
@@ -111,6 +112,15 @@ def test_dropless_ep2_x_dp4_world4_equals_single(single, pool4):
     summed over its two holders (edp), dense ones over all four. (Dropless only: capacity's equality is
     the world-2 test's, and a second world-4 run would double this test's cost.)"""
     ref, res = single[0.0], pool4.run(train, 2, 0.0)
+    for r in res:
+        assert r["loss"] == pytest.approx(ref["loss"], rel=LOSS_RTOL)
+    _params_equal(ref["params"], res[0]["params"])
+
+
+def test_dropless_tp2_x_ep2_world4_equals_single(single, pool4):
+    """Own TP on the dense parts (attention, embedding, head split over tp=2), the MoE layers whole on each
+    tp rank, ep=2 over the 2 data ranks of each tp coordinate."""
+    ref, res = single[0.0], pool4.run(train, 2, 0.0, tp=2)
     for r in res:
         assert r["loss"] == pytest.approx(ref["loss"], rel=LOSS_RTOL)
     _params_equal(ref["params"], res[0]["params"])

@@ -149,3 +149,12 @@ def test_ep_and_edp_groups_split_the_data_parallel_ranks():
     assert (d.size("ep"), d.size("edp"), d.coord("ep", 3), d.coord("edp", 3)) == (2, 2, 1, 1)
     t = ParallelDims(dp_replicate=2, tp=2, ep=2)  # ranks 0,1 = tp group of dp rank 0
     assert t.ranks("ep", 1) == [1, 3] and t.ranks("edp", 1) == [1] and t.size("edp") == 1
+
+
+def test_moe_with_dtensor_tp_or_sp_exits_2(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("launched"))
+    for extra in (["parallel.tp_impl=dtensor"], ["parallel.sp=true"]):
+        code = cli.cmd_train(["--out", str(tmp_path / "run"), "--nproc", "2", "model.preset=tiny",
+                              "model.moe_experts=4", "parallel.tp=2", "train.seq_len=32", *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "own tensor parallelism without SP" in err, err

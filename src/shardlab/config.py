@@ -484,9 +484,13 @@ def _validate_moe(cfg: Config, dims) -> None:
                           "(moe_capacity=0: dropless)")
     if E and not 1 <= m.moe_top_k <= E:
         raise ConfigError(f"model.moe_top_k={m.moe_top_k}: must be between 1 and model.moe_experts={E}")
-    if E and max(dims.pp, dims.cp, dims.tp) > 1:
-        raise ConfigError(f"model.moe_experts={E} with parallel.tp={dims.tp} pp={dims.pp} cp={dims.cp}: this "
-                          "version runs MoE models under data and expert parallelism only; set tp=pp=cp=1")
+    if E and max(dims.pp, dims.cp) > 1:
+        raise ConfigError(f"model.moe_experts={E} with parallel.pp={dims.pp} parallel.cp={dims.cp}: this version "
+                          "runs MoE models under data, expert and tensor parallelism only; set pp=cp=1")
+    if E and dims.tp > 1 and (p.tp_impl != "own" or p.sp):
+        raise ConfigError(f"model.moe_experts={E} with parallel.tp={dims.tp}: MoE layers compose with own tensor "
+                          "parallelism without SP only (they stay whole per tp rank); use parallel.tp_impl=own "
+                          "parallel.sp=false")
     if p.ep < 1:
         raise ConfigError(f"parallel.ep={p.ep}: must be a positive degree (1 = no expert parallelism)")
     if p.ep == 1:

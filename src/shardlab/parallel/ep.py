@@ -21,7 +21,9 @@ row goes back to the rank that sent it. Every transfer goes through comm (`all_t
 Gradients: an expert's gradient on its holder already sums the tokens of its whole ep group; the dp ranks
 holding the same experts (`edp`) sum theirs (`ExpertParallelDP.finish_backward`). Dense parameters are the
 dp layer's, over all dp ranks. The dp layer never sees the experts (they are hidden while it wraps): own `ddp`
-and `torch-ddp` in this version (zero's and FSDP's optimizers would hold the dense shards only).
+and `torch-ddp` in this version (zero's and FSDP's optimizers would hold the dense shards only). Under
+own tensor parallelism (no SP) the MoE layers stay whole on every tp rank (replicated like a LayerNorm,
+computed alike) and each tp coordinate has its own ep groups.
 """
 from __future__ import annotations
 
@@ -156,22 +158,34 @@ class ExpertParallelDP:
         self.dp.finish_backward()
         self.ep.reduce_expert_grads(1.0 / self.ep.dims.dp_size)
 
-    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = ()) -> float:
-        """The single-device norm: dense gradients are the same on every dp rank (counted once), each
-        expert's lives on one rank of every ep group (summed over ep)."""
-        dense = [p.grad for p in self.dp.model.parameters() if p.grad is not None and not self.ep.is_expert(p)]
-        experts = [p.grad for p in self.ep.expert_params if p.grad is not None]
-        sq = torch.zeros(1, device=self.dp.device)
-        for g in experts:
-            sq += g.detach().float().pow(2).sum()
+    def clip_grad_norm_(self, max_norm: float, groups: list | None = None, exclude: tuple = (),
+                        replicated=None) -> float:
+        """The single-device norm. Squares in three sums: dense gradients split across tensor parallelism,
+        dense ones copied (the same on every dp rank: counted once; under TP copied over tp as well),
+        experts (each on one rank of every ep group: summed over ep; under TP copied over tp). The split and
+        copied sums are all-reduced over `groups` (the step's: tp when there is TP), the copies divided back
+        by the tp size, as the dp layer's own mixed norm does. `replicated`: (tp group, is_split(fqn)) from
+        `TensorParallelDP`."""
+        tp_group, is_split = replicated if replicated is not None else (None, lambda fqn: False)
+        sq = torch.zeros(3, device=self.dp.device)
+        grads = []
+        for fqn, p in self.dp.model.named_parameters():
+            if p.grad is None:
+                continue
+            grads.append(p.grad)
+            slot = 2 if self.ep.is_expert(p) else (0 if is_split(fqn) else 1)
+            sq[slot] += p.grad.detach().float().pow(2).sum()
         if self.ep.group is not None:
-            comm.all_reduce(sq, group=self.ep.group, tag="grad_norm")
-        for g in dense:
-            sq += g.detach().float().pow(2).sum()
-        norm = sq.sqrt()
+            experts = sq[2:].clone()
+            comm.all_reduce(experts, group=self.ep.group, tag="grad_norm")
+            sq[2:] = experts
+        for group in groups or []:
+            comm.all_reduce(sq, group=group, tag="grad_norm")
+        copies = comm.world_size(tp_group) if tp_group is not None else 1
+        norm = (sq[0] + (sq[1] + sq[2]) / copies).sqrt()
         if max_norm > 0:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-            for g in dense + experts:
+            for g in grads:
                 g.mul_(coef.to(g.dtype))
         return float(norm.item())
 
