@@ -24,7 +24,8 @@ Byte conventions (per rank): `bytes` is the payload, the full tensor handed to t
 (all_reduce: the buffer; reduce_scatter: the full unsharded input; all_gather: the full gathered
 output; scatter: the N chunks together; send/recv: the message). `wire_bytes` is what a ring algorithm
 sends per rank: all_reduce 2(N-1)/N x payload, reduce_scatter and all_gather (N-1)/N x payload,
-broadcast payload; scatter (N-1)/N x payload on the source and 0 elsewhere; send payload, recv 0
+broadcast payload; scatter (N-1)/N x payload on the source and 0 elsewhere; all_to_all (uneven splits: expert
+parallelism's dispatch) the input less the chunk this rank keeps; send payload, recv 0
 (a pair's sum is the traffic once).
 """
 from __future__ import annotations
@@ -386,14 +387,16 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _launch(op: str, fn, payload: torch.Tensor, wire_factor: float, group, async_op: bool, tag: str,
-            peer: int | None = None):
+            peer: int | None = None, wire: int | None = None):
     n = _size(group)
     nbytes = _nbytes(payload)
-    rec = RECORDER.add(op, nbytes, int(nbytes * wire_factor), payload.dtype, payload.shape, group, tag, peer=peer)
+    wire = int(nbytes * wire_factor) if wire is None else wire
+    rec = RECORDER.add(op, nbytes, wire, payload.dtype, payload.shape, group, tag, peer=peer)
     if n == 1:  # a group of one: nothing to exchange, but keep the record so accounting stays uniform
         work = None
     else:
-        if RECORDER.verify and peer is None:  # (point-to-point has no group-wide moment to compare at)
+        # (point-to-point has no group-wide moment to compare at; an uneven all-to-all's sizes differ by design)
+        if RECORDER.verify and peer is None and op != "all_to_all":
             _verify(rec, payload, group)
         work = fn(async_op=async_op)
         if async_op:
@@ -411,7 +414,7 @@ class CollectiveMismatchError(RuntimeError):
     verification)."""
 
 
-_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
+_OPS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter", "all_to_all")
 
 
 def _verify(rec: Record, payload: torch.Tensor, group) -> None:
@@ -456,6 +459,22 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool 
     return _launch("all_gather",
                    lambda async_op: dist_all_gather_flat(out, inp, group=group, async_op=async_op),
                    out, (n - 1) / n, group, async_op, tag)
+
+
+def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int] | None = None,
+                      in_splits: list[int] | None = None, group=None, async_op: bool = False, tag: str = ""):
+    """Rows `in_splits[i]` of `inp` (dim 0, in group-rank order) go to the group's rank i; `out` receives
+    `out_splits[j]` rows from rank j. Splits may be uneven (None: equal). `bytes` is the payload this rank
+    sends (all of `inp`, its own chunk included); `wire_bytes` what leaves it: `inp` less its own chunk."""
+    n = _size(group)
+    me = rank(group) if n > 1 else 0
+    row = inp[0].numel() * inp.element_size() if inp.dim() and inp.shape[0] else 0
+    own = (in_splits[me] if in_splits is not None else (inp.shape[0] // n if inp.dim() else 0)) * row
+    if n == 1:
+        out.copy_(inp)
+    return _launch("all_to_all", lambda async_op: dist.all_to_all_single(
+        out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=group, async_op=async_op),
+        inp, 0.0, group, async_op, tag, wire=_nbytes(inp) - own)
 
 
 def broadcast(t: torch.Tensor, src: int = 0, group=None, async_op: bool = False, tag: str = ""):

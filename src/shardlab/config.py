@@ -33,6 +33,13 @@ class ModelConfig:
     rope_theta: float = 0.0
     ffn_multiple_of: int = 0
     ffn_dim_multiplier: float = 0.0
+    # Mixture of experts (docs/moe.md): every moe_every-th block's MLP becomes moe_experts routed copies
+    moe_experts: int = 0  # 0 = dense
+    moe_top_k: int = 2  # experts per token
+    moe_every: int = 1  # which blocks: moe_every-1, 2*moe_every-1, ...
+    moe_capacity: float = 1.25  # capacity factor per expert per sequence; 0 = dropless
+    moe_aux_weight: float = 0.01  # load-balancing loss weight (Switch)
+    moe_z_weight: float = 0.001  # router z-loss weight (ST-MoE)
 
 
 @dataclass
@@ -92,6 +99,7 @@ class ParallelConfig:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1  # expert parallelism: experts split over this many of the data-parallel ranks (docs/moe.md)
     # Pipeline parallelism (docs/pipeline.md)
     pp_schedule: str = "1f1b"  # gpipe | 1f1b | interleaved | zb | torch-<gpipe|1f1b|interleaved|zb|looped-bfs|zbv|dualpipev>
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
@@ -424,6 +432,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _validate_tp(cfg, dims)
     _validate_cp(cfg, dims)
     _validate_powersgd(cfg, dims)
+    _validate_moe(cfg, dims)
     per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
     if t.global_batch:
         if t.global_batch % per_step:
@@ -507,6 +516,49 @@ def _validate_powersgd(cfg: Config, dims) -> None:
         raise ConfigError(f"ckpt.resume with parallel.compress={p.compress}: checkpoints do not hold PowerSGD's "
                           "per-rank state (error feedback, warm-start Q), so the run would not continue as it "
                           "was; resume with parallel.compress=none or start a new run")
+
+
+def _validate_moe(cfg: Config, dims) -> None:
+    """The mixture-of-experts keys and expert parallelism (docs/moe.md)."""
+    from shardlab.parallel.ep import EP_WITH_DP
+
+    m, p = cfg.model, cfg.parallel
+    E = m.moe_experts
+    if E < 0:
+        raise ConfigError(f"model.moe_experts={E}: must be 0 (dense) or the number of experts")
+    if m.moe_every < 1:
+        raise ConfigError(f"model.moe_every={m.moe_every}: must be at least 1 (1 = every block's MLP is an MoE)")
+    if m.moe_capacity < 0 or m.moe_aux_weight < 0 or m.moe_z_weight < 0:
+        raise ConfigError("model.moe_capacity, model.moe_aux_weight and model.moe_z_weight must be >= 0 "
+                          "(moe_capacity=0: dropless)")
+    if E and not 1 <= m.moe_top_k <= E:
+        raise ConfigError(f"model.moe_top_k={m.moe_top_k}: must be between 1 and model.moe_experts={E}")
+    if E and max(dims.pp, dims.cp) > 1:
+        raise ConfigError(f"model.moe_experts={E} with parallel.pp={dims.pp} parallel.cp={dims.cp}: this version "
+                          "runs MoE models under data, expert and tensor parallelism only; set pp=cp=1")
+    if E and dims.tp > 1 and (p.tp_impl != "own" or p.sp):
+        raise ConfigError(f"model.moe_experts={E} with parallel.tp={dims.tp}: MoE layers compose with own tensor "
+                          "parallelism without SP only (they stay whole per tp rank); use parallel.tp_impl=own "
+                          "parallel.sp=false")
+    if p.ep < 1:
+        raise ConfigError(f"parallel.ep={p.ep}: must be a positive degree (1 = no expert parallelism)")
+    if p.ep == 1:
+        return
+    if not E:
+        raise ConfigError(f"parallel.ep={p.ep} without experts: set model.moe_experts (a multiple of {p.ep}) "
+                          "or parallel.ep=1")
+    if E % p.ep:
+        raise ConfigError(f"model.moe_experts={E} is not divisible by parallel.ep={p.ep}: each expert-parallel "
+                          "rank holds the same number of experts")
+    if dims.dp_size % p.ep:
+        raise ConfigError(f"parallel.ep={p.ep} must divide the data-parallel size {dims.dp_size} (expert "
+                          "parallelism borrows its ranks from the data-parallel ranks)")
+    if p.strategy not in EP_WITH_DP:
+        raise ConfigError(f"parallel.ep={p.ep} with parallel.dp={p.strategy}: expert parallelism composes with "
+                          f"{', '.join(EP_WITH_DP)} in this version")
+    if p.compress != "none" or p.sync != "every_step":
+        raise ConfigError(f"parallel.ep={p.ep} with parallel.compress={p.compress} parallel.sync={p.sync}: "
+                          "expert parallelism needs plain per-step gradient reduction; use the defaults")
 
 
 LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier")

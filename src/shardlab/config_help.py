@@ -32,6 +32,19 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                               "0 | int >= 1"),
     "model.ffn_dim_multiplier": ("llama: scales the SwiGLU width 2/3 x 4 d_model before rounding "
                                  "(Llama 3: 1.3 for 8B/70B, 1.2 for 405B); 0 = the preset's", "0 | float > 0"),
+    "model.moe_experts": ("mixture of experts: routed copies of the MLP in every moe_every-th block "
+                          "(docs/moe.md); 0 = a dense model", "0 | int >= 1 (a multiple of parallel.ep)"),
+    "model.moe_top_k": ("experts each token is routed to; their router probabilities, renormalised when > 1, "
+                        "weight their outputs", "1 <= int <= model.moe_experts"),
+    "model.moe_every": ("which blocks' MLPs are MoE layers: blocks moe_every-1, 2 x moe_every-1, ... "
+                        "(1 = all)", "int >= 1"),
+    "model.moe_capacity": ("capacity factor: each expert takes ceil(factor x seq_len x top_k / experts) "
+                           "token-slots per sequence, the rest are dropped (the residual carries them); "
+                           "0 = dropless", "float >= 0"),
+    "model.moe_aux_weight": ("weight of the load-balancing loss (Switch: experts x sum of routed share x mean "
+                             "probability, per sequence)", "float >= 0"),
+    "model.moe_z_weight": ("weight of the router z-loss (ST-MoE: mean squared logsumexp of the router "
+                           "logits)", "float >= 0"),
     "data.source": ("training text: the Python standard library's source, a text file (or every text file "
                     "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),
@@ -100,6 +113,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.cp": ("mesh degree: context parallelism, every sequence split across the ranks in 2 x cp zigzag "
                     "chunks, attention by the ring (docs/context.md); train.seq_len must be a multiple of 2 x cp; "
                     "-1 = fill the world", "-1 | int >= 1"),
+    "parallel.ep": ("expert parallelism: the experts split over this many data-parallel ranks, tokens sent to "
+                    "their expert's rank by all-to-all (docs/moe.md); must divide model.moe_experts and the "
+                    "data-parallel size; with ddp or torch-ddp", "int >= 1"),
     "parallel.cp_impl": ("context parallelism: own ring attention (every K/V transfer through comm, CPU and CUDA) "
                          "or torch's context_parallel (CUDA only)", "own | torch"),
     "parallel.offload": ("ZeRO-Offload: the optimizer state and step (own zero1/2/3), or the parameter shards "

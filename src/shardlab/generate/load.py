@@ -18,6 +18,7 @@ from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint.state import STATE_FILE
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.llama import LlamaConfig
+from shardlab.model.moe import MOE_KEYS
 
 
 class LoadError(ValueError):
@@ -68,7 +69,7 @@ def model_config(path: str | Path) -> GPTConfig | LlamaConfig:
         fields = LlamaConfig.__dataclass_fields__
         return LlamaConfig(**{k: v for k, v in m.items() if k in fields})
     return GPTConfig(**{k: m[k] for k in ("n_layer", "n_head", "d_model", "vocab_size", "max_seq_len",
-                                          "layer_norm_eps") if k in m})
+                                          "layer_norm_eps", *MOE_KEYS) if k in m})
 
 
 def llama_hf_config(p: Path, c: dict) -> LlamaConfig:

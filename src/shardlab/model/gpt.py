@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
 from shardlab.model.kv_cache import run_blocks
+from shardlab.model.moe import mlp_for, moe_fields
 
 
 @dataclass
@@ -30,6 +31,13 @@ class GPTConfig:
     max_seq_len: int = 128
     dropout: float = 0.0
     layer_norm_eps: float = 1e-5
+    # Mixture of experts (model/moe.py): 0 experts = dense
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_every: int = 1
+    moe_capacity: float = 1.25
+    moe_aux_weight: float = 0.01
+    moe_z_weight: float = 0.001
 
 
 PRESETS = {
@@ -70,7 +78,7 @@ def resolve_model_config(m, seq_len: int):
     max_seq = m.max_seq_len or seq_len
     if seq_len > max_seq:
         raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
-    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, **base)
+    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, **base, **moe_fields(m))
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
@@ -124,12 +132,12 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, index: int = 0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.attn = CausalSelfAttention(cfg)
         self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = mlp_for(cfg, index, lambda: MLP(cfg))  # an MoE of MLPs on every moe_every-th block
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
@@ -148,7 +156,7 @@ class GPT(nn.Module):
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.n_layer)})
+        self.blocks = nn.ModuleDict({str(i): Block(cfg, i) for i in range(cfg.n_layer)})
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)

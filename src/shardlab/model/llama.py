@@ -29,6 +29,7 @@ import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
 from shardlab.model.kv_cache import run_blocks
+from shardlab.model.moe import mlp_for, moe_fields
 
 
 @dataclass
@@ -45,6 +46,13 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     dropout: float = 0.0  # Llama trains without dropout; kept for the config's common shape (must be 0)
     intermediate_size: int = 0  # 0: Llama 3's rule (ffn_hidden); else the SwiGLU width as given (HF imports)
+    # Mixture of experts (model/moe.py): 0 experts = dense
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_every: int = 1
+    moe_capacity: float = 1.25
+    moe_aux_weight: float = 0.01
+    moe_z_weight: float = 0.001
     arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
 
     def __post_init__(self):
@@ -115,7 +123,7 @@ def resolve_model_config(m, seq_len: int) -> LlamaConfig:
     max_seq = m.max_seq_len or max(seq_len, preset_seq)
     if seq_len > max_seq:
         raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
-    return LlamaConfig(max_seq_len=max_seq, **base)
+    return LlamaConfig(max_seq_len=max_seq, **base, **moe_fields(m))
 
 
 # --- rotary position embedding -------------------------------------------------------------------------
@@ -210,12 +218,12 @@ class SwiGLU(nn.Module):
 
 
 class LlamaBlock(nn.Module):
-    def __init__(self, cfg: LlamaConfig):
+    def __init__(self, cfg: LlamaConfig, index: int = 0):
         super().__init__()
         self.ln_1 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.attn = GroupedQueryAttention(cfg)
         self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.mlp = SwiGLU(cfg)
+        self.mlp = mlp_for(cfg, index, lambda: SwiGLU(cfg))  # an MoE of SwiGLUs on every moe_every-th block
 
     def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
         h = self.ln_1(x)
@@ -231,7 +239,7 @@ class Llama(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.blocks = nn.ModuleDict({str(i): LlamaBlock(cfg) for i in range(cfg.n_layer)})
+        self.blocks = nn.ModuleDict({str(i): LlamaBlock(cfg, i) for i in range(cfg.n_layer)})
         self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.reset_parameters()

@@ -8,6 +8,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     4. per part, innermost first:
          tensor parallel                      parallel/tp*.py (tp > 1)
          context parallel                     parallel/cp.py (cp > 1: ring attention, zigzag chunks)
+         expert parallel                      parallel/ep.py (ep > 1: experts split, all-to-all dispatch)
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
          data parallel                        data_parallel.py -> shardlab.strategies
@@ -52,11 +53,13 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     part = model
     if dims.pp > 1:
         part, stages, schedule = _layer(layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule, "pp")(model, cfg, dims)
-    # 4. per part: tensor parallel -> context parallel -> activation recompute -> compile -> data parallel
+    # 4. per part: tensor parallel -> context parallel -> expert parallel -> activation recompute -> compile -> data parallel
     if dims.tp > 1:
         part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
     if dims.cp > 1:  # the ring replaces each block's attention core; positions follow the chunks
         part = _layer(layers.CONTEXT_PARALLEL, getattr(cfg.parallel, "cp_impl", "own"), "cp")(part, cfg, dims)
+    if dims.ep > 1:  # this rank's experts; their tokens travel by all-to-all; hidden from the dp layer
+        part = _layer(layers.EXPERT_PARALLEL, "own", "ep")(part, cfg, dims)
     part = recompute.apply(part, cfg, dims)
     part = compile_layer.apply(part, cfg, dims)  # after recompute: the checkpoint is traced into the graph
     dp = apply_data_parallel(part, cfg.parallel, dims, device)

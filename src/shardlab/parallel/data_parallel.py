@@ -33,5 +33,12 @@ def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch
         name = "single"
     layer = layers.load(layers.DATA_PARALLEL[name])(pcfg, dims, device)
     layer.group = data_parallel_group(dims)
-    layer.wrap(part)
-    return layer
+    ep = getattr(part, "ep", None)  # expert parallelism: the dp layer wraps the dense parameters only
+    if ep is None:
+        layer.wrap(part)
+        return layer
+    from shardlab.parallel.ep import ExpertParallelDP
+
+    with ep.experts_hidden():
+        layer.wrap(part)
+    return ExpertParallelDP(layer, ep)

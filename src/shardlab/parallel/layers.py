@@ -56,6 +56,9 @@ CONTEXT_PARALLEL: dict[str, str] = {
 # hold replicas, their gradients are summed too). FSDP2 and torch's ZeRO take their mesh or group otherwise.
 CP_WITH_DP = ("ddp", "zero1", "zero2", "zero3", "torch-ddp")
 
+# Expert parallelism (`parallel.ep`, borrowing data-parallel ranks): the function that applies it.
+EXPERT_PARALLEL: dict[str, str] = {"own": "shardlab.parallel.ep:apply_expert_parallel"}
+
 _BY_DIM = {"tp": ("tensor", TENSOR_PARALLEL), "pp": ("pipeline", PIPELINE_PARALLEL),
            "cp": ("context", CONTEXT_PARALLEL)}
 

@@ -7,6 +7,9 @@ takes its process group from here by name; nothing assumes that the world is the
     dims.group("tp")      the ranks that differ only in their tp coordinate (None when tp == 1)
     dims.group("dp")      dp_replicate x dp_shard flattened: the ranks that see different data
     dims.group("dp_cp")   dp x cp: the ranks over which the loss's token count is summed
+    dims.group("ep")      expert parallelism (`parallel.ep`): ep consecutive data-parallel ranks that split
+                          the experts; it borrows its ranks from dp (not a factor of the world)
+    dims.group("edp")     the data-parallel ranks holding the same experts (dp / ep of them)
     dims.dp_rank, dims.dp_size, dims.coord("pp")
 
 A dimension of size one has no group (`group` returns None and callers skip the collective): None never
@@ -24,6 +27,9 @@ from shardlab.parallel import layers
 DIM_NAMES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # outermost to innermost, as torchtitan orders them
 # Flattened groups: name -> the dimensions they span.
 FLATTENED = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp")}
+# Expert parallelism splits the flattened dp dimension (as DeepSpeed and torchtitan borrow it): dp rank i
+# sits at ep coordinate i % ep and edp coordinate i // ep.
+EP_GROUPS = ("ep", "edp")
 
 
 @dataclass
@@ -33,6 +39,7 @@ class ParallelDims:
     tp: int = 1
     pp: int = 1
     cp: int = 1
+    ep: int = 1  # divides dp_replicate x dp_shard; not a factor of the world size
     rank: int = 0
     mesh: object = field(default=None, repr=False)
     _groups: dict = field(default_factory=dict, repr=False)
@@ -51,6 +58,8 @@ class ParallelDims:
         return (name,)
 
     def size(self, name: str) -> int:
+        if name in EP_GROUPS:
+            return self.ep if name == "ep" else self.dp_size // self.ep
         return math.prod(getattr(self, d) for d in self.dims_of(name))
 
     def coords(self, rank: int | None = None) -> dict[str, int]:
@@ -65,6 +74,9 @@ class ParallelDims:
 
     def coord(self, name: str, rank: int | None = None) -> int:
         """Coordinate along one dimension or a flattened one (row-major over its dimensions)."""
+        if name in EP_GROUPS:
+            dp = self.coord("dp", rank)
+            return dp % self.ep if name == "ep" else dp // self.ep
         c = self.coords(rank)
         idx = 0
         for d in self.dims_of(name):
@@ -79,6 +91,10 @@ class ParallelDims:
 
     def ranks(self, name: str, rank: int | None = None) -> list[int]:
         """The global ranks of `rank`'s group along `name`, in group-rank order."""
+        if name in EP_GROUPS:
+            dp, i = self.ranks("dp", rank), self.coord("dp", rank)
+            start = i - i % self.ep
+            return dp[start:start + self.ep] if name == "ep" else dp[i % self.ep::self.ep]
         base = self.coords(rank)
         spans = self.dims_of(name)
         out = []
@@ -120,7 +136,21 @@ class ParallelDims:
             present = tuple(d for d in spans if getattr(self, d) > 1)
             if len(present) > 1 and present not in self._flat:  # dp_cp with cp == 1 is dp: one group
                 self._flat[present] = self.mesh[present]._flatten(flat)
+        self._build_ep_groups()
         return self.mesh
+
+    def _build_ep_groups(self) -> None:
+        """ep and edp split the dp dimension, which a DeviceMesh cannot reshape: plain process groups,
+        each created by every rank in the same order (torch's rule for new_group)."""
+        from shardlab import comm
+
+        for name in EP_GROUPS:
+            if self.size(name) in (1, self.world_size):
+                continue  # none, or the world group (`group` says so)
+            for members in sorted({tuple(self.ranks(name, r)) for r in range(self.world_size)}):
+                pg = comm.new_group(list(members), name=name)
+                if self.rank in members:
+                    self._groups[name] = pg
 
     def submesh(self, name: str):
         """The DeviceMesh of one (or one flattened) dimension; None when it has size one."""
@@ -186,4 +216,9 @@ def resolve(pcfg, world_size: int) -> ParallelDims:
     if not replicating and deg["dp_replicate"] > 1 and name not in layers.HSDP:
         raise ConfigError(f"parallel.dp={name} with parallel.dp_replicate={deg['dp_replicate']} (HSDP: shards "
                           f"replicated across groups) is not implemented yet; set parallel.dp_replicate=1")
-    return ParallelDims(**deg)
+    dims = ParallelDims(**deg)
+    dims.ep = getattr(pcfg, "ep", 1)
+    if dims.ep > 1 and dims.dp_size % dims.ep:
+        raise ConfigError(f"parallel.ep={dims.ep} must divide the data-parallel size {dims.dp_size} (expert "
+                          "parallelism borrows its ranks from the data-parallel ranks)")
+    return dims

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.model import moe
 from shardlab.model.loss import cross_entropy
 from shardlab.observe import timeline
 from shardlab.parallel.mesh import ParallelDims
@@ -46,6 +47,10 @@ class Parallel:
             self.grad_norm_groups.append(dims.group(shard))
         if dims.pp > 1:
             self.grad_norm_groups.append(dims.group("pp"))
+        # Mixture of experts: the routers' auxiliary losses join each microbatch's backward (never the
+        # reported loss), and their stats add up over the step's microbatches (model/moe.py).
+        self.moe_layers = moe.moe_layers(model)
+        self.moe_step: dict | None = None
 
     def use_tensor_parallel(self, tp) -> None:
         """Take the pieces of the step tensor parallelism replaces (`tp` is `model.tp`, own or DTensor):
@@ -78,6 +83,7 @@ class Parallel:
         `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor).
         Returns the summed loss."""
         total = torch.zeros((), device=self.device)
+        self.moe_step = None
         last = len(microbatches) - 1
         for i, (x, y) in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
@@ -88,14 +94,25 @@ class Parallel:
                 comm.set_phase("forward")
                 with timeline.span("forward", cat="compute", micro=i), self.autocast():
                     loss = self.loss_fn(self.module(x), y, reduction="sum")
+                    train_loss = loss if not self.moe_layers else loss + self._moe_forward()
                 comm.set_phase("backward")
                 with timeline.span("backward", cat="compute", micro=i):
-                    (loss * loss_weight).backward()
+                    (train_loss * loss_weight).backward()
             loss = _plain(loss.detach())
             if after_backward is not None:
                 after_backward(i, (x, y), loss)
             total += loss
         return total
+
+    def _moe_forward(self) -> torch.Tensor:
+        """This microbatch's auxiliary loss term; its stats added to the step's."""
+        stats = moe.collect(self.moe_layers)
+        if self.moe_step is None:
+            self.moe_step = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in stats.items()}
+        else:
+            for k, v in stats.items():
+                self.moe_step[k] = self.moe_step[k] + v
+        return moe.loss_term(self.moe_layers)
 
     @torch.no_grad()
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab import comm
+from shardlab.model.moe import MoE
 from shardlab.parallel import tp_ops
 from shardlab.parallel.tp_loss import vocab_parallel_cross_entropy
 
@@ -276,6 +277,8 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
         attn.register_forward_pre_hook(
             lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
         tag = f"tp.blocks.{i}.mlp"
+        if isinstance(mlp, MoE):  # a routed MLP stays whole on every tp rank: replicated, like a LayerNorm
+            continue
         if hasattr(mlp, "fc"):
             mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
             mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)

@@ -240,6 +240,8 @@ class StepLog:
             tr.par.sum_over_data(loss_sum, tag="metrics")  # data-parallel ranks saw different tokens
             loss = loss_sum.item() / tr.tokens_per_step
             row.update(loss=loss, grad_norm=grad_norm, lr=lr_at(step - 1, tr.cfg))
+            if getattr(tr, "moe_log", None) is not None:
+                row.update(tr.moe_log.row())  # tokens per expert, dropped, aux and z losses
             if tr.state.scaler is not None:
                 row["loss_scale"] = tr.state.scaler.scale
             if not ev:  # a throughput only for steps that updated the model

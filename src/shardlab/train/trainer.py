@@ -73,7 +73,8 @@ class Trainer:
 
         self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
         self.dims, self.strategy = self.par.dims, self.par.dp
-        self.n_params = self.par.model.num_params()
+        # the whole model's count (under expert parallelism a rank holds only its experts)
+        self.n_params = getattr(self.strategy, "num_params", self.par.model.num_params)()
         # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
         reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
@@ -84,6 +85,8 @@ class Trainer:
         self.balance = Balancer(cfg, self.dims, sampler, self.rank)  # data.shares: each rank's samples
         self.state = TrainState(cfg, self.strategy, self.par.optimizer, sampler, scaler, balance=self.balance)
         self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
+        from shardlab.train.moe_log import MoELog
+        self.moe_log = MoELog(self.par, t.grad_accum)  # routing stats of MoE models (docs/moe.md)
 
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
@@ -171,6 +174,7 @@ class Trainer:
             with timeline.span("step", cat="step", step=st.step):
                 inject.maybe_slow(cfg, self.rank, st.step)  # debug.slow_rank: a straggler on purpose
                 loss_sum, grad_norm, skipped = self.train_step()
+            self.moe_log.after_step()
             _sync(self.device)
             dt = time.perf_counter() - t0
             if self.verdict == "stop":
@@ -201,6 +205,7 @@ class Trainer:
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
+        summary.update(self.moe_log.summary())
         if self.is_main and cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:

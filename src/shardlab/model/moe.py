@@ -1,0 +1,140 @@
+"""Mixture of experts: a routed MLP (Switch Transformer, GShard, Mixtral), single-device code.
+
+`MoE` replaces the MLP of every `moe_every`-th block. A linear `router` scores each token against E
+experts (copies of the model's own MLP class, `experts.0`, `experts.1`, ...: one checkpoint key per
+expert, so an expert-parallel checkpoint reshards like any other tensor). Per token:
+
+1. routing: softmax over E in fp32 (Switch's advice: the exponent is where bf16 hurts), the top-k
+   experts; their probabilities are the combine weights, renormalised to sum to one when k > 1
+   (Mixtral's choice; k = 1 keeps the raw probability, as Switch does, so the router gets a gradient).
+2. capacity: each expert takes at most ceil(moe_capacity * T * k / E) token-slots **per sequence**
+   (GShard's group = one sequence), first come first served in position order; a slot over capacity is
+   dropped: its MoE output is 0 and the residual stream carries the token. moe_capacity = 0 is dropless.
+   Because a group is one sequence, the same slots are dropped whichever rank holds the sequence.
+3. dispatch: the kept (token, slot) pairs are sorted by expert (stable: position order within an
+   expert) and handed to `run_experts(x_sorted, counts_per_expert)`. Single device: each expert runs on
+   its contiguous slice. Expert parallelism (parallel/ep.py) replaces only this method: it sends each
+   slice to the rank that holds the expert and brings the results back.
+4. combine: the outputs are put back at their tokens, weighted by the combine weights.
+
+Losses (added to the training loss by the step, `loss_term`, never to the reported LM loss):
+- load balancing (Switch's form) per sequence: E * sum_i f_i * P_i, with f_i the share of the
+  sequence's token-slots routed to expert i (before dropping) and P_i its mean router probability;
+  averaged over sequences, times `moe_aux_weight`. 1.0 when perfectly balanced.
+- router z-loss (ST-MoE): logsumexp(router logits)^2, averaged over tokens, times `moe_z_weight`.
+Both are sums over sequences / tokens divided by a global count, so any data- or expert-parallel split of
+the batch adds up to the single-device value.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class MoE(nn.Module):
+    def __init__(self, d_model: int, experts: list[nn.Module], top_k: int = 2, capacity: float = 1.25,
+                 aux_weight: float = 0.01, z_weight: float = 0.001):
+        super().__init__()
+        self.n_experts, self.top_k, self.capacity_factor = len(experts), top_k, capacity
+        self.aux_weight, self.z_weight = aux_weight, z_weight
+        self.router = nn.Linear(d_model, self.n_experts, bias=False)
+        self.experts = nn.ModuleList(experts)
+        self.stats: dict = {}
+        # The auxiliary losses of the last forward as a term of the *summed* token loss (the step divides
+        # the sum by the global token count): aux_weight * T * sum_seq(aux) + z_weight * sum_tok(z).
+        self.loss_term: torch.Tensor | None = None
+
+    def capacity(self, t: int) -> int | None:
+        """Token-slots each expert takes per sequence of t tokens; None = dropless."""
+        if self.capacity_factor <= 0:
+            return None
+        return math.ceil(self.capacity_factor * t * self.top_k / self.n_experts)
+
+    def route(self, x: torch.Tensor):
+        """(b, t, d) -> combine weights (b, t*k), experts (b, t*k), kept (b, t*k) bool, and the losses'
+        per-sequence / per-token parts. Slots are token-major: slot j*k + c is token j's c-th choice."""
+        b, t, _ = x.shape
+        E, k = self.n_experts, self.top_k
+        logits = self.router(x).float()
+        probs = logits.softmax(-1)
+        weight, expert = probs.topk(k, dim=-1)
+        if k > 1:
+            weight = weight / weight.sum(-1, keepdim=True)
+        expert, weight = expert.reshape(b, t * k), weight.reshape(b, t * k)
+        onehot = F.one_hot(expert, E)  # (b, t*k, E)
+        routed = onehot.sum(1)  # (b, E): slots per expert per sequence, before dropping
+        aux = E * (routed.float() / (t * k) * probs.mean(1)).sum(-1)  # (b,)
+        z = torch.logsumexp(logits, -1).pow(2)  # (b, t)
+        cap = self.capacity(t)
+        if cap is None:
+            kept = torch.ones_like(expert, dtype=torch.bool)
+        else:  # a slot's place in its expert's queue for this sequence, counted in position order
+            place = (onehot.cumsum(1) * onehot).sum(-1) - 1
+            kept = place < cap
+        return weight, expert, kept, routed, aux, z
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        weight, expert, kept, routed, aux, z = self.route(x)
+        slots = kept.reshape(-1).nonzero().squeeze(1)
+        chosen = expert.reshape(-1)[slots]
+        order = torch.argsort(chosen, stable=True)  # by expert; position order within one
+        slots = slots[order]
+        tokens = torch.div(slots, self.top_k, rounding_mode="floor")
+        x_flat = x.reshape(b * t, d)
+        counts = torch.bincount(chosen, minlength=self.n_experts)
+        y = self.run_experts(x_flat[tokens], counts)
+        y = y * weight.reshape(-1)[slots].unsqueeze(1).to(y.dtype)
+        out = y.new_zeros(b * t, d).index_add(0, tokens, y)
+        self.loss_term = self.aux_weight * t * aux.sum() + self.z_weight * z.sum()
+        self.stats = {"tokens_per_expert": routed.sum(0).detach(), "dropped": int((~kept).sum()),
+                      "aux": float(aux.detach().mean()), "z": float(z.detach().mean())}
+        return out.view(b, t, d)
+
+    def run_experts(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Each expert on its contiguous slice of the expert-sorted tokens. Every expert runs, even on
+        zero rows, so each one's parameters get a gradient (zeros) every step: a data-parallel layer
+        waiting for every gradient never waits for an expert nobody chose."""
+        chunks = x_sorted.split(counts.tolist())
+        return torch.cat([expert(c) for expert, c in zip(self.experts, chunks)])
+
+
+MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_capacity", "moe_aux_weight", "moe_z_weight")
+
+
+def moe_fields(m) -> dict:
+    """The mixture-of-experts settings of a `[model]` config section, for either family's config."""
+    return {k: getattr(m, k) for k in MOE_KEYS if hasattr(m, k)}
+
+
+def mlp_for(cfg, index: int, make_mlp) -> nn.Module:
+    """Block `index`'s MLP: an MoE of `cfg.moe_experts` copies of `make_mlp()` on every
+    `cfg.moe_every`-th block (blocks moe_every-1, 2*moe_every-1, ...), else `make_mlp()`."""
+    E = getattr(cfg, "moe_experts", 0)
+    if not E or index % cfg.moe_every != cfg.moe_every - 1:
+        return make_mlp()
+    return MoE(cfg.d_model, [make_mlp() for _ in range(E)], cfg.moe_top_k, cfg.moe_capacity,
+               cfg.moe_aux_weight, cfg.moe_z_weight)
+
+
+def moe_layers(model: nn.Module) -> list[MoE]:
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+def loss_term(layers: list[MoE]) -> torch.Tensor | None:
+    """The auxiliary losses of the last forward, summed over layers (as Switch sums them)."""
+    terms = [m.loss_term for m in layers if m.loss_term is not None]
+    return sum(terms) if terms else None
+
+
+def collect(layers: list[MoE]) -> dict | None:
+    """The last forward's stats summed over the MoE layers: tokens per expert (this rank's tokens, before
+    dropping), dropped token-slots, and the aux and z losses (each layer's, summed as in the loss)."""
+    if not layers or not layers[0].stats:
+        return None
+    return {"tokens_per_expert": sum(m.stats["tokens_per_expert"] for m in layers),
+            "dropped": sum(m.stats["dropped"] for m in layers),
+            "aux": sum(m.stats["aux"] for m in layers), "z": sum(m.stats["z"] for m in layers)}

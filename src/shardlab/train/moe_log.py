@@ -1,0 +1,59 @@
+"""Mixture-of-experts observability: per-step routing in `metrics.jsonl`, load imbalance in `summary.json`.
+
+The step (`Parallel.moe_step`) holds this rank's stats summed over its microbatches (model/moe.py: tokens
+routed to each expert before dropping, dropped token-slots, aux and z losses). Data-parallel ranks saw
+different tokens, so counts are summed over them (dp x cp, the same reduction as the loss); the aux and
+z losses are averaged over ranks and microbatches (each is already a per-sequence / per-token mean).
+"""
+from __future__ import annotations
+
+import torch
+
+
+class MoELog:
+    def __init__(self, par, grad_accum: int):
+        self.par, self.grad_accum = par, grad_accum
+        self.enabled = bool(getattr(par, "moe_layers", None))
+        self.total: torch.Tensor | None = None  # this rank's tokens per expert over the run
+        self.last: dict | None = None  # the step just finished (None: it ran no forward, e.g. skipped)
+
+    def after_step(self) -> None:
+        """Every step on every rank: add the step's routing to the run's (no communication)."""
+        s = self.last = self.par.moe_step if self.enabled else None
+        if self.enabled:
+            self.par.moe_step = None  # a step that runs no forward (a skipped batch) leaves None
+        if s is not None:
+            tpe = s["tokens_per_expert"].double()
+            self.total = tpe if self.total is None else self.total + tpe
+
+    def row(self) -> dict:
+        """The metrics fields of the step just finished; a collective over the data ranks (every rank
+        calls it when the step is logged)."""
+        s = self.last
+        if s is None:
+            return {}
+        E = s["tokens_per_expert"].numel()
+        t = torch.cat([s["tokens_per_expert"].double(), torch.tensor([s["dropped"], s["aux"], s["z"]],
+                                                                      dtype=torch.float64)])
+        self.par.sum_over_data(t, tag="moe metrics")
+        n = self.par.dims.size("dp_cp") * self.grad_accum
+        row = {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
+               "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n}
+        ep = self.par.dims.ep
+        if ep > 1:  # what each expert-parallel rank was sent (its experts' share; per rank of one ep group)
+            per_group = t[:E].view(ep, E // ep).sum(1) / self.par.dims.size("edp")
+            row["moe_tokens_per_ep_rank"] = [float(v) for v in per_group.tolist()]
+        return row
+
+    def summary(self) -> dict:
+        """`moe` of summary.json: tokens per expert over the run and the load imbalance, max / mean tokens
+        per expert (1.0 = perfectly balanced). A collective over the data ranks."""
+        if not self.enabled:
+            return {}
+        E = self.par.moe_layers[0].n_experts
+        t = self.total.clone() if self.total is not None else torch.zeros(E, dtype=torch.float64)
+        self.par.sum_over_data(t, tag="moe summary")
+        mean = float(t.mean())
+        return {"moe": {"experts": E, "layers": len(self.par.moe_layers),
+                        "tokens_per_expert": [int(v) for v in t.tolist()],
+                        "load_imbalance": float(t.max()) / mean if mean else None}}
