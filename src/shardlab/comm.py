@@ -493,6 +493,18 @@ def recv(t: torch.Tensor, src: int, group=None, tag: str = "") -> None:
     _p2p("recv", t, src, group, False, tag)
 
 
+def recv_any(t: torch.Tensor, group=None, tag: str = "") -> int:
+    """Receive into `t` from whichever rank of the group sends first; returns that rank (group-local).
+    Gloo matches a receive with no source against any sender (NCCL cannot); the asynchronous parameter
+    server serves whichever worker is ready. Recorded once the sender is known (the record needs it)."""
+    t_launch = time.perf_counter()
+    src = dist.recv(t, group=group)  # no source: any; torch returns the sender's global rank
+    rec = RECORDER.add("recv", _nbytes(t), 0, t.dtype, t.shape, group, tag, peer=src)
+    rec.t_launch = t_launch
+    RECORDER.done(rec)
+    return group_rank(group, src)
+
+
 def isend(t: torch.Tensor, dst: int, group=None, tag: str = "") -> Handle:
     return _p2p("send", t, dst, group, True, tag)
 

@@ -103,11 +103,12 @@ class ParallelConfig:
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
     # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync.py)
-    sync: str = "every_step"  # every_step | local_sgd | diloco (async: not built yet)
+    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/async_ps.py)
     sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
+    max_staleness: int = 4  # async: τ, the most versions a gradient's parameters may lag when applied
 
     @property
     def dp(self) -> str:
@@ -313,21 +314,47 @@ def _check_offload(p) -> None:
 
 def _validate_sync(p: ParallelConfig) -> None:
     """parallel.sync and its keys: what this version builds (docs/sync.md)."""
-    if p.sync == "async":
-        raise ConfigError("parallel.sync=async: the asynchronous parameter server is not built yet in this version; "
-                          "use parallel.sync=every_step, local_sgd or diloco")
-    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco"))
+    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco", "async"))
     _choice("parallel.outer_dtype", p.outer_dtype, ("fp32", "bf16", "fp16"))
     if p.sync_every < 1:
         raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
         raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
                           "learning rate must be > 0 and the momentum in [0, 1)")
-    if p.sync != "every_step" and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
+    if p.sync not in ("every_step", "async") and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
                                    or p.dp_shard not in (0, 1)):
         raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
                           "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
                           "parallel.tp=pp=cp=1 and no dp_shard")
+
+
+def _validate_async(cfg: Config, world_size: int) -> None:
+    """parallel.sync=async: one server and W >= 1 workers, each holding the whole model (docs/sync.md)."""
+    p = cfg.parallel
+    if p.max_staleness < 0:
+        raise ConfigError(f"parallel.max_staleness={p.max_staleness}: must be an integer >= 0 (0: the workers "
+                          "take turns; larger: more overlap, staler gradients)")
+    if p.sync != "async":
+        return
+    if world_size < 2:
+        raise ConfigError(f"parallel.sync=async needs a server and at least one worker, but the world size is "
+                          f"{world_size}; run with --nproc 2 or more")
+    if p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1 or p.dp_shard not in (0, 1):
+        raise ConfigError(f"parallel.sync=async with parallel.strategy={p.strategy} tp={p.tp} pp={p.pp} cp={p.cp}: "
+                          "the parameter server and each worker hold the whole model; use parallel.strategy=ddp "
+                          "with parallel.tp=pp=cp=1 and no dp_shard")
+    if p.compress != "none":
+        raise ConfigError(f"parallel.sync=async with parallel.compress={p.compress}: workers push whole fp32 "
+                          "gradients; set parallel.compress=none")
+    if cfg.train.dtype == "fp16":
+        raise ConfigError("parallel.sync=async with train.dtype=fp16: the loss scaler is not built for stale "
+                          "gradients; use train.dtype=bf16 or fp32")
+    if cfg.ckpt.every or cfg.ckpt.resume:
+        raise ConfigError("parallel.sync=async with ckpt.every / ckpt.resume: asynchronous runs are not "
+                          "checkpointed in this version; unset them (ckpt.every=0, no ckpt.resume)")
+    if cfg.data.shares != "equal":
+        raise ConfigError(f"data.shares={cfg.data.shares} with parallel.sync=async: each worker takes whole "
+                          "global batches as it is ready, so there are no shares to set; use data.shares=equal")
 
 
 def validate(cfg: Config, world_size: int) -> None:
@@ -347,6 +374,10 @@ def validate(cfg: Config, world_size: int) -> None:
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)
     _validate_sync(p)
+    _validate_async(cfg, world_size)
+    world = world_size  # the processes (debug.slow_rank names one of them)
+    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
+        world_size = 1  # the layout and batch checks below are those of one process
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
@@ -400,7 +431,7 @@ def validate(cfg: Config, world_size: int) -> None:
     balance.validate(cfg, dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
-    _check_ranges(cfg, world_size)
+    _check_ranges(cfg, world)
 
 
 def _check_ranges(cfg: Config, world_size: int) -> None:

@@ -108,13 +108,18 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.offload_to": ("where offloaded state lives: memory-mapped files (disk), or pinned CPU memory (host; "
                             "on a CPU-only machine a no-op)", "host | disk"),
     "parallel.sync": ("how data-parallel replicas stay together: every_step (gradients all-reduced each step), "
-                      "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps) or "
-                      "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD); "
-                      "docs/sync.md; ddp or single only; async is not built yet", "every_step | local_sgd | diloco"),
+                      "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps), "
+                      "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD) or async "
+                      "(rank 0 a parameter server, the other ranks workers pushing gradients and pulling parameters "
+                      "without waiting for each other); docs/sync.md; ddp or single only",
+                      "every_step | local_sgd | diloco | async"),
     "parallel.sync_every": ("H: inner optimizer steps between two synchronisations (local_sgd, diloco)", "int >= 1"),
     "parallel.outer_lr": ("DiLoCo's outer learning rate on the averaged pseudo-gradient (1 with no momentum = "
                           "local SGD)", "float > 0"),
     "parallel.outer_momentum": ("DiLoCo's outer Nesterov momentum (0 = plain outer SGD)", "float in [0, 1)"),
+    "parallel.max_staleness": ("async: τ, the bound on a gradient's staleness (server version when applied - "
+                               "version it was computed on); a worker's pull waits until it holds (0: the workers "
+                               "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
                              "fp32 | bf16 | fp16"),
     "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
