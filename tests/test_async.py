@@ -46,11 +46,19 @@ def _async_run(run_dir, overrides):
 STEPS = 5
 
 
+ONE_WORKER = [f"train.steps={STEPS}", "parallel.max_staleness=0", "train.grad_clip=0.5"]
+
+
 @pytest.fixture(scope="module")
-def one_worker(pool2, tmp_path_factory):
-    """train.grad_clip=0.5 so clipping acts (the tiny model's norm is ~3-5): the server clips as single does."""
-    return pool2.run(_async_run, tmp_path_factory.mktemp("async1"),
-                     [f"train.steps={STEPS}", "parallel.max_staleness=0", "train.grad_clip=0.5"], timeout=180)
+def one_worker_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("async1")
+
+
+@pytest.fixture(scope="module")
+def one_worker(pool2, one_worker_dir):
+    """train.grad_clip=0.5 so clipping acts (the tiny model's norm is ~3-5): the server clips as single does.
+    A checkpoint at step 3 (the server's) for the resume test."""
+    return pool2.run(_async_run, one_worker_dir, ONE_WORKER + ["ckpt.every=3"], timeout=180)
 
 
 def test_one_worker_with_tau0_equals_single_exactly(one_worker, tmp_path):
@@ -80,6 +88,23 @@ def test_bytes_per_applied_gradient_are_the_analytic_ones(one_worker):
     assert worker == {"send": STEPS * per_step + HEADER, "recv": STEPS * per_step + HEADER}
     assert summary["comm"]["bytes_by_tag"]["async push"] == STEPS * 4 * numel
     assert summary["comm"]["bytes_by_tag"]["async pull"] == STEPS * 4 * numel
+
+
+def test_async_checkpoint_resumes_exactly_in_async_and_in_single(one_worker, one_worker_dir, pool2, tmp_path):
+    """The server saves the master parameters, the optimizer, the step and the sampler: resumed at step 3,
+    async (one worker, τ = 0) and single both end bitwise where the uninterrupted run did (single too: the
+    checkpoint is an ordinary one-process one, and this async run is single step for step)."""
+    (_, straight, _, rows), _ = one_worker
+    ckpt = one_worker_dir / "checkpoints" / "step_000003"
+    (_, resumed, _, resumed_rows), _ = pool2.run(_async_run, tmp_path / "async", ONE_WORKER + [f"ckpt.resume={ckpt}"],
+                                                 timeout=180)
+    _, single, _ = _train(tmp_path / "single", [f"train.steps={STEPS}", "train.grad_clip=0.5",
+                                                "parallel.strategy=single", f"ckpt.resume={ckpt}"], 1)
+    assert [r["step"] for r in resumed_rows if "loss" in r] == [4, 5]  # only the steps after the checkpoint
+    assert [r["loss"] for r in resumed_rows if "loss" in r] == [r["loss"] for r in rows if r.get("step", 0) > 3]
+    for k in straight:
+        assert torch.equal(resumed[k], straight[k]), k
+        assert torch.equal(single[k], straight[k]), k
 
 
 # --- more workers: staleness appears, bounded by τ ---------------------------------------------------------
@@ -123,8 +148,6 @@ def test_staleness_at_world4_is_recorded_per_step_and_bounded_by_tau(world4, run
     (["parallel.cp=2"], 2, "hold the whole model"),
     (["parallel.max_staleness=-1"], 2, "max_staleness=-1"),
     ([], 1, "at least one worker"),
-    (["ckpt.every=2"], 2, "not checkpointed"),
-    (["ckpt.resume=latest"], 2, "not checkpointed"),
     (["train.dtype=fp16"], 2, "fp16"),
 ])
 def test_bad_async_settings_are_one_line_errors(overrides, world, needle):

@@ -364,9 +364,9 @@ def group_rank(group, global_rank: int) -> int:
     return dist.get_group_rank(group, global_rank)
 
 
-def new_group(ranks: list[int], name: str | None = None):
+def new_group(ranks: list[int], name: str | None = None, backend: str | None = None):
     """A process group of `ranks` (every rank must call it, members or not); `name` for its records."""
-    group = dist.new_group(ranks)
+    group = dist.new_group(ranks, backend=backend)
     if name is not None and group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
         name_group(group, name)
     return group

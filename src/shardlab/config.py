@@ -349,9 +349,6 @@ def _validate_async(cfg: Config, world_size: int) -> None:
     if cfg.train.dtype == "fp16":
         raise ConfigError("parallel.sync=async with train.dtype=fp16: the loss scaler is not built for stale "
                           "gradients; use train.dtype=bf16 or fp32")
-    if cfg.ckpt.every or cfg.ckpt.resume:
-        raise ConfigError("parallel.sync=async with ckpt.every / ckpt.resume: asynchronous runs are not "
-                          "checkpointed in this version; unset them (ckpt.every=0, no ckpt.resume)")
     if cfg.data.shares != "equal":
         raise ConfigError(f"data.shares={cfg.data.shares} with parallel.sync=async: each worker takes whole "
                           "global batches as it is ready, so there are no shares to set; use data.shares=equal")

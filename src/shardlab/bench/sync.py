@@ -70,7 +70,7 @@ def run(out: Path, quick: bool) -> dict:
         f"{common.fmt_figure(figures['local_sgd_comm_reduction'])}, local_sgd_loss_gap = "
         f"{common.fmt_figure(figures['local_sgd_loss_gap'])}.",
         f"Replicas identical at the end (`ranks_consistent`): {figures['ranks_consistent']}.",
-        *async_report(by["async"], figures),
+        *async_report(by["async"], figures, runs),
     ])
     _plot_wall(out, runs)
     return doc
@@ -121,13 +121,16 @@ def async_figures(by: dict) -> dict:
             "async_loss_gap": by["async"]["final_val_loss"] / by["sync"]["final_val_loss"] - 1}
 
 
-def async_report(row: dict, figures: dict) -> list[str]:
+def async_report(row: dict, figures: dict, runs: dict) -> list[str]:
+    walls = ", ".join(f"{m} {_wall(r)[0][-1]:.1f} s" for m, r in runs.items())
     return [f"Async parameter server: {row['workers']} workers + a server (world {row['workers'] + 1}), "
             f"max_staleness {row['max_staleness']}; gradients per worker {row['gradients_by_worker']}; "
             f"async_staleness_mean = {common.fmt_figure(figures['async_staleness_mean'])} (max "
             f"{row['staleness_max']}), async_bytes_ratio = {common.fmt_figure(figures['async_bytes_ratio'])} (the "
             f"server's bytes per token ÷ sync's per rank), async_loss_gap = "
-            f"{common.fmt_figure(figures['async_loss_gap'])}.", "![loss vs wall time](sync_wall.png)"]
+            f"{common.fmt_figure(figures['async_loss_gap'])}.",
+            f"Wall time of the training steps (one run each, see the load above): {walls}.",
+            "![loss vs wall time](sync_wall.png)"]
 
 
 def _wall(run: dict) -> tuple[list[float], list[float]]:

@@ -10,9 +10,14 @@ gradient t as step t with the schedule's step-t learning rate, so one worker wit
 
 Records: metrics.jsonl has a row for every applied gradient (its loss, staleness, worker and the server's
 wall time), whatever `train.log_every` says; summary.json has the synchronous run's keys plus `async`
-(staleness mean/max, gradients per worker, bytes per applied gradient). Checkpoints are not written
-(`ckpt.every`/`ckpt.resume` are refused by config.validate; `ckpt.final` is skipped with a note). The
-doctor does not watch these runs (its checks compare ranks that step together).
+(staleness mean/max, gradients per worker, bytes per applied gradient).
+
+Checkpoints: the server saves alone (a process group of rank 0) what the run's state is: the master
+parameters, the optimizer, the step (= version) and the sampler. It is an ordinary one-process checkpoint
+(layout: every degree 1), so `single` can resume it too. Resuming restarts the tickets at the saved
+version; gradients in flight at the save are not in it (their batches are computed again). The workers
+keep no state but their RNG (used only by dropout), which is not saved. The doctor does not watch these
+runs (its checks compare ranks that step together).
 """
 from __future__ import annotations
 
@@ -60,7 +65,15 @@ class AsyncTrainer:
         self.numel = sum(p.numel() for p in self.params)
         self.sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed)  # step t's batch, any rank
         self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
-        self.start_step = 0
+        self.start_step, self.ckpt = 0, None
+        server_only = comm.new_group([async_ps.SERVER], name="async server", backend="gloo")  # (collective)
+        if self.is_main:
+            from shardlab.checkpoint import CheckpointManager
+            from shardlab.train.trainer import TrainState
+
+            self.state = TrainState(cfg, self.par.dp, self.par.optimizer, self.sampler, None)
+            self.ckpt = CheckpointManager(self.run_dir, cfg, group=server_only)
+            self.start_step = self.state.step = self.ckpt.resume(self.state)
 
     # --- a worker ------------------------------------------------------------------------------------
     def _gradient(self, ticket: int, flat: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -98,23 +111,24 @@ class AsyncTrainer:
         self.last_train_loss = row["loss"]
         if t.eval_every and (done % t.eval_every == 0 or done == t.steps):
             self.last_val = row["val_loss"] = evaluate.val_loss(self)  # the workers wait meanwhile
-        self.metrics.log(row)
+        self.metrics.log(row, self.start_step)
+        self.state.step = done
+        self.sampler.next_global_batch()  # its cursor is the checkpoint's record of the tokens consumed
+        self.ckpt.maybe_save(self.state)  # the workers wait meanwhile (an async save: only the copy)
 
     def run(self) -> dict:
         cfg, t = self.cfg, self.cfg.train
         comm.RECORDER.reset_step()  # one count over the run: bytes per applied gradient = total / steps
         self.last_train_loss = self.last_val = None
-        self.metrics.truncate(-1)
+        self.metrics.truncate(self.start_step if self.start_step else -1)
         if self.is_main:
-            if cfg.ckpt.final:
-                print("[async] no checkpoint is written: asynchronous runs are not checkpointed in this "
-                      "version (ckpt.final skipped)", file=sys.stderr, flush=True)
-            if t.eval_every:
+            if t.eval_every and self.start_step == 0:
                 self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})
             server = async_ps.Server(self.numel, self.world - 1, cfg.parallel.max_staleness, t.steps)
             self.t0 = self.t_last = time.perf_counter()
-            server.serve(self._apply, lambda: async_ps.flatten(self.params))
+            server.serve(self._apply, lambda: async_ps.flatten(self.params), start=self.start_step)
             wall, staleness, computed = time.perf_counter() - self.t0, server.staleness, 0
+            self.ckpt.close(self.state)  # ckpt.final
         else:
             worker = async_ps.Worker(self.numel)
             t0 = time.perf_counter()
@@ -139,7 +153,7 @@ class AsyncTrainer:
         per_step = {op: b / max(1, steps) for op, b in self.comm_stats["bytes"].items()}
         return {
             "strategy": cfg.parallel.strategy, "sync": "async", "world_size": self.world, "params": self.n_params,
-            "steps": steps, "tokens_per_step": self.tokens_per_step,
+            "steps": self.start_step + steps, "tokens_per_step": self.tokens_per_step,
             "tokens_per_s": steps * self.tokens_per_step / wall if wall > 0 else None,
             "step_time_s": wall / steps if steps else None,  # the server's wall time per applied gradient
             "final_train_loss": self.last_train_loss, "final_val_loss": self.last_val,
@@ -156,7 +170,7 @@ class AsyncTrainer:
                       "gradients_by_worker": [r["computed"] for r in per_rank[1:]],
                       "params_numel": self.numel, "wall_s": wall},
             "ranks_consistent": None,  # the workers hold stale copies by design: nothing to compare
-            "ckpt_failed_saves": [], "anomalies": 0, "skipped_steps": 0, "events": {},
+            "ckpt_failed_saves": list(self.ckpt.failed), "anomalies": 0, "skipped_steps": 0, "events": {},
             "dtype": cfg.train.dtype,
         }
 
@@ -168,4 +182,8 @@ def main(trainer: AsyncTrainer) -> dict:
         clean = True
     finally:
         comm.shutdown(clean)
+    if summary.get("ckpt_failed_saves"):  # as the synchronous trainer: a save the user asked for is missing
+        print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+              f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+        raise SystemExit(1)
     return summary
