@@ -150,6 +150,7 @@ def test_staleness_at_world4_is_recorded_per_step_and_bounded_by_tau(world4, run
     (["parallel.max_staleness=-1"], 2, "max_staleness=-1"),
     ([], 1, "at least one worker"),
     (["train.dtype=fp16"], 2, "fp16"),
+    (["parallel.backend=nccl"], 2, "NCCL cannot"),
 ])
 def test_bad_async_settings_are_one_line_errors(overrides, world, needle):
     cfg = config.load(None, ["parallel.strategy=ddp", "parallel.sync=async"] + overrides)

@@ -349,6 +349,12 @@ def _validate_async(cfg: Config, world_size: int) -> None:
     if cfg.train.dtype == "fp16":
         raise ConfigError("parallel.sync=async with train.dtype=fp16: the loss scaler is not built for stale "
                           "gradients; use train.dtype=bf16 or fp32")
+    if p.backend == "nccl":
+        raise ConfigError("parallel.sync=async with parallel.backend=nccl: the server receives from whichever "
+                          "worker is ready first, which NCCL cannot do; use parallel.backend=gloo (or auto)")
+    if cfg.trace.enabled:
+        raise ConfigError("trace.enabled=true with parallel.sync=async: the timeline is not recorded for "
+                          "asynchronous runs in this version; set trace.enabled=false")
     if cfg.data.shares != "equal":
         raise ConfigError(f"data.shares={cfg.data.shares} with parallel.sync=async: each worker takes whole "
                           "global batches as it is ready, so there are no shares to set; use data.shares=equal")

@@ -46,7 +46,7 @@ class AsyncTrainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t = cfg.train
         torch.set_num_threads(t.threads)
-        comm.init(cfg.parallel.backend)
+        comm.init("gloo")  # receiving from any source needs gloo (config.validate refuses nccl): on CPU
         self.rank, self.world = comm.rank(), comm.world_size()
         self.is_main = self.rank == async_ps.SERVER
         self.device = comm.device()
