@@ -75,7 +75,7 @@ class Server:
         early: dict[int, tuple] = {}  # ticket -> (gradient, version computed on, loss, worker)
         hellos = 0
         head = torch.empty(3, dtype=torch.float64)
-        while version < self.steps:
+        while version < self.steps or hellos < self.workers:  # (a run resumed at its last step: hellos only)
             worker = comm.recv_any(head, tag="async header")
             t, v, loss = int(head[0]), int(head[1]), float(head[2])
             if t == HELLO:
