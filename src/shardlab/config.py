@@ -321,8 +321,8 @@ def _validate_sync(p: ParallelConfig) -> None:
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
         raise ConfigError(f"parallel.outer_lr={p.outer_lr} parallel.outer_momentum={p.outer_momentum}: the outer "
                           "learning rate must be > 0 and the momentum in [0, 1)")
-    if p.sync not in ("every_step", "async") and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1
-                                   or p.dp_shard not in (0, 1)):
+    if p.sync in ("local_sgd", "diloco") and (p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1
+                                              or p.cp != 1 or p.dp_shard not in (0, 1)):
         raise ConfigError(f"parallel.sync={p.sync} with parallel.strategy={p.strategy}: this version runs local SGD "
                           "and DiLoCo over whole replicas only; use parallel.strategy=ddp with "
                           "parallel.tp=pp=cp=1 and no dp_shard")

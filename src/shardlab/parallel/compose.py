@@ -65,7 +65,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
-    if getattr(cfg.parallel, "sync", "every_step") not in ("every_step", "async"):  # local SGD / DiLoCo replace the
+    if getattr(cfg.parallel, "sync", "every_step") in ("local_sgd", "diloco"):  # they replace the
         from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
         dp = PeriodicSync(dp, cfg.parallel, data_parallel_group(dims), optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop

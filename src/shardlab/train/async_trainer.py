@@ -162,7 +162,8 @@ class AsyncTrainer:
             # the server's traffic (every message passes it): "send" = parameters pulled, "recv" = gradients
             # pushed, each with its 24-byte header; one hello and one stop header per worker over the run
             "comm": {"bytes_per_step_mean": per_step, "bytes_total": dict(self.comm_stats["bytes"]),
-                     "calls_total": dict(self.comm_stats["calls"]), "bytes_by_tag": dict(self.comm_stats["bytes_by_tag"])},
+                     "calls_total": dict(self.comm_stats["calls"]),
+                     "bytes_by_tag": dict(self.comm_stats["bytes_by_tag"])},
             "async": {"workers": self.world - 1, "max_staleness": cfg.parallel.max_staleness,
                       "staleness_mean": statistics.fmean(staleness) if staleness else None,
                       "staleness_max": max(staleness) if staleness else None,
