@@ -195,7 +195,7 @@ def test_diloco_resumes_exactly_mid_period(pool2, tmp_path):
 # --- config -----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["parallel.sync=async"], "not built yet"),
+    (["parallel.sync=async", "parallel.max_staleness=-1"], "max_staleness"),
     (["parallel.sync=sometimes"], "parallel.sync"),
     (["parallel.sync=diloco", "parallel.sync_every=0"], "sync_every=0"),
     (["parallel.sync=diloco", "parallel.outer_momentum=1"], "momentum"),

@@ -366,9 +366,9 @@ def group_rank(group, global_rank: int) -> int:
     return dist.get_group_rank(group, global_rank)
 
 
-def new_group(ranks: list[int], name: str | None = None):
+def new_group(ranks: list[int], name: str | None = None, backend: str | None = None):
     """A process group of `ranks` (every rank must call it, members or not); `name` for its records."""
-    group = dist.new_group(ranks)
+    group = dist.new_group(ranks, backend=backend)
     if name is not None and group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
         name_group(group, name)
     return group
@@ -511,6 +511,18 @@ def send(t: torch.Tensor, dst: int, group=None, tag: str = "") -> None:
 def recv(t: torch.Tensor, src: int, group=None, tag: str = "") -> None:
     """Receive into `t` from the group's rank `src` (a named source: records need the peer)."""
     _p2p("recv", t, src, group, False, tag)
+
+
+def recv_any(t: torch.Tensor, group=None, tag: str = "") -> int:
+    """Receive into `t` from whichever rank of the group sends first; returns that rank (group-local).
+    Gloo matches a receive with no source against any sender (NCCL cannot); the asynchronous parameter
+    server serves whichever worker is ready. Recorded once the sender is known (the record needs it)."""
+    t_launch = time.perf_counter()
+    src = dist.recv(t, group=group)  # no source: any; torch returns the sender's global rank
+    rec = RECORDER.add("recv", _nbytes(t), 0, t.dtype, t.shape, group, tag, peer=src)
+    rec.t_launch = t_launch
+    RECORDER.done(rec)
+    return group_rank(group, src)
 
 
 def isend(t: torch.Tensor, dst: int, group=None, tag: str = "") -> Handle:

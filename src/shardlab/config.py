@@ -111,7 +111,7 @@ class ParallelConfig:
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
     # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync.py)
-    sync: str = "every_step"  # every_step | local_sgd | diloco (async: not built yet)
+    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/async_ps.py)
     sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
@@ -124,6 +124,7 @@ class ParallelConfig:
     ft_timeout: float = 30.0  # seconds an outer step waits for a replica's pseudo-gradient before dropping it
     ft_join_timeout: float = 120.0  # seconds a starting replica waits for its peers (founding) or a peer's state
     fragments: int = 1  # F: streaming DiLoCo, F groups of blocks synced at steps staggered H/F apart
+    max_staleness: int = 4  # async: τ, the most versions a gradient's parameters may lag when applied
 
     @property
     def dp(self) -> str:
@@ -329,10 +330,7 @@ def _check_offload(p) -> None:
 
 def _validate_sync(p: ParallelConfig) -> None:
     """parallel.sync and its keys: what this version builds (docs/sync.md)."""
-    if p.sync == "async":
-        raise ConfigError("parallel.sync=async: the asynchronous parameter server is not built yet in this version; "
-                          "use parallel.sync=every_step, local_sgd or diloco")
-    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco"))
+    _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco", "async"))
     _choice("parallel.outer_dtype", p.outer_dtype, ("fp32", "bf16", "fp16"))
     if p.sync_every < 1:
         raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
@@ -343,7 +341,7 @@ def _validate_sync(p: ParallelConfig) -> None:
         raise ConfigError(f"parallel.fragments={p.fragments}: must be 1, or 2..parallel.sync_every "
                           f"({p.sync_every}) with parallel.sync=local_sgd or diloco (fragments are synced at "
                           "steps H/F apart, so F <= H)")
-    if p.sync == "every_step":
+    if p.sync not in ("local_sgd", "diloco"):
         return
     hsdp = p.strategy in ("zero1", "zero2", "zero3") and p.dp_replicate > 1
     if p.tp != 1 or p.pp != 1 or p.cp != 1 or p.offload != "none" or not (
@@ -383,6 +381,38 @@ def _validate_fault_tolerant(cfg: Config, world_size: int) -> None:
                           "jobs and take equal slices of the data; use data.shares=equal")
 
 
+def _validate_async(cfg: Config, world_size: int) -> None:
+    """parallel.sync=async: one server and W >= 1 workers, each holding the whole model (docs/sync.md)."""
+    p = cfg.parallel
+    if p.max_staleness < 0:
+        raise ConfigError(f"parallel.max_staleness={p.max_staleness}: must be an integer >= 0 (0: the workers "
+                          "take turns; larger: more overlap, staler gradients)")
+    if p.sync != "async":
+        return
+    if world_size < 2:
+        raise ConfigError(f"parallel.sync=async needs a server and at least one worker, but the world size is "
+                          f"{world_size}; run with --nproc 2 or more")
+    if p.strategy not in ("single", "ddp") or p.tp != 1 or p.pp != 1 or p.cp != 1 or p.dp_shard not in (0, 1):
+        raise ConfigError(f"parallel.sync=async with parallel.strategy={p.strategy} tp={p.tp} pp={p.pp} cp={p.cp}: "
+                          "the parameter server and each worker hold the whole model; use parallel.strategy=ddp "
+                          "with parallel.tp=pp=cp=1 and no dp_shard")
+    if p.compress != "none":
+        raise ConfigError(f"parallel.sync=async with parallel.compress={p.compress}: workers push whole fp32 "
+                          "gradients; set parallel.compress=none")
+    if cfg.train.dtype == "fp16":
+        raise ConfigError("parallel.sync=async with train.dtype=fp16: the loss scaler is not built for stale "
+                          "gradients; use train.dtype=bf16 or fp32")
+    if p.backend == "nccl":
+        raise ConfigError("parallel.sync=async with parallel.backend=nccl: the server receives from whichever "
+                          "worker is ready first, which NCCL cannot do; use parallel.backend=gloo (or auto)")
+    if cfg.trace.enabled:
+        raise ConfigError("trace.enabled=true with parallel.sync=async: the timeline is not recorded for "
+                          "asynchronous runs in this version; set trace.enabled=false")
+    if cfg.data.shares != "equal":
+        raise ConfigError(f"data.shares={cfg.data.shares} with parallel.sync=async: each worker takes whole "
+                          "global batches as it is ready, so there are no shares to set; use data.shares=equal")
+
+
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place."""
     from shardlab.model.gpt import resolve_model_config
@@ -401,6 +431,10 @@ def validate(cfg: Config, world_size: int) -> None:
     _check_offload(p)
     _validate_sync(p)
     _validate_fault_tolerant(cfg, world_size)
+    _validate_async(cfg, world_size)
+    world = world_size  # the processes (debug.slow_rank names one of them)
+    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
+        world_size = 1  # the layout and batch checks below are those of one process
     _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
@@ -458,7 +492,7 @@ def validate(cfg: Config, world_size: int) -> None:
     balance.validate(cfg, dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
-    _check_ranges(cfg, world_size)
+    _check_ranges(cfg, world)
 
 
 def _check_ranges(cfg: Config, world_size: int) -> None:

@@ -128,10 +128,18 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                       "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD); "
                       "docs/sync.md; ddp or single, or zero1/2/3 with parallel.dp_replicate > 1 (HSDP: synced across "
                       "replicas, sharded within); async is not built yet", "every_step | local_sgd | diloco"),
+                      "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps), "
+                      "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD) or async "
+                      "(rank 0 a parameter server, the other ranks workers pushing gradients and pulling parameters "
+                      "without waiting for each other); docs/sync.md; ddp or single only",
+                      "every_step | local_sgd | diloco | async"),
     "parallel.sync_every": ("H: inner optimizer steps between two synchronisations (local_sgd, diloco)", "int >= 1"),
     "parallel.outer_lr": ("DiLoCo's outer learning rate on the averaged pseudo-gradient (1 with no momentum = "
                           "local SGD)", "float > 0"),
     "parallel.outer_momentum": ("DiLoCo's outer Nesterov momentum (0 = plain outer SGD)", "float in [0, 1)"),
+    "parallel.max_staleness": ("async: τ, the bound on a gradient's staleness (server version when applied - "
+                               "version it was computed on); a worker's pull waits until it holds (0: the workers "
+                               "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
                              "fp32 | bf16 | fp16"),
     "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train --nproc 1`, "

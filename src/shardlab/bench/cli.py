@@ -30,7 +30,7 @@ SUITES = {
                 "step time, K/V bytes, zigzag balance"),
     "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
     "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
-    "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8) on equal tokens: bytes per token, loss"),
+    "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8) vs async on equal tokens: bytes per token, loss, staleness"),
 }
 
 

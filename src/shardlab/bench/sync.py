@@ -20,6 +20,11 @@ Figures: `diloco_comm_reduction` (sync bytes per token ÷ DiLoCo's, H = 32, worl
 algorithm), `diloco_loss_gap_best` (the smallest gap among the labelled variants, named in
 `diloco_loss_gap_best_setting`; chosen on the same validation set it is measured on, so optimistic), the same
 per world in the rows. `--quick`: world 2, H = 8, the small custom model, 32 steps, no variants.
+
+The asynchronous parameter server (`async_row`, below) runs on world 2's tokens in its own launch: a server
+and two workers (as many gradient-computing ranks as sync's world 2), τ = 2; figures `async_staleness_mean`,
+`async_bytes_ratio` (the server's bytes per token ÷ sync's per rank), `async_loss_gap`; its loss vs wall time
+is the server's clock.
 """
 from __future__ import annotations
 
@@ -51,12 +56,15 @@ def _bytes_per_token(run: dict) -> float:
     return sum(s["comm"]["bytes_per_step_mean"].values()) / s["tokens_per_step"]
 
 
+def _base(world: int, steps: int, quick: bool) -> list[str]:
+    return common.BASE + common.model_overrides(quick) + [
+        f"train.steps={steps}", f"train.micro_batch={GLOBAL_BATCH // world}", f"train.global_batch={GLOBAL_BATCH}",
+        "parallel.strategy=ddp", f"train.eval_every={steps}", "train.eval_seqs=64"]
+
+
 def _world_runs(out: Path, world: int, steps: int, hs: tuple[int, ...], quick: bool, variants: bool) -> dict:
     """Every mode (and at world 2 the gap variants) on `world` ranks, in one launch; name -> run."""
-    micro = GLOBAL_BATCH // world
-    base = common.BASE + common.model_overrides(quick) + [
-        f"train.steps={steps}", f"train.micro_batch={micro}", f"train.global_batch={GLOBAL_BATCH}",
-        "parallel.strategy=ddp", f"train.eval_every={steps}", "train.eval_seqs=64"]
+    base = _base(world, steps, quick)
     runs_dir = out / "runs" / f"world{world}"
     warm, extra = _variants(steps) if variants else (0, {})
     jobs = []
@@ -82,10 +90,13 @@ def _curve(run: dict, sync: dict) -> tuple[list, list, list]:
     tps = run["summary"]["tokens_per_step"]
     rows = [x for x in sync["metrics"] if "loss" in x and x["step"] <= run["warm"]] if run["warm"] else []
     rows += [x for x in run["metrics"] if "loss" in x and x["step"] > run["warm"]]
-    t, secs = 0.0, []
-    for x in rows:
-        t += x.get("step_time_s") or 0.0
-        secs.append(t)
+    if rows and "wall_s" in rows[-1]:  # async: the server's clock
+        secs = [x["wall_s"] for x in rows]
+    else:  # the sum of the step times so far
+        t, secs = 0.0, []
+        for x in rows:
+            t += x.get("step_time_s") or 0.0
+            secs.append(t)
     return [x["step"] * tps for x in rows], secs, [x["loss"] for x in rows]
 
 
@@ -110,7 +121,15 @@ def run(out: Path, quick: bool) -> dict:
         runs = by_world[world] = _world_runs(out, world, steps, hs, quick, variants=not quick and world == 2)
         rows += [_row(world, name, r, runs["sync"]) for name, r in runs.items()]
     figures = _figures(rows, hs)
-    figures["ranks_consistent"] = common.consistent([r for runs in by_world.values() for r in runs.values()])
+    arow, arun = async_row(out, _base(2, steps, quick), by_world[2]["sync"])
+    arun["warm"] = 0
+    arow.update(world=2, wall_s=_curve(arun, by_world[2]["sync"])[1][-1], warmup_steps=0,
+                loss_gap=arow["final_val_loss"] / by_world[2]["sync"]["summary"]["final_val_loss"] - 1)
+    rows.append(arow)
+    figures.update(async_figures({"async": arow, "sync": _row(2, "sync", by_world[2]["sync"], by_world[2]["sync"])}))
+    by_world[2]["async τ=2"] = arun
+    figures["ranks_consistent"] = common.consistent(
+        [r for runs in by_world.values() for name, r in runs.items() if not name.startswith("async")])
     doc = common.write_results(out, "sync", figures, rows)
     _plot(out, by_world)
     _report(out, steps, hs, quick, rows, figures)
@@ -162,3 +181,33 @@ def _plot(out: Path, by_world: dict) -> None:
         fig.tight_layout()
         fig.savefig(out / fname, dpi=110)
         plt.close(fig)
+
+
+# --- the asynchronous parameter server ---------------------------------------------------------------------
+ASYNC_WORKERS, ASYNC_TAU = 2, 2
+
+
+def async_row(out: Path, base: list[str], sync_run: dict) -> tuple[dict, dict]:
+    """`parallel.sync=async` on sync's tokens: rank 0 serves, ASYNC_WORKERS workers compute (as many
+    gradient-computing ranks as sync's world 2), τ = ASYNC_TAU. A step is one applied gradient of a whole
+    global batch (sync's), so the same steps are the same tokens. Bytes per token: the server's traffic
+    (gradients in, parameters out), which is every byte the scheme moves."""
+    seq_len = next(int(o.split("=", 1)[1]) for o in base if o.startswith("train.seq_len="))
+    global_batch = sync_run["summary"]["tokens_per_step"] // seq_len
+    job = {"name": "async", "out": out / "runs" / "async",
+           "overrides": base + ["parallel.sync=async", f"parallel.max_staleness={ASYNC_TAU}",
+                                f"train.global_batch={global_batch}"]}
+    run = common.run_jobs([job], ASYNC_WORKERS + 1, out / "runs")[0]
+    s = run["summary"]
+    row = {"sync": "async", "H": 1, "steps": s["steps"], "tokens": s["steps"] * s["tokens_per_step"],
+           "bytes_per_token": _bytes_per_token(run), "final_train_loss": s["final_train_loss"],
+           "final_val_loss": s["final_val_loss"], "ranks_consistent": None, "workers": ASYNC_WORKERS,
+           "max_staleness": ASYNC_TAU, "staleness_mean": s["async"]["staleness_mean"],
+           "staleness_max": s["async"]["staleness_max"], "gradients_by_worker": s["async"]["gradients_by_worker"]}
+    return row, run
+
+
+def async_figures(by: dict) -> dict:
+    return {"async_staleness_mean": by["async"]["staleness_mean"],
+            "async_bytes_ratio": by["async"]["bytes_per_token"] / by["sync"]["bytes_per_token"],
+            "async_loss_gap": by["async"]["final_val_loss"] / by["sync"]["final_val_loss"] - 1}

@@ -116,13 +116,15 @@ _managers = itertools.count()  # numbers this process's managers (their plan-cac
 
 
 class CheckpointManager:
-    def __init__(self, run_dir: Path, cfg):
+    def __init__(self, run_dir: Path, cfg, group=None):
         self.run_dir, self.cfg, self.ccfg = Path(run_dir), cfg, cfg.ckpt
         self.dir = self.run_dir / "checkpoints"
-        self.rank, self.world = comm.rank(), comm.world_size()
+        # `group`: the ranks that hold the state, when not all do (the asynchronous parameter server saves
+        # alone: a group of rank 0); only they construct the manager.
+        self.rank, self.world = comm.rank(group), comm.world_size(group)
         # Checkpoint traffic gets its own gloo group (created by the first save, see save()); until then
         # (resume, verification: before training, on the main thread) the default group is fine.
-        self.pg = None
+        self.pg = group
         self._thread: threading.Thread | None = None
         self._staged: dict | None = None  # the async save's CPU copy, reused by the next async save
         self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)

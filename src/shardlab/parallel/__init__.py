@@ -9,9 +9,9 @@ Importing this package is cheap (the config module reads `layers`); the rest loa
 from __future__ import annotations
 
 
-def build(cfg, device=None, model=None):
+def build(cfg, device=None, model=None, world_size=None):
     from shardlab.parallel.compose import build as _build
-    return _build(cfg, device, model)
+    return _build(cfg, device, model, world_size)
 
 
 def __getattr__(name):

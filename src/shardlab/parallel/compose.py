@@ -30,16 +30,19 @@ from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
 
 
-def build(cfg, device: torch.device | None = None, model: nn.Module | None = None) -> Parallel:
+def build(cfg, device: torch.device | None = None, model: nn.Module | None = None,
+          world_size: int | None = None) -> Parallel:
     """Mesh, model, layers, optimizer for this rank. `cfg` is a `shardlab.config.Config`; `model`
     replaces the one `cfg.model` describes (tests and benchmarks bring their own sizes or modules).
-    Call on every rank after `comm.init` (or without a process group for one rank)."""
+    Call on every rank after `comm.init` (or without a process group for one rank). `world_size=1`
+    builds a whole model that talks to no one although the process group is larger (the asynchronous
+    parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
     from shardlab.train.optim import adamw_factory, no_decay_names
 
     device = device or comm.device()
     # 1. the mesh
-    dims = resolve(cfg.parallel, comm.world_size())
+    dims = resolve(cfg.parallel, comm.world_size() if world_size is None else world_size)
     missing = layers.not_built(dims.degrees)
     if missing:
         raise ConfigError(missing)
@@ -65,7 +68,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
-    if getattr(cfg.parallel, "sync", "every_step") != "every_step":  # local SGD / DiLoCo replace the
+    if getattr(cfg.parallel, "sync", "every_step") in ("local_sgd", "diloco"):  # they replace the
         from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
         if getattr(cfg.parallel, "fault_tolerant", False):  # replicas that may die: the outer step via a store

@@ -50,6 +50,14 @@ def _sync(device: torch.device) -> None:
 
 
 class Trainer:
+    def __new__(cls, cfg: Config, run_dir: Path):
+        # parallel.sync=async is another program (a server and workers, no common step): every caller
+        # (the CLI, the bench worker, tests) constructs a Trainer, so construction hands it over here.
+        if cls is Trainer and getattr(cfg.parallel, "sync", "every_step") == "async":
+            from shardlab.train.async_trainer import AsyncTrainer
+            return AsyncTrainer(cfg, run_dir)  # not a Trainer: __init__ below is not called on it
+        return super().__new__(cls)
+
     def __init__(self, cfg: Config, run_dir: Path):
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -219,6 +227,9 @@ class Trainer:
 
 def main(cfg: Config, run_dir: Path) -> dict:
     trainer = Trainer(cfg, run_dir)
+    if not isinstance(trainer, Trainer):  # parallel.sync=async
+        from shardlab.train import async_trainer
+        return async_trainer.main(trainer)
     clean = False
     try:
         summary = trainer.run()
