@@ -124,14 +124,11 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.offload_to": ("where offloaded state lives: memory-mapped files (disk), or pinned CPU memory (host; "
                             "on a CPU-only machine a no-op)", "host | disk"),
     "parallel.sync": ("how data-parallel replicas stay together: every_step (gradients all-reduced each step), "
-                      "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps) or "
-                      "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD); "
-                      "docs/sync.md; ddp or single, or zero1/2/3 with parallel.dp_replicate > 1 (HSDP: synced across "
-                      "replicas, sharded within); async is not built yet", "every_step | local_sgd | diloco"),
                       "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps), "
                       "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD) or async "
                       "(rank 0 a parameter server, the other ranks workers pushing gradients and pulling parameters "
-                      "without waiting for each other); docs/sync.md; ddp or single only",
+                      "without waiting for each other); docs/sync.md; ddp or single, or for local_sgd/diloco "
+                      "zero1/2/3 with parallel.dp_replicate > 1 (HSDP: synced across replicas, sharded within)",
                       "every_step | local_sgd | diloco | async"),
     "parallel.sync_every": ("H: inner optimizer steps between two synchronisations (local_sgd, diloco)", "int >= 1"),
     "parallel.outer_lr": ("DiLoCo's outer learning rate on the averaged pseudo-gradient (1 with no momentum = "
