@@ -95,6 +95,12 @@ def expert_state_bytes(m: ModelSpec, moe: MoESpec, per_param: float) -> dict[str
             "replicas_per_expert": None}  # filled by the caller, who knows dp
 
 
+def payload_bytes(sent: int, recv: int, experts: int, d_model: int) -> int:
+    """All-to-all payload of one MoE layer and microbatch (forward + backward) on a rank that dispatches
+    `sent` rows and receives `recv`: the counts (E int64) + dispatch and combine, each way."""
+    return COUNT_BYTES * experts + 2 * (sent + recv) * d_model * ACT_BYTES
+
+
 def from_counts(counts, ep: int, d_model: int) -> tuple[list[int], list[int]]:
     """All-to-all (payload, wire) bytes per rank of one ep group for one MoE layer and one microbatch,
     forward and backward, from the routing: counts[src][e] = rows rank src sends to expert e (the kept
@@ -106,7 +112,7 @@ def from_counts(counts, ep: int, d_model: int) -> tuple[list[int], list[int]]:
     payload, wire = [], []
     for r in range(ep):
         sent, recv, own = sum(to[r]), sum(to[s][r] for s in range(ep)), to[r][r]
-        payload.append(COUNT_BYTES * E + 2 * (sent + recv) * row)
+        payload.append(payload_bytes(sent, recv, E, d_model))
         wire.append(COUNT_BYTES * E * (ep - 1) // ep + 2 * (sent - own + recv - own) * row)
     return payload, wire
 
