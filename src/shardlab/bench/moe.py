@@ -28,8 +28,8 @@ E, K = 4, 1
 MOE = [f"model.moe_experts={E}", f"model.moe_top_k={K}", "model.moe_capacity=0"]
 SIZES = {"quick": {"model": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=64"],
                    "d": 64, "steps": 12, "seq": 64, "mb": 4, "rounds": 1, "worlds": (2,)},
-         "full": {"model": ["model.preset=custom", "model.n_layer=4", "model.n_head=4", "model.d_model=128"],
-                  "d": 128, "steps": 60, "seq": 128, "mb": 8, "rounds": 2, "worlds": (2, 4)}}
+         "full": {"model": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=128"],
+                  "d": 128, "steps": 40, "seq": 128, "mb": 4, "rounds": 2, "worlds": (2, 4)}}
 
 
 def _jobs(out: Path, size: dict, world: int) -> list[dict]:
