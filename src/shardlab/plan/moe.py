@@ -91,8 +91,7 @@ def expert_state_bytes(m: ModelSpec, moe: MoESpec, per_param: float) -> dict[str
     """Expert parameters and their states (`per_param` bytes: param + grad + optimizer) per rank under ep."""
     held = moe_blocks(m, moe) * (moe.experts // moe.ep) * expert_params(m)
     return {"experts_per_rank": moe.experts // moe.ep, "expert_params_per_rank": held,
-            "expert_state_bytes_per_rank": held * per_param,
-            "replicas_per_expert": None}  # filled by the caller, who knows dp
+            "expert_state_bytes_per_rank": held * per_param}
 
 
 def payload_bytes(sent: int, recv: int, experts: int, d_model: int) -> int:
