@@ -30,7 +30,9 @@ SUITES = {
                 "step time, K/V bytes, zigzag balance"),
     "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
     "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
-    "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8) vs async on equal tokens: bytes per token, loss, staleness"),
+    "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8, 32; world 2, 4) vs async on equal tokens: bytes per token, loss, staleness"),
+    "moe": ("shardlab.bench.moe", "dense vs MoE (E=4, top-1, ep=world) at equal active params, world 2 and 4: "
+            "loss, step time, all-to-all bytes, load imbalance with and without the aux loss"),
 }
 
 

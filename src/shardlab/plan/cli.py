@@ -28,8 +28,10 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool"}
+MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
+            "moe_aux_weight": float, "moe_z_weight": float, "ep": int}  # plan/moe.py (the weights change nothing)
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int}  # dp_replicate: dp_shard = dp / it
-ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
+ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
 
 
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
@@ -38,8 +40,9 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "global_batch": (1, 2**24),
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
-          "cp": (1, 4096)}
-FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20)}
+          "cp": (1, 4096), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
+          "ep": (1, 2**16)}
+FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10)}
 
 
 def _int(v: str) -> int:
@@ -122,17 +125,39 @@ def _plan(args) -> int:
     from .report import fixes_dict, render, render_fixes, shortfall, to_dict
     from .search import fixes
     from .step import evaluate
-    model, train, layout, cluster = build(_parse_kv(args.kv))
+    kv = _parse_kv(args.kv)
+    model, train, layout, cluster = build(kv)
     plan = evaluate(model, train, layout, cluster)
+    moe_terms = _moe(kv, model, train, layout, plan.m)
     near, found = fixes(plan) if not plan.fits else ([], [])
     if args.json:
         d = to_dict(plan)
         if not plan.fits:
             d = {"fits": False, "verdict": shortfall(plan), "suggestions": fixes_dict(near, found), **d}
+        if moe_terms:
+            d["moe"] = moe_terms
         print(json.dumps(d, indent=2))
     else:
         print((render_fixes(plan, near, found) if not plan.fits else "") + render(plan, args.explain))
+        if moe_terms:
+            from .moe import render as render_moe
+            print(render_moe(moe_terms))
     return 0 if plan.fits else 1
+
+
+def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
+    """The MoE / EP terms (plan/moe.py) when moe_experts is set; bad MoE input raises ValueError (exit 2)."""
+    from . import moe
+    if not kv.get("moe_experts"):
+        if kv.get("ep", 1) > 1:
+            raise ValueError(f"ep={kv['ep']} needs moe_experts (expert parallelism splits the experts)")
+        return None
+    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.strategy != "ddp":
+        raise ValueError("an MoE plan is data parallel with ddp only (tp=pp=cp=1), as the trainer runs it")
+    spec = moe.MoESpec(kv["moe_experts"], kv.get("moe_top_k", 2), kv.get("moe_every", 1),
+                       kv.get("moe_capacity", 1.25), kv.get("ep", 1))
+    per_param = train.param_bytes + train.grad_bytes + train.optimizer_bytes
+    return moe.plan(model, spec, layout.dp, train.micro_batch, train.seq or model.seq, microbatches, per_param)
 
 
 def _search(args) -> int:
@@ -141,6 +166,8 @@ def _search(args) -> int:
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
     kv = _parse_kv(args.kv)
+    if kv.get("moe_experts") or kv.get("ep", 1) > 1:
+        raise ValueError("plan search does not search MoE layouts yet; use shardlab plan with moe_experts and ep")
     model, train, _, cluster = build(kv, for_search=True)
     t0 = time.perf_counter()
     plans = search(model, train, cluster, kv.get("gpus"))

@@ -33,12 +33,15 @@ class MoELog:
         if s is None:
             return {}
         E = s["tokens_per_expert"].numel()
+        per_layer = s["tokens_per_layer_expert"].double()  # (layers, E)
         t = torch.cat([s["tokens_per_expert"].double(), torch.tensor([s["dropped"], s["aux"], s["z"]],
-                                                                      dtype=torch.float64)])
+                                                                      dtype=torch.float64), per_layer.flatten()])
         self.par.sum_over_data(t, tag="moe metrics")
         n = self.par.dims.size("dp_cp") * self.grad_accum
         row = {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
-               "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n}
+               "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n,
+               "moe_tokens_per_layer_expert": [[int(v) for v in layer]
+                                               for layer in t[E + 3:].view(per_layer.shape).tolist()]}
         ep = self.par.dims.ep
         if ep > 1:  # what each expert-parallel rank was sent (its experts' share; per rank of one ep group)
             per_group = t[:E].view(ep, E // ep).sum(1) / self.par.dims.size("edp")

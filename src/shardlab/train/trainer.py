@@ -220,6 +220,9 @@ class Trainer:
             summary_mod.write(self.run_dir, summary)
             self.metrics.close()
             plot_losses(self.run_dir)
+            if self.moe_log.enabled:
+                from shardlab.observe.moe_heatmap import plot_expert_load
+                plot_expert_load(self.run_dir)  # expert_load.png: tokens per expert over steps
             print_summary(summary)
             print(f"\nrun directory: {self.run_dir}")
         return summary

@@ -1,0 +1,164 @@
+"""Mixture of experts and expert parallelism in the planner: parameters, FLOPs, expert memory, all-to-all.
+
+The model is shardlab's (model/moe.py, docs/moe.md): every `every`-th block's MLP is replaced by E copies of
+it (the experts) and a bias-free router (E x h); each token goes to k experts. With n_moe = L // every MoE
+blocks and P_e = the parameters of one MLP (GPT: 2rh^2 + rh + h; Llama: 3fh):
+
+  total params   = Psi_dense + n_moe ((E - 1) P_e + E h)       every expert counted
+  active params  = Psi_dense + n_moe ((k - 1) P_e + E h)       what one token meets (router + k experts)
+  FLOPs / token  = forward of the dense model + n_moe (2 E h + (k - 1) x the MLP's GEMM FLOPs), x3 fwd+bwd
+
+Expert parallelism over `ep` ranks (parallel/ep.py) borrows them from data parallelism: each rank holds
+E / ep experts of every MoE layer (each expert replicated on dp / ep ranks, its edp group), the dense
+parameters stay replicated, so the expert states per rank are n_moe (E / ep) P_e x (param + grad +
+optimizer bytes).
+
+All-to-all per MoE layer and microbatch, on a rank whose microbatch has T = b s tokens: the counts
+exchange (E int64), dispatch and combine forward, and the same two reversed in backward. A rank sending
+S rows and receiving R rows (h wide, 4-byte fp32) records, as comm does (payload = the input handed over,
+its own chunk included; wire = what leaves the rank):
+
+  payload = 8E + 2 (S + R) 4h          wire = 8E (ep-1)/ep + 2 (S - own + R - own) 4h
+
+`from_counts` evaluates this for routing counts as they happened (tests check it against the recorder);
+`expected` for uniform routing without drops: S = R = T k, own = T k / ep, so the wire carries
+4 x (ep-1)/ep x T k x 4h per layer (each of the four all-to-alls sends the token-slots routed off-rank).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import ModelSpec
+
+ACT_BYTES = 4  # EP runs fp32 (docs/moe.md: the tests are fp32); rows are d_model activations
+COUNT_BYTES = 8  # the counts exchange sends E int64
+
+
+@dataclass(frozen=True)
+class MoESpec:
+    experts: int  # E
+    top_k: int = 2  # k
+    every: int = 1  # every N-th block is an MoE block (blocks N-1, 2N-1, ...)
+    capacity: float = 1.25  # capacity factor per sequence; 0 = dropless
+    ep: int = 1  # expert-parallel degree
+
+    def check(self, dp: int = 1) -> None:
+        """The trainer's rules (config.validate), one line each."""
+        if self.experts < 1:
+            raise ValueError(f"moe_experts must be positive for an MoE plan, got {self.experts}")
+        if not 1 <= self.top_k <= self.experts:
+            raise ValueError(f"moe_top_k {self.top_k} must be between 1 and moe_experts {self.experts}")
+        if self.every < 1:
+            raise ValueError(f"moe_every must be at least 1, got {self.every}")
+        if self.ep < 1 or self.experts % self.ep:
+            raise ValueError(f"moe_experts {self.experts} is not divisible by ep {self.ep}")
+        if dp % self.ep:
+            raise ValueError(f"ep {self.ep} must divide the data-parallel size dp {dp}")
+
+
+def moe_blocks(m: ModelSpec, moe: MoESpec) -> int:
+    return m.n_layer // moe.every
+
+
+def expert_params(m: ModelSpec) -> int:
+    """P_e: one MLP's parameters (an expert is a copy of the model's MLP)."""
+    h = m.d_model
+    if m.llama:
+        return 3 * m.ffn * h
+    f = m.mlp_ratio * h
+    return 2 * f * h + f + h
+
+
+def expert_flops_fwd(m: ModelSpec) -> int:
+    """Forward GEMM FLOPs of one expert for one token (2 per multiply-add)."""
+    return 2 * (3 * m.ffn * m.d_model if m.llama else 2 * m.mlp_ratio * m.d_model ** 2)
+
+
+def params(m: ModelSpec, moe: MoESpec) -> dict[str, int]:
+    n, pe, router = moe_blocks(m, moe), expert_params(m), moe.experts * m.d_model
+    return {"total": m.params + n * ((moe.experts - 1) * pe + router),
+            "active": m.params + n * ((moe.top_k - 1) * pe + router),
+            "per_expert": pe, "moe_blocks": n}
+
+
+def flops_per_token(m: ModelSpec, moe: MoESpec, seq: int | None = None) -> float:
+    """Forward + backward FLOPs of one token with the active parameters (router + k experts)."""
+    extra = moe_blocks(m, moe) * (2 * moe.experts * m.d_model + (moe.top_k - 1) * expert_flops_fwd(m))
+    return 3 * (m.flops_fwd(1, seq) + extra)
+
+
+def expert_state_bytes(m: ModelSpec, moe: MoESpec, per_param: float) -> dict[str, float]:
+    """Expert parameters and their states (`per_param` bytes: param + grad + optimizer) per rank under ep."""
+    held = moe_blocks(m, moe) * (moe.experts // moe.ep) * expert_params(m)
+    return {"experts_per_rank": moe.experts // moe.ep, "expert_params_per_rank": held,
+            "expert_state_bytes_per_rank": held * per_param}
+
+
+def payload_bytes(sent: int, recv: int, experts: int, d_model: int) -> int:
+    """All-to-all payload of one MoE layer and microbatch (forward + backward) on a rank that dispatches
+    `sent` rows and receives `recv`: the counts (E int64) + dispatch and combine, each way."""
+    return COUNT_BYTES * experts + 2 * (sent + recv) * d_model * ACT_BYTES
+
+
+def from_counts(counts, ep: int, d_model: int) -> tuple[list[int], list[int]]:
+    """All-to-all (payload, wire) bytes per rank of one ep group for one MoE layer and one microbatch,
+    forward and backward, from the routing: counts[src][e] = rows rank src sends to expert e (the kept
+    token-slots; dropless: every routed slot). Expert e lives on rank e // (E/ep) of the group."""
+    E = len(counts[0])
+    per = E // ep
+    to = [[sum(counts[s][d * per:(d + 1) * per]) for d in range(ep)] for s in range(ep)]  # [src][dst] rows
+    row = d_model * ACT_BYTES
+    payload, wire = [], []
+    for r in range(ep):
+        sent, recv, own = sum(to[r]), sum(to[s][r] for s in range(ep)), to[r][r]
+        payload.append(payload_bytes(sent, recv, E, d_model))
+        wire.append(COUNT_BYTES * E * (ep - 1) // ep + 2 * (sent - own + recv - own) * row)
+    return payload, wire
+
+
+def expected(m: ModelSpec, moe: MoESpec, tokens_per_microbatch: int, microbatches: int = 1) -> dict[str, float]:
+    """All-to-all bytes per step per rank under uniform routing without drops (every rank alike)."""
+    if moe.ep <= 1:
+        return {"payload": 0.0, "wire": 0.0, "calls": 0}
+    slots, ep = tokens_per_microbatch * moe.top_k, moe.ep
+    uniform = [[slots / moe.experts] * moe.experts for _ in range(ep)]
+    payload, wire = from_counts(uniform, ep, m.d_model)
+    n = moe_blocks(m, moe) * microbatches
+    return {"payload": payload[0] * n, "wire": wire[0] * n, "calls": 5 * n}  # counts + 2 fwd + 2 bwd
+
+
+def plan(m: ModelSpec, moe: MoESpec, dp: int, micro_batch: int, seq: int, microbatches: int,
+         per_param: float) -> dict:
+    """Every EP term of one plan, as a dict (`shardlab plan` prints it, --json includes it)."""
+    moe.check(dp)
+    p = params(m, moe)
+    mem = expert_state_bytes(m, moe, per_param)
+    mem["replicas_per_expert"] = dp // moe.ep
+    # the experts' gradients are all-reduced over their edp group (tag ep.expert_grads), apart from the
+    # dense all-reduce (which never sees them): payload = the experts this rank holds, in fp32
+    edp = dp // moe.ep
+    mem["expert_grad_all_reduce"] = {"n": edp, "payload": mem["expert_params_per_rank"] * ACT_BYTES if edp > 1 else 0,
+                                     "wire": 2 * (edp - 1) / edp * mem["expert_params_per_rank"] * ACT_BYTES}
+    mem["extra_state_bytes_per_rank"] = (moe.experts // moe.ep - 1) * p["moe_blocks"] * p["per_expert"] * per_param
+    return {"experts": moe.experts, "top_k": moe.top_k, "every": moe.every, "capacity": moe.capacity,
+            "ep": moe.ep, "params_total": p["total"], "params_active": p["active"],
+            "params_per_expert": p["per_expert"], "moe_blocks": p["moe_blocks"],
+            "flops_per_token": flops_per_token(m, moe, seq), **mem,
+            "all_to_all_bytes_per_step": expected(m, moe, micro_batch * seq, microbatches)}
+
+
+def render(d: dict) -> str:
+    def b(x):
+        return f"{x / 2**20:,.2f} MiB" if x >= 2**20 else f"{x:,.0f} B"
+    a2a = d["all_to_all_bytes_per_step"]
+    return "\n".join([
+        f"MoE: E={d['experts']} k={d['top_k']} every={d['every']} ({d['moe_blocks']} MoE blocks), ep={d['ep']}",
+        f"  params total {d['params_total'] / 1e6:,.2f}M, active per token {d['params_active'] / 1e6:,.2f}M "
+        f"(one expert {d['params_per_expert'] / 1e6:,.3f}M); FLOPs/token (fwd+bwd) {d['flops_per_token'] / 1e6:,.2f}M",
+        f"  experts per rank {d['experts_per_rank']} per MoE block, each on {d['replicas_per_expert']} rank(s) "
+        f"(edp); expert states per rank {b(d['expert_state_bytes_per_rank'])}, "
+        f"{b(d['extra_state_bytes_per_rank'])} more than the one MLP per block the memory lines above count",
+        f"  all-to-all per step per rank (uniform routing, dropless): payload {b(a2a['payload'])}, "
+        f"wire {b(a2a['wire'])}, {a2a['calls']} calls",
+        f"  expert gradients: all_reduce over edp({d['expert_grad_all_reduce']['n']}) payload "
+        f"{b(d['expert_grad_all_reduce']['payload'])} (the dense all_reduce above still counts one MLP per block)"])
