@@ -26,7 +26,7 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
-               "bucket_mb": float, "first_bucket_mb": float, "comm_dtype": str,
+               "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool"}
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int}  # dp_replicate: dp_shard = dp / it
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **OTHER_KEYS}
@@ -39,7 +39,7 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096)}
-FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20)}
+FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "last_bucket_mb": (0.0, 2**20)}
 
 
 def _int(v: str) -> int:

@@ -51,16 +51,24 @@ def padded(numels: list[int], n: int, padding: str) -> int:
     return sum(-(-getattr(x, "rows", x) // n) * n * getattr(x, "row", 1) for x in numels)
 
 
-def ddp_buckets(sizes: list[int], first: int, cap: int) -> list[int]:
+def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[int]:
     """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
-    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`."""
+    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
+    last > 0 (shardlab's ddp, `last_bucket_mb`): the trailing sizes up to `last` bytes (at least one)
+    form a bucket of their own, placed last (strategies/buckets.py `assign`)."""
+    tail = 0
+    if last > 0 and sizes:
+        n = 1
+        while n < len(sizes) and sum(sizes[-n - 1:]) <= last:
+            n += 1
+        sizes, tail = sizes[:-n], sum(sizes[-n:])
     out, cur = [], 0
     for size in sizes:
         cur += size
         if cur >= (first if not out else cap):
             out.append(cur)
             cur = 0
-    return out + ([cur] if cur else [])
+    return out + ([cur] if cur else []) + ([tail] if tail else [])
 
 
 # Under tensor parallelism these stay whole on every TP rank (Megatron, and shardlab's own TP): LayerNorms,
@@ -154,7 +162,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     k = len(us)
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
-                            int(lay.bucket_mb * MiB))
+                            int(lay.bucket_mb * MiB), int(lay.last_bucket_mb * MiB))
         out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
                           last_payload=sizes[-1])]

@@ -89,13 +89,34 @@ class Bucket:
         return False
 
 
-def assign(sizes: list[int], keys: list, limits: list[int]) -> list[list[int]]:
+def assign(sizes: list[int], keys: list, limits: list[int], last: int = 0) -> list[list[int]]:
     """Group positions 0..n-1 (in the order given) into buckets of at least `limits[k]` bytes, the
     k-th bucket of each key (dtype, device) using limits[k] and every later one limits[-1]. A bucket
-    is closed as soon as it reaches its limit; the partly filled ones are closed at the end."""
+    is closed as soon as it reaches its limit; the partly filled ones are closed at the end.
+
+    `last` > 0: the positions at the end of each key's order, up to `last` bytes (at least one), form
+    a bucket of their own, placed last. In ready order these are the gradients that arrive when
+    backward is ending (the embeddings: a tied head's gradient is complete only after the input
+    embedding's backward), whose all-reduce nothing can hide; a small last bucket keeps that exposed
+    part short, and the bucket before it is launched as soon as ITS last gradient is ready."""
+    tail: list[list[int]] = []
+    body = list(range(len(sizes)))
+    if last > 0:
+        for key in dict.fromkeys(keys):
+            mine = [i for i in body if keys[i] == key]
+            take, total = [], 0
+            for i in reversed(mine):
+                if take and total + sizes[i] > last:
+                    break
+                take.append(i)
+                total += sizes[i]
+            tail.append(sorted(take))
+        dropped = {i for t in tail for i in t}
+        body = [i for i in body if i not in dropped]
     open_: dict = {}  # key -> (positions, bytes, limit index)
     out: list[list[int]] = []
-    for pos, (size, key) in enumerate(zip(sizes, keys)):
+    for pos in body:
+        size, key = sizes[pos], keys[pos]
         members, total, k = open_.get(key, ([], 0, 0))
         members.append(pos)
         total += size
@@ -105,17 +126,17 @@ def assign(sizes: list[int], keys: list, limits: list[int]) -> list[list[int]]:
         else:
             open_[key] = (members, total, k)
     out.extend(members for members, _, _ in open_.values() if members)
-    return out
+    return out + tail
 
 
-def build(named: list[tuple[str, nn.Parameter]], limits: list[int], comm_dtype: str) -> list[Bucket]:
+def build(named: list[tuple[str, nn.Parameter]], limits: list[int], comm_dtype: str, last: int = 0) -> list[Bucket]:
     """Flat buffers for the parameters `named` (in bucket order) and `.grad` views into them.
     Gradients already present are copied in, so a rebuild in the middle of a step loses nothing."""
     keys = [(p.dtype, p.device) for _, p in named]
     sizes = [p.numel() * p.element_size() for _, p in named]
     wire = COMM_DTYPES[comm_dtype]
     buckets = []
-    for index, positions in enumerate(assign(sizes, keys, limits)):
+    for index, positions in enumerate(assign(sizes, keys, limits, last)):
         params = [named[i][1] for i in positions]
         numel = sum(p.numel() for p in params)
         buffer = torch.zeros(numel, dtype=params[0].dtype, device=params[0].device)
