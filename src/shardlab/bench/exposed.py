@@ -44,7 +44,7 @@ def step_fractions(traces: dict, key=None) -> dict:
         for s in (x for x in rt.spans if x["cat"] == "step"):
             b = analysis.step_breakdown(rt, s["args"].get("step"), s["t0"], s["t1"])
             k = (key(s["args"]) if key else None, s["args"].get("step"))
-            per.setdefault(k, []).append((b["exposed_comm_s"], b["step_s"], exposed_by_tag(rt, s["t0"], s["t1"])))
+            per.setdefault(k, []).append((b["exposed_comm_s"], b["step_s"], analysis.exposed_by_tag(rt, s["t0"], s["t1"])))
     out: dict = {}
     for (group, step), xs in sorted(per.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
         exposed = statistics.fmean(e for e, _, _ in xs)
@@ -52,25 +52,6 @@ def step_fractions(traces: dict, key=None) -> dict:
         tags = {t: statistics.fmean(d.get(t, 0.0) for _, _, d in xs) for t in dict.fromkeys(t for *_, d in xs for t in d)}
         out.setdefault(group, []).append({"step": step, "exposed_s": exposed, "step_s": step_s,
                                           "frac": exposed / step_s, "exposed_by_tag_s": tags})
-    return out
-
-
-def exposed_by_tag(rt, t0: float, t1: float) -> dict:
-    """Which collectives the exposed time belongs to (each collective's interval minus compute, the
-    earlier-launched one owning a stretch where two overlap): the same sets as `analysis.step_breakdown`."""
-    from shardlab.observe.intervals import clip, subtract, total, union
-
-    from shardlab.observe import analysis
-    comms = sorted((c for c in rt.comms if t0 <= c["t0"] < t1), key=lambda c: c["t0"])
-    end = max([t1] + [c["t1"] for c in comms if c["t1"] is not None])
-    compute = union(clip([(s["t0"], s["t1"]) for s in rt.spans if s["cat"] in analysis.COMPUTE_CATS], t0, t1))
-    compute = subtract(compute, union(analysis._blocked(c, end) for c in comms))
-    out, covered = {}, []
-    for c in comms:
-        mine = subtract(subtract([(c["t0"], c["t1"] if c["t1"] is not None else end)], compute), covered)
-        tag = c["args"].get("tag") or c["name"]
-        out[tag] = out.get(tag, 0.0) + total(mine)
-        covered = union(covered + mine)
     return out
 
 
@@ -179,7 +160,7 @@ if __name__ == "__main__":  # exploration: python -m shardlab.bench.exposed STEP
         name, _, kv = arg.partition("=")
         layouts[name] = {k: float(v) for k, v in (p.split(":") for p in kv.split(",") if p)}
     t0 = time.time()
-    res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), MODELS["full"], layouts, keep=True)
+    res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), MODELS["full"], layouts, 8, 128, True)
     for row in summarize_layouts(res, 4):
         print(row["layout"], [round(b / 2**20, 2) for b in row["bucket_bytes"]], "frac", fmt(row["exposed_comm_frac"]),
               "exposed ms", fmt(row["exposed_ms"], 1, 1), "step/first", fmt(row["step_ratio_vs_first"]))
