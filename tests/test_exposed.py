@@ -16,14 +16,17 @@ from test_ddp import _assert_same_grad, _grads, _model, _step, _wrap
 pytestmark = pytest.mark.timeout(120)
 
 
-def test_last_bucket_takes_the_trailing_sizes_up_to_its_limit():
-    key = ["f32"] * 6
-    assert assign([4, 4, 4, 4, 1, 2], key, [4, 100]) == [[0], [1, 2, 3, 4, 5]]
-    assert assign([4, 4, 4, 4, 1, 2], key, [4, 100], last=3) == [[0], [1, 2, 3], [4, 5]]
+def test_tail_buckets_double_from_the_last_until_the_cap():
+    key = ["f32"] * 7
+    assert assign([4, 4, 4, 4, 1, 2], key[:6], [4, 100]) == [[0], [1, 2, 3, 4, 5]]
+    # first bucket stays first; then from the end: <= 3, <= 6, <= 12 bytes
+    assert assign([4, 4, 4, 4, 1, 2], key[:6], [4, 100], last=3) == [[0], [1, 2], [3], [4, 5]]
     # never empty: a last parameter larger than the limit is a bucket of its own
-    assert assign([4, 4, 4, 4, 1, 9], key, [4, 100], last=3) == [[0], [1, 2, 3, 4], [5]]
-    # per dtype: each key's trailing parameters, after every full bucket
-    assert assign([4, 1, 4, 1], ["a", "b", "a", "b"], [4, 100], last=1) == [[0], [1], [2], [3]]
+    assert assign([4, 4, 4, 4, 1, 9], key[:6], [4, 100], last=3) == [[0], [1, 2], [3, 4], [5]]
+    # the tail stops where its limit would reach the cap (8): the rest is packed as before
+    assert assign([4, 4, 4, 4, 4, 4, 1], key, [4, 8], last=2) == [[0], [1, 2], [3, 4], [5], [6]]
+    # per dtype: each key's own first bucket and tail
+    assert assign([4, 1, 4, 1], ["a", "b", "a", "b"], [4, 100], last=1) == [[0], [1, 3], [2]]
 
 
 def test_planner_bucket_sizes_equal_the_engine_assignment():
@@ -67,8 +70,8 @@ def test_last_bucket_holds_the_embedding_and_grads_equal_torch_ddp(pool2):
         assert out["frozen_tied"][0][-1] == "emb.weight"  # the tied embedding is ready last
 
 
-def _coll(t0, t1, tag):
-    return {"name": "all_reduce", "cat": "comm", "t0": t0, "t1": t1, "async": True, "t_wait": None,
+def _coll(t0, t1, tag, t_wait):
+    return {"name": "all_reduce", "cat": "comm", "t0": t0, "t1": t1, "async": True, "t_wait": t_wait,
             "args": {"op": "all_reduce", "seq": 0, "group": "world", "group_size": 2, "bytes": 8,
                      "wire_bytes": 8, "dtype": "float32", "tag": tag, "step": 0, "phase": "backward"}}
 
@@ -79,7 +82,7 @@ def test_exposed_fraction_per_step_is_the_mean_over_ranks_grouped_by_layout():
               {"name": "step", "cat": "step", "t0": 10, "t1": 20, "args": {"step": 0, "layout": "B"}},
               {"name": "backward", "cat": "compute", "t0": 0, "t1": 8, "args": {}},
               {"name": "backward", "cat": "compute", "t0": 10, "t1": 18, "args": {}},
-              _coll(7, 9 + extra, "bucket0"), _coll(17.5, 18.5, "bucket0")]
+              _coll(7, 9 + extra, "bucket0", 8), _coll(17.5, 18.5, "bucket0", 18)]
         return analysis.from_events(0, ev)
     per = step_fractions({0: rank(0), 1: rank(1)}, key=lambda a: a["layout"])
     assert per["A"][0]["frac"] == pytest.approx(0.15)  # exposed 1 and 2 s of 10 s: mean 1.5

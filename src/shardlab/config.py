@@ -78,7 +78,7 @@ class ParallelConfig:
     backend: str = "auto"  # auto | gloo | nccl
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0
-    last_bucket_mb: float = 0.0  # own ddp: the last-ready gradients' own bucket (MiB); 0 = none
+    last_bucket_mb: float = 1.0  # own ddp: the last bucket (MiB), those before it doubling up to bucket_mb; 0 = none
     comm_dtype: str = "fp32"  # fp32 | fp16 | bf16 : gradient communication precision
     compress: str = "none"  # none | powersgd : low-rank gradient compression (ddp, torch-ddp; docs/ddp.md)
     powersgd_rank: int = 4  # PowerSGD's rank r: r*(rows+cols) numbers per gradient matrix on the wire

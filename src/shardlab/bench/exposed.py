@@ -35,23 +35,41 @@ def frac_stats(xs: list[float]) -> dict:
     return s
 
 
-def step_fractions(traces: dict, key=None) -> dict:
-    """Per step span: exposed / step (each the mean over ranks), grouped by `key(span args)`."""
-    from shardlab.observe import analysis
+def _key(c: dict) -> tuple:
+    a = c["args"]
+    return a["group"], tuple(a.get("group_ranks") or ()), a["seq"]
 
+
+def step_fractions(traces: dict, key=None) -> dict:
+    """Per step span: exposed / step (each the mean over ranks), grouped by `key(span args)`; also the
+    exposed time split by collective tag, and the part of it spent waiting for a peer: before the
+    last member launched the same collective (on a loaded machine, a rank the scheduler held back)."""
+    from shardlab.observe import analysis
+    from shardlab.observe.intervals import clip, total
+
+    last_launch: dict = {}
+    for rt in traces.values():
+        for c in rt.comms:
+            last_launch[_key(c)] = max(last_launch.get(_key(c), c["t0"]), c["t0"])
     per: dict = {}
     for rt in traces.values():
         for s in (x for x in rt.spans if x["cat"] == "step"):
-            b = analysis.step_breakdown(rt, s["args"].get("step"), s["t0"], s["t1"])
+            pieces = analysis.exposed_pieces(rt, s["t0"], s["t1"])
+            tags: dict = {}
+            for c, mine in pieces:
+                tag = c["args"].get("tag") or c["name"]
+                tags[tag] = tags.get(tag, 0.0) + total(mine)
+            wait = sum(total(clip(mine, c["t0"], last_launch[_key(c)])) for c, mine in pieces)
             k = (key(s["args"]) if key else None, s["args"].get("step"))
-            per.setdefault(k, []).append((b["exposed_comm_s"], b["step_s"], analysis.exposed_by_tag(rt, s["t0"], s["t1"])))
+            per.setdefault(k, []).append((sum(tags.values()), s["t1"] - s["t0"], tags, wait))
     out: dict = {}
     for (group, step), xs in sorted(per.items(), key=lambda kv: (str(kv[0][0]), kv[0][1])):
-        exposed = statistics.fmean(e for e, _, _ in xs)
-        step_s = statistics.fmean(s for _, s, _ in xs)
-        tags = {t: statistics.fmean(d.get(t, 0.0) for _, _, d in xs) for t in dict.fromkeys(t for *_, d in xs for t in d)}
+        exposed = statistics.fmean(x[0] for x in xs)
+        step_s = statistics.fmean(x[1] for x in xs)
+        tags = {t: statistics.fmean(x[2].get(t, 0.0) for x in xs) for t in dict.fromkeys(t for x in xs for t in x[2])}
         out.setdefault(group, []).append({"step": step, "exposed_s": exposed, "step_s": step_s,
-                                          "frac": exposed / step_s, "exposed_by_tag_s": tags})
+                                          "frac": exposed / step_s, "exposed_by_tag_s": tags,
+                                          "wait_s": statistics.fmean(x[3] for x in xs)})
     return out
 
 
@@ -70,6 +88,7 @@ def of_record(work: Path, quick: bool) -> dict:
     warm = max(3, steps // 10)  # as the trainer's and the trace's warm-up: the first steps are not typical
     kept = [r for r in rows if r["step"] is not None and r["step"] >= warm] or rows
     return {"frac": frac_stats([r["frac"] for r in kept]), "exposed_ms": frac_stats([1e3 * r["exposed_s"] for r in kept]),
+            "wait_frac": frac_stats([r["wait_s"] / r["step_s"] for r in kept]),
             "step_ms": frac_stats([1e3 * r["step_s"] for r in kept]), "steps": len(kept), "warm": warm,
             "load": load, "summary": {k: run["summary"].get(k) for k in ("overlap_pct", "exposed_comm_s", "step_time_s")}}
 
@@ -137,6 +156,7 @@ def summarize_layouts(result: dict, warm: int) -> list[dict]:
         rows.append({"layout": n, "bucket_bytes": result["layouts"][n],
                      "exposed_comm_frac": frac_stats([r["frac"] for r in kept]),
                      "exposed_ms": frac_stats([1e3 * r["exposed_s"] for r in kept]),
+                     "wait_ms": frac_stats([1e3 * r["wait_s"] for r in kept]),
                      "step_ratio_vs_first": frac_stats([r["step_s"] / base[r["step"]] for r in kept]),
                      "exposed_ms_by_tag": {t: statistics.median(1e3 * r["exposed_by_tag_s"].get(t, 0.0) for r in kept)
                                            for t in dict.fromkeys(t for r in kept for t in r["exposed_by_tag_s"])}})
@@ -163,6 +183,6 @@ if __name__ == "__main__":  # exploration: python -m shardlab.bench.exposed STEP
     res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), MODELS["full"], layouts, 8, 128, True)
     for row in summarize_layouts(res, 4):
         print(row["layout"], [round(b / 2**20, 2) for b in row["bucket_bytes"]], "frac", fmt(row["exposed_comm_frac"]),
-              "exposed ms", fmt(row["exposed_ms"], 1, 1), "step/first", fmt(row["step_ratio_vs_first"]))
+              "exposed ms", fmt(row["exposed_ms"], 1, 1), "of which waiting for the peer", fmt(row["wait_ms"], 1, 1), "step/first", fmt(row["step_ratio_vs_first"]))
         print("   by tag (median ms):", {t: round(v, 1) for t, v in row["exposed_ms_by_tag"].items()})
     print("load", res["load"], f"{time.time() - t0:.0f} s", res["trace_dir"])

@@ -54,21 +54,26 @@ def padded(numels: list[int], n: int, padding: str) -> int:
 def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[int]:
     """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
     and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
-    last > 0 (shardlab's ddp, `last_bucket_mb`): the trailing sizes up to `last` bytes (at least one)
-    form a bucket of their own, placed last (strategies/buckets.py `assign`)."""
-    tail = 0
-    if last > 0 and sizes:
-        n = 1
-        while n < len(sizes) and sum(sizes[-n - 1:]) <= last:
-            n += 1
-        sizes, tail = sizes[:-n], sum(sizes[-n:])
+    last > 0 (shardlab's ddp, `last_bucket_mb`): a geometric tail, buckets of at most last, 2 x last,
+    ... bytes counted from the end, after the first bucket, while the limit stays under `cap`
+    (strategies/buckets.py `assign`)."""
+    front = 0
+    while front < len(sizes) and sum(sizes[:front]) < first:
+        front += 1
+    head, sizes, tail, limit = list(sizes[:front]), list(sizes[front:]), [], last
+    while last > 0 and sizes and limit < cap:
+        total = sizes.pop()
+        while sizes and total + sizes[-1] <= limit:
+            total += sizes.pop()
+        tail.insert(0, total)
+        limit *= 2
     out, cur = [], 0
-    for size in sizes:
+    for size in head + sizes:
         cur += size
         if cur >= (first if not out else cap):
             out.append(cur)
             cur = 0
-    return out + ([cur] if cur else []) + ([tail] if tail else [])
+    return out + ([cur] if cur else []) + tail
 
 
 # Under tensor parallelism these stay whole on every TP rank (Megatron, and shardlab's own TP): LayerNorms,

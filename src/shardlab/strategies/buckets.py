@@ -94,25 +94,34 @@ def assign(sizes: list[int], keys: list, limits: list[int], last: int = 0) -> li
     k-th bucket of each key (dtype, device) using limits[k] and every later one limits[-1]. A bucket
     is closed as soon as it reaches its limit; the partly filled ones are closed at the end.
 
-    `last` > 0: the positions at the end of each key's order, up to `last` bytes (at least one), form
-    a bucket of their own, placed last. In ready order these are the gradients that arrive when
-    backward is ending (the embeddings: a tied head's gradient is complete only after the input
-    embedding's backward), whose all-reduce nothing can hide; a small last bucket keeps that exposed
-    part short, and the bucket before it is launched as soon as ITS last gradient is ready."""
-    tail: list[list[int]] = []
+    `last` > 0, a geometric tail: the positions at the end of each key's order (after its first
+    bucket, which stays first) go into buckets of at most `last`, 2 x `last`, 4 x `last`, ... bytes
+    counted from the end (each at least one position), while the limit stays under limits[-1]. In ready order these gradients arrive as backward ends
+    (the embeddings last: a tied head's gradient is complete only after the input embedding's
+    backward). The last bucket's all-reduce is what nothing can hide, so it is small; each bucket
+    before it is at most as large as all the buckets after it, so while it is on the wire, backward
+    still has as many bytes of gradients to compute as it sends: it is hidden whenever the wire keeps
+    up with backward at all."""
     body = list(range(len(sizes)))
+    tail: list[list[int]] = []
     if last > 0:
         for key in dict.fromkeys(keys):
-            mine = [i for i in body if keys[i] == key]
-            take, total = [], 0
-            for i in reversed(mine):
-                if take and total + sizes[i] > last:
-                    break
-                take.append(i)
-                total += sizes[i]
-            tail.append(sorted(take))
-        dropped = {i for t in tail for i in t}
-        body = [i for i in body if i not in dropped]
+            rest = [i for i in body if keys[i] == key]
+            front = 0  # the first bucket is not the tail's: it starts the communication
+            while front < len(rest) and sum(sizes[i] for i in rest[:front]) < limits[0]:
+                front += 1
+            rest = rest[front:]
+            limit, mine = last, []
+            while rest and limit < limits[-1]:
+                take, total = [], 0
+                while rest and (not take or total + sizes[rest[-1]] <= limit):
+                    total += sizes[rest[-1]]
+                    take.append(rest.pop())
+                mine.insert(0, sorted(take))
+                limit *= 2
+            tail += mine
+        taken = {i for t in tail for i in t}
+        body = [i for i in body if i not in taken]
     open_: dict = {}  # key -> (positions, bytes, limit index)
     out: list[list[int]] = []
     for pos in body:
