@@ -208,7 +208,8 @@ def _report(out, rows, figures, steps, warm, model_kw, quick, record, layout_row
     verdict = "meets" if figures["step_ratio_fp32"] <= 1.05 else "MISSES"
     common.write_report(out, "Own DDP engine vs torch DistributedDataParallel", [
         f"World 2, GPT {model_kw} ({'--quick' if quick else 'small preset'}), seq {SEQ}, microbatch {MICRO_BATCH}, "
-        f"AdamW, bucket {BUCKET_MB:g} MB for both (ddp's first bucket {1:g} MiB). {steps} paired steps, the first "
+        f"AdamW, bucket {BUCKET_MB:g} MB for both (ddp's first bucket 1 MiB; its last 1 MiB with a geometric tail "
+        f"before it, docs/ddp.md). {steps} paired steps, the first "
         f"{warm} excluded (warm-up, bucket rebuild). A and B alternate within one process group on the same batches.",
         table,
         "![ddp](ddp.png)",
@@ -242,7 +243,8 @@ def _exposed_sections(record, layout_rows, layout_load, warm) -> list[str]:
          for r in layout_rows])
     return [
         f"**exposed_comm_frac = {frac['median']:.3f}** (bootstrap 90% interval {lo:.3f}–{hi:.3f}, {record['steps']} "
-        f"steps after {record['warm']} warm-up, load average {record['load']['start']:.1f} → {record['load']['end']:.1f}): "
+        f"steps after {record['warm']} warm-up, load average {record['load']['start']:.1f} → "
+        f"{record['load']['end']:.1f}): "
         f"{verdict} of ≤ {goal}. Exposed communication (the trace's communication time that no compute hides) ÷ "
         f"step time, per step the mean over ranks, from a traced default `ddp` training run (world 2, micro batch 8; "
         f"median exposed {record['exposed_ms']['median']:.1f} ms of a {record['step_ms']['median']:.0f} ms step). "

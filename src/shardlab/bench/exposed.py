@@ -87,10 +87,12 @@ def of_record(work: Path, quick: bool) -> dict:
     rows = step_fractions(analysis.load(run["dir"]))[None]
     warm = max(3, steps // 10)  # as the trainer's and the trace's warm-up: the first steps are not typical
     kept = [r for r in rows if r["step"] is not None and r["step"] >= warm] or rows
-    return {"frac": frac_stats([r["frac"] for r in kept]), "exposed_ms": frac_stats([1e3 * r["exposed_s"] for r in kept]),
+    return {"frac": frac_stats([r["frac"] for r in kept]),
+            "exposed_ms": frac_stats([1e3 * r["exposed_s"] for r in kept]),
             "wait_frac": frac_stats([r["wait_s"] / r["step_s"] for r in kept]),
             "step_ms": frac_stats([1e3 * r["step_s"] for r in kept]), "steps": len(kept), "warm": warm,
-            "load": load, "summary": {k: run["summary"].get(k) for k in ("overlap_pct", "exposed_comm_s", "step_time_s")}}
+            "load": load,
+            "summary": {k: run["summary"].get(k) for k in ("overlap_pct", "exposed_comm_s", "step_time_s")}}
 
 
 def paired_layouts_fn(steps: int, model_kw: dict, layouts: dict, micro_batch: int = 8, seq: int = 128,
@@ -183,6 +185,7 @@ if __name__ == "__main__":  # exploration: python -m shardlab.bench.exposed STEP
     res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), MODELS["full"], layouts, 8, 128, True)
     for row in summarize_layouts(res, 4):
         print(row["layout"], [round(b / 2**20, 2) for b in row["bucket_bytes"]], "frac", fmt(row["exposed_comm_frac"]),
-              "exposed ms", fmt(row["exposed_ms"], 1, 1), "of which waiting for the peer", fmt(row["wait_ms"], 1, 1), "step/first", fmt(row["step_ratio_vs_first"]))
+              "exposed ms", fmt(row["exposed_ms"], 1, 1), "of which waiting for the peer", fmt(row["wait_ms"], 1, 1),
+              "step/first", fmt(row["step_ratio_vs_first"]))
         print("   by tag (median ms):", {t: round(v, 1) for t, v in row["exposed_ms_by_tag"].items()})
     print("load", res["load"], f"{time.time() - t0:.0f} s", res["trace_dir"])

@@ -7,7 +7,9 @@ buffer can be all-reduced as is: no gradient is ever copied to be communicated.
 Parameters are assigned to buckets the way torch's `compute_bucket_assignment_by_size` does: walk
 the parameters in a given order (reverse registration order at first, the observed ready order
 after the first iteration), fill a bucket until it holds at least its size limit, then start the
-next. The first bucket has its own (usually smaller) limit so the first all-reduce starts early.
+next. The first bucket has its own (usually smaller) limit so the first all-reduce starts early, and
+the end of the order forms a geometric tail (last bucket small, each one before it at most twice
+the one after it) so the all-reduce that backward cannot hide is short (`assign`, docs/ddp.md).
 """
 from __future__ import annotations
 
@@ -96,12 +98,12 @@ def assign(sizes: list[int], keys: list, limits: list[int], last: int = 0) -> li
 
     `last` > 0, a geometric tail: the positions at the end of each key's order (after its first
     bucket, which stays first) go into buckets of at most `last`, 2 x `last`, 4 x `last`, ... bytes
-    counted from the end (each at least one position), while the limit stays under limits[-1]. In ready order these gradients arrive as backward ends
-    (the embeddings last: a tied head's gradient is complete only after the input embedding's
-    backward). The last bucket's all-reduce is what nothing can hide, so it is small; each bucket
-    before it is at most as large as all the buckets after it, so while it is on the wire, backward
-    still has as many bytes of gradients to compute as it sends: it is hidden whenever the wire keeps
-    up with backward at all."""
+    counted from the end (each at least one position), while the limit stays under limits[-1]. In
+    ready order these gradients arrive as backward ends (the embeddings last: a tied head's gradient
+    is complete only after the input embedding's backward). The last bucket's all-reduce is what
+    nothing can hide, so it is small; each bucket before it is at most as large as all the buckets
+    after it, so while it is on the wire backward still has as many bytes of gradients to compute as
+    it sends: it is hidden whenever the wire keeps up with backward at all."""
     body = list(range(len(sizes)))
     tail: list[list[int]] = []
     if last > 0:
