@@ -245,7 +245,7 @@ def _exposed_sections(record, layout_rows, layout_load, warm) -> list[str]:
         f"**exposed_comm_frac = {frac['median']:.3f}** (bootstrap 90% interval {lo:.3f}–{hi:.3f}, {record['steps']} "
         f"steps after {record['warm']} warm-up, load average {record['load']['start']:.1f} → "
         f"{record['load']['end']:.1f}): "
-        f"{verdict} of ≤ {goal}. Exposed communication (the trace's communication time that no compute hides) ÷ "
+        f"{verdict} (goal ≤ {goal}). Exposed communication (the trace's communication time that no compute hides) ÷ "
         f"step time, per step the mean over ranks, from a traced default `ddp` training run (world 2, micro batch 8; "
         f"median exposed {record['exposed_ms']['median']:.1f} ms of a {record['step_ms']['median']:.0f} ms step). "
         f"Of it, {record['wait_frac']['median']:.3f} of the step (`exposed_wait_frac`) was a rank waiting for its peer "
