@@ -48,6 +48,15 @@ def test_overlap_and_exposed_are_exact():
     assert row["exposed_comm_s"] == pytest.approx(2.0)  # [7, 9]
 
 
+def test_exposed_time_is_split_by_tag_and_adds_up():
+    rt = one_rank_step()
+    # exposed [7, 9]: bucket0 (in flight [4, 8]) owns [7, 8], bucket1 the rest of its flight [8, 8.5],
+    # the synchronous grad-norm all-reduce [8.5, 9]
+    by_tag = analysis.exposed_by_tag(rt, 0, 10)
+    assert by_tag == pytest.approx({"bucket0": 1.0, "bucket1": 0.5, "grad_norm": 0.5})
+    assert sum(by_tag.values()) == pytest.approx(analysis.step_breakdown(rt, 0, 0, 10)["exposed_comm_s"])
+
+
 def test_bucket_table():
     rt = one_rank_step()
     rows = analysis.bucket_table(rt, 0, 0, 10)

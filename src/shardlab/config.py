@@ -85,6 +85,7 @@ class ParallelConfig:
     backend: str = "auto"  # auto | gloo | nccl
     bucket_mb: float = 25.0
     first_bucket_mb: float = 1.0
+    last_bucket_mb: float = 1.0  # own ddp: the last bucket (MiB), those before it doubling up to bucket_mb; 0 = none
     comm_dtype: str = "fp32"  # fp32 | fp16 | bf16 : gradient communication precision
     compress: str = "none"  # none | powersgd : low-rank gradient compression (ddp, torch-ddp; docs/ddp.md)
     powersgd_rank: int = 4  # PowerSGD's rank r: r*(rows+cols) numbers per gradient matrix on the wire
@@ -451,6 +452,8 @@ def validate(cfg: Config, world_size: int) -> None:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
     if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
         raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
+    if p.last_bucket_mb < 0:
+        raise ConfigError("parallel.last_bucket_mb must be >= 0 (0 = no separate last bucket)")
     if p.strategy == "single" and world_size != 1:
         raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
                           "use --nproc 1 or a data-parallel strategy")

@@ -89,6 +89,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.bucket_mb": ("DDP/ZeRO gradient bucket size (MiB)", "float > 0"),
     "parallel.first_bucket_mb": ("size of the first bucket (MiB), small so communication starts early",
                                  "float > 0"),
+    "parallel.last_bucket_mb": ("own DDP: the gradients ready last (embeddings), up to this size, get a bucket of "
+                                "their own so the all-reduce nothing can hide is short; 0 = none; docs/ddp.md",
+                                "float >= 0"),
     "parallel.comm_dtype": ("precision of gradient communication", "fp32 | fp16 | bf16"),
     "parallel.compress": ("gradient compression: powersgd sends rank-r factors of each gradient matrix with error "
                           "feedback and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",

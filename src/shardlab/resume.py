@@ -42,7 +42,7 @@ TRAJECTORY = {
 }
 # Same maths, different summation order: equal up to floating-point rounding, not bitwise.
 REORDER = {"parallel.strategy", "train.micro_batch", "train.grad_accum", "parallel.bucket_mb",
-           "parallel.first_bucket_mb", "parallel.wrap", "parallel.dp_replicate"}
+           "parallel.first_bucket_mb", "parallel.last_bucket_mb", "parallel.wrap", "parallel.dp_replicate"}
 # where the global batch is cut between data-parallel ranks (docs/balance.md): the same samples per step
 REORDER |= {"data.shares", "data.shares_window", "data.shares_drift", "data.shares_resume"}
 _IGNORED = {"ckpt.resume"}

@@ -18,7 +18,7 @@ def run(out: Path, quick: bool) -> dict:
     strategy = common.own_or_native_ddp()
     base = common.BASE + common.model_overrides(quick) + [f"train.steps={steps}", f"train.micro_batch={mb}",
                                                          f"parallel.strategy={strategy}", "trace.enabled=true"]
-    jobs = [{"name": str(s), "out": out / "runs" / f"bucket{s}-r{r}", "overrides": base + [f"parallel.bucket_mb={s}", f"parallel.first_bucket_mb={s}"]}
+    jobs = [{"name": str(s), "out": out / "runs" / f"bucket{s}-r{r}", "overrides": base + [f"parallel.bucket_mb={s}", f"parallel.first_bucket_mb={s}", "parallel.last_bucket_mb=0"]}
             for r in range(rounds) for s in sizes]
     runs = common.run_jobs(jobs, 2, out / "runs")
     rows = []

@@ -15,6 +15,10 @@ Also measured:
   2(N-1)/N / time, the per-rank ring traffic.
 - `loss_dev_fp16`, `loss_dev_bf16`: max |training loss - fp32-comm loss| over the run, same init and
   data (the cost of compressing the gradient all-reduce).
+- `exposed_comm_frac` (the figure of record for communication, bench/exposed.py): exposed
+  communication / step time from the trace of a default `ddp` training run (world 2, micro batch 8),
+  median over steps with a bootstrap 90% interval and the load average; and the same per bucket layout,
+  paired in one process group (`exposed_comm_frac_<layout>`), to show what each lever does.
 """
 from __future__ import annotations
 
@@ -24,11 +28,13 @@ from pathlib import Path
 
 import torch
 
-from shardlab.bench import common, tracing
+from shardlab.bench import common, exposed, tracing
 
 PAIRS = {"quick": (14, 4), "full": (40, 5)}  # (steps, warm-up steps excluded)
 MODELS = {"quick": dict(n_layer=2, n_head=4, d_model=128), "full": dict(n_layer=4, n_head=4, d_model=256)}
 MICRO_BATCH, SEQ, BUCKET_MB = 8, 128, 25.0
+# Bucket layouts compared for exposed communication (parallel.* keys; {} = the defaults)
+LAYOUTS = {"no_tail": {"last_bucket_mb": 0.0}, "default": {}}
 
 
 def _step(par, x, y) -> torch.Tensor:
@@ -127,6 +133,10 @@ def run(out: Path, quick: bool) -> dict:
             results[dtype] = pool.run(_paired_fn, dtype, steps, model_kw)[0]  # rank 0's view
         common.progress(f"tracing on vs off: {max(40, 3 * steps)} paired steps")
         traced = pool.run(tracing.paired_trace_fn, max(40, 3 * steps), model_kw)[0]  # trace_overhead, see bench/tracing.py
+        common.progress(f"exposed communication per bucket layout ({', '.join(LAYOUTS)}): {steps} traced rounds")
+        layouts = pool.run(exposed.paired_layouts_fn, steps, model_kw, LAYOUTS, MICRO_BATCH, SEQ)[0]
+    common.progress("exposed communication of record: a traced default ddp run")
+    record = exposed.of_record(out / "runs", quick)
 
     rows, figures = [], {}
     for dtype, r in results.items():
@@ -150,9 +160,19 @@ def run(out: Path, quick: bool) -> dict:
     figures["loss_dev_fp16"] = by["fp16"]["loss_dev_ddp"]
     figures["loss_dev_bf16"] = by["bf16"]["loss_dev_ddp"]
     figures.update(tracing.figures(traced, warm))
+    frac = record["frac"]
+    figures["exposed_comm_frac"] = frac["median"]
+    figures["exposed_comm_frac_ci90_lo"], figures["exposed_comm_frac_ci90_hi"] = frac["ci90"]
+    figures["exposed_wait_frac"] = record["wait_frac"]["median"]  # the part of it spent waiting for the peer
+    figures["exposed_comm_ms"], figures["exposed_step_ms"] = record["exposed_ms"]["median"], record["step_ms"]["median"]
+    figures["exposed_load_avg_start"], figures["exposed_load_avg_end"] = record["load"]["start"], record["load"]["end"]
+    layout_rows = exposed.summarize_layouts(layouts, warm)
+    for r in layout_rows:
+        figures[f"exposed_comm_frac_{r['layout']}"] = r["exposed_comm_frac"]["median"]
+    rows += [{"exposed_of_record": record}] + [{"exposed_layout": r} for r in layout_rows]
     doc = common.write_results(out, "ddp", figures, rows)
     _plot(out, results, warm)
-    _report(out, rows, figures, steps, warm, model_kw, quick)
+    _report(out, rows[:len(results)], figures, steps, warm, model_kw, quick, record, layout_rows, layouts["load"])
     return doc
 
 
@@ -176,7 +196,7 @@ def _plot(out: Path, results: dict, warm: int) -> None:
     plt.close(fig)
 
 
-def _report(out, rows, figures, steps, warm, model_kw, quick) -> None:
+def _report(out, rows, figures, steps, warm, model_kw, quick, record, layout_rows, layout_load) -> None:
     f = lambda x, d=3: "-" if x is None else f"{x:.{d}f}"  # noqa: E731
     table = common.md_table(
         ["comm dtype", "t(ddp)/t(torch-ddp) median (min–max)", "ddp step ms", "torch-ddp step ms", "buckets",
@@ -188,7 +208,8 @@ def _report(out, rows, figures, steps, warm, model_kw, quick) -> None:
     verdict = "meets" if figures["step_ratio_fp32"] <= 1.05 else "MISSES"
     common.write_report(out, "Own DDP engine vs torch DistributedDataParallel", [
         f"World 2, GPT {model_kw} ({'--quick' if quick else 'small preset'}), seq {SEQ}, microbatch {MICRO_BATCH}, "
-        f"AdamW, bucket {BUCKET_MB:g} MB for both (ddp's first bucket {1:g} MiB). {steps} paired steps, the first "
+        f"AdamW, bucket {BUCKET_MB:g} MB for both (ddp's first bucket 1 MiB; its last 1 MiB with a geometric tail "
+        f"before it, docs/ddp.md). {steps} paired steps, the first "
         f"{warm} excluded (warm-up, bucket rebuild). A and B alternate within one process group on the same batches.",
         table,
         "![ddp](ddp.png)",
@@ -204,4 +225,34 @@ def _report(out, rows, figures, steps, warm, model_kw, quick) -> None:
         f"**trace_overhead = {f(figures['trace_overhead'])}** ({f(figures['trace_overhead_min'])}–"
         f"{f(figures['trace_overhead_max'])}): tokens/s with `trace.enabled` ÷ without, paired per step "
         "(bench/tracing.py); ≥ 0.97 means tracing costs at most 3%.",
+        *_exposed_sections(record, layout_rows, layout_load, warm),
     ])
+
+
+def _exposed_sections(record, layout_rows, layout_load, warm) -> list[str]:
+    goal, frac = 0.03, record["frac"]
+    lo, hi = frac["ci90"]
+    verdict = ("meets the goal" if hi <= goal else "misses the goal" if lo > goal
+               else "its interval spans the goal, so neither met nor missed")
+    table = common.md_table(
+        ["layout", "bucket MiB (launch order)", "exposed / step, median [90% CI]", "exposed ms",
+         "of which waiting for the peer, ms", "step / first layout's", "exposed ms by bucket (median)"],
+        [[r["layout"], " ".join(f"{b / 2**20:.2f}" for b in r["bucket_bytes"]), exposed.fmt(r["exposed_comm_frac"]),
+          exposed.fmt(r["exposed_ms"], 1, 1), exposed.fmt(r["wait_ms"], 1, 1), exposed.fmt(r["step_ratio_vs_first"]),
+          ", ".join(f"{t} {v:.1f}" for t, v in r["exposed_ms_by_tag"].items() if v >= 0.05) or "-"]
+         for r in layout_rows])
+    return [
+        f"**exposed_comm_frac = {frac['median']:.3f}** (bootstrap 90% interval {lo:.3f}–{hi:.3f}, {record['steps']} "
+        f"steps after {record['warm']} warm-up, load average {record['load']['start']:.1f} → "
+        f"{record['load']['end']:.1f}): "
+        f"{verdict} (goal ≤ {goal}). Exposed communication (the trace's communication time that no compute hides) ÷ "
+        f"step time, per step the mean over ranks, from a traced default `ddp` training run (world 2, micro batch 8; "
+        f"median exposed {record['exposed_ms']['median']:.1f} ms of a {record['step_ms']['median']:.0f} ms step). "
+        f"Of it, {record['wait_frac']['median']:.3f} of the step (`exposed_wait_frac`) was a rank waiting for its peer "
+        "to launch the same collective: on a loaded machine, a rank the scheduler held back, not the wire.",
+        "Bucket layouts, paired: one replica per layout in one process group, same init and batches, trained in "
+        f"rotation, every step traced; the first {warm} rounds excluded; load average {layout_load['start']:.1f} → "
+        f"{layout_load['end']:.1f}. `no_tail` is the layout before `parallel.last_bucket_mb` (`last_bucket_mb=0`: one "
+        "bucket for everything after the first); `default` has the geometric tail (docs/ddp.md).",
+        table,
+    ]

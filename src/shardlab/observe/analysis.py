@@ -90,6 +90,31 @@ def step_breakdown(rt: RankTrace, step: int, t0: float, t1: float) -> dict:
             "comm_bytes": sum(c["args"]["bytes"] for c in comms), "by_group": _by_group(comms, compute, end)}
 
 
+def exposed_pieces(rt: RankTrace, t0: float, t1: float) -> list[tuple[dict, list]]:
+    """The step's exposed communication as (collective, its exposed intervals): each collective's
+    interval minus compute (the sets of `step_breakdown`), a stretch where several are in flight
+    belonging to the earliest launched. The pieces add up to `exposed_comm_s`."""
+    comms = sorted((c for c in rt.comms if t0 <= c["t0"] < t1), key=lambda c: c["t0"])
+    end = max([t1] + [c["t1"] for c in comms if c["t1"] is not None])
+    compute = union(clip([(s["t0"], s["t1"]) for s in rt.spans if s["cat"] in COMPUTE_CATS], t0, t1))
+    compute = subtract(compute, union(_blocked(c, end) for c in comms))
+    out, covered = [], []
+    for c in comms:
+        mine = subtract(subtract([(c["t0"], c["t1"] if c["t1"] is not None else end)], compute), covered)
+        out.append((c, mine))
+        covered = union(covered + mine)
+    return out
+
+
+def exposed_by_tag(rt: RankTrace, t0: float, t1: float) -> dict[str, float]:
+    """The step's exposed communication split by collective tag (`bucket3`, `doctor check`, ...)."""
+    out: dict[str, float] = {}
+    for c, mine in exposed_pieces(rt, t0, t1):
+        tag = c["args"].get("tag") or c["name"]
+        out[tag] = out.get(tag, 0.0) + total(mine)
+    return out
+
+
 def _by_group(comms: list[dict], compute, end: float) -> dict[str, dict]:
     """Per process group (in order of first use): its comm time, the part of it not hidden by compute,
     its calls and payload bytes."""

@@ -51,16 +51,29 @@ def padded(numels: list[int], n: int, padding: str) -> int:
     return sum(-(-getattr(x, "rows", x) // n) * n * getattr(x, "row", 1) for x in numels)
 
 
-def ddp_buckets(sizes: list[int], first: int, cap: int) -> list[int]:
+def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[int]:
     """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
-    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`."""
+    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
+    last > 0 (shardlab's ddp, `last_bucket_mb`): a geometric tail, buckets of at most last, 2 x last,
+    ... bytes counted from the end, after the first bucket, while the limit stays under `cap`
+    (strategies/buckets.py `assign`)."""
+    front = 0
+    while front < len(sizes) and sum(sizes[:front]) < first:
+        front += 1
+    head, sizes, tail, limit = list(sizes[:front]), list(sizes[front:]), [], last
+    while last > 0 and sizes and limit < cap:
+        total = sizes.pop()
+        while sizes and total + sizes[-1] <= limit:
+            total += sizes.pop()
+        tail.insert(0, total)
+        limit *= 2
     out, cur = [], 0
-    for size in sizes:
+    for size in head + sizes:
         cur += size
         if cur >= (first if not out else cap):
             out.append(cur)
             cur = 0
-    return out + ([cur] if cur else [])
+    return out + ([cur] if cur else []) + tail
 
 
 # Under tensor parallelism these stay whole on every TP rank (Megatron, and shardlab's own TP): LayerNorms,
@@ -154,7 +167,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     k = len(us)
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
-                            int(lay.bucket_mb * MiB))
+                            int(lay.bucket_mb * MiB), int(lay.last_bucket_mb * MiB))
         out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
                           last_payload=sizes[-1])]

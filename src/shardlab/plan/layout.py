@@ -85,6 +85,7 @@ class Layout:
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
     bucket_mb: float = 25.0  # DDP gradient bucket size (MiB)
     first_bucket_mb: float = 1.0  # DDP's first (earliest ready) bucket is smaller, as in torch DDP
+    last_bucket_mb: float = 1.0  # shardlab's ddp: the last bucket, those before it doubling up to bucket_mb; 0 = none
     comm_dtype: str | None = None  # gradient collective dtype; None = gradient dtype
     health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
 

@@ -7,7 +7,9 @@ buffer can be all-reduced as is: no gradient is ever copied to be communicated.
 Parameters are assigned to buckets the way torch's `compute_bucket_assignment_by_size` does: walk
 the parameters in a given order (reverse registration order at first, the observed ready order
 after the first iteration), fill a bucket until it holds at least its size limit, then start the
-next. The first bucket has its own (usually smaller) limit so the first all-reduce starts early.
+next. The first bucket has its own (usually smaller) limit so the first all-reduce starts early, and
+the end of the order forms a geometric tail (last bucket small, each one before it at most twice
+the one after it) so the all-reduce that backward cannot hide is short (`assign`, docs/ddp.md).
 """
 from __future__ import annotations
 
@@ -89,13 +91,43 @@ class Bucket:
         return False
 
 
-def assign(sizes: list[int], keys: list, limits: list[int]) -> list[list[int]]:
+def assign(sizes: list[int], keys: list, limits: list[int], last: int = 0) -> list[list[int]]:
     """Group positions 0..n-1 (in the order given) into buckets of at least `limits[k]` bytes, the
     k-th bucket of each key (dtype, device) using limits[k] and every later one limits[-1]. A bucket
-    is closed as soon as it reaches its limit; the partly filled ones are closed at the end."""
+    is closed as soon as it reaches its limit; the partly filled ones are closed at the end.
+
+    `last` > 0, a geometric tail: the positions at the end of each key's order (after its first
+    bucket, which stays first) go into buckets of at most `last`, 2 x `last`, 4 x `last`, ... bytes
+    counted from the end (each at least one position), while the limit stays under limits[-1]. In
+    ready order these gradients arrive as backward ends (the embeddings last: a tied head's gradient
+    is complete only after the input embedding's backward). The last bucket's all-reduce is what
+    nothing can hide, so it is small; each bucket before it is at most as large as all the buckets
+    after it, so while it is on the wire backward still has as many bytes of gradients to compute as
+    it sends: it is hidden whenever the wire keeps up with backward at all."""
+    body = list(range(len(sizes)))
+    tail: list[list[int]] = []
+    if last > 0:
+        for key in dict.fromkeys(keys):
+            rest = [i for i in body if keys[i] == key]
+            front = 0  # the first bucket is not the tail's: it starts the communication
+            while front < len(rest) and sum(sizes[i] for i in rest[:front]) < limits[0]:
+                front += 1
+            rest = rest[front:]
+            limit, mine = last, []
+            while rest and limit < limits[-1]:
+                take, total = [], 0
+                while rest and (not take or total + sizes[rest[-1]] <= limit):
+                    total += sizes[rest[-1]]
+                    take.append(rest.pop())
+                mine.insert(0, sorted(take))
+                limit *= 2
+            tail += mine
+        taken = {i for t in tail for i in t}
+        body = [i for i in body if i not in taken]
     open_: dict = {}  # key -> (positions, bytes, limit index)
     out: list[list[int]] = []
-    for pos, (size, key) in enumerate(zip(sizes, keys)):
+    for pos in body:
+        size, key = sizes[pos], keys[pos]
         members, total, k = open_.get(key, ([], 0, 0))
         members.append(pos)
         total += size
@@ -105,17 +137,17 @@ def assign(sizes: list[int], keys: list, limits: list[int]) -> list[list[int]]:
         else:
             open_[key] = (members, total, k)
     out.extend(members for members, _, _ in open_.values() if members)
-    return out
+    return out + tail
 
 
-def build(named: list[tuple[str, nn.Parameter]], limits: list[int], comm_dtype: str) -> list[Bucket]:
+def build(named: list[tuple[str, nn.Parameter]], limits: list[int], comm_dtype: str, last: int = 0) -> list[Bucket]:
     """Flat buffers for the parameters `named` (in bucket order) and `.grad` views into them.
     Gradients already present are copied in, so a rebuild in the middle of a step loses nothing."""
     keys = [(p.dtype, p.device) for _, p in named]
     sizes = [p.numel() * p.element_size() for _, p in named]
     wire = COMM_DTYPES[comm_dtype]
     buckets = []
-    for index, positions in enumerate(assign(sizes, keys, limits)):
+    for index, positions in enumerate(assign(sizes, keys, limits, last)):
         params = [named[i][1] for i in positions]
         numel = sum(p.numel() for p in params)
         buffer = torch.zeros(numel, dtype=params[0].dtype, device=params[0].device)

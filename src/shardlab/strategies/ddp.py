@@ -57,8 +57,9 @@ class DDP(Strategy):
             model.register_forward_pre_hook(self._sync_buffers)
 
         self.limits = [int(self.pcfg.first_bucket_mb * MiB), int(self.pcfg.bucket_mb * MiB)]
+        self.last_limit = int(self.pcfg.last_bucket_mb * MiB)
         # Reverse registration order approximates the order in which gradients become ready.
-        self.buckets = B.build(list(reversed(self.named)), self.limits, self.pcfg.comm_dtype)
+        self.buckets = B.build(list(reversed(self.named)), self.limits, self.pcfg.comm_dtype, self.last_limit)
         self._index_buckets()
         self.rebuilt = not self.pcfg.rebuild_buckets
         self.powersgd = None
@@ -205,7 +206,7 @@ class DDP(Strategy):
         order = comm.broadcast_object(self.ready_order, src=0, group=self.group)
         if order == [self.index[p] for b in self.buckets for p in b.params]:
             return  # already the layout we have
-        self.buckets = B.build([self.named[i] for i in order], self.limits, self.pcfg.comm_dtype)
+        self.buckets = B.build([self.named[i] for i in order], self.limits, self.pcfg.comm_dtype, self.last_limit)
         self._index_buckets()
 
     # --- the step protocol ------------------------------------------------------------------------------
