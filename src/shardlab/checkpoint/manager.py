@@ -217,11 +217,14 @@ class CheckpointManager:
     def _background(self, step: int, tensors: dict, meta: dict | None) -> None:
         self.last_outcome = f"checkpoint at step {step} did not finish"
         try:
+            t0 = time.perf_counter()
             try:
                 tensors = self._staged = st.stage(tensors, self._staged)
             finally:
                 self._staged_ready.set()  # (on failure too: never leave the optimizer waiting)
+            stage_s = time.perf_counter() - t0
             self._write_and_commit(step, tensors, meta)
+            self.timing["stage_s"] = stage_s  # the copy before the write (not part of total_s)
         except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
             self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
             self.failed.append(self.last_outcome)
@@ -247,6 +250,7 @@ class CheckpointManager:
             return
         error, files = None, {}
         t0 = time.perf_counter()
+        writer = None
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
             writer = Writer(tmp, fail)
@@ -255,17 +259,25 @@ class CheckpointManager:
             # Each rank's shard files were hashed while being written (in parallel across ranks); DCP's
             # .metadata is written as a temporary name and renamed, so rank 0's commit hashes it.
             files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}
-            self.timing = {"write_s": time.perf_counter() - t0}
+            t_dcp = time.perf_counter()
             if self.rank == 0:
                 mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+            t_meta = time.perf_counter()
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
             error = _describe(e)
+            t_dcp = t_meta = time.perf_counter()
+        t_reports = time.perf_counter()
         reports = comm.all_gather_object((error, files), group=self.pg)
-        outcome = None
+        t_reports = time.perf_counter() - t_reports
+        outcome, commit_s = None, 0.0
         if self.rank == 0:
+            t1 = time.perf_counter()
             outcome = self._commit(step, tmp, final, reports)
+            commit_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
         outcome = comm.broadcast_object(outcome, group=self.pg)
-        self.timing["total_s"] = time.perf_counter() - t0  # write + hash + commit (manifest, rename, retention)
+        t_end = time.perf_counter()
+        self.timing = self._phases(writer, t0, t_dcp, t_meta, t_reports + (t_end - t2), commit_s, t_end)
         self.last_outcome = outcome
         if outcome is not None:
             self.failed.append(outcome)
@@ -273,6 +285,31 @@ class CheckpointManager:
                 self._note(outcome)
         elif self.rank == 0:  # one line per checkpoint: what a user looks for when a run ends or dies
             log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
+
+    @staticmethod
+    def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:
+        """Where this rank's save time went, in seconds (the bench's `save_fixed_ms` breakdown).
+        planning: DCP's local and global plan exchange; write: the shard file's bytes into the page cache
+        (hashing hidden under it included); hash: hashing the write did not hide; fsync; metadata: DCP's
+        .metadata (coordinator) and train_state.json (rank 0); barrier: waiting for the other ranks (DCP's
+        exchanges after the write, the reports, the outcome); commit: rank 0's manifest (hashing the small
+        files), rename and `latest`. They add up to total_s."""
+        fs = writer.fs.timing if writer is not None else {}
+        marks = writer.marks if writer is not None else {}
+        w0, w1 = marks.get("write_start", t0), marks.get("write_end", t0)
+        f0, f1 = marks.get("finish_start", w1), marks.get("finish_end", w1)
+        hash_s = fs.get("hash_wait_s", 0.0) + fs.get("hash_inline_s", 0.0)
+        fsync_s = fs.get("fsync_s", 0.0)
+        write_phase = w1 - w0
+        out = {"planning_s": w0 - t0,
+               "write_s": max(write_phase - hash_s - fsync_s, 0.0),
+               "hash_s": hash_s, "fsync_s": fsync_s,
+               "metadata_s": (f1 - f0) + (t_meta - t_dcp),
+               "barrier_s": (f0 - w1) + (t_dcp - f1) + waited_s,
+               "commit_s": commit_s}
+        out["total_s"] = t_end - t0
+        out["other_s"] = out["total_s"] - sum(v for k, v in out.items() if k != "total_s")
+        return out
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
