@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
-from torch.distributed.checkpoint.filesystem import FileSystem
+from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem
 from torch.utils.serialization import config as serialization_config
 
 # Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
@@ -99,7 +99,7 @@ class HashingFileSystem(FileSystem):
     @contextlib.contextmanager
     def create_stream(self, path, mode):
         with super().create_stream(path, mode) as raw:
-            if mode != "wb":
+            if mode != "wb" or not str(path).endswith(DEFAULT_SUFFIX):  # .metadata: DCP fsyncs it, the commit hashes it
                 yield raw
                 return
             if self.hasher is None:
