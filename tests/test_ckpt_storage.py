@@ -4,6 +4,7 @@ files are written, and such files load bit-exactly; a --quick `bench checkpoint`
 fixed-cost breakdown whose phases add up to the save."""
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,6 +61,49 @@ def test_failed_write_restores_crc_and_stops_the_hasher(tmp_path):
     with pytest.raises(CheckpointException, match="injected checkpoint write failure"):  # DCP's wrapper
         dcp.save({"t": torch.randn(10)}, storage_writer=writer, planner=storage.Planner("test-fail"), no_dist=True)
     assert serialization_config.save.compute_crc32 is True and writer.sync_files and writer.fs.hasher is None
+
+
+def test_a_plan_that_writes_an_uncopied_tensor_is_refused(tmp_path):
+    """An async save copies only what this rank wrote last time; if DCP's plan ever assigned it another
+    tensor, writing it would read live state: the save is abandoned instead."""
+    planner = storage.Planner("test-refuse", staged_only={"a"})
+    with pytest.raises(CheckpointException, match="async copy does not hold"):
+        dcp.save({"a": torch.ones(3), "b": torch.zeros(3)}, storage_writer=storage.Writer(tmp_path, fail=False),
+                 planner=planner, no_dist=True)
+
+
+def _async_copies_only_what_the_rank_writes(work):
+    from shardlab import comm
+    from shardlab.bench import checkpoint as bench
+    from shardlab.checkpoint import state as st_mod
+    from shardlab.checkpoint.hf import load_model_tensors
+
+    tr = bench._trainer(Path(work), bench._overrides("tiny", 4))
+    mgr, st = tr.ckpt, tr.state
+    mgr.save(st, async_=False)  # the first save: now each rank knows which tensors DCP gave it
+    assert mgr.wait() is None
+    st.step += 1
+    before = {k: v.clone() for k, v in tr.strategy.full_parameters().items()}
+    mgr.save(st, async_=True)
+    tr.train_step()  # the optimizer step waits for the copy; the checkpoint holds the state before it
+    assert mgr.wait() is None, mgr.last_outcome
+    staged, full = mgr.staged_bytes, bench._nbytes(st_mod.tensor_state(st))
+    saved = load_model_tensors(mf.read_latest(mgr.dir))
+    same = all(torch.equal(saved[n], v) for n, v in before.items())
+    problems = mf.verify(mf.read_latest(mgr.dir))
+    comm.barrier()
+    mgr.close(st)
+    return staged, full, same, problems
+
+
+def test_async_save_copies_only_what_the_rank_writes(pool2, tmp_path):
+    """Under DDP every rank holds every tensor but DCP writes each replicated one from one rank: the async
+    copy holds about half of the state at world 2, and the checkpoint is still exactly the saved step's."""
+    results = pool2.run(_async_copies_only_what_the_rank_writes, str(tmp_path), timeout=300)
+    for staged, full, same, problems in results:
+        assert 0 < staged < 0.75 * full
+        assert same and problems == []
+    assert sum(r[0] for r in results) == pytest.approx(results[0][1], rel=0.05)  # together: one copy
 
 
 def test_bench_checkpoint_quick(pool2, tmp_path):

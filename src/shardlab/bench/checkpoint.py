@@ -66,6 +66,21 @@ def _plain_read(paths: list[Path], buf: bytearray) -> int:
     return total
 
 
+def _nbytes(obj) -> int:
+    """Bytes of the tensors in a (nested) state dict; a DTensor counts its local shard."""
+    import torch
+
+    if torch.is_tensor(obj):
+        local = obj.to_local() if hasattr(obj, "to_local") else obj
+        shards = local.local_shards() if hasattr(local, "local_shards") else [local]
+        return sum(t.numel() * t.element_size() for t in shards)
+    if isinstance(obj, dict):
+        return sum(_nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_nbytes(v) for v in obj)
+    return 0
+
+
 def _trainer(work: Path, overrides: list[str]):
     from shardlab import comm, config as config_mod
     from shardlab.bench.overhead import shardlab_step
@@ -201,10 +216,12 @@ def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) ->
             if async_:  # the next optimizer step may have waited for the background copy: loop time too
                 got[True] += mgr.hook_wait_s
                 stage_s = mgr.timing.get("stage_s")
+                staged_bytes = mgr.staged_bytes  # the extra host memory an async save keeps
             st.step += 1
         block.append(got[True] / got[False])
         rows.append({"test": "async_block", "model": model, "pair": i, "blocked_async_s": got[True],
-                     "blocked_sync_s": got[False], "stage_s": stage_s})
+                     "blocked_sync_s": got[False], "stage_s": stage_s,
+                     "staged_bytes_rank0": staged_bytes, "written_bytes_rank0": my_bytes(manifest)})
     mgr.close(st)
     shutil.rmtree(work / "run", ignore_errors=True)
     load["end"] = os.getloadavg()[0]
@@ -336,6 +353,10 @@ def _report(out_dir, quick, figures, rows, verdicts, loads, per_model, breakdown
             + common.md_table(["pair", "async: loop held s", "sync: loop held s", "async copy (background) s"],
                               [[r["pair"], f"{r['blocked_async_s']:.4f}", f"{r['blocked_sync_s']:.3f}",
                                 f"{r['stage_s']:.3f}" if r["stage_s"] is not None else "-"] for r in async_rows])
+            + (f"\n\nAn async save keeps a copy of what the rank writes in host memory: rank 0 copied "
+               f"{async_rows[-1]['staged_bytes_rank0'] / 1e6:,.1f} MB and writes "
+               f"{async_rows[-1]['written_bytes_rank0'] / 1e6:,.1f} MB (its shards; under DDP each replicated "
+               f"tensor is written, and copied, by one rank)." if async_rows else "")
             + f"\n\nThe first step after an async save (it overlaps the background write) took "
               f"{common.fmt_stats(pm['busy'], 1e3, 1)} ms, the first after a synchronous save "
               f"{common.fmt_stats(pm['idle'], 1e3, 1)} ms.")

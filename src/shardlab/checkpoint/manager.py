@@ -128,9 +128,11 @@ class CheckpointManager:
         self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)
         self._staged_ready.set()
         self._hooked = None  # the optimizer whose step waits for the copy
+        self._written: set | None = None  # keys this rank wrote in the last committed save (DCP's plan)
         self._plan_key = f"shardlab-{next(_managers)}"  # see storage.Planner
         self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
+        self.staged_bytes = 0  # what the last async save copied (the extra host memory it keeps)
         self.last_saved_step: int | None = None
         self.layout: dict | None = None  # the mesh degrees of the last save (for its manifest)
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
@@ -218,19 +220,24 @@ class CheckpointManager:
         self.last_outcome = f"checkpoint at step {step} did not finish"
         try:
             t0 = time.perf_counter()
+            # Copy only what this rank wrote last time (DCP's plan is cached, so it writes the same
+            # tensors again; storage.Planner refuses a plan that would read one not copied).
+            only = self._written
+            live = tensors
             try:
-                tensors = self._staged = st.stage(tensors, self._staged)
+                tensors = self._staged = st.stage(tensors, self._staged, only)
             finally:
                 self._staged_ready.set()  # (on failure too: never leave the optimizer waiting)
             stage_s = time.perf_counter() - t0
-            self._write_and_commit(step, tensors, meta)
+            self.staged_bytes = st.copied_bytes(tensors, live)
+            self._write_and_commit(step, tensors, meta, only)
             self.timing["stage_s"] = stage_s  # the copy before the write (not part of total_s)
         except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
             self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
             self.failed.append(self.last_outcome)
             self._note(self.last_outcome)
 
-    def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
+    def _write_and_commit(self, step: int, tensors: dict, meta: dict | None, staged_only: set | None = None) -> None:
         name = mf.step_dirname(step)
         tmp, final = self.dir / f"{name}.tmp", self.dir / name
         problem = None
@@ -253,9 +260,11 @@ class CheckpointManager:
         writer = None
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
-            writer = Writer(tmp, fail)
-            dcp.save(tensors, storage_writer=writer, planner=Planner(self._plan_key), process_group=self.pg,
+            writer, planner = Writer(tmp, fail), Planner(self._plan_key, staged_only)
+            self._written = None  # unknown until this save succeeds (a failed one: the next copies everything)
+            dcp.save(tensors, storage_writer=writer, planner=planner, process_group=self.pg,
                      no_dist=not comm.is_initialized())
+            self._written = planner.written
             # Each rank's shard files were hashed while being written (in parallel across ranks); DCP's
             # .metadata is written as a temporary name and renamed, so rank 0's commit hashes it.
             files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
+from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem
 from torch.utils.serialization import config as serialization_config
 
@@ -166,6 +167,20 @@ class Planner(DefaultSavePlanner):
     cache by planner class, process-wide; a key per manager keeps two managers in one process (tests)
     from comparing against each other's plans."""
 
-    def __init__(self, cache_key: str):
+    def __init__(self, cache_key: str, staged_only: set | None = None):
         super().__init__(enable_plan_caching=True)
         self._cached_plans_key = cache_key
+        self.staged_only = staged_only  # an async save copied only these keys (state.stage's `only`)
+        self.written: set | None = None  # the keys of the items this rank writes, once planned
+
+    def finish_plan(self, new_plan):
+        plan = super().finish_plan(new_plan)
+        self.written = {item.index.fqn for item in plan.items}
+        if self.staged_only is not None:
+            missing = sorted(item.index.fqn for item in plan.items
+                             if item.type != WriteItemType.BYTE_IO and item.index.fqn not in self.staged_only)
+            if missing:  # writing them would read live tensors that the optimizer may be changing
+                raise RuntimeError(f"DCP assigned this rank {len(missing)} tensor(s) its async copy does not hold "
+                                   f"(e.g. {missing[0]}): the plan changed since the last save; the next async "
+                                   "save copies every tensor")
+        return plan
