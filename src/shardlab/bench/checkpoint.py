@@ -40,7 +40,7 @@ MODELS = {"tiny": ["model.preset=tiny"], "small": ["model.preset=small"], "gpt2"
 # (model, pairs, steps between async saves, micro batch); --quick measures the tiny model in the small
 # model's place so that it runs in seconds (a smoke test of the method, not figures of record).
 PLAN = {"quick": [("tiny", 2, 1, 4)],
-        "full": [("small", 8, 8, 4), ("gpt2", 6, 2, 1)]}
+        "full": [("small", 6, 4, 4), ("gpt2", 4, 1, 1)]}
 FIXED_SAVES = {"quick": 2, "full": 9}
 GOALS = {"save_bw_ratio": (0.8, True), "async_block_ratio": (0.1, False), "load_bw_ratio": (0.8, True)}
 PHASES = ("planning_s", "write_s", "hash_s", "fsync_s", "metadata_s", "barrier_s", "commit_s", "other_s")
