@@ -113,10 +113,10 @@ def test_async_copy_is_taken_before_the_next_optimizer_step(trained, tmp_path, m
     _, trainer = trained
     copy, slept = st_mod.stage, []
 
-    def slow_copy(obj, into=None):  # stage() recurses through this too: sleep once, at the top
+    def slow_copy(obj, *args):  # stage() recurses through this too: sleep once, at the top
         if not slept:
             slept.append(time.sleep(0.5))
-        return copy(obj, into)
+        return copy(obj, *args)
 
     monkeypatch.setattr(st_mod, "stage", slow_copy)
     mgr = CheckpointManager(tmp_path, trainer.cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -139,6 +140,36 @@ def stats(xs: list[float]) -> dict:
     if not xs:
         return {"median": None, "min": None, "max": None, "n": 0}
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median: resample the values with replacement `n` times."""
+    if not xs:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    lo = meds[int((1 - level) / 2 * n)]
+    hi = meds[min(n - 1, int((1 + level) / 2 * n))]
+    return lo, hi
+
+
+def ratio_stats(xs: list[float]) -> dict:
+    """stats() plus the bootstrap 90% interval of the median (`ci90`: [lo, hi])."""
+    s = stats(xs)
+    s["ci90"] = list(bootstrap_median(xs))
+    return s
+
+
+def goal_verdict(s: dict, goal: float, higher_is_better: bool) -> str:
+    """What a median with its 90% interval says about a goal: met, missed, or the interval spans it
+    (then the run cannot claim either)."""
+    lo, hi = s["ci90"]
+    good = (lambda x: x >= goal) if higher_is_better else (lambda x: x <= goal)
+    if good(lo) and good(hi):
+        return "met"
+    if not good(lo) and not good(hi):
+        return "missed"
+    return "interval spans the goal"
 
 
 def paired_ratios(a: list[float], b: list[float]) -> dict:

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import copy
 import os
-import random
-import statistics
 import time
 from pathlib import Path
 
@@ -158,23 +156,9 @@ def _measure(world: int, size: dict) -> dict:
 
 # --- statistics --------------------------------------------------------------------------------------
 
-def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median: resample the values with replacement `n` times."""
-    if not xs:
-        return (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
-    lo = meds[int((1 - level) / 2 * n)]
-    hi = meds[min(n - 1, int((1 + level) / 2 * n))]
-    return lo, hi
-
-
-def ratio_stats(xs: list[float]) -> dict:
-    from shardlab.bench import common
-
-    s = common.stats(xs)
-    s["ci90"] = list(bootstrap_median(xs))
-    return s
+# bootstrap_median and ratio_stats live in bench/common.py (shared with the checkpoint suite); the
+# names stay importable from here.
+from shardlab.bench.common import bootstrap_median, ratio_stats  # noqa: E402,F401
 
 
 # --- analytic values ---------------------------------------------------------------------------------

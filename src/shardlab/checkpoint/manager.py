@@ -130,9 +130,11 @@ class CheckpointManager:
         self._staged_ready = threading.Event()  # set when that copy is complete (the optimizer may step)
         self._staged_ready.set()
         self._hooked = None  # the optimizer whose step waits for the copy
+        self._written: set | None = None  # keys this rank wrote in the last committed save (DCP's plan)
         self._plan_key = f"shardlab-{next(_managers)}"  # see storage.Planner
         self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
+        self.staged_bytes = 0  # what the last async save copied (the extra host memory it keeps)
         self.last_saved_step: int | None = None
         self.layout: dict | None = None  # the mesh degrees of the last save (for its manifest)
         self.last_outcome: str | None = None  # None = the last save committed, else why it did not
@@ -219,17 +221,25 @@ class CheckpointManager:
     def _background(self, step: int, tensors: dict, meta: dict | None) -> None:
         self.last_outcome = f"checkpoint at step {step} did not finish"
         try:
+            t0 = time.perf_counter()
+            # Copy only what this rank wrote last time (DCP's plan is cached, so it writes the same
+            # tensors again; storage.Planner refuses a plan that would read one not copied).
+            only = self._written
+            live = tensors
             try:
-                tensors = self._staged = st.stage(tensors, self._staged)
+                tensors = self._staged = st.stage(tensors, self._staged, only)
             finally:
                 self._staged_ready.set()  # (on failure too: never leave the optimizer waiting)
-            self._write_and_commit(step, tensors, meta)
+            stage_s = time.perf_counter() - t0
+            self.staged_bytes = st.copied_bytes(tensors, live)
+            self._write_and_commit(step, tensors, meta, only)
+            self.timing["stage_s"] = stage_s  # the copy before the write (not part of total_s)
         except BaseException as e:  # a collective of the commit failed (a peer died): the job is ending
             self.last_outcome = f"checkpoint at step {step} abandoned: {type(e).__name__}: {e}"
             self.failed.append(self.last_outcome)
             self._note(self.last_outcome)
 
-    def _write_and_commit(self, step: int, tensors: dict, meta: dict | None) -> None:
+    def _write_and_commit(self, step: int, tensors: dict, meta: dict | None, staged_only: set | None = None) -> None:
         name = mf.step_dirname(step)
         tmp, final = self.dir / f"{name}.tmp", self.dir / name
         problem = None
@@ -249,25 +259,36 @@ class CheckpointManager:
             return
         error, files = None, {}
         t0 = time.perf_counter()
+        writer = None
         try:
             fail = self.fail_at is not None and self.fail_at == (self.rank, step)
-            writer = Writer(tmp, fail)
-            dcp.save(tensors, storage_writer=writer, planner=Planner(self._plan_key), process_group=self.pg,
+            writer, planner = Writer(tmp, fail), Planner(self._plan_key, staged_only)
+            self._written = None  # unknown until this save succeeds (a failed one: the next copies everything)
+            dcp.save(tensors, storage_writer=writer, planner=planner, process_group=self.pg,
                      no_dist=not comm.is_initialized())
+            self._written = planner.written
             # Each rank's shard files were hashed while being written (in parallel across ranks); DCP's
             # .metadata is written as a temporary name and renamed, so rank 0's commit hashes it.
             files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}
-            self.timing = {"write_s": time.perf_counter() - t0}
+            t_dcp = time.perf_counter()
             if self.rank == 0:
                 mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+            t_meta = time.perf_counter()
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
             error = _describe(e)
+            t_dcp = t_meta = time.perf_counter()
+        t_reports = time.perf_counter()
         reports = comm.all_gather_object((error, files), group=self.pg)
-        outcome = None
+        t_reports = time.perf_counter() - t_reports
+        outcome, commit_s = None, 0.0
         if self.rank == 0:
+            t1 = time.perf_counter()
             outcome = self._commit(step, tmp, final, reports)
+            commit_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
         outcome = comm.broadcast_object(outcome, group=self.pg)
-        self.timing["total_s"] = time.perf_counter() - t0  # write + hash + commit (manifest, rename, retention)
+        t_end = time.perf_counter()
+        self.timing = self._phases(writer, t0, t_dcp, t_meta, t_reports + (t_end - t2), commit_s, t_end)
         self.last_outcome = outcome
         if outcome is not None:
             self.failed.append(outcome)
@@ -275,6 +296,31 @@ class CheckpointManager:
                 self._note(outcome)
         elif self.rank == 0:  # one line per checkpoint: what a user looks for when a run ends or dies
             log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
+
+    @staticmethod
+    def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:
+        """Where this rank's save time went, in seconds (the bench's `save_fixed_ms` breakdown).
+        planning: DCP's local and global plan exchange; write: the shard file's bytes into the page cache
+        (hashing hidden under it included); hash: hashing the write did not hide; fsync; metadata: DCP's
+        .metadata (coordinator) and train_state.json (rank 0); barrier: waiting for the other ranks (DCP's
+        exchanges after the write, the reports, the outcome); commit: rank 0's manifest (hashing the small
+        files), rename and `latest`. They add up to total_s."""
+        fs = writer.fs.timing if writer is not None else {}
+        marks = writer.marks if writer is not None else {}
+        w0, w1 = marks.get("write_start", t0), marks.get("write_end", t0)
+        f0, f1 = marks.get("finish_start", w1), marks.get("finish_end", w1)
+        hash_s = fs.get("hash_wait_s", 0.0) + fs.get("hash_inline_s", 0.0)
+        fsync_s = fs.get("fsync_s", 0.0)
+        write_phase = w1 - w0
+        out = {"planning_s": w0 - t0,
+               "write_s": max(write_phase - hash_s - fsync_s, 0.0),
+               "hash_s": hash_s, "fsync_s": fsync_s,
+               "metadata_s": (f1 - f0) + (t_meta - t_dcp),
+               "barrier_s": (f0 - w1) + (t_dcp - f1) + waited_s,
+               "commit_s": commit_s}
+        out["total_s"] = t_end - t0
+        out["other_s"] = out["total_s"] - sum(v for k, v in out.items() if k != "total_s")
+        return out
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""

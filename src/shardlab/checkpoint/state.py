@@ -198,11 +198,20 @@ def _jsonable(obj):
     return obj
 
 
-def stage(obj, into=None):
+def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+
+
+def stage(obj, into=None, only: set | None = None, key: str = ""):
     """A private CPU copy of a state dict, so an async save can write it while training moves on.
     `into` is the previous staged copy: its buffers are reused when shapes match (warm memory, no page
-    faults), which makes the copy several times cheaper. The caller guarantees nobody still reads it."""
+    faults), which makes the copy several times cheaper. The caller guarantees nobody still reads it.
+    `only`: the flattened keys (DCP's: path joined by dots) this rank writes; other tensors are left as
+    references to the live state, not copied: DCP assigned them to another rank (a replicated tensor is
+    written once), so this rank never reads them (storage.Planner checks that). None: copy everything."""
     if torch.is_tensor(obj):
+        if only is not None and key not in only:
+            return obj
         if hasattr(obj, "to_local"):  # DTensor: copy the local shard, keep the layout
             from torch.distributed.tensor import DTensor
             local, old = obj.to_local(), into.to_local() if hasattr(into, "to_local") else None
@@ -216,12 +225,30 @@ def stage(obj, into=None):
             return DTensor.from_local(local, obj.device_mesh, obj.placements, run_check=False,
                                       shape=obj.shape, stride=obj.stride())
         if (torch.is_tensor(into) and not hasattr(into, "to_local") and into.device.type == "cpu"
-                and into.shape == obj.shape and into.dtype == obj.dtype):
+                and into.shape == obj.shape and into.dtype == obj.dtype
+                and not _shares_memory(into, obj)):  # else a live reference a previous save left, not our buffer
             return into.copy_(obj.detach())
         return obj.detach().to("cpu", copy=True)
+    join = (lambda k: f"{key}.{k}") if key else str
     if isinstance(obj, dict):
-        return {k: stage(v, into.get(k) if isinstance(into, dict) else None) for k, v in obj.items()}
+        return {k: stage(v, into.get(k) if isinstance(into, dict) else None, only, join(k)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         old = into if isinstance(into, (list, tuple)) and len(into) == len(obj) else [None] * len(obj)
-        return type(obj)(stage(v, o) for v, o in zip(obj, old))
+        return type(obj)(stage(v, o, only, join(i)) for i, (v, o) in enumerate(zip(obj, old)))
     return obj
+
+
+def copied_bytes(staged, live) -> int:
+    """Bytes stage() actually copied: tensors of `staged` that are not the live ones it was given."""
+    if torch.is_tensor(staged):
+        if staged is live:
+            return 0
+        local = staged.to_local() if hasattr(staged, "to_local") else staged
+        shards = local.local_shards() if hasattr(local, "local_shards") else [local]
+        return sum(t.numel() * t.element_size() for t in shards)
+    if isinstance(staged, dict):
+        return sum(copied_bytes(v, live.get(k) if isinstance(live, dict) else None) for k, v in staged.items())
+    if isinstance(staged, (list, tuple)):
+        lives = live if isinstance(live, (list, tuple)) and len(live) == len(staged) else [None] * len(staged)
+        return sum(copied_bytes(v, w) for v, w in zip(staged, lives))
+    return 0

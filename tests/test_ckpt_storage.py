@@ -1,0 +1,125 @@
+"""The checkpoint save path after the speed work: the sha256 computed while writing (overlapped with the
+write in a helper thread) is the sha256 of the file on disk; torch.save's CRC32 is off only while shard
+files are written, and such files load bit-exactly; a --quick `bench checkpoint` writes its figures and a
+fixed-cost breakdown whose phases add up to the save."""
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.utils.serialization import config as serialization_config
+
+from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint import storage
+
+
+def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    big = os.urandom(3 * storage.OVERLAP_MIN_BYTES + 17)  # hashed by the helper thread during the write
+    tensor = torch.arange(storage.OVERLAP_MIN_BYTES, dtype=torch.float32)  # a tensor's memory, as torch.save passes it
+    pieces = [b"header", big, memoryview(b"x" * 1000), tensor.numpy().data, b"", b"tail" * 3]
+    path = tmp_path / "f.bin"
+    timing = {}
+    with ThreadPoolExecutor(1) as hasher, open(path, "wb") as raw:
+        stream = storage.HashingStream(raw, hasher, timing)
+        for p in pieces:
+            assert stream.write(p) == memoryview(p).nbytes
+        stream.close()
+    on_disk = path.read_bytes()
+    assert stream.size == len(on_disk)
+    assert stream.sha.hexdigest() == mf.sha256_file(path) == hashlib.sha256(on_disk).hexdigest()
+    assert timing["fsync_s"] >= 0 and "hash_wait_s" in timing and "hash_inline_s" in timing  # both paths taken
+
+
+def test_writer_hashes_match_disk_crc_is_off_only_while_writing_and_files_load_exactly(tmp_path):
+    state = {"big": torch.randn(600_000), "small": torch.arange(10), "nested": {"w": torch.randn(3, 4)}}
+    writer = storage.Writer(tmp_path, fail=False)
+    crc_before = serialization_config.save.compute_crc32
+    dcp.save(state, storage_writer=writer, planner=storage.Planner("test-storage"), no_dist=True)
+    assert serialization_config.save.compute_crc32 == crc_before  # restored
+    assert writer.sync_files  # DCP's fsync stays on for .metadata
+    assert writer.fs.hasher is None  # the helper thread is gone after the write
+    shards = {n: e for n, e in writer.fs.entries.items() if n.endswith(".distcp")}
+    assert shards
+    for name, entry in shards.items():
+        assert entry == mf.file_entry(tmp_path / name)
+    loaded = {"big": torch.zeros(600_000), "small": torch.zeros(10, dtype=torch.long),
+              "nested": {"w": torch.zeros(3, 4)}}
+    dcp.load(loaded, checkpoint_id=str(tmp_path), no_dist=True)
+    assert torch.equal(loaded["big"], state["big"]) and torch.equal(loaded["small"], state["small"])
+    assert torch.equal(loaded["nested"]["w"], state["nested"]["w"])
+    for key in ("write_start", "write_end", "finish_start", "finish_end"):
+        assert key in writer.marks
+
+
+def test_failed_write_restores_crc_and_stops_the_hasher(tmp_path):
+    writer = storage.Writer(tmp_path, fail=True)
+    with pytest.raises(CheckpointException, match="injected checkpoint write failure"):  # DCP's wrapper
+        dcp.save({"t": torch.randn(10)}, storage_writer=writer, planner=storage.Planner("test-fail"), no_dist=True)
+    assert serialization_config.save.compute_crc32 is True and writer.sync_files and writer.fs.hasher is None
+
+
+def test_a_plan_that_writes_an_uncopied_tensor_is_refused(tmp_path):
+    """An async save copies only what this rank wrote last time; if DCP's plan ever assigned it another
+    tensor, writing it would read live state: the save is abandoned instead."""
+    planner = storage.Planner("test-refuse", staged_only={"a"})
+    with pytest.raises(CheckpointException, match="async copy does not hold"):
+        dcp.save({"a": torch.ones(3), "b": torch.zeros(3)}, storage_writer=storage.Writer(tmp_path, fail=False),
+                 planner=planner, no_dist=True)
+
+
+def _async_copies_only_what_the_rank_writes(work):
+    from shardlab import comm
+    from shardlab.bench import checkpoint as bench
+    from shardlab.checkpoint import state as st_mod
+    from shardlab.checkpoint.hf import load_model_tensors
+
+    tr = bench._trainer(Path(work), bench._overrides("tiny", 4))
+    mgr, st = tr.ckpt, tr.state
+    mgr.save(st, async_=False)  # the first save: now each rank knows which tensors DCP gave it
+    assert mgr.wait() is None
+    st.step += 1
+    before = {k: v.clone() for k, v in tr.strategy.full_parameters().items()}
+    mgr.save(st, async_=True)
+    tr.train_step()  # the optimizer step waits for the copy; the checkpoint holds the state before it
+    assert mgr.wait() is None, mgr.last_outcome
+    staged, full = mgr.staged_bytes, bench._nbytes(st_mod.tensor_state(st))
+    saved = load_model_tensors(mf.read_latest(mgr.dir))
+    same = all(torch.equal(saved[n], v) for n, v in before.items())
+    problems = mf.verify(mf.read_latest(mgr.dir))
+    comm.barrier()
+    mgr.close(st)
+    return staged, full, same, problems
+
+
+def test_async_save_copies_only_what_the_rank_writes(pool2, tmp_path):
+    """Under DDP every rank holds every tensor but DCP writes each replicated one from one rank: the async
+    copy holds about half of the state at world 2, and the checkpoint is still exactly the saved step's."""
+    results = pool2.run(_async_copies_only_what_the_rank_writes, str(tmp_path), timeout=300)
+    for staged, full, same, problems in results:
+        assert 0 < staged < 0.75 * full
+        assert same and problems == []
+    assert sum(r[0] for r in results) == pytest.approx(results[0][1], rel=0.05)  # together: one copy
+
+
+def test_bench_checkpoint_quick(pool2, tmp_path):
+    from shardlab.bench import checkpoint
+
+    doc = checkpoint.run(tmp_path, quick=True, pool=pool2)
+    fig = doc["figures"]
+    for name in ("save_bw_ratio", "load_bw_ratio", "async_block_ratio", "save_fixed_ms"):
+        assert fig[name] > 0 and fig[f"{name}_lo90"] <= fig[name] <= fig[f"{name}_hi90"]
+    assert set(doc["verdicts"]) == {"save_bw_ratio", "load_bw_ratio", "async_block_ratio"}
+    assert doc["load_avg"]["tiny"]["start"] >= 0
+    fixed = [r for r in doc["rows"] if r["test"] == "fixed"]
+    for r in fixed:  # the breakdown accounts for the whole save on rank 0
+        parts = sum(r[f"rank0_{p}"] for p in checkpoint.PHASES)
+        assert parts == pytest.approx(r["rank0_total_s"], rel=1e-6)
+        assert min(r[f"rank0_{p}"] for p in checkpoint.PHASES if p != "other_s") >= 0
+    assert "save_fixed_fsync_ms" in fig and "save_fixed_stage_ms" in fig
+    assert "Fixed cost of a save" in (tmp_path / "REPORT.md").read_text()
+    assert not (tmp_path / "work").exists()  # what it wrote is deleted
