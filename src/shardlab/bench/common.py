@@ -1,7 +1,9 @@
 """What every suite shares: running jobs, fair statistics, results.json, REPORT.md and plots.
 
 Fairness rules (seed 000 Q22): a suite fixes the model, its initialisation (train.seed), the data
-and the sequence length; excludes warm-up steps; reports medians with min-max; alternates the
+and the sequence length; excludes warm-up steps; reports medians with min-max, and every paired figure
+with a bootstrap 90% interval of its median and the load average it was measured under (`median_ci`,
+`fmt_ci`; `goal_verdict` says whether the interval clears the goal or spans it); alternates the
 configurations it compares (A B A B ...) so that drift in machine load hits both alike; and
 checks that the replicas stayed identical (`ranks_consistent`).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -139,6 +142,59 @@ def stats(xs: list[float]) -> dict:
     if not xs:
         return {"median": None, "min": None, "max": None, "n": 0}
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+
+
+def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median: resample the values with replacement `n` times.
+    Seeded: the same values give the same interval (a report can be re-derived from results.json)."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return (float("nan"), float("nan"))
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
+    lo = meds[int((1 - level) / 2 * n)]
+    hi = meds[min(n - 1, int((1 + level) / 2 * n))]
+    return lo, hi
+
+
+def median_ci(xs: list[float], goal: float | None = None, direction: str = ">=") -> dict:
+    """A paired figure's summary: `stats` plus the bootstrap 90% interval of the median (`ci90`), the
+    load average when it was summarised (`load_avg`: 1, 5, 15 min; its 1-minute value covers the last
+    minute of measuring) and the machine's `cores`; with a `goal`, the verdict on it (`goal_verdict`)."""
+    s = stats(xs)
+    s["ci90"] = list(bootstrap_median(xs))
+    s["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    s["cores"] = os.cpu_count() or 1
+    if goal is not None:
+        s["goal"] = {"value": goal, "direction": direction, "verdict": goal_verdict(s["ci90"], goal, direction)}
+    return s
+
+
+def goal_verdict(ci, goal: float, direction: str = ">=") -> str:
+    """Whether a figure's 90% interval clears its goal (`direction` ">=": the figure should be at least the
+    goal; "<=": at most). An interval that spans the goal establishes neither: the text says so."""
+    if direction not in (">=", "<="):
+        raise ValueError(f"goal direction must be '>=' or '<=', not {direction!r}")
+    lo, hi = ci
+    sign = "≥" if direction == ">=" else "≤"
+    if any(x is None or x != x for x in (lo, hi)):
+        return f"no interval: the goal {sign} {goal:g} is not judged"
+    good, bad = (lo >= goal, hi < goal) if direction == ">=" else (hi <= goal, lo > goal)
+    if good:
+        return f"meets the goal {sign} {goal:g} (the whole 90% interval {lo:.3g}–{hi:.3g})"
+    if bad:
+        return f"misses the goal {sign} {goal:g} (the whole 90% interval {lo:.3g}–{hi:.3g})"
+    return f"not established: the 90% interval {lo:.3g}–{hi:.3g} spans the goal {sign} {goal:g}"
+
+
+def fmt_ci(s: dict, scale: float = 1.0, digits: int = 3) -> str:
+    """'median [90% CI lo–hi] (load L on C cores)' for a `median_ci` summary."""
+    if s.get("median") is None:
+        return "-"
+    f = f"{{:.{digits}f}}"
+    lo, hi = s["ci90"]
+    load = f", load {s['load_avg'][0]:.1f} on {s['cores']} cores" if "load_avg" in s else ""
+    return f"{f.format(s['median'] * scale)} [90% CI {f.format(lo * scale)}–{f.format(hi * scale)}{load}]"
 
 
 def paired_ratios(a: list[float], b: list[float]) -> dict:

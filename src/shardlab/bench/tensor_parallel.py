@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import copy
 import os
-import random
-import statistics
 import time
 from pathlib import Path
 
 import torch
+
+from shardlab.bench.common import bootstrap_median  # noqa: F401 - moved to common; old imports keep working
 
 MICRO_BATCH, SEQ = 8, 128  # B sequences per rank of the global batch, tokens per sequence
 SIZES = {"quick": dict(rounds=9, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
@@ -158,23 +158,10 @@ def _measure(world: int, size: dict) -> dict:
 
 # --- statistics --------------------------------------------------------------------------------------
 
-def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median: resample the values with replacement `n` times."""
-    if not xs:
-        return (float("nan"), float("nan"))
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(n))
-    lo = meds[int((1 - level) / 2 * n)]
-    hi = meds[min(n - 1, int((1 + level) / 2 * n))]
-    return lo, hi
-
-
 def ratio_stats(xs: list[float]) -> dict:
     from shardlab.bench import common
 
-    s = common.stats(xs)
-    s["ci90"] = list(bootstrap_median(xs))
-    return s
+    return common.median_ci(xs)
 
 
 # --- analytic values ---------------------------------------------------------------------------------

@@ -1,0 +1,116 @@
+"""Where a step's time goes relative to its GEMM peak: the breakdown behind `cpu_mfu` (bench overhead).
+
+A few steps run under torch.profiler. Every profiled event's *self* time (its own, children excluded) goes
+to one row: to the step phase it runs inside (optimizer, gradient norm and clipping, zero_grad, data,
+the doctor's checks; phases are marked by wrapping the trainer's methods on this one instance, for the
+profiled steps only), else by operator (Linear GEMMs, fused attention, GELU, LayerNorm, the loss over the
+vocabulary, other ATen ops). Step wall time minus all profiled self time is Python and framework work
+outside any operator. The GEMM and attention rows are also split into their time at the measured peak
+(the model FLOPs they carry) and the rest (running below peak: cold caches, small shapes, load).
+
+The profiler adds a few microseconds per operator, so the profiled step is slower than the timed one;
+the table reports milliseconds per profiled step and shares of it.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+_PHASES = {  # trainer attribute path -> row; the methods wrapped while profiling
+    ("par", "clip_grad_norm_"): "gradient norm + clipping",
+    ("par", "optimizer_step"): "optimizer (AdamW)",
+    ("par", "zero_grad"): "zero_grad",
+    ("par", "finish"): "gradient sync (finish)",
+    ("state", "sampler", "next_batch"): "data (sampler, batch)",
+    ("doctor", "before_step"): "doctor checks",
+    ("doctor", "after_backward"): "doctor checks",
+    ("doctor", "check_step"): "doctor checks",
+    ("doctor", "after_step"): "doctor checks",
+}
+_MARK = "shardlab.phase::"
+
+_OPS = [  # (row, test on an operator's name); the first match wins
+    ("Linear GEMMs (mm, addmm)", lambda n: n in ("aten::mm", "aten::addmm", "aten::bmm")),
+    ("attention (SDPA, fused CPU kernel)", lambda n: "scaled_dot_product" in n),
+    ("GELU", lambda n: n.startswith("aten::gelu")),
+    ("LayerNorm", lambda n: "layer_norm" in n),
+    ("loss (log-softmax + NLL over the vocabulary)", lambda n: "log_softmax" in n or "nll_loss" in n),
+]
+OTHER = "other ATen ops (copies, adds, views, autograd)"
+PYTHON = "Python and framework outside operators"
+
+
+@contextlib.contextmanager
+def _marked(tr):
+    """Wrap the phase methods of this trainer instance in profiler ranges; undone on exit."""
+    undo = []
+    for path, row in _PHASES.items():
+        obj = tr
+        for attr in path[:-1]:
+            obj = getattr(obj, attr, None)
+        if obj is None or not hasattr(obj, path[-1]):
+            continue
+        real = getattr(obj, path[-1])
+
+        def wrapped(*a, _real=real, _row=row, **k):
+            with torch.profiler.record_function(_MARK + _row):
+                return _real(*a, **k)
+        undo.append((obj, path[-1], vars(obj).get(path[-1])))
+        setattr(obj, path[-1], wrapped)
+    try:
+        yield
+    finally:
+        for obj, name, own in reversed(undo):
+            if own is None:
+                delattr(obj, name)  # the wrapper goes; the class's method shows again
+            else:
+                setattr(obj, name, own)
+
+
+def _row_of(ev) -> str:
+    e = ev
+    while e is not None:  # the innermost phase this event runs in
+        if e.name.startswith(_MARK):
+            return e.name[len(_MARK):]
+        e = e.cpu_parent
+    for row, test in _OPS:
+        if test(ev.name):
+            return row
+    return OTHER
+
+
+def breakdown(step, tr, steps: int, peak: float, gemm_flops: float, attn_flops: float) -> dict:
+    """ms per profiled step of every row (see the module docstring), `steps` calls of `step()` on trainer
+    `tr`; `gemm_flops`/`attn_flops`: FLOPs per step of the Linear GEMMs and of attention, `peak` FLOP/s."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with _marked(tr), profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = time.perf_counter() - t0
+    rows: dict = {}
+    covered = 0.0
+    for ev in prof.events():
+        us = ev.self_cpu_time_total
+        covered += us
+        rows[_row_of(ev)] = rows.get(_row_of(ev), 0.0) + us
+    ms = {k: v / 1e3 / steps for k, v in rows.items()}
+    ms[PYTHON] = max(0.0, wall * 1e3 / steps - covered / 1e3 / steps)
+    at_peak = {"Linear GEMMs (mm, addmm)": gemm_flops / peak * 1e3,
+               "attention (SDPA, fused CPU kernel)": attn_flops / peak * 1e3}
+    return {"step_ms": wall * 1e3 / steps, "rows_ms": dict(sorted(ms.items(), key=lambda kv: -kv[1])),
+            "at_peak_ms": at_peak}
+
+
+def table_rows(b: dict) -> list[list]:
+    """Markdown rows: the row, ms per profiled step, its share, and for GEMMs/attention the part at peak."""
+    out = []
+    for row, ms in b["rows_ms"].items():
+        ideal = b["at_peak_ms"].get(row)
+        note = f"{ideal:.1f} at peak + {ms - ideal:.1f} below it" if ideal is not None else ""
+        out.append([row, f"{ms:.1f}", f"{ms / b['step_ms']:.1%}", note])
+    out.append(["**profiled step**", f"{b['step_ms']:.1f}", "100%", ""])
+    return out
