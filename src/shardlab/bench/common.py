@@ -198,15 +198,17 @@ def fmt_ci(s: dict, scale: float = 1.0, digits: int = 3) -> str:
 
 
 def paired_ratios(a: list[float], b: list[float]) -> dict:
-    """Ratio b_i / a_i of each A/B pair (run back to back), summarised."""
-    return stats([y / x for x, y in zip(a, b) if x])
+    """Ratio b_i / a_i of each A/B pair (run back to back), summarised with its interval (`median_ci`)."""
+    return median_ci([y / x for x, y in zip(a, b) if x])
 
 
 def fmt_stats(s: dict, scale: float = 1.0, digits: int = 2) -> str:
+    """'median (min–max)'; a `median_ci` summary also shows its interval: 'median [90% CI lo–hi] (min–max)'."""
     if s["median"] is None:
         return "-"
     f = f"{{:.{digits}f}}"
-    return f"{f.format(s['median'] * scale)} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
+    ci = f" [90% CI {f.format(s['ci90'][0] * scale)}–{f.format(s['ci90'][1] * scale)}]" if "ci90" in s else ""
+    return f"{f.format(s['median'] * scale)}{ci} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
 
 
 # --- output ----------------------------------------------------------------------------------------
@@ -235,7 +237,9 @@ def load_note(load: float, cores: int) -> str:
 def machine_line() -> str:
     import torch
     return (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo over loopback, one thread per rank; "
-            f"run {time.strftime('%Y-%m-%d %H:%M')}; {load_note(os.getloadavg()[0], os.cpu_count() or 1)}.")
+            f"run {time.strftime('%Y-%m-%d %H:%M')}; {load_note(os.getloadavg()[0], os.cpu_count() or 1)}. "
+            "Paired figures: median [bootstrap 90% interval of the median] (min–max); results.json keeps each "
+            "one's interval (`ci90`) and the load average it was measured under (`load_avg`).")
 
 
 def write_report(out: Path, title: str, sections: list[str]) -> Path:

@@ -114,3 +114,54 @@ def table_rows(b: dict) -> list[list]:
         out.append([row, f"{ms:.1f}", f"{ms / b['step_ms']:.1%}", note])
     out.append(["**profiled step**", f"{b['step_ms']:.1f}", "100%", ""])
     return out
+
+
+# --- per rank under `ddp` --------------------------------------------------------------------------
+
+def ddp_ranks(out, steps: int, warm: int, world: int = 2) -> list[dict]:
+    """cpu_mfu of every rank of a `ddp` run at `world` (small model, microbatch 8 per rank, one thread):
+    its model FLOP/s by CPU time (and by wall clock) ÷ its own one-thread GEMM peak; in rank order."""
+    from shardlab.workers import WorkerPool
+
+    with WorkerPool(world, timeout=1800) as pool:
+        return pool.run(_ddp_rank, str(out / "runs" / "ddp-mfu"), steps, warm)
+
+
+def _ddp_rank(run_dir: str, steps: int, warm: int) -> dict:
+    """On each rank: warm up, GEMM peak, `steps` timed steps, GEMM peak again (the larger kept)."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from shardlab import comm, config as config_mod
+    from shardlab.bench import common
+    from shardlab.bench.compile_speed import _timed, flops_per_token, gemm_peak, gemm_shapes
+    from shardlab.bench.overhead import shardlab_step
+    from shardlab.train.trainer import Trainer
+
+    world = comm.world_size()
+    overrides = [o for o in common.BASE if not o.startswith("train.")] + [
+        "train.seq_len=128", "train.seed=1337", "train.threads=1", "model.preset=small", "train.micro_batch=8",
+        f"train.global_batch={8 * world}", f"train.steps={warm + steps}", "parallel.strategy=ddp",
+        "train.eval_every=0"]
+    cfg = config_mod.load(None, overrides)
+    config_mod.validate(cfg, world)
+    with contextlib.redirect_stdout(io.StringIO()):
+        tr = Trainer(cfg, Path(run_dir))
+    model = tr.par.model
+    tokens = cfg.train.micro_batch * cfg.train.seq_len  # this rank's tokens per step
+    shapes = gemm_shapes(model, tokens)
+    for _ in range(warm):
+        shardlab_step(tr)
+    peaks = [gemm_peak(shapes)]
+    wall, used = [], []
+    for _ in range(steps):
+        w, c = _timed(shardlab_step, tr)
+        wall.append(w)
+        used.append(c)
+    peaks.append(gemm_peak(shapes))
+    peak = {k: max(p[k] for p in peaks) for k in ("wall", "cpu")}
+    fpt = flops_per_token(model, cfg.train.seq_len)
+    mfu = common.median_ci([fpt * tokens / c / peak["cpu"] for c in used])
+    return {"cpu_mfu": mfu["median"], "stats": mfu, "peak_gflops": peak["cpu"] / 1e9,
+            "cpu_mfu_wall": fpt * tokens / common.stats(wall)["median"] / peak["wall"]}

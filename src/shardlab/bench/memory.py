@@ -171,7 +171,7 @@ def _rows(size: dict, got: dict) -> list[dict]:
     for row in rows_of(size):
         dp, mode, off = row
         r, plan = got["res"][row], _planner(size, row)
-        ratio = common.stats(got["paired"][row][warm:]) if row in got["paired"] else None
+        ratio = common.median_ci(got["paired"][row][warm:]) if row in got["paired"] else None
         out.append({"preset": size["name"], "dp": dp, "recompute": mode, "offload": off,
                     "step_s": common.stats(got["times"][row][warm:]), "time_ratio_vs_base": ratio,
                     "time_ratios": got["paired"].get(row, [])[warm:],
@@ -189,10 +189,11 @@ def _figures(rows: list[dict], prefix: str) -> dict:
     for mode in ("full", "selective"):
         ratios = [by[(dp, mode, "none")]["time_ratio_vs_base"] for dp in DPS]
         f[f"{prefix}recompute_{mode}_act_ratio"] = by[("ddp", mode, "none")]["act_bytes"] / by[("ddp", "none", "none")]["act_bytes"]
-        pooled = common.stats([x for dp in DPS for x in by[(dp, mode, "none")]["time_ratios"]])  # both dp layers' rounds
+        pooled = common.median_ci([x for dp in DPS for x in by[(dp, mode, "none")]["time_ratios"]])  # both dp layers' rounds
         f[f"{prefix}recompute_{mode}_time_ratio"] = pooled["median"]
         f[f"{prefix}recompute_{mode}_time_ratio_min"] = pooled["min"]
         f[f"{prefix}recompute_{mode}_time_ratio_max"] = pooled["max"]
+        f[f"{prefix}recompute_{mode}_time_ratio_ci90"] = pooled["ci90"]
         for dp, r in zip(DPS, ratios):
             f[f"{prefix}recompute_{mode}_time_ratio_{dp}"] = r["median"]
             f[f"{prefix}recompute_{mode}_peak_step_ratio_{dp}"] = \

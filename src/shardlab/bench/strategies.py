@@ -197,9 +197,10 @@ def run(out: Path, quick: bool) -> dict:
     figures = {}
     by = {r["strategy"]: r for r in rows}
     for a, b, key in PAIRS:
-        ratio = common.stats(res["paired"][key][warm:])
+        ratio = common.median_ci(res["paired"][key][warm:])
         figures[f"{key}_step_ratio"] = ratio["median"]
         figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = ratio["min"], ratio["max"]
+        figures[f"{key}_step_ratio_ci90"], figures[f"{key}_step_ratio_load_avg"] = ratio["ci90"], ratio["load_avg"]
         figures[f"{key}_mem_ratio"] = by[a]["peak_mem_bytes"] / by[b]["peak_mem_bytes"]
     doc = common.write_results(out, "strategies", figures, rows)
     plot = _plot(out, rows, res["kind"])
