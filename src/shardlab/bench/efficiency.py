@@ -37,6 +37,9 @@ _OPS = [  # (row, test on an operator's name); the first match wins
     ("GELU", lambda n: n.startswith("aten::gelu")),
     ("LayerNorm", lambda n: "layer_norm" in n),
     ("loss (log-softmax + NLL over the vocabulary)", lambda n: "log_softmax" in n or "nll_loss" in n),
+    # the doctor's per-parameter gradient hooks (doctor/anomaly.py) run inside backward, outside any phase:
+    # their norms are recognised by name (the clip's norm runs inside its own phase row)
+    ("doctor's gradient-norm hooks in backward (norms)", lambda n: n == "aten::linalg_vector_norm"),
 ]
 OTHER = "other ATen ops (copies, adds, views, autograd)"
 PYTHON = "Python and framework outside operators"
