@@ -184,17 +184,17 @@ def run(out: Path, quick: bool) -> tuple[dict, list[dict], list[str]]:
     figures["cpu_mfu_ddp_rank"] = [r["cpu_mfu"] for r in ddp]
     figures["cpu_mfu_ddp_rank_wall"] = [r["cpu_mfu_wall"] for r in ddp]
     figures["cpu_mfu_ddp_rank_stats"] = [r["stats"] for r in ddp]
-    f = {p: (lambda k, _p=p: figures[f"{k}_{_p}"]) for p in ("tiny", "small")}
+    f = {p: (lambda k, _p=p: figures[k.replace("*", _p)]) for p in ("tiny", "small")}  # "*": the model
     table = common.md_table(
         ["model", "compile_speedup median [90% CI]", "eager tok/s", "compiled tok/s", "warm-up s (compiled / eager)",
          "GEMM peak GFLOP/s (CPU time / wall)", "cpu_mfu eager [90% CI]", "cpu_mfu compiled [90% CI]",
          "cpu_mfu by wall clock (eager / compiled)"],
-        [[p, common.fmt_ci(f[p]("compile_speedup_stats")),
-          f"{f[p]('eager_tokens_per_s'):,.0f}", f"{f[p]('compiled_tokens_per_s'):,.0f}",
-          f"{f[p]('compile_warmup_s'):.1f} / {f[p]('eager_warmup_s'):.2f}",
-          f"{f[p]('gemm_peak_gflops'):.1f} / {f[p]('gemm_peak_gflops_wall'):.1f}",
-          common.fmt_ci(f[p]("cpu_mfu_eager_stats")), common.fmt_ci(f[p]("cpu_mfu_compiled_stats")),
-          f"{f[p]('cpu_mfu_eager_wall'):.3f} / {f[p]('cpu_mfu_compiled_wall'):.3f}"] for p in ("tiny", "small")])
+        [[p, common.fmt_ci(f[p]("compile_speedup_*_stats")),
+          f"{f[p]('eager_tokens_per_s_*'):,.0f}", f"{f[p]('compiled_tokens_per_s_*'):,.0f}",
+          f"{f[p]('compile_warmup_s_*'):.1f} / {f[p]('eager_warmup_s_*'):.2f}",
+          f"{f[p]('gemm_peak_gflops_*'):.1f} / {f[p]('gemm_peak_gflops_wall_*'):.1f}",
+          common.fmt_ci(f[p]("cpu_mfu_eager_*_stats")), common.fmt_ci(f[p]("cpu_mfu_compiled_*_stats")),
+          f"{f[p]('cpu_mfu_eager_wall_*'):.3f} / {f[p]('cpu_mfu_compiled_wall_*'):.3f}"] for p in ("tiny", "small")])
     mfu = figures["cpu_mfu_eager_small_stats"]
     bd = figures["cpu_mfu_breakdown_small"]
     ddp_line = "; ".join(f"rank {i}: {common.fmt_ci(r['stats'])} (wall clock {r['cpu_mfu_wall']:.3f}, "
