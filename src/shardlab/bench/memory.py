@@ -268,7 +268,9 @@ def _report(out: Path, rows: list[dict], figures: dict, sizes: list[dict], plot:
           f"{r['act_planner_bytes'] / mib:.2f}", f"{r['peak_step_bytes'] / mib:.1f}",
           f"{r['peak_run_bytes'] / mib:.1f}", f"{r['state_planner_bytes'] / mib:.1f}"]
          for r in rows])
-    fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
+    fig = "\n".join(f"- `{k}` = {v:.3f}" + (f" [90% CI {figures[k + '_ci90'][0]:.3f}–{figures[k + '_ci90'][1]:.3f}]"
+                                            if k + "_ci90" in figures else "")
+                     for k, v in figures.items() if isinstance(v, float))
     models = "; ".join(
         f"{s['name']}: n_layer={s['model']['n_layer']} n_head={s['model']['n_head']} d_model={s['model']['d_model']} "
         f"vocab {s['model']['vocab_size']}, micro-batch {s['micro']} x {s['seq']} tokens per rank, {s['rounds']} rounds "

@@ -219,7 +219,9 @@ def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) 
           f"{r['state_bytes']['grads'] / mib:.2f}/{r['state_bytes']['optimizer'] / mib:.2f})",
           f"{r['state_bytes']['transient'] / mib:.2f}" if "transient" in r["state_bytes"] else "-",
           "yes" if r["pareto"] else "", "yes" if r["pareto_state"] else ""] for r in sorted(rows, key=lambda r: r["peak_mem_bytes"])])
-    fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
+    fig = "\n".join(f"- `{k}` = {v:.3f}" + (f" [90% CI {figures[k + '_ci90'][0]:.3f}–{figures[k + '_ci90'][1]:.3f}]"
+                                            if k + "_ci90" in figures else "")
+                     for k, v in figures.items() if isinstance(v, float))
     m = size["model"]
     write = common.write_report
     write(out, "Strategies: throughput vs memory", [
