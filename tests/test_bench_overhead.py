@@ -66,5 +66,6 @@ def test_cpu_mfu_breakdown_rows_add_up_to_the_step_and_unwrap_the_trainer(tmp_pa
                 "attention (SDPA, fused CPU kernel)", efficiency.PYTHON):
         assert rows[row] > 0, row
     assert b["at_peak_ms"]["Linear GEMMs (mm, addmm)"] == pytest.approx(1.0)  # 1e8 FLOPs at 1e11 FLOP/s
+    assert 0 < b["step_cpu_ms"]
     assert "clip_grad_norm_" not in vars(tr.par) and "next_batch" not in vars(tr.state.sampler)
     assert len(efficiency.table_rows(b)) == len(rows) + 1

@@ -9,7 +9,11 @@ outside any operator. The GEMM and attention rows are also split into their time
 (the model FLOPs they carry) and the rest (running below peak: cold caches, small shapes, load).
 
 The profiler adds a few microseconds per operator, so the profiled step is slower than the timed one;
-the table reports milliseconds per profiled step and shares of it.
+the table reports milliseconds per profiled step and shares of it. The profiler's clock is the wall
+clock: on a shared machine every row also holds waits for a core. The process's CPU time over the same
+steps is measured too, and the GEMM and attention rows are compared with the peak on that clock: their
+share of the step's CPU time (assuming the waits fall on every row alike) against their FLOPs at the
+CPU-time peak.
 """
 from __future__ import annotations
 
@@ -86,14 +90,15 @@ def _row_of(ev) -> str:
 
 def breakdown(step, tr, steps: int, peak: float, gemm_flops: float, attn_flops: float) -> dict:
     """ms per profiled step of every row (see the module docstring), `steps` calls of `step()` on trainer
-    `tr`; `gemm_flops`/`attn_flops`: FLOPs per step of the Linear GEMMs and of attention, `peak` FLOP/s."""
+    `tr`; `gemm_flops`/`attn_flops`: FLOPs per step of the Linear GEMMs and of attention, `peak` FLOP/s by
+    CPU time ("at_peak_ms": CPU ms those FLOPs take at the peak)."""
     from torch.profiler import ProfilerActivity, profile
 
     with _marked(tr), profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             step()
-        wall = time.perf_counter() - t0
+        wall, used = time.perf_counter() - t0, time.process_time() - c0
     rows: dict = {}
     covered = 0.0
     for ev in prof.events():
@@ -104,18 +109,21 @@ def breakdown(step, tr, steps: int, peak: float, gemm_flops: float, attn_flops: 
     ms[PYTHON] = max(0.0, wall * 1e3 / steps - covered / 1e3 / steps)
     at_peak = {"Linear GEMMs (mm, addmm)": gemm_flops / peak * 1e3,
                "attention (SDPA, fused CPU kernel)": attn_flops / peak * 1e3}
-    return {"step_ms": wall * 1e3 / steps, "rows_ms": dict(sorted(ms.items(), key=lambda kv: -kv[1])),
-            "at_peak_ms": at_peak}
+    return {"step_ms": wall * 1e3 / steps, "step_cpu_ms": used * 1e3 / steps,
+            "rows_ms": dict(sorted(ms.items(), key=lambda kv: -kv[1])), "at_peak_ms": at_peak}
 
 
 def table_rows(b: dict) -> list[list]:
-    """Markdown rows: the row, ms per profiled step, its share, and for GEMMs/attention the part at peak."""
+    """Markdown rows: the row, ms per profiled step (wall), its share, that share of the step's CPU ms, and
+    for GEMMs/attention the CPU ms their FLOPs take at the peak and the rest."""
     out = []
     for row, ms in b["rows_ms"].items():
+        share = ms / b["step_ms"]
+        cpu = share * b["step_cpu_ms"]
         ideal = b["at_peak_ms"].get(row)
-        note = f"{ideal:.1f} at peak + {ms - ideal:.1f} below it" if ideal is not None else ""
-        out.append([row, f"{ms:.1f}", f"{ms / b['step_ms']:.1%}", note])
-    out.append(["**profiled step**", f"{b['step_ms']:.1f}", "100%", ""])
+        note = f"{ideal:.1f} at peak + {cpu - ideal:.1f} below it" if ideal is not None else ""
+        out.append([row, f"{ms:.1f}", f"{share:.1%}", f"{cpu:.1f}", note])
+    out.append(["**profiled step**", f"{b['step_ms']:.1f}", "100%", f"{b['step_cpu_ms']:.1f}", ""])
     return out
 
 
