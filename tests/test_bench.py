@@ -15,6 +15,28 @@ def test_stats_and_paired_ratios():
     assert (r["median"], r["min"], r["max"]) == (1.0, 0.5, 1.5)
 
 
+def test_median_ci_is_seeded_brackets_the_median_and_carries_the_load():
+    xs = [0.90 + 0.01 * ((7 * i) % 11) for i in range(40)]  # 0.90 .. 1.00, fixed
+    a, b = common.median_ci(xs), common.median_ci(list(xs))
+    assert a["ci90"] == b["ci90"] == list(common.bootstrap_median(xs))  # seeded: the same every time
+    lo, hi = a["ci90"]
+    assert min(xs) <= lo <= a["median"] <= hi <= max(xs) and lo < hi
+    assert len(a["load_avg"]) == 3 and a["cores"] >= 1
+    assert common.bootstrap_median([]) != common.bootstrap_median([])  # (nan, nan): nothing to resample
+    from shardlab.bench.tensor_parallel import bootstrap_median  # the old import still works
+    assert bootstrap_median is common.bootstrap_median
+    assert "[90% CI " in common.fmt_ci(a) and common.fmt_ci(common.median_ci([])) == "-"
+
+
+@pytest.mark.parametrize("ci, goal, direction, word", [
+    ((0.93, 0.95), 0.92, ">=", "meets"), ((0.88, 0.90), 0.92, ">=", "misses"),
+    ((0.90, 0.94), 0.92, ">=", "spans"), ((0.01, 0.02), 0.03, "<=", "meets"),
+    ((0.02, 0.04), 0.03, "<=", "spans"), ((0.04, 0.05), 0.03, "<=", "misses")])
+def test_goal_verdict_says_when_the_interval_spans_the_goal(ci, goal, direction, word):
+    assert word in common.goal_verdict(ci, goal, direction)
+    assert common.median_ci([ci[0], ci[1]] * 5, goal, direction)["goal"]["direction"] == direction
+
+
 def test_seed000_analytic_payload():
     p = microbatch.SEED000
     kib = [microbatch.payload_kib_per_token(p["params"], mb, p["seq"]) for mb in (1, 8)]

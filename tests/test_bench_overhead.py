@@ -48,3 +48,24 @@ def test_overhead_step_makes_the_calls_trainer_run_makes_per_step(tmp_path, monk
         shardlab_step(tr2)
     assert "after_step" in timed  # the doctor's per-step check, left out before
     assert timed == ran[:len(timed)] and len(ran) == len(timed)
+
+
+@pytest.mark.timeout(120)
+def test_cpu_mfu_breakdown_rows_add_up_to_the_step_and_unwrap_the_trainer(tmp_path):
+    """bench/efficiency.py: every profiled microsecond lands in one row (Python is the step's remainder),
+    the phases it marks are seen (the fused AdamW inside the optimizer row), and the wrappers go after."""
+    from shardlab.bench import efficiency
+    from shardlab.bench.overhead import shardlab_step
+    tr = _trainer(tmp_path, "bd", 4)
+    assert all(g["fused"] for g in tr.state.optimizer.param_groups)  # train/optim.py: one pass per tensor
+    shardlab_step(tr)
+    b = efficiency.breakdown(lambda: shardlab_step(tr), tr, 2, peak=1e11, gemm_flops=1e8, attn_flops=1e7)
+    rows = b["rows_ms"]
+    assert sum(rows.values()) == pytest.approx(b["step_ms"], rel=1e-6)
+    for row in ("optimizer (AdamW)", "gradient norm + clipping", "Linear GEMMs (mm, addmm)",
+                "attention (SDPA, fused CPU kernel)", efficiency.PYTHON):
+        assert rows[row] > 0, row
+    assert b["at_peak_ms"]["Linear GEMMs (mm, addmm)"] == pytest.approx(1.0)  # 1e8 FLOPs at 1e11 FLOP/s
+    assert 0 < b["step_cpu_ms"]
+    assert "clip_grad_norm_" not in vars(tr.par) and "next_batch" not in vars(tr.state.sampler)
+    assert len(efficiency.table_rows(b)) == len(rows) + 1

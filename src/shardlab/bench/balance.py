@@ -133,9 +133,10 @@ def run(out: Path, quick: bool) -> dict:
                          "steps": res["steps"][mode], "s_per_sample": res["s_per_sample"],
                          "straggler": _straggler(res["dir"], res["steps"][mode]),
                          "ranks_consistent": res["ranks_consistent"]})
-    gain = common.stats(ratios)
+    gain = common.median_ci(ratios, 1.35, ">=")
     err = common.stats(errs)
     figures = {"balance_gain": gain["median"], "balance_gain_min": gain["min"], "balance_gain_max": gain["max"],
+               "balance_gain_ci90": gain["ci90"], "balance_gain_load_avg": gain["load_avg"],
                "balance_gain_theory": theory_gain(FACTOR), "balance_shares_err": err["median"],
                "balance_shares_err_max": err["max"], "balance_ideal_share": ideal,
                "balance_found_share": statistics.median(r["slow_rank_share"] for r in rows if r["shares"] == "auto"),
@@ -174,7 +175,8 @@ def _report(out: Path, figures: dict, rows: list[dict], pairs: int, rounds: int,
         "## Figures\n\n" + "\n".join(f"- `{k}` = {fmt(v)}" for k, v in figures.items()),
         f"balance_gain = step time equal ÷ auto, median over {rounds * pairs} paired steps "
         f"({fmt(figures['balance_gain_min'])}–{fmt(figures['balance_gain_max'])}); theory "
-        f"{fmt(figures['balance_gain_theory'])} when compute is the whole step. balance_shares_err = "
+        f"{fmt(figures['balance_gain_theory'])} when compute is the whole step; "
+        f"{common.goal_verdict(figures['balance_gain_ci90'], 1.35)}. balance_shares_err = "
         f"|found − ideal| share of rank {SLOW_RANK} (ideal {figures['balance_ideal_share']:.3f}), median over rounds.",
         "## Straggler report, equal steps and auto steps of the same trace\n\n" + table,
         "![step times](balance.png)",

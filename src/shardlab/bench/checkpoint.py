@@ -291,7 +291,7 @@ def run(out_dir: Path, quick: bool, pool=None) -> dict:
             for name, s in stats.items():
                 _figure(figures, name + suffix, s)
                 goal, higher = GOALS[name]
-                verdicts[name + suffix] = common.goal_verdict(s, goal, higher)
+                verdicts[name + suffix] = common.goal_verdict(s["ci90"], goal, ">=" if higher else "<=")
             rows += res["rows"]
             loads[model] = res["load_avg"]
             per_model[model] = {"stats": stats, "busy": common.stats(res["steps_busy"]),

@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = module.run(out, args.quick)
     print(f"{args.suite}: {len(doc.get('rows', []))} rows in {time.perf_counter() - t0:.0f}s -> {out}/REPORT.md")
     for name, value in doc.get("figures", {}).items():
-        print(f"  {name} = {fmt_figure(value)}")
+        if isinstance(value, dict):  # a summary (interval, load, breakdown): results.json has it whole
+            continue
+        text = "[" + ", ".join(map(fmt_figure, value)) + "]" if isinstance(value, list) else fmt_figure(value)
+        print(f"  {name} = {text}")
     return 0
 
 

@@ -1,7 +1,9 @@
 """What every suite shares: running jobs, fair statistics, results.json, REPORT.md and plots.
 
 Fairness rules (seed 000 Q22): a suite fixes the model, its initialisation (train.seed), the data
-and the sequence length; excludes warm-up steps; reports medians with min-max; alternates the
+and the sequence length; excludes warm-up steps; reports medians with min-max, and every paired figure
+with a bootstrap 90% interval of its median and the load average it was measured under (`median_ci`,
+`fmt_ci`; `goal_verdict` says whether the interval clears the goal or spans it); alternates the
 configurations it compares (A B A B ...) so that drift in machine load hits both alike; and
 checks that the replicas stayed identical (`ranks_consistent`).
 """
@@ -143,7 +145,9 @@ def stats(xs: list[float]) -> dict:
 
 
 def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median: resample the values with replacement `n` times."""
+    """Percentile bootstrap interval of the median: resample the values with replacement `n` times.
+    Seeded: the same values give the same interval (a report can be re-derived from results.json)."""
+    xs = [x for x in xs if x is not None]
     if not xs:
         return (float("nan"), float("nan"))
     rng = random.Random(seed)
@@ -153,35 +157,63 @@ def bootstrap_median(xs: list[float], level: float = 0.90, n: int = 2000, seed: 
     return lo, hi
 
 
-def ratio_stats(xs: list[float]) -> dict:
-    """stats() plus the bootstrap 90% interval of the median (`ci90`: [lo, hi])."""
+def median_ci(xs: list[float], goal: float | None = None, direction: str = ">=") -> dict:
+    """A paired figure's summary: `stats` plus the bootstrap 90% interval of the median (`ci90`), the
+    load average when it was summarised (`load_avg`: 1, 5, 15 min; its 1-minute value covers the last
+    minute of measuring) and the machine's `cores`; with a `goal`, the verdict on it (`goal_verdict`)."""
     s = stats(xs)
     s["ci90"] = list(bootstrap_median(xs))
+    s["load_avg"] = [round(x, 2) for x in os.getloadavg()]
+    s["cores"] = os.cpu_count() or 1
+    if goal is not None:
+        s["goal"] = {"value": goal, "direction": direction, "verdict": goal_verdict(s["ci90"], goal, direction)}
     return s
 
 
-def goal_verdict(s: dict, goal: float, higher_is_better: bool) -> str:
-    """What a median with its 90% interval says about a goal: met, missed, or the interval spans it
-    (then the run cannot claim either)."""
+def goal_verdict(ci, goal: float, direction: str = ">=") -> str:
+    """Whether a figure's 90% interval clears its goal (`direction` ">=": the figure should be at least the
+    goal; "<=": at most). An interval that spans the goal establishes neither: the text says so."""
+    if direction not in (">=", "<="):
+        raise ValueError(f"goal direction must be '>=' or '<=', not {direction!r}")
+    lo, hi = ci
+    sign = "≥" if direction == ">=" else "≤"
+    if any(x is None or x != x for x in (lo, hi)):
+        return f"no interval: the goal {sign} {goal:g} is not judged"
+    good, bad = (lo >= goal, hi < goal) if direction == ">=" else (hi <= goal, lo > goal)
+    if good:
+        return f"meets the goal {sign} {goal:g} (the whole 90% interval {lo:.3g}–{hi:.3g})"
+    if bad:
+        return f"misses the goal {sign} {goal:g} (the whole 90% interval {lo:.3g}–{hi:.3g})"
+    return f"not established: the 90% interval {lo:.3g}–{hi:.3g} spans the goal {sign} {goal:g}"
+
+
+def fmt_ci(s: dict, scale: float = 1.0, digits: int = 3) -> str:
+    """'median [90% CI lo–hi] (load L on C cores)' for a `median_ci` summary."""
+    if s.get("median") is None:
+        return "-"
+    f = f"{{:.{digits}f}}"
     lo, hi = s["ci90"]
-    good = (lambda x: x >= goal) if higher_is_better else (lambda x: x <= goal)
-    if good(lo) and good(hi):
-        return "met"
-    if not good(lo) and not good(hi):
-        return "missed"
-    return "interval spans the goal"
+    load = f", load {s['load_avg'][0]:.1f} on {s['cores']} cores" if "load_avg" in s else ""
+    return f"{f.format(s['median'] * scale)} [90% CI {f.format(lo * scale)}–{f.format(hi * scale)}{load}]"
+
+
+def ratio_stats(xs: list[float]) -> dict:
+    """A paired ratio's summary: `median_ci` without a goal (the checkpoint and TP suites' name for it)."""
+    return median_ci(xs)
 
 
 def paired_ratios(a: list[float], b: list[float]) -> dict:
-    """Ratio b_i / a_i of each A/B pair (run back to back), summarised."""
-    return stats([y / x for x, y in zip(a, b) if x])
+    """Ratio b_i / a_i of each A/B pair (run back to back), summarised with its interval (`median_ci`)."""
+    return median_ci([y / x for x, y in zip(a, b) if x])
 
 
 def fmt_stats(s: dict, scale: float = 1.0, digits: int = 2) -> str:
+    """'median (min–max)'; a `median_ci` summary also shows its interval: 'median [90% CI lo–hi] (min–max)'."""
     if s["median"] is None:
         return "-"
     f = f"{{:.{digits}f}}"
-    return f"{f.format(s['median'] * scale)} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
+    ci = f" [90% CI {f.format(s['ci90'][0] * scale)}–{f.format(s['ci90'][1] * scale)}]" if "ci90" in s else ""
+    return f"{f.format(s['median'] * scale)}{ci} ({f.format(s['min'] * scale)}–{f.format(s['max'] * scale)})"
 
 
 # --- output ----------------------------------------------------------------------------------------
@@ -210,7 +242,9 @@ def load_note(load: float, cores: int) -> str:
 def machine_line() -> str:
     import torch
     return (f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, gloo over loopback, one thread per rank; "
-            f"run {time.strftime('%Y-%m-%d %H:%M')}; {load_note(os.getloadavg()[0], os.cpu_count() or 1)}.")
+            f"run {time.strftime('%Y-%m-%d %H:%M')}; {load_note(os.getloadavg()[0], os.cpu_count() or 1)}. "
+            "Paired figures: median [bootstrap 90% interval of the median] (min–max); results.json keeps each "
+            "one's interval (`ci90`) and the load average it was measured under (`load_avg`).")
 
 
 def write_report(out: Path, title: str, sections: list[str]) -> Path:

@@ -94,6 +94,7 @@ def run(out: Path, quick: bool) -> dict:
             figures[f"step_time_ratio_powersgd_{impl}_r{rank}_vs_fp32"] = row["step_time_s"]["median"] / ref_t
         paired = common.paired_ratios(torch_["round_medians_s"], own["round_medians_s"])
         figures[f"step_ratio_powersgd_own_vs_torch_r{rank}"] = paired["median"]
+        figures[f"step_ratio_powersgd_own_vs_torch_r{rank}_ci90"] = paired["ci90"]
         own["step_ratio_vs_torch"] = paired
     figures["ranks_consistent"] = common.consistent(list(runs.values()))
     doc = common.write_results(out, "compression", figures, rows)

@@ -219,7 +219,7 @@ def measure(quick: bool = True) -> dict:
             rows.append({"seq_len": seq, "config": row, "tokens_per_rank": seq // (2 if row == "cp2" else 1),
                          "act_bytes": max(p["acts"][row] for p in per),
                          "peak_mem_bytes": max(p["peaks"][row] for p in per), "peak_mem_kind": per[0]["kind"],
-                         "step_s": t, "step_ratio_cp2_cp1": common.stats(pairs) if row == "cp2" else None,
+                         "step_s": t, "step_ratio_cp2_cp1": common.median_ci(pairs) if row == "cp2" else None,
                          "kv_bytes_per_step": per[0]["sent"] if row == "cp2" else 0,
                          "analytic_kv_bytes_per_step": analytic if row == "cp2" else 0})
     longest = size["seqs"][-1]
@@ -253,6 +253,7 @@ def measure(quick: bool = True) -> dict:
                                         / min(b["contiguous"]["flops"] for b in bal)),
         "cp_comm_exact": 1.0 if all(exact) else 0.0,
         "cp_step_ratio": step["median"], "cp_step_ratio_min": step["min"], "cp_step_ratio_max": step["max"],
+        "cp_step_ratio_ci90": step["ci90"], "cp_step_ratio_load_avg": step["load_avg"],
         "ranks_consistent": all(consistent),
     }
     balance = [{"rank": i, **{f"{lay}_flops": d["flops"] for lay, d in b.items()},
@@ -304,6 +305,7 @@ def run(out, quick: bool) -> dict:
         f"{f['cp_balance_live_contiguous']:.3f}; FLOPs "
         f"{f['cp_flops_balance']:.3f} vs {f['cp_flops_balance_contiguous']:.3f}), cp_comm_exact = "
         f"{f['cp_comm_exact']:.0f}, cp_step_ratio = {f['cp_step_ratio']:.3f} "
+        f"[90% CI {f['cp_step_ratio_ci90'][0]:.3f}–{f['cp_step_ratio_ci90'][1]:.3f}] "
         f"({f['cp_step_ratio_min']:.3f}–{f['cp_step_ratio_max']:.3f}), peak memory ratio "
         f"{f['cp_peak_mem_ratio']:.3f}."])
     return doc

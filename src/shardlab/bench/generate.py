@@ -82,6 +82,7 @@ def run(out: Path, quick: bool) -> dict:
     lanes = common.paired_ratios(ranks["lanes1"], ranks["lanes2"])
     figures = {"kv_cache_speedup": kv["median"], "pp_lanes_gain": lanes["median"]}
     doc = common.write_results(out, "generate", figures, rows)
+    doc["figure_stats"] = {"kv_cache_speedup": kv, "pp_lanes_gain": lanes}  # interval and load of each
     doc["figure_notes"] = {
         "kv_cache_speedup": f"tokens/s with / without the KV cache, 1 prompt of 32 bytes, {new_tokens} new tokens"
                             f"{' (--quick; the full suite uses 256)' if quick else ''}; median of {pairs} pairs",

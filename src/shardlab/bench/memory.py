@@ -171,7 +171,7 @@ def _rows(size: dict, got: dict) -> list[dict]:
     for row in rows_of(size):
         dp, mode, off = row
         r, plan = got["res"][row], _planner(size, row)
-        ratio = common.stats(got["paired"][row][warm:]) if row in got["paired"] else None
+        ratio = common.median_ci(got["paired"][row][warm:]) if row in got["paired"] else None
         out.append({"preset": size["name"], "dp": dp, "recompute": mode, "offload": off,
                     "step_s": common.stats(got["times"][row][warm:]), "time_ratio_vs_base": ratio,
                     "time_ratios": got["paired"].get(row, [])[warm:],
@@ -189,10 +189,11 @@ def _figures(rows: list[dict], prefix: str) -> dict:
     for mode in ("full", "selective"):
         ratios = [by[(dp, mode, "none")]["time_ratio_vs_base"] for dp in DPS]
         f[f"{prefix}recompute_{mode}_act_ratio"] = by[("ddp", mode, "none")]["act_bytes"] / by[("ddp", "none", "none")]["act_bytes"]
-        pooled = common.stats([x for dp in DPS for x in by[(dp, mode, "none")]["time_ratios"]])  # both dp layers' rounds
+        pooled = common.median_ci([x for dp in DPS for x in by[(dp, mode, "none")]["time_ratios"]])  # both dp layers' rounds
         f[f"{prefix}recompute_{mode}_time_ratio"] = pooled["median"]
         f[f"{prefix}recompute_{mode}_time_ratio_min"] = pooled["min"]
         f[f"{prefix}recompute_{mode}_time_ratio_max"] = pooled["max"]
+        f[f"{prefix}recompute_{mode}_time_ratio_ci90"] = pooled["ci90"]
         for dp, r in zip(DPS, ratios):
             f[f"{prefix}recompute_{mode}_time_ratio_{dp}"] = r["median"]
             f[f"{prefix}recompute_{mode}_peak_step_ratio_{dp}"] = \
@@ -267,7 +268,9 @@ def _report(out: Path, rows: list[dict], figures: dict, sizes: list[dict], plot:
           f"{r['act_planner_bytes'] / mib:.2f}", f"{r['peak_step_bytes'] / mib:.1f}",
           f"{r['peak_run_bytes'] / mib:.1f}", f"{r['state_planner_bytes'] / mib:.1f}"]
          for r in rows])
-    fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
+    fig = "\n".join(f"- `{k}` = {v:.3f}" + (f" [90% CI {figures[k + '_ci90'][0]:.3f}–{figures[k + '_ci90'][1]:.3f}]"
+                                            if k + "_ci90" in figures else "")
+                     for k, v in figures.items() if isinstance(v, float))
     models = "; ".join(
         f"{s['name']}: n_layer={s['model']['n_layer']} n_head={s['model']['n_head']} d_model={s['model']['d_model']} "
         f"vocab {s['model']['vocab_size']}, micro-batch {s['micro']} x {s['seq']} tokens per rank, {s['rounds']} rounds "

@@ -197,9 +197,10 @@ def run(out: Path, quick: bool) -> dict:
     figures = {}
     by = {r["strategy"]: r for r in rows}
     for a, b, key in PAIRS:
-        ratio = common.stats(res["paired"][key][warm:])
+        ratio = common.median_ci(res["paired"][key][warm:])
         figures[f"{key}_step_ratio"] = ratio["median"]
         figures[f"{key}_step_ratio_min"], figures[f"{key}_step_ratio_max"] = ratio["min"], ratio["max"]
+        figures[f"{key}_step_ratio_ci90"], figures[f"{key}_step_ratio_load_avg"] = ratio["ci90"], ratio["load_avg"]
         figures[f"{key}_mem_ratio"] = by[a]["peak_mem_bytes"] / by[b]["peak_mem_bytes"]
     doc = common.write_results(out, "strategies", figures, rows)
     plot = _plot(out, rows, res["kind"])
@@ -218,7 +219,9 @@ def _report(out: Path, rows: list[dict], figures: dict, size: dict, plot: Path) 
           f"{r['state_bytes']['grads'] / mib:.2f}/{r['state_bytes']['optimizer'] / mib:.2f})",
           f"{r['state_bytes']['transient'] / mib:.2f}" if "transient" in r["state_bytes"] else "-",
           "yes" if r["pareto"] else "", "yes" if r["pareto_state"] else ""] for r in sorted(rows, key=lambda r: r["peak_mem_bytes"])])
-    fig = "\n".join(f"- `{k}` = {v:.3f}" for k, v in figures.items())
+    fig = "\n".join(f"- `{k}` = {v:.3f}" + (f" [90% CI {figures[k + '_ci90'][0]:.3f}–{figures[k + '_ci90'][1]:.3f}]"
+                                            if k + "_ci90" in figures else "")
+                     for k, v in figures.items() if isinstance(v, float))
     m = size["model"]
     write = common.write_report
     write(out, "Strategies: throughput vs memory", [

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from shardlab.bench.common import bootstrap_median  # noqa: F401 - moved to common; old imports keep working
+
 MICRO_BATCH, SEQ = 8, 128  # B sequences per rank of the global batch, tokens per sequence
 SIZES = {"quick": dict(rounds=9, warm=2, mem_steps=2, model=dict(n_layer=2, n_head=4, d_model=128)),
          "full": dict(rounds=24, warm=4, mem_steps=3, model=dict(n_layer=4, n_head=4, d_model=256))}

@@ -55,5 +55,6 @@ def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int =
 
 
 def figures(result: dict, warm: int) -> dict:
-    ratio = common.stats([u / t for t, u in zip(result["traced"][warm:], result["untraced"][warm:])])  # noqa: E501
-    return {"trace_overhead": ratio["median"], "trace_overhead_min": ratio["min"], "trace_overhead_max": ratio["max"]}
+    ratio = common.median_ci([u / t for t, u in zip(result["traced"][warm:], result["untraced"][warm:])])  # noqa: E501
+    return {"trace_overhead": ratio["median"], "trace_overhead_min": ratio["min"], "trace_overhead_max": ratio["max"],
+            "trace_overhead_ci90": ratio["ci90"], "trace_overhead_load_avg": ratio["load_avg"]}

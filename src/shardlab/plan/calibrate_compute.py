@@ -158,7 +158,7 @@ def measure_compute(models: list[ModelSpec], micro_batches, quick: bool) -> dict
                 if r is not None:
                     table.update(r[0])
                     in_situ.append(r[1])
-    # optimizer: shardlab's AdamW (foreach=False, decay groups) + grad-norm clip; least squares
+    # optimizer: shardlab's AdamW (fused, decay groups) + grad-norm clip; least squares
     # t = a*tensors + b*params over the in-situ points, else timed alone at the models' parameter
     # shapes plus per-tensor and per-element anchors
     pts = in_situ or ([_adam_time([n for _, n in m.param_shapes()], mt) for m in models]

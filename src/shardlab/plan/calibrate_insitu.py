@@ -167,13 +167,13 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
 
 def adamw_step(params: list, zero_grad: bool = True):
     """The optimizer step as shardlab's trainer runs it, for timing: per-tensor grad norm, clip, AdamW
-    (foreach=False; matrices decayed, 1-D tensors not, as train/optim.py groups them: the decay is a
+    (fused, as train/optim.py builds it; matrices decayed, 1-D tensors not, as train/optim.py groups them: the decay is a
     pass over the weights of its own), then grads set to None unless `zero_grad=False`."""
     import torch
     decay = [p for p in params if p.dim() >= 2]
     rest = [p for p in params if p.dim() < 2]
     groups = [g for g in ({"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}) if g["params"]]
-    opt = torch.optim.AdamW(groups, lr=1e-4, foreach=False)
+    opt = torch.optim.AdamW(groups, lr=1e-4, fused=True)
 
     def step():
         sq = torch.zeros(1)

