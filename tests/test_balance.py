@@ -173,7 +173,7 @@ def test_pp_split_auto_trains(pool2, tmp_path):
 def test_bench_balance_quick(tmp_path, monkeypatch, capsys):
     """Through `shardlab bench`'s main in this process (its ranks are a real pool either way) on a 1-layer toy
     model instead of --quick's: nothing below is a time, and the shares' bookkeeping holds for any model.
-    (A real `shardlab bench` process: test_cp.py::test_bench_context_quick.)"""
+    (A real `shardlab bench` process: test_bench_generate.py.)"""
     from shardlab.bench import common
     from shardlab.bench.cli import main as bench_main
 

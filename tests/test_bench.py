@@ -56,7 +56,7 @@ def _check(out, suite):
 # The two quick suites below run through `shardlab bench`'s own main in this process (its launches of
 # ranks are real torchrun processes either way), on a smaller model than --quick's: what they assert is
 # counted, not timed, and holds for any model; the figures' sizes are the bench's business. That a real
-# `shardlab bench` process runs a suite end to end is test_cp.py's bench test (`bench context --quick`).
+# `shardlab bench` process runs a suite end to end is test_bench_generate.py (`bench generate --quick`).
 TOY = ["model.preset=custom", "model.n_layer=1", "model.n_head=2", "model.d_model=32"]
 
 
