@@ -125,13 +125,16 @@ def hf_dir(tmp_path_factory):
     return _write_hf(decisive_model(), tmp_path_factory.mktemp("gen") / "hf")
 
 
-def test_cli_json_stdout_is_one_object_per_prompt(hf_dir):
-    r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json"])
-    assert r.returncode == 0, r.stderr
-    lines = [json.loads(line) for line in r.stdout.splitlines()]
+def test_cli_json_stdout_is_one_object_per_prompt(hf_dir, capsys):
+    # in-process (the main a `shardlab generate` process runs); the real process, launched at pp=2, is the
+    # next-but-one test, which checks the same stdout and stderr
+    from shardlab.generate.cli import main
+    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json"]) == 0
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
     assert [d["prompt"] for d in lines] == ["def main():", "x"]
     assert [d["tokens"] for d in lines] == _single()[:2].tolist()
-    assert "tokens/s" in r.stderr and "KV cache" in r.stderr
+    assert "tokens/s" in err and "KV cache" in err
 
 
 def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
@@ -148,7 +151,10 @@ def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
                  "parallel.pp=2"], timeout=240)
     assert r.returncode == 0, r.stderr
-    assert [json.loads(line)["tokens"] for line in r.stdout.splitlines()] == _single()[:2].tolist()
+    lines = [json.loads(line) for line in r.stdout.splitlines()]  # one object per prompt, nothing else on stdout
+    assert [d["prompt"] for d in lines] == ["def main():", "x"]
+    assert [d["tokens"] for d in lines] == _single()[:2].tolist()
+    assert "tokens/s" in r.stderr and "KV cache" in r.stderr
 
 
 @pytest.mark.parametrize("args,words", [
