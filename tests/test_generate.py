@@ -177,16 +177,31 @@ def test_cli_bad_input_is_one_line_exit_2(hf_dir, tmp_path, monkeypatch, capsys,
     assert out == "" and list(tmp_path.iterdir()) == []
 
 
-def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path):
+def _train_tp2(run: Path) -> None:
+    """What `shardlab train --config configs/tiny.toml --nproc 2 parallel.tp=2 ...` runs on each rank, on the
+    module's pool (a real tp=2 CLI run is test_tp_compose.py's)."""
+    import contextlib
+    import io
+
+    from shardlab import comm, config, launch
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(Path(__file__).resolve().parent.parent / "configs" / "tiny.toml",
+                      ["parallel.tp=2", "parallel.dp=ddp", "train.steps=2", "train.eval_every=0"])
+    config.validate(cfg, comm.world_size())
+    if comm.rank() == 0:
+        launch.write_config(run, cfg)
+    with contextlib.redirect_stdout(io.StringIO()):
+        Trainer(cfg, run).run()
+
+
+def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path, pool2):
     # A checkpoint written by tensor-parallel training (2 ranks, sharded DTensors) loads on one device
     # through DCP's reshard path; its HF export gives the same weights and the same tokens.
     from shardlab.checkpoint.hf import export_hf
     from shardlab.generate.load import load_model, step_dir
     run = tmp_path / "run"
-    r = run_cli(["train", "--config", "configs/tiny.toml", "--nproc", "2", "parallel.tp=2", "parallel.dp=ddp",
-                 "train.steps=2", "train.eval_every=0", "--out", str(run)], timeout=300,
-                cwd=Path(__file__).resolve().parent.parent)
-    assert r.returncode == 0, r.stderr[-4000:]
+    pool2.run(_train_tp2, run, timeout=300)
     ours = load_model(run)
     exported = load_model(export_hf(step_dir(run), tmp_path / "hf"))
     for (name, a), (_, b) in zip(ours.named_parameters(), exported.named_parameters()):
