@@ -2,6 +2,7 @@
 config's one-line refusals, parity of shares 1:3 with equal shares through the real trainer (ddp and
 zero2, world 2), auto measuring a slowed rank, and checkpoints recording the shares."""
 import json
+import time
 
 import pytest
 import torch
@@ -179,7 +180,7 @@ def test_bench_balance_quick(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setitem(common.MODEL, "quick", ["model.preset=custom", "model.n_layer=1", "model.n_head=2",
                                                 "model.d_model=32"])
-    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(__import__("time").time()))  # progress's clock, restored after
+    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(time.time()))  # progress's clock, restored after
     assert bench_main(["balance", "--quick", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     doc = json.loads((tmp_path / "results.json").read_text())

@@ -1,6 +1,7 @@
 """The bench framework: statistics, the Pareto frontier, the analytic payload, and two quick suites
 end to end (results.json contract, plots, the seed 000 figures)."""
 import json
+import time
 
 import pytest
 
@@ -62,7 +63,7 @@ TOY = ["model.preset=custom", "model.n_layer=1", "model.n_head=2", "model.d_mode
 
 def _bench(monkeypatch, capsys, *argv) -> tuple[str, str]:
     monkeypatch.setitem(common.MODEL, "quick", TOY)
-    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(__import__("time").time()))  # progress's clock, restored after
+    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(time.time()))  # progress's clock, restored after
     assert bench_main(list(argv)) == 0
     return capsys.readouterr()
 

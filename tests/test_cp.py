@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 
 import pytest
 import torch
@@ -188,7 +189,7 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     from shardlab.bench.cli import main as bench_main
 
     monkeypatch.setitem(context.SIZES, "quick", dict(seqs=[64, 128], rounds=2, warm=1, attn_seq=256, attn_reps=3))
-    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(__import__("time").time()))  # progress's clock, restored after
+    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(time.time()))  # progress's clock, restored after
     assert bench_main(["context", "--quick", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     doc = json.loads((tmp_path / "results.json").read_text())
