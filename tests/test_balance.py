@@ -2,6 +2,7 @@
 config's one-line refusals, parity of shares 1:3 with equal shares through the real trainer (ddp and
 zero2, world 2), auto measuring a slowed rank, and checkpoints recording the shares."""
 import json
+import time
 
 import pytest
 import torch
@@ -170,11 +171,18 @@ def test_pp_split_auto_trains(pool2, tmp_path):
     assert len(results[0][0]) == 2 and all(r[2]["steps"] == 2 for r in results)
 
 
-def test_bench_balance_quick(tmp_path):
-    from shardlab.testing import run_cli
+def test_bench_balance_quick(tmp_path, monkeypatch, capsys):
+    """Through `shardlab bench`'s main in this process (its ranks are a real pool either way) on a 1-layer toy
+    model instead of --quick's: nothing below is a time, and the shares' bookkeeping holds for any model.
+    (A real `shardlab bench` process: test_bench_generate.py.)"""
+    from shardlab.bench import common
+    from shardlab.bench.cli import main as bench_main
 
-    r = run_cli(["bench", "balance", "--quick", "--out", str(tmp_path)], timeout=400)
-    assert r.returncode == 0, r.stderr[-8000:]
+    monkeypatch.setitem(common.MODEL, "quick", ["model.preset=custom", "model.n_layer=1", "model.n_head=2",
+                                                "model.d_model=32"])
+    monkeypatch.setenv("SHARDLAB_BENCH_T0", str(time.time()))  # progress's clock, restored after
+    assert bench_main(["balance", "--quick", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["suite"] == "balance" and doc["figures"]["ranks_consistent"] is True
     f = doc["figures"]

@@ -8,6 +8,8 @@ from shardlab.testing import run_cli
 
 
 def test_bench_generate_quick(tmp_path):
+    # the one bench test that is a real `shardlab bench` process (the other suites' tests call bench's main
+    # in-process): keep it a subprocess
     r = run_cli(["bench", "generate", "--quick", "--out", str(tmp_path)], timeout=420)
     assert r.returncode == 0, r.stderr[-8000:]
     doc = json.loads((tmp_path / "results.json").read_text())

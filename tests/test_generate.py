@@ -125,13 +125,16 @@ def hf_dir(tmp_path_factory):
     return _write_hf(decisive_model(), tmp_path_factory.mktemp("gen") / "hf")
 
 
-def test_cli_json_stdout_is_one_object_per_prompt(hf_dir):
-    r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json"])
-    assert r.returncode == 0, r.stderr
-    lines = [json.loads(line) for line in r.stdout.splitlines()]
+def test_cli_json_stdout_is_one_object_per_prompt(hf_dir, capsys):
+    # in-process (the main a `shardlab generate` process runs); the real process, launched at pp=2, is the
+    # next-but-one test, which checks the same stdout and stderr
+    from shardlab.generate.cli import main
+    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json"]) == 0
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
     assert [d["prompt"] for d in lines] == ["def main():", "x"]
     assert [d["tokens"] for d in lines] == _single()[:2].tolist()
-    assert "tokens/s" in r.stderr and "KV cache" in r.stderr
+    assert "tokens/s" in err and "KV cache" in err
 
 
 def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
@@ -148,7 +151,10 @@ def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
                  "parallel.pp=2"], timeout=240)
     assert r.returncode == 0, r.stderr
-    assert [json.loads(line)["tokens"] for line in r.stdout.splitlines()] == _single()[:2].tolist()
+    lines = [json.loads(line) for line in r.stdout.splitlines()]  # one object per prompt, nothing else on stdout
+    assert [d["prompt"] for d in lines] == ["def main():", "x"]
+    assert [d["tokens"] for d in lines] == _single()[:2].tolist()
+    assert "tokens/s" in r.stderr and "KV cache" in r.stderr
 
 
 @pytest.mark.parametrize("args,words", [
@@ -171,16 +177,31 @@ def test_cli_bad_input_is_one_line_exit_2(hf_dir, tmp_path, monkeypatch, capsys,
     assert out == "" and list(tmp_path.iterdir()) == []
 
 
-def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path):
+def _train_tp2(run: Path) -> None:
+    """What `shardlab train --config configs/tiny.toml --nproc 2 parallel.tp=2 ...` runs on each rank, on the
+    module's pool (a real tp=2 CLI run is test_tp_compose.py's)."""
+    import contextlib
+    import io
+
+    from shardlab import comm, config, launch
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(Path(__file__).resolve().parent.parent / "configs" / "tiny.toml",
+                      ["parallel.tp=2", "parallel.dp=ddp", "train.steps=2", "train.eval_every=0"])
+    config.validate(cfg, comm.world_size())
+    if comm.rank() == 0:
+        launch.write_config(run, cfg)
+    with contextlib.redirect_stdout(io.StringIO()):
+        Trainer(cfg, run).run()
+
+
+def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path, pool2):
     # A checkpoint written by tensor-parallel training (2 ranks, sharded DTensors) loads on one device
     # through DCP's reshard path; its HF export gives the same weights and the same tokens.
     from shardlab.checkpoint.hf import export_hf
     from shardlab.generate.load import load_model, step_dir
     run = tmp_path / "run"
-    r = run_cli(["train", "--config", "configs/tiny.toml", "--nproc", "2", "parallel.tp=2", "parallel.dp=ddp",
-                 "train.steps=2", "train.eval_every=0", "--out", str(run)], timeout=300,
-                cwd=Path(__file__).resolve().parent.parent)
-    assert r.returncode == 0, r.stderr[-4000:]
+    pool2.run(_train_tp2, run, timeout=300)
     ours = load_model(run)
     exported = load_model(export_hf(step_dir(run), tmp_path / "hf"))
     for (name, a), (_, b) in zip(ours.named_parameters(), exported.named_parameters()):

@@ -103,11 +103,20 @@ def test_a_llama_training_checkpoint_generates_as_its_hf_export(tmp_path):
     from shardlab.checkpoint.hf import export_hf
     from shardlab.generate.cli import main
     from shardlab.generate.load import load_model, step_dir
-    from shardlab.testing.cli import run_cli
+    import contextlib
+    import io
+
+    from shardlab import config, launch
+    from shardlab.train.trainer import Trainer
     run = tmp_path / "run"
-    r = run_cli(["train", "--nproc", "1", "model.preset=llama-tiny", "train.steps=1", "train.eval_every=0",
-                 "train.seq_len=32", "--out", str(run)], timeout=300, cwd=Path(__file__).resolve().parent.parent)
-    assert r.returncode == 0, r.stderr[-4000:]
+    # one process's training, in this process (what `shardlab train --nproc 1 parallel.strategy=single` runs;
+    # a real llama training process is test_llama.py's configs/llama-small.toml run)
+    cfg = config.load(None, ["model.preset=llama-tiny", "train.steps=1", "train.eval_every=0", "train.seq_len=32",
+                             "parallel.strategy=single"])
+    config.validate(cfg, 1)
+    launch.write_config(run, cfg)
+    with contextlib.redirect_stdout(io.StringIO()):
+        Trainer(cfg, run).run()
     ours = load_model(run)
     assert type(ours).__name__ == "Llama" and ours.cfg.n_kv_heads == 2
     exported = load_model(export_hf(step_dir(run), tmp_path / "hf"))

@@ -1,6 +1,8 @@
 """Pipeline parallelism from the command line: a pp=2 run's checkpoint continues under single, ddp and
 zero3 with the same next losses (and zero3's back under pp=2), and bad pipeline settings are one line,
 exit 2, before launch."""
+import contextlib
+import io
 import json
 from pathlib import Path
 
@@ -17,7 +19,25 @@ def _losses(run: Path) -> dict:
             if "loss" in r}
 
 
-def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_and_back(tmp_path):
+def _continue(run_dir: str, pp_run: str, overrides: list[str]) -> dict:
+    """What `shardlab train --config configs/tiny.toml ... ckpt.resume=<pp_run's checkpoint>` builds (the
+    saved run's config.toml as the base, the overrides on top), trained in this process: on every rank of
+    a pool, or alone for world 1. Rank 0's losses by step."""
+    from shardlab import comm, config, resume
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(ROOT / BASE[1], BASE[2:] + overrides,
+                      base=resume.base_config(resume.stored_config(Path(pp_run))))
+    config.validate(cfg, comm.world_size())
+    with contextlib.redirect_stdout(io.StringIO()):
+        Trainer(cfg, Path(run_dir)).run()
+    return _losses(Path(run_dir)) if comm.rank() == 0 else {}
+
+
+def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_and_back(tmp_path, pool2):
+    """The pp=2 run is a real `shardlab train` process (and `shardlab trace` reads it); the continuations
+    run the same trainer on the module's pool (the CLI's ckpt.resume with a layout change is a real process
+    in test_tp_compose.py and test_cp.py), each from the config the CLI would build."""
     pp = tmp_path / "pp"
     r = run_cli(["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
                  "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
@@ -30,20 +50,16 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
     for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=ddp"), (2, "parallel.strategy=zero3")):
         out = tmp_path / layout.split("=")[1]
         # resuming starts from the pp run's config: pp=1 is the layout change asked for; zero3 saves step 4
-        r = run_cli(["train", "--nproc", str(nproc), "--out", str(out), *BASE, layout, "parallel.pp=1", "train.steps=5",
-                     "ckpt.final=false", "ckpt.every=4", f"ckpt.resume={pp / 'checkpoints' / 'step_000003'}"],
-                    timeout=300, cwd=ROOT)
-        assert r.returncode == 0, r.stderr[-3000:]
-        got = _losses(out)
+        over = [layout, "parallel.pp=1", "train.steps=5", "ckpt.final=false", "ckpt.every=4",
+                "trace.enabled=false", f"ckpt.resume={pp / 'checkpoints' / 'step_000003'}"]
+        got = _continue(out, pp, over) if nproc == 1 else pool2.run(_continue, out, pp, over, timeout=300)[0]
         for step in (4, 5):  # fp32; the same sums split another way: round-off only
             assert got[step] == pytest.approx(ref[step], rel=1e-5), (layout, step)
     # and back: zero3's step-4 checkpoint (parameters and optimizer state sharded over dp) into two stages
     back = tmp_path / "back"
-    r = run_cli(["train", "--nproc", "2", "--out", str(back), *BASE, "parallel.strategy=ddp", "parallel.pp=2",
-                 "train.steps=5", "ckpt.final=false", f"ckpt.resume={tmp_path / 'zero3' / 'checkpoints' / 'step_000004'}"],
-                timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert _losses(back)[5] == pytest.approx(ref[5], rel=1e-5)
+    over = ["parallel.strategy=ddp", "parallel.pp=2", "train.steps=5", "ckpt.final=false", "trace.enabled=false",
+            f"ckpt.resume={tmp_path / 'zero3' / 'checkpoints' / 'step_000004'}"]
+    assert pool2.run(_continue, back, pp, over, timeout=300)[0][5] == pytest.approx(ref[5], rel=1e-5)
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -62,13 +78,20 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
     (["--nproc", "4", "parallel.pp=2", "parallel.strategy=torch-fsdp2", "parallel.pp_schedule=zb",
       "train.grad_accum=2"], "zero2 or zero3, or another schedule"),
 ])
-def test_bad_pipeline_settings_are_one_line(tmp_path, args, needle):
+def test_bad_pipeline_settings_are_one_line(tmp_path, capsys, monkeypatch, args, needle):
+    # in-process (the `main` a subprocess runs calls this same cmd_train): every one of these is refused
+    # before anything launches, so a fresh interpreter per case proves nothing more; that a real
+    # `shardlab train` process turns a refusal into one line and exit 2 is test_config's subprocess test.
+    from shardlab import cli
+
+    monkeypatch.chdir(ROOT)
     out = tmp_path / "run"
     nproc = [] if "--nproc" in args else ["--nproc", "2"]
-    r = run_cli(["train", *nproc, "--out", str(out), "--config", "configs/tiny.toml", *args], timeout=120, cwd=ROOT)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and needle in lines[0], r.stderr
+    code = cli.cmd_train([*nproc, "--out", str(out), "--config", "configs/tiny.toml", *args])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], err
     assert not out.exists()
 
 

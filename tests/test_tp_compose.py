@@ -84,36 +84,30 @@ def test_tp2_x_ddp_with_dropout_keeps_replicas_identical(pool4, sp):
     assert outs[0]["losses"] != pytest.approx(_single()["losses"], rel=1e-3)  # dropout is on
 
 
-def test_cli_train_tp2_loss_equals_single(tmp_path):
+def test_cli_tp2_equals_single_and_its_checkpoint_resumes_on_one_device(tmp_path):
+    """`shardlab train --nproc 2 parallel.tp=2`: training and validation losses equal the single-device
+    run's; its checkpoint (the bare model's names, split tensors as DTensors over tp) resumes on one
+    process, and the next step's loss and validation loss equal an uninterrupted single-device run's.
+    (One tp run and one single run serve both checks: the single run's first two steps are the
+    reference for the tp run, its third for the resumed one.)"""
     common = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
-              "train.steps=2", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=2",
-              "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
-    losses = {}
-    for name, args in (("tp", ["--nproc", "2", "parallel.tp=2"]), ("single", ["parallel.strategy=single"])):
-        run = tmp_path / name
-        proc = run_cli(["train", *args, *common, "--out", str(run)], timeout=400)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-        losses[name] = [r[k] for r in rows for k in ("loss", "val_loss") if k in r]
-    assert len(losses["tp"]) >= 3  # two training losses and at least one evaluation
-    torch.testing.assert_close(losses["tp"], losses["single"], rtol=1e-5, atol=0)
-
-
-def test_tp2_checkpoint_resumes_on_one_device(tmp_path):
-    """A tp=2 run's checkpoint (the bare model's names, split tensors as DTensors over tp) resumes on one
-    process: its next step's loss equals an uninterrupted single-device run's."""
-    common = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
-              "train.warmup_steps=1", "train.log_every=1", "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
-    runs = {"tp": ["--nproc", "2", "parallel.tp=2", "train.steps=2", "train.eval_every=2", "ckpt.final=true"],
-            "whole": ["parallel.strategy=single", "train.steps=3", "train.eval_every=3"]}
+              "train.warmup_steps=1", "train.log_every=1", "train.eval_every=2", "train.eval_seqs=8",
+              "doctor.hang_timeout_s=0"]
+    runs = {"tp": ["--nproc", "2", "parallel.tp=2", "train.steps=2", "ckpt.final=true"],
+            "whole": ["parallel.strategy=single", "train.steps=3"]}
     # resuming starts from the tp run's config and world size: the layout change is asked for explicitly
     runs["resumed"] = runs["whole"] + ["--nproc", "1", "parallel.tp=1",
                                        f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
-    last = {}
+    rows = {}
     for name, args in runs.items():  # in order: the resume reads the tp run's checkpoint
         proc = run_cli(["train", *args, *common, "--out", str(tmp_path / name)], timeout=400)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        last[name] = json.loads((tmp_path / name / "metrics.jsonl").read_text().splitlines()[-1])
+        rows[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    losses = {n: [r[k] for r in rows[n] for k in ("loss", "val_loss") if k in r and r["step"] <= 2]
+              for n in ("tp", "whole")}
+    assert len(losses["tp"]) >= 3  # two training losses and at least one evaluation
+    torch.testing.assert_close(losses["tp"], losses["whole"], rtol=1e-5, atol=0)
+    last = {n: rows[n][-1] for n in ("whole", "resumed")}
     assert last["resumed"]["step"] == 3
     for key in ("loss", "val_loss"):
         assert last["resumed"][key] == pytest.approx(last["whole"][key], rel=1e-5)
