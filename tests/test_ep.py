@@ -180,7 +180,7 @@ def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
         tpe = r["moe_tokens_per_expert"]
         assert r["moe_tokens_per_ep_rank"] == [tpe[0] + tpe[1], tpe[2] + tpe[3]]  # one ep group of 2
         layers = r["moe_tokens_per_layer_expert"]
-        assert all(sum(layer) == 8 * 32 for layer in layers)  # both ranks' sequences: the global batch
+        assert all(sum(layer) == 8 * 32 * 2 for layer in layers)  # both ranks' slots: the global batch
         assert r["moe_load_imbalance"] == pytest.approx(max(max(layer) * 4 / sum(layer) for layer in layers))
     moe = summary["moe"]
     assert moe["load_imbalance"] == pytest.approx(max(moe["tokens_per_expert"]) * 4 / sum(moe["tokens_per_expert"]))

@@ -16,6 +16,9 @@ then the MoE without the auxiliary loss (moe_aux_weight = 0). Figures (world 2; 
   moe_imbalance_aux_run  the same over the run's totals, layers summed (summary.json's moe.load_imbalance),
                        and `_worst_layer`: the worst MoE layer's run totals
   moe_imbalance_noaux  the per-step figure without the aux loss (`moe_imbalance_noaux_run`: run totals)
+  moe_imbalance_strong_aux  (full run, world 2) the per-step figure with a stated larger aux weight,
+                       STRONG_AUX = 0.1 (10x Switch's default 0.01), a labelled row beside the default one
+                       (`_run`: run totals): does a heavier aux loss balance a run this short?
   ep_comm_exact        1 when, in every MoE run, rank 0's recorded all-to-all payload of the last step equals
                        plan/moe.py's payload from that step's routing counts, else 0
 """
@@ -28,11 +31,13 @@ from shardlab.bench.tensor_parallel import bootstrap_median
 from shardlab.plan import moe as plan_moe
 
 E, K = 4, 1
+STRONG_AUX = 0.1  # the labelled larger aux weight (the default, Switch's, is 0.01)
 MOE = [f"model.moe_experts={E}", f"model.moe_top_k={K}", "model.moe_capacity=0"]
 SIZES = {"quick": {"model": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=64"],
                    "d": 64, "steps": 12, "seq": 64, "mb": 4, "rounds": 1, "worlds": (2,)},
          "full": {"model": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=128"],
-                  "d": 128, "steps": 40, "seq": 128, "mb": 4, "rounds": 2, "worlds": (2, 4)}}
+                  "d": 128, "steps": 40, "seq": 128, "mb": 4, "rounds": 2, "worlds": (2, 4),
+                  "strong_worlds": (2,)}}
 
 
 def _jobs(out: Path, size: dict, world: int) -> list[dict]:
@@ -46,6 +51,9 @@ def _jobs(out: Path, size: dict, world: int) -> list[dict]:
                  {"name": f"moe-{r}", "out": out / f"w{world}" / f"moe-{r}", "overrides": moe}]
     jobs.append({"name": "moe-noaux", "out": out / f"w{world}" / "moe-noaux",
                  "overrides": moe + ["model.moe_aux_weight=0"]})
+    if world in size.get("strong_worlds", ()):
+        jobs.append({"name": "moe-strong-aux", "out": out / f"w{world}" / "moe-strong-aux",
+                     "overrides": moe + [f"model.moe_aux_weight={STRONG_AUX}"]})
     return jobs
 
 
@@ -85,7 +93,10 @@ def _world(out: Path, size: dict, world: int) -> tuple[dict, list[dict], dict]:
     stats["ci90"] = list(bootstrap_median(ratios))
     exact = all(comm_exact(r, world, size) for r in runs if r["name"].startswith("moe"))
     rows = []
-    for name, run in (("dense", dense), ("moe", moe), ("moe-noaux", noaux)):
+    named = [("dense", dense), ("moe", moe), ("moe-noaux", noaux)]
+    if "moe-strong-aux" in by:
+        named.append((f"moe-aux-{STRONG_AUX}", by["moe-strong-aux"]))
+    for name, run in named:
         s = run["summary"]
         mean = s["comm"]["bytes_per_step_mean"]
         rows.append({"world": world, "model": name, "params": s["params"], "tokens": s["steps"] * s["tokens_per_step"],
@@ -105,6 +116,10 @@ def _world(out: Path, size: dict, world: int) -> tuple[dict, list[dict], dict]:
                f"moe_imbalance_noaux{sfx}": noaux["summary"]["moe"]["load_imbalance_step"],
                f"moe_imbalance_noaux_run{sfx}": noaux["summary"]["moe"]["load_imbalance"],
                f"ep_comm_exact{sfx}": exact}
+    if "moe-strong-aux" in by:
+        strong = by["moe-strong-aux"]["summary"]["moe"]
+        figures[f"moe_imbalance_strong_aux{sfx}"] = strong["load_imbalance_step"]
+        figures[f"moe_imbalance_strong_aux_run{sfx}"] = strong["load_imbalance"]
     rows.append({"world": world, "model": "moe ÷ dense step time (paired)", **stats})
     return figures, rows, {"runs": runs, "dense": dense, "moe": moe, "noaux": noaux}
 
@@ -144,7 +159,8 @@ def _report(out: Path, size: dict, quick: bool, figures: dict, rows: list[dict])
         f"MoE: E = {E} experts on every block, top-{K}, dropless, ep = world; dense: the same model with one MLP. "
         f"{size['steps']} steps of {size['mb']} x {size['seq']} tokens per rank, same seed and data (equal tokens)"
         f"{' (--quick)' if quick else ''}; {size['rounds']} dense/MoE pair(s) back to back per world, then the MoE "
-        "without the aux loss. `params` counts every expert (active per token: the dense count + the router). "
+        "without the aux loss" + (f" (full run, world 2: and once with a larger aux weight, {STRONG_AUX}, "
+        "labelled)" if size.get("strong_worlds") else "") + ". `params` counts every expert (active per token: the dense count + the router). "
         "Imbalance = max ÷ mean tokens per expert: per step = the step's global batch, worst layer, median "
         "after warm-up (the goal's measure); run total = the run's counts, layers summed.",
         table, "![loss and imbalance](moe.png)",
