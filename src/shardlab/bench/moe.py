@@ -150,9 +150,9 @@ def _report(out: Path, size: dict, quick: bool, figures: dict, rows: list[dict])
          "imbalance per step", "run total", "run, worst layer"],
         [[r["world"], r["model"], f"{r['params']:,}", f"{r['tokens']:,}", f"{r['final_val_loss']:.4f}",
           f"{r['step_time_s']:.4f}" if r["step_time_s"] else "-", f"{r['bytes_per_step']:,.0f}",
-          f"{r['all_to_all_bytes_per_step']:,.0f}", common.fmt_figure(r["load_imbalance_step"]),
-          common.fmt_figure(r["load_imbalance"]),
-          common.fmt_figure(r["load_imbalance_worst_layer"])] for r in runs])
+          f"{r['all_to_all_bytes_per_step']:,.0f}",
+          *("-" if r[k] is None else common.fmt_figure(r[k])  # dense: no experts
+            for k in ("load_imbalance_step", "load_imbalance", "load_imbalance_worst_layer"))] for r in runs])
     ratios = [f"world {r['world']}: {common.fmt_figure(r['median'])} (90% CI {common.fmt_figure(r['ci90'][0])}–"
               f"{common.fmt_figure(r['ci90'][1])}, {r['n']} step pairs)" for r in rows if "ci90" in r]
     common.write_report(out, "Dense vs mixture of experts at equal active parameters", [
