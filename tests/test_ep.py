@@ -89,18 +89,20 @@ def test_all_to_all_bytes_equal_the_routing_counts(ep2):
     """Per MoE layer and step, on rank r of an ep group of n with E experts (dropless, so every routed
     slot is sent): the counts exchange sends E int64 (wire: the (n-1) peers' share); dispatch sends
     S_r rows and combine R_r rows, each d * 4 bytes, and backward repeats both the other way: payload
-    2 (S_r + R_r) d 4, wire the rows that cross ranks, 2 x (S_r - own + R_r - own) d 4."""
+    2 (S_r + R_r) d 4, wire the rows that cross ranks, 2 x (S_r - own + R_r - own) d 4 -- the planner's
+    formula (`plan.moe.from_counts`) on the step's routing counts equals what comm recorded."""
+    from shardlab.plan.moe import from_counts
+
     res = ep2[0.0]
     E, n, d = 4, 2, TINY["d_model"]
     for step in range(STEPS[0.0]):
-        want_bytes, want_wire = [0, 0], [0, 0]
+        want_bytes, want_wire = [0] * n, [0] * n
         for layer in range(TINY["n_layer"]):
-            counts = torch.tensor([r["tokens"][step][layer] for r in sorted(res, key=lambda r: r["ep_rank"])])
-            to_rank = counts.view(n, n, E // n).sum(-1)  # [src, dst] rows
-            for r in range(n):
-                sent, recv, own = int(to_rank[r].sum()), int(to_rank[:, r].sum()), int(to_rank[r, r])
-                want_bytes[r] += 8 * E + 2 * (sent + recv) * d * 4
-                want_wire[r] += 8 * E * (n - 1) // n + 2 * (sent - own + recv - own) * d * 4
+            counts = [r["tokens"][step][layer] for r in sorted(res, key=lambda r: r["ep_rank"])]
+            assert len(counts[0]) == E
+            payload, wire = from_counts(counts, n, d)
+            want_bytes = [a + b for a, b in zip(want_bytes, payload)]
+            want_wire = [a + b for a, b in zip(want_wire, wire)]
         for res_r in res:
             r = res_r["ep_rank"]
             assert res_r["bytes"][step] == want_bytes[r], (step, r)
@@ -156,7 +158,9 @@ def test_checkpoints_reshard_between_single_and_ep2(pool2, tmp_path):
 
 def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
     """The trainer under ep=2 (world 2): the training loss falls; every logged step has tokens per expert,
-    dropped slots, aux and z losses; summary.json has moe.load_imbalance; the doctor's replica checksum
+    dropped slots, aux and z losses and the step's imbalance (worst layer's max ÷ mean tokens per expert over
+    the step's global batch); summary.json has moe.load_imbalance (run totals) and moe.load_imbalance_step
+    (the per-step figure's median after the warm-up); the doctor's replica checksum
     (dense parameters) holds and `params` counts every expert."""
     from shardlab.train.metrics import read_rows
 
@@ -175,9 +179,14 @@ def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
         assert r["moe_aux"] > 0 and r["moe_z"] > 0
         tpe = r["moe_tokens_per_expert"]
         assert r["moe_tokens_per_ep_rank"] == [tpe[0] + tpe[1], tpe[2] + tpe[3]]  # one ep group of 2
+        layers = r["moe_tokens_per_layer_expert"]
+        assert all(sum(layer) == 8 * 32 * 2 for layer in layers)  # both ranks' slots: the global batch
+        assert r["moe_load_imbalance"] == pytest.approx(max(max(layer) * 4 / sum(layer) for layer in layers))
     moe = summary["moe"]
     assert moe["load_imbalance"] == pytest.approx(max(moe["tokens_per_expert"]) * 4 / sum(moe["tokens_per_expert"]))
     assert moe["load_imbalance"] >= 1.0 and summary["ranks_consistent"] is True
+    after_warmup = sorted(r["moe_load_imbalance"] for r in rows[3:])  # warm-up: max(3, 24 // 10) steps
+    assert moe["load_imbalance_step"] == pytest.approx(after_warmup[len(after_warmup) // 2])  # 21: odd
     from shardlab.model.gpt import GPTConfig, build_model
     assert summary["params"] == build_model(GPTConfig(n_layer=2, n_head=4, d_model=64, max_seq_len=32,
                                                       moe_experts=4), 0).num_params()

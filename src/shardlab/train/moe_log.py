@@ -4,8 +4,17 @@ The step (`Parallel.moe_step`) holds this rank's stats summed over its microbatc
 routed to each expert before dropping, dropped token-slots, aux and z losses). Data-parallel ranks saw
 different tokens, so counts are summed over them (dp x cp, the same reduction as the loss); the aux and
 z losses are averaged over ranks and microbatches (each is already a per-sequence / per-token mean).
+
+Load imbalance = max ÷ mean tokens per expert (1.0 = balanced), two ways (docs/moe.md says why both):
+- per step (`load_imbalance_step`, the figure a user feels: the slowest expert sets the step's time and
+  memory): each step's global batch (all microbatches and data ranks), the worst MoE layer, median over
+  the steps after the warm-up the step times skip too (max(3, steps // 10));
+- over the run (`load_imbalance`): run totals per expert, layers summed. Loads that swing from expert to
+  expert between steps average out here, so it flatters the router.
 """
 from __future__ import annotations
+
+import statistics
 
 import torch
 
@@ -16,6 +25,7 @@ class MoELog:
         self.enabled = bool(getattr(par, "moe_layers", None))
         self.total: torch.Tensor | None = None  # this rank's tokens per expert over the run
         self.last: dict | None = None  # the step just finished (None: it ran no forward, e.g. skipped)
+        self.steps: list[torch.Tensor] = []  # this rank's (layers, E) tokens per expert, one per step
 
     def after_step(self) -> None:
         """Every step on every rank: add the step's routing to the run's (no communication)."""
@@ -25,6 +35,7 @@ class MoELog:
         if s is not None:
             tpe = s["tokens_per_expert"].double()
             self.total = tpe if self.total is None else self.total + tpe
+            self.steps.append(s["tokens_per_layer_expert"].double())
 
     def row(self) -> dict:
         """The metrics fields of the step just finished; a collective over the data ranks (every rank
@@ -41,7 +52,8 @@ class MoELog:
         row = {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
                "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n,
                "moe_tokens_per_layer_expert": [[int(v) for v in layer]
-                                               for layer in t[E + 3:].view(per_layer.shape).tolist()]}
+                                               for layer in t[E + 3:].view(per_layer.shape).tolist()],
+               "moe_load_imbalance": float(worst_layer_imbalance(t[E + 3:].view(per_layer.shape)))}
         ep = self.par.dims.ep
         if ep > 1:  # what each expert-parallel rank was sent (its experts' share; per rank of one ep group)
             per_group = t[:E].view(ep, E // ep).sum(1) / self.par.dims.size("edp")
@@ -50,13 +62,26 @@ class MoELog:
 
     def summary(self) -> dict:
         """`moe` of summary.json: tokens per expert over the run and the load imbalance, max / mean tokens
-        per expert (1.0 = perfectly balanced). A collective over the data ranks."""
+        per expert over the run (1.0 = perfectly balanced), and per step (the worst layer, median after
+        warm-up). Two collectives over the data ranks."""
         if not self.enabled:
             return {}
         E = self.par.moe_layers[0].n_experts
         t = self.total.clone() if self.total is not None else torch.zeros(E, dtype=torch.float64)
         self.par.sum_over_data(t, tag="moe summary")
         mean = float(t.mean())
-        return {"moe": {"experts": E, "layers": len(self.par.moe_layers),
+        L = len(self.par.moe_layers)
+        steps = torch.stack(self.steps) if self.steps else torch.zeros(0, L, E, dtype=torch.float64)
+        self.par.sum_over_data(steps, tag="moe summary steps")  # each step's global batch
+        per_step = [float(v) for v in worst_layer_imbalance(steps).tolist()]
+        after = per_step[max(3, len(per_step) // 10):]
+        return {"moe": {"experts": E, "layers": L,
                         "tokens_per_expert": [int(v) for v in t.tolist()],
-                        "load_imbalance": float(t.max()) / mean if mean else None}}
+                        "load_imbalance": float(t.max()) / mean if mean else None,
+                        "load_imbalance_step": statistics.median(after) if after else None}}
+
+
+def worst_layer_imbalance(counts: torch.Tensor) -> torch.Tensor:
+    """(..., layers, E) tokens per expert -> (...) max ÷ mean over experts of the worst layer (nan where a
+    layer saw no tokens)."""
+    return (counts.amax(-1) / counts.mean(-1)).amax(-1)
