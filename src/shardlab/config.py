@@ -40,6 +40,7 @@ class ModelConfig:
     moe_capacity: float = 1.25  # capacity factor per expert per sequence; 0 = dropless
     moe_aux_weight: float = 0.01  # load-balancing loss weight (Switch)
     moe_z_weight: float = 0.001  # router z-loss weight (ST-MoE)
+    moe_router_lr_scale: float = 1.0  # the routers' learning rate = train.lr x this (own group, no decay)
 
 
 @dataclass
@@ -568,6 +569,9 @@ def _validate_moe(cfg: Config, dims) -> None:
     if m.moe_capacity < 0 or m.moe_aux_weight < 0 or m.moe_z_weight < 0:
         raise ConfigError("model.moe_capacity, model.moe_aux_weight and model.moe_z_weight must be >= 0 "
                           "(moe_capacity=0: dropless)")
+    if m.moe_router_lr_scale <= 0:
+        raise ConfigError(f"model.moe_router_lr_scale={m.moe_router_lr_scale}: must be > 0 (1.0 = the routers "
+                          "learn at train.lr)")
     if E and not 1 <= m.moe_top_k <= E:
         raise ConfigError(f"model.moe_top_k={m.moe_top_k}: must be between 1 and model.moe_experts={E}")
     if E and max(dims.pp, dims.cp) > 1:
