@@ -40,6 +40,7 @@ class ModelConfig:
     moe_capacity: float = 1.25  # capacity factor per expert per sequence; 0 = dropless
     moe_aux_weight: float = 0.01  # load-balancing loss weight (Switch)
     moe_z_weight: float = 0.001  # router z-loss weight (ST-MoE)
+    moe_bias_update: float = 0.0  # aux-loss-free balancing (DeepSeek-V3): the bias's step; 0 = off
     moe_router_lr_scale: float = 1.0  # the routers' learning rate = train.lr x this (own group, no decay)
 
 
@@ -569,6 +570,9 @@ def _validate_moe(cfg: Config, dims) -> None:
     if m.moe_capacity < 0 or m.moe_aux_weight < 0 or m.moe_z_weight < 0:
         raise ConfigError("model.moe_capacity, model.moe_aux_weight and model.moe_z_weight must be >= 0 "
                           "(moe_capacity=0: dropless)")
+    if m.moe_bias_update < 0:
+        raise ConfigError(f"model.moe_bias_update={m.moe_bias_update}: must be >= 0 (0 = off; DeepSeek-V3 uses "
+                          "0.001)")
     if m.moe_router_lr_scale <= 0:
         raise ConfigError(f"model.moe_router_lr_scale={m.moe_router_lr_scale}: must be > 0 (1.0 = the routers "
                           "learn at train.lr)")
