@@ -9,7 +9,8 @@ TINY = dict(n_layer=2, n_head=4, d_model=32, vocab_size=256, max_seq_len=16)
 GLOBAL_BATCH = 8  # sequences per step, split over the data-parallel ranks
 
 
-def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: int = 2, tp: int = 1):
+def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: int = 2, tp: int = 1,
+          bias_update: float = 0.0):
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
     from shardlab.parallel import build as build_parallel
@@ -17,7 +18,8 @@ def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: in
     cfg = Config()
     cfg.train.seq_len, cfg.train.grad_clip, cfg.ckpt.final = TINY["max_seq_len"], 1.0, False
     cfg.parallel.strategy, cfg.parallel.ep, cfg.parallel.tp = dp, ep, tp
-    model = build_model(GPTConfig(**TINY, moe_experts=experts, moe_top_k=top_k, moe_capacity=capacity), seed=0)
+    model = build_model(GPTConfig(**TINY, moe_experts=experts, moe_top_k=top_k, moe_capacity=capacity,
+                                  moe_bias_update=bias_update), seed=0)
     return build_parallel(cfg, torch.device("cpu"), model)
 
 
@@ -27,14 +29,16 @@ def global_batch(step: int):
     return x[:, :-1], x[:, 1:]
 
 
-def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, accum: int = 1, tp: int = 1) -> dict:
+def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, accum: int = 1, tp: int = 1,
+          bias_update: float = 0.0) -> dict:
     """`steps` optimizer steps; per step the global loss, dropped slots, this rank's tokens per expert per
     layer and all-to-all bytes; the MoE outputs of step 0 for this rank's sequences; the final parameters.
-    `accum`: this rank's sequences in that many microbatches (gradients accumulated, synchronised once)."""
+    `accum`: this rank's sequences in that many microbatches (gradients accumulated, synchronised once).
+    `bias_update`: auxiliary-loss-free balancing on (each layer's final `expert_bias` comes back too)."""
     from shardlab import comm
     from shardlab.model.moe import moe_layers
 
-    par = build(ep, capacity, dp, tp=tp)
+    par = build(ep, capacity, dp, tp=tp, bias_update=bias_update)
     dims = par.dims
     per = GLOBAL_BATCH // dims.dp_size
     rows = slice(dims.dp_rank * per, (dims.dp_rank + 1) * per)
@@ -68,6 +72,7 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, a
     full = par.full_parameters()
     out["params"] = {n: p.clone() for n, p in full.items()} if comm.rank() == 0 else None
     out["state_keys"] = sorted(par.model_state_dict())
+    out["expert_bias"] = [None if m.expert_bias is None else m.expert_bias.clone() for m in moe_layers(par.model)]
     return out
 
 

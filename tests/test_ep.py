@@ -59,6 +59,24 @@ def test_dropless_ep2_under_torch_ddp_equals_single(single, pool2):
     _params_equal(ref["params"], res[0]["params"])
 
 
+BIAS = 0.05  # large for a 5-step test (DeepSeek-V3 uses 0.001 over ~10^5 steps) so the bias moves routing
+
+
+def test_aux_free_bias_ep2_equals_single_and_moves_routing(single, pool2):
+    """Auxiliary-loss-free balancing (moe_bias_update): under ep=2 the bias is updated from the step's counts
+    summed over both data ranks, so losses, final parameters and every layer's bias equal `single`'s; and the
+    bias is live: it is not zero and the routing differs from the run without it."""
+    ref = train(1, 0.0, "single", steps=STEPS[0.0], bias_update=BIAS)
+    res = pool2.run(train, 2, 0.0, steps=STEPS[0.0], bias_update=BIAS)
+    for r in res:
+        assert r["loss"] == pytest.approx(ref["loss"], rel=LOSS_RTOL)
+        for got, want in zip(r["expert_bias"], ref["expert_bias"]):
+            assert torch.equal(got, want)  # sums of integer counts: the same signs on every rank
+    _params_equal(ref["params"], res[0]["params"])
+    assert all(b.abs().sum() > 0 for b in ref["expert_bias"])
+    assert ref["tokens"][1:] != single[0.0]["tokens"][1:]  # step 0 is routed before any update
+
+
 def test_dropless_ep2_with_accumulation_equals_single(single, pool2):
     """Two microbatches per rank: expert gradients accumulate locally and are reduced once per step."""
     ref, res = single[0.0], pool2.run(train, 2, 0.0, steps=STEPS[0.0], accum=2)

@@ -43,6 +43,8 @@ class ModelConfig:
     moe_capacity: float = 1.25  # capacity factor per expert per sequence; 0 = dropless
     moe_aux_weight: float = 0.01  # load-balancing loss weight (Switch)
     moe_z_weight: float = 0.001  # router z-loss weight (ST-MoE)
+    moe_bias_update: float = 0.0  # aux-loss-free balancing (DeepSeek-V3): the bias's step; 0 = off
+    moe_router_lr_scale: float = 1.0  # the routers' learning rate = train.lr x this (own group, no decay)
 
 
 @dataclass

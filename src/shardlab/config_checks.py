@@ -270,6 +270,12 @@ def _validate_moe(cfg: Config, dims) -> None:
     if m.moe_capacity < 0 or m.moe_aux_weight < 0 or m.moe_z_weight < 0:
         raise ConfigError("model.moe_capacity, model.moe_aux_weight and model.moe_z_weight must be >= 0 "
                           "(moe_capacity=0: dropless)")
+    if m.moe_bias_update < 0:
+        raise ConfigError(f"model.moe_bias_update={m.moe_bias_update}: must be >= 0 (0 = off; DeepSeek-V3 uses "
+                          "0.001)")
+    if m.moe_router_lr_scale <= 0:
+        raise ConfigError(f"model.moe_router_lr_scale={m.moe_router_lr_scale}: must be > 0 (1.0 = the routers "
+                          "learn at train.lr)")
     if E and not 1 <= m.moe_top_k <= E:
         raise ConfigError(f"model.moe_top_k={m.moe_top_k}: must be between 1 and model.moe_experts={E}")
     if E and max(dims.pp, dims.cp) > 1:

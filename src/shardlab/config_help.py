@@ -45,6 +45,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                              "probability, per sequence)", "float >= 0"),
     "model.moe_z_weight": ("weight of the router z-loss (ST-MoE: mean squared logsumexp of the router "
                            "logits)", "float >= 0"),
+    "model.moe_bias_update": ("auxiliary-loss-free balancing (DeepSeek-V3): a per-expert bias on the router "
+                              "probabilities for the top-k choice only, moved by this much per step against the "
+                              "step's load (summed over data ranks); 0 = off (docs/moe.md)", "float >= 0"),
+    "model.moe_router_lr_scale": ("the routers' learning rate as a multiple of the schedule's (own optimizer "
+                                  "group, no weight decay); < 1 keeps Adam's per-step move on the router small, "
+                                  "so loads swing less from step to step (docs/moe.md)", "float > 0"),
     "data.source": ("training text: the Python standard library's source, a text file (or every text file "
                     "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),

@@ -19,6 +19,10 @@ then the MoE without the auxiliary loss (moe_aux_weight = 0). Figures (world 2; 
   moe_imbalance_strong_aux  (full run, world 2) the per-step figure with a stated larger aux weight,
                        STRONG_AUX = 0.1 (10x Switch's default 0.01), a labelled row beside the default one
                        (`_run`: run totals): does a heavier aux loss balance a run this short?
+  moe_imbalance_cure   (full run, world 2) the per-step figure with the stated load-balancing cure, CURE: the
+                       routers' lr scaled (model.moe_router_lr_scale) and DeepSeek-V3's auxiliary-loss-free
+                       bias (model.moe_bias_update), aux loss kept at its default; a labelled row (`_run`:
+                       run totals). docs/moe.md has every cure's measured figure.
   ep_comm_exact        1 when, in every MoE run, rank 0's recorded all-to-all payload of the last step equals
                        plan/moe.py's payload from that step's routing counts, else 0
 """
@@ -32,6 +36,9 @@ from shardlab.plan import moe as plan_moe
 
 E, K = 4, 1
 STRONG_AUX = 0.1  # the labelled larger aux weight (the default, Switch's, is 0.01)
+# the labelled cure row: the best per-step figure measured at this setting (docs/moe.md, "Cures")
+CURE = {"model.moe_router_lr_scale": 0.1, "model.moe_bias_update": 0.003}
+CURE_LABEL = "moe-router-lr-x{}-bias-{}".format(*CURE.values())
 MOE = [f"model.moe_experts={E}", f"model.moe_top_k={K}", "model.moe_capacity=0"]
 SIZES = {"quick": {"model": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=64"],
                    "d": 64, "steps": 12, "seq": 64, "mb": 4, "rounds": 1, "worlds": (2,)},
@@ -54,6 +61,8 @@ def _jobs(out: Path, size: dict, world: int) -> list[dict]:
     if world in size.get("strong_worlds", ()):
         jobs.append({"name": "moe-strong-aux", "out": out / f"w{world}" / "moe-strong-aux",
                      "overrides": moe + [f"model.moe_aux_weight={STRONG_AUX}"]})
+        jobs.append({"name": "moe-cure", "out": out / f"w{world}" / "moe-cure",
+                     "overrides": moe + [f"{k}={v}" for k, v in CURE.items()]})
     return jobs
 
 
@@ -96,6 +105,8 @@ def _world(out: Path, size: dict, world: int) -> tuple[dict, list[dict], dict]:
     named = [("dense", dense), ("moe", moe), ("moe-noaux", noaux)]
     if "moe-strong-aux" in by:
         named.append((f"moe-aux-{STRONG_AUX}", by["moe-strong-aux"]))
+    if "moe-cure" in by:
+        named.append((CURE_LABEL, by["moe-cure"]))
     for name, run in named:
         s = run["summary"]
         mean = s["comm"]["bytes_per_step_mean"]
@@ -120,6 +131,10 @@ def _world(out: Path, size: dict, world: int) -> tuple[dict, list[dict], dict]:
         strong = by["moe-strong-aux"]["summary"]["moe"]
         figures[f"moe_imbalance_strong_aux{sfx}"] = strong["load_imbalance_step"]
         figures[f"moe_imbalance_strong_aux_run{sfx}"] = strong["load_imbalance"]
+    if "moe-cure" in by:
+        cure = by["moe-cure"]["summary"]["moe"]
+        figures[f"moe_imbalance_cure{sfx}"] = cure["load_imbalance_step"]
+        figures[f"moe_imbalance_cure_run{sfx}"] = cure["load_imbalance"]
     rows.append({"world": world, "model": "moe ÷ dense step time (paired)", **stats})
     return figures, rows, {"runs": runs, "dense": dense, "moe": moe, "noaux": noaux}
 
@@ -160,7 +175,8 @@ def _report(out: Path, size: dict, quick: bool, figures: dict, rows: list[dict])
         f"{size['steps']} steps of {size['mb']} x {size['seq']} tokens per rank, same seed and data (equal tokens)"
         f"{' (--quick)' if quick else ''}; {size['rounds']} dense/MoE pair(s) back to back per world, then the MoE "
         "without the aux loss" + (f" (full run, world 2: and once with a larger aux weight, {STRONG_AUX}, "
-        "labelled)" if size.get("strong_worlds") else "") + ". `params` counts every expert (active per token: the dense count + the router). "
+        "labelled; and once with the load-balancing cure " + ", ".join(f"{k}={v}" for k, v in CURE.items()) +
+        ", labelled)" if size.get("strong_worlds") else "") + ". `params` counts every expert (active per token: the dense count + the router). "
         "Imbalance = max ÷ mean tokens per expert: per step = the step's global batch, worst layer, median "
         "after warm-up (the goal's measure); run total = the run's counts, layers summed.",
         table, "![loss and imbalance](moe.png)",

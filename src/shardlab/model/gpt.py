@@ -38,6 +38,7 @@ class GPTConfig:
     moe_capacity: float = 1.25
     moe_aux_weight: float = 0.01
     moe_z_weight: float = 0.001
+    moe_bias_update: float = 0.0
 
 
 PRESETS = {

@@ -53,6 +53,7 @@ class LlamaConfig:
     moe_capacity: float = 1.25
     moe_aux_weight: float = 0.01
     moe_z_weight: float = 0.001
+    moe_bias_update: float = 0.0
     arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
 
     def __post_init__(self):

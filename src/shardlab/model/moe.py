@@ -24,6 +24,14 @@ Losses (added to the training loss by the step, `loss_term`, never to the report
 - router z-loss (ST-MoE): logsumexp(router logits)^2, averaged over tokens, times `moe_z_weight`.
 Both are sums over sequences / tokens divided by a global count, so any data- or expert-parallel split of
 the batch adds up to the single-device value.
+
+Auxiliary-loss-free balancing (DeepSeek-V3, `moe_bias_update` = gamma > 0): a per-expert bias, a buffer
+`expert_bias` (saved in checkpoints), is added to the router probabilities for the top-k *selection only*;
+the combine weights stay the probabilities, so the bias steers tokens without entering the gradient. After
+each optimizer step the step calls `update_bias(load)` with the step's tokens per expert over the global
+batch (summed over every data rank by the parallel layer: this module knows no ranks):
+b_i += gamma * sign(mean load - load_i). An overloaded expert becomes less attractive next step, whatever
+the learning rate does to the router.
 """
 from __future__ import annotations
 
@@ -36,11 +44,13 @@ import torch.nn.functional as F
 
 class MoE(nn.Module):
     def __init__(self, d_model: int, experts: list[nn.Module], top_k: int = 2, capacity: float = 1.25,
-                 aux_weight: float = 0.01, z_weight: float = 0.001):
+                 aux_weight: float = 0.01, z_weight: float = 0.001, bias_update: float = 0.0):
         super().__init__()
         self.n_experts, self.top_k, self.capacity_factor = len(experts), top_k, capacity
-        self.aux_weight, self.z_weight = aux_weight, z_weight
+        self.aux_weight, self.z_weight, self.bias_update = aux_weight, z_weight, bias_update
         self.router = nn.Linear(d_model, self.n_experts, bias=False)
+        # Only with the bias on, so every other MoE model's state dict keeps its keys.
+        self.register_buffer("expert_bias", torch.zeros(self.n_experts) if bias_update > 0 else None)
         self.experts = nn.ModuleList(experts)
         self.stats: dict = {}
         # The auxiliary losses of the last forward as a term of the *summed* token loss (the step divides
@@ -60,7 +70,11 @@ class MoE(nn.Module):
         E, k = self.n_experts, self.top_k
         logits = self.router(x).float()
         probs = logits.softmax(-1)
-        weight, expert = probs.topk(k, dim=-1)
+        if self.expert_bias is None:
+            weight, expert = probs.topk(k, dim=-1)
+        else:  # the bias picks the experts; the probabilities weight them (DeepSeek-V3)
+            expert = (probs + self.expert_bias.float()).topk(k, dim=-1).indices
+            weight = probs.gather(-1, expert)
         if k > 1:
             weight = weight / weight.sum(-1, keepdim=True)
         expert, weight = expert.reshape(b, t * k), weight.reshape(b, t * k)
@@ -94,6 +108,12 @@ class MoE(nn.Module):
                       "aux": float(aux.detach().mean()), "z": float(z.detach().mean())}
         return out.view(b, t, d)
 
+    @torch.no_grad()
+    def update_bias(self, load: torch.Tensor) -> None:
+        """After an optimizer step: `load` = tokens per expert over the step's global batch (E,)."""
+        load = load.to(self.expert_bias.device, torch.float64)
+        self.expert_bias += (self.bias_update * torch.sign(load.mean() - load)).to(self.expert_bias.dtype)
+
     def run_experts(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Each expert on its contiguous slice of the expert-sorted tokens. Every expert runs, even on
         zero rows, so each one's parameters get a gradient (zeros) every step: a data-parallel layer
@@ -102,7 +122,8 @@ class MoE(nn.Module):
         return torch.cat([expert(c) for expert, c in zip(self.experts, chunks)])
 
 
-MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_capacity", "moe_aux_weight", "moe_z_weight")
+MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_capacity", "moe_aux_weight", "moe_z_weight",
+            "moe_bias_update")
 
 
 def moe_fields(m) -> dict:
@@ -117,7 +138,7 @@ def mlp_for(cfg, index: int, make_mlp) -> nn.Module:
     if not E or index % cfg.moe_every != cfg.moe_every - 1:
         return make_mlp()
     return MoE(cfg.d_model, [make_mlp() for _ in range(E)], cfg.moe_top_k, cfg.moe_capacity,
-               cfg.moe_aux_weight, cfg.moe_z_weight)
+               cfg.moe_aux_weight, cfg.moe_z_weight, getattr(cfg, "moe_bias_update", 0.0))
 
 
 def moe_layers(model: nn.Module) -> list[MoE]:

@@ -38,7 +38,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     builds a whole model that talks to no one although the process group is larger (the asynchronous
     parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.train.optim import adamw_factory, no_decay_names
+    from shardlab.train.optim import adamw_factory, no_decay_names, router_names
 
     device = device or comm.device()
     # 1. the mesh
@@ -52,6 +52,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
     model = model.to(device)
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
+    routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
     # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model
     part = model
     if dims.pp > 1:
@@ -67,7 +68,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     part = compile_layer.apply(part, cfg, dims)  # after recompute: the checkpoint is traced into the graph
     dp = apply_data_parallel(part, cfg.parallel, dims, device)
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
-    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay))
+    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
     if getattr(cfg.parallel, "sync", "every_step") in ("local_sgd", "diloco"):  # they replace the
         from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension

@@ -136,6 +136,20 @@ class Parallel:
 
     def optimizer_step(self) -> None:
         self.dp.optimizer_step(self.optimizer)
+        self._update_expert_bias()
+
+    def _update_expert_bias(self) -> None:
+        """Auxiliary-loss-free balancing (model/moe.py): each MoE layer's bias moves against the step's load,
+        counted over the global batch (one all-reduce of layers x E counts over the data ranks), so every
+        rank moves its copy alike and an ep/dp run equals one device."""
+        layers = [m for m in self.moe_layers if m.bias_update > 0]
+        if not layers or self.moe_step is None:
+            return
+        counts = self.moe_step["tokens_per_layer_expert"].double().clone()
+        self.sum_over_data(counts, tag="moe.expert_bias")
+        for m, load in zip(self.moe_layers, counts):
+            if m.bias_update > 0:
+                m.update_bias(load)
 
     def zero_grad(self) -> None:
         self.dp.zero_grad(self.optimizer)
