@@ -29,7 +29,8 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool"}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
-            "moe_aux_weight": float, "moe_z_weight": float, "ep": int}  # plan/moe.py (the weights change nothing)
+            "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
+            "moe_router_lr_scale": float, "ep": int}  # plan/moe.py (weights and balancing change nothing)
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int}  # dp_replicate: dp_shard = dp / it
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
 
