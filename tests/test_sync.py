@@ -15,7 +15,7 @@ TINY_RUN = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "tr
             "ckpt.final=false"]
 
 
-def _sgd_factory(cfg, no_decay):
+def _sgd_factory(cfg, no_decay, routers=frozenset()):
     """Plain SGD for the H = 1 parities: an update linear in the gradient, so averaging the replicas'
     updated parameters equals updating with the averaged gradient. (AdamW's update is not linear, and
     its state stays per replica: with it, H = 1 is a different algorithm, not ddp.)"""

@@ -28,7 +28,7 @@ def _build(overrides, sgd=False):
     config.validate(cfg, comm.world_size())
     real = optim.adamw_factory
     if sgd:  # an update linear in the gradient: averaging updated replicas = updating with the average
-        optim.adamw_factory = lambda cfg, no_decay: (
+        optim.adamw_factory = lambda cfg, no_decay, routers=frozenset(): (
             lambda named: torch.optim.SGD([p for _, p in named if p.requires_grad], lr=0.05, foreach=False))
     try:
         return parallel.build(cfg)
