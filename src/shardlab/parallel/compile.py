@@ -112,3 +112,8 @@ def _separate_cache_per_cpu_capability() -> None:
     if cap and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
             tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}_aten_{cap}")
+
+
+# At import, not only in apply(): every path that compiles (apply, compile_block from a harness or a bench)
+# imports this module before inductor first reads its cache directory.
+_separate_cache_per_cpu_capability()
