@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 from shardlab.bench import common
-from shardlab.bench.tensor_parallel import bootstrap_median
+from shardlab.bench.common import bootstrap_median
+from shardlab.bench.tracing import traced_step
 
 
 def frac_stats(xs: list[float]) -> dict:
@@ -127,13 +128,7 @@ def paired_layouts_fn(steps: int, model_kw: dict, layouts: dict, micro_batch: in
         for name in names[step % len(names):] + names[:step % len(names)]:
             par = runs[name]
             comm.barrier()
-            with timeline.span("step", cat="step", step=step, layout=name):
-                par.forward_backward([(x, y)], 1.0 / y.numel())
-                with timeline.span("optimizer", cat="optim"):
-                    par.finish()
-                    par.clip_grad_norm_(1.0)
-                    par.optimizer_step()
-                    par.zero_grad()
+            traced_step(par, x, y, step, layout=name)
     timeline.dump()
     timeline.disable()
     comm.barrier()

@@ -15,6 +15,20 @@ import torch
 from shardlab.bench import common
 
 
+def traced_step(par, x, y, step: int, **labels) -> None:
+    """One training step (clip 1.0) inside the timeline's step and optimizer spans; forward/backward spans
+    are the step's own. `labels` go on the step span (e.g. which layout ran it)."""
+    from shardlab.observe import timeline
+
+    with timeline.span("step", cat="step", step=step, **labels):
+        par.forward_backward([(x, y)], 1.0 / y.numel())
+        with timeline.span("optimizer", cat="optim"):
+            par.finish()
+            par.clip_grad_norm_(1.0)
+            par.optimizer_step()
+            par.zero_grad()
+
+
 def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int = 128) -> dict:
     from shardlab import comm, parallel
     from shardlab.config import Config
@@ -40,13 +54,7 @@ def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int =
                 timeline.set_recording(traced)
                 comm.barrier()
                 t0 = time.perf_counter()
-                with timeline.span("step", cat="step", step=step):  # forward/backward spans: the step's own
-                    par.forward_backward([(x, y)], 1.0 / y.numel())
-                    with timeline.span("optimizer", cat="optim"):
-                        par.finish()
-                        par.clip_grad_norm_(1.0)
-                        par.optimizer_step()
-                        par.zero_grad()
+                traced_step(par, x, y, step)
                 times[traced].append(time.perf_counter() - t0)
         timeline.set_recording(True)
         timeline.dump()  # writing the files is part of the cost a traced run pays once, at the end

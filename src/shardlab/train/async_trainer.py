@@ -31,7 +31,7 @@ import torch
 
 from shardlab import comm, parallel
 from shardlab.config import Config
-from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
+from shardlab.data import GlobalSampler, get_batch
 from shardlab.observe import inject
 from shardlab.observe.memory import PeakMemory
 from shardlab.parallel import async_ps
@@ -50,10 +50,9 @@ class AsyncTrainer:
         self.rank, self.world = comm.rank(), comm.world_size()
         self.is_main = self.rank == async_ps.SERVER
         self.device = comm.device()
-        tokens = load_tokens(cfg.data.source)
-        train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
-        self.train_ds = TokenDataset(train_tok, t.seq_len, name="training split")
-        self.val_ds = TokenDataset(val_tok, t.seq_len, name="validation split")
+        from shardlab.train.trainer import datasets  # (trainer hands async runs to this module: no cycle at import)
+
+        self.train_ds, self.val_ds = datasets(cfg)
         self.tokens_per_step = t.global_batch * t.seq_len
         self.peak_mem = PeakMemory(self.device).__enter__()
         # Every rank the whole model, talking to no one: the roles, not a data-parallel layer, communicate.

@@ -49,6 +49,14 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
+def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
+    """The run's training and validation splits (every trainer reads the corpus the same way)."""
+    tokens = load_tokens(cfg.data.source)
+    train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
+    return (TokenDataset(train_tok, cfg.train.seq_len, name="training split"),
+            TokenDataset(val_tok, cfg.train.seq_len, name="validation split"))
+
+
 class Trainer:
     def __new__(cls, cfg: Config, run_dir: Path):
         # parallel.sync=async is another program (a server and workers, no common step): every caller
@@ -71,10 +79,7 @@ class Trainer:
         if cfg.trace.enabled:
             timeline.enable(self.run_dir, self.rank)
 
-        tokens = load_tokens(cfg.data.source)
-        train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
-        self.train_ds = TokenDataset(train_tok, t.seq_len, name="training split")
-        self.val_ds = TokenDataset(val_tok, t.seq_len, name="validation split")
+        self.train_ds, self.val_ds = datasets(cfg)
         self.tokens_per_step = t.global_batch * t.seq_len
         # Peak memory is measured from here: model, gradients, optimizer state, activations, buffers.
         self.peak_mem = PeakMemory(self.device).__enter__()
