@@ -19,7 +19,8 @@ What is split (N = TP degree; see docs/tp.md):
 - with sequence parallelism (`sp`), LayerNorm, dropout, residual and the position embedding work on 1/N of the
   sequence; their parameters are replicated and their gradients summed across TP after backward.
 
-Parameters keep the bare model's FQNs; `model.tp` gives their full values, DTensor state dicts for DCP,
+The modules (ColumnParallelLinear, RowParallelLinear, ...) and the dropout streams are in tp_modules.py;
+this file applies them and offers `OwnTP`. Parameters keep the bare model's FQNs; `model.tp` gives their full values, DTensor state dicts for DCP,
 the loss and the gradient norm. Every collective goes through `shardlab.comm` (tags "tp.<module>").
 """
 from __future__ import annotations
@@ -29,165 +30,15 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from shardlab import comm
 from shardlab.model.moe import MoE
 from shardlab.parallel import tp_ops
 from shardlab.parallel.tp_loss import vocab_parallel_cross_entropy
-
-
-# --- layers --------------------------------------------------------------------------------------------
-
-class ColumnParallelLinear(nn.Module):
-    """Y = X A + b with A split by output features: rank r holds rows A_r (and b_r) and computes Y_r.
-    The output stays split (e.g. this rank's heads). `enter=True` puts f (or SP's all-gather) on the input;
-    q, k, v leave it to the attention module's pre-hook so that they share it."""
-
-    def __init__(self, linear: nn.Linear, group, rank: int, size: int, sp: bool, tag: str, enter: bool = True):
-        super().__init__()
-        rows = linear.out_features // size
-        sl = slice(rank * rows, (rank + 1) * rows)
-        self.weight = nn.Parameter(linear.weight.detach()[sl].clone(), linear.weight.requires_grad)
-        self.bias = (nn.Parameter(linear.bias.detach()[sl].clone(), linear.bias.requires_grad)
-                     if linear.bias is not None else None)
-        self.group, self.sp, self.tag, self.enter = group, sp, tag, enter
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.enter:
-            x = tp_ops.enter(x, self.group, self.sp, self.tag)
-        return F.linear(x, self.weight, self.bias)
-
-
-class RowParallelLinear(nn.Module):
-    """Y = X A + b with A split by input features: rank r holds columns A_r, takes X's r-th slice (the output
-    of a column-parallel layer, no communication) and computes a partial sum X_r A_r; g (or SP's
-    reduce-scatter) sums the partials. The bias is replicated and added once, after the sum."""
-
-    def __init__(self, linear: nn.Linear, group, rank: int, size: int, sp: bool, tag: str):
-        super().__init__()
-        cols = linear.in_features // size
-        self.weight = nn.Parameter(linear.weight.detach()[:, rank * cols:(rank + 1) * cols].clone(),
-                                   linear.weight.requires_grad)
-        self.bias = (nn.Parameter(linear.bias.detach().clone(), linear.bias.requires_grad)
-                     if linear.bias is not None else None)
-        self.group, self.sp, self.tag = group, sp, tag
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = tp_ops.leave(F.linear(x, self.weight), self.group, self.sp, self.tag)
-        return y if self.bias is None else y + self.bias
-
-
-class VocabParallelEmbedding(nn.Module):
-    """Rank r holds rows [r*c, (r+1)*c) of the vocabulary-padded table (c = ceil(V / N)). Ids outside the
-    slice look up row 0 and are zeroed; summing over ranks (g, or SP's reduce-scatter) gives the lookup."""
-
-    def __init__(self, emb: nn.Embedding, group, rank: int, size: int, sp: bool, tag: str = "tp.wte"):
-        super().__init__()
-        self.vocab_size = emb.num_embeddings
-        self.per_rank = -(-self.vocab_size // size)
-        self.start = rank * self.per_rank
-        local = emb.weight.detach().new_zeros(self.per_rank, emb.embedding_dim)  # padding rows stay zero
-        real = self.real_rows
-        local[:real] = emb.weight.detach()[self.start:self.start + real]
-        self.weight = nn.Parameter(local, emb.weight.requires_grad)
-        self.group, self.sp, self.tag = group, sp, tag
-
-    @property
-    def real_rows(self) -> int:
-        return max(0, min(self.per_rank, self.vocab_size - self.start))
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        local = ids - self.start
-        outside = (local < 0) | (local >= self.per_rank)
-        out = F.embedding(local.masked_fill(outside, 0), self.weight)
-        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
-        return tp_ops.leave(out, self.group, self.sp, self.tag)
-
-
-class VocabParallelHead(nn.Module):
-    """The output layer, column-parallel over the vocabulary: logits for this rank's columns only, scored by
-    the vocab-parallel cross-entropy. Its weight is the embedding's own slice (tied) or, untied, this rank's
-    rows of the head's own (vocabulary-padded like the embedding's)."""
-
-    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str = "tp.lm_head", real_rows: int = 0):
-        super().__init__()
-        self.weight = weight
-        self.real_rows = real_rows
-        self.group, self.sp, self.tag = group, sp, tag
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(tp_ops.enter(x, self.group, self.sp, self.tag), self.weight)
-
-
-class KVHeadLinear(nn.Module):
-    """Grouped-query attention with fewer key/value heads than TP ranks: the k (or v) projection replicated
-    whole on every rank, of which this rank runs only rows `rows` (the one key/value head its query heads
-    share). Its weight's gradient is nonzero in those rows only, a partial sum: OwnTP.finish_backward adds
-    the ranks' gradients, so every copy takes the same step."""
-
-    def __init__(self, linear: nn.Linear, head: int, head_dim: int):
-        super().__init__()
-        self.weight = linear.weight
-        self.rows = slice(head * head_dim, (head + 1) * head_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight[self.rows])
-
-
-class SequenceParallelPositions(nn.Module):
-    """SP: the position embedding (replicated) looks up only this rank's positions, since the token
-    embedding's reduce-scatter leaves each rank 1/N of the sequence. Its gradient is partial per rank."""
-
-    def __init__(self, emb: nn.Embedding, rank: int, size: int):
-        super().__init__()
-        self.weight = emb.weight
-        self.rank, self.size = rank, size
-
-    def forward(self, pos: torch.Tensor) -> torch.Tensor:
-        if pos.shape[0] % self.size:
-            raise ValueError(f"sequence parallelism: sequence length {pos.shape[0]} is not divisible by the "
-                             f"tensor-parallel degree {self.size}; choose train.seq_len as a multiple of parallel.tp")
-        return F.embedding(pos.view(self.size, -1)[self.rank], self.weight)
-
-
-# --- dropout streams -------------------------------------------------------------------------------------
-
-class ShardedRegionRNG:
-    """Megatron's two dropout streams: where activations are replicated across TP (the residual stream
-    without SP) dropout draws from the default generator, which every TP rank seeds alike, so the masks
-    agree; where they are sharded (attention heads; with SP the sequence-split LayerNorm/dropout regions)
-    each rank must draw independently. On entering a sharded module this draws one seed from the default
-    generator, reseeds it with (seed, tp rank), and on leaving restores the default stream. Because the
-    seed comes from the default stream, activation recompute (which restores the default generator's
-    state) replays the same masks; there is no extra state to checkpoint."""
-
-    STRIDE = 0x9E3779B97F4A7C15  # odd, so (seed, rank) -> seed + rank * STRIDE is one-to-one per seed
-
-    def __init__(self, tp_rank: int):
-        self.tp_rank = tp_rank
-        self._saved: list = []
-
-    @staticmethod
-    def _generator(x: torch.Tensor) -> torch.Generator:
-        if x.device.type == "cuda":
-            return torch.cuda.default_generators[x.device.index if x.device.index is not None
-                                                  else torch.cuda.current_device()]
-        return torch.default_generator
-
-    def enter(self, module, args):
-        gen = self._generator(args[0])
-        seed = int(torch.randint(0, 2 ** 62, (1,), generator=gen, device=gen.device).item())
-        self._saved.append((gen, gen.get_state()))
-        gen.manual_seed((seed + self.tp_rank * self.STRIDE) % 2 ** 63)
-
-    def leave(self, module, args, output):
-        gen, state = self._saved.pop()
-        gen.set_state(state)
-
-    def install(self, module: nn.Module) -> None:
-        module.register_forward_pre_hook(self.enter)
-        module.register_forward_hook(self.leave)
+# The modules live in tp_modules.py; imported here too so that `shardlab.parallel.tp` keeps offering them.
+from shardlab.parallel.tp_modules import (ColumnParallelLinear, KVHeadLinear, RowParallelLinear,
+                                          SequenceParallelPositions, ShardedRegionRNG, VocabParallelEmbedding,
+                                          VocabParallelHead)
 
 
 # --- applying it -----------------------------------------------------------------------------------------
