@@ -19,11 +19,11 @@ import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
 from shardlab.model.kv_cache import run_blocks
-from shardlab.model.moe import mlp_for, moe_fields
+from shardlab.model.moe import MoEFields, mlp_for, moe_fields
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(MoEFields):  # the moe_* fields: MoEFields (model/moe.py)
     n_layer: int
     n_head: int
     d_model: int
@@ -31,14 +31,6 @@ class GPTConfig:
     max_seq_len: int = 128
     dropout: float = 0.0
     layer_norm_eps: float = 1e-5
-    # Mixture of experts (model/moe.py): 0 experts = dense
-    moe_experts: int = 0
-    moe_top_k: int = 2
-    moe_every: int = 1
-    moe_capacity: float = 1.25
-    moe_aux_weight: float = 0.01
-    moe_z_weight: float = 0.001
-    moe_bias_update: float = 0.0
 
 
 PRESETS = {

@@ -29,11 +29,11 @@ import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
 from shardlab.model.kv_cache import run_blocks
-from shardlab.model.moe import mlp_for, moe_fields
+from shardlab.model.moe import MoEFields, mlp_for, moe_fields
 
 
 @dataclass
-class LlamaConfig:
+class LlamaConfig(MoEFields):  # the moe_* fields: MoEFields (model/moe.py)
     n_layer: int
     n_head: int
     d_model: int
@@ -46,14 +46,6 @@ class LlamaConfig:
     norm_eps: float = 1e-5
     dropout: float = 0.0  # Llama trains without dropout; kept for the config's common shape (must be 0)
     intermediate_size: int = 0  # 0: Llama 3's rule (ffn_hidden); else the SwiGLU width as given (HF imports)
-    # Mixture of experts (model/moe.py): 0 experts = dense
-    moe_experts: int = 0
-    moe_top_k: int = 2
-    moe_every: int = 1
-    moe_capacity: float = 1.25
-    moe_aux_weight: float = 0.01
-    moe_z_weight: float = 0.001
-    moe_bias_update: float = 0.0
     arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
 
     def __post_init__(self):

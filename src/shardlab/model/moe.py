@@ -36,6 +36,7 @@ the learning rate does to the router.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn as nn
@@ -122,8 +123,22 @@ class MoE(nn.Module):
         return torch.cat([expert(c) for expert, c in zip(self.experts, chunks)])
 
 
-MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_capacity", "moe_aux_weight", "moe_z_weight",
-            "moe_bias_update")
+@dataclass(kw_only=True)
+class MoEFields:
+    """The mixture-of-experts fields of both families' model configs (GPTConfig and LlamaConfig inherit them;
+    0 experts = dense). Keyword-only, so that a family's own fields keep their positions and may come
+    without defaults after these; `dataclasses.asdict` of a config (checkpoint `model` metadata) still holds
+    them as flat `moe_*` keys."""
+    moe_experts: int = 0
+    moe_top_k: int = 2
+    moe_every: int = 1
+    moe_capacity: float = 1.25
+    moe_aux_weight: float = 0.01
+    moe_z_weight: float = 0.001
+    moe_bias_update: float = 0.0
+
+
+MOE_KEYS = tuple(f.name for f in fields(MoEFields))
 
 
 def moe_fields(m) -> dict:
