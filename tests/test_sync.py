@@ -3,6 +3,7 @@ mid-period. World 2, the tiny model; one process group for the module."""
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 
 import pytest
 import torch
@@ -10,34 +11,21 @@ import torch
 from shardlab import comm, config
 from shardlab.errors import ConfigError
 
+from sync_harness import sgd_instead_of_adamw
+
 TINY_RUN = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
             "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "doctor.hang_timeout_s=0",
             "ckpt.final=false"]
 
 
-def _sgd_factory(cfg, no_decay, routers=frozenset()):
-    """Plain SGD for the H = 1 parities: an update linear in the gradient, so averaging the replicas'
-    updated parameters equals updating with the averaged gradient. (AdamW's update is not linear, and
-    its state stays per replica: with it, H = 1 is a different algorithm, not ddp.)"""
-    def factory(named_params):
-        return torch.optim.SGD([p for _, p in named_params if p.requires_grad], lr=cfg.train.lr, foreach=False)
-    return factory
-
-
 def _train(run_dir, overrides, sgd=False):
-    from shardlab.train import optim
     from shardlab.train.trainer import Trainer
 
-    real = optim.adamw_factory
-    if sgd:
-        optim.adamw_factory = _sgd_factory
-    try:
+    with sgd_instead_of_adamw() if sgd else nullcontext():  # SGD for the H = 1 parities (sync_harness.py)
         cfg = config.load(None, TINY_RUN + overrides)
         config.validate(cfg, comm.world_size())
         trainer = Trainer(cfg, run_dir)
         summary = trainer.run()
-    finally:
-        optim.adamw_factory = real
     return summary, {k: v.detach().clone() for k, v in trainer.par.full_parameters().items()}
 
 

@@ -6,6 +6,8 @@ own zero inside): H = 1 equals every-step HSDP, bytes as analytic, resume mid-pe
 (per-shard, per-fragment outer state)."""
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -13,6 +15,8 @@ import torch.distributed as dist
 from shardlab import comm, config
 from shardlab.errors import ConfigError
 from shardlab.parallel.sync import cut_fragments
+
+from sync_harness import sgd_instead_of_adamw
 
 TINY = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",
         "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "doctor.hang_timeout_s=0",
@@ -22,18 +26,12 @@ FOUR_BLOCKS = TINY + ["model.n_layer=4"]
 
 def _build(overrides, sgd=False):
     from shardlab import parallel
-    from shardlab.train import optim
 
     cfg = config.load(None, overrides)
     config.validate(cfg, comm.world_size())
-    real = optim.adamw_factory
-    if sgd:  # an update linear in the gradient: averaging updated replicas = updating with the average
-        optim.adamw_factory = lambda cfg, no_decay, routers=frozenset(): (
-            lambda named: torch.optim.SGD([p for _, p in named if p.requires_grad], lr=0.05, foreach=False))
-    try:
+    # an update linear in the gradient: averaging updated replicas = updating with the average
+    with sgd_instead_of_adamw(lr=0.05) if sgd else nullcontext():
         return parallel.build(cfg)
-    finally:
-        optim.adamw_factory = real
 
 
 def _steps(par, n, after_step=None):
