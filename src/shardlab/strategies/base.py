@@ -112,10 +112,15 @@ class Strategy:
         for group in groups:  # orthogonal mesh dimensions: summing along each in turn sums over all
             comm.all_reduce(sq, group=group, tag="grad_norm")
         norm = sq.sqrt()
+        total = float(norm.item())
         if max_norm > 0:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-            scale_(grads, coef)
-        return float(norm.item())
+            # a factor of exactly 1 changes no bit: skip the pass over every gradient (most steps after
+            # warm-up); the host read costs nothing more than the norm's just above. (A NaN factor still
+            # scales, as before: every gradient turns NaN.)
+            if not bool(coef == 1.0):
+                scale_(grads, coef)
+        return total
 
     def _clip_mixed(self, max_norm: float, groups: list, group, is_split, exclude: tuple = ()) -> float:
         """The norm when, across `group`, gradients named `is_split(fqn)` are pieces of one tensor and the
