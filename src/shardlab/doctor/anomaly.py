@@ -60,7 +60,8 @@ class LocalGradMonitor:
     def sq(self) -> torch.Tensor:
         """Per parameter, the sum over this step's microbatches of ||local gradient||² (float32)."""
         if self._pending:
-            idx = torch.tensor([i for i, _ in self._pending], device=self.device)
+            # built on the host and copied without waiting for the device stream (no host sync on CUDA)
+            idx = torch.tensor([i for i, _ in self._pending]).to(self.device, non_blocking=True)
             self._sq.index_add_(0, idx, torch.stack([n for _, n in self._pending]).square())
             self._pending = []
         return self._sq
