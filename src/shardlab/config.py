@@ -79,6 +79,7 @@ class TrainConfig:
     eval_seqs: int = 64  # validation sequences per evaluation, split across ranks (same set at any world size)
     log_every: int = 10
     threads: int = 1  # torch threads per rank (one per rank on CPU keeps ranks from fighting over cores)
+    retain_host_memory: bool = True  # CPU: glibc keeps freed memory (no page faults per step; train/host_alloc.py)
     recompute: str = "none"  # none | full | selective : activation recompute per block (docs/memory.md)
     recompute_every: int = 1  # recompute every K-th block (blocks K-1, 2K-1, ...)
     compile: bool = False  # torch.compile (inductor) each block; a compile error falls back to eager (docs/training.md)

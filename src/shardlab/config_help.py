@@ -89,6 +89,10 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.compile": ("torch.compile (inductor) each block, after tp/recompute, under data parallelism; a compile "
                       "error falls back to eager with one warning; docs/training.md", "bool"),
     "train.threads": ("torch threads per rank (one per rank on CPU keeps ranks off each other's cores)", "int >= 1"),
+    "train.retain_host_memory": ("CPU runs: glibc keeps the memory it frees instead of returning it, so a step's "
+                                 "activations are not page-faulted in afresh every step (a few percent of a step); "
+                                 "the resident set stays at its peak; skipped when a MALLOC_*_ variable is set; "
+                                 "docs/training.md", "bool"),
     "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
                           " | ".join(STRATEGIES)),
     "parallel.backend": ("collective backend; auto = nccl with CUDA, else gloo", "auto | gloo | nccl"),

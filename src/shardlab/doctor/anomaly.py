@@ -7,9 +7,10 @@ every rank looks guilty. The doctor therefore looks at what each rank computed b
 * the local gradient contribution of each parameter, measured by a tensor hook on the parameter
   (`param.register_hook`). Autograd calls it with the gradient of this microbatch *before* it is
   accumulated into `.grad`, i.e. before the DDP reducer copies it into a bucket and all-reduces it,
-  even when the all-reduce overlaps backward. The hook adds ||g||^2 into a device vector without
-  a host sync. (With several microbatches this is the sum over microbatches of ||g_i||^2: right for
-  finiteness and spikes, not the norm of the accumulated gradient.)
+  even when the all-reduce overlaps backward. The hook records ||g|| without a host sync; the
+  squares are added into a device vector in one go when read. (With several microbatches this is the
+  sum over microbatches of ||g_i||^2: right for finiteness and spikes, not the norm of the accumulated
+  gradient.)
 
 Sharded strategies (FSDP2's DTensor parameters) reduce-scatter inside their own autograd machinery:
 the hook on the sharded parameter never sees a local gradient. For them the local signal is the loss
@@ -39,19 +40,35 @@ class LocalGradMonitor:
         # Sharded (DTensor) parameters are skipped: their hooks would see reduced shards, not local grads.
         self.names = [n for n, p in named_params if p.requires_grad and not hasattr(p, "to_local")]
         params = {n: p for n, p in named_params}
-        self.sq = torch.zeros(len(self.names), device=device, dtype=torch.float32)
+        self.device = device
+        self._sq = torch.zeros(len(self.names), device=device, dtype=torch.float32)
+        # (parameter index, ||g||) of the hooks fired since the last fold: a hook runs one norm and appends
+        # it; the squares are added into `sq` in one index_add_ when read (per hook, an indexed in-place
+        # add costs four more operator calls, more than the norm itself on small tensors).
+        self._pending: list[tuple[int, torch.Tensor]] = []
         self.fired = 0
         self.handles = [params[n].register_hook(self._hook(i)) for i, n in enumerate(self.names)]
 
     def _hook(self, i: int):
         def hook(grad: torch.Tensor):
-            self.sq[i] += torch.linalg.vector_norm(grad.detach(), dtype=torch.float32).square()
+            self._pending.append((i, torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)))
             self.fired += 1
             return None  # observe only: the gradient is not changed
         return hook
 
+    @property
+    def sq(self) -> torch.Tensor:
+        """Per parameter, the sum over this step's microbatches of ||local gradient||² (float32)."""
+        if self._pending:
+            # built on the host and copied without waiting for the device stream (no host sync on CUDA)
+            idx = torch.tensor([i for i, _ in self._pending]).to(self.device, non_blocking=True)
+            self._sq.index_add_(0, idx, torch.stack([n for _, n in self._pending]).square())
+            self._pending = []
+        return self._sq
+
     def reset(self) -> None:
-        self.sq.zero_()
+        self._sq.zero_()
+        self._pending = []
         self.fired = 0
 
     def per_param(self) -> dict[str, float]:

@@ -101,10 +101,8 @@ class Strategy:
         `_clip_mixed`."""
         if replicated is not None:
             return self._clip_mixed(max_norm, groups or [], *replicated, exclude=exclude)
-        grads = list(self.grad_tensors())
-        sq = torch.zeros(1, device=self.device, dtype=torch.float32)
-        for g in grads:
-            sq += g.detach().float().pow(2).sum()
+        grads = [g.detach() for g in self.grad_tensors()]
+        sq = sum_of_squares(grads, self.device)
         for fqn in exclude:
             g = self.local_grad(fqn)
             if g is not None:
@@ -114,11 +112,15 @@ class Strategy:
         for group in groups:  # orthogonal mesh dimensions: summing along each in turn sums over all
             comm.all_reduce(sq, group=group, tag="grad_norm")
         norm = sq.sqrt()
+        total = float(norm.item())
         if max_norm > 0:
             coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
-            for g in grads:
-                g.mul_(coef.to(g.dtype))
-        return float(norm.item())
+            # a factor of exactly 1 changes no bit: skip the pass over every gradient (most steps after
+            # warm-up); the host read costs nothing more than the norm's just above. (A NaN factor still
+            # scales, as before: every gradient turns NaN.)
+            if not bool(coef == 1.0):
+                scale_(grads, coef)
+        return total
 
     def _clip_mixed(self, max_norm: float, groups: list, group, is_split, exclude: tuple = ()) -> float:
         """The norm when, across `group`, gradients named `is_split(fqn)` are pieces of one tensor and the
@@ -177,6 +179,26 @@ class Strategy:
         return {"params": nbytes(self.module.parameters()),
                 "grads": nbytes(p for p in self.module.parameters() if p.requires_grad),
                 "optimizer": nbytes(opt)}
+
+
+def sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """sum ||t||² over `tensors`, fp32, shape (1,): one fused pass (torch._foreach_norm, as
+    torch.nn.utils.clip_grad_norm_ does) rather than three ops per tensor (pow, sum, add), which on a
+    one-thread CPU step cost more in dispatch than the arithmetic itself."""
+    if not tensors:
+        return torch.zeros(1, device=device, dtype=torch.float32)
+    norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+    return torch.stack(norms).square().sum().reshape(1)
+
+
+def scale_(tensors: list[torch.Tensor], coef: torch.Tensor) -> None:
+    """Multiply every tensor in place by the one-element `coef`, rounded to each tensor's dtype first (as
+    the per-tensor `t.mul_(coef.to(t.dtype))` it replaces): one fused call (torch._foreach_mul_) per dtype."""
+    by_dtype: dict = {}
+    for t in tensors:
+        by_dtype.setdefault(t.dtype, []).append(t)
+    for dtype, group in by_dtype.items():
+        torch._foreach_mul_(group, coef.reshape(()).to(dtype))
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

@@ -35,7 +35,7 @@ from shardlab.data import GlobalSampler, get_batch
 from shardlab.observe import inject
 from shardlab.observe.memory import PeakMemory
 from shardlab.parallel import async_ps
-from shardlab.train import evaluate, summary as summary_mod
+from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
 from shardlab.train.optim import lr_at, set_lr
 
@@ -50,6 +50,8 @@ class AsyncTrainer:
         self.rank, self.world = comm.rank(), comm.world_size()
         self.is_main = self.rank == async_ps.SERVER
         self.device = comm.device()
+        if t.retain_host_memory and self.device.type == "cpu":
+            host_alloc.retain_freed_memory()  # no page faults on every step's activations (train/host_alloc.py)
         from shardlab.train.trainer import datasets  # (trainer hands async runs to this module: no cycle at import)
 
         self.train_ds, self.val_ds = datasets(cfg)

@@ -26,7 +26,7 @@ from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
 from shardlab import parallel
-from shardlab.train import evaluate, precision, summary as summary_mod
+from shardlab.train import evaluate, host_alloc, precision, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
 from shardlab.train.optim import lr_at, set_lr
 from shardlab.train.scaler import LossScaler
@@ -75,6 +75,8 @@ class Trainer:
             comm.init(cfg.parallel.backend)
         self.rank, self.world = comm.rank(), comm.world_size()
         self.device = comm.device()
+        if t.retain_host_memory and self.device.type == "cpu":
+            host_alloc.retain_freed_memory()  # no page faults on every step's activations (train/host_alloc.py)
         self.is_main = self.rank == 0
         if cfg.trace.enabled:
             timeline.enable(self.run_dir, self.rank)
