@@ -74,7 +74,7 @@ class Doctor:
         self.ranks_consistent = True
         self.divergences = 0
         self._data_next: list[bool] | None = None  # every rank's "I have data for the next step", agreed
-        self._pending = None  # the launched check: (step, handle, gathered rows)
+        self._pending = None  # the launched check: (step, handle, output buffer, row length)
         self._nan_handle = None
         self._reset_step([])
 
@@ -186,8 +186,7 @@ class Doctor:
             self.launch_check(step, shadow)
         _, handle, out, n = self._pending
         self._pending = None
-        if handle is not None:  # (a group of one has nothing in flight)
-            handle.wait()
+        handle.wait()  # (normally done by now: it travelled with the last gradient buckets)
         rows = [dict(zip(anomaly_mod.FIELDS, r)) for r in out.view(self.world, n).tolist()]
         self._data_next = [bool(r["has_data_next"]) for r in rows]
         found = anomaly_mod.decide(rows, float(grad_norm), found_inf, self.spike)
