@@ -156,8 +156,9 @@ def _strategy(cfg, device=torch.device("cpu")):
     return parallel.build(cfg, device).dp
 
 
-def _step(doctor, s, step, opt=None):
-    """One minimal training step driven like the trainer does."""
+def _step(doctor, s, step, opt=None, launch_early=False):
+    """One minimal training step driven like the trainer does (`launch_early`: the check's all-gather
+    starts after backward, before the gradient wait, as in the trainer; else check_step issues it)."""
     g = torch.Generator().manual_seed(100 * step + comm.rank())
     x, y = torch.randint(0, 256, (2, 16), generator=g), torch.randint(0, 256, (2, 16), generator=g)
     comm.RECORDER.step = step
@@ -166,6 +167,8 @@ def _step(doctor, s, step, opt=None):
     loss = cross_entropy(s.module(x), y, reduction="sum")
     (loss * doctor.loss_weight_factor(action) / 64).backward()
     doctor.after_backward(step, (x, y), loss)
+    if launch_early:
+        doctor.launch_check(step, shadow=action == "shadow")
     s.finish_backward()
     norm = s.clip_grad_norm_(0.0)
     verdict = doctor.check_step(step, loss, norm, shadow=action == "shadow")
@@ -205,6 +208,31 @@ def test_nan_is_pinned_to_rank_step_module_and_corruption_to_rank_param(pool2, t
     assert div["first"]["ranks"] == [1] and div["first"]["param"] == corrupted  # the parameter injected into
     assert div["first"]["detail"]["1"]["n_diff"] == 1
     assert "REPLICAS DIVERGED: rank 1 differs from rank 0" in div["summary"]
+
+
+def _early_check(run_dir):
+    from shardlab.doctor import Doctor
+    cfg = tiny_cfg(debug__inject_nan="1:1:blocks.0.mlp", doctor__on_anomaly="skip", doctor__hang_timeout_s=0.0,
+                   parallel__first_bucket_mb=0.01, parallel__bucket_mb=0.01)  # several buckets in flight
+    s = _strategy(cfg)
+    doctor = Doctor(cfg, run_dir, s, comm.rank(), comm.world_size())
+    opt = torch.optim.SGD(s.model.parameters(), lr=0.1)
+    verdicts = [_step(doctor, s, step, opt, launch_early=True)[0] for step in range(2)]
+    order = comm.RECORDER.order  # (the ring also holds earlier tests' records of this worker)
+    verdicts.append(_step(doctor, s, 2, opt, launch_early=True)[0])
+    recs = [r for r in comm.RECORDER.ring if r.order > order]
+    check = next(r for r in recs if r.tag == "doctor check")
+    waits = [r.t_wait for r in recs if r.tag.startswith("bucket")]
+    doctor.close(final_checksum=False)
+    return verdicts, doctor.last_report["ranks"], check.async_op, check.t_launch, waits
+
+
+def test_check_launched_before_the_gradient_wait_gives_the_same_verdicts(pool2, tmp_path):
+    # The trainer starts the check's all-gather right after backward, so it travels with the last
+    # buckets; the verdict is still taken before the optimizer step of the same step, the same everywhere.
+    (v0, ranks, is_async, t_launch, waits), (v1, *_rest) = pool2.run(_early_check, str(tmp_path), timeout=60)
+    assert v0 == v1 == ["ok", "skip", "ok"] and ranks == [1]  # the NaN on rank 1 at step 1 is caught at step 1
+    assert is_async and len(waits) > 1 and all(t_launch < w for w in waits)
 
 
 def _uneven(run_dir, mode):

@@ -4,6 +4,7 @@ uneven inputs and fault injection. The trainer calls it at fixed points of each 
     doctor = Doctor(cfg, run_dir, strategy, rank, world)     # starts the watchdog thread
     action = doctor.before_step(step, batch_indices)         # "run" | "skip" | "shadow" (uneven, join)
     ...for each microbatch: forward, backward, then doctor.after_backward(step, (x, y), loss)
+    doctor.launch_check(step)                                # after the last backward: the gather starts
     verdict = doctor.check_step(step, loss, grad_norm)       # "ok" | "skip" | "stop" | "rollback"
     verdict = doctor.after_step(step)                        # periodic checksums: "ok" | "stop" | "rollback"
     doctor.close() -> {"ranks_consistent": bool, "anomalies": n}
@@ -11,6 +12,12 @@ uneven inputs and fault injection. The trainer calls it at fixed points of each 
 Every verdict is identical on every rank: it is computed from one all-gather of every rank's signals,
 so a skipped or rolled-back step is skipped everywhere (a step skipped on one rank only would itself
 make the replicas diverge).
+
+The all-gather is launched asynchronously as soon as the last backward returns (`launch_check`): every
+signal it carries is known then, none depends on the gradient reduction. It then travels while the
+last gradient buckets are still reduced, and `check_step` (after clipping, before the optimizer step)
+only collects the result: the verdict is the same, for the same step, but the check no longer adds a
+synchronisation point of its own to the critical path.
 """
 from __future__ import annotations
 
@@ -67,6 +74,7 @@ class Doctor:
         self.ranks_consistent = True
         self.divergences = 0
         self._data_next: list[bool] | None = None  # every rank's "I have data for the next step", agreed
+        self._pending = None  # the launched check: (step, handle, output buffer, row length)
         self._nan_handle = None
         self._reset_step([])
 
@@ -75,6 +83,7 @@ class Doctor:
         self._losses: list[torch.Tensor] = []
         self._indices = list(indices)
         self._tokens = 0
+        self._pending = None  # (a check launched by a step that raised: that run is over)
         self.monitor.reset()
 
     # --- before the step -------------------------------------------------------------------------------
@@ -154,17 +163,31 @@ class Doctor:
                            torch.tensor(float(self.monitor.fired), device=self.device)])
         return row.to(torch.float64)
 
-    def check_step(self, step: int, loss=None, grad_norm: float = 0.0, found_inf: bool = False,
-                   loss_scale: float | None = None, shadow: bool = False) -> str:
-        """After clipping, before the optimizer step. One all-gather of every rank's local signals,
-        then the same decision on every rank: "ok", or the doctor.on_anomaly policy."""
+    def launch_check(self, step: int, shadow: bool = False) -> None:
+        """After the step's last backward, before the gradient reduction is waited for: start the all-gather
+        of every rank's local signals (asynchronous). All of them are known here (losses, local gradient
+        norms, the next step's data), so the gather overlaps the last buckets' all-reduce instead of
+        adding a synchronisation point after them; `check_step` collects it. Every rank calls it at the
+        same point of the step, so the group's collectives stay in the same order everywhere."""
         row = self._my_row(step, shadow)
         if self.faults.fires("mismatch", step, self.rank):
             print(f"[shardlab doctor] rank {self.rank}: injected collective mismatch at step {step}", flush=True)
             row = torch.cat([row, row.new_zeros(1)])  # one element more than the other ranks send
         out = torch.empty(self.world * row.numel(), dtype=row.dtype, device=self.device)
-        comm.all_gather(out, row, tag="doctor check")
-        rows = [dict(zip(anomaly_mod.FIELDS, r)) for r in out.view(self.world, -1).tolist()]
+        handle = comm.all_gather(out, row, async_op=True, tag="doctor check")
+        self._pending = (step, handle, out, row.numel())
+
+    def check_step(self, step: int, loss=None, grad_norm: float = 0.0, found_inf: bool = False,
+                   loss_scale: float | None = None, shadow: bool = False) -> str:
+        """After clipping, before the optimizer step. Collects the all-gather of every rank's local signals
+        (launched by `launch_check`, or here if the caller did not), then takes the same decision on every
+        rank: "ok", or the doctor.on_anomaly policy."""
+        if self._pending is None or self._pending[0] != step:
+            self.launch_check(step, shadow)
+        _, handle, out, n = self._pending
+        self._pending = None
+        handle.wait()  # (normally done by now: it travelled with the last gradient buckets)
+        rows = [dict(zip(anomaly_mod.FIELDS, r)) for r in out.view(self.world, n).tolist()]
         self._data_next = [bool(r["has_data_next"]) for r in rows]
         found = anomaly_mod.decide(rows, float(grad_norm), found_inf, self.spike)
         try:

@@ -137,6 +137,8 @@ class Trainer:
         with self.balance.measure(len(idx)):  # compute per sample (data.shares=auto, debug.slow_factor)
             loss_sum = self.par.forward_backward(micro, loss_weight,
                                                  lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss))
+        # The doctor's signals are complete: its all-gather travels while the last buckets are reduced.
+        self.doctor.launch_check(st.step, shadow=action == "shadow")
         comm.set_phase("optimizer")
         with timeline.span("optimizer", cat="optim"):
             par.finish()
