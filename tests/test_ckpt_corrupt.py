@@ -91,9 +91,10 @@ def _damage(step: Path, files: list[str], damage) -> str:
         elif edit == "size":
             entries[name]["size"] += 1
         elif edit == "sha":
-            entries[name]["sha256"] = "0" * 64
+            algo = mf.entry_algo(entries[name])  # a wrong digest of the right form
+            entries[name][algo] = "0" * len(entries[name][algo])
         elif edit == "phantom":
-            entries["__9_0.distcp"] = {"size": 1, "sha256": "0" * 64}
+            entries["__9_0.distcp"] = {"size": 1, mf.CHECKSUM: "0" * 32}
             name = "__9_0.distcp"
         elif edit == "files_list":
             manifest["files"] = list(entries)

@@ -1,7 +1,7 @@
-"""The checkpoint save path after the speed work: the sha256 computed while writing (overlapped with the
-write in a helper thread) is the sha256 of the file on disk; torch.save's CRC32 is off only while shard
-files are written, and such files load bit-exactly; a --quick `bench checkpoint` writes its figures and a
-fixed-cost breakdown whose phases add up to the save."""
+"""The checkpoint save path after the speed work: the checksum computed while writing (overlapped with the
+write in a helper thread) is the checksum of the file on disk (xxh3_128, sha256 alike); torch.save's CRC32
+is off only while shard files are written, and such files load bit-exactly; a --quick `bench checkpoint`
+writes its figures and a fixed-cost breakdown whose phases add up to the save."""
 import hashlib
 import os
 from pathlib import Path
@@ -16,8 +16,11 @@ from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import storage
 
 
-def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path):
+@pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
+def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     from concurrent.futures import ThreadPoolExecutor
+
+    import xxhash
 
     big = os.urandom(3 * storage.OVERLAP_MIN_BYTES + 17)  # hashed by the helper thread during the write
     tensor = torch.arange(storage.OVERLAP_MIN_BYTES, dtype=torch.float32)  # a tensor's memory, as torch.save passes it
@@ -25,13 +28,14 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path):
     path = tmp_path / "f.bin"
     timing = {}
     with ThreadPoolExecutor(1) as hasher, open(path, "wb") as raw:
-        stream = storage.HashingStream(raw, hasher, timing)
+        stream = storage.HashingStream(raw, hasher, timing, algo)
         for p in pieces:
             assert stream.write(p) == memoryview(p).nbytes
         stream.close()
     on_disk = path.read_bytes()
     assert stream.size == len(on_disk)
-    assert stream.sha.hexdigest() == mf.sha256_file(path) == hashlib.sha256(on_disk).hexdigest()
+    reference = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}[algo](on_disk).hexdigest()
+    assert stream.hash.hexdigest() == mf.hash_file(path, algo) == reference
     assert timing["fsync_s"] >= 0 and "hash_wait_s" in timing and "hash_inline_s" in timing  # both paths taken
 
 
@@ -123,3 +127,32 @@ def test_bench_checkpoint_quick(pool2, tmp_path):
     assert "save_fixed_fsync_ms" in fig and "save_fixed_stage_ms" in fig
     assert "Fixed cost of a save" in (tmp_path / "REPORT.md").read_text()
     assert not (tmp_path / "work").exists()  # what it wrote is deleted
+
+
+@pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
+def test_new_and_old_style_manifests_verify_and_catch_a_flipped_byte(tmp_path, algo):
+    """New checkpoints record xxh3_128; those written before record sha256 and keep verifying with it."""
+    files = {".metadata": b"m" * 100, "train_state.json": b"{}", "__0_0.distcp": os.urandom(3 << 20)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    entries = {n: {"size": len(d), algo: mf.hash_file(tmp_path / n, algo)} for n, d in files.items()}
+    if algo == mf.CHECKSUM:
+        assert entries == {n: mf.file_entry(tmp_path / n) for n in files}  # what a save records today
+    else:  # exactly what the manifest of an older checkpoint holds
+        assert entries["__0_0.distcp"]["sha256"] == hashlib.sha256(files["__0_0.distcp"]).hexdigest()
+    mf.write_manifest(tmp_path, entries, step=1)
+    assert mf.load_manifest(tmp_path)[1] is None and mf.verify(tmp_path) == []
+    data = bytearray(files["__0_0.distcp"])
+    data[len(data) // 2] ^= 0x01
+    (tmp_path / "__0_0.distcp").write_bytes(bytes(data))
+    assert mf.verify(tmp_path) == [f"{tmp_path / '__0_0.distcp'}: {algo} mismatch (the file is corrupt)"]
+
+
+def test_manifest_entry_with_no_or_two_checksums_is_not_trusted(tmp_path):
+    for name in (".metadata", "train_state.json"):
+        (tmp_path / name).write_bytes(b"x")
+    good = {"size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}
+    for bad in ({"size": 1}, {**good, "xxh3_128": "0" * 32}, {"size": 1, "xxh3_128": "0" * 64}):
+        mf.write_manifest(tmp_path, {".metadata": good, "train_state.json": bad})
+        manifest, problem = mf.load_manifest(tmp_path)
+        assert manifest is None and "'train_state.json' has no valid size and checksum" in problem

@@ -417,7 +417,7 @@ class CheckpointManager:
         return found if isinstance(found, str) else [found]
 
     def _verify_distributed(self, path: Path) -> list[str]:
-        """Every rank rechecks the sha256 of a share of the files; all ranks get all problems."""
+        """Every rank rechecks the checksums of a share of the files; all ranks get all problems."""
         manifest, problem = mf.load_manifest(path)
         if manifest is None:  # every rank read the same file: the same problem everywhere
             problems = [problem] if self.rank == 0 else []
