@@ -156,3 +156,46 @@ def test_manifest_entry_with_no_or_two_checksums_is_not_trusted(tmp_path):
         mf.write_manifest(tmp_path, {".metadata": good, "train_state.json": bad})
         manifest, problem = mf.load_manifest(tmp_path)
         assert manifest is None and "'train_state.json' has no valid size and checksum" in problem
+
+
+def _save_then_read_latest(work):
+    """A synchronous save returns on every rank only once the commit (rename, `latest`) is visible: rank 0's
+    commit is slowed down, and rank 1 looks right after its save() returns. Then a load of that checkpoint
+    reads the shard bytes straight into the live tensors and restores them exactly."""
+    from shardlab import comm
+    from shardlab.bench import checkpoint as bench
+    from shardlab.checkpoint import manager as manager_mod
+
+    tr = bench._trainer(Path(work), bench._overrides("tiny", 4))
+    mgr, st = tr.ckpt, tr.state
+    seen = []
+    write_latest = manager_mod.mf.write_latest
+
+    def slow_write_latest(*args):  # widen the window in which a missing barrier would show
+        import time
+        time.sleep(0.5)
+        write_latest(*args)
+    for step in (1, 2):
+        st.step = step
+        manager_mod.mf.write_latest = slow_write_latest if comm.rank() == 0 else write_latest
+        try:
+            mgr.save(st, async_=False)
+        finally:
+            manager_mod.mf.write_latest = write_latest
+        latest = mf.read_latest(mgr.dir)
+        seen.append((latest.name if latest else None, mf.read_manifest(latest) is not None if latest else False))
+    saved = {k: v.clone() for k, v in tr.strategy.full_parameters().items()}
+    tr.train_step()  # move the live state away from the checkpoint
+    found = mgr.load_first("latest", st)
+    same = all(torch.equal(saved[k], v) for k, v in tr.strategy.full_parameters().items())
+    comm.barrier()
+    mgr.close(st)
+    return seen, found[1] if found else None, same, mgr.load_timing["direct_bytes"], bench._nbytes(saved)
+
+
+def test_sync_save_returns_after_the_commit_is_visible_and_loads_directly(pool2, tmp_path):
+    results = pool2.run(_save_then_read_latest, str(tmp_path), timeout=300)
+    for seen, step, same, direct, param_bytes in results:
+        assert seen == [("step_000001", True), ("step_000002", True)]
+        assert step == 2 and same
+        assert direct > 2 * param_bytes  # under DDP every rank reads model and AdamW state straight in
