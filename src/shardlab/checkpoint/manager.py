@@ -301,6 +301,8 @@ class CheckpointManager:
             outcome = self._commit(step, tmp, final, reports)
             commit_s = time.perf_counter() - t1
         t2 = time.perf_counter()
+        # Also the barrier that makes save() return on every rank only after rank 0's commit (rename,
+        # `latest`) is visible: the others wait here for the outcome that rank 0 sends after committing.
         outcome = comm.broadcast_object(outcome, group=self.pg)
         t_end = time.perf_counter()
         self.timing = self._phases(writer, t0, t_dcp, t_meta, t_reports + (t_end - t2), commit_s, t_end)
