@@ -458,13 +458,15 @@ class CheckpointManager:
         return mine_small, {n: files[n] for n, r in writer.items() if r % self.world == self.rank}
 
     def _verify_distributed(self, path: Path) -> list[str]:
-        """Every rank rechecks the checksums of its share of the small files (the shard files are checked
-        while they are loaded); all ranks get all problems."""
+        """Every rank rechecks the checksums of its share of the small files and the presence and size of
+        its shard files (their checksums are checked while they are loaded); all ranks get all problems."""
         manifest, problem = mf.load_manifest(path)
         if manifest is None:  # every rank read the same file: the same problem everywhere
             problems = [problem] if self.rank == 0 else []
         else:
-            problems = mf.verify_files(path, self._shares(manifest)[0])
+            small, shards = self._shares(manifest)
+            problems = mf.verify_files(path, small)
+            problems += [p for n, e in shards.items() if (p := mf.check_size(path / n, e)) is not None]
             problems += mf.unlisted(path, manifest) if self.rank == 0 else []
         return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
 

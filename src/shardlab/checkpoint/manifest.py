@@ -75,12 +75,19 @@ def file_entry(path: Path) -> dict:
     return {"size": path.stat().st_size, CHECKSUM: hash_file(path)}
 
 
-def check_entry(path: Path, want: dict) -> str | None:
-    """One problem line if the file does not match its manifest entry (size, then checksum), else None."""
+def check_size(path: Path, want: dict) -> str | None:
+    """One problem line if the file is missing or not of its manifest size (no reading), else None."""
     if not path.is_file():
         return f"{path}: missing"
     if path.stat().st_size != want["size"]:
         return f"{path}: size {path.stat().st_size} != {want['size']} in the manifest"
+    return None
+
+
+def check_entry(path: Path, want: dict) -> str | None:
+    """One problem line if the file does not match its manifest entry (size, then checksum), else None."""
+    if (problem := check_size(path, want)) is not None:
+        return problem
     algo = entry_algo(want)
     if hash_file(path, algo) != want[algo]:
         return f"{path}: {algo} mismatch (the file is corrupt)"
