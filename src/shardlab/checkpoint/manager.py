@@ -25,6 +25,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -503,16 +504,26 @@ class CheckpointManager:
         t0 = time.perf_counter()
         manifest = mf.read_manifest(path)
         reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
+        # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
+        # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
+        # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
         try:
-            dcp.load(tensors, storage_reader=reader, process_group=self.pg, no_dist=not comm.is_initialized())
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+                dcp.load(tensors, storage_reader=reader, no_dist=True)
             failure = None
-        except (Exception, CheckpointException) as e:  # a corrupt file may break a rank's parse: ask the hashes
+        except Exception as e:  # a corrupt file may break the parse: the hashes say which; all ranks decide
             failure = e
-        problems = [p for ps in comm.all_gather_object(reader.problems, group=self.pg) for p in ps]
+        why = None if failure is None else f"rank {self.rank}: {type(failure).__name__}: {(str(failure) + chr(10)).splitlines()[0]}"
+        reports = comm.all_gather_object((reader.problems, why), group=self.pg)
+        problems = [p for ps, _ in reports for p in ps]
         if problems:
             raise CorruptShards(path, problems)
         if failure is not None:
             raise failure
+        failed = [w for _, w in reports if w is not None]
+        if failed:
+            raise CheckpointError(f"loading {path} failed on another rank ({failed[0]})")
         t1 = time.perf_counter()
         state.strategy.load_model_state_dict(tensors["model"])
         st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])

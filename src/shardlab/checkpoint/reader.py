@@ -22,7 +22,6 @@ import os
 import pickle
 import struct
 import sys
-import zipfile
 from pathlib import Path
 
 import torch
@@ -34,33 +33,6 @@ from torch.futures import Future
 from shardlab.checkpoint import manifest as mf
 
 SCRATCH = 8 << 20  # bytes hashed per read between the records we load
-
-
-class _Slice(io.RawIOBase):
-    """A read-only window [offset, offset + length) of a file, read with pread (no shared file position),
-    for zipfile to parse one item's zip directory."""
-
-    def __init__(self, fd: int, offset: int, length: int):
-        self.fd, self.offset, self.length, self.pos = fd, offset, length, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        self.pos = {0: pos, 1: self.pos + pos, 2: self.length + pos}[whence]
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def read(self, n: int = -1) -> bytes:
-        n = self.length - self.pos if n < 0 else min(n, self.length - self.pos)
-        data = os.pread(self.fd, max(n, 0), self.offset + self.pos)
-        self.pos += len(data)
-        return data
 
 
 class _TensorMeta(pickle.Unpickler):
@@ -91,23 +63,54 @@ def _contiguous_strides(size: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-def _data_offset(fd: int, offset: int, info: zipfile.ZipInfo) -> int | None:
-    """Where a stored (uncompressed) zip record's bytes start, relative to the zip's start. The local
-    header's name and extra fields vary in length (torch pads records to 64-byte alignment)."""
-    header = os.pread(fd, 30, offset + info.header_offset)
-    if len(header) != 30 or header[:4] != b"PK\x03\x04" or info.compress_type != zipfile.ZIP_STORED:
+_EOCD = struct.Struct("<4s4H2IH")  # end of central directory: sig, disk, cd disk, n here, n, cd size, cd offset, comment
+_CENTRAL = struct.Struct("<4s6H3I5H2I")  # a central directory entry, up to its name
+_LOCAL = struct.Struct("<4s5H3I2H")  # a local file header, up to its name
+
+
+def _records(fd: int, offset: int, length: int) -> dict[str, tuple[int, int, int]] | None:
+    """{name: (local header offset, size, compression method)} of the torch.save zip stored at
+    [offset, offset + length), from its central directory (torch writes a data descriptor after each
+    record, so the local headers carry no sizes). zipfile does the same in ~10x the time and checks
+    CRCs that our shard files do not have (storage.crc32_off). None: a layout this does not read (zip64,
+    a comment): the caller takes DCP's path."""
+    tail = os.pread(fd, min(length, 1 << 16), offset + length - min(length, 1 << 16))
+    if len(tail) < _EOCD.size or tail[-_EOCD.size:-_EOCD.size + 4] != b"PK\x05\x06":
         return None
-    name_len, extra_len = struct.unpack("<HH", header[26:30])
-    return info.header_offset + 30 + name_len + extra_len
+    *_, n, cd_size, cd_offset, _comment = _EOCD.unpack(tail[-_EOCD.size:])
+    if cd_offset == 0xFFFFFFFF or cd_offset + cd_size > length:
+        return None
+    cd = os.pread(fd, cd_size, offset + cd_offset)
+    out, p = {}, 0
+    for _ in range(n):
+        if cd[p:p + 4] != b"PK\x01\x02":
+            return None
+        f = _CENTRAL.unpack_from(cd, p)
+        method, csize, name_len, extra_len, comment_len, local = f[4], f[8], f[10], f[11], f[12], f[16]
+        if csize == 0xFFFFFFFF or local == 0xFFFFFFFF:  # zip64 sizes live in the extra field
+            return None
+        out[cd[p + _CENTRAL.size:p + _CENTRAL.size + name_len].decode()] = (local, csize, method)
+        p += _CENTRAL.size + name_len + extra_len + comment_len
+    return out
 
 
-def _record(fd: int, offset: int, info: zipfile.ZipInfo) -> bytes:
-    """A small record's bytes, read directly: zipfile would check its CRC32, which our shard files do
-    not have (storage.crc32_off; the file's checksum covers them)."""
-    at = _data_offset(fd, offset, info)
-    if at is None:
-        raise ValueError(info.filename)
-    return os.pread(fd, info.file_size, offset + at)
+def _data_offset(fd: int, offset: int, local: int) -> int | None:
+    """Where a record's bytes start, relative to the zip's start: after its local header, whose name
+    and extra fields vary in length (torch pads records to 64-byte alignment)."""
+    header = os.pread(fd, _LOCAL.size, offset + local)
+    if len(header) != _LOCAL.size or header[:4] != b"PK\x03\x04":
+        return None
+    f = _LOCAL.unpack(header)
+    return local + _LOCAL.size + f[-2] + f[-1]
+
+
+def _record(fd: int, offset: int, rec: tuple[int, int, int]) -> bytes:
+    """A small stored record's bytes."""
+    local, size, method = rec
+    at = _data_offset(fd, offset, local)
+    if at is None or method != 0:
+        raise ValueError("not a stored record")
+    return os.pread(fd, size, offset + at)
 
 
 # "FloatStorage" -> torch.float32, ... (torch.save names a storage by its legacy typed class)
@@ -119,22 +122,23 @@ def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int 
     [offset, offset + length), if that item is a plain contiguous tensor of target's dtype and shape
     stored uncompressed in native byte order; else None (the caller takes DCP's path)."""
     try:
-        with zipfile.ZipFile(_Slice(fd, offset, length)) as zf:
-            infos = {i.filename: i for i in zf.infolist()}
-            pkl = next(n for n in infos if n.endswith("/data.pkl"))
-            prefix = pkl[:-len("data.pkl")]
-            order = _record(fd, offset, infos[prefix + "byteorder"]).decode() if prefix + "byteorder" in infos else "little"
-            dtype, key, numel, start, size, stride = _TensorMeta(io.BytesIO(_record(fd, offset, infos[pkl]))).load()
-            info = infos[f"{prefix}data/{key}"]
-    except (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, zipfile.BadZipFile,
+        recs = _records(fd, offset, length)
+        if recs is None:
+            return None
+        pkl = next(n for n in recs if n.endswith("/data.pkl"))
+        prefix = pkl[:-len("data.pkl")]
+        order = _record(fd, offset, recs[prefix + "byteorder"]).decode() if prefix + "byteorder" in recs else "little"
+        dtype, key, numel, start, size, stride = _TensorMeta(io.BytesIO(_record(fd, offset, recs[pkl]))).load()
+        local, nbytes, method = recs[f"{prefix}data/{key}"]
+    except (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
             pickle.UnpicklingError, EOFError):
         return None
     if not (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
-            and stride == _contiguous_strides(size) and numel == target.numel()
-            and info.file_size == target.numel() * target.element_size()):
+            and stride == _contiguous_strides(size) and numel == target.numel() and method == 0
+            and nbytes == target.numel() * target.element_size()):
         return None
-    data = _data_offset(fd, offset, info)
-    return data if data is not None and data + info.file_size <= length else None
+    data = _data_offset(fd, offset, local)
+    return data if data is not None and data + nbytes <= length else None
 
 
 def _bytes_of(t: torch.Tensor) -> memoryview:
