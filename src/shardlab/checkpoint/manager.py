@@ -514,7 +514,8 @@ class CheckpointManager:
             failure = None
         except Exception as e:  # a corrupt file may break the parse: the hashes say which; all ranks decide
             failure = e
-        why = None if failure is None else f"rank {self.rank}: {type(failure).__name__}: {(str(failure) + chr(10)).splitlines()[0]}"
+        first_line = (str(failure) + "\n").splitlines()[0] if failure is not None else ""
+        why = None if failure is None else f"rank {self.rank}: {type(failure).__name__}: {first_line}"
         reports = comm.all_gather_object((reader.problems, why), group=self.pg)
         problems = [p for ps, _ in reports for p in ps]
         if problems:

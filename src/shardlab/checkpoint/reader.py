@@ -63,7 +63,8 @@ def _contiguous_strides(size: tuple) -> tuple:
     return tuple(reversed(strides))
 
 
-_EOCD = struct.Struct("<4s4H2IH")  # end of central directory: sig, disk, cd disk, n here, n, cd size, cd offset, comment
+# end of central directory: sig, disk, cd disk, entries here, entries, cd size, cd offset, comment length
+_EOCD = struct.Struct("<4s4H2IH")
 _CENTRAL = struct.Struct("<4s6H3I5H2I")  # a central directory entry, up to its name
 _LOCAL = struct.Struct("<4s5H3I2H")  # a local file header, up to its name
 
