@@ -483,7 +483,9 @@ class CheckpointManager:
                 k = diff[0]
                 raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
                                       f"{meta['model'][k]} there and {now[k]} here")
-        md_keys = dcp.FileSystemReader(str(path)).read_metadata().state_dict_metadata
+        manifest = mf.read_manifest(path)
+        reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
+        md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
         if any(k.endswith(".attn.qkv.weight") for k in md_keys):
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
@@ -498,12 +500,10 @@ class CheckpointManager:
         tensors = st.tensor_state(state)
         del tensors["rng"]
         if same_layout:
-            tensors["rng"] = {rng_key: self._rng_template(path, rng_key)}
+            tensors["rng"] = {rng_key: torch.empty(tuple(md_keys[f"rng.{rng_key}"].size), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
             tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
         t0 = time.perf_counter()
-        manifest = mf.read_manifest(path)
-        reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
@@ -553,8 +553,3 @@ class CheckpointManager:
             self._note(f"resumed from {path} at step {meta['step']}{how}")
         self.last_saved_step = meta["step"]
         return meta["step"]
-
-    def _rng_template(self, path: Path, key: str):
-        md = dcp.FileSystemReader(str(path)).read_metadata()
-        entry = md.state_dict_metadata[f"rng.{key}"]
-        return torch.empty(tuple(entry.size), dtype=torch.uint8)

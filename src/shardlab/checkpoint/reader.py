@@ -193,6 +193,15 @@ class Reader(FileSystemReader):
         self.verify = dict(verify or {})
         self.problems: list[str] = []
         self.direct_bytes = 0
+        self._metadata = None
+
+    def read_metadata(self, *args, **kwargs):
+        """.metadata, unpickled once per load (the manager reads it before DCP does)."""
+        if args or kwargs:  # a rank-local metadata file: DCP's fallback, not ours to cache
+            return super().read_metadata(*args, **kwargs)
+        if self._metadata is None:
+            self._metadata = super().read_metadata()
+        return self._metadata
 
     def read_data(self, plan, planner) -> Future:
         per_file: dict[str, list] = {}
