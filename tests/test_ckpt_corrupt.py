@@ -137,3 +137,37 @@ def test_corruption_is_named_and_resume_falls_back(trained, capsys, damage):
         assert named in mgr.notes[0]
     finally:
         shutil.rmtree(work)
+
+
+def _flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_shard_corrupt_mid_load_older_overwrites_everything_or_the_job_stops(trained):
+    """A flipped byte in a shard's tensor data is found while the shard is loaded (after some of its bytes
+    reached the state): the older checkpoint then loads over everything, exactly; with no intact older
+    one the job stops with one line instead of training on the half-loaded state."""
+    import torch
+    from shardlab.checkpoint.hf import load_model_tensors
+    from shardlab.config import ConfigError
+
+    run0, trainer, _ = trained
+    work = Path(tempfile.mkdtemp(prefix="ckpt-midload-"))
+    try:
+        run = work / "run"
+        shutil.copytree(run0, run)
+        good = load_model_tensors(run / "checkpoints" / GOOD)
+        _flip_middle(run / "checkpoints" / BAD / "__0_0.distcp")
+        mgr = CheckpointManager(run, _cfg(["ckpt.resume=latest"]))
+        assert mgr.resume(trainer.state) == 2
+        assert "xxh3_128 mismatch" in mgr.notes[0] and f"falling back to {GOOD}" in mgr.notes[0]
+        live = trainer.state.strategy.full_parameters()
+        assert all(torch.equal(live[n], t) for n, t in good.items())
+        _flip_middle(run / "checkpoints" / GOOD / "__0_0.distcp")
+        with pytest.raises(ConfigError, match="found corrupt only after part of it was loaded") as e:
+            CheckpointManager(run, _cfg(["ckpt.resume=latest"])).resume(trainer.state)
+        assert "\n" not in str(e.value)
+    finally:
+        shutil.rmtree(work)

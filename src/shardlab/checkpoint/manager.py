@@ -71,6 +71,17 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
 
 
+def _inner(exc: BaseException) -> BaseException:
+    """The exception a rank-local DCP call wrapped into a CheckpointException (its only failure)."""
+    failures = getattr(exc, "failures", None)
+    if isinstance(failures, dict) and len(failures) == 1:
+        w = next(iter(failures.values()))
+        inner = w[0] if isinstance(w, tuple) and w else getattr(w, "exc", w)
+        if isinstance(inner, BaseException):
+            return inner
+    return exc
+
+
 def _human(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
@@ -512,10 +523,11 @@ class CheckpointManager:
                 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
                 dcp.load(tensors, storage_reader=reader, no_dist=True)
             failure = None
-        except Exception as e:  # a corrupt file may break the parse: the hashes say which; all ranks decide
-            failure = e
-        first_line = (str(failure) + "\n").splitlines()[0] if failure is not None else ""
-        why = None if failure is None else f"rank {self.rank}: {type(failure).__name__}: {first_line}"
+        except (Exception, CheckpointException) as e:  # a corrupt file may break the parse: the hashes say
+            failure = _inner(e)                         # which; every rank reaches the exchange below
+        why = None
+        if failure is not None:
+            why = f"rank {self.rank}: {type(failure).__name__}: {(str(failure) + chr(10)).splitlines()[0]}"
         reports = comm.all_gather_object((reader.problems, why), group=self.pg)
         problems = [p for ps, _ in reports for p in ps]
         if problems:
@@ -539,7 +551,8 @@ class CheckpointManager:
         if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
             state.balance.load_state_dict(meta.get("shares"))
         state.step = meta["step"]
-        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1, "direct_bytes": reader.direct_bytes}
+        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
+                            "direct_bytes": reader.direct_bytes}
         if same_layout:
             st.set_rng(tensors["rng"][rng_key])
         else:
