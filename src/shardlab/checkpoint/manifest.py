@@ -67,10 +67,6 @@ def hash_file(path: Path, algo: str = CHECKSUM, chunk: int = 8 << 20) -> str:
     return h.hexdigest()
 
 
-def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
-    return hash_file(path, "sha256", chunk)
-
-
 def file_entry(path: Path) -> dict:
     return {"size": path.stat().st_size, CHECKSUM: hash_file(path)}
 
