@@ -77,7 +77,7 @@ def test_flipped_byte_verify_names_file_and_resume_falls_back(pool2, tmp_path, c
     shard.write_bytes(bytes(data))
     assert ckpt_cli.main(["verify", str(tmp_path)]) == 1
     out = capsys.readouterr().out
-    assert "CORRUPT" in out and "step_000004/__1_0.distcp: sha256 mismatch" in out and "ok      " in out
+    assert "CORRUPT" in out and "step_000004/__1_0.distcp: xxh3_128 mismatch" in out and "ok      " in out
     res = pool2.run(train_run, tmp_path, COMMON + ["train.steps=6", "ckpt.resume=latest"], 2)
     assert res[0]["start"] == 2 and res[1]["start"] == 2
     note = res[0]["notes"][0]

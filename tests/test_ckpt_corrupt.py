@@ -91,9 +91,10 @@ def _damage(step: Path, files: list[str], damage) -> str:
         elif edit == "size":
             entries[name]["size"] += 1
         elif edit == "sha":
-            entries[name]["sha256"] = "0" * 64
+            algo = mf.entry_algo(entries[name])  # a wrong digest of the right form
+            entries[name][algo] = "0" * len(entries[name][algo])
         elif edit == "phantom":
-            entries["__9_0.distcp"] = {"size": 1, "sha256": "0" * 64}
+            entries["__9_0.distcp"] = {"size": 1, mf.CHECKSUM: "0" * 32}
             name = "__9_0.distcp"
         elif edit == "files_list":
             manifest["files"] = list(entries)
@@ -134,5 +135,39 @@ def test_corruption_is_named_and_resume_falls_back(trained, capsys, damage):
         assert mgr.resume(trainer.state) == 2
         assert f"{BAD} failed verification" in mgr.notes[0] and f"falling back to {GOOD}" in mgr.notes[0]
         assert named in mgr.notes[0]
+    finally:
+        shutil.rmtree(work)
+
+
+def _flip_middle(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_shard_corrupt_mid_load_older_overwrites_everything_or_the_job_stops(trained):
+    """A flipped byte in a shard's tensor data is found while the shard is loaded (after some of its bytes
+    reached the state): the older checkpoint then loads over everything, exactly; with no intact older
+    one the job stops with one line instead of training on the half-loaded state."""
+    import torch
+    from shardlab.checkpoint.hf import load_model_tensors
+    from shardlab.config import ConfigError
+
+    run0, trainer, _ = trained
+    work = Path(tempfile.mkdtemp(prefix="ckpt-midload-"))
+    try:
+        run = work / "run"
+        shutil.copytree(run0, run)
+        good = load_model_tensors(run / "checkpoints" / GOOD)
+        _flip_middle(run / "checkpoints" / BAD / "__0_0.distcp")
+        mgr = CheckpointManager(run, _cfg(["ckpt.resume=latest"]))
+        assert mgr.resume(trainer.state) == 2
+        assert "xxh3_128 mismatch" in mgr.notes[0] and f"falling back to {GOOD}" in mgr.notes[0]
+        live = trainer.state.strategy.full_parameters()
+        assert live and all(torch.equal(t, good[n]) for n, t in live.items())
+        _flip_middle(run / "checkpoints" / GOOD / "__0_0.distcp")
+        with pytest.raises(ConfigError, match="found corrupt only after part of it was loaded") as e:
+            CheckpointManager(run, _cfg(["ckpt.resume=latest"])).resume(trainer.state)
+        assert "\n" not in str(e.value)
     finally:
         shutil.rmtree(work)

@@ -1,7 +1,7 @@
-"""The checkpoint save path after the speed work: the sha256 computed while writing (overlapped with the
-write in a helper thread) is the sha256 of the file on disk; torch.save's CRC32 is off only while shard
-files are written, and such files load bit-exactly; a --quick `bench checkpoint` writes its figures and a
-fixed-cost breakdown whose phases add up to the save."""
+"""The checkpoint save path after the speed work: the checksum computed while writing (overlapped with the
+write in a helper thread) is the checksum of the file on disk (xxh3_128, sha256 alike); torch.save's CRC32
+is off only while shard files are written, and such files load bit-exactly; a --quick `bench checkpoint`
+writes its figures and a fixed-cost breakdown whose phases add up to the save."""
 import hashlib
 import os
 from pathlib import Path
@@ -16,8 +16,11 @@ from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import storage
 
 
-def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path):
+@pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
+def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     from concurrent.futures import ThreadPoolExecutor
+
+    import xxhash
 
     big = os.urandom(3 * storage.OVERLAP_MIN_BYTES + 17)  # hashed by the helper thread during the write
     tensor = torch.arange(storage.OVERLAP_MIN_BYTES, dtype=torch.float32)  # a tensor's memory, as torch.save passes it
@@ -25,13 +28,14 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path):
     path = tmp_path / "f.bin"
     timing = {}
     with ThreadPoolExecutor(1) as hasher, open(path, "wb") as raw:
-        stream = storage.HashingStream(raw, hasher, timing)
+        stream = storage.HashingStream(raw, hasher, timing, algo)
         for p in pieces:
             assert stream.write(p) == memoryview(p).nbytes
         stream.close()
     on_disk = path.read_bytes()
     assert stream.size == len(on_disk)
-    assert stream.sha.hexdigest() == mf.sha256_file(path) == hashlib.sha256(on_disk).hexdigest()
+    reference = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}[algo](on_disk).hexdigest()
+    assert stream.hash.hexdigest() == mf.hash_file(path, algo) == reference
     assert timing["fsync_s"] >= 0 and "hash_wait_s" in timing and "hash_inline_s" in timing  # both paths taken
 
 
@@ -123,3 +127,75 @@ def test_bench_checkpoint_quick(pool2, tmp_path):
     assert "save_fixed_fsync_ms" in fig and "save_fixed_stage_ms" in fig
     assert "Fixed cost of a save" in (tmp_path / "REPORT.md").read_text()
     assert not (tmp_path / "work").exists()  # what it wrote is deleted
+
+
+@pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
+def test_new_and_old_style_manifests_verify_and_catch_a_flipped_byte(tmp_path, algo):
+    """New checkpoints record xxh3_128; those written before record sha256 and keep verifying with it."""
+    files = {".metadata": b"m" * 100, "train_state.json": b"{}", "__0_0.distcp": os.urandom(3 << 20)}
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    entries = {n: {"size": len(d), algo: mf.hash_file(tmp_path / n, algo)} for n, d in files.items()}
+    if algo == mf.CHECKSUM:
+        assert entries == {n: mf.file_entry(tmp_path / n) for n in files}  # what a save records today
+    else:  # exactly what the manifest of an older checkpoint holds
+        assert entries["__0_0.distcp"]["sha256"] == hashlib.sha256(files["__0_0.distcp"]).hexdigest()
+    mf.write_manifest(tmp_path, entries, step=1)
+    assert mf.load_manifest(tmp_path)[1] is None and mf.verify(tmp_path) == []
+    data = bytearray(files["__0_0.distcp"])
+    data[len(data) // 2] ^= 0x01
+    (tmp_path / "__0_0.distcp").write_bytes(bytes(data))
+    assert mf.verify(tmp_path) == [f"{tmp_path / '__0_0.distcp'}: {algo} mismatch (the file is corrupt)"]
+
+
+def test_manifest_entry_with_no_or_two_checksums_is_not_trusted(tmp_path):
+    for name in (".metadata", "train_state.json"):
+        (tmp_path / name).write_bytes(b"x")
+    good = {"size": 1, "sha256": hashlib.sha256(b"x").hexdigest()}
+    for bad in ({"size": 1}, {**good, "xxh3_128": "0" * 32}, {"size": 1, "xxh3_128": "0" * 64}):
+        mf.write_manifest(tmp_path, {".metadata": good, "train_state.json": bad})
+        manifest, problem = mf.load_manifest(tmp_path)
+        assert manifest is None and "'train_state.json' has no valid size and checksum" in problem
+
+
+def _save_then_read_latest(work):
+    """A synchronous save returns on every rank only once the commit (rename, `latest`) is visible: rank 0's
+    commit is slowed down, and rank 1 looks right after its save() returns. Then a load of that checkpoint
+    reads the shard bytes straight into the live tensors and restores them exactly."""
+    from shardlab import comm
+    from shardlab.bench import checkpoint as bench
+    from shardlab.checkpoint import manager as manager_mod
+
+    tr = bench._trainer(Path(work), bench._overrides("tiny", 4))
+    mgr, st = tr.ckpt, tr.state
+    seen = []
+    write_latest = manager_mod.mf.write_latest
+
+    def slow_write_latest(*args):  # widen the window in which a missing barrier would show
+        import time
+        time.sleep(0.5)
+        write_latest(*args)
+    for step in (1, 2):
+        st.step = step
+        manager_mod.mf.write_latest = slow_write_latest if comm.rank() == 0 else write_latest
+        try:
+            mgr.save(st, async_=False)
+        finally:
+            manager_mod.mf.write_latest = write_latest
+        latest = mf.read_latest(mgr.dir)
+        seen.append((latest.name if latest else None, mf.read_manifest(latest) is not None if latest else False))
+    saved = {k: v.clone() for k, v in tr.strategy.full_parameters().items()}
+    tr.train_step()  # move the live state away from the checkpoint
+    found = mgr.load_first("latest", st)
+    same = all(torch.equal(saved[k], v) for k, v in tr.strategy.full_parameters().items())
+    comm.barrier()
+    mgr.close(st)
+    return seen, found[1] if found else None, same, mgr.load_timing["direct_bytes"], bench._nbytes(saved)
+
+
+def test_sync_save_returns_after_the_commit_is_visible_and_loads_directly(pool2, tmp_path):
+    results = pool2.run(_save_then_read_latest, str(tmp_path), timeout=300)
+    for seen, step, same, direct, param_bytes in results:
+        assert seen == [("step_000001", True), ("step_000002", True)]
+        assert step == 2 and same
+        assert direct > 2 * param_bytes  # under DDP every rank reads model and AdamW state straight in

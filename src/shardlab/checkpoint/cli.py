@@ -1,7 +1,7 @@
 """`shardlab ckpt ls|verify|inspect|export` — look at, check and convert checkpoints.
 
     shardlab ckpt ls RUN_OR_PATH                 checkpoints of a run: step, state, size, world, strategy
-    shardlab ckpt verify RUN_OR_PATH             recheck every file's sha256 (exit 1 if anything is corrupt)
+    shardlab ckpt verify RUN_OR_PATH             recheck every file's checksum (exit 1 if anything is corrupt)
     shardlab ckpt inspect PATH [--tensors]       train state, manifest and (optionally) every stored tensor
     shardlab ckpt export PATH --hf DIR           Hugging Face GPT-2 or LlamaForCausalLM: model.safetensors, config.json, tokenizer
 
@@ -96,7 +96,7 @@ def cmd_verify(args) -> int:
                 print(f"  {line}")
         else:
             n = len(mf.read_manifest(d)["files"])
-            print(f"ok      {d} ({n} files, sha256 checked)")
+            print(f"ok      {d} ({n} files, checksums checked)")
     return 1 if bad else 0
 
 
@@ -171,7 +171,7 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="shardlab ckpt", description="List, verify, inspect and export checkpoints.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("ls", help="list a run's checkpoints").add_argument("path", metavar="RUN_OR_PATH")
-    sub.add_parser("verify", help="recheck every sha256").add_argument("path", metavar="RUN_OR_PATH")
+    sub.add_parser("verify", help="recheck every checksum").add_argument("path", metavar="RUN_OR_PATH")
     ins = sub.add_parser("inspect", help="show the training state of one checkpoint")
     ins.add_argument("path", metavar="RUN_OR_PATH")
     ins.add_argument("--tensors", action="store_true", help="also list every stored tensor")

@@ -5,12 +5,19 @@
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
         train_state.json      step, sampler, scaler, config, versions
-        MANIFEST.json         every file's size and sha256, world size, layout (mesh degrees), strategy, step
+        MANIFEST.json         every file's size and checksum (xxh3_128; sha256 in older checkpoints), world size,
+                              layout (mesh degrees), strategy, step
       step_000008.tmp/        a save in progress or abandoned: never loaded, removed on the next start
       latest                  text file naming the newest committed checkpoint (replaced atomically)
 
 A directory without MANIFEST.json is never loaded: the manifest is written last, after every rank
 reported success, and the directory is renamed from .tmp only then.
+
+Checksums guard against corruption (a torn write, a flipped bit, a truncated copy), not against an
+adversary, so new checkpoints use a fast non-cryptographic 128-bit hash, as storage systems do (GCS and
+HDFS: crc32c): xxh3_128 runs at ~20 GB/s on one core where sha256 runs at ~1.8 GB/s, which would cap a
+verified load far below the speed of reading the bytes. Each manifest entry names its algorithm, so
+checkpoints written before keep verifying with their sha256.
 """
 from __future__ import annotations
 
@@ -21,6 +28,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import xxhash
+
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
 _STEP_RE = re.compile(r"^step_(\d+)$")
@@ -30,16 +39,55 @@ def step_dirname(step: int) -> str:
     return f"step_{step:06d}"
 
 
-def sha256_file(path: Path, chunk: int = 8 << 20) -> str:
-    h = hashlib.sha256()
+# algorithm -> (new hasher, hex digest pattern). New checkpoints use CHECKSUM; sha256 is read for older ones.
+ALGORITHMS = {"xxh3_128": (xxhash.xxh3_128, re.compile(r"^[0-9a-f]{32}$")),
+              "sha256": (hashlib.sha256, re.compile(r"^[0-9a-f]{64}$"))}
+CHECKSUM = "xxh3_128"
+
+
+def new_hasher(algo: str = CHECKSUM):
+    return ALGORITHMS[algo][0]()
+
+
+def entry_algo(entry: dict) -> str | None:
+    """The checksum algorithm a manifest entry records (exactly one, with a well-formed digest), or None."""
+    found = [a for a in ALGORITHMS if a in entry]
+    if len(found) != 1 or not isinstance(entry[found[0]], str) or not ALGORITHMS[found[0]][1].match(entry[found[0]]):
+        return None
+    return found[0]
+
+
+def hash_file(path: Path, algo: str = CHECKSUM, chunk: int = 8 << 20) -> str:
+    """The file's digest, read in `chunk`-byte pieces into one reused buffer (no allocation per piece)."""
+    h, buf = new_hasher(algo), bytearray(chunk)
+    view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
-        while block := f.read(chunk):
-            h.update(block)
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 
 def file_entry(path: Path) -> dict:
-    return {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    return {"size": path.stat().st_size, CHECKSUM: hash_file(path)}
+
+
+def check_size(path: Path, want: dict) -> str | None:
+    """One problem line if the file is missing or not of its manifest size (no reading), else None."""
+    if not path.is_file():
+        return f"{path}: missing"
+    if path.stat().st_size != want["size"]:
+        return f"{path}: size {path.stat().st_size} != {want['size']} in the manifest"
+    return None
+
+
+def check_entry(path: Path, want: dict) -> str | None:
+    """One problem line if the file does not match its manifest entry (size, then checksum), else None."""
+    if (problem := check_size(path, want)) is not None:
+        return problem
+    algo = entry_algo(want)
+    if hash_file(path, algo) != want[algo]:
+        return f"{path}: {algo} mismatch (the file is corrupt)"
+    return None
 
 
 def fsync_dir(path: Path) -> None:
@@ -69,12 +117,12 @@ def write_manifest(step_dir: Path, files: dict[str, dict], **info) -> dict:
 
 # Files every committed checkpoint has besides the ranks' shards: a manifest without them is not ours.
 REQUIRED = (".metadata", "train_state.json")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
     """(manifest, None), or (None, one line saying what is wrong with it). A manifest is only trusted when
-    it is a JSON object listing at least the required files, each with a size and a sha256, by plain name."""
+    it is a JSON object listing at least the required files, each with a size and one checksum (xxh3_128, or
+    sha256 in checkpoints written before), by plain name."""
     path = Path(step_dir) / MANIFEST
     try:
         manifest = json.loads(path.read_bytes().decode("utf-8"))
@@ -93,8 +141,9 @@ def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
         if Path(name).name != name or name in (".", ".."):
             return None, f"{path}: file name {name!r} is not a plain name in the checkpoint (the manifest is corrupt)"
         if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
-                and isinstance(entry.get("sha256"), str) and _SHA_RE.match(entry["sha256"])):
-            return None, f"{path}: entry {name!r} has no valid size and sha256 (the manifest is corrupt)"
+                and entry_algo(entry) is not None):
+            return None, (f"{path}: entry {name!r} has no valid size and checksum (one of "
+                          f"{', '.join(ALGORITHMS)}) (the manifest is corrupt)")
     missing = [n for n in REQUIRED if n not in files]
     if missing:
         return None, f"{path}: does not list {missing[0]} (the manifest is corrupt or not shardlab's)"
@@ -108,16 +157,7 @@ def read_manifest(step_dir: Path) -> dict | None:
 
 def verify_files(step_dir: Path, entries: dict[str, dict]) -> list[str]:
     """Recheck the given manifest entries; one problem line per bad file (empty = intact)."""
-    problems = []
-    for name, want in entries.items():
-        path = Path(step_dir) / name
-        if not path.is_file():
-            problems.append(f"{path}: missing")
-        elif path.stat().st_size != want["size"]:
-            problems.append(f"{path}: size {path.stat().st_size} != {want['size']} in the manifest")
-        elif sha256_file(path) != want["sha256"]:
-            problems.append(f"{path}: sha256 mismatch (the file is corrupt)")
-    return problems
+    return [p for name, want in entries.items() if (p := check_entry(Path(step_dir) / name, want)) is not None]
 
 
 def verify(step_dir: Path) -> list[str]:

@@ -98,7 +98,7 @@ def rng_tensor() -> torch.Tensor:
 
 
 def set_rng(t: torch.Tensor) -> None:
-    st = pickle.loads(t.numpy().tobytes())  # our own checkpoint, verified by sha256 before loading
+    st = pickle.loads(t.numpy().tobytes())  # our own checkpoint, verified by its checksum before loading
     random.setstate(st["python"])
     np.random.set_state(st["numpy"])
     torch.set_rng_state(st["torch"])

@@ -4,10 +4,11 @@ no second pass over the files), the failure drill, and a planner with DCP's plan
 Where a large save's seconds went before this file was tuned (gpt2 preset, world 2, ~780 MB per rank,
 cProfile of rank 0): the kernel's write into the page cache 55%, sha256 15%, the CRC32 that torch.save
 computes for every zip record 9%, fsync 8%, waiting for the other rank 7%. Hence, here:
-- sha256 runs in a helper thread *while* the same buffer is written (hashlib and the write system call
-  both release the GIL), so a large write costs max(write, hash) instead of their sum; no copy is made:
-  `write` returns only when both are done with the caller's buffer;
-- torch.save's CRC32 is off while shard files are written: the manifest's sha256 of every file covers
+- the checksum (xxh3_128 since it replaced sha256, see manifest.py) runs in a helper thread *while* the
+  same buffer is written (the hash and the write system call both release the GIL), so a large write
+  costs max(write, hash) instead of their sum; no copy is made: `write` returns only when both are done
+  with the caller's buffer;
+- torch.save's CRC32 is off while shard files are written: the manifest's checksum of every file covers
   the same bytes (and is what resume verifies); torch.load reads such records (DCP's reader does not
   check zip CRCs);
 - the shard files are fsynced by us at close (DCP's fsync stays on for its .metadata), so the time is
@@ -16,7 +17,6 @@ computes for every zip record 9%, fsync 8%, waiting for the other rank 7%. Hence
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +27,8 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem
 from torch.utils.serialization import config as serialization_config
 
+from shardlab.checkpoint import manifest as mf
+
 # Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
 FAIL_ENV = "SHARDLAB_CKPT_FAIL"
 
@@ -35,13 +37,14 @@ OVERLAP_MIN_BYTES = 1 << 20
 
 
 class HashingStream:
-    """A DCP output file that computes its sha256 from the bytes as they are written, so the manifest
+    """A DCP output file that computes its checksum from the bytes as they are written, so the manifest
     needs no second pass over the file. DCP appends only (write, tell); anything else, a seek
     included, is not offered, so a future DCP that rewrote a file would fail loudly, not hash wrongly.
     Large buffers are hashed by `hasher` (one thread: updates stay in order) during their write."""
 
-    def __init__(self, raw, hasher: ThreadPoolExecutor | None = None, timing: dict | None = None):
-        self.raw, self.sha, self.size = raw, hashlib.sha256(), 0
+    def __init__(self, raw, hasher: ThreadPoolExecutor | None = None, timing: dict | None = None,
+                 algo: str = mf.CHECKSUM):
+        self.raw, self.algo, self.hash, self.size = raw, algo, mf.new_hasher(algo), 0
         self.hasher = hasher
         self.timing = timing if timing is not None else {}
 
@@ -54,10 +57,10 @@ class HashingStream:
         if self.hasher is None or view.nbytes < OVERLAP_MIN_BYTES:
             n = self.raw.write(view)
             t1 = time.perf_counter()
-            self.sha.update(view[:n])  # the bytes that reached the file
+            self.hash.update(view[:n])  # the bytes that reached the file
             self._add("hash_inline_s", time.perf_counter() - t1)
         else:
-            pending = self.hasher.submit(self.sha.update, view)
+            pending = self.hasher.submit(self.hash.update, view)
             n = self.raw.write(view)
             t1 = time.perf_counter()
             pending.result()  # the caller's buffer must not be released before the hash has read it
@@ -104,11 +107,11 @@ class HashingFileSystem(FileSystem):
                 yield raw
                 return
             if self.hasher is None:
-                self.hasher = ThreadPoolExecutor(1, thread_name_prefix="ckpt-sha256")
+                self.hasher = ThreadPoolExecutor(1, thread_name_prefix="ckpt-hash")
             stream = HashingStream(raw, self.hasher, self.timing)
             yield stream
             stream.close()  # (DCP closes it already; a second close is a no-op)
-            self.entries[Path(path).name] = {"size": stream.size, "sha256": stream.sha.hexdigest()}
+            self.entries[Path(path).name] = {"size": stream.size, stream.algo: stream.hash.hexdigest()}
 
     def shutdown(self) -> None:
         if self.hasher is not None:
@@ -118,7 +121,7 @@ class HashingFileSystem(FileSystem):
 
 @contextlib.contextmanager
 def crc32_off():
-    """torch.save without its per-record CRC32 (the sha256 of the whole file replaces it). The switch is
+    """torch.save without its per-record CRC32 (the checksum of the whole file replaces it). The switch is
     process-wide: a torch.save elsewhere in this process meanwhile also writes none (torch.load reads
     such files all the same); shardlab itself calls torch.save nowhere else."""
     saved = serialization_config.save.compute_crc32

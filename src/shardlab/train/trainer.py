@@ -162,11 +162,11 @@ class Trainer:
         """doctor.on_anomaly=rollback: reload the latest checkpoint on every rank; the doctor remembers
         the bad step and makes the replay skip its batch."""
         self.ckpt.wait()
-        path = self.ckpt._choose("latest")
-        if path is None:
+        found = self.ckpt.load_first("latest", self.state)
+        if found is None:
             raise AnomalyError(f"doctor.on_anomaly=rollback at step {self.state.step}: there is no checkpoint to "
                                f"roll back to yet (ckpt.every={self.cfg.ckpt.every}); use a smaller ckpt.every")
-        step = self.ckpt.load(path, self.state)
+        path, step = found
         if self.is_main:
             print(f"[shardlab doctor] rolled back to {path.name} (step {step}); skipping the bad batch(es) of "
                   f"step(s) {sorted(self.doctor.skip_steps)}", flush=True)

@@ -1,0 +1,282 @@
+"""DCP's file reader without the extra copies, verifying the shard files as it reads them.
+
+DCP's FileSystemReader torch.load()s every tensor item into a freshly allocated tensor (page faults, a
+copy out of the page cache) and then copies that into the target: two copies, one of them faulting. In
+the common case (the same layout: DDP, or the same sharding) a stored chunk is read whole into a
+contiguous CPU target of the same dtype, and its bytes on disk are exactly the target's memory: a
+torch.save zip stores each storage uncompressed as one record (`<archive>/data/0`). Then we read the
+record's bytes straight into the target (one copy, into memory that the model already touched). Anything
+else (resharding, narrowing, a transform, another dtype, BYTE_IO items) takes DCP's path unchanged.
+
+Verification overlaps the read: for the shard files this rank checks (`verify`: name -> manifest entry),
+the reader walks the file once from start to end, hashing every byte as it passes (the records it loads
+are hashed from the target's memory, the rest from a scratch buffer), so a verified load reads those
+files once instead of twice. A mismatch is reported in `problems` after the load (the targets then hold
+garbage: the caller must load something else into them or stop).
+"""
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+import struct
+import sys
+from pathlib import Path
+
+import torch
+from torch.distributed._shard._utils import narrow_tensor_by_index  # (where DCP's reader takes it from)
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.planner import LoadItemType
+from torch.futures import Future
+
+from shardlab.checkpoint import manifest as mf
+
+SCRATCH = 8 << 20  # bytes hashed per read between the records we load
+
+
+class _TensorMeta(pickle.Unpickler):
+    """Reads a torch.save'd plain tensor's data.pkl without building it: (dtype, storage key, storage
+    numel, storage offset, size, stride). Anything else (a subclass, a parameter, quantized) raises."""
+
+    def find_class(self, module, name):
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return lambda storage, offset, size, stride, *_: (*storage, offset, tuple(size), tuple(stride))
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name in _STORAGE_DTYPES:
+            return _STORAGE_DTYPES[name]
+        raise pickle.UnpicklingError(f"not a plain tensor: {module}.{name}")
+
+    def persistent_load(self, pid):
+        kind, dtype, key, _location, numel = pid
+        if kind != "storage" or not isinstance(dtype, torch.dtype):
+            raise pickle.UnpicklingError(kind)
+        return dtype, key, numel
+
+
+def _contiguous_strides(size: tuple) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
+
+
+# end of central directory: sig, disk, cd disk, entries here, entries, cd size, cd offset, comment length
+_EOCD = struct.Struct("<4s4H2IH")
+_CENTRAL = struct.Struct("<4s6H3I5H2I")  # a central directory entry, up to its name
+_LOCAL = struct.Struct("<4s5H3I2H")  # a local file header, up to its name
+
+
+def _records(fd: int, offset: int, length: int) -> dict[str, tuple[int, int, int]] | None:
+    """{name: (local header offset, size, compression method)} of the torch.save zip stored at
+    [offset, offset + length), from its central directory (torch writes a data descriptor after each
+    record, so the local headers carry no sizes). zipfile does the same in ~10x the time and checks
+    CRCs that our shard files do not have (storage.crc32_off). None: a layout this does not read (zip64,
+    a comment): the caller takes DCP's path."""
+    tail = os.pread(fd, min(length, 1 << 16), offset + length - min(length, 1 << 16))
+    if len(tail) < _EOCD.size or tail[-_EOCD.size:-_EOCD.size + 4] != b"PK\x05\x06":
+        return None
+    *_, n, cd_size, cd_offset, _comment = _EOCD.unpack(tail[-_EOCD.size:])
+    if cd_offset == 0xFFFFFFFF or cd_offset + cd_size > length:
+        return None
+    cd = os.pread(fd, cd_size, offset + cd_offset)
+    out, p = {}, 0
+    for _ in range(n):
+        if cd[p:p + 4] != b"PK\x01\x02":
+            return None
+        f = _CENTRAL.unpack_from(cd, p)
+        method, csize, name_len, extra_len, comment_len, local = f[4], f[8], f[10], f[11], f[12], f[16]
+        if csize == 0xFFFFFFFF or local == 0xFFFFFFFF:  # zip64 sizes live in the extra field
+            return None
+        out[cd[p + _CENTRAL.size:p + _CENTRAL.size + name_len].decode()] = (local, csize, method)
+        p += _CENTRAL.size + name_len + extra_len + comment_len
+    return out
+
+
+def _data_offset(fd: int, offset: int, local: int) -> int | None:
+    """Where a record's bytes start, relative to the zip's start: after its local header, whose name
+    and extra fields vary in length (torch pads records to 64-byte alignment)."""
+    header = os.pread(fd, _LOCAL.size, offset + local)
+    if len(header) != _LOCAL.size or header[:4] != b"PK\x03\x04":
+        return None
+    f = _LOCAL.unpack(header)
+    return local + _LOCAL.size + f[-2] + f[-1]
+
+
+def _record(fd: int, offset: int, rec: tuple[int, int, int]) -> bytes:
+    """A small stored record's bytes."""
+    local, size, method = rec
+    at = _data_offset(fd, offset, local)
+    if at is None or method != 0:
+        raise ValueError("not a stored record")
+    return os.pread(fd, size, offset + at)
+
+
+# "FloatStorage" -> torch.float32, ... (torch.save names a storage by its legacy typed class)
+_STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
+
+
+def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int | None:
+    """Where, relative to the item's start, the raw bytes of `target` lie in the torch.save zip stored at
+    [offset, offset + length), if that item is a plain contiguous tensor of target's dtype and shape
+    stored uncompressed in native byte order; else None (the caller takes DCP's path)."""
+    try:
+        recs = _records(fd, offset, length)
+        if recs is None:
+            return None
+        pkl = next(n for n in recs if n.endswith("/data.pkl"))
+        prefix = pkl[:-len("data.pkl")]
+        order = _record(fd, offset, recs[prefix + "byteorder"]).decode() if prefix + "byteorder" in recs else "little"
+        dtype, key, numel, start, size, stride = _TensorMeta(io.BytesIO(_record(fd, offset, recs[pkl]))).load()
+        local, nbytes, method = recs[f"{prefix}data/{key}"]
+    except (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
+            pickle.UnpicklingError, EOFError):
+        return None
+    if not (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
+            and stride == _contiguous_strides(size) and numel == target.numel() and method == 0
+            and nbytes == target.numel() * target.element_size()):
+        return None
+    data = _data_offset(fd, offset, local)
+    return data if data is not None and data + nbytes <= length else None
+
+
+def _bytes_of(t: torch.Tensor) -> memoryview:
+    """A writable view of a contiguous CPU tensor's memory, whatever its dtype."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+
+
+class _Walk:
+    """Reads one file forward from the start; with a hasher, every byte it passes is hashed, in order."""
+
+    def __init__(self, f, hasher):
+        self.f, self.hasher, self.pos = f, hasher, 0
+        self.scratch = memoryview(bytearray(SCRATCH)) if hasher is not None else None
+
+    def readinto(self, view: memoryview) -> None:
+        got = 0
+        while got < view.nbytes:
+            n = self.f.readinto(view[got:])
+            if not n:
+                raise OSError(f"{self.f.name}: ends early, at byte {self.pos + got} (the file is truncated)")
+            got += n
+        if self.hasher is not None:
+            self.hasher.update(view)
+        self.pos += got
+
+    def skip_to(self, offset: int) -> None:
+        if self.hasher is None:
+            self.f.seek(offset)
+            self.pos = offset
+            return
+        self.f.seek(self.pos)
+        while self.pos < offset:
+            self.readinto(self.scratch[:min(SCRATCH, offset - self.pos)])
+
+    def finish(self) -> None:
+        """Hash what is left of the file (nothing to do without a hasher)."""
+        if self.hasher is None:
+            return
+        self.f.seek(self.pos)
+        while n := self.f.readinto(self.scratch):
+            self.hasher.update(self.scratch[:n])
+            self.pos += n
+
+
+class Reader(FileSystemReader):
+    """DCP's file reader that reads whole same-layout chunks straight into their targets and verifies the
+    shard files named in `verify` while reading them. `direct_bytes` counts what took the direct path."""
+
+    def __init__(self, path: Path, verify: dict[str, dict] | None = None):
+        super().__init__(str(path))
+        self.verify = dict(verify or {})
+        self.problems: list[str] = []
+        self.direct_bytes = 0
+        self._metadata = None
+
+    def read_metadata(self, *args, **kwargs):
+        """.metadata, unpickled once per load (the manager reads it before DCP does)."""
+        if args or kwargs:  # a rank-local metadata file: DCP's fallback, not ours to cache
+            return super().read_metadata(*args, **kwargs)
+        if self._metadata is None:
+            self._metadata = super().read_metadata()
+        return self._metadata
+
+    def read_data(self, plan, planner) -> Future:
+        per_file: dict[str, list] = {}
+        for req in plan.items:
+            per_file.setdefault(self.storage_data[req.storage_index].relative_path, []).append(req)
+        for name in sorted(set(per_file) | set(self.verify)):
+            reqs = sorted(per_file.get(name, []), key=lambda r: self.storage_data[r.storage_index].offset)
+            self._read_file(name, reqs, planner)
+        fut: Future = Future()
+        fut.set_result(None)
+        return fut
+
+    def _read_file(self, name: str, reqs: list, planner) -> None:
+        path = Path(self.path) / name
+        entry = self.verify.get(name)
+        algo = mf.entry_algo(entry) if entry is not None else None
+        hasher = mf.new_hasher(algo) if algo is not None else None
+        with open(path, "rb", buffering=0) as f:
+            walk = _Walk(f, hasher)
+            try:
+                for req in reqs:
+                    self._read_item(f, walk, req, planner)
+                walk.finish()
+            except Exception:
+                if hasher is None:
+                    raise
+                # A corrupt file can break the parse before its hash is complete: hash the rest and report
+                # the corruption; an intact file's error is a real one.
+                walk.finish()
+                if walk.pos == entry["size"] and hasher.hexdigest() == entry[algo]:
+                    raise
+        if hasher is not None:
+            problem = (f"{path}: size {walk.pos} != {entry['size']} in the manifest" if walk.pos != entry["size"]
+                       else f"{path}: {algo} mismatch (the file is corrupt)" if hasher.hexdigest() != entry[algo]
+                       else None)
+            if problem is not None:
+                self.problems.append(problem)
+
+    def _read_item(self, f, walk: _Walk, req, planner) -> None:
+        md = self.storage_data[req.storage_index]
+        forward = md.offset >= walk.pos  # else a second request for bytes already passed (read them again)
+        if forward:
+            walk.skip_to(md.offset)
+        if req.type != LoadItemType.BYTE_IO and not md.transform_descriptors:
+            target = planner.resolve_tensor(req).detach()
+            if (type(target) is torch.Tensor and target.device.type == "cpu" and target.is_contiguous()
+                    and all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == tuple(target.shape)):
+                at = record_span(f.fileno(), md.offset, md.length, target)
+                if at is not None:
+                    view = _bytes_of(target)
+                    if forward:
+                        walk.skip_to(md.offset + at)
+                        walk.readinto(view)
+                    else:
+                        f.seek(md.offset + at)
+                        _Walk(f, None).readinto(view)
+                    self.direct_bytes += view.nbytes
+                    planner.commit_tensor(req, target)
+                    return
+        # DCP's path (FileSystemReader.read_data), on the item's bytes read once.
+        data = bytearray(md.length)
+        if forward:
+            walk.readinto(memoryview(data))
+        else:
+            f.seek(md.offset)
+            _Walk(f, None).readinto(memoryview(data))
+        stream = self.transforms.transform_load_stream(req, md.transform_descriptors or (), io.BytesIO(data))
+        raw = io.BytesIO(stream.read(-1))
+        if req.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(req, raw)
+            return
+        tensor = narrow_tensor_by_index(torch.load(raw, map_location="cpu", weights_only=True),
+                                        req.storage_offsets, req.lengths)
+        target = planner.resolve_tensor(req).detach()
+        if target.size() != tensor.size():
+            raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
+        target.copy_(tensor)
+        planner.commit_tensor(req, target)
