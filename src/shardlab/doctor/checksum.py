@@ -121,24 +121,33 @@ def check_replicas(strategy, step: int, device: torch.device, group=None, ranks:
 def describe(result: dict) -> str:
     """One human paragraph for a checksum result."""
     tp = result.get("tp")
+    frags = result.get("fragments")  # parallel.sync: only the fragments just synchronised were compared
+    after = "" if frags is None else f" after the outer step of fragment{'s' if len(frags) > 1 else ''} " \
+                                     f"{', '.join(map(str, frags))}"
     if result["consistent"]:
         within = "" if not tp else f"; {tp['compared']} TP-replicated parameters compared within tensor-parallel groups"
-        return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared{within})"
+        return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared{after}{within})"
     if tp and not tp["consistent"] and (result.get("dp_consistent", True)):
         return _describe_tp(result["step"], tp)
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))
     many = len(first["ranks"]) > 1
-    lines = [f"step {result['step']}: REPLICAS DIVERGED: rank{'s' if many else ''} {ranks} "
+    lines = [f"step {result['step']}: REPLICAS DIVERGED{after}: rank{'s' if many else ''} {ranks} "
              f"differ{'' if many else 's'} from rank {first['reference_rank']} (the majority/reference); first diverged parameter: "
-             f"{first['param']}"]
+             f"{first['param']}" + ("" if "fragment" not in first else f" (fragment {first['fragment']})")]
     for r, d in (first.get("detail") or {}).items():
         lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
     for r, info in result["ranks"].items():
         lines.append(f"  rank {r}: {info['n_params']} parameter(s) differ, first {info['first_param']}")
-    lines.append("  A replica drifted: a rank applied a different update (non-deterministic kernel, a skipped "
-                 "step on one rank only, corrupted memory). Roll back to the last checkpoint "
-                 "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
+    if frags is not None:
+        lines.append("  Every replica must leave an outer step with this fragment bitwise equal: that rank's outer "
+                     "state (DiLoCo's θ_start or momentum) or its outer step differed (corrupted memory, a different "
+                     "all-reduce, an outer step skipped there). Roll back to the last checkpoint "
+                     "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
+    else:
+        lines.append("  A replica drifted: a rank applied a different update (non-deterministic kernel, a skipped "
+                     "step on one rank only, corrupted memory). Roll back to the last checkpoint "
+                     "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
     return "\n".join(lines)
 
 

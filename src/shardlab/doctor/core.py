@@ -75,6 +75,7 @@ class Doctor:
         self.divergences = 0
         self._data_next: list[bool] | None = None  # every rank's "I have data for the next step", agreed
         self._pending = None  # the launched check: (step, handle, output buffer, row length)
+        self._pending_fragments: set[int] = set()  # parallel.sync: requested checks, each at its fragment's sync
         self._nan_handle = None
         self._reset_step([])
 
@@ -244,25 +245,55 @@ class Doctor:
         if self.watchdog:
             self.watchdog.beat()
         if self.faults.fires("corrupt", step, self.rank):
+            self._corrupt(step)
+        every = self.cfg.doctor.checksum_every
+        requested = bool(every) and (step + 1) % every == 0
+        if hasattr(self.strategy, "synced_fragments"):
+            # local SGD / DiLoCo: replicas are equal only right after an outer step, fragment by fragment.
+            # A requested check compares every fragment, each at its next outer step (this one if it is).
+            if requested:
+                self._pending_fragments |= set(range(self.strategy.n_fragments))
+            due = sorted(self._pending_fragments & set(self.strategy.synced_fragments()))
+            if not due:
+                return "ok"
+            self._pending_fragments -= set(due)
+            result = self.checksum(step, fragments=due)
+        elif requested:
+            result = self.checksum(step)
+        else:
+            return "ok"
+        if not result["consistent"]:
+            return "stop" if self.policy == "stop" else ("rollback" if self.policy == "rollback" else "ok")
+        return "ok"
+
+    def _corrupt(self, step: int) -> None:
+        """debug.corrupt_rank: perturb one element of what this rank must hold equal to its replicas. Under
+        DiLoCo that is the outer state θ_start (a parameter itself differs by design mid-period, and the
+        outer step would absorb the perturbation into the averaged pseudo-gradient)."""
+        where = ""
+        outer = getattr(self.strategy, "outer_state", None)
+        if outer is not None and outer():
+            replicated, where = outer(), " (its DiLoCo outer state θ_start)"
+        elif hasattr(self.strategy, "synced_fragments"):  # local SGD: the parameters
+            replicated = [pair for f in range(self.strategy.n_fragments)
+                          for pair in self.strategy.fragment_parameters(f)]
+        else:
             replicated = checksum_mod.replicated_parameters(self.strategy)
             if self.dims is not None and self.dims.size("dp_cp") == 1:  # no dp replica: what TP keeps whole
                 replicated = checksum_mod.tp_replicated_parameters(self.strategy)
-            if replicated:
-                name = inject.corrupt_parameter(replicated)
-                print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name} after step {step}", flush=True)
-            else:
-                print(f"[shardlab doctor] rank {self.rank}: debug.corrupt_rank ignored: {self.cfg.parallel.strategy} "
-                      "replicates no parameter, so there is no replica to diverge", flush=True)
-        every = self.cfg.doctor.checksum_every
-        if every and (step + 1) % every == 0:
-            if not self.checksum(step)["consistent"]:
-                return "stop" if self.policy == "stop" else ("rollback" if self.policy == "rollback" else "ok")
-        return "ok"
+        if replicated:
+            name = inject.corrupt_parameter(replicated)
+            print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name}{where} after step {step}",
+                  flush=True)
+        else:
+            print(f"[shardlab doctor] rank {self.rank}: debug.corrupt_rank ignored: {self.cfg.parallel.strategy} "
+                  "replicates no parameter, so there is no replica to diverge", flush=True)
 
-    def checksum(self, step: int) -> dict:
-        if not getattr(self.strategy, "replicas_in_sync", True):  # local SGD / DiLoCo mid-period (docs/sync.md)
-            result = {"step": step, "consistent": True, "compared": 0,
-                      "note": "replicas differ by design between two synchronisations (parallel.sync)"}
+    def checksum(self, step: int, fragments: list[int] | None = None) -> dict:
+        """Compare the replicas now (collective). Under local SGD / DiLoCo only `fragments` (default: those
+        whose outer step ended the last step) are compared: the rest differ by design mid-period."""
+        if hasattr(self.strategy, "synced_fragments"):
+            result = self._check_fragments(step, self.strategy.synced_fragments() if fragments is None else fragments)
         elif self.dims is not None and self.dims.size("dp_cp") < self.world:
             if self.dims.size("dp_cp") == 1:  # every rank holds a different part: no replica to compare
                 result = {"step": step, "consistent": True, "compared": 0, "note": "no data-parallel replicas"}
@@ -291,6 +322,25 @@ class Doctor:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_text(json.dumps(result, indent=1))
                 print(f"[shardlab doctor] {text}", file=sys.stderr, flush=True)
+        return result
+
+    def _check_fragments(self, step: int, fragments: list[int]) -> dict:
+        """The fragments just synchronised, across the group their outer step ran over (the data-parallel
+        group; under HSDP the replicate group, on this rank's shards): they must be bitwise equal there."""
+        group, ranks = self.strategy.replica_group()
+        if len(ranks) == 1:
+            return {"step": step, "consistent": True, "compared": 0, "fragments": fragments,
+                    "note": "one replica in this process group: nothing to compare"}
+        if not fragments:  # (the final check of a run that ends mid-period: a collective-free answer)
+            return {"step": step, "consistent": True, "compared": 0, "fragments": [],
+                    "note": "no fragment was synchronised by the last step: replicas differ by design mid-period "
+                            "(parallel.sync)"}
+        owner = {name: f for f in fragments for name, _ in self.strategy.fragment_parameters(f)}
+        named = [pair for f in fragments for pair in self.strategy.fragment_parameters(f)]
+        result = checksum_mod.check_replicas(self.strategy, step, self.device, group, ranks, named=named)
+        result["fragments"] = fragments
+        if not result["consistent"]:
+            result["first"]["fragment"] = owner[result["first"]["param"]]
         return result
 
     def dump(self, reason: str) -> None:

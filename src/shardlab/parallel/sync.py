@@ -94,11 +94,11 @@ class PeriodicSync:
         params = [p for _, p in named]
         # Fragments: contiguous units (embedding, each block, head) of the model order, cut by size.
         units, seen_block = [], False
-        for fqn, p in named:
+        for i, (fqn, p) in enumerate(named):
             u = _unit(fqn, seen_block)
             seen_block = seen_block or u.startswith("block")
             if not units or units[-1][0] != u:
-                units.append([u, 0, 0])  # name, first param index, numel
+                units.append([u, i, 0])  # name, first param index, numel
             units[-1][2] += p.numel()
         n_frag = int(getattr(pcfg, "fragments", 1))
         cuts = cut_fragments([u[2] for u in units], n_frag)
@@ -107,7 +107,9 @@ class PeriodicSync:
             numel = sum(u[2] for u in units[a:b])
             bounds.append((offset, offset + numel))
             offset += numel
-        self.__dict__.update(params=params, sharded=sharded, bounds=bounds,
+        firsts = [units[a][1] for a in cuts[:-1]] + [len(named)]  # each fragment's first parameter index
+        self.__dict__.update(params=params, sharded=sharded, bounds=bounds, names=[n for n, _ in named],
+                             fragment_params=list(zip(firsts, firsts[1:])),
                              offsets=[f * self.every // n_frag for f in range(n_frag)],
                              fragment_units=[[u[0] for u in units[a:b]] for a, b in zip(cuts, cuts[1:])])
         self.__dict__["replica"] = comm.rank(group)
@@ -143,6 +145,38 @@ class PeriodicSync:
         if len(self.bounds) > 1:
             return self.inner_step == 0
         return self.inner_step % self.every == 0
+
+    # --- what the doctor compares across replicas (docs/doctor.md "Replica consistency") ------------------
+    @property
+    def n_fragments(self) -> int:
+        return len(self.bounds)
+
+    def synced_fragments(self) -> list[int]:
+        """The fragments every replica holds bitwise equal now: those whose outer step ended the last inner
+        step (the all-reduced average, or θ_start after the same outer step everywhere); all of them before
+        the first step. The others are mid-period and differ by design."""
+        return list(range(len(self.bounds))) if self.inner_step == 0 else self.due(self.inner_step)
+
+    def fragment_parameters(self, f: int) -> list[tuple[str, torch.Tensor]]:
+        """(name, tensor) of what fragment `f` synchronises on this rank: whole parameters, or under HSDP
+        this rank's shards of them (equal across the replicate group, not within a replica)."""
+        a, b = self.fragment_params[f]
+        return list(zip(self.names[a:b], self.params[a:b]))
+
+    def replica_group(self) -> tuple[object, list[int]]:
+        """The group the outer step runs over and its members' global ranks, in group order."""
+        return self.group, list(comm.group_info(self.group)[1])
+
+    def outer_state(self) -> list[tuple[str, torch.Tensor]]:
+        """Per parameter, the state every replica must hold equal *between* outer steps: DiLoCo's θ_start
+        (views into it). Local SGD keeps none: a parameter's next value is an average of the replicas'."""
+        if self.mode != "diloco":
+            return []
+        out, offset = [], 0
+        for name, p in zip(self.names, self.params):
+            out.append((name, self.start[offset:offset + p.numel()]))
+            offset += p.numel()
+        return out
 
     def due(self, step: int) -> list[int]:
         """The fragments synchronised after inner step `step` (1-based)."""
