@@ -109,7 +109,8 @@ def check_replicas(strategy, step: int, device: torch.device, group=None, ranks:
     if not result["consistent"]:
         first = result["first"]
         p = dict(named)[first["param"]].detach().clone()
-        comm.broadcast(p, src=first["reference_rank"], group=group, tag="doctor checksum")
+        # (comm.broadcast takes the group-local rank; reference_rank is global)
+        comm.broadcast(p, src=ranks.index(first["reference_rank"]), group=group, tag="doctor checksum")
         mine_p = dict(named)[first["param"]].detach()
         diff = (mine_p.float() - p.float()).abs()
         stats = comm.all_gather_object({"max_abs_diff": float(diff.max()), "n_diff": int((diff > 0).sum()),

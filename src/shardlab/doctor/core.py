@@ -341,6 +341,12 @@ class Doctor:
         result["fragments"] = fragments
         if not result["consistent"]:
             result["first"]["fragment"] = owner[result["first"]["param"]]
+        if len(ranks) < comm.world_size():
+            # Several replica groups (HSDP: one per shard; tp/pp/cp: one per coordinate) each judged their
+            # own: every rank must take the same verdict (a stop on some ranks only hangs the others), and
+            # rank 0 writes the report. So all take the first diverged group's result, else rank 0's.
+            everyone = comm.all_gather_object(result)
+            result = next((r for r in everyone if not r["consistent"]), everyone[0])
         return result
 
     def dump(self, reason: str) -> None:
