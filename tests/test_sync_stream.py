@@ -6,6 +6,7 @@ own zero inside): H = 1 equals every-step HSDP, bytes as analytic, resume mid-pe
 (per-shard, per-fragment outer state)."""
 from __future__ import annotations
 
+import json
 from contextlib import nullcontext
 
 import pytest
@@ -276,3 +277,39 @@ def test_hsdp_fragments_resume_exactly_mid_period(pool4, tmp_path):
     for straight, resumed in out:
         for k in straight:
             assert torch.equal(resumed[k], straight[k]), k
+
+
+# --- the doctor under HSDP: a fragment's shards compared across the replicate group -----------------------
+
+def _hsdp_doctor_fn(run_dir):
+    """zero3, 2 replicas x 2 shards, DiLoCo H = 2, F = 2 (fragment 1 synchronised after steps 0 and 2,
+    fragment 0 after 1): rank 3 (replica 1, shard 1) perturbs its θ_start after step 0."""
+    from shardlab.doctor.core import AnomalyError
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(None, FOUR_BLOCKS + ["parallel.strategy=zero3", "train.global_batch=8", "train.steps=3",
+                                           "parallel.sync=diloco", "parallel.sync_every=2", "parallel.fragments=2",
+                                           "doctor.checksum_every=1", "debug.corrupt_rank=3@0"] + HSDP)
+    config.validate(cfg, comm.world_size())
+    trainer = Trainer(cfg, run_dir)
+    s = trainer.strategy
+    names = [n for f in range(s.n_fragments) for n, _ in s.fragment_parameters(f)]
+    corrupted = names[len(names) // 2]  # the one inject.corrupt_parameter perturbs
+    fragment = next(f for f in range(s.n_fragments) if corrupted in dict(s.fragment_parameters(f)))
+    try:
+        trainer.run()
+    except AnomalyError as e:
+        return str(e), corrupted, fragment
+    return None, corrupted, fragment
+
+
+def test_hsdp_doctor_names_the_diverged_shard_and_stops_every_rank(pool4, tmp_path):
+    out = pool4.run(_hsdp_doctor_fn, tmp_path, timeout=300)
+    error, corrupted, fragment = out[0]
+    step = {0: 1, 1: 2}[fragment]  # its fragment's next outer step after step 0
+    # the same verdict on all four ranks, though only the shard-1 replicate group [1, 3] saw the divergence
+    assert error is not None and all(o[0] == error for o in out)
+    div = json.loads((tmp_path / "doctor" / f"divergence_step_{step}.json").read_text())  # written by rank 0
+    assert div["first"]["ranks"] == [3] and div["first"]["reference_rank"] == 1
+    assert div["first"]["param"] == corrupted and div["first"]["fragment"] == fragment
+    assert div["first"]["detail"]["3"]["n_diff"] == 1  # measured against rank 1's shard, not its own
