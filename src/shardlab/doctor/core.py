@@ -312,7 +312,8 @@ class Doctor:
             if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
                 result["first"], result["ranks"] = tp["first"], tp["ranks"]
         self.last_checksum = result
-        self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
+        if result.get("fragments") != []:  # (nothing compared mid-period: the last comparison still stands)
+            self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
         if not result["consistent"]:
             self.divergences += 1
             text = checksum_mod.describe(result)
@@ -342,9 +343,9 @@ class Doctor:
         if not result["consistent"]:
             result["first"]["fragment"] = owner[result["first"]["param"]]
         if len(ranks) < comm.world_size():
-            # Several replica groups (HSDP: one per shard; tp/pp/cp: one per coordinate) each judged their
-            # own: every rank must take the same verdict (a stop on some ranks only hangs the others), and
-            # rank 0 writes the report. So all take the first diverged group's result, else rank 0's.
+            # Several replica groups (HSDP: one per shard) each judged their own: every rank must take the
+            # same verdict (a stop on some ranks only hangs the others), and rank 0 writes the report. So
+            # all take the first diverged group's result, else rank 0's.
             everyone = comm.all_gather_object(result)
             result = next((r for r in everyone if not r["consistent"]), everyone[0])
         return result

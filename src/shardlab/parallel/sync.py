@@ -27,7 +27,8 @@ model copy. Inside it the per-step gradient reduce-scatter runs as usual (averag
 the per-step all-reduce across replicas goes (`replicas_step_alone`), and the periodic synchronisation runs
 over the `dp_replicate` group on what each rank's optimizer steps: its shards.
 
-Between synchronisations the replicas differ by design: `replicas_in_sync` tells the doctor, and
+Between synchronisations the replicas differ by design: `synced_fragments` tells the doctor what it can
+compare (the fragments whose outer step just ran), and
 `sync_state_dict` gives checkpoints what exact resume mid-period needs: the step within the period,
 DiLoCo's θ_start and outer momentum (the same on every replica), and each replica's own parameters and
 inner optimizer state (keyed by replica, like the RNG streams).
@@ -137,14 +138,6 @@ class PeriodicSync:
     def set_requires_gradient_sync(self, requires: bool) -> None:
         # a whole replica steps on its own gradient; a sharded one reduces inside itself as usual
         self.dp.set_requires_gradient_sync(requires if self.sharded else False)
-
-    @property
-    def replicas_in_sync(self) -> bool:
-        """True when every replica holds the same parameters: at a period boundary (with F > 1 fragments,
-        only before the first step: some fragment is always mid-period after it)."""
-        if len(self.bounds) > 1:
-            return self.inner_step == 0
-        return self.inner_step % self.every == 0
 
     # --- what the doctor compares across replicas (docs/doctor.md "Replica consistency") ------------------
     @property
