@@ -3,7 +3,8 @@
 Fragments at world 2 (tiny model with 4 blocks): the largest burst is one fragment, the bytes per H steps
 are the model's, F = 1 and F = 2 equal a by-hand DiLoCo bitwise. HSDP at world 4 (2 replicas x 2 shards,
 own zero inside): H = 1 equals every-step HSDP, bytes as analytic, resume mid-period with fragments is exact
-(per-shard, per-fragment outer state)."""
+(per-shard, per-fragment outer state). The doctor: each fragment compared right after its outer step, a
+perturbed θ_start named at its fragment's next one (world 2, and on shards under HSDP at world 4)."""
 from __future__ import annotations
 
 import json
@@ -278,6 +279,89 @@ def test_hsdp_fragments_resume_exactly_mid_period(pool4, tmp_path):
         for k in straight:
             assert torch.equal(resumed[k], straight[k]), k
 
+
+# --- the doctor: each fragment compared across replicas right after its outer step ---------------------------
+# World 2, own ddp, H = 2, F = 2: fragment 1 is synchronised after trainer steps 0 and 2, fragment 0 after 1
+# and 3. Between outer steps the replicas differ by design; right after a fragment's outer step its
+# parameters must be bitwise equal on every replica, so that is when they are compared.
+
+DOCTOR = FOUR_BLOCKS + ["train.steps=4", "parallel.strategy=ddp", "parallel.sync_every=2"]
+NEXT_SYNC_AFTER_STEP_0 = {0: 1, 1: 2}  # fragment -> the first trainer step > 0 that ends with its outer step
+
+
+def _doctor_run(run_dir, overrides):
+    """Train; returns every checksum result, the error raised if any, the parameter corrupt_rank perturbs
+    and its fragment, and how many parameters the fragments hold."""
+    from shardlab.doctor.core import AnomalyError
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(None, DOCTOR + overrides)
+    config.validate(cfg, comm.world_size())
+    trainer = Trainer(cfg, run_dir)
+    doctor, s = trainer.doctor, trainer.strategy
+    checks = []
+    real = doctor.checksum
+
+    def logged(step, fragments=None):
+        checks.append(real(step, fragments))
+        return checks[-1]
+
+    doctor.checksum = logged
+    names = [n for f in range(s.n_fragments) for n, _ in s.fragment_parameters(f)]
+    corrupted = names[len(names) // 2]  # the one inject.corrupt_parameter perturbs
+    fragment = next(f for f in range(s.n_fragments) if corrupted in dict(s.fragment_parameters(f)))
+    error = None
+    try:
+        trainer.run()
+    except AnomalyError as e:
+        error = str(e)
+    return checks, error, corrupted, fragment, len(names)
+
+
+def _doctor_runs(run_dir):
+    diloco = ["parallel.sync=diloco", "parallel.fragments=2", "doctor.checksum_every=1"]
+    return {"clean": _doctor_run(run_dir / "clean", diloco),
+            "corrupt": _doctor_run(run_dir / "corrupt", diloco + ["debug.corrupt_rank=1@0", "doctor.on_anomaly=stop"]),
+            "f1": _doctor_run(run_dir / "f1", ["parallel.sync=local_sgd", "doctor.checksum_every=3"])}
+
+
+@pytest.fixture(scope="module")
+def doctor_runs(pool2, tmp_path_factory):
+    root = tmp_path_factory.mktemp("doctor_sync")
+    return root, pool2.run(_doctor_runs, root, timeout=240)
+
+
+def test_fragments_are_compared_right_after_their_outer_step_without_false_alarm(doctor_runs):
+    _, out = doctor_runs
+    checks, error, _, _, n_params = out[0]["clean"]
+    assert error is None
+    # every fragment sync is checked (checksum_every=1), then the end: fragment 0 synchronised after step 3
+    assert [(c["step"], c["fragments"]) for c in checks] == [(0, [1]), (1, [0]), (2, [1]), (3, [0]), (4, [0])]
+    assert all(c["consistent"] and c["compared"] > 0 for c in checks)
+    assert checks[0]["compared"] + checks[1]["compared"] == n_params  # fragment 1, then 0: the whole model
+
+
+def test_corrupted_replica_is_named_at_its_fragments_next_outer_step(doctor_runs):
+    root, out = doctor_runs
+    checks, error, corrupted, fragment, _ = out[0]["corrupt"]
+    step = NEXT_SYNC_AFTER_STEP_0[fragment]
+    assert out[1]["corrupt"][1] == error  # the same verdict on both ranks: the run stopped everywhere
+    assert error is not None and "REPLICAS DIVERGED" in error and corrupted in error and f"fragment {fragment}" in error
+    assert all(c["consistent"] for c in checks[:-1]) and checks[-1]["step"] == step
+    div = json.loads((root / "corrupt" / "doctor" / f"divergence_step_{step}.json").read_text())
+    assert div["first"]["ranks"] == [1] and div["first"]["param"] == corrupted
+    assert div["first"]["fragment"] == fragment and div["fragments"] == [fragment]
+    assert div["first"]["detail"]["1"]["n_diff"] == 1  # the one element injected into θ_start
+
+
+def test_f1_requested_mid_period_is_checked_at_the_next_outer_step(doctor_runs):
+    _, out = doctor_runs
+    checks, error, _, _, _ = out[0]["f1"]
+    # requested after step 2 (checksum_every=3), mid-period: compared after the outer step of step 3; the
+    # run's end (after that outer step) compares the whole model again
+    assert error is None
+    assert [(c["step"], c["fragments"]) for c in checks] == [(3, [0]), (4, [0])]
+    assert all(c["consistent"] for c in checks)
 
 # --- the doctor under HSDP: a fragment's shards compared across the replicate group -----------------------
 
