@@ -24,6 +24,7 @@ import torch
 
 from shardlab import comm
 from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
+from shardlab.model.moe import dropless
 
 
 @dataclass
@@ -185,7 +186,7 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
             on_token(rows[0], int(tok[0]))
 
     local = torch.empty(0, opts.max_new, dtype=torch.long)
-    with torch.no_grad():
+    with torch.no_grad(), dropless(model):  # MoE: no capacity drops at inference (model/moe.py says why)
         if rows:
             if layout.pp > 1:
                 from shardlab.generate.lanes import pipeline_decode
