@@ -155,12 +155,13 @@ TPxEP = MOE + ["parallel.tp=2", "parallel.ep=2", "train.steps=4", "model.moe_cap
 
 
 def test_tp2_x_ep2_checkpoint_resumes_bitwise_at_world4(pool4, tmp_path):
-    """tp=2 x ep=2 (world 4): 4 steps straight == 2 steps, checkpoint, stop, resume, 2 more: the same losses
-    and parameters, bitwise."""
-    straight = pool4.run(train_run, tmp_path / "straight", TPxEP, 4, timeout=300)
-    run = tmp_path / "resumed"
-    pool4.run(train_run, run, TPxEP + ["ckpt.every=2"], 4, stop_after=2, timeout=300)
-    resumed = pool4.run(train_run, run, TPxEP + ["ckpt.resume=latest"], 4, rng_seed=7, timeout=300)
+    """tp=2 x ep=2 (world 4, capacity 1.0): 4 steps straight, checkpointing at step 2; a second run resumed
+    from that checkpoint and taking steps 3 and 4 ends with the same losses and parameters, bitwise. (Each
+    rank restores its own experts' AdamW state: a checkpoint's param groups are one rank's, naming its
+    experts; tp.py's loader takes the hyperparameters from them and the parameter lists from its own rank.)"""
+    straight = pool4.run(train_run, tmp_path / "straight", TPxEP + ["ckpt.every=2"], 4, timeout=300)
+    resumed = pool4.run(train_run, tmp_path / "resumed",
+                        TPxEP + [f"ckpt.resume={tmp_path}/straight/checkpoints/step_000002"], 4, timeout=300)
     assert resumed[0]["start"] == 2
     for r in range(4):
         assert_params_equal(resumed[r]["params"], straight[r]["params"], exact=True)
