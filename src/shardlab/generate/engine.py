@@ -11,6 +11,9 @@ The model is the single-device GPT or Llama; the layout is applied to it from ou
 - `pp` (parallel.pp): the batch is cut into request lanes, each with its own KV cache per stage
   (`lanes.py`); while the last stage decodes one lane, the first already runs the next.
 
+A mixture-of-experts model generates dropless (model/moe.py's `dropless`: capacity is per chunk of tokens,
+so a decode step could not replay the drops of a forward over the whole sequence).
+
 Sampling is reproducible at any layout: row i (the i-th prompt overall) draws from its own generator
 seeded by (seed, i), so where a prompt runs does not change what it draws.
 """
