@@ -46,11 +46,11 @@ def test_generate_moe_with_capacity_cache_equals_recomputing_the_sequence():
     with torch.no_grad():
         model(torch.tensor([PROMPTS[0] + PROMPTS[2]]))
     assert sum(m.stats["dropped"] for m in moe_layers(model)) > 0  # capacity would matter here
-    cached = generate(model, PROMPTS, Options(max_new=10))[0]
+    cached = generate(model, PROMPTS, Options(max_new=8))[0]
     assert len(set(cached.flatten().tolist())) > 8  # not one repeated byte
-    assert torch.equal(cached, generate(model, PROMPTS, Options(max_new=10, use_cache=False))[0])
+    assert torch.equal(cached, generate(model, PROMPTS, Options(max_new=8, use_cache=False))[0])
     for i, p in enumerate(PROMPTS):
-        assert torch.equal(generate(model, [p], Options(max_new=10))[0][0], cached[i]), f"prompt {i}"
+        assert torch.equal(generate(model, [p], Options(max_new=8))[0][0], cached[i]), f"prompt {i}"
     assert all(m.capacity_factor == 1.0 for m in moe_layers(model))  # the caller's model is given back as it was
 
 
