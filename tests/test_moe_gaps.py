@@ -1,5 +1,5 @@
 """MoE in the combinations users take it to next: generation (KV cache against recomputing the sequence,
-from an ep=2 checkpoint), bf16 autocast, compiled blocks, activation recompute (also under ep=2), and a
+from an ep=2 checkpoint), bf16 autocast (one device and ep=2), compiled blocks, activation recompute (also under ep=2), and a
 tp=2 x ep=2 checkpoint resumed at world 4.
 
 Tolerances: recompute and resume are compared bitwise (the same kernels on the same inputs). Compiled vs
@@ -89,6 +89,14 @@ def test_bf16_router_softmax_stays_fp32_and_loss_is_close_to_fp32():
     assert all(math.isfinite(v) for v in bf16["loss"])
     assert bf16["loss"] == pytest.approx(ref["loss"], rel=2e-3)
     assert sum(bf16["dropped"]) > 0  # capacity is live under bf16 too
+
+
+def test_bf16_under_ep2_runs_close_to_fp32(pool2):
+    """bf16 rows travel through the all-to-alls (the experts' bf16 outputs come back as bf16)."""
+    ref = train(1, 1.0, "single", steps=2)
+    for r in pool2.run(train, 2, 1.0, steps=2, train_kw={"dtype": "bf16"}):
+        assert all(math.isfinite(v) for v in r["loss"])
+        assert r["loss"] == pytest.approx(ref["loss"], rel=2e-3)
 
 
 def test_compiled_moe_blocks_equal_eager_and_route_eager():
