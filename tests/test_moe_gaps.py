@@ -54,6 +54,21 @@ def test_generate_moe_with_capacity_cache_equals_recomputing_the_sequence():
     assert all(m.capacity_factor == 1.0 for m in moe_layers(model))  # the caller's model is given back as it was
 
 
+def _generate_layouts() -> list:
+    from shardlab.generate.engine import Layout
+    return [generate(_decisive_moe(1.0), PROMPTS, Options(max_new=8), Layout(tp=tp, pp=pp))[0]
+            for tp, pp in ((2, 1), (1, 2))]
+
+
+def test_generate_moe_under_tp2_and_pp2_equals_single(pool2):
+    """generate's own layouts with MoE blocks: tp=2 (the MoE layers whole on each tp rank, as in training)
+    and pp=2 (the blocks split over two stages) give one device's greedy tokens."""
+    want = generate(_decisive_moe(1.0), PROMPTS, Options(max_new=8))[0]
+    got = pool2.run(_generate_layouts)
+    assert torch.equal(got[0][0], want)  # tp=2: rank 0 returns every prompt's tokens
+    assert torch.equal(got[0][1], want)  # pp=2: stage 0 (rank 0) returns them
+
+
 def test_generate_loads_an_ep2_training_checkpoint_on_one_device(pool2, tmp_path, capsys):
     """An ep=2 run's checkpoint (each rank wrote its experts) loads for `shardlab generate` on one device
     through DCP's reshard: every parameter equals the trained run's, bitwise, and its greedy decode with the
