@@ -92,11 +92,7 @@ class MoE(nn.Module):
             kept = place < cap
         return weight, expert, kept, routed, aux, z
 
-    # Always eager, also inside a compiled block (`train.compile`): the kept slots, the per-expert counts and
-    # so every shape after routing depend on the data (nonzero, bincount, split sizes), which break a graph
-    # at each of them (18 graphs for a 2-block model, recompiled as the counts change). The block's dense
-    # parts around it still compile; this runs exactly as in eager.
-    @torch.compiler.disable
+    # Under `train.compile` this runs eager inside the compiled block (parallel/compile.py says why).
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         weight, expert, kept, routed, aux, z = self.route(x)
