@@ -10,7 +10,7 @@ GLOBAL_BATCH = 8  # sequences per step, split over the data-parallel ranks
 
 
 def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: int = 2, tp: int = 1,
-          bias_update: float = 0.0):
+          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None):
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
     from shardlab.parallel import build as build_parallel
@@ -18,8 +18,10 @@ def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: in
     cfg = Config()
     cfg.train.seq_len, cfg.train.grad_clip, cfg.ckpt.final = TINY["max_seq_len"], 1.0, False
     cfg.parallel.strategy, cfg.parallel.ep, cfg.parallel.tp = dp, ep, tp
+    for k, v in (train_kw or {}).items():  # e.g. dtype, recompute, compile
+        setattr(cfg.train, k, v)
     model = build_model(GPTConfig(**TINY, moe_experts=experts, moe_top_k=top_k, moe_capacity=capacity,
-                                  moe_bias_update=bias_update), seed=0)
+                                  moe_bias_update=bias_update, **(model_kw or {})), seed=0)
     return build_parallel(cfg, torch.device("cpu"), model)
 
 
@@ -30,15 +32,16 @@ def global_batch(step: int):
 
 
 def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, accum: int = 1, tp: int = 1,
-          bias_update: float = 0.0) -> dict:
+          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None) -> dict:
     """`steps` optimizer steps; per step the global loss, dropped slots, this rank's tokens per expert per
     layer and all-to-all bytes; the MoE outputs of step 0 for this rank's sequences; the final parameters.
     `accum`: this rank's sequences in that many microbatches (gradients accumulated, synchronised once).
-    `bias_update`: auxiliary-loss-free balancing on (each layer's final `expert_bias` comes back too)."""
+    `bias_update`: auxiliary-loss-free balancing on (each layer's final `expert_bias` comes back too).
+    `train_kw`: `[train]` keys set on the config (dtype, recompute, compile); `model_kw`: GPTConfig fields."""
     from shardlab import comm
     from shardlab.model.moe import moe_layers
 
-    par = build(ep, capacity, dp, tp=tp, bias_update=bias_update)
+    par = build(ep, capacity, dp, tp=tp, bias_update=bias_update, train_kw=train_kw, model_kw=model_kw)
     dims = par.dims
     per = GLOBAL_BATCH // dims.dp_size
     rows = slice(dims.dp_rank * per, (dims.dp_rank + 1) * per)

@@ -160,6 +160,13 @@ def cmd_export(args) -> int:
         raise _Usage(f"{p} failed verification: {problems[0]}")
     from shardlab.checkpoint.hf import export_hf
 
+    try:
+        experts = (json.loads((p / STATE_FILE).read_text()).get("model") or {}).get("moe_experts", 0)
+    except (OSError, ValueError):
+        experts = 0  # export_hf names what is missing
+    if experts:  # GPT2LMHeadModel / LlamaForCausalLM have one MLP per block: nothing to hold E experts
+        raise _Usage(f"{p} is a mixture-of-experts model (model.moe_experts={experts}); --hf exports dense GPT-2 "
+                     f"and Llama only: run it with `shardlab generate {p}` instead")
     out = export_hf(p, Path(args.hf))
     cls = json.loads((out / "config.json").read_text())["architectures"][0]
     print(f"exported {p} -> {out}/: model.safetensors, config.json, tokenizer.json, tokenizer_config.json "

@@ -11,6 +11,9 @@ The model is the single-device GPT or Llama; the layout is applied to it from ou
 - `pp` (parallel.pp): the batch is cut into request lanes, each with its own KV cache per stage
   (`lanes.py`); while the last stage decodes one lane, the first already runs the next.
 
+A mixture-of-experts model generates dropless (model/moe.py's `dropless`: capacity is per chunk of tokens,
+so a decode step could not replay the drops of a forward over the whole sequence).
+
 Sampling is reproducible at any layout: row i (the i-th prompt overall) draws from its own generator
 seeded by (seed, i), so where a prompt runs does not change what it draws.
 """
@@ -24,6 +27,7 @@ import torch
 
 from shardlab import comm
 from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
+from shardlab.model.moe import dropless
 
 
 @dataclass
@@ -185,7 +189,7 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
             on_token(rows[0], int(tok[0]))
 
     local = torch.empty(0, opts.max_new, dtype=torch.long)
-    with torch.no_grad():
+    with torch.no_grad(), dropless(model):  # MoE: no capacity drops at inference (model/moe.py says why)
         if rows:
             if layout.pp > 1:
                 from shardlab.generate.lanes import pipeline_decode

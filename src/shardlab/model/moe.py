@@ -35,6 +35,7 @@ the learning rate does to the router.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, fields
 
@@ -91,6 +92,7 @@ class MoE(nn.Module):
             kept = place < cap
         return weight, expert, kept, routed, aux, z
 
+    # Under `train.compile` this runs eager inside the compiled block (parallel/compile.py says why).
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         weight, expert, kept, routed, aux, z = self.route(x)
@@ -158,6 +160,25 @@ def mlp_for(cfg, index: int, make_mlp) -> nn.Module:
 
 def moe_layers(model: nn.Module) -> list[MoE]:
     return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+@contextlib.contextmanager
+def dropless(model: nn.Module):
+    """Route without capacity inside the block (restored after). Generation runs this way: capacity is
+    per sequence, ceil(factor x T x k / E), so it depends on the length T of the chunk a forward sees. A
+    KV-cache decode step sees T = 1 (nothing can drop) while a forward over the whole sequence may drop
+    the same token, and the cap grows with the sequence, so a token's drop would change as text is
+    appended: no cache could replay it. Dropless routing makes each token's output depend only on the
+    tokens before it, so the cache, recomputing the sequence, and left padding all agree."""
+    layers = moe_layers(model)
+    saved = [m.capacity_factor for m in layers]
+    for m in layers:
+        m.capacity_factor = 0.0
+    try:
+        yield model
+    finally:
+        for m, c in zip(layers, saved):
+            m.capacity_factor = c
 
 
 def loss_term(layers: list[MoE]) -> torch.Tensor | None:

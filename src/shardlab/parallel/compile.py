@@ -83,7 +83,29 @@ def compile_block(block: nn.Module) -> nn.Module:
     """Compile `block`'s forward (in place: its class is swapped); returns the same object."""
     if not getattr(block, "compiled", False):
         block.__class__ = _compiled_class(type(block))
+    _route_eager(block)
     return block
+
+
+_EAGER: dict[type, type] = {}
+
+
+def _route_eager(block: nn.Module) -> None:
+    """A mixture-of-experts MLP inside the block runs eager (`torch.compiler.disable`: one graph break, the
+    dense parts before and after it compile). After routing every shape depends on the data (the kept
+    slots, the per-expert counts, the split sizes): traced, they broke a 2-block model's graphs 18 times and
+    recompiled as the counts changed (92 s for 3 steps against 8 s, loaded machine). Eager runs it exactly as
+    without compile. Swapped here, not decorated in model/moe.py, so that importing the model does not
+    import dynamo."""
+    from shardlab.model.moe import MoE
+
+    for m in block.modules():
+        if isinstance(m, MoE) and not getattr(m, "eager_in_compile", False):
+            cls = type(m)
+            if cls not in _EAGER:
+                _EAGER[cls] = type(f"Eager{cls.__name__}", (cls,),
+                                   {"forward": torch.compiler.disable(cls.forward), "eager_in_compile": True})
+            m.__class__ = _EAGER[cls]
 
 
 def fell_back(block: nn.Module) -> str | None:

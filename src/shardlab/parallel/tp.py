@@ -363,7 +363,15 @@ class OwnTP:
         index = {fqn: i for i, fqn in enumerate(order)}
         state = {index[fqn]: {k: self.local_value(fqn, v) if torch.is_tensor(v) and v.dim() > 0 else v
                               for k, v in st.items()} for fqn, st in sd["state"].items()}
-        groups = [{**g, "params": [index[f] for f in g["params"]]} for g in sd["param_groups"]]
+        # The groups' parameter lists are this rank's own; the saved ones only give the hyperparameters. A
+        # checkpoint stores one rank's `param_groups` (DCP keeps one copy of a non-tensor value), and under
+        # expert parallelism they list that rank's experts, not this one's.
+        local = optimizer.state_dict()["param_groups"]
+        if len(local) != len(sd["param_groups"]):
+            raise ValueError(f"the checkpoint's optimizer has {len(sd['param_groups'])} param groups, this model's "
+                             f"{len(local)}: it was written for another model")
+        groups = [{**{k: v for k, v in saved.items() if k != "params"}, "params": mine["params"]}
+                  for mine, saved in zip(local, sd["param_groups"])]
         optimizer.load_state_dict({"state": state, "param_groups": groups})
 
 
