@@ -34,9 +34,9 @@ from shardlab.bench import common
 
 GLOBAL_BATCH = 16  # sequences per step at every world size: equal tokens per step
 # The suites' common 2-step warm-up reaches lr 3e-3 at step 2 on 2,048-token batches: every layout then spikes
-# (to 4.7-5.7 nats) at a step set by rounding alone, and the final losses scatter by ~0.5% between layouts,
-# as much as the gaps measured here. Warmed up over 10 steps the layouts end within 0.01% (docs/sync.md,
-# "Early loss spikes").
+# (to 4.7-5.7 nats) at a step set by rounding alone, and the final losses of layouts that differ only in
+# rounding spread over 0.5%, as much as most gaps measured here. Warmed up over 10 steps no layout spikes and
+# they spread over 0.23% (docs/sync.md, "Early loss spikes").
 WARMUP_STEPS = 10
 
 
