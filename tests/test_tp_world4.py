@@ -9,7 +9,7 @@ from shardlab.observe import cli
 from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import ModelSpec
-from tp_account_harness import BATCH, TINY, recorded_bytes, traced_steps
+from tp_account_harness import BATCH, TINY, doctor_stop_run, recorded_bytes, traced_steps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,3 +70,20 @@ def test_planner_bytes_equal_recorded_under_tp_x_dp(pool4):
                 want[op] = want.get(op, 0) + b
             for rank, got in enumerate(pool4.run(recorded_bytes, sp, dp)):
                 assert got == want, (dp, sp, rank)
+
+
+def test_doctor_stops_every_rank_on_one_replicas_divergence_under_tp_x_dp(pool4, tmp_path):
+    """Rank 3 corrupted after step 0: only its data-parallel group (and its TP group) can see it, yet all four
+    ranks stop after step 0's checksum with the same error naming rank 3 and the parameter (the other groups'
+    "ok" would have run them into the next step's collectives: a hang), and rank 0 writes the report."""
+    out = pool4.run(doctor_stop_run, str(tmp_path), 3, timeout=120)
+    assert out[3]["dp_group"] != out[0]["dp_group"] and out[3]["tp_group"] != out[0]["tp_group"]
+    error = out[0]["error"]
+    assert error is not None and all(o["error"] == error for o in out), [o["error"] for o in out]
+    first = error.splitlines()[0]
+    assert first.startswith("step 0: REPLICAS DIVERGED: rank 3 differs") and out[3]["corrupted"] in first, first
+    assert f"replica group {out[3]['dp_group']}" in first  # the group that diverged, named
+    div = json.loads((tmp_path / "doctor" / "divergence_step_0.json").read_text())  # written by rank 0
+    assert div["first"]["ranks"] == [3] and div["first"]["param"] == out[3]["corrupted"]
+    assert div["group_ranks"] == out[3]["dp_group"]
+    assert div["first"]["detail"]["3"]["n_diff"] == 1
