@@ -1,6 +1,8 @@
 """tp=2 x dp=2 (world 4): a traced run (own TP under own ddp) has TP's collectives on their own track per
 group in trace.json and `shardlab trace` splits communication and exposed communication by group; the
-planner's bytes equal comm's records under every own data-parallel layer, with and without SP."""
+planner's bytes equal comm's records under every own data-parallel layer, with and without SP. The doctor:
+a replica divergence seen by one group only (tp x dp's data-parallel group, tp x pp's TP group) stops all
+four ranks with the same error, and rank 0 reports it."""
 import json
 
 import pytest
@@ -87,3 +89,17 @@ def test_doctor_stops_every_rank_on_one_replicas_divergence_under_tp_x_dp(pool4,
     assert div["first"]["ranks"] == [3] and div["first"]["param"] == out[3]["corrupted"]
     assert div["group_ranks"] == out[3]["dp_group"]
     assert div["first"]["detail"]["3"]["n_diff"] == 1
+
+
+def test_doctor_stops_every_rank_on_one_tp_copys_divergence_under_tp_x_pp(pool4, tmp_path):
+    """tp=2 x pp=2, no data-parallel replica: rank 3's copy of a parameter TP keeps whole drifts; only its TP
+    group (its stage) can see it, yet all four ranks stop with the same TP COPIES DIVERGED error."""
+    out = pool4.run(doctor_stop_run, str(tmp_path), 3, ("parallel.pp=2", "train.micro_batch=1"), timeout=120)
+    assert out[3]["tp_group"] != out[0]["tp_group"]
+    error = out[0]["error"]
+    assert error is not None and all(o["error"] == error for o in out), [o["error"] for o in out]
+    first = error.splitlines()[0]
+    assert first.startswith(f"step 0: TP COPIES DIVERGED within the tensor-parallel group {out[3]['tp_group']}: "
+                            "rank(s) 3 differ") and out[3]["corrupted"] in first, first
+    div = json.loads((tmp_path / "doctor" / "divergence_step_0.json").read_text())  # written by rank 0
+    assert div["tp"]["first"]["ranks"] == [3] and div["tp"]["first"]["param"] == out[3]["corrupted"]
