@@ -1,6 +1,8 @@
 """tp=2 x dp=2 (world 4): a traced run (own TP under own ddp) has TP's collectives on their own track per
 group in trace.json and `shardlab trace` splits communication and exposed communication by group; the
-planner's bytes equal comm's records under every own data-parallel layer, with and without SP."""
+planner's bytes equal comm's records under every own data-parallel layer, with and without SP. The doctor:
+a replica divergence seen by one group only (tp x dp's data-parallel group, tp x pp's TP group) stops all
+four ranks with the same error, and rank 0 reports it."""
 import json
 
 import pytest
@@ -9,7 +11,7 @@ from shardlab.observe import cli
 from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import ModelSpec
-from tp_account_harness import BATCH, TINY, recorded_bytes, traced_steps
+from tp_account_harness import BATCH, TINY, doctor_stop_run, recorded_bytes, traced_steps
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -70,3 +72,34 @@ def test_planner_bytes_equal_recorded_under_tp_x_dp(pool4):
                 want[op] = want.get(op, 0) + b
             for rank, got in enumerate(pool4.run(recorded_bytes, sp, dp)):
                 assert got == want, (dp, sp, rank)
+
+
+def test_doctor_stops_every_rank_on_one_replicas_divergence_under_tp_x_dp(pool4, tmp_path):
+    """Rank 3 corrupted after step 0: only its data-parallel group (and its TP group) can see it, yet all four
+    ranks stop after step 0's checksum with the same error naming rank 3 and the parameter (the other groups'
+    "ok" would have run them into the next step's collectives: a hang), and rank 0 writes the report."""
+    out = pool4.run(doctor_stop_run, str(tmp_path), 3, timeout=120)
+    assert out[3]["dp_group"] != out[0]["dp_group"] and out[3]["tp_group"] != out[0]["tp_group"]
+    error = out[0]["error"]
+    assert error is not None and all(o["error"] == error for o in out), [o["error"] for o in out]
+    first = error.splitlines()[0]
+    assert first.startswith("step 0: REPLICAS DIVERGED: rank 3 differs") and out[3]["corrupted"] in first, first
+    assert f"replica group {out[3]['dp_group']}" in first  # the group that diverged, named
+    div = json.loads((tmp_path / "doctor" / "divergence_step_0.json").read_text())  # written by rank 0
+    assert div["first"]["ranks"] == [3] and div["first"]["param"] == out[3]["corrupted"]
+    assert div["group_ranks"] == out[3]["dp_group"]
+    assert div["first"]["detail"]["3"]["n_diff"] == 1
+
+
+def test_doctor_stops_every_rank_on_one_tp_copys_divergence_under_tp_x_pp(pool4, tmp_path):
+    """tp=2 x pp=2, no data-parallel replica: rank 3's copy of a parameter TP keeps whole drifts; only its TP
+    group (its stage) can see it, yet all four ranks stop with the same TP COPIES DIVERGED error."""
+    out = pool4.run(doctor_stop_run, str(tmp_path), 3, ("parallel.pp=2", "train.micro_batch=1"), timeout=120)
+    assert out[3]["tp_group"] != out[0]["tp_group"]
+    error = out[0]["error"]
+    assert error is not None and all(o["error"] == error for o in out), [o["error"] for o in out]
+    first = error.splitlines()[0]
+    assert first.startswith(f"step 0: TP COPIES DIVERGED within the tensor-parallel group {out[3]['tp_group']}: "
+                            "rank(s) 3 differ") and out[3]["corrupted"] in first, first
+    div = json.loads((tmp_path / "doctor" / "divergence_step_0.json").read_text())  # written by rank 0
+    assert div["tp"]["first"]["ranks"] == [3] and div["tp"]["first"]["param"] == out[3]["corrupted"]

@@ -127,3 +127,30 @@ def step_records(sp: bool, model_kw: dict) -> list[dict]:
     par.optimizer_step()
     comm.set_phase("idle")
     return [dict(op=r.op, tag=r.tag, phase=r.phase, bytes=r.bytes) for r in comm.RECORDER.ring if r.order > first]
+
+
+def doctor_stop_run(run_dir: str, corrupt_rank: int, extra: tuple = ()) -> dict:
+    """The trainer at tp=2 x ddp=2 (own TP; `extra` overrides, e.g. pp=2 in place of dp),
+    doctor.checksum_every=1 and on_anomaly=stop, `corrupt_rank` perturbed after step 0: the error this rank
+    stopped with (None: it ran on), its data-parallel and TP groups, and the parameter the corruption hit."""
+    from shardlab import comm, config
+    from shardlab.doctor import checksum as checksum_mod
+    from shardlab.doctor.core import AnomalyError
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(None, ["model.preset=tiny", "train.seq_len=16", "train.global_batch=4",
+                             "train.micro_batch=2", "train.steps=3", "train.warmup_steps=1", "train.eval_every=0",
+                             "ckpt.final=false", "doctor.hang_timeout_s=0", "parallel.tp=2", "parallel.dp=ddp",
+                             "doctor.checksum_every=1", "doctor.on_anomaly=stop", f"debug.corrupt_rank={corrupt_rank}@0", *extra])
+    config.validate(cfg, comm.world_size())
+    trainer = Trainer(cfg, run_dir)
+    named = checksum_mod.replicated_parameters(trainer.strategy)
+    if trainer.dims.size("dp_cp") == 1:  # no data-parallel replica: what TP keeps whole is perturbed
+        named = checksum_mod.tp_replicated_parameters(trainer.strategy)
+    out = {"dp_group": trainer.dims.ranks("dp_cp"), "tp_group": trainer.dims.ranks("tp"),
+           "corrupted": named[len(named) // 2][0], "error": None}  # the one inject.corrupt_parameter perturbs
+    try:
+        trainer.run()
+    except AnomalyError as e:
+        out["error"] = str(e)
+    return out

@@ -133,8 +133,11 @@ def describe(result: dict) -> str:
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))
     many = len(first["ranks"]) > 1
+    # (several replica groups, one per tp/pp/cp coordinate or HSDP shard: name the one that diverged)
+    group = "" if "group_ranks" not in result else f" of the replica group {result['group_ranks']}"
     lines = [f"step {result['step']}: REPLICAS DIVERGED{after}: rank{'s' if many else ''} {ranks} "
-             f"differ{'' if many else 's'} from rank {first['reference_rank']} (the majority/reference); first diverged parameter: "
+             f"differ{'' if many else 's'} from rank {first['reference_rank']} (the majority/reference{group}); "
+             "first diverged parameter: "
              f"{first['param']}" + ("" if "fragment" not in first else f" (fragment {first['fragment']})")]
     for r, d in (first.get("detail") or {}).items():
         lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")

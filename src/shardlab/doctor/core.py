@@ -292,16 +292,22 @@ class Doctor:
     def checksum(self, step: int, fragments: list[int] | None = None) -> dict:
         """Compare the replicas now (collective). Under local SGD / DiLoCo only `fragments` (default: those
         whose outer step ended the last step) are compared: the rest differ by design mid-period."""
+        replicas = list(range(self.world))  # the global ranks this rank's replicas are compared over
         if hasattr(self.strategy, "synced_fragments"):
+            replicas = self.strategy.replica_group()[1]
             result = self._check_fragments(step, self.strategy.synced_fragments() if fragments is None else fragments)
         elif self.dims is not None and self.dims.size("dp_cp") < self.world:
+            replicas = self.dims.ranks("dp_cp")
             if self.dims.size("dp_cp") == 1:  # every rank holds a different part: no replica to compare
                 result = {"step": step, "consistent": True, "compared": 0, "note": "no data-parallel replicas"}
             else:
                 result = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("dp_cp"),
-                                                     self.dims.ranks("dp_cp"))
+                                                     replicas)
         else:
             result = checksum_mod.check_replicas(self.strategy, step, self.device)
+        several = 1 < len(replicas) < self.world and result.get("fragments") != []  # (nothing compared: [])
+        if several:
+            result["group_ranks"] = replicas
         if self.dims is not None and self.dims.size("tp") > 1:  # and within each TP group, what TP keeps whole
             named = checksum_mod.tp_replicated_parameters(self.strategy)
             tp = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("tp"),
@@ -311,6 +317,9 @@ class Doctor:
                       "consistent": result["consistent"] and tp["consistent"]}
             if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
                 result["first"], result["ranks"] = tp["first"], tp["ranks"]
+            several = several or self.dims.size("tp") < self.world
+        if several:
+            result = self._agree(result)
         self.last_checksum = result
         if result.get("fragments") != []:  # (nothing compared mid-period: the last comparison still stands)
             self.ranks_consistent = result["consistent"]  # the latest comparison: a rollback can heal a divergence
@@ -324,6 +333,16 @@ class Doctor:
                 out.write_text(json.dumps(result, indent=1))
                 print(f"[shardlab doctor] {text}", file=sys.stderr, flush=True)
         return result
+
+    def _agree(self, result: dict) -> dict:
+        """Several groups (one data-parallel group per tp/pp/cp coordinate, HSDP's replicate group per shard,
+        one TP group per dp/pp coordinate) each judged their own replicas: every rank must take the same
+        verdict (a stop on the diverged group's ranks only leaves the others in the next step's collectives:
+        a hang), and rank 0, which writes the report, must hold the diverged group's result. So one small
+        object all-gather over the world, on check steps only, and every rank takes the first diverged
+        group's result (else rank 0's)."""
+        everyone = comm.all_gather_object(result)
+        return next((r for r in everyone if not r["consistent"]), everyone[0])
 
     def _check_fragments(self, step: int, fragments: list[int]) -> dict:
         """The fragments just synchronised, across the group their outer step ran over (the data-parallel
@@ -342,12 +361,6 @@ class Doctor:
         result["fragments"] = fragments
         if not result["consistent"]:
             result["first"]["fragment"] = owner[result["first"]["param"]]
-        if len(ranks) < comm.world_size():
-            # Several replica groups (HSDP: one per shard) each judged their own: every rank must take the
-            # same verdict (a stop on some ranks only hangs the others), and rank 0 writes the report. So
-            # all take the first diverged group's result, else rank 0's.
-            everyone = comm.all_gather_object(result)
-            result = next((r for r in everyone if not r["consistent"]), everyone[0])
         return result
 
     def dump(self, reason: str) -> None:
