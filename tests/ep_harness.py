@@ -113,3 +113,30 @@ def trainer_run(run_dir: str, overrides: list[str]) -> dict:
     config.validate(cfg, comm.world_size())
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return Trainer(cfg, Path(run_dir)).run()
+
+
+def expert_checksum(run_dir: str, ep: int, corrupt_rank: int | None) -> dict:
+    """One training step, then (optionally) one element of one expert parameter perturbed on
+    `corrupt_rank`, then the doctor's replica checksum: the verdict this rank takes and what it names."""
+    from shardlab import comm
+    from shardlab.doctor import Doctor
+
+    par = build(ep, 0.0)
+    x, y = global_batch(0)
+    per = GLOBAL_BATCH // par.dims.dp_size
+    rows = slice(par.dims.dp_rank * per, (par.dims.dp_rank + 1) * per)
+    par.forward_backward([(x[rows], y[rows])], par.dims.dp_size / y.numel())
+    par.finish()
+    par.optimizer_step()
+    par.zero_grad()
+    experts = par.dp.expert_parameters()
+    name, p = experts[len(experts) // 2]
+    if comm.rank() == corrupt_rank:
+        with torch.no_grad():
+            p.view(-1)[0] += 1e-3
+    from shardlab.config import Config
+    cfg = Config()
+    cfg.doctor.hang_timeout_s = 0.0  # no watchdog thread for one check
+    doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), torch.device("cpu"), par.dims)
+    result = doctor.checksum(0)
+    return {"result": result, "expert": name, "edp": par.dims.ranks("edp")}

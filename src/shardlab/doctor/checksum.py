@@ -130,6 +130,8 @@ def describe(result: dict) -> str:
         return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared{after}{within})"
     if tp and not tp["consistent"] and (result.get("dp_consistent", True)):
         return _describe_tp(result["step"], tp)
+    if result.get("expert_diverged"):
+        return _describe_experts(result["step"], result["experts"])
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))
     many = len(first["ranks"]) > 1
@@ -152,6 +154,21 @@ def describe(result: dict) -> str:
         lines.append("  A replica drifted: a rank applied a different update (non-deterministic kernel, a skipped "
                      "step on one rank only, corrupted memory). Roll back to the last checkpoint "
                      "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
+    return "\n".join(lines)
+
+
+def _describe_experts(step: int, ex: dict) -> str:
+    """A divergence within an expert-data-parallel group: an expert differs between the dp ranks holding it."""
+    first = ex["first"]
+    ranks = ", ".join(map(str, first["ranks"]))
+    lines = [f"step {step}: EXPERT REPLICAS DIVERGED within the expert-data-parallel group {ex['group_ranks']}: "
+             f"rank(s) {ranks} differ from rank {first['reference_rank']} (the majority/reference); first diverged "
+             f"parameter: {first['param']} (an expert that every rank of its edp group holds)"]
+    for r, d in (first.get("detail") or {}).items():
+        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
+    lines.append("  The ranks holding the same experts sum their gradients over edp and step alike: one applied a "
+                 "different update (the edp all-reduce skipped, corrupted memory). Roll back to the last checkpoint "
+                 "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
     return "\n".join(lines)
 
 

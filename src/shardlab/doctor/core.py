@@ -318,6 +318,10 @@ class Doctor:
             if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
                 result["first"], result["ranks"] = tp["first"], tp["ranks"]
             several = several or self.dims.size("tp") < self.world
+        experts = getattr(self.strategy, "expert_parameters", None)
+        if experts is not None and self.dims is not None and result.get("fragments") is None:
+            result, edp_several = self._check_experts(step, result, experts())
+            several = several or edp_several
         if several:
             result = self._agree(result)
         self.last_checksum = result
@@ -333,6 +337,25 @@ class Doctor:
                 out.write_text(json.dumps(result, indent=1))
                 print(f"[shardlab doctor] {text}", file=sys.stderr, flush=True)
         return result
+
+    def _check_experts(self, step: int, result: dict, named: list) -> tuple[dict, bool]:
+        """Under expert parallelism: each rank's experts against the other dp ranks holding the same experts
+        (its edp group), which sum their gradients and so must stay bitwise equal. The dense verdict (over
+        dp) names the divergence first; an expert divergence takes over only when the dense copies agree.
+        Returns the merged result and whether a world-wide agreement is needed (several edp groups)."""
+        size = self.dims.size("edp")
+        if size == 1:  # ep == dp: every rank holds different experts, there is no copy to compare
+            return {**result, "experts": {"step": step, "consistent": True, "compared": 0,
+                                          "note": "no expert replicas (parallel.ep equals the data-parallel "
+                                                  "size: each rank holds different experts)"}}, False
+        ranks = self.dims.ranks("edp")
+        ex = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("edp"), ranks,
+                                         named=named)
+        ex["group_ranks"] = ranks
+        merged = {**result, "experts": ex, "consistent": result["consistent"] and ex["consistent"]}
+        if result["consistent"] and not ex["consistent"]:  # the verdict names the expert copy that drifted
+            merged["first"], merged["ranks"], merged["expert_diverged"] = ex["first"], ex["ranks"], True
+        return merged, size < self.world
 
     def _agree(self, result: dict) -> dict:
         """Several groups (one data-parallel group per tp/pp/cp coordinate, HSDP's replicate group per shard,

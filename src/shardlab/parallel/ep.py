@@ -204,6 +204,11 @@ class ExpertParallelDP:
         ep rank by design)."""
         return [(n, p) for n, p in self.dp.model.named_parameters() if not self.ep.is_expert(p) and p.numel()]
 
+    def expert_parameters(self):
+        """What the doctor compares over edp (the dp ranks holding the same experts, which sum their
+        gradients and so must hold bitwise-equal copies), under their global names."""
+        return [(n, p) for n, p in self.dp.model.named_parameters() if self.ep.is_expert(p) and p.numel()]
+
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter's full value on every rank (a collective over ep): the experts all-gathered."""
         out = {n: p.detach() for n, p in self.dp.model.named_parameters() if not self.ep.is_expert(p)}
