@@ -115,10 +115,13 @@ def trainer_run(run_dir: str, overrides: list[str]) -> dict:
     return Trainer(cfg, Path(run_dir)).run()
 
 
+
 def expert_checksum(run_dir: str, ep: int, corrupt_rank: int | None) -> dict:
-    """One training step, then (optionally) one element of one expert parameter perturbed on
-    `corrupt_rank`, then the doctor's replica checksum: the verdict this rank takes and what it names."""
+    """One training step, then the doctor's after-step with a checksum due; with `corrupt_rank`, that rank
+    perturbs an expert first (debug.corrupt_rank=R@0 with debug.corrupt_expert). Returns the checksum result
+    this rank holds, the expert the injection picks (the middle one) and this rank's edp group."""
     from shardlab import comm
+    from shardlab.config import Config
     from shardlab.doctor import Doctor
 
     par = build(ep, 0.0)
@@ -129,14 +132,12 @@ def expert_checksum(run_dir: str, ep: int, corrupt_rank: int | None) -> dict:
     par.finish()
     par.optimizer_step()
     par.zero_grad()
-    experts = par.dp.expert_parameters()
-    name, p = experts[len(experts) // 2]
-    if comm.rank() == corrupt_rank:
-        with torch.no_grad():
-            p.view(-1)[0] += 1e-3
-    from shardlab.config import Config
     cfg = Config()
-    cfg.doctor.hang_timeout_s = 0.0  # no watchdog thread for one check
+    cfg.doctor.hang_timeout_s, cfg.doctor.checksum_every, cfg.doctor.on_anomaly = 0.0, 1, "stop"
+    if corrupt_rank is not None:
+        cfg.debug.corrupt_rank, cfg.debug.corrupt_expert = f"{corrupt_rank}@0", True
     doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), torch.device("cpu"), par.dims)
-    result = doctor.checksum(0)
-    return {"result": result, "expert": name, "edp": par.dims.ranks("edp")}
+    verdict = doctor.after_step(0)
+    experts = par.dp.expert_parameters()
+    return {"verdict": verdict, "result": doctor.last_checksum, "expert": experts[len(experts) // 2][0],
+            "edp": par.dims.ranks("edp")}

@@ -24,6 +24,7 @@ def _train(args, capsys):
     (["parallel.dp_replicate=3"], "must equal the world"),
     (["parallel.dp=zero3", "parallel.dp_shard=-1", "parallel.cp=-1"], "at most one degree"),
     (["train.grad_accum=3", "train.global_batch=16", "train.micro_batch=4"], "contradicts"),
+    (["debug.corrupt_expert=true", "debug.corrupt_rank=1@2"], "set parallel.ep > 1"),
 ])
 def test_bad_input_is_one_line_exit_2_nothing_written(tmp_path, capsys, args, needle):
     out = tmp_path / "run"

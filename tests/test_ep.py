@@ -212,18 +212,19 @@ def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
 
 def test_doctor_names_a_diverged_expert_copy_within_its_edp_group(pool4, tmp_path):
     """World 4, ep=2: each expert set on 2 data ranks (edp {0,2} and {1,3}). An expert parameter perturbed on
-    rank 3 only -> every rank takes the same divergence verdict naming rank 3, its edp group and the expert
-    parameter; the same run without the perturbation compares the experts and finds them equal."""
+    rank 3 only (debug.corrupt_rank=3@0, debug.corrupt_expert) -> every rank stops with the same verdict
+    naming rank 3, its edp group and the expert parameter; without the perturbation the experts are
+    compared and found equal."""
     from ep_harness import expert_checksum
     clean = pool4.run(expert_checksum, str(tmp_path / "clean"), 2, None)
     for r in clean:
-        assert r["result"]["consistent"] and r["result"]["experts"]["compared"] > 0
+        assert r["verdict"] == "ok" and r["result"]["consistent"] and r["result"]["experts"]["compared"] > 0
     bad = pool4.run(expert_checksum, str(tmp_path / "bad"), 2, 3)
     name = bad[3]["expert"]
     assert ".experts." in name
     for r in bad:
         res = r["result"]
-        assert not res["consistent"] and res["expert_diverged"]
+        assert r["verdict"] == "stop" and not res["consistent"] and res["expert_diverged"]
         assert res["first"]["ranks"] == [3] and res["first"]["param"] == name
         assert res["experts"]["group_ranks"] == bad[3]["edp"] == [1, 3]
         assert "rank(s) 3" in res["summary"] and "[1, 3]" in res["summary"] and name in res["summary"]

@@ -173,6 +173,7 @@ class DebugConfig:
     hang_rank: str = ""  # R@STEP
     mismatch_rank: str = ""  # R@STEP
     corrupt_rank: str = ""  # R@STEP
+    corrupt_expert: bool = False  # under parallel.ep: corrupt_rank perturbs an expert (compared within edp)
     uneven_rank: str = ""  # R@STEP: rank R has no data from STEP on (tests uneven-input handling)
     slow_rank: int = -1
     slow_ms: float = 0.0
@@ -348,6 +349,9 @@ def validate(cfg: Config, world_size: int) -> None:
     if p.strategy == "single" and world_size != 1:
         raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
                           "use --nproc 1 or a data-parallel strategy")
+    if cfg.debug.corrupt_expert and (p.ep <= 1 or not cfg.debug.corrupt_rank):
+        raise ConfigError("debug.corrupt_expert=true perturbs an expert through debug.corrupt_rank under expert "
+                          "parallelism: set parallel.ep > 1 and debug.corrupt_rank=R@STEP, or drop it")
     dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
     missing = layers.not_built(dims.degrees)
     if missing:

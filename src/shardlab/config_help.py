@@ -201,6 +201,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                          "\"\" | STEP:RANK:MODULE"),
     "debug.hang_rank": ("debug: rank R hangs at the start of step STEP (the watchdog fires), e.g. 1@5", "\"\" | R@STEP"),
     "debug.mismatch_rank": ("debug: rank R sends a wrongly sized collective at step STEP", "\"\" | R@STEP"),
+    "debug.corrupt_expert": ("debug: under parallel.ep, debug.corrupt_rank perturbs an expert parameter (its copies within the edp group diverge) instead of a dense one", "true | false"),
     "debug.corrupt_rank": ("debug: rank R flips a parameter after step STEP (replicas diverge; under DiLoCo its θ_start)", "\"\" | R@STEP"),
     "debug.uneven_rank": ("debug: rank R has no data from step STEP on (uneven inputs)", "\"\" | R@STEP"),
     "debug.slow_rank": ("debug: this rank sleeps debug.slow_ms at each step (a straggler); -1 = none",

@@ -272,7 +272,10 @@ class Doctor:
         outer step would absorb the perturbation into the averaged pseudo-gradient)."""
         where = ""
         outer = getattr(self.strategy, "outer_state", None)
-        if outer is not None and outer():
+        experts = getattr(self.strategy, "expert_parameters", None)
+        if self.cfg.debug.corrupt_expert:  # an expert: what the edp group must hold equal (parallel.ep)
+            replicated, where = (experts() if experts else []), " (an expert, compared within its edp group)"
+        elif outer is not None and outer():
             replicated, where = outer(), " (its DiLoCo outer state θ_start)"
         elif hasattr(self.strategy, "synced_fragments"):  # local SGD: the parameters
             replicated = [pair for f in range(self.strategy.n_fragments)
@@ -286,8 +289,10 @@ class Doctor:
             print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name}{where} after step {step}",
                   flush=True)
         else:
-            print(f"[shardlab doctor] rank {self.rank}: debug.corrupt_rank ignored: {self.cfg.parallel.strategy} "
-                  "replicates no parameter, so there is no replica to diverge", flush=True)
+            what = "no expert (debug.corrupt_expert needs parallel.ep > 1)" if self.cfg.debug.corrupt_expert else \
+                f"no parameter under {self.cfg.parallel.strategy}"
+            print(f"[shardlab doctor] rank {self.rank}: debug.corrupt_rank ignored: this rank replicates {what}, "
+                  "so there is no replica to diverge", flush=True)
 
     def checksum(self, step: int, fragments: list[int] | None = None) -> dict:
         """Compare the replicas now (collective). Under local SGD / DiLoCo only `fragments` (default: those

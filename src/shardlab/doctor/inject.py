@@ -3,7 +3,8 @@
     debug.inject_nan=STEP:RANK:MODULE   the output of MODULE on RANK at STEP becomes NaN (a forward hook)
     debug.hang_rank=R@STEP              rank R stops forever in data loading at STEP (the watchdog ends it)
     debug.mismatch_rank=R@STEP          rank R issues a collective of a different size at STEP
-    debug.corrupt_rank=R@STEP           rank R perturbs one parameter of its replica after STEP (DiLoCo: its θ_start)
+    debug.corrupt_rank=R@STEP           rank R perturbs one parameter of its replica after STEP (DiLoCo: its θ_start;
+                                        debug.corrupt_expert=true: an expert, under parallel.ep)
     debug.uneven_rank=R@STEP            rank R has no data from STEP on (uneven inputs)
 
 Steps are the trainer's 0-based step index (the one the flight recorder and anomaly reports use).

@@ -53,7 +53,7 @@ def replay(run: Path, step: int) -> dict:
     cfg.doctor.on_anomaly, cfg.doctor.hang_timeout_s, cfg.doctor.checksum_every = "stop", 0.0, 0
     for f in ("inject_nan", "hang_rank", "mismatch_rank", "corrupt_rank", "uneven_rank"):
         setattr(cfg.debug, f, "")
-    cfg.debug.slow_rank = -1
+    cfg.debug.slow_rank, cfg.debug.corrupt_expert = -1, False
     config_mod.validate(cfg, world_size=1)
 
     from shardlab.train.optim import lr_at, set_lr
