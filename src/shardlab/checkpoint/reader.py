@@ -33,6 +33,7 @@ from torch.futures import Future
 from shardlab.checkpoint import manifest as mf
 
 SCRATCH = 8 << 20  # bytes hashed per read between the records we load
+HASH_CHUNK = 1 << 20  # bytes read, then hashed at once while in the CPU cache (1 MiB beat 256 KiB and 4 MiB)
 
 
 class _TensorMeta(pickle.Unpickler):
@@ -155,14 +156,23 @@ class _Walk:
         self.scratch = memoryview(bytearray(SCRATCH)) if hasher is not None else None
 
     def readinto(self, view: memoryview) -> None:
+        # With a hasher, read in chunks and hash each one at once, while it is still in the CPU cache:
+        # hashing a whole large tensor after its read fetched it from DRAM a second time (0.055 s of a
+        # 0.40 s gpt2 load). Without one, one read call per view (the fewest system calls).
+        step = HASH_CHUNK if self.hasher is not None else view.nbytes
         got = 0
         while got < view.nbytes:
-            n = self.f.readinto(view[got:])
-            if not n:
-                raise OSError(f"{self.f.name}: ends early, at byte {self.pos + got} (the file is truncated)")
-            got += n
-        if self.hasher is not None:
-            self.hasher.update(view)
+            chunk = view[got:got + step]
+            done = 0
+            while done < chunk.nbytes:
+                n = self.f.readinto(chunk[done:])
+                if not n:
+                    raise OSError(f"{self.f.name}: ends early, at byte {self.pos + got + done} "
+                                  "(the file is truncated)")
+                done += n
+            if self.hasher is not None:
+                self.hasher.update(chunk)
+            got += done
         self.pos += got
 
     def skip_to(self, offset: int) -> None:
