@@ -20,7 +20,11 @@ def decisive_model(arch: str = "gpt2") -> torch.nn.Module:
     has near-uniform logits and repeats one byte, so equal tokens would prove little; at this scale the
     greedy path wanders over the vocabulary and its top-two logit gaps are >= 8e-4 (LayerNorms stay at 1, 0).
     `arch="llama"`: LLAMA_CFG's model, made decisive the same way (RMSNorm gains stay at 1)."""
-    model = build_model(LLAMA_CFG if arch == "llama" else CFG, seed=0)
+    return make_decisive(build_model(LLAMA_CFG if arch == "llama" else CFG, seed=0))
+
+
+def make_decisive(model: torch.nn.Module) -> torch.nn.Module:
+    """Redraw every weight but the norms' at std 0.3 (seeded), in eval mode: see `decisive_model`."""
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in model.named_parameters():

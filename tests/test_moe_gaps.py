@@ -16,7 +16,7 @@ import torch
 
 from ckpt_harness import assert_params_equal, train_run
 from ep_harness import TINY, train
-from generate_harness import PROMPTS
+from generate_harness import PROMPTS, make_decisive
 from shardlab.generate.engine import Options, generate
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.moe import moe_layers
@@ -28,14 +28,8 @@ MOE = ["model.moe_experts=4"]
 
 def _decisive_moe(capacity: float) -> torch.nn.Module:
     """generate_harness's decisive GPT (weights of std 0.3: the greedy path wanders), every block an MoE."""
-    model = build_model(GPTConfig(n_layer=2, n_head=4, d_model=64, vocab_size=256, max_seq_len=64,
-                                  moe_experts=4, moe_capacity=capacity), seed=0)
-    g = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if ".ln_" not in name and not name.startswith("ln_"):
-                p.normal_(0.0, 0.3, generator=g)
-    return model.eval()
+    return make_decisive(build_model(GPTConfig(n_layer=2, n_head=4, d_model=64, vocab_size=256, max_seq_len=64,
+                                               moe_experts=4, moe_capacity=capacity), seed=0))
 
 
 def test_generate_moe_with_capacity_cache_equals_recomputing_the_sequence():

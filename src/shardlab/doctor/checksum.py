@@ -141,8 +141,7 @@ def describe(result: dict) -> str:
              f"differ{'' if many else 's'} from rank {first['reference_rank']} (the majority/reference{group}); "
              "first diverged parameter: "
              f"{first['param']}" + ("" if "fragment" not in first else f" (fragment {first['fragment']})")]
-    for r, d in (first.get("detail") or {}).items():
-        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
+    lines += _detail_lines(first)
     for r, info in result["ranks"].items():
         lines.append(f"  rank {r}: {info['n_params']} parameter(s) differ, first {info['first_param']}")
     if frags is not None:
@@ -157,32 +156,38 @@ def describe(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _detail_lines(first: dict) -> list[str]:
+    """Per rank, how many elements of the first diverged parameter differ, and by how much."""
+    return [f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}"
+            for r, d in (first.get("detail") or {}).items()]
+
+
+def _describe_group(step: int, found: dict, title: str, group: str, reference: str, param: str,
+                    advice: str) -> str:
+    """A divergence within one named group of copies (an edp group's experts, a TP group's whole parameters)."""
+    first = found["first"]
+    ranks = ", ".join(map(str, first["ranks"]))
+    return "\n".join([f"step {step}: {title} within the {group} {found['group_ranks']}: rank(s) {ranks} differ from "
+                      f"rank {first['reference_rank']}{reference}; first diverged parameter: {first['param']} ({param})",
+                      *_detail_lines(first), advice])
+
+
 def _describe_experts(step: int, ex: dict) -> str:
     """A divergence within an expert-data-parallel group: an expert differs between the dp ranks holding it."""
-    first = ex["first"]
-    ranks = ", ".join(map(str, first["ranks"]))
-    lines = [f"step {step}: EXPERT REPLICAS DIVERGED within the expert-data-parallel group {ex['group_ranks']}: "
-             f"rank(s) {ranks} differ from rank {first['reference_rank']} (the majority/reference); first diverged "
-             f"parameter: {first['param']} (an expert that every rank of its edp group holds)"]
-    for r, d in (first.get("detail") or {}).items():
-        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
-    lines.append("  The ranks holding the same experts sum their gradients over edp and step alike: one applied a "
-                 "different update (the edp all-reduce skipped, corrupted memory). Roll back to the last checkpoint "
-                 "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
-    return "\n".join(lines)
+    return _describe_group(
+        step, ex, "EXPERT REPLICAS DIVERGED", "expert-data-parallel group", " (the majority/reference)",
+        "an expert that every rank of its edp group holds",
+        "  The ranks holding the same experts sum their gradients over edp and step alike: one applied a "
+        "different update (the edp all-reduce skipped, corrupted memory). Roll back to the last checkpoint "
+        "(doctor.on_anomaly=rollback) and look for what differs on that rank.")
 
 
 def _describe_tp(step: int, tp: dict) -> str:
     """A divergence within a tensor-parallel group: a parameter TP leaves whole differs between TP ranks."""
-    first = tp["first"]
-    ranks = ", ".join(map(str, first["ranks"]))
-    lines = [f"step {step}: TP COPIES DIVERGED within the tensor-parallel group {tp['group_ranks']}: rank(s) {ranks} "
-             f"differ from rank {first['reference_rank']}; first diverged parameter: {first['param']} (one that "
-             "tensor parallelism keeps whole on every TP rank)"]
-    for r, d in (first.get("detail") or {}).items():
-        lines.append(f"  rank {r}: {d['n_diff']} of {d['numel']} elements differ, max |diff| {d['max_abs_diff']:.3g}")
-    lines.append("  Its gradient differed between TP ranks: with sequence parallelism it must be summed over tp after "
-                 "backward (finish_backward); without, the activations feeding it must be identical on every TP rank "
-                 "(dropout on the replicated stream drawing different masks, a non-deterministic kernel). Roll back "
-                 "to the last checkpoint (doctor.on_anomaly=rollback) and look for what differs on that rank.")
-    return "\n".join(lines)
+    return _describe_group(step, tp, "TP COPIES DIVERGED", "tensor-parallel group", "",
+                           "one that tensor parallelism keeps whole on every TP rank",
+                           "  Its gradient differed between TP ranks: with sequence parallelism it must be summed over "
+                           "tp after backward (finish_backward); without, the activations feeding it must be identical "
+                           "on every TP rank (dropout on the replicated stream drawing different masks, a "
+                           "non-deterministic kernel). Roll back to the last checkpoint (doctor.on_anomaly=rollback) "
+                           "and look for what differs on that rank.")
