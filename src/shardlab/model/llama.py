@@ -28,6 +28,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
+from shardlab.model.dtypes import wide_dtype
 from shardlab.model.kv_cache import run_blocks
 from shardlab.model.moe import MoEFields, mlp_for, moe_fields
 
@@ -125,9 +126,10 @@ def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[t
     """cos and sin, (t, head_dim), for integer `positions`: frequency i rotates dimensions i and
     i + head_dim/2 by position x theta^(-2i/head_dim). Computed in fp32 as Hugging Face does, so exported
     logits agree to round-off."""
+    dtype = wide_dtype(torch.get_default_dtype())  # fp32, or float64 for a float64 model
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
-                                .float() / head_dim))
-    freqs = positions.float()[:, None] * inv_freq[None, :]
+                                .to(dtype) / head_dim))
+    freqs = positions.to(dtype)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
 

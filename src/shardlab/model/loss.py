@@ -9,9 +9,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from shardlab.model.dtypes import at_least_fp32
+
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
-    """Next-token cross-entropy in fp32 over every position. `reduction="sum"` (the trainer's choice)
+    """Next-token cross-entropy in fp32 (or wider: float64 stays float64) over every position. `reduction="sum"` (the trainer's choice)
     leaves the normalisation by the global token count to the caller, so accumulation and data
     parallelism weight every token equally."""
-    return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1), reduction=reduction)
+    return F.cross_entropy(at_least_fp32(logits).reshape(-1, logits.size(-1)), targets.reshape(-1), reduction=reduction)

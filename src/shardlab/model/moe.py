@@ -43,6 +43,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shardlab.model.dtypes import at_least_fp32
+
 
 class MoE(nn.Module):
     def __init__(self, d_model: int, experts: list[nn.Module], top_k: int = 2, capacity: float = 1.25,
@@ -70,19 +72,19 @@ class MoE(nn.Module):
         per-sequence / per-token parts. Slots are token-major: slot j*k + c is token j's c-th choice."""
         b, t, _ = x.shape
         E, k = self.n_experts, self.top_k
-        logits = self.router(x).float()
+        logits = at_least_fp32(self.router(x))
         probs = logits.softmax(-1)
         if self.expert_bias is None:
             weight, expert = probs.topk(k, dim=-1)
         else:  # the bias picks the experts; the probabilities weight them (DeepSeek-V3)
-            expert = (probs + self.expert_bias.float()).topk(k, dim=-1).indices
+            expert = (probs + self.expert_bias.to(probs.dtype)).topk(k, dim=-1).indices
             weight = probs.gather(-1, expert)
         if k > 1:
             weight = weight / weight.sum(-1, keepdim=True)
         expert, weight = expert.reshape(b, t * k), weight.reshape(b, t * k)
         onehot = F.one_hot(expert, E)  # (b, t*k, E)
         routed = onehot.sum(1)  # (b, E): slots per expert per sequence, before dropping
-        aux = E * (routed.float() / (t * k) * probs.mean(1)).sum(-1)  # (b,)
+        aux = E * (routed.to(probs.dtype) / (t * k) * probs.mean(1)).sum(-1)  # (b,)
         z = torch.logsumexp(logits, -1).pow(2)  # (b, t)
         cap = self.capacity(t)
         if cap is None:

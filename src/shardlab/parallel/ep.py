@@ -34,6 +34,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model.moe import MoE, moe_layers
+from shardlab.strategies.base import norm_dtype
 
 EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
 
@@ -167,14 +168,14 @@ class ExpertParallelDP:
         by the tp size, as the dp layer's own mixed norm does. `replicated`: (tp group, is_split(fqn)) from
         `TensorParallelDP`."""
         tp_group, is_split = replicated if replicated is not None else (None, lambda fqn: False)
-        sq = torch.zeros(3, device=self.dp.device)
+        sq = torch.zeros(3, device=self.dp.device, dtype=norm_dtype(p for p in self.dp.model.parameters()))
         grads = []
         for fqn, p in self.dp.model.named_parameters():
             if p.grad is None:
                 continue
             grads.append(p.grad)
             slot = 2 if self.ep.is_expert(p) else (0 if is_split(fqn) else 1)
-            sq[slot] += p.grad.detach().float().pow(2).sum()
+            sq[slot] += p.grad.detach().to(sq.dtype).pow(2).sum()
         if self.ep.group is not None:
             experts = sq[2:].clone()
             comm.all_reduce(experts, group=self.ep.group, tag="grad_norm")

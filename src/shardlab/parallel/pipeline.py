@@ -34,6 +34,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.model.dtypes import at_least_fp32
 from shardlab.parallel.mesh import ParallelDims
 from shardlab.parallel.pp.engine import zero_terms
 from shardlab.parallel.pp.native import LAYOUT, NATIVE
@@ -296,7 +297,7 @@ class PipelineParallel(Parallel):
         return self._share(loss)
 
     def _share(self, loss: torch.Tensor) -> torch.Tensor:
-        loss = loss.detach().float().reshape(())
+        loss = at_least_fp32(loss.detach()).reshape(())
         if self.group is not None:
             comm.all_reduce(loss, group=self.group, tag="pipeline loss")  # zero on every stage but the last
         return loss

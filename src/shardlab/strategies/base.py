@@ -106,7 +106,7 @@ class Strategy:
         for fqn in exclude:
             g = self.local_grad(fqn)
             if g is not None:
-                sq -= g.detach().float().pow(2).sum()
+                sq -= g.detach().to(sq.dtype).pow(2).sum()
         if groups is None:
             groups = [self.group] if self.grads_are_sharded() else []
         for group in groups:  # orthogonal mesh dimensions: summing along each in turn sums over all
@@ -130,10 +130,10 @@ class Strategy:
         1, 2, 4). One all-reduce per group, the same count as without tensor parallelism; the dp layer's
         own sharding (this layer's `named_grads` are its shards) stays one of the `groups`."""
         named = self.named_grads()
-        sq = torch.zeros(2, device=self.device, dtype=torch.float32)
+        sq = torch.zeros(2, device=self.device, dtype=norm_dtype(named.values()))
         for fqn, g in named.items():
             if fqn not in exclude:  # counted on the rank that holds it first (clipped here all the same)
-                sq[0 if is_split(fqn) else 1] += _local(g).detach().float().pow(2).sum()
+                sq[0 if is_split(fqn) else 1] += _local(g).detach().to(sq.dtype).pow(2).sum()
         for grp in groups:
             comm.all_reduce(sq, group=grp, tag="grad_norm")
         norm = (sq[0] + sq[1] / comm.world_size(group)).sqrt()
@@ -181,13 +181,21 @@ class Strategy:
                 "optimizer": nbytes(opt)}
 
 
+def norm_dtype(tensors) -> torch.dtype:
+    """The dtype gradient norms are summed in: fp32 for fp32 and narrower gradients (bf16/fp16 squares
+    overflow and lose digits), float64 for float64 ones (a float64 run keeps its precision end to end:
+    the parity tests rely on it, testing/compare.py)."""
+    return torch.float64 if any(t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
 def sum_of_squares(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:
-    """sum ||t||² over `tensors`, fp32, shape (1,): one fused pass (torch._foreach_norm, as
-    torch.nn.utils.clip_grad_norm_ does) rather than three ops per tensor (pow, sum, add), which on a
-    one-thread CPU step cost more in dispatch than the arithmetic itself."""
+    """sum ||t||² over `tensors`, fp32 (float64 for float64 tensors: `norm_dtype`), shape (1,): one fused
+    pass (torch._foreach_norm, as torch.nn.utils.clip_grad_norm_ does) rather than three ops per tensor
+    (pow, sum, add), which on a one-thread CPU step cost more in dispatch than the arithmetic itself."""
+    dtype = norm_dtype(tensors)
     if not tensors:
-        return torch.zeros(1, device=device, dtype=torch.float32)
-    norms = torch._foreach_norm(tensors, 2, dtype=torch.float32)
+        return torch.zeros(1, device=device, dtype=dtype)
+    norms = torch._foreach_norm(tensors, 2, dtype=dtype)
     return torch.stack(norms).square().sum().reshape(1)
 
 

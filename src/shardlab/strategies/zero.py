@@ -32,7 +32,8 @@ from shardlab.strategies.base import Strategy
 from shardlab.strategies.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.strategies import zero_state
 
-COMM_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# fp32 = no compression: gradients travel in their own dtype (fp32, or float64 for a float64 model), as DDP's buckets
+COMM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class _Zero(Strategy):
@@ -117,7 +118,7 @@ class _Zero(Strategy):
         while len(self._pending) >= MAX_REDUCE_SCATTERS_IN_FLIGHT:
             self._finish_reduce()
         grads = [i.param.grad for i in unit.infos]
-        handle, out, buf = unit.start_reduce_scatter(grads, self.rs_dtype)
+        handle, out, buf = unit.start_reduce_scatter(grads, self.rs_dtype or unit.infos[0].param.dtype)
         if not self.keep_full_grads:
             for i in unit.infos:
                 i.param.grad = None  # packed into the reduce-scatter buffer: the full gradient can go
@@ -156,7 +157,7 @@ class _Zero(Strategy):
             if then is not None:
                 then()
             return
-        buf = shard if shard.dtype == self.rs_dtype else shard.to(self.rs_dtype)
+        buf = shard if self.rs_dtype in (None, shard.dtype) else shard.to(self.rs_dtype)
         handle = comm.all_reduce(buf, group=self.replicate_group, async_op=True, tag=f"ar:{unit.name}")
         self._replica_pending.append((handle, buf, shard, then))
 

@@ -1,7 +1,9 @@
 """Helpers for shardlab's own multi-process tests (and anyone testing a strategy): a pool of gloo
-workers that stays up for a whole test module, so process start-up is paid once, not per test."""
-from shardlab.testing.compare import assert_params_close
+workers that stays up for a whole test module, so process start-up is paid once, not per test, and the
+portable comparisons of two runs (compare.py)."""
+from shardlab.testing.compare import assert_float64_equal, assert_fp32_within_error_model, in_float64
 from shardlab.testing.cli import run_cli
 from shardlab.workers import WorkerPool, free_port
 
-__all__ = ["WorkerPool", "assert_params_close", "free_port", "run_cli"]
+__all__ = ["WorkerPool", "assert_float64_equal", "assert_fp32_within_error_model", "free_port", "in_float64",
+           "run_cli"]
