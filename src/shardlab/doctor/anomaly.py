@@ -28,6 +28,8 @@ from collections import deque
 
 import torch
 
+from shardlab.model.dtypes import wide_dtype
+
 # One row per rank in the step's all-gather (float64: exact for counts and flags).
 FIELDS = ("loss", "tokens", "grad_sq", "loss_finite", "grad_finite", "first_bad_micro", "has_data_next",
           "hooks_fired")
@@ -51,7 +53,7 @@ class LocalGradMonitor:
 
     def _hook(self, i: int):
         def hook(grad: torch.Tensor):
-            self._pending.append((i, torch.linalg.vector_norm(grad.detach(), dtype=torch.float32)))
+            self._pending.append((i, torch.linalg.vector_norm(grad.detach(), dtype=wide_dtype(grad.dtype)).float()))
             self.fired += 1
             return None  # observe only: the gradient is not changed
         return hook
