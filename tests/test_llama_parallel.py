@@ -1,5 +1,5 @@
-"""The llama family under every parallel layer: each equals `single` over 5 steps with the tolerances the
-GPT-2 tests use (losses and clipped gradient norms rtol 1e-5, parameters via compare.assert_params_close).
+"""The llama family under every parallel layer: each equals `single` over 5 steps as the GPT-2 tests do:
+in float64, losses, clipped gradient norms and parameters to compare.py's FP64_TOL (portable: compare.py).
 
 llama-tiny has 4 query heads and 2 key/value heads, so tp=2 splits the key/value heads; the
 `model.n_kv_heads=1` cases (multi-query) replicate them on both ranks. Recompute is bitwise.
@@ -13,8 +13,7 @@ import torch
 
 from memory_harness import modes
 from pipeline_harness import train as pp_train
-from shardlab.config import Config
-from shardlab.testing.compare import assert_params_close, lr_sum
+from shardlab.testing.compare import assert_float64_equal, in_float64
 from tp_harness import composed
 
 STEPS = 5
@@ -28,22 +27,19 @@ LLAMA4 = dict(arch="llama", n_layer=4, n_head=4, n_kv_heads=2, d_model=32, vocab
 def _single(kv: int = 0):
     # One process, no process group: the plain model with the whole global batch as one microbatch.
     extra = [f"model.n_kv_heads={kv}"] if kv else []
-    return composed(["parallel.strategy=single", "train.micro_batch=4", *LLAMA, *extra], steps=STEPS)
+    return in_float64(composed, ["parallel.strategy=single", "train.micro_batch=4", *LLAMA, *extra], steps=STEPS)
 
 
 def _assert_equals_single(got: dict, kv: int = 0) -> None:
     ref = _single(kv)
-    torch.testing.assert_close(got["losses"], ref["losses"], rtol=1e-5, atol=0)
-    torch.testing.assert_close(got["norms"], ref["norms"], rtol=1e-5, atol=0)
-    # The harness steps at the constant train.lr=0.001 (Σ lr = 5e-3); atol 3e-5 as in test_tp_compose.py:
-    # split matmuls change the reduction order of every gradient, and Adam turns the relative round-off of
-    # a near-zero entry into up to ~lr of update.
-    assert_params_close(got["params"], ref["params"], lr_sum=STEPS * 1e-3, rtol=1e-5, atol=3e-5)
+    for key in ("losses", "norms", "params"):
+        assert_float64_equal(got[key], ref[key], key)
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("dp", ["ddp", "zero3", "torch-fsdp2"])
 def test_llama_data_parallel_equals_single(pool2, dp):
-    out = pool2.run(composed, [*LLAMA, f"parallel.dp={dp}", "train.micro_batch=2"], STEPS, timeout=300)[0]
+    out = pool2.run(in_float64, composed, [*LLAMA, f"parallel.dp={dp}", "train.micro_batch=2"], STEPS, timeout=300)[0]
     _assert_equals_single(out)
 
 
@@ -51,12 +47,13 @@ def test_llama_data_parallel_equals_single(pool2, dp):
                                         ("dtensor", False, 0), ("dtensor", True, 0)],
                          ids=["own-kv-split", "own-sp-kv-split", "own-kv-replicated", "own-sp-kv-replicated",
                               "dtensor", "dtensor-sp"])
+@pytest.mark.parity
 def test_llama_tensor_parallel_equals_single(pool2, impl, sp, kv):
     """q, k, v column-parallel (k, v replicated with one key/value head), SwiGLU gate/up column + down
     row, the untied head vocab-parallel; checkpoints keep the bare model's names and global shapes."""
     extra = [f"model.n_kv_heads={kv}"] if kv else []
-    out = pool2.run(composed, [*LLAMA, *extra, "parallel.tp=2", f"parallel.tp_impl={impl}",
-                               f"parallel.sp={str(sp).lower()}", "train.micro_batch=4"], STEPS, timeout=300)[0]
+    out = pool2.run(in_float64, composed, [*LLAMA, *extra, "parallel.tp=2", f"parallel.tp_impl={impl}",
+                                           f"parallel.sp={str(sp).lower()}", "train.micro_batch=4"], STEPS, timeout=300)[0]
     _assert_equals_single(out, kv)
     ref_shapes = {k: tuple(v.shape) for k, v in _single(kv)["params"].items()}
     assert {k: shape for k, (_, shape) in out["state"].items()} == ref_shapes
@@ -67,20 +64,21 @@ def test_llama_tensor_parallel_equals_single(pool2, impl, sp, kv):
 
 @functools.lru_cache(maxsize=None)
 def _pp_single():
-    return pp_train(STEPS, model_kw=LLAMA4, dp="single")
+    return in_float64(pp_train, STEPS, model_kw=LLAMA4, dp="single")
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("interleaved", 2), ("torch-1f1b", 1)])
 def test_llama_pipeline_equals_single(pool2, schedule, v):
     """pp=2: the first stage is the one holding `wte` (no position table), the last holds ln_f and the
     untied head; no embedding group (nothing tied between the ends)."""
     ref = _pp_single()
-    results = pool2.run(pp_train, STEPS, model_kw=LLAMA4, pp=2, pp_schedule=schedule, pp_virtual=v)
+    results = pool2.run(in_float64, pp_train, STEPS, model_kw=LLAMA4, pp=2, pp_schedule=schedule, pp_virtual=v)
     merged = {}
     for r in results:
-        assert r["losses"] == pytest.approx(ref["losses"], rel=1e-5), schedule
+        assert_float64_equal(r["losses"], ref["losses"], f"{schedule} losses")
         merged.update(r["params"])
-    assert_params_close(merged, ref["params"], lr_sum=lr_sum(Config(), STEPS))
+    assert_float64_equal(merged, ref["params"])
 
 
 LLAMA_TINY = dict(arch="llama", n_layer=2, n_head=4, n_kv_heads=2, d_model=64, vocab_size=256, max_seq_len=32,
@@ -128,9 +126,10 @@ def test_llama_own_tp_bytes_equal_analytic(pool2, sp, kv):
     assert flat == ([4 * ((2 * L + 1) * h * sp + replicated)] if sp or replicated else [])
 
 
+@pytest.mark.parity
 def test_llama_tp2_x_zero3_sp_replicated_kv_equals_single(pool4):
     """World 4, (dp, tp) = 2 x 2, one key/value head: the replicated k and v gradients are summed over tp on
     zero3's gradient shards (laid out alike on both tp ranks), in the flat sum SP's RMSNorm gains use."""
-    out = pool4.run(composed, [*LLAMA, "model.n_kv_heads=1", "parallel.tp=2", "parallel.dp=zero3",
-                               "parallel.sp=true", "train.micro_batch=2"], STEPS, timeout=400)[0]
+    out = pool4.run(in_float64, composed, [*LLAMA, "model.n_kv_heads=1", "parallel.tp=2", "parallel.dp=zero3",
+                                           "parallel.sp=true", "train.micro_batch=2"], STEPS, timeout=400)[0]
     _assert_equals_single(out, kv=1)
