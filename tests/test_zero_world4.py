@@ -3,23 +3,28 @@ checkpoint to another world size."""
 import pytest
 import torch
 
+from shardlab.testing import in_float64
 from test_zero import _expected_comm, _same
 from zero_harness import ODD, load, save, train, unit_shard_numels
 
 
 @pytest.fixture(scope="module")
 def ddp4_odd(pool4):
-    return pool4.run(train, "ddp", steps=5, model_kw=ODD)
+    return pool4.run(in_float64, train, "ddp", steps=5, model_kw=ODD)
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("name", ["zero1", "zero2", "zero3"])
 def test_odd_sizes_equal_ddp(pool4, ddp4_odd, name):
-    """Nothing divisible by 4, and parameters (3 rows) smaller than the world: rank 3 owns no rows."""
-    _same(pool4.run(train, name, steps=5, model_kw=ODD, wrap="layer"), ddp4_odd)
+    """Nothing divisible by 4, and parameters (3 rows) smaller than the world: rank 3 owns no rows.
+    float64 (shardlab/testing/compare.py)."""
+    _same(pool4.run(in_float64, train, name, steps=5, model_kw=ODD, wrap="layer"), ddp4_odd)
 
 
+@pytest.mark.parity
 def test_zero3_equals_ddp(pool4):
-    _same(pool4.run(train, "zero3", steps=5, reshard_after_forward=False), pool4.run(train, "ddp", steps=5))
+    _same(pool4.run(in_float64, train, "zero3", steps=5, reshard_after_forward=False),
+          pool4.run(in_float64, train, "ddp", steps=5))
 
 
 @pytest.mark.parametrize("name", ["zero1", "zero2", "zero3"])
