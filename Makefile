@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup clean
+.PHONY: run test test-portable setup clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The parity tests under every CPU kernel path (ATen capability x MKL_CBWR, oneDNN ISA for bf16); not part
+# of `make test` (it runs the parity selection several times): docs/testing.md.
+test-portable: setup
+	$(BIN)/python scripts/test_portable.py
 
 clean:
 	rm -rf $(VENV)

@@ -1,5 +1,6 @@
 """The base layer's gradient clipping (strategies/base.py): the fused norm and scaling match torch's own
 clip_grad_norm_, and a step under the threshold leaves every gradient's bits alone."""
+import pytest
 import torch
 
 from shardlab.strategies.base import Strategy
@@ -15,6 +16,7 @@ def _layer_with_grads(seed: int = 0):
     return layer, model
 
 
+@pytest.mark.parity
 def test_clipping_matches_torch_clip_grad_norm():
     layer, model = _layer_with_grads()
     ref, ref_model = _layer_with_grads()

@@ -163,6 +163,7 @@ def test_world2_with_dp1_trains_what_one_process_trains(pool2, tmp_path):
 
 # --- microbatches in flight: forwards first, backwards in reverse, == the plain loop ----------------------
 
+@pytest.mark.parity
 @pytest.mark.parametrize("name", ["ddp", "zero1", "zero2", "zero3", "torch-fsdp2"])
 def test_microbatches_in_flight_equal_the_plain_loop(pool2, name):
     """torch-ddp and torch-zero1 are not here: torch DDP prepares its reducer in forward, so it allows

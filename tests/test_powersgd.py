@@ -86,10 +86,12 @@ def _parity_fn(strategy):
     return True
 
 
+@pytest.mark.parity
 def test_own_powersgd_full_rank_equals_plain_ddp(pool2):
     assert all(pool2.run(_parity_fn, "ddp"))
 
 
+@pytest.mark.parity
 def test_torch_powersgd_hook_full_rank_equals_plain_ddp(pool2):
     assert all(pool2.run(_parity_fn, "torch-ddp"))
 

@@ -51,12 +51,14 @@ def _assert_same(got, ref):
         torch.testing.assert_close(got[k], ref[k], rtol=1e-5, atol=1e-7, msg=k)
 
 
+@pytest.mark.parity
 def test_local_sgd_with_h1_equals_ddp(h1):
     for runs in h1:
         _assert_same(runs["local_sgd"], runs["ddp"])
     assert not torch.equal(h1[0]["ddp"]["wte.weight"], _initial()["wte.weight"])  # it did train
 
 
+@pytest.mark.parity
 def test_diloco_with_h1_outer_lr1_no_momentum_equals_ddp(h1):
     for runs in h1:
         _assert_same(runs["diloco"], runs["ddp"])
@@ -147,6 +149,7 @@ def _twin_fn():
     return ours, torch_avg
 
 
+@pytest.mark.parity
 def test_local_sgd_equals_torchs_periodic_model_averager(pool2):
     for ours, theirs in pool2.run(_twin_fn, timeout=180):
         for k in ours:

@@ -213,6 +213,7 @@ def hsdp(pool4):
     return {s: pool4.run(_hsdp_fn, s, timeout=300) for s in ("zero2", "zero3")}
 
 
+@pytest.mark.parity
 @pytest.mark.parametrize("strategy", ["zero2", "zero3"])
 def test_hsdp_h1_equals_every_step_hsdp(hsdp, strategy):
     for ref, runs, *_, init in hsdp[strategy]:
