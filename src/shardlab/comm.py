@@ -31,6 +31,7 @@ parallelism's dispatch) the input less the chunk this rank keeps; send payload, 
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
@@ -331,6 +332,34 @@ def recv_any(t: torch.Tensor, group=None, tag: str = "") -> int:
     return group_rank(group, src)
 
 
+# The posting log: while `log_p2p()` is active, every point-to-point post and every wait on one, in
+# this process's program order: ("post", fused, ((op, peer global rank, tag), ...)) and ("wait", index of
+# the post). parallel/p2p_order.py `from_logs` replays the ranks' logs under NCCL's rules, so a test can
+# check the order real code posts in (ring attention, pipeline lanes), not a re-derivation of it.
+_P2P_LOG: list | None = None
+
+
+@contextlib.contextmanager
+def log_p2p():
+    global _P2P_LOG
+    _P2P_LOG = log = []
+    try:
+        yield log
+    finally:
+        _P2P_LOG = None
+
+
+def _log_post(fused: bool, msgs: tuple, handles: list) -> int | None:
+    if _P2P_LOG is None:
+        return None
+    _P2P_LOG.append(("post", fused, msgs))
+    index = len(_P2P_LOG) - 1
+    for h in handles:
+        if h is not None:
+            h.on_wait = lambda i=index, log=_P2P_LOG: log.append(("wait", i))
+    return index
+
+
 def isend(t: torch.Tensor, dst: int, group=None, tag: str = "") -> Handle:
     return _p2p("send", t, dst, group, True, tag)
 
@@ -346,7 +375,12 @@ def _p2p(op: str, t: torch.Tensor, peer: int, group, async_op: bool, tag: str):
         if not async_op:
             work.wait()  # what dist.send/recv do
         return work
-    return _launch(op, issue, t, 1.0 if op == "send" else 0.0, group, async_op, tag, peer=global_rank(group, peer))
+    gpeer = global_rank(group, peer)
+    handle = _launch(op, issue, t, 1.0 if op == "send" else 0.0, group, async_op, tag, peer=gpeer)
+    index = _log_post(False, ((op, gpeer, tag),), [handle])
+    if index is not None and not async_op:
+        _P2P_LOG.append(("wait", index))
+    return handle
 
 
 @dataclass
@@ -393,6 +427,8 @@ def batch_isend_irecv(ops: list[P2POp]) -> list[Handle]:
     for rec, work in zip(recs, works):
         rec.state, rec.async_op = "scheduled", True
         handles.append(Handle(work, rec))
+    _log_post(True, tuple(("send" if p.op is isend else "recv", global_rank(p.group, p.peer), p.tag) for p in ops),
+              handles)
     return handles
 
 

@@ -9,19 +9,13 @@ parallel/p2p_order.py under NCCL's rules), so what the tests prove is the order 
 Under NCCL a pair's operations run one after the other on a stream and a send blocks until its receive
 arrives, so the order of launches matters, not only the order of messages. `rounds` (the plan the
 engine uses, on every backend) makes the exchange lock-step, as torch.distributed.pipelining does with
-its time steps: the schedule is simulated with fixed positive durations (simulate.py: forward 1,
-backward 2), and a message's *round* is the time its producer finishes. Each rank posts, per round it
-takes part in, one `batch_isend_irecv` with its sends and its receives of that round, placed before its
-first compute that starts at or after the round (a send right after the compute that made it; a
-receive before the compute that consumes it, often earlier: the early receive gloo likes).
-
-Why it cannot hang (by induction on rounds): suppose every batch of the rounds before t has completed.
-Before its round-t batch a rank only computes what starts before t, which consumes messages of rounds
-before t (a consumer starts no earlier than its message was sent): all there. So every rank posts its
-round-t batch; on every stream all earlier batches are done, so the round-t batches are all active at
-once, and every message of round t has both ends among them: they all complete. The argument does not
-depend on the real durations (only the plan does), nor on whether a rank's posts to different peers
-share a stream; the checker confirms it for every schedule in the test matrix.
+its time steps (p2p_order.lockstep, which has the proof): the schedule is simulated with fixed positive
+durations (forward 1, backward 2, its halves 1 each), and a message's *round* is the time its producer
+finishes. Each rank posts, per round it takes part in, one `batch_isend_irecv` with its sends and its
+receives of that round, before its first compute that starts at or after the round: a send right after
+the compute that made it, a receive before the compute that consumes it, often earlier (the early
+receive gloo likes). The real durations do not enter the proof, only the plan; the checker confirms it
+for every schedule in the test matrix.
 
 Two simpler orders it replaces, kept to show in the tests what fails:
 `runs`: each maximal run of consecutive send/receive instructions as one batch (Megatron's
@@ -38,7 +32,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from shardlab.parallel.p2p_order import Msg, Post, Wait
+from shardlab.parallel.p2p_order import Msg, Post, Task, Wait, lockstep
 from shardlab.parallel.pp.schedule import COMPUTE, Instr, Schedule
 
 POLICIES = ("rounds", "runs", "receive_ahead")
@@ -96,39 +90,40 @@ def plan(schedule: Schedule, rank: int, policy: str = "rounds") -> tuple[tuple[t
     return tuple(tuple(b) for b in before)
 
 
+COST = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}  # the simulated durations the rounds come from
+
+
 @lru_cache(maxsize=64)
 def _rounds(schedule: Schedule) -> tuple:
-    """`rounds` for every rank at once (a message's round is known on its sender's side)."""
-    from shardlab.parallel.pp.simulate import simulate
-
-    timing = simulate(schedule)  # durations F 1, B 2, I = W = 1: positive, exact in binary
-    sent: dict[str, float] = {}  # message label -> its round
-    starts, after = [], []  # per rank: compute start times in program order; index after each compute
+    """`rounds` for every rank at once: the schedule's computes as p2p_order Tasks (a compute consumes
+    the receives in front of it and makes the sends after it), batched by p2p_order.lockstep, each batch
+    placed at the start of the run of sends and receives in front of its compute (or before REDUCE)."""
+    programs, index, runs = {}, {}, {}
     for r, instrs in enumerate(schedule.ranks):
-        spans = iter(timing.spans[r])
-        clock, st, af = 0.0, [], []
+        tasks, run_start, needs = [], [], []
+        start = 0  # where the run of sends and receives in front of the next compute begins
         for k, ins in enumerate(instrs):
-            if ins.op in COMPUTE:
-                _, start, clock = next(spans)
-                st.append(start)
-                af.append(k + 1)
+            if ins.op.startswith("RECV_"):
+                needs.append((schedule.rank_of(ins.peer), label(ins)))
             elif ins.op.startswith("SEND_"):
-                sent[label(ins)] = clock  # the producer's end: the compute just before the send
-        starts.append(st)
-        after.append(af)
-    out = []
-    for r, instrs in enumerate(schedule.ranks):
-        by_round: dict[float, list[int]] = {}
-        for k, ins in enumerate(instrs):
+                t = tasks[-1]  # the send leaves when the compute before it ends
+                tasks[-1] = Task(t.needs, t.makes + ((schedule.rank_of(ins.peer), label(ins)),), t.cost)
+            elif ins.op in COMPUTE:
+                tasks.append(Task(tuple(needs), (), COST[ins.op]))
+                run_start.append(start)
+                needs = []
             if is_comm(ins):
-                by_round.setdefault(sent[label(ins)], []).append(k)
-        before: list[list[tuple[int, ...]]] = [[] for _ in instrs]
-        for t in sorted(by_round):
-            # before the first compute starting at or after t: at the start of the run of sends and
-            # receives in front of it (just after the compute before it), or before REDUCE
-            first = next((c for c, s in enumerate(starts[r]) if s >= t), len(starts[r]))
-            at = after[r][first - 1] if first else 0
-            before[at].append(tuple(by_round[t]))
+                index[(r, label(ins))] = k
+            else:
+                start = k + 1
+        run_start.append(next(k for k, ins in enumerate(instrs) if ins.op == "REDUCE"))
+        programs[r], runs[r] = tasks, run_start
+    out = []
+    for r, batches in lockstep(programs).items():
+        before: list[list[tuple[int, ...]]] = [[] for _ in schedule.ranks[r]]
+        for i, at_task in enumerate(batches):
+            for batch in at_task:
+                before[runs[r][i]].append(tuple(index[(r, m.what)] for m in batch))
         out.append(tuple(tuple(b) for b in before))
     return tuple(out)
 
