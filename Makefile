@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test setup clean
+.PHONY: run test setup clean gpu-check
 
 setup: $(STAMP)
 
@@ -19,6 +19,11 @@ run: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# On a GPU machine as it is: no setup (it would fetch the pinned CPU torch), shardlab from src/ with the
+# torch found there (docs/cuda.md). Exit 0 all passed, 1 a case failed, 2 no CUDA device.
+gpu-check:
+	PYTHONPATH=src $(PY) -m shardlab.testing.gpu_check
 
 clean:
 	rm -rf $(VENV)
