@@ -90,8 +90,8 @@ def test_every_schedule_posts_in_an_order_nccl_completes():
 @pytest.mark.parametrize("name,pp,m,v", [("1f1b", 2, 4, 1), ("gpipe", 2, 1, 1), ("zb", 4, 8, 1),
                                          ("interleaved", 4, 8, 2), ("gpipe", 8, 24, 1)])
 def test_the_old_receive_ahead_order_hangs_under_nccl(name, pp, m, v):
-    """The engine's order before issue 33: receives posted up to 4 per peer ahead of their instruction,
-    lone sends. At p = 2 rank 0 queues its gradient receives before its first activation send while
+    """The engine's order before the posting plan: receives posted up to 4 per peer ahead of their
+    instruction, lone sends. At p = 2 rank 0 queues its gradient receives before its first activation send while
     rank 1 queues its activation receives before its first gradient send."""
     s = build(name, pp, m, v)
     for streams in STREAM_MODELS:
@@ -126,7 +126,8 @@ def test_the_posting_plan_covers_every_message_once_and_sends_follow_their_compu
 
 
 def old_lanes(n_stages, n_lanes, max_new):
-    """generate/lanes.py before issue 33: a blocking receive before each forward, a lone isend after."""
+    """generate/lanes.py before its posting program: a blocking receive before each forward, a lone
+    isend after."""
     plans = {}
     for st in range(n_stages):
         e, sends = [], []

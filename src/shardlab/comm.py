@@ -501,14 +501,15 @@ def batch_isend_irecv(ops: list[P2POp]) -> list[Handle]:
                          _nbytes(p.tensor) if p.op is isend else 0, p.tensor.dtype, p.tensor.shape, p.group, p.tag,
                          peer=global_rank(p.group, p.peer)) for p in ops]
     stage = any(_stages(p.tensor) for p in ops)
-    tensors = [(p.tensor.detach().to("cpu", copy=True) if p.op is isend else torch.empty(p.tensor.shape, dtype=p.tensor.dtype))
-               if stage else p.tensor for p in ops]
+    tensors = [p.tensor if not stage else p.tensor.detach().to("cpu", copy=True) if p.op is isend
+               else torch.empty(p.tensor.shape, dtype=p.tensor.dtype) for p in ops]
     works = dist.batch_isend_irecv([dist.P2POp(dist.isend if p.op is isend else dist.irecv, t,
                                                group=p.group, group_peer=p.peer) for p, t in zip(ops, tensors)])
     if len(works) != len(ops):  # coalesced: the batch completes as a whole
         works = [_AllWorks(works)] * len(ops)
     if stage:  # gloo: one work per op; a receive's data goes to the device when it is waited for
-        works = [_Staged(w, [(p.tensor, t)] if p.op is irecv else [], keep=(t,)) for p, w, t in zip(ops, works, tensors)]
+        works = [_Staged(w, [(p.tensor, t)] if p.op is irecv else [], keep=(t,))
+                 for p, w, t in zip(ops, works, tensors)]
     handles = []
     for rec, work in zip(recs, works):
         rec.state, rec.async_op = "scheduled", True

@@ -3,7 +3,7 @@
 gloo forgives orders NCCL does not: a gloo receive posted early waits in its own buffer while later
 sends to the same peer go ahead, and an `isend` never holds anything else up. Under NCCL a rank's
 point-to-point operations are kernels queued on a CUDA stream, each one blocking that stream until its
-partner arrives. A posting order that runs on gloo can therefore hang on the first GPU (issue 33: the
+partner arrives. A posting order that runs on gloo can therefore hang on the first GPU (as the
 pipeline's receives posted ahead of its sends). This module replays posting orders, all ranks together,
 under a model of those rules, and raises `P2PDeadlock` naming where each stuck rank waits.
 
