@@ -31,6 +31,17 @@ def test_the_case_list_covers_every_layer_and_feature():
     assert any(c.cmd == "generate" and c.world == 2 for c in cases())
 
 
+def test_flops_per_token_is_the_bench_count_for_gpt2():
+    from shardlab.bench.compile_speed import flops_per_token as bench_count
+    from shardlab.model.gpt import GPTConfig, PRESETS, build_model
+    from shardlab.testing.gpu_check import flops_per_token
+
+    with torch.device("meta"):
+        model = build_model(GPTConfig(**PRESETS["gpt2"], max_seq_len=1024), seed=0)
+    params = sum(p.numel() for p in model.parameters())
+    assert flops_per_token(params, 1024) == bench_count(model, 1024)
+
+
 def test_spec_peaks_match_torch_device_names():
     assert spec_peak("NVIDIA H200") == 989
     assert spec_peak("NVIDIA H200 NVL") == 835

@@ -193,6 +193,15 @@ def spec_peak(name: str) -> float | None:
     return None
 
 
+def flops_per_token(params: int, seq: int) -> float:
+    """Training FLOPs per token of the gpt2 preset: 6N + 12·L·d·T, N without the position table (a
+    lookup, not a matmul), as bench/compile_speed.py counts."""
+    from shardlab.model.gpt import PRESETS
+
+    layers, d = PRESETS["gpt2"]["n_layer"], PRESETS["gpt2"]["d_model"]
+    return 6 * (params - seq * d) + 12 * layers * d * seq
+
+
 def mfu_runs(device: str, work: Path, gpu: str) -> list[Result]:
     """The gpt2 preset, bf16, one rank on NCCL: tokens/s and MFU, eager then compiled."""
     out = []
@@ -212,8 +221,7 @@ def mfu_runs(device: str, work: Path, gpu: str) -> list[Result]:
             continue
         s = json.loads((run_dir / "summary.json").read_text())
         tps = s.get("tokens_per_s")
-        n = s["params"] - seq * 768  # the position table is a lookup, not a matmul
-        flops = (6 * n + 12 * 12 * 768 * seq) * (tps or 0)
+        flops = flops_per_token(s["params"], seq) * (tps or 0)
         note = (f"MFU {flops / (peak * 1e12):.3f} of {peak:.0f} TFLOPS ({gpu})" if peak and tps
                 else f"no spec peak known for {gpu!r}: MFU not computed")
         out.append(Result(case, "ok", s.get("final_train_loss"), tps, took, note))
