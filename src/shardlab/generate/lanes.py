@@ -7,11 +7,11 @@ the lane's next token and sends it back to stage 0. With one lane a stage idles 
 (a decode step is a full round trip); with lanes = stages, stage 0 runs lane 1 while the last stage
 finishes lane 0, so every stage is busy (the same reason GPipe uses microbatches in training).
 
-What each stage sends and receives, and in which launches, is data (`program`): between two forwards
-the stage's outgoing message (the lane just computed) and its incoming one (the lane it computes next)
-go out as one `batch_isend_irecv`. Under NCCL a pair's operations run in issue order and a send waits
-for its receive: at two stages, stage 0 sending lane 1's hidden states while stage 1 sends lane 0's
-token, each as its own launch, would wait on each other forever (gloo forgives it; the checker,
+What each stage sends and receives, and in which launches, is data (`program`): one
+`batch_isend_irecv` per exchange round (p2p_order.lockstep), typically the lane just computed going
+out with the next lane's input coming in. Under NCCL a pair's operations run in issue order and a send
+waits for its receive: at two stages, stage 0 sending lane 1's hidden states while stage 1 sends lane
+0's token, each as its own launch, would wait on each other forever (gloo forgives it; the checker,
 parallel/p2p_order.py, replays `program` under NCCL's rules in the tests). A send is posted right after
 the forward that made it, a receive waited for just before the forward that needs it. Every message
 goes through comm, tagged "generate.pp.hidden" / "generate.pp.token".
@@ -46,7 +46,9 @@ def lane_rows(n_rows: int, lanes: int) -> list[list[int]]:
 
 def _label(what: str, step: int, lane: int, stage: int) -> str:
     """A message's name: the hidden states stage -> stage + 1, or the token of (step, lane)."""
-    return f"hidden {stage}->{stage + 1} step{step} lane{lane}" if what == "hidden" else f"token step{step} lane{lane}"
+    if what == "hidden":
+        return f"hidden {stage}->{stage + 1} step{step} lane{lane}"
+    return f"token step{step} lane{lane}"
 
 
 def tasks(n_stages: int, n_lanes: int, max_new: int) -> dict[int, list]:
@@ -60,11 +62,14 @@ def tasks(n_stages: int, n_lanes: int, max_new: int) -> dict[int, list]:
         prog = []
         for step in range(max_new):
             for lane in range(n_lanes):
-                need = consumed(stage, step, lane)
-                needs = () if need is None else (
-                    (stage - 1, _label("hidden", step, lane, stage - 1)) if stage else (last, _label(*need, last)),)
-                makes = ((0, _label("token", step, lane, last)),) if stage == last else \
-                    ((stage + 1, _label("hidden", step, lane, stage)),)
+                if stage > 0:
+                    needs = ((stage - 1, _label("hidden", step, lane, stage - 1)),)
+                else:  # stage 0: the token of the lane's previous step (none at the prompt)
+                    needs = ((last, _label("token", step - 1, lane, last)),) if step > 0 else ()
+                if stage == last:
+                    makes = ((0, _label("token", step, lane, last)),)
+                else:
+                    makes = ((stage + 1, _label("hidden", step, lane, stage)),)
                 prog.append(Task(needs, makes))
         if stage == 0:
             prog.append(Task(tuple((last, _label("token", max_new - 1, lane, last)) for lane in range(n_lanes))))
@@ -85,13 +90,6 @@ def program(stage: int, n_stages: int, n_lanes: int, max_new: int) -> list[tuple
         if i < max_new * n_lanes:
             out.append(("run", i // n_lanes, i % n_lanes))
     return out
-
-
-def consumed(stage: int, step: int, lane: int) -> tuple | None:
-    """The message a forward waits for: (what, step, lane), None for stage 0's first step (the prompt)."""
-    if stage > 0:
-        return ("hidden", step, lane)
-    return ("token", step - 1, lane) if step > 0 else None
 
 
 def pipeline_decode(part, stage: int, n_stages: int, group, prompts: list[list[int]], rows: list[int],
