@@ -109,8 +109,10 @@ def test_fusing_each_run_of_sends_and_receives_is_not_enough_for_interleaved():
         check(p2p_plans(build("interleaved", 2, 4, 2), "runs"))
 
 
-def test_the_posting_plan_covers_every_message_once_and_sends_follow_their_compute():
-    s = build("interleaved", 4, 8, 2)
+@pytest.mark.parametrize("name,pp,m,v", [("gpipe", 4, 8, 1), ("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2),
+                                         ("interleaved", 3, 9, 3), ("zb", 4, 8, 1)])
+def test_the_posting_plan_covers_every_message_once_and_sends_follow_their_compute(name, pp, m, v):
+    s = build(name, pp, m, v)
     for r, instrs in enumerate(s.ranks):
         before = plan(s, r)
         posted = [j for k in range(len(instrs)) for b in before[k] for j in b]
@@ -120,7 +122,8 @@ def test_the_posting_plan_covers_every_message_once_and_sends_follow_their_compu
             for b in before[k]:
                 for j in b:
                     if instrs[j].op.startswith("SEND"):
-                        assert j < k or all(not instrs[x].op in ("F", "B", "I", "W") for x in range(j, k))
+                        # in the run of sends and receives right after the compute that made it
+                        assert k <= j and all(instrs[x].op not in ("F", "B", "I", "W") for x in range(k, j))
                     else:
                         assert k <= j  # a receive is posted no later than the instruction that waits for it
 

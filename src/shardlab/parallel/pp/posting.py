@@ -97,7 +97,7 @@ COST = {"F": 1.0, "B": 2.0, "I": 1.0, "W": 1.0}  # the simulated durations the r
 def _rounds(schedule: Schedule) -> tuple:
     """`rounds` for every rank at once: the schedule's computes as p2p_order Tasks (a compute consumes
     the receives in front of it and makes the sends after it), batched by p2p_order.lockstep, each batch
-    placed at the start of the run of sends and receives in front of its compute (or before REDUCE)."""
+    placed at the start of the run of sends and receives in front of its compute (or after the last)."""
     programs, index, runs = {}, {}, {}
     for r, instrs in enumerate(schedule.ranks):
         tasks, run_start, needs = [], [], []
@@ -112,11 +112,10 @@ def _rounds(schedule: Schedule) -> tuple:
                 tasks.append(Task(tuple(needs), (), COST[ins.op]))
                 run_start.append(start)
                 needs = []
+                start = k + 1
             if is_comm(ins):
                 index[(r, label(ins))] = k
-            else:
-                start = k + 1
-        run_start.append(next(k for k, ins in enumerate(instrs) if ins.op == "REDUCE"))
+        run_start.append(start)  # after the last compute: its sends, before REDUCE waits for them
         programs[r], runs[r] = tasks, run_start
     out = []
     for r, batches in lockstep(programs).items():
