@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-portable setup clean
+.PHONY: run test test-portable setup clean gpu-check
 
 setup: $(STAMP)
 
@@ -24,6 +24,11 @@ test: setup
 # of `make test` (it runs the parity selection several times): docs/testing.md.
 test-portable: setup
 	$(BIN)/python scripts/test_portable.py
+
+# On a GPU machine as it is: no setup (it would fetch the pinned CPU torch), shardlab from src/ with the
+# torch found there (docs/cuda.md). Exit 0 all passed, 1 a case failed, 2 no CUDA device.
+gpu-check:
+	PYTHONPATH=src $(PY) -m shardlab.testing.gpu_check
 
 clean:
 	rm -rf $(VENV)

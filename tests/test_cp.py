@@ -213,3 +213,15 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio"} <= f.keys()
     rows = [x for x in doc["rows"] if "config" in x]
     assert {x["config"] for x in rows} == {"cp1", "cp2"} and len(rows) == 2 * len({x["seq_len"] for x in rows})
+
+
+def test_ring_posting_order_completes_under_nccl(pool4):
+    """Ring attention's real posts and waits (forward and backward, four ranks) replayed under NCCL's
+    rules: each shift is one batch_isend_irecv, every rank posts the same sequence of shifts."""
+    from p2p_harness import logged
+
+    from shardlab.parallel.p2p_order import check_all, from_logs
+
+    logs = dict(pool4.run(logged, "cp_harness", "ring_vs_sdpa", torch.float64, True, 4, timeout=120))
+    # per rank: forward 3 K/V shifts, backward 3 K/V and 4 dK/dV shifts, each a send and a receive
+    assert check_all(from_logs(logs)) == 4 * (3 + 3 + 4)

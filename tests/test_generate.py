@@ -208,3 +208,19 @@ def test_checkpoint_of_a_tp_training_run_loads_and_equals_its_hf_export(tmp_path
         assert torch.equal(a, b), name
     opts = Options(max_new=8)
     assert torch.equal(generate(ours, PROMPTS, opts)[0], generate(exported, PROMPTS, opts)[0])
+
+
+def test_pipeline_lanes_post_what_the_checker_proves(pool2):
+    """Two stages, two lanes: the real posting log is lanes.py's plan, post for post, and it completes
+    under NCCL's rules (the plan over pp 2..8 x lanes 1..8 is test_p2p_order.py's)."""
+    from p2p_harness import logged
+
+    from shardlab.generate.lanes import p2p_plans
+    from shardlab.parallel.p2p_order import Post, check_all, from_logs
+
+    real = from_logs(dict(pool2.run(logged, "generate_harness", "run_layout", 1, 2, 1, 2)))
+    check_all(real)
+    planned = p2p_plans(2, 2, 12)
+    for r in (0, 1):
+        got = [tuple((m.kind, m.peer) for m in e.msgs) for e in real[r] if isinstance(e, Post)]
+        assert got == [tuple((m.kind, m.peer) for m in e.msgs) for e in planned[r] if isinstance(e, Post)]

@@ -31,6 +31,7 @@ parallelism's dispatch) the input less the chunk this rank keeps; send payload, 
 """
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import sys
@@ -62,12 +63,32 @@ def is_initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
+# Staged mode (backend "gloo-staged"): gloo ranks whose tensors live on CUDA, several ranks sharing one
+# GPU (one GPU cannot host two NCCL ranks; `make gpu-check` runs worlds 2 and 4 this way). gloo takes
+# CUDA tensors only for broadcast and all_reduce, so every other op runs on host copies, the results
+# copied back to the device when the op is waited for (`_Staged`). Slow by design: a correctness mode.
+# Without CUDA it stages CPU tensors the same way (a rehearsal of that path, testable anywhere).
+_STAGED = False
+_STAGE_HOST = False  # staged mode on a machine without CUDA: stage every tensor
+BACKENDS = ("auto", "gloo", "nccl", "gloo-staged")
+
+
 def init(backend: str = "auto") -> None:
-    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...)."""
+    """Join the process group described by torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...).
+    "auto": $SHARDLAB_BACKEND if set, else nccl with CUDA, else gloo."""
+    global _STAGED, _STAGE_HOST
     if is_initialized():
         return
     if backend == "auto":
+        backend = os.environ.get("SHARDLAB_BACKEND", "auto")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+    if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "gloo-staged":
+        if torch.cuda.is_available():
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        backend, _STAGED, _STAGE_HOST = "gloo", True, not torch.cuda.is_available()
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     # A rank killed by a fatal signal (SIGSEGV, SIGABRT from a C++ abort) prints every thread's Python
@@ -180,13 +201,62 @@ def new_group(ranks: list[int], name: str | None = None, backend: str | None = N
 RECORDER.group_info, RECORDER.rank = group_info, rank
 
 
+def staged() -> bool:
+    """Whether comm stages CUDA tensors through host memory for gloo (backend gloo-staged)."""
+    return _STAGED
+
+
 def device() -> torch.device:
-    if torch.cuda.is_available() and is_initialized() and dist.get_backend() == "nccl":
+    """The device a rank's tensors live on: CUDA under nccl and gloo-staged; without a process group
+    (one rank, `single`) what `init` would pick: CUDA when available unless $SHARDLAB_BACKEND says gloo."""
+    if not is_initialized():
+        want = os.environ.get("SHARDLAB_BACKEND", "auto")
+        if torch.cuda.is_available() and want in ("auto", "nccl", "gloo-staged"):
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    if (_STAGED and not _STAGE_HOST) or (torch.cuda.is_available() and dist.get_backend() == "nccl"):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
 
 # --- collectives ------------------------------------------------------------------------------------
+
+class _Staged:
+    """A gloo op run on host copies of CUDA tensors: `wait()` waits for it, then copies the results
+    (`back`: (device tensor, host tensor) pairs) to the device. The host copies stay referenced here
+    until then, so an in-flight send's buffer outlives the caller's."""
+
+    def __init__(self, work, back, keep=()):
+        self.work, self.back, self.keep = work, list(back), keep
+
+    def wait(self):
+        if self.work is not None:
+            self.work.wait()
+        for dev, host in self.back:
+            dev.copy_(host)
+        self.back, self.keep = [], ()
+        return True
+
+    def is_completed(self) -> bool:
+        return self.work is None or self.work.is_completed()
+
+
+def _stages(t: torch.Tensor) -> bool:
+    return _STAGED and (t.is_cuda or _STAGE_HOST)
+
+
+def _call(f, ins, outs, async_op: bool):
+    """f(*ins, *outs, async_op): directly, or in staged mode with CUDA tensors, on host copies."""
+    if not any(_stages(t) for t in (*ins, *outs)):
+        return f(*ins, *outs, async_op=async_op)
+    h_in = [t.detach().to("cpu", copy=True) for t in ins]
+    h_out = [torch.empty(t.shape, dtype=t.dtype) for t in outs]
+    work = _Staged(f(*h_in, *h_out, async_op=True), zip(outs, h_out), keep=h_in)
+    if async_op:
+        return work
+    work.wait()
+    return None
+
 
 def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
@@ -229,6 +299,7 @@ def _verify(rec: Record, payload: torch.Tensor, group) -> None:
     mismatch would otherwise hang (NCCL) or abort one process inside gloo. Costs one small extra
     all-gather per collective, so it is off by default; it is not recorded."""
     dev = device() if payload.is_meta else payload.device  # (scatter's payload is only a shape)
+    dev = torch.device("cpu") if _STAGED else dev
     sig = torch.tensor([_OPS.index(rec.op), payload.numel(), payload.element_size()], dtype=torch.int64, device=dev)
     out = torch.empty(_size(group) * 3, dtype=torch.int64, device=dev)
     dist_all_gather_flat(out, sig, group=group)
@@ -253,7 +324,8 @@ def reduce_scatter(out: torch.Tensor, inp: torch.Tensor, op=ReduceOp.SUM, group=
     if n == 1:
         out.copy_(inp)
     return _launch("reduce_scatter",
-                   lambda async_op: dist_reduce_scatter_flat(out, inp, op=op, group=group, async_op=async_op),
+                   lambda async_op: _call(lambda i, o, async_op: dist_reduce_scatter_flat(
+                       o, i, op=op, group=group, async_op=async_op), [inp], [out], async_op),
                    inp, (n - 1) / n, group, async_op, tag)
 
 
@@ -263,7 +335,8 @@ def all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool 
     if n == 1:
         out.copy_(inp)
     return _launch("all_gather",
-                   lambda async_op: dist_all_gather_flat(out, inp, group=group, async_op=async_op),
+                   lambda async_op: _call(lambda i, o, async_op: dist_all_gather_flat(
+                       o, i, group=group, async_op=async_op), [inp], [out], async_op),
                    out, (n - 1) / n, group, async_op, tag)
 
 
@@ -278,8 +351,9 @@ def all_to_all_single(out: torch.Tensor, inp: torch.Tensor, out_splits: list[int
     own = (in_splits[me] if in_splits is not None else (inp.shape[0] // n if inp.dim() else 0)) * row
     if n == 1:
         out.copy_(inp)
-    return _launch("all_to_all", lambda async_op: dist.all_to_all_single(
-        out, inp, output_split_sizes=out_splits, input_split_sizes=in_splits, group=group, async_op=async_op),
+    return _launch("all_to_all", lambda async_op: _call(lambda i, o, async_op: dist.all_to_all_single(
+        o, i, output_split_sizes=out_splits, input_split_sizes=in_splits, group=group, async_op=async_op),
+        [inp], [out], async_op),
         inp, 0.0, group, async_op, tag, wire=_nbytes(inp) - own)
 
 
@@ -299,9 +373,11 @@ def scatter(out: torch.Tensor, chunks: list[torch.Tensor] | None, src: int = 0, 
     if n == 1:
         out.copy_(chunks[0])
     payload = torch.empty((n, *out.shape), dtype=out.dtype, device="meta")  # the N chunks, for the record
+    sources = list(chunks) if me == src else []
     return _launch("scatter",
-                   lambda async_op: dist.scatter(out, chunks if me == src else None, group_src=src, group=group,
-                                                 async_op=async_op),
+                   lambda async_op: _call(lambda *ts, async_op: dist.scatter(
+                       ts[-1], list(ts[:-1]) if me == src else None, group_src=src, group=group, async_op=async_op),
+                       sources, [out], async_op),
                    payload, (n - 1) / n if me == src else 0.0, group, async_op, tag)
 
 
@@ -324,11 +400,42 @@ def recv_any(t: torch.Tensor, group=None, tag: str = "") -> int:
     Gloo matches a receive with no source against any sender (NCCL cannot); the asynchronous parameter
     server serves whichever worker is ready. Recorded once the sender is known (the record needs it)."""
     t_launch = time.perf_counter()
-    src = dist.recv(t, group=group)  # no source: any; torch returns the sender's global rank
+    host = torch.empty(t.shape, dtype=t.dtype) if _stages(t) else t
+    src = dist.recv(host, group=group)  # no source: any; torch returns the sender's global rank
+    if host is not t:
+        t.copy_(host)
     rec = RECORDER.add("recv", _nbytes(t), 0, t.dtype, t.shape, group, tag, peer=src)
     rec.t_launch = t_launch
     RECORDER.done(rec)
     return group_rank(group, src)
+
+
+# The posting log: while `log_p2p()` is active, every point-to-point post and every wait on one, in
+# this process's program order: ("post", fused, ((op, peer global rank, tag), ...)) and ("wait", index of
+# the post). parallel/p2p_order.py `from_logs` replays the ranks' logs under NCCL's rules, so a test can
+# check the order real code posts in (ring attention, pipeline lanes), not a re-derivation of it.
+_P2P_LOG: list | None = None
+
+
+@contextlib.contextmanager
+def log_p2p():
+    global _P2P_LOG
+    _P2P_LOG = log = []
+    try:
+        yield log
+    finally:
+        _P2P_LOG = None
+
+
+def _log_post(fused: bool, msgs: tuple, handles: list) -> int | None:
+    if _P2P_LOG is None:
+        return None
+    _P2P_LOG.append(("post", fused, msgs))
+    index = len(_P2P_LOG) - 1
+    for h in handles:
+        if h is not None:
+            h.on_wait = lambda i=index, log=_P2P_LOG: log.append(("wait", i))
+    return index
 
 
 def isend(t: torch.Tensor, dst: int, group=None, tag: str = "") -> Handle:
@@ -340,13 +447,21 @@ def irecv(t: torch.Tensor, src: int, group=None, tag: str = "") -> Handle:
 
 
 def _p2p(op: str, t: torch.Tensor, peer: int, group, async_op: bool, tag: str):
+    def post(*ts, async_op):
+        return dist.isend(ts[0], group=group, group_dst=peer) if op == "send" else \
+            dist.irecv(ts[0], group=group, group_src=peer)
+
     def issue(async_op):
-        work = dist.isend(t, group=group, group_dst=peer) if op == "send" else \
-            dist.irecv(t, group=group, group_src=peer)
+        work = _call(post, [t] if op == "send" else [], [] if op == "send" else [t], True)
         if not async_op:
             work.wait()  # what dist.send/recv do
         return work
-    return _launch(op, issue, t, 1.0 if op == "send" else 0.0, group, async_op, tag, peer=global_rank(group, peer))
+    gpeer = global_rank(group, peer)
+    handle = _launch(op, issue, t, 1.0 if op == "send" else 0.0, group, async_op, tag, peer=gpeer)
+    index = _log_post(False, ((op, gpeer, tag),), [handle])
+    if index is not None and not async_op:
+        _P2P_LOG.append(("wait", index))
+    return handle
 
 
 @dataclass
@@ -385,14 +500,22 @@ def batch_isend_irecv(ops: list[P2POp]) -> list[Handle]:
     recs = [RECORDER.add("send" if p.op is isend else "recv", _nbytes(p.tensor),
                          _nbytes(p.tensor) if p.op is isend else 0, p.tensor.dtype, p.tensor.shape, p.group, p.tag,
                          peer=global_rank(p.group, p.peer)) for p in ops]
-    works = dist.batch_isend_irecv([dist.P2POp(dist.isend if p.op is isend else dist.irecv, p.tensor,
-                                               group=p.group, group_peer=p.peer) for p in ops])
+    stage = any(_stages(p.tensor) for p in ops)
+    tensors = [p.tensor if not stage else p.tensor.detach().to("cpu", copy=True) if p.op is isend
+               else torch.empty(p.tensor.shape, dtype=p.tensor.dtype) for p in ops]
+    works = dist.batch_isend_irecv([dist.P2POp(dist.isend if p.op is isend else dist.irecv, t,
+                                               group=p.group, group_peer=p.peer) for p, t in zip(ops, tensors)])
     if len(works) != len(ops):  # coalesced: the batch completes as a whole
         works = [_AllWorks(works)] * len(ops)
+    if stage:  # gloo: one work per op; a receive's data goes to the device when it is waited for
+        works = [_Staged(w, [(p.tensor, t)] if p.op is irecv else [], keep=(t,))
+                 for p, w, t in zip(ops, works, tensors)]
     handles = []
     for rec, work in zip(recs, works):
         rec.state, rec.async_op = "scheduled", True
         handles.append(Handle(work, rec))
+    _log_post(True, tuple(("send" if p.op is isend else "recv", global_rank(p.group, p.peer), p.tag) for p in ops),
+              handles)
     return handles
 
 

@@ -28,7 +28,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import xxhash
+try:
+    import xxhash
+except ImportError:  # an environment without it (a GPU machine's own torch): new checkpoints use sha256
+    xxhash = None
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
@@ -40,9 +43,16 @@ def step_dirname(step: int) -> str:
 
 
 # algorithm -> (new hasher, hex digest pattern). New checkpoints use CHECKSUM; sha256 is read for older ones.
-ALGORITHMS = {"xxh3_128": (xxhash.xxh3_128, re.compile(r"^[0-9a-f]{32}$")),
+def _xxh3_128():
+    if xxhash is None:
+        raise RuntimeError("this checkpoint's checksums are xxh3_128, which needs the xxhash package "
+                           "(pip install xxhash)")
+    return xxhash.xxh3_128()
+
+
+ALGORITHMS = {"xxh3_128": (_xxh3_128, re.compile(r"^[0-9a-f]{32}$")),
               "sha256": (hashlib.sha256, re.compile(r"^[0-9a-f]{64}$"))}
-CHECKSUM = "xxh3_128"
+CHECKSUM = "xxh3_128" if xxhash is not None else "sha256"
 
 
 def new_hasher(algo: str = CHECKSUM):

@@ -189,8 +189,11 @@ class Handle:
 
     def __init__(self, work, rec: Record):
         self.work, self.rec = work, rec
+        self.on_wait = None  # comm's posting log, when one is kept (comm.log_p2p)
 
     def wait(self) -> None:
+        if self.on_wait is not None:
+            self.on_wait()
         if self.rec.t_wait is None:
             self.rec.t_wait = time.perf_counter()  # the caller blocks from here (the trace needs it)
         if self.rec.t_done is None:

@@ -41,7 +41,11 @@ def plot_expert_load(run_dir: Path) -> Path | None:
     steps, labels, load = load_matrix(read_rows(Path(run_dir) / "metrics.jsonl"))
     if not steps:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # optional where shardlab runs from src/ on another environment (make gpu-check)
+        print("expert_load.png skipped: matplotlib is not installed", flush=True)
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm

@@ -154,7 +154,11 @@ def plot_losses(run_dir: Path) -> Path | None:
     val = [(r["step"], r["val_loss"]) for r in rows if r.get("val_loss") is not None]
     if not train and not val:
         return None
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # optional where shardlab runs from src/ on another environment (make gpu-check)
+        print("loss.png skipped: matplotlib is not installed", flush=True)
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -9,9 +9,11 @@
     REDUCE  sum the tied embedding's gradient between the first and the last stage; wait for sends
     STEP    nothing here: the optimizer step belongs to the caller (the data-parallel layer steps it)
 
-Sends never block (the schedule's simulator proves the receives then cannot deadlock); a completed
-send is let go at the next send (its buffer freed), the rest are waited for at REDUCE. Receives are
-posted ahead (see _Receives). Point-to-point goes through `comm`, so every transfer is recorded.
+Sends and receives are posted in the batches of the posting plan (posting.py): one
+`batch_isend_irecv` per exchange round, so the order is safe under NCCL's in-order point-to-point as
+well as under gloo (the checker, parallel/p2p_order.py, replays this same plan in the tests). A RECV_*
+instruction waits for its message; a completed send is let go at the next post (its buffer freed), the
+rest are waited for at REDUCE. Point-to-point goes through `comm`, so every transfer is recorded.
 
 `emulate` replaces the model's compute by sleeps of given lengths (forward, backward, and the I / W
 halves) while sending real tensors: on a machine with fewer cores than stages, the schedule itself is
@@ -35,6 +37,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.observe import timeline
 from shardlab.observe.activations import HeldActivations
+from shardlab.parallel.pp import posting
 from shardlab.parallel.pp.schedule import Schedule
 from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
 
@@ -72,6 +75,7 @@ class PipelineEngine:
         `activations`: counts the saved tensors each microbatch holds (see the module doc)."""
         self.schedule, self.stages, self.stage_rank = schedule, stages, stage_rank
         self.instrs = schedule.ranks[pp_rank]
+        self.before = posting.plan(schedule, pp_rank)  # the batches to post before each instruction
         self.loss_fn, self.act_shape, self.device = loss_fn, act_shape, device
         self.group, self.embed_group, self.emulate = group, embed_group, emulate
         self.on_last_backward = on_last_backward
@@ -91,27 +95,22 @@ class PipelineEngine:
         assert len(microbatches) == self.schedule.microbatches, "one (x, y) per scheduled microbatch"
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
         loss_sum = torch.zeros((), device=self.device)
-        recvs = _Receives(self, microbatches)
+        posted: dict[int, tuple] = {}  # receive instruction index -> (handle, buffer)
         held = self.activations if self.emulate is None else None
         for k, ins in enumerate(self.instrs):
             key = (ins.stage, ins.mb)
             x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
-            recvs.post_ahead(k)
+            for batch in self.before[k]:
+                sends = _reap(sends)
+                sends += self._post(batch, microbatches, inputs, outputs, posted)
             if held is not None and ins.op in ("F", "B", "I", "W"):
                 held.sample()
             if ins.op == "RECV_F":
-                inputs[key] = recvs.take(k).requires_grad_(self.emulate is None)
+                inputs[key] = _take(posted, k).requires_grad_(self.emulate is None)
             elif ins.op == "RECV_B":
-                grads[key] = recvs.take(k)
-            elif ins.op == "SEND_F":
-                sends = _reap(sends)
-                sends.append(comm.isend(outputs[key].detach(), self.stage_rank(ins.peer), group=self.group,
-                                        tag=f"act {ins.stage}->{ins.peer} mb{ins.mb}"))
-            elif ins.op == "SEND_B":
-                sends = _reap(sends)
-                # the received activation is dropped here (no local keeps it): only its gradient travels on
-                sends.append(comm.isend(_input_grad(inputs.pop(key)), self.stage_rank(ins.peer), group=self.group,
-                                        tag=f"grad {ins.stage}->{ins.peer} mb{ins.mb}"))
+                grads[key] = _take(posted, k)
+            elif ins.op in ("SEND_F", "SEND_B"):
+                pass  # posted with its round's batch (self.before), right after the compute that made it
             elif ins.op == "F":
                 with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage), \
                         (held.saving(key) if held is not None else contextlib.nullcontext()):
@@ -144,6 +143,31 @@ class PipelineEngine:
                 sends.clear()
                 self._reduce_tied()
         return loss_sum
+
+    # --- point to point ---------------------------------------------------------------------------------
+    def _post(self, batch, microbatches, inputs, outputs, posted) -> list:
+        """One batch of the posting plan as one batch_isend_irecv; returns the sends' handles."""
+        ops, kinds = [], []
+        for j in batch:
+            ins = self.instrs[j]
+            key, peer, tag = (ins.stage, ins.mb), self.stage_rank(ins.peer), posting.label(ins)
+            if ins.op == "SEND_F":
+                ops.append(comm.P2POp(comm.isend, outputs[key].detach(), peer, self.group, tag))
+            elif ins.op == "SEND_B":
+                # the received activation is dropped here (no local keeps it): only its gradient travels on
+                ops.append(comm.P2POp(comm.isend, _input_grad(inputs.pop(key)), peer, self.group, tag))
+            else:
+                buf = torch.empty(self.act_shape(microbatches[ins.mb][0]), device=self.device)
+                ops.append(comm.P2POp(comm.irecv, buf, peer, self.group, tag))
+            kinds.append(ins.op)
+        handles = comm.batch_isend_irecv(ops)
+        sends = []
+        for j, op, kind, h in zip(batch, ops, kinds, handles):
+            if kind.startswith("SEND"):
+                sends.append(h)
+            else:
+                posted[j] = (h, op.tensor)
+        return sends
 
     # --- the compute instructions -----------------------------------------------------------------------
     def _score(self, logits: torch.Tensor, y: torch.Tensor, loss_weight: float, loss_sum: torch.Tensor):
@@ -202,7 +226,8 @@ def _input_grad(inp: torch.Tensor) -> torch.Tensor:
 
 def _reap(sends: list) -> list:
     """Sends still in flight; the completed ones are waited for (recorded as done) and let go, so a sent
-    activation's buffer is freed once it has left rather than at the end of the step."""
+    activation's buffer is freed once it has left rather than at the end of the step. (Only completed
+    ones: waiting here for one in flight would add an order the posting plan's proof does not cover.)"""
     pending = []
     for h in sends:
         if h.is_completed():
@@ -212,46 +237,8 @@ def _reap(sends: list) -> list:
     return pending
 
 
-class _Receives:
-    """Receives are posted ahead of the instruction that consumes them, up to LOOKAHEAD at a time per
-    peer rank, each peer's in the schedule's order (which is that channel's send order: the simulator
-    checks it), so a message that arrives early lands in its buffer instead of waiting for the receive
-    to be posted; the instruction then only waits for it. (gloo matches a send with a posted receive
-    directly; a send that finds none waits for the receiver to post one and to say so: a round trip
-    more on the critical path.) Counting per peer matters where a rank receives activations from one
-    neighbour and gradients from the other (p > 2): a window over the whole list, filled with one
-    neighbour's receives, would leave the other's next message unposted. The lookahead bounds the extra
-    buffers a rank holds."""
-
-    LOOKAHEAD = 4
-
-    def __init__(self, engine: PipelineEngine, microbatches):
-        self.engine, self.microbatches = engine, microbatches
-        self.queues: dict[int, list[int]] = {}  # peer rank -> its receives' instruction indices, in order
-        for k, ins in enumerate(engine.instrs):
-            if ins.op in ("RECV_F", "RECV_B"):
-                self.queues.setdefault(engine.stage_rank(ins.peer), []).append(k)
-        self.next = {peer: 0 for peer in self.queues}  # index into the peer's queue of its next to post
-        self.in_flight = {peer: 0 for peer in self.queues}
-        self.posted: dict[int, tuple] = {}  # instruction index -> (handle, buffer, peer)
-
-    def post_ahead(self, k: int) -> None:
-        e = self.engine
-        for peer, queue in self.queues.items():
-            i = self.next[peer]
-            while i < len(queue) and (self.in_flight[peer] < self.LOOKAHEAD or queue[i] <= k):
-                j = queue[i]
-                ins = e.instrs[j]
-                buf = torch.empty(e.act_shape(self.microbatches[ins.mb][0]), device=e.device)
-                what = "act" if ins.op == "RECV_F" else "grad"
-                handle = comm.irecv(buf, peer, group=e.group, tag=f"{what} {ins.peer}->{ins.stage} mb{ins.mb}")
-                self.posted[j] = (handle, buf, peer)
-                self.in_flight[peer] += 1
-                i += 1
-            self.next[peer] = i
-
-    def take(self, k: int) -> torch.Tensor:
-        handle, buf, peer = self.posted.pop(k)
-        self.in_flight[peer] -= 1
-        handle.wait()
-        return buf
+def _take(posted: dict, k: int) -> torch.Tensor:
+    """The message of receive instruction k, once it is there."""
+    handle, buf = posted.pop(k)
+    handle.wait()
+    return buf

@@ -1,0 +1,329 @@
+"""`make gpu-check`: every layer and feature on the tiny model on one GPU, and the gpt2 preset's bf16 MFU.
+
+Meant for the first minutes a GPU is available, on a machine that is not set up for shardlab: no
+network, its own torch (2.11 with CUDA or so). It does not install anything (`make setup` would
+fetch the pinned CPU torch); it runs `python -m shardlab` from src/ with the torch it finds, and an
+optional package that is missing only costs what needs it (named in the header).
+
+Each case is one real CLI run (`shardlab train`, `shardlab generate`) with its own run directory:
+- world 1 on NCCL (backend nccl: one rank, so every collective is a group of one, but every tensor,
+  kernel and NCCL call is on the device);
+- worlds 2 and 4 on gloo with the model on the GPU ("staged": one GPU cannot host two NCCL ranks, and
+  gloo takes CUDA tensors only for broadcast and all_reduce, so comm copies the tensors of every other
+  op through host memory; `SHARDLAB_BACKEND=gloo-staged`, see comm.py). Layers whose collectives do not
+  go through comm (torch-fsdp2, DTensor, torch's pipelining) cannot be staged and run at world 1 only.
+A case passes when the run exits 0 with a finite final loss. Then the gpt2 preset trains a few bf16
+steps on one rank (eager, then compiled): tokens/s from summary.json and MFU = 6N + 12·L·d·T FLOPs per
+token (N without the position table; bench/compile_speed.py's count) x tokens/s / the GPU's spec bf16
+dense peak (SPEC_PEAK_TFLOPS; an unknown GPU gets no MFU, said so).
+
+One table on stdout; exit 0 when every case passed, 1 otherwise, 2 when there is no CUDA device.
+`--device cpu` rehearses the same cases on CPU (gloo; the staged cases stage CPU tensors), which is
+how the suite keeps this script from rotting: tests/test_gpu_check.py runs a case that way.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[2]  # .../src
+REPO = SRC.parent
+# bf16 dense tensor-core peaks from the vendors' spec sheets (TFLOPS; with sparsity is twice these)
+SPEC_PEAK_TFLOPS = {"H200 NVL": 835.0, "H200": 989.0, "H100 NVL": 835.0, "H100 PCIe": 756.0, "H100": 989.0,
+                    "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
+OPTIONAL = {"matplotlib": "loss.png and other plots", "xxhash": "xxh3 checkpoint checksums (sha256 instead)",
+            "safetensors": "HF export / loading an HF directory"}
+TINY = ["--config", str(REPO / "configs" / "tiny.toml"), "train.steps=6", "train.log_every=2",
+        "train.eval_every=0", "train.warmup_steps=1", "ckpt.final=false"]
+PP = ["model.n_layer=4", "train.grad_accum=4"]  # four stages' worth of layers (interleaved: 2 x 2)
+
+
+@dataclass
+class Case:
+    name: str
+    world: int
+    keys: list[str] = field(default_factory=list)
+    cmd: str = "train"  # or "generate" (from the run of the case named in `source`)
+    source: str = ""
+    timeout: float = 240.0
+    cuda_only: bool = False  # refused without an accelerator (skipped in the CPU rehearsal)
+
+    @property
+    def staged(self) -> bool:
+        return self.world > 1
+
+
+def cases() -> list[Case]:
+    """The check list: (name, world, config keys). World 1 runs on NCCL, 2 and 4 staged on gloo."""
+    from shardlab.parallel.layers import DATA_PARALLEL
+    from shardlab.parallel.pp import SCHEDULES
+
+    out = []
+    for dp in DATA_PARALLEL:
+        out.append(Case(f"dp {dp}", 1, [f"parallel.strategy={dp}"]))
+        if dp not in ("single", "torch-fsdp2"):  # fsdp2's collectives bypass comm: no staging
+            out.append(Case(f"dp {dp}", 2, [f"parallel.strategy={dp}"]))
+    out += [
+        Case("hsdp zero3 2x2", 4, ["parallel.strategy=zero3", "parallel.dp_replicate=2"]),
+        Case("tp+sp", 2, ["parallel.tp=2", "parallel.sp=true", "parallel.strategy=ddp"]),
+        Case("tp+sp x ddp", 4, ["parallel.tp=2", "parallel.sp=true", "parallel.strategy=ddp"]),
+    ]
+    for sched in SCHEDULES:
+        extra = ["parallel.pp_virtual=2"] if sched == "interleaved" else []
+        out.append(Case(f"pp {sched}", 2, PP + ["parallel.pp=2", f"parallel.pp_schedule={sched}",
+                                                "parallel.strategy=ddp"] + extra))
+    out += [
+        Case("pp 1f1b x ddp", 4, PP + ["parallel.pp=2", "parallel.strategy=ddp"]),
+        Case("cp ring", 2, ["parallel.cp=2", "parallel.strategy=ddp"]),
+        Case("moe", 1, ["model.moe_experts=4", "parallel.strategy=ddp"]),
+        Case("moe ep", 2, ["model.moe_experts=4", "parallel.ep=2", "parallel.strategy=ddp"]),
+        Case("recompute full", 1, ["train.recompute=full", "parallel.strategy=ddp"]),
+        Case("recompute selective", 1, ["train.recompute=selective", "parallel.strategy=ddp"]),
+        Case("recompute full zero3", 2, ["train.recompute=full", "parallel.strategy=zero3"]),
+        Case("compile", 1, ["train.compile=true", "parallel.strategy=ddp"], timeout=420),
+        Case("compile ddp", 2, ["train.compile=true", "parallel.strategy=ddp"], timeout=420),
+        Case("bf16", 1, ["train.dtype=bf16", "parallel.strategy=ddp"]),
+        Case("bf16 zero2", 2, ["train.dtype=bf16", "parallel.strategy=zero2"]),
+        Case("offload optimizer disk", 1, ["parallel.strategy=zero1", "parallel.offload=optimizer",
+                                           "parallel.offload_to=disk"]),
+        Case("offload optimizer disk", 2, ["parallel.strategy=zero2", "parallel.offload=optimizer",
+                                           "parallel.offload_to=disk"]),
+        Case("offload params host", 1, ["parallel.strategy=zero3", "parallel.offload=params",
+                                        "parallel.offload_to=host"]),
+        Case("offload params host", 2, ["parallel.strategy=zero3", "parallel.offload=params",
+                                        "parallel.offload_to=host"]),
+        Case("offload params disk", 2, ["parallel.strategy=zero3", "parallel.offload=params",
+                                        "parallel.offload_to=disk"]),
+        Case("offload fsdp2 host", 1, ["parallel.strategy=torch-fsdp2", "parallel.offload=params",
+                                       "parallel.offload_to=host"], cuda_only=True),
+        Case("powersgd", 2, ["parallel.strategy=ddp", "parallel.compress=powersgd"]),
+        Case("gen source", 1, ["parallel.strategy=single", "ckpt.final=true"]),
+        Case("generate", 1, [], cmd="generate", source="gen source"),
+        Case("generate pp lanes", 2, ["parallel.pp=2"], cmd="generate", source="gen source"),
+    ]
+    return out
+
+
+@dataclass
+class Result:
+    case: Case
+    status: str  # ok | FAIL | skip
+    loss: float | None = None
+    tokens_per_s: float | None = None
+    seconds: float = 0.0
+    note: str = ""
+
+
+def _env(case_staged: bool, device: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(SRC) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               PYTHONUNBUFFERED="1")
+    env["SHARDLAB_BACKEND"] = "gloo-staged" if case_staged else ("nccl" if device == "cuda" else "gloo")
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # a rehearsal: the same cases, nothing on a device
+    return env
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def _run(args: list[str], env: dict, timeout: float, cwd: Path) -> tuple[int, str, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        out, err = proc.communicate()
+        return 124, out, err + f"\ntimed out after {timeout:.0f}s"
+    return proc.returncode, out, err
+
+
+def run_case(case: Case, device: str, work: Path, steps: int | None, runs: dict) -> Result:
+    t0 = time.perf_counter()
+    if case.cuda_only and device != "cuda":
+        return Result(case, "skip", note="needs CUDA")
+    env = _env(case.staged, device)
+    run_dir = work / case.name.replace(" ", "_").replace("+", "p") / f"w{case.world}"
+    if case.cmd == "generate":
+        src = runs.get(case.source)
+        if src is None:
+            return Result(case, "FAIL", note=f"its source run ({case.source}) did not finish")
+        # two prompts: two request lanes at pp=2; the world follows from the layout keys
+        args = ["generate", str(src), "--prompt", "def main():", "--prompt", "x", "--max-new", "16", *case.keys]
+    else:
+        keys = TINY + case.keys + ([f"train.steps={steps}"] if steps else [])
+        args = ["train", "--nproc", str(case.world), "--out", str(run_dir), *keys]
+    rc, out, err = _run(args, env, case.timeout, work)
+    if rc != 0 and "address already in use" in (out + err).lower():  # a port taken between pick and bind
+        rc, out, err = _run(args, env, case.timeout, work)
+    took = time.perf_counter() - t0
+    if rc != 0:
+        return Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(err) or _last_line(out)}")
+    if case.cmd == "generate":
+        return Result(case, "ok", seconds=took, note=f"{len(out.strip())} chars out")
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError) as e:
+        return Result(case, "FAIL", seconds=took, note=f"no summary.json ({e})")
+    loss = summary.get("final_train_loss")
+    if loss is None or not math.isfinite(loss):
+        return Result(case, "FAIL", loss, seconds=took, note=f"final loss {loss}")
+    runs[case.name] = run_dir
+    return Result(case, "ok", loss, summary.get("tokens_per_s"), took)
+
+
+def spec_peak(name: str) -> float | None:
+    """The bf16 dense peak (TFLOPS) of a GPU by its torch name, longest matching key first."""
+    for key in sorted(SPEC_PEAK_TFLOPS, key=len, reverse=True):
+        if key.lower() in name.lower():
+            return SPEC_PEAK_TFLOPS[key]
+    return None
+
+
+def flops_per_token(params: int, seq: int) -> float:
+    """Training FLOPs per token of the gpt2 preset: 6N + 12·L·d·T, N without the position table (a
+    lookup, not a matmul), as bench/compile_speed.py counts."""
+    from shardlab.model.gpt import PRESETS
+
+    layers, d = PRESETS["gpt2"]["n_layer"], PRESETS["gpt2"]["d_model"]
+    return 6 * (params - seq * d) + 12 * layers * d * seq
+
+
+def mfu_runs(device: str, work: Path, gpu: str) -> list[Result]:
+    """The gpt2 preset, bf16, one rank on NCCL: tokens/s and MFU, eager then compiled."""
+    out = []
+    peak = spec_peak(gpu)
+    seq, micro = 1024, 16
+    for label, extra in (("gpt2 bf16 mfu", []), ("gpt2 bf16 mfu compile", ["train.compile=true"])):
+        case = Case(label, 1, ["model.preset=gpt2", "train.dtype=bf16", f"train.seq_len={seq}",
+                               f"train.micro_batch={micro}", "parallel.strategy=single", *extra], timeout=420)
+        t0 = time.perf_counter()
+        run_dir = work / label.replace(" ", "_")
+        args = ["train", "--nproc", "1", "--out", str(run_dir), "train.steps=30", "train.log_every=5",
+                "train.eval_every=0", "train.warmup_steps=2", "ckpt.final=false", *case.keys]
+        rc, o, e = _run(args, _env(False, device), case.timeout, work)
+        took = time.perf_counter() - t0
+        if rc != 0:
+            out.append(Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(e) or _last_line(o)}"))
+            continue
+        s = json.loads((run_dir / "summary.json").read_text())
+        tps = s.get("tokens_per_s")
+        flops = flops_per_token(s["params"], seq) * (tps or 0)
+        note = (f"MFU {flops / (peak * 1e12):.3f} of {peak:.0f} TFLOPS ({gpu})" if peak and tps
+                else f"no spec peak known for {gpu!r}: MFU not computed")
+        out.append(Result(case, "ok", s.get("final_train_loss"), tps, took, note))
+    return out
+
+
+def environment() -> tuple[list[str], str | None]:
+    """Header lines (python, torch, CUDA, optional packages) and a reason to stop, if any."""
+    import torch
+
+    lines = [f"python {sys.version.split()[0]}, torch {torch.__version__}, CUDA {torch.version.cuda}"]
+    if sys.version_info < (3, 11):
+        return lines, "shardlab needs Python >= 3.11 (tomllib)"
+    if importlib.util.find_spec("numpy") is None:
+        return lines, "numpy is missing: shardlab's data path needs it"
+    missing = [f"{m} (skipped: {what})" for m, what in OPTIONAL.items() if importlib.util.find_spec(m) is None]
+    lines.append("optional packages missing: " + (", ".join(missing) if missing else "none"))
+    return lines, None
+
+
+def table(results: list[Result]) -> str:
+    rows = [("case", "world", "backend", "result", "final loss", "tokens/s", "s", "note")]
+    for r in results:
+        backend = "gloo staged" if r.case.staged else ("nccl" if _DEVICE == "cuda" else "gloo")
+        rows.append((r.case.name, str(r.case.world), backend, r.status,
+                     "" if r.loss is None else f"{r.loss:.4f}",
+                     "" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}", f"{r.seconds:.0f}", r.note))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    lines = []
+    for k, row in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " | " + row[-1])
+        if k == 0:
+            lines.append("|-" + "-|-".join("-" * w for w in widths) + "-| ")
+    return "\n".join(lines)
+
+
+_DEVICE = "cuda"
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _DEVICE
+    p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n")[0])
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                   help="cpu: rehearse the cases on CPU (gloo; staged cases stage CPU tensors), no MFU")
+    p.add_argument("--only", default="", help="comma-separated case names (as in the table, e.g. 'dp zero3')")
+    p.add_argument("--world", type=int, default=0, help="only the cases of this world size")
+    p.add_argument("--steps", type=int, default=0, help="training steps per case (default: the list's)")
+    p.add_argument("--jobs", type=int, default=0, help="cases run at once (default: 4 on cuda, 1 on cpu)")
+    p.add_argument("--list", action="store_true", help="print the case list and exit")
+    p.add_argument("--no-mfu", action="store_true", help="skip the gpt2 MFU runs")
+    p.add_argument("--keep", default="", help="keep the run directories here (default: a temporary one)")
+    args = p.parse_args(argv)
+    _DEVICE = args.device
+    chosen = cases()
+    if args.only:
+        names = {n.strip() for n in args.only.split(",")}
+        chosen = [c for c in chosen if c.name in names or f"{c.name} w{c.world}" in names]
+    if args.world:
+        chosen = [c for c in chosen if c.world == args.world]
+    if args.list:
+        for c in chosen:
+            print(f"{c.name} w{c.world}: {c.cmd} {' '.join(c.keys)}")
+        return 0
+    head, stop = environment()
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(f"gpu-check: no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda or 'not built'}): "
+              "nothing was checked. Run it on a machine with a GPU, or rehearse on CPU with "
+              "`PYTHONPATH=src python3 -m shardlab.testing.gpu_check --device cpu`", file=sys.stderr)
+        return 2
+    if stop:
+        print(f"gpu-check: {stop}", file=sys.stderr)
+        return 2
+    gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (rehearsal)"
+    print(f"gpu-check on {gpu}; " + "; ".join(head), flush=True)
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    runs: dict[str, Path] = {}
+    results: list[Result] = []
+    jobs = args.jobs or (4 if args.device == "cuda" else 1)
+    try:
+        for phase in ("train", "generate"):  # a generate case reads the checkpoint of a train case
+            todo = [c for c in chosen if c.cmd == phase]
+            with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+                futs = [pool.submit(run_case, c, args.device, work, args.steps or None, runs) for c in todo]
+                for c, f in zip(todo, futs):
+                    r = f.result()
+                    print(f"  {r.status:4} {c.name} (world {c.world}) {r.seconds:.0f}s {r.note}", flush=True)
+                    results.append(r)
+        if args.device == "cuda" and not args.no_mfu and not args.only and not args.world:
+            results += mfu_runs(args.device, work, gpu)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    print(table(results))
+    failed = [r for r in results if r.status == "FAIL"]
+    print(f"{len(results) - len(failed)} of {len(results)} passed in {time.perf_counter() - t0:.0f}s"
+          + (f"; FAILED: {', '.join(f'{r.case.name} w{r.case.world}' for r in failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
