@@ -150,7 +150,7 @@ class CkptConfig:
     keep: int = 3
     keep_every: int = 0
     async_: bool = False  # key name is `ckpt.async`
-    resume: str = ""  # "" | latest | PATH
+    resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
 
 
 @dataclass
