@@ -100,6 +100,7 @@ def cmd_train(argv: list[str]) -> int:
             if args.nnodes > 1 and not args.master_port:
                 raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
             world = args.nproc * args.nnodes
+        derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
         config_mod.validate(cfg, world)
         num_samples = _check_data(cfg)
         from shardlab.checkpoint import check_resume
@@ -125,6 +126,8 @@ def cmd_train(argv: list[str]) -> int:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
     if resumed is not None:
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
+    from shardlab import launch_notes
+    launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
     return launch.launch(args, cfg, run_dir)
 
 
