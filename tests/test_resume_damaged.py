@@ -71,6 +71,16 @@ def test_resume_with_every_checkpoint_damaged_exits_2_naming_each_and_changes_no
         assert _snapshot(run) == before  # no config.toml rewritten, no config_history/, metrics untouched
 
 
+def test_a_damaged_checkpoint_named_by_path_is_refused_before_anything_is_written(run, tmp_path, capsys):
+    step = run / "checkpoints" / "step_000004"
+    _flip(step / "__0_0.distcp")
+    new = tmp_path / "new"
+    assert cli.cmd_train(["--out", str(new), f"ckpt.resume={step}", "train.steps=6"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"checkpoint {step} is damaged (__0_0.distcp: xxh3_128 mismatch" in line and "nothing was changed" in line
+    assert not new.exists()
+
+
 def test_the_ranks_refuse_too_when_the_launcher_did_not_check(run, capsys, monkeypatch):
     """A rank (a plain torchrun job, an elastic restart) that finds no intact checkpoint: one line, exit 2."""
     from shardlab import config

@@ -190,7 +190,7 @@ def cmd_resume(argv: list[str]) -> int:
         mf.resolve(run)
     except FileNotFoundError as e:
         return fail(f"nothing to resume: {e}")
-    if not [c for c in mf.list_checkpoints(run / "checkpoints") if not c.path.name.endswith(".tmp")]:
+    if not any(not c.path.name.endswith(".tmp") for c in mf.list_checkpoints(run / "checkpoints")):
         return fail(f"nothing to resume: {run}/checkpoints has no committed checkpoint")
     # (a step directory without its manifest is a damaged checkpoint: cmd_train names it, exit 2)
     return cmd_train(["--out", str(run), "ckpt.resume=latest", *rest])

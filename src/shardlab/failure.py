@@ -106,7 +106,7 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
         return _out(lines + tail, "anomaly")
 
     bad = [r for r in records.values() if r["kind"] == "bad input"]
-    if bad:  # every rank found the same problem (e.g. no intact checkpoint): said once, above
+    if bad:  # the ranks refused to train (e.g. no intact checkpoint): the first one's line, without its class
         r = min(bad, key=lambda r: r["time"])
         return _out([f"FAILED (bad input): {r['error'].partition(': ')[2] or r['error']}"] + tail, "bad input")
 

@@ -80,8 +80,8 @@ def no_intact_message(where: Path, damaged: list[tuple[Path, list[str]]], unchan
     """The one line for a run whose checkpoints are all damaged: what, which files, what to do."""
     run = where.parent if where.name == "checkpoints" else where
     return (f"cannot resume {run}: it has checkpoints but none is intact: {describe_damaged(damaged)}; "
-            f"{'nothing was changed; ' if unchanged else ''}`shardlab ckpt verify {run}` checks each; restore or remove the damaged files, or start from "
-            "step 0 on purpose with ckpt.resume=none")
+            f"{'nothing was changed; ' if unchanged else ''}`shardlab ckpt verify {run}` checks each; restore or "
+            "remove the damaged files, or start from step 0 on purpose with ckpt.resume=none")
 
 
 def verify_before_resume(target: str, out: str | Path | None) -> Path | None:
@@ -110,8 +110,9 @@ def verify_before_resume(target: str, out: str | Path | None) -> Path | None:
             return path
         damaged.append((path, problems))
         if explicit:
-            raise CheckpointError(f"ckpt.resume={target}: {path} is damaged ({describe_damaged(damaged)}); "
-                                  "nothing was changed; pick another checkpoint (`shardlab ckpt ls`) or restore it")
+            raise CheckpointError(f"ckpt.resume={target}: checkpoint {path} is damaged "
+                                  f"({'; '.join(_short(path, p) for p in problems)}); nothing was changed; pick "
+                                  "another checkpoint (`shardlab ckpt ls`) or restore it")
     # A step directory without its manifest was renamed from .tmp only after the manifest was written
     # (the commit protocol), so it is a damaged checkpoint, not an absent one.
     damaged += [(c.path, [f"{c.path}: no {mf.MANIFEST}"]) for c in mf.list_checkpoints(ckpt_dir)
