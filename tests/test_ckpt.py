@@ -75,7 +75,7 @@ def test_flipped_byte_verify_names_file_and_resume_falls_back(pool2, tmp_path, c
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0x01
     shard.write_bytes(bytes(data))
-    assert ckpt_cli.main(["verify", str(tmp_path)]) == 1
+    assert ckpt_cli.main(["verify", str(tmp_path)]) == 2
     out = capsys.readouterr().out
     assert "CORRUPT" in out and "step_000004/__1_0.distcp: xxh3_128 mismatch" in out and "ok      " in out
     res = pool2.run(train_run, tmp_path, COMMON + ["train.steps=6", "ckpt.resume=latest"], 2)

@@ -117,7 +117,7 @@ def test_corruption_is_named_and_resume_falls_back(trained, capsys, damage):
         named = _damage(run / "checkpoints" / BAD, files, damage)
         capsys.readouterr()
 
-        assert ckpt_cli.main(["verify", str(run)]) == 1
+        assert ckpt_cli.main(["verify", str(run)]) == 2
         out = capsys.readouterr().out
         bad_part = out[out.index(f"CORRUPT {run / 'checkpoints' / BAD}"):]
         assert named in bad_part, out
@@ -148,7 +148,7 @@ def _flip_middle(path: Path) -> None:
 def test_shard_corrupt_mid_load_older_overwrites_everything_or_the_job_stops(trained):
     """A flipped byte in a shard's tensor data is found while the shard is loaded (after some of its bytes
     reached the state): the older checkpoint then loads over everything, exactly; with no intact older
-    one the job stops with one line instead of training on the half-loaded state."""
+    one the job stops with one line naming each (exit 2) instead of training on the half-loaded state."""
     import torch
     from shardlab.checkpoint.hf import load_model_tensors
     from shardlab.config import ConfigError
@@ -166,8 +166,9 @@ def test_shard_corrupt_mid_load_older_overwrites_everything_or_the_job_stops(tra
         live = trainer.state.strategy.full_parameters()
         assert live and all(torch.equal(t, good[n]) for n, t in live.items())
         _flip_middle(run / "checkpoints" / GOOD / "__0_0.distcp")
-        with pytest.raises(ConfigError, match="found corrupt only after part of it was loaded") as e:
+        with pytest.raises(ConfigError, match="none is intact") as e:
             CheckpointManager(run, _cfg(["ckpt.resume=latest"])).resume(trainer.state)
         assert "\n" not in str(e.value)
+        assert f"{BAD} (__0_0.distcp: xxh3_128 mismatch" in str(e.value) and f"{GOOD} (__0_0.distcp" in str(e.value)
     finally:
         shutil.rmtree(work)

@@ -70,6 +70,34 @@ def test_decide_attributes_nonfinite_to_the_local_rank_and_spikes_to_the_median(
     assert found["kind"] == "spike" and found["ranks"] == [1]
 
 
+def test_local_grad_monitor_counts_a_split_backward_weight_gradient_once():
+    """Zero-bubble's split backward: the input-gradient pass (I) reaches every weight with no gradient, the
+    weight-gradient pass (W) brings it. The monitor must see each weight's gradient exactly once, with the
+    norm an unsplit backward gives."""
+    from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(5, 8, requires_grad=True)
+    names = list(dict(net.named_parameters()))
+    plain = anomaly.LocalGradMonitor(list(net.named_parameters()), torch.device("cpu"))
+    net(x).square().sum().backward()
+    want, fired = plain.per_param(), plain.fired
+    plain.remove()
+    net.zero_grad()
+
+    split = anomaly.LocalGradMonitor(list(net.named_parameters()), torch.device("cpu"))
+    store = WeightGradStore()
+    for lin in split_backward(net):
+        lin.store = store
+    net(x).square().sum().backward()  # I: input gradients only, the weight GEMMs queued
+    assert split.fired == 0 and all(p.grad is None for p in net.parameters())
+    store.run()  # W
+    got = split.per_param()
+    assert split.fired == fired == len(names)
+    assert all(math.isclose(got[n], want[n], rel_tol=1e-6) for n in names), (got, want)
+
+
 def test_checksum_compare_majority_and_tie():
     names = ["a", "b", "c"]
     t0, t1 = [(1, 1), (2, 2), (3, 3)], [(1, 1), (2, 9), (3, 9)]

@@ -148,8 +148,9 @@ def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
 
 
 def test_cli_pipeline_two_ranks_equals_single(hf_dir):
+    # (--nproc too: the re-execution under torchrun must not hand it to torchrun's own parser)
     r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
-                 "parallel.pp=2"], timeout=240)
+                 "--nproc", "2", "parallel.pp=2"], timeout=240)
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]  # one object per prompt, nothing else on stdout
     assert [d["prompt"] for d in lines] == ["def main():", "x"]

@@ -53,3 +53,57 @@ def test_two_nodes_c10d_rendezvous(tmp_path):
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-2000:] for o in outputs)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["ranks_consistent"] is True
+
+
+# --- what the launcher says before the ranks start (shardlab/launch_notes.py) ---------------------------
+
+def test_oversubscription_and_warmup_warnings_come_first_then_the_start_line(tmp_path, capsys, monkeypatch):
+    from shardlab import cli, launch_notes
+
+    monkeypatch.setattr(launch_notes, "cores", lambda: 1)  # 1 rank x 2 threads on "1 core"
+    out = tmp_path / "run"
+    assert cli.cmd_train(["--nproc", "1", "--out", str(out), *TINY, "parallel.strategy=single", "train.threads=2",
+                          "train.steps=1", "train.warmup_steps=5", "train.eval_every=0"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    said = [ln for ln in err if ln.startswith(("shardlab: warning:", "[launch]"))]
+    assert len(said) == 3, err
+    assert said[0].startswith("shardlab: warning: 1 ranks x 2 threads on 1 core:") and "2x as slow" in said[0]
+    assert said[1].startswith("shardlab: warning: train.warmup_steps=5 is longer than the run (train.steps=1)")
+    assert said[2].startswith(f"[launch] starting 1 rank (in this process) -> {out}: global batch 2 sequences x 32 "
+                              "tokens, derived from this layout")
+    assert (out / "summary.json").is_file()  # and then the run trained
+
+
+def test_the_start_line_says_when_the_batch_comes_from_the_layout():
+    from shardlab import config
+    from shardlab.launch_notes import oversubscribed, start_line
+
+    cfg = config.load(None, ["train.micro_batch=4", "train.global_batch=0"])
+    config.validate(cfg, 3)
+    line = start_line(cfg, 3, 1, "runs/x", derived_batch=True)
+    assert "global batch 12 sequences x 128 tokens, derived from this layout" in line
+    assert "micro_batch 4 x grad_accum 1 x 3 data-parallel ranks" in line and "set train.global_batch" in line
+    cfg = config.load(None, ["train.micro_batch=4", "train.global_batch=16"])
+    config.validate(cfg, 2)
+    assert start_line(cfg, 2, 1, "runs/x", derived_batch=False).endswith(
+        "global batch 16 sequences x 128 tokens (train.global_batch) = micro_batch 4 x grad_accum 2 x 2 "
+        "data-parallel ranks")
+    assert oversubscribed(2, 1, 2) is None and "32x as slow" in oversubscribed(64, 1, 2)
+
+
+def test_every_shipped_config_sets_the_global_batch_and_a_layout_that_cannot_divide_it_is_refused(tmp_path, capsys,
+                                                                                                    monkeypatch):
+    import tomllib
+    from pathlib import Path
+
+    from shardlab import cli
+
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "configs").glob("*.toml")):
+        assert tomllib.loads(path.read_text())["train"].get("global_batch", 0) > 0, path
+    monkeypatch.chdir(root)
+    out = tmp_path / "run"
+    assert cli.cmd_train(["--config", "configs/tiny.toml", "--nproc", "3", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "train.global_batch=32 is not divisible by world size x micro batch = 3 x 4 = 12" in line
+    assert not out.exists()

@@ -87,7 +87,7 @@ def test_bad_pipeline_settings_are_one_line(tmp_path, capsys, monkeypatch, args,
     monkeypatch.chdir(ROOT)
     out = tmp_path / "run"
     nproc = [] if "--nproc" in args else ["--nproc", "2"]
-    code = cli.cmd_train([*nproc, "--out", str(out), "--config", "configs/tiny.toml", *args])
+    code = cli.cmd_train([*nproc, "--out", str(out), "--config", "configs/tiny.toml", "train.global_batch=0", *args])
     err = capsys.readouterr().err
     assert code == 2, err[-2000:]
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -100,7 +100,7 @@ def test_a_stage_that_never_sends_is_named(tmp_path):
     hang analysis names the rank, the transfer (stage 0 -> 1, microbatch 0) and the op it never posted."""
     out = tmp_path / "run"
     r = run_cli(["train", "--nproc", "2", "--out", str(out), "--config", "configs/tiny.toml", "parallel.pp=2",
-                 "train.grad_accum=2", "train.steps=6", "train.eval_every=0", "ckpt.final=false",
+                 "train.global_batch=0", "train.grad_accum=2", "train.steps=6", "train.eval_every=0", "ckpt.final=false",
                  "debug.hang_rank=0@2", "doctor.hang_timeout_s=3"], timeout=180, cwd=ROOT)
     assert r.returncode == 3, r.stderr[-2000:]  # the watchdog's exit code
     h = run_cli(["doctor", "hang", str(out)], timeout=60, cwd=ROOT)

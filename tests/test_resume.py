@@ -98,6 +98,21 @@ def test_verdict_names_the_killed_rank_not_the_bystanders(tmp_path):
     assert lines[0] == "shardlab: FAILED: rank 1 raised ValueError: bad at x.py:3 in f (its traceback is above)."
 
 
+def test_verdict_of_ranks_that_found_bad_input_is_exit_2(tmp_path):
+    """Ranks that refused a damaged checkpoint themselves (no launcher checked first) make the job's exit code 2."""
+    fails = tmp_path / "failures"
+    fails.mkdir()
+    (fails / "launcher.json").write_text(json.dumps({"failures": {"0": {"exitcode": 2, "signal": None},
+                                                                  "1": {"exitcode": 2, "signal": None}}}))
+    for rank in (0, 1):
+        (fails / f"rank{rank}.json").write_text(json.dumps({
+            "rank": rank, "kind": "bad input", "time": 1.0 + rank,
+            "error": "CheckpointError: cannot resume runs/x: it has checkpoints but none is intact: step_000004 (...)"}))
+    lines, code = failure.verdict(tmp_path, 1, tmp_path / "launcher.log")
+    assert code == 2 and lines[-1] == "shardlab: exit code 2 (bad input)"
+    assert lines[0] == "shardlab: FAILED (bad input): cannot resume runs/x: it has checkpoints but none is intact: step_000004 (...)"
+
+
 def test_fp16_on_cpu_warns_once(capsys):
     from shardlab.train import precision
 

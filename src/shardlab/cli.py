@@ -86,7 +86,8 @@ def cmd_train(argv: list[str]) -> int:
     resumed = None
     try:
         cfg = config_mod.load(args.config, args.overrides)
-        resumed = _resume_base(cfg, args)  # resuming a run: its config.toml is the base, overrides on top
+        intact = _verify_resume(cfg, args)  # a damaged checkpoint is named before anything is written
+        resumed = _resume_base(cfg, args, intact)  # resuming a run: its config.toml is the base, overrides on top
         if resumed is not None:
             cfg = resumed["cfg"]
         if launch.under_torchrun():
@@ -99,6 +100,7 @@ def cmd_train(argv: list[str]) -> int:
             if args.nnodes > 1 and not args.master_port:
                 raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
             world = args.nproc * args.nnodes
+        derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
         config_mod.validate(cfg, world)
         num_samples = _check_data(cfg)
         from shardlab.checkpoint import check_resume
@@ -124,12 +126,27 @@ def cmd_train(argv: list[str]) -> int:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
     if resumed is not None:
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
+    from shardlab import launch_notes
+    launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
     return launch.launch(args, cfg, run_dir)
 
 
-def _resume_base(cfg, args) -> dict | None:
+def _verify_resume(cfg, args):
+    """The checkpoint a resume will load, every checksum rechecked, or None (a fresh start). Raises a
+    CheckpointError (exit 2) when the run has checkpoints and none is intact. The ranks a launcher
+    starts skip it (the launcher did it); a rank of a plain `torchrun -m shardlab train` does it too."""
+    from shardlab import launch
+    from shardlab.checkpoint.resume_path import verify_before_resume
+
+    if launch.under_torchrun() and os.environ.get("SHARDLAB_RESUME_ANNOUNCED"):
+        return None
+    return verify_before_resume(cfg.ckpt.resume, args.out)
+
+
+def _resume_base(cfg, args, intact=None) -> dict | None:
     """When ckpt.resume points at a run (or --out RUN with ckpt.resume=latest): rebuild the config on
-    that run's config.toml and default the world size to the checkpoint's (see shardlab.resume)."""
+    that run's config.toml and default the world size to the checkpoint's (see shardlab.resume).
+    `intact`: the checkpoint verify_before_resume found (an older one when the newest is damaged)."""
     from shardlab import config as config_mod
     from shardlab import launch, resume
 
@@ -138,7 +155,7 @@ def _resume_base(cfg, args) -> dict | None:
         return None
     stored = resume.stored_config(run)
     new = config_mod.load(args.config, args.overrides, base=resume.base_config(stored))
-    checkpoint = resume.checkpoint_of(new.ckpt.resume, run)
+    checkpoint = intact or resume.checkpoint_of(new.ckpt.resume, run)
     world = resume.saved_world(checkpoint)
     if args.nproc is None and world and not launch.under_torchrun() and world % args.nnodes == 0:
         args.nproc = world // args.nnodes
@@ -173,8 +190,9 @@ def cmd_resume(argv: list[str]) -> int:
         mf.resolve(run)
     except FileNotFoundError as e:
         return fail(f"nothing to resume: {e}")
-    if not mf.resume_candidates(run / "checkpoints"):
+    if not any(not c.path.name.endswith(".tmp") for c in mf.list_checkpoints(run / "checkpoints")):
         return fail(f"nothing to resume: {run}/checkpoints has no committed checkpoint")
+    # (a step directory without its manifest is a damaged checkpoint: cmd_train names it, exit 2)
     return cmd_train(["--out", str(run), "ckpt.resume=latest", *rest])
 
 

@@ -150,7 +150,7 @@ class CkptConfig:
     keep: int = 3
     keep_every: int = 0
     async_: bool = False  # key name is `ckpt.async`
-    resume: str = ""  # "" | latest | PATH
+    resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
 
 
 @dataclass
@@ -370,7 +370,8 @@ def validate(cfg: Config, world_size: int) -> None:
         if t.global_batch % per_step:
             what = "world size" if dims.dp_size == world_size else "data-parallel size"
             raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
-                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}")
+                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}: this layout cannot train that batch; "
+                              f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
         accum = t.global_batch // per_step
         if t.grad_accum not in (1, accum):
             raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "

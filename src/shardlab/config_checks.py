@@ -250,7 +250,7 @@ def _validate_powersgd(cfg: Config, dims) -> None:
     if dims.tp * dims.pp * dims.cp > 1:
         raise ConfigError(f"parallel.compress={p.compress} with tp/pp/cp > 1: this version compresses pure "
                           "data parallelism only; set parallel.tp=parallel.pp=parallel.cp=1")
-    if cfg.ckpt.resume:
+    if cfg.ckpt.resume not in ("", "none"):
         raise ConfigError(f"ckpt.resume with parallel.compress={p.compress}: checkpoints do not hold PowerSGD's "
                           "per-rank state (error feedback, warm-start Q), so the run would not continue as it "
                           "was; resume with parallel.compress=none or start a new run")

@@ -186,8 +186,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
     "ckpt.keep_every": ("also keep every checkpoint whose step is a multiple of N; 0 = off", "int >= 0"),
     "ckpt.async": ("save in a background thread while training continues", "true | false"),
-    "ckpt.resume": ("resume from the run's latest checkpoint, or a run / checkpoint path "
-                    "(see also `shardlab resume RUN`)", "\"\" | latest | PATH"),
+    "ckpt.resume": ("resume from the run's latest checkpoint, or a run / checkpoint path; none: from step 0 "
+                    "on purpose (see also `shardlab resume RUN`)", "\"\" | none | latest | PATH"),
     "trace.enabled": ("record per-rank compute and communication spans into RUN/trace/", "true | false"),
     "doctor.spike_factor": ("loss spike alarm: loss > factor x running median; 0 = off", "0 | float > 1"),
     "doctor.on_anomaly": ("on a NaN/Inf or spike: stop the run, skip the step everywhere, or roll back to "

@@ -7,7 +7,8 @@ blames, the report to read); torchrun's agent writes the exit code or signal of 
     code  kind         what happened
     0     -            the run finished
     1     crash        a rank raised an unexpected error or was killed (signal, out of memory)
-    2     bad input    nothing was launched (config, data or checkpoint problem)
+    2     bad input    config, data or checkpoint problem (damaged input too), found before launching or
+                       by the ranks before training
     3     hang         the hang watchdog stopped a rank that made no progress (doctor.hang_timeout_s)
     4     anomaly      the doctor stopped the run: non-finite loss/gradient, loss spike, replicas diverged
     5     distributed  the ranks disagreed: uneven inputs (data.uneven=error) or a collective mismatch
@@ -103,6 +104,11 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
                          + (f"; replay: shardlab doctor replay {run_dir} --step {r['step']}"
                             if "anomalies" in r["report"] else ""))
         return _out(lines + tail, "anomaly")
+
+    bad = [r for r in records.values() if r["kind"] == "bad input"]
+    if bad:  # the ranks refused to train (e.g. no intact checkpoint): the first one's line, without its class
+        r = min(bad, key=lambda r: r["time"])
+        return _out([f"FAILED (bad input): {r['error'].partition(': ')[2] or r['error']}"] + tail, "bad input")
 
     hung = sorted(rank for rank, f in exits.items() if f.get("exitcode") == CODES["hang"])
     if hung:

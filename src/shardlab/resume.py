@@ -52,7 +52,7 @@ def source_run(target: str, out: str | Path | None) -> Path | None:
     """The run directory being resumed (one with a config.toml), or None when not resuming a run."""
     if not target:
         return None
-    if target == "latest":
+    if target in ("latest", "none"):  # none: the run's own config, from step 0 on purpose
         candidates = [Path(out)] if out else []
     else:
         p = Path(target)
@@ -62,6 +62,8 @@ def source_run(target: str, out: str | Path | None) -> Path | None:
 
 def checkpoint_of(target: str, run: Path) -> Path | None:
     """The committed checkpoint `ckpt.resume` will load, as far as the launcher can tell."""
+    if target == "none":
+        return None
     try:
         if target == "latest":
             found = mf.resume_candidates(run / "checkpoints")
@@ -131,7 +133,9 @@ def announce(run: Path, stored: config_mod.Config, new: config_mod.Config, old_w
     if os.environ.get("SHARDLAB_RESUME_ANNOUNCED") or int(os.environ.get("RANK", "0")) != 0:
         return []
     lines, trajectory = differences(stored, new, old_world, new_world)
-    where = f"{checkpoint.name}, " if checkpoint is not None else "no checkpoint yet: from step 0, "
+    where = (f"{checkpoint.name}, " if checkpoint is not None else
+             "from step 0 on purpose (ckpt.resume=none), " if new.ckpt.resume == "none" else
+             "no checkpoint yet: from step 0, ")
     world = f"world size {old_world}" if old_world else "world size unknown"
     if Path(dest).resolve() != Path(run).resolve():
         world += f"; writing to {dest}"

@@ -1,7 +1,7 @@
 """`shardlab ckpt ls|verify|inspect|export` — look at, check and convert checkpoints.
 
     shardlab ckpt ls RUN_OR_PATH                 checkpoints of a run: step, state, size, world, strategy
-    shardlab ckpt verify RUN_OR_PATH             recheck every file's checksum (exit 1 if anything is corrupt)
+    shardlab ckpt verify RUN_OR_PATH             recheck every file's checksum (exit 2 if anything is damaged)
     shardlab ckpt inspect PATH [--tensors]       train state, manifest and (optionally) every stored tensor
     shardlab ckpt export PATH --hf DIR           Hugging Face GPT-2 or LlamaForCausalLM: model.safetensors, config.json, tokenizer
 
@@ -97,7 +97,7 @@ def cmd_verify(args) -> int:
         else:
             n = len(mf.read_manifest(d)["files"])
             print(f"ok      {d} ({n} files, checksums checked)")
-    return 1 if bad else 0
+    return 2 if bad else 0  # damaged input: exit 2, as everywhere (docs/training.md, "When a run fails")
 
 
 def _train_state(p: Path) -> dict:

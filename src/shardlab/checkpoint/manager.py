@@ -39,7 +39,7 @@ from shardlab.checkpoint import state as st
 from shardlab.checkpoint.reader import Reader
 from shardlab.checkpoint.storage import FAIL_ENV, Planner, Writer
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards,  # noqa: F401 (re-exported)
-                                             check_resume, resolve_resume_path)
+                                             check_resume, no_intact_message, resolve_resume_path)
 
 
 
@@ -354,22 +354,22 @@ class CheckpointManager:
         # so the job resumes when any rank was restarted, and every rank takes the same decision.
         restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
         restarted = any(comm.all_gather_object(restarted, group=self.pg))
-        if not target and restarted:
+        if target in ("", "none") and restarted:  # (none: the first attempt started from step 0 on purpose)
             target = "latest"
             if self.rank == 0:
                 self._note("elastic restart: resuming from the latest checkpoint")
-        if not target:
+        if target in ("", "none"):
             return 0
         found = self.load_first(target, state)
         return found[1] if found is not None else 0
 
     def load_first(self, target: str, state) -> tuple[Path, int] | None:
         """Load the first intact checkpoint of `target` (latest | PATH) into `state`: (its path, its step),
-        or None when there is none (`latest` only; state untouched). Verification: every rank rechecks a
-        share of the small files first, then the shard files while DCP reads them (reader.Reader). A
-        corrupt shard is found only after some of its bytes were loaded: for `latest` the next older
-        checkpoint then overwrites everything, and if none is intact the job stops (CheckpointError)
-        rather than train on a half-loaded state."""
+        or None when there is no committed checkpoint (`latest` only; state untouched). Verification:
+        every rank rechecks a share of the small files first, then the shard files while DCP reads them
+        (reader.Reader). A corrupt shard is found only after some of its bytes were loaded: for `latest`
+        the next older checkpoint then overwrites everything. When none is intact the job stops
+        (CheckpointError, exit 2) rather than train on a half-loaded state or start again from step 0."""
         if target == "latest":
             candidates = mf.resume_candidates(self.dir) if self.rank == 0 else None
             explicit = False
@@ -378,29 +378,25 @@ class CheckpointManager:
         candidates = comm.broadcast_object(candidates, group=self.pg)
         if isinstance(candidates, str):  # rank 0's error message for a bad PATH
             raise CheckpointError(candidates)
-        touched = None  # a checkpoint that failed after its bytes were loaded
+        damaged = []  # (checkpoint, its problems), newest first
         for i, path in enumerate(candidates):
             problems = self._verify_distributed(path)
             if not problems:
                 try:
                     return path, self.load(path, state)
-                except CorruptShards as e:
+                except CorruptShards as e:  # found while loading: the state holds some of its bytes
                     if explicit:
                         raise
-                    problems, touched = e.problems, path
+                    problems = e.problems
+            damaged.append((path, problems))
             nxt = (f"falling back to {candidates[i + 1].name}" if i + 1 < len(candidates)
                    else "no older checkpoint to fall back to")
             if explicit:
                 raise CheckpointError(f"checkpoint {path} failed verification: {problems[0]}")
             if self.rank == 0:
                 self._note(f"checkpoint {path.name} failed verification: {'; '.join(problems)}; {nxt}")
-        if touched is not None:
-            raise CheckpointError(f"no intact checkpoint in {self.dir}, and {touched.name} was found corrupt only "
-                                  "after part of it was loaded, so this job's state is not usable: it stops; "
-                                  "`shardlab ckpt verify` lists the corrupt checkpoints: remove them to start "
-                                  "from step 0")
-        if self.rank == 0:
-            self._note(f"no intact checkpoint in {self.dir}: starting from step 0")
+        if damaged:  # the run has checkpoints and none is intact: stop (exit 2), never a silent step 0
+            raise CheckpointError(no_intact_message(self.dir, damaged))
         return None
 
     def _explicit(self, target: str):

@@ -46,7 +46,7 @@ def check_resume(cfg, num_samples: int | None = None) -> None:
     (a ConfigError: one line, exit 2). `latest` needs no check: no checkpoint yet means a fresh start.
     The sample order continues only with the same global batch and data: say so now, not in every rank."""
     target = cfg.ckpt.resume
-    if target and target != "latest":
+    if target and target not in ("latest", "none"):
         found = resolve_resume_path(target)
         if isinstance(found, str):
             raise CheckpointError(found)
@@ -61,3 +61,62 @@ def check_resume(cfg, num_samples: int | None = None) -> None:
                     f"ckpt.resume={target}: the checkpoint was trained with {key}={sampler.get(key)} but this run "
                     f"has {value}; resume with the same data, train.seq_len and train.global_batch "
                     f"(set train.global_batch={sampler.get('global_batch')} at any world size)")
+
+
+def _short(step_dir: Path, problem: str) -> str:
+    """A verification problem without its checkpoint's path (the line names the checkpoint once)."""
+    for prefix in (f"{step_dir}/", f"{step_dir}: "):
+        if problem.startswith(prefix):
+            return problem[len(prefix):]
+    return problem
+
+
+def describe_damaged(damaged: list[tuple[Path, list[str]]]) -> str:
+    """`step_000004 (__1_0.distcp: size 1000 != 982028 in the manifest), step_000002 (...)`"""
+    return ", ".join(f"{p.name} ({'; '.join(_short(p, x) for x in problems)})" for p, problems in damaged)
+
+
+def no_intact_message(where: Path, damaged: list[tuple[Path, list[str]]], unchanged: bool = False) -> str:
+    """The one line for a run whose checkpoints are all damaged: what, which files, what to do."""
+    run = where.parent if where.name == "checkpoints" else where
+    return (f"cannot resume {run}: it has checkpoints but none is intact: {describe_damaged(damaged)}; "
+            f"{'nothing was changed; ' if unchanged else ''}`shardlab ckpt verify {run}` checks each; restore or "
+            "remove the damaged files, or start from step 0 on purpose with ckpt.resume=none")
+
+
+def verify_before_resume(target: str, out: str | Path | None) -> Path | None:
+    """For the launcher, before anything is written: the checkpoint `ckpt.resume` will load, every file's
+    checksum rechecked (the ranks check them again while loading; this pass makes sure a damaged
+    checkpoint is named before config.toml, config_history/ or metrics.jsonl change). None: nothing to
+    resume (no ckpt.resume, `none`, or a run without a checkpoint yet: a fresh start). A run whose
+    checkpoints are all damaged, or a damaged ckpt.resume=PATH, is a CheckpointError (exit 2): never a
+    silent restart from step 0. A PATH that does not resolve is left to check_resume, which says why."""
+    if not target or target == "none":
+        return None
+    if target == "latest":
+        if not out:
+            return None
+        ckpt_dir, explicit = Path(out) / "checkpoints", False
+        candidates = mf.resume_candidates(ckpt_dir)
+    else:
+        found = resolve_resume_path(target)
+        if isinstance(found, str):
+            return None
+        ckpt_dir, explicit, candidates = found.parent, True, [found]
+    damaged = []
+    for path in candidates:
+        problems = mf.verify(path)
+        if not problems:
+            return path
+        damaged.append((path, problems))
+        if explicit:
+            raise CheckpointError(f"ckpt.resume={target}: checkpoint {path} is damaged "
+                                  f"({'; '.join(_short(path, p) for p in problems)}); nothing was changed; pick "
+                                  "another checkpoint (`shardlab ckpt ls`) or restore it")
+    # A step directory without its manifest was renamed from .tmp only after the manifest was written
+    # (the commit protocol), so it is a damaged checkpoint, not an absent one.
+    damaged += [(c.path, [f"{c.path}: no {mf.MANIFEST}"]) for c in mf.list_checkpoints(ckpt_dir)
+                if not c.committed and not c.path.name.endswith(".tmp")]
+    if damaged:
+        raise CheckpointError(no_intact_message(ckpt_dir, damaged, unchanged=True))
+    return None

@@ -52,7 +52,12 @@ class LocalGradMonitor:
         self.handles = [params[n].register_hook(self._hook(i)) for i, n in enumerate(self.names)]
 
     def _hook(self, i: int):
-        def hook(grad: torch.Tensor):
+        def hook(grad: torch.Tensor | None):
+            # A zero-bubble split backward (parallel/pp/zero_bubble.py) reaches each weight twice: its input-
+            # gradient pass (I) computes no weight gradient, so autograd calls the hook with None; the weight-
+            # gradient pass (W) then brings the gradient itself. Count it once, when it exists.
+            if grad is None:
+                return None
             self._pending.append((i, torch.linalg.vector_norm(grad.detach(), dtype=wide_dtype(grad.dtype)).float()))
             self.fired += 1
             return None  # observe only: the gradient is not changed

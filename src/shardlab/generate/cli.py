@@ -19,6 +19,9 @@ from pathlib import Path
 KEYS = {"parallel.tp": "tp", "parallel.pp": "pp", "parallel.dp_replicate": "dp", "parallel.pp_microbatches": "lanes"}
 
 
+ARGV_ENV = "SHARDLAB_GENERATE_ARGV"  # the launching process's arguments, for the ranks it starts
+
+
 class BadInput(ValueError):
     pass
 
@@ -115,6 +118,8 @@ def main(argv: list[str]) -> int:
     from shardlab import launch
     from shardlab.cli import fail
 
+    if launch.under_torchrun() and ARGV_ENV in os.environ:  # a rank of the re-execution below
+        argv = json.loads(os.environ[ARGV_ENV])
     if not argv:
         return fail("missing RUN_OR_CHECKPOINT: the run, checkpoint or HF export to generate from "
                     "(see shardlab generate --help)")
@@ -129,8 +134,12 @@ def main(argv: list[str]) -> int:
     if plan["world"] > 1 and not launch.under_torchrun():
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={plan['world']}",
                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{launch.free_port()}", "--nnodes=1",
-               "-m", "shardlab", "generate", *argv]
-        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1")
+               "-m", "shardlab", "generate"]
+        # The user's arguments reach the ranks through the environment, not torchrun's command line:
+        # torchrun parses every argument that looks like one of its options, even after the module name,
+        # and takes abbreviations (`--nproc` is ambiguous between --nproc-per-node and --nproc_per_node).
+        env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"), PYTHONUNBUFFERED="1",
+                   **{ARGV_ENV: json.dumps(argv)})
         return subprocess.call(cmd, env=env)
     return run(args, plan)
 

@@ -121,7 +121,7 @@ class AsyncTrainer:
         cfg, t = self.cfg, self.cfg.train
         comm.RECORDER.reset_step()  # one count over the run: bytes per applied gradient = total / steps
         self.last_train_loss = self.last_val = None
-        self.metrics.truncate(self.start_step if self.start_step else -1)
+        self.metrics.archive_after(self.start_step if self.start_step else -1)
         if self.is_main:
             if t.eval_every and self.start_step == 0:
                 self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})

@@ -8,17 +8,23 @@ not happen has an `event` record, always written whatever `train.log_every` says
     {"step": 8, "event": "skip", "skipped": true, "reason": "...", "loss": null, "nonfinite": ["loss"], ...}
     {"step": 8, "event": "rollback", "skipped": true, "rolled_back_to": 6, "reason": "..."}
 
-and a rollback or a resume drops the records after the step it continues from (the replay writes them
-again). `summary.json`'s `skipped_steps` and `events` are counted from this file, so they match it.
+a rollback drops the records after the step it returns to (the replay writes them again), and a run
+that starts (a resume, or a fresh start in a used directory) moves the records after the step it starts
+from into `metrics.archived-<n>.jsonl` (n = 1, 2, ...; one line says so), so nothing an earlier attempt
+logged is lost. `summary.json`'s `skipped_steps` and `events` are counted from this file, so they match it.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
+
+
+_ARCHIVE_RE = re.compile(r"^metrics\.archived-(\d+)\.jsonl$")
 
 
 def strict(row: dict) -> dict:
@@ -96,9 +102,39 @@ class MetricsLog:
         elif row.get("val_loss") is not None:
             print(f"step {row['step']:>6}/{self.total} | val {row['val_loss']:.4f}", flush=True)
 
+    def archive_after(self, step: int) -> Path | None:
+        """When a run starts (a resume from `step` completed steps, or a fresh start in a used directory:
+        step -1): move the records after `step` out of metrics.jsonl into the next free
+        `metrics.archived-<n>.jsonl`, unchanged, and say so in one line. The run writes those steps again,
+        so metrics.jsonl never repeats a step, and what an earlier attempt logged (an interrupted stretch, a
+        run with another config) is kept, not lost. Returns the archive, or None when nothing was moved."""
+        if not self.enabled:
+            return None
+        self.file.close()
+        path = Path(self.file.name)
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
+        steps = [json.loads(ln).get("step", 0) for ln in lines]
+        moved = [ln for ln, s in zip(lines, steps) if s > step]
+        archive = None
+        if moved:
+            taken = [int(m.group(1)) for p in path.parent.glob("metrics.archived-*.jsonl")
+                     if (m := _ARCHIVE_RE.match(p.name))]
+            archive = path.parent / f"metrics.archived-{max(taken, default=0) + 1}.jsonl"
+            archive.write_text("\n".join(moved) + "\n")  # first: a crash now leaves a copy, never a loss
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(ln + "\n" for ln, s in zip(lines, steps) if s <= step))
+            os.replace(tmp, path)
+            span = sorted(s for s in steps if s > step)
+            what = f"this run continues from step {step}" if step >= 0 else "this run starts from step 0"
+            print(f"[metrics] {len(moved)} record(s) of steps {span[0]}-{span[-1]} from an earlier attempt moved "
+                  f"to {archive}: {what}", file=sys.stderr, flush=True)
+        self.rows = [r for r in self.rows if r.get("step", 0) <= step]
+        self.file = open(path, "a", buffering=1)
+        return archive
+
     def truncate(self, step: int) -> None:
-        """Drop the records after `step` (completed steps): a resume or rollback continues from there and
-        writes them again, so no step is logged twice."""
+        """Drop the records after `step` (completed steps): a rollback continues from there and writes
+        them again, so no step is logged twice."""
         if not self.enabled:
             return
         self.file.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from shardlab import comm, failure
-from shardlab.config import Config
+from shardlab.config import Config, ConfigError
 from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
@@ -178,7 +178,7 @@ class Trainer:
         st.step = self.start_step
         step_times: list[float] = []
         warmup = max(3, (t.steps - st.step) // 10)
-        self.metrics.truncate(st.step if st.step else -1)  # records after the checkpoint are written again
+        self.metrics.archive_after(st.step if st.step else -1)  # records after it are written again
         steplog = StepLog(self)
         if t.eval_every and st.step == 0:  # the starting point: ~ln(256) = 5.5 nats/byte for a fresh model
             self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})
@@ -237,8 +237,23 @@ class Trainer:
         return summary
 
 
+def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
+    """Bad input the ranks found themselves (a checkpoint damaged since the launcher checked it, a plain
+    `torchrun` run, an elastic restart): one line, exit 2, as when the launcher finds it."""
+    from shardlab.cli import one_line
+
+    failure.record(run_dir, comm.rank(), "bad input", e)
+    if comm.rank() == 0:
+        print(f"shardlab: error: {one_line(str(e))}", file=sys.stderr, flush=True)
+    comm.shutdown(False)
+    return SystemExit(failure.CODES["bad input"])
+
+
 def main(cfg: Config, run_dir: Path) -> dict:
-    trainer = Trainer(cfg, run_dir)
+    try:
+        trainer = Trainer(cfg, run_dir)
+    except ConfigError as e:  # e.g. no intact checkpoint to resume from (shardlab.checkpoint)
+        raise _bad_input(run_dir, e) from None
     if not isinstance(trainer, Trainer):  # parallel.sync=async
         from shardlab.train import async_trainer
         return async_trainer.main(trainer)
@@ -253,6 +268,9 @@ def main(cfg: Config, run_dir: Path) -> dict:
         if trainer.is_main or isinstance(e, CollectiveMismatchError):
             print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
         raise SystemExit(failure.CODES[kind]) from None
+    except ConfigError as e:  # a rollback that found no intact checkpoint
+        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
+        raise _bad_input(run_dir, e) from None
     except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         if not isinstance(e, (SystemExit, KeyboardInterrupt)):
