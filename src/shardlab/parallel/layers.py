@@ -83,3 +83,19 @@ def load(entry: str):
 
     mod, _, attr = entry.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+# Host syncs a step may make, per layer package (module prefix -> syncs per step), checked by the device
+# discipline check (shardlab.simulate). A sync stalls the host until the device catches up: each one
+# listed here says why it is worth that. Code not listed has a budget of 0. (For now one table; a layer's
+# handle will carry its own.)
+HOST_SYNC_BUDGET: dict[str, int] = {
+    # the gradient norm comes back as a float: the doctor's anomaly check and the log read it every step
+    "shardlab.strategies": 1,
+}
+
+
+def host_sync_budget(module: str) -> tuple[str, int]:
+    """(the table's entry that covers `module`, its budget): the longest prefix listed, else (module, 0)."""
+    best = max((k for k in HOST_SYNC_BUDGET if module == k or module.startswith(k + ".")), key=len, default=None)
+    return (best, HOST_SYNC_BUDGET[best]) if best is not None else (module, 0)

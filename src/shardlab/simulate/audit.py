@@ -1,0 +1,237 @@
+"""The device audit: what one simulated step does with devices, op by op.
+
+The accelerator is simulated by the `meta` device (shapes and dtypes, no data, no memory): forward,
+backward and AdamW run on it. Its kernels, however, accept a meta tensor beside a CPU one, so nothing
+would fail where a GPU does; this audit is what fails instead. Two interposers see every op:
+
+- a `TorchFunctionMode` (Python level, before defaults are filled in): factory functions called without
+  `device=` inside the step (on a GPU they land on the host), and the host syncs that never reach the
+  dispatcher on meta (`.numpy()`, `.tolist()`): counted and answered with a placeholder;
+- a `TorchDispatchMode` (ATen level): any op whose operands mix the simulated device with host tensors
+  (a 0-dim host tensor is a scalar, which CUDA kernels accept too), the host syncs (`_local_scalar_dense`:
+  `.item()`, `float(t)`, `bool(t)`; a copy to the host: `.cpu()`, `.to("cpu")`), each answered with a
+  placeholder so the step goes on, and the allocation trace (bytes alive on the simulated device, their
+  peak) that the dry run reports.
+
+Each finding names the ATen op (or Python function) and the innermost source line of shardlab that
+issued it (`strategies/zero.py:145`), so a failing test says what to fix.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # .../shardlab
+_SELF = os.path.dirname(os.path.abspath(__file__))  # this package: never the culprit
+aten = torch.ops.aten
+
+# Factory functions whose device must be named inside a step (the `*_like` and `Tensor.new_*` ones
+# follow a tensor's device and are fine).
+FACTORIES = {torch.empty, torch.zeros, torch.ones, torch.full, torch.arange, torch.rand, torch.randn,
+             torch.randint, torch.randperm, torch.tensor, torch.as_tensor, torch.linspace, torch.eye,
+             torch.empty_strided, torch.scalar_tensor}
+# Host syncs that stop at the Python level on meta (the dispatcher never sees them).
+PY_SYNCS = {torch.Tensor.numpy: "numpy", torch.Tensor.tolist: "tolist"}
+_COPY_OPS = {aten._to_copy.default, aten.copy_.default, aten._copy_from.default, aten.to.dtype_layout,
+             aten.to.device, aten.to.dtype, aten.to.other, aten.lift_fresh.default, aten.lift_fresh_copy.default}
+_SCALAR_OPS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default}
+
+
+def where() -> tuple[str, str]:
+    """(innermost shardlab source line as 'pkg/file.py:N', the shardlab module it is in): the frame
+    that issued the op. Outside shardlab (torch's own code, a test), the innermost frame that is not torch."""
+    f = sys._getframe(1)
+    fallback = None
+    while f is not None:
+        path = f.f_code.co_filename
+        if path.startswith(_PKG) and not path.startswith(_SELF):
+            rel = os.path.relpath(path, _PKG)
+            return f"{rel}:{f.f_lineno}", "shardlab." + rel[:-3].replace(os.sep, ".")
+        if fallback is None and "/torch/" not in path and not path.startswith(_SELF) and "<" not in path:
+            fallback = f"{os.path.basename(path)}:{f.f_lineno}"
+        f = f.f_back
+    return fallback or "?", ""
+
+
+@dataclass
+class Finding:
+    kind: str  # "mixing" | "no-device" | "host-sync" | "collective"
+    op: str
+    where: str
+    module: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.op} at {self.where}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class Audit:
+    """What one step did. `findings` hold every violation and every host sync (kind "host-sync");
+    budgets are applied by `violations()`."""
+    sim: str = "meta"  # the stand-in device
+    findings: list = field(default_factory=list)
+    live: int = 0  # bytes alive on the simulated device
+    peak: int = 0
+    recording: bool = True  # off while building: the trace goes on, findings are not the step's
+    _seen: set = field(default_factory=set)
+
+    def add(self, kind: str, op: str, detail: str = "") -> None:
+        if not self.recording:
+            return
+        w, mod = where()
+        key = (kind, op, w)
+        if kind != "host-sync" and key in self._seen:  # one report per site (syncs are counted)
+            return
+        self._seen.add(key)
+        self.findings.append(Finding(kind, op, w, mod, detail))
+
+    def syncs(self) -> list:
+        return [f for f in self.findings if f.kind == "host-sync"]
+
+    def reset_peak(self) -> None:
+        self.peak = self.live
+
+    # --- the allocation trace: storages created on the simulated device, freed when collected ------------
+    def track(self, out) -> None:
+        for t in _tensors(out):
+            if t.device.type != self.sim:
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            if key in _TRACKED:
+                continue
+            n = st.nbytes()
+            _TRACKED[key] = n
+            self.live += n
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(st, _free, self, key)
+
+
+_TRACKED: dict = {}
+
+
+def _free(audit: Audit, key: int) -> None:
+    audit.live -= _TRACKED.pop(key, 0)
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+
+
+def _placeholder(dtype: torch.dtype):
+    """What a host sync answers in simulation: no data exists, so a neutral value (no inf found, a zero
+    count, a false flag)."""
+    if dtype == torch.bool:
+        return False
+    return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
+
+
+class FunctionAudit(TorchFunctionMode):
+    def __init__(self, audit: Audit):
+        super().__init__()
+        self.audit = audit
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        a = self.audit
+        if func in FACTORIES and kwargs.get("device") is None:
+            a.add("no-device", f"torch.{func.__name__}", "created on the host: name the device")
+        elif func in PY_SYNCS and args and isinstance(args[0], torch.Tensor) and args[0].device.type == a.sim:
+            t = args[0]
+            a.add("host-sync", f"Tensor.{PY_SYNCS[func]}")
+            host = torch.zeros(t.shape, dtype=t.dtype, device="cpu")
+            return host.numpy() if func is torch.Tensor.numpy else host.tolist()
+        return func(*args, **kwargs)
+
+
+class DispatchAudit(TorchDispatchMode):
+    def __init__(self, audit: Audit):
+        super().__init__()
+        self.audit = audit
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        a, sim = self.audit, self.audit.sim
+        flat = list(_tensors(list(args) + list(kwargs.values())))
+        on_sim = any(t.device.type == sim for t in flat)
+        if func in _SCALAR_OPS and on_sim:  # .item(), float(t), bool(t), if t: ...
+            a.add("host-sync", _op_name(func, args))
+            return _placeholder(flat[0].dtype) if func is aten._local_scalar_dense.default else False
+        if func in _COPY_OPS:
+            dst = _copy_target(func, args, kwargs)
+            src = args[1] if func in (aten.copy_.default, aten._copy_from.default) else args[0]
+            if on_sim and dst == "cpu" and isinstance(src, torch.Tensor) and src.device.type == sim:
+                if not kwargs.get("non_blocking", False) and not (len(args) > 2 and args[2] is True):
+                    a.add("host-sync", ".cpu()" if func is not aten.copy_.default else "copy_ to host",
+                          f"{tuple(src.shape)} {str(src.dtype).replace('torch.', '')}")
+                # no data to copy out of meta: the host tensor keeps whatever it held (zeros when new)
+                if func is aten.copy_.default:
+                    return args[0]
+                return torch.zeros(src.shape, dtype=kwargs.get("dtype") or src.dtype, device="cpu")
+        elif on_sim and func not in _EXEMPT:
+            host = [t for t in flat if t.device.type == "cpu" and t.dim() > 0]
+            if host:
+                shapes = ", ".join(f"{t.device.type}{tuple(t.shape)}" for t in flat[:4])
+                a.add("mixing", _op_name(func, args), f"operands on the device and the host: {shapes}")
+        out = func(*args, **kwargs)
+        a.track(out)
+        return out
+
+
+# Ops that legitimately see both devices (they move data between them or only read metadata).
+_EXEMPT = {aten.set_.source_Storage, aten.set_.source_Storage_storage_offset, aten.set_.source_Tensor}
+
+
+def _copy_target(func, args, kwargs):
+    if func in (aten.copy_.default, aten._copy_from.default):
+        dst = args[0] if func is aten.copy_.default else args[1]
+        return dst.device.type
+    dev = kwargs.get("device")
+    if dev is None and func is aten.to.device:
+        dev = args[1]
+    if dev is None and func is aten.to.other:
+        dev = args[1].device
+    return torch.device(dev).type if dev is not None else None
+
+
+def _op_name(func, args) -> str:
+    name = str(func.overloadpacket).replace("aten.", "aten::")
+    return name
+
+
+class audited:
+    """`with audited(audit): ...` — both interposers around a step (or a build, for the trace)."""
+
+    def __init__(self, audit: Audit):
+        self.audit = audit
+        self._modes = None
+
+    def __enter__(self):
+        self._modes = (FunctionAudit(self.audit), DispatchAudit(self.audit))
+        for m in self._modes:
+            m.__enter__()
+        return self.audit
+
+    def __exit__(self, *exc):
+        for m in reversed(self._modes):
+            m.__exit__(*exc)
+        return False
+
+
+__all__ = ["Audit", "Finding", "audited", "np"]
