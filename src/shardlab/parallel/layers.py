@@ -90,8 +90,15 @@ def load(entry: str):
 # listed here says why it is worth that. Code not listed has a budget of 0. (For now one table; a layer's
 # handle will carry its own.)
 HOST_SYNC_BUDGET: dict[str, int] = {
-    # the gradient norm comes back as a float: the doctor's anomaly check and the log read it every step
-    "shardlab.strategies": 1,
+    # the gradient norm comes back as a float (the doctor's anomaly check and the log read it every step),
+    # and the clip factor is read once to skip the pass over every gradient when it is exactly 1
+    "shardlab.strategies": 2,
+    # fault-tolerant DiLoCo meets its peers in a key-value store on the host: the pseudo-gradient is
+    # copied there once per outer step (parallel.sync_every steps; the check runs sync_every=1), and the
+    # parameters' fingerprint that the replicas' logs compare
+    "shardlab.parallel.fault_tolerant": 2,
+    # parallel.find_unused: which parameters no rank used is read once, to leave their .grad None
+    "shardlab.strategies.ddp": 1,
 }
 
 

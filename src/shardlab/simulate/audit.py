@@ -94,6 +94,19 @@ class Audit:
         self._seen.add(key)
         self.findings.append(Finding(kind, op, w, mod, detail))
 
+    def add_error(self, e: BaseException) -> None:
+        """An exception the step raised (torch refusing a cross-device `.grad`, say): named by the innermost
+        shardlab line of its traceback."""
+        import traceback
+
+        site, mod = "?", ""
+        for fr in traceback.extract_tb(e.__traceback__):
+            if fr.filename.startswith(_PKG) and not fr.filename.startswith(_SELF):
+                rel = os.path.relpath(fr.filename, _PKG)
+                site, mod = f"{rel}:{fr.lineno}", "shardlab." + rel[:-3].replace(os.sep, ".")
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        self.findings.append(Finding("error", type(e).__name__, site, mod, msg))
+
     def syncs(self) -> list:
         return [f for f in self.findings if f.kind == "host-sync"]
 
