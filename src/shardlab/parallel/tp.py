@@ -241,19 +241,19 @@ class OwnTP:
     def grad_norm(self) -> torch.Tensor:
         """The single-device gradient 2-norm: squares of sharded gradients summed across TP, replicated
         ones counted once (call after finish_backward)."""
-        sharded = torch.zeros((), dtype=torch.float64)
-        replicated = torch.zeros((), dtype=torch.float64)
+        # summed where the gradients are (one host read, by the caller, instead of one per parameter)
+        sharded = torch.zeros((), dtype=torch.float64, device=comm.device())
+        replicated = torch.zeros((), dtype=torch.float64, device=comm.device())
         for fqn, p in self.model.named_parameters():
             if p.grad is None:
                 continue
-            sq = p.grad.detach().double().pow(2).sum().cpu()
+            sq = p.grad.detach().double().pow(2).sum()
             if self.specs[fqn].dim is None:
                 replicated += sq
             else:
                 sharded += sq
-        sharded = sharded.to(comm.device())
         comm.all_reduce(sharded, group=self.group, tag="tp.grad_norm")
-        return (sharded.cpu() + replicated).sqrt()
+        return (sharded + replicated).sqrt()
 
     def gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Full logits (padding columns dropped) from every rank's slice: for evaluation and tests only."""

@@ -45,20 +45,36 @@ _COPY_OPS = {aten._to_copy.default, aten.copy_.default, aten._copy_from.default,
 _SCALAR_OPS = {aten._local_scalar_dense.default, aten.is_nonzero.default, aten.equal.default}
 
 
+_WRAPPERS = ("/torch/utils/_python_dispatch", "/torch/overrides", "/torch/_ops", "/torch/_dynamo/",
+             "/torch/utils/_contextlib", "/torch/_compile", "/torch/autograd/grad_mode")  # not the culprit
+
+
 def where() -> tuple[str, str]:
-    """(innermost shardlab source line as 'pkg/file.py:N', the shardlab module it is in): the frame
-    that issued the op. Outside shardlab (torch's own code, a test), the innermost frame that is not torch."""
+    """(the source line that issued the op, the module answerable for it): the innermost frame that is
+    neither torch nor this package, as 'parallel/step.py:96' inside shardlab (else the file's name and line,
+    a test's hook say). When torch's own code issued the op on that line's behalf (a torch-native layer,
+    an optimizer), its innermost frame is added ('... via torch/nn/parallel/distributed.py:1775') and torch's
+    module is the one answerable (budgets name it)."""
     f = sys._getframe(1)
-    fallback = None
+    inner_torch = None
     while f is not None:
         path = f.f_code.co_filename
-        if path.startswith(_PKG) and not path.startswith(_SELF):
-            rel = os.path.relpath(path, _PKG)
-            return f"{rel}:{f.f_lineno}", "shardlab." + rel[:-3].replace(os.sep, ".")
-        if fallback is None and "/torch/" not in path and not path.startswith(_SELF) and "<" not in path:
-            fallback = f"{os.path.basename(path)}:{f.f_lineno}"
+        if path.startswith(_SELF) or "<" in path:
+            pass
+        elif "/torch/" in path:
+            if inner_torch is None and not any(w in path for w in _WRAPPERS):
+                inner_torch = "torch/" + path.rsplit("/torch/", 1)[1] + f":{f.f_lineno}"
+        else:
+            if path.startswith(_PKG):
+                rel = os.path.relpath(path, _PKG)
+                site, module = f"{rel}:{f.f_lineno}", "shardlab." + rel[:-3].replace(os.sep, ".")
+            else:
+                site, module = f"{os.path.basename(path)}:{f.f_lineno}", os.path.basename(path)[:-3]
+            if inner_torch:
+                return f"{site} via {inner_torch}", inner_torch.rsplit(":", 1)[0][:-3].replace("/", ".")
+            return site, module
         f = f.f_back
-    return fallback or "?", ""
+    return inner_torch or "?", ""
 
 
 @dataclass
@@ -81,11 +97,13 @@ class Audit:
     findings: list = field(default_factory=list)
     live: int = 0  # bytes alive on the simulated device
     peak: int = 0
+    host: bool = False  # the stand-in plays the host (a CPU run): only errors and collectives are findings
+    autocast: torch.dtype | None = None  # inside the step's autocast region: the low precision
     recording: bool = True  # off while building: the trace goes on, findings are not the step's
     _seen: set = field(default_factory=set)
 
     def add(self, kind: str, op: str, detail: str = "") -> None:
-        if not self.recording:
+        if not self.recording or (self.host and kind in ("mixing", "no-device")):
             return
         w, mod = where()
         key = (kind, op, w)
@@ -155,6 +173,25 @@ def _placeholder(dtype: torch.dtype):
     return 0.0 if dtype.is_floating_point or dtype.is_complex else 0
 
 
+# Autocast on the stand-in device (torch has no autocast for meta): what CUDA's autocast does for the ops a
+# step uses. Matrix products run in the low precision, the losses and normalisations in fp32. Emulated at the
+# Python level, above autograd, as autocast itself sits above it: backward sees the casts.
+import torch.nn.functional as F  # noqa: E402
+
+_LOW = {F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.mm, torch.bmm, torch.addmm,
+        torch.baddbmm, F.scaled_dot_product_attention, torch.einsum}
+_FP32 = {F.cross_entropy, F.log_softmax, F.softmax, torch.softmax, torch.log_softmax, F.layer_norm,
+         torch.nn.functional.mse_loss, torch.logsumexp, torch.Tensor.softmax, torch.Tensor.log_softmax}
+
+
+def _cast(x, dtype):
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != dtype and x.dtype != torch.float64:
+        return x.to(dtype)
+    if isinstance(x, (list, tuple)):
+        return type(x)(_cast(y, dtype) for y in x)
+    return x
+
+
 class FunctionAudit(TorchFunctionMode):
     def __init__(self, audit: Audit):
         super().__init__()
@@ -163,6 +200,13 @@ class FunctionAudit(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         a = self.audit
+        if a.autocast is not None and (func in _LOW or func in _FP32):
+            dtype = a.autocast if func in _LOW else torch.float32
+            if func is not torch.einsum:
+                args = tuple(_cast(x, dtype) for x in args)
+            else:
+                args = (args[0],) + tuple(_cast(x, dtype) for x in args[1:])
+            kwargs = {k: _cast(v, dtype) for k, v in kwargs.items()}
         if func in FACTORIES and kwargs.get("device") is None:
             a.add("no-device", f"torch.{func.__name__}", "created on the host: name the device")
         elif func in PY_SYNCS and args and isinstance(args[0], torch.Tensor) and args[0].device.type == a.sim:
@@ -226,6 +270,21 @@ def _copy_target(func, args, kwargs):
 def _op_name(func, args) -> str:
     name = str(func.overloadpacket).replace("aten.", "aten::")
     return name
+
+
+class emulated_autocast:
+    """What `Parallel.autocast()` enters in simulation (`torch.autocast` refuses the meta device)."""
+
+    def __init__(self, audit: Audit, dtype: torch.dtype | None):
+        self.audit, self.dtype, self.saved = audit, dtype, None
+
+    def __enter__(self):
+        self.saved, self.audit.autocast = self.audit.autocast, self.dtype
+        return self
+
+    def __exit__(self, *exc):
+        self.audit.autocast = self.saved
+        return False
 
 
 class audited:

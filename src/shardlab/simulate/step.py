@@ -19,7 +19,8 @@ from collections import Counter
 import torch
 
 from shardlab import comm
-from shardlab.simulate.audit import Audit, audited
+from shardlab.model import moe
+from shardlab.simulate.audit import Audit, audited, emulated_autocast
 from shardlab.simulate.world import SIM, fake_world
 
 
@@ -33,13 +34,19 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
     from shardlab.model.gpt import build_model, resolve_model_config
 
     cfg = copy.deepcopy(cfg)
-    audit = Audit()
+    # device cpu: the stand-in plays the host, where mixing, implicit devices and syncs cost nothing
+    audit = Audit(host=device == "cpu")
     with fake_world(world, rank, device, audit), audited(audit):
         audit.recording = False  # the build: traced for memory, not judged (it is not the step)
         if model is None:
             with torch.device(SIM):  # initialisers on meta are no-ops: a 70B model costs nothing
                 model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-        par = parallel.build(cfg, SIM, model=model, world_size=world)
+        par = _build(cfg, model, world)
+        from shardlab.train.moe_log import MoELog
+        moe_log = MoELog(par, cfg.train.grad_accum)
+        from shardlab.parallel.step import _AUTOCAST
+        # torch.autocast has no meta device: the audit emulates it (simulate/audit.py)
+        par.autocast = lambda: emulated_autocast(audit, _AUTOCAST.get(par.dtype))
         if hook is not None:
             hook(par)
         state = par.state_bytes()
@@ -47,8 +54,9 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         audit.recording = True
         norm = None
         try:
-            for _ in range(steps):  # the second step meets the optimizer state the first one created
-                norm = _step(cfg, par)
+            with moe.static_shapes(model):  # routing has no data to go by: capacity-bounded, fixed shapes
+                for _ in range(steps):  # the second step meets the optimizer state the first one created
+                    norm = _step(cfg, par, moe_log)
         except Exception as e:  # noqa: BLE001 - what a GPU would raise here too: a finding, named by its line
             audit.add_error(e)
         audit.recording = False
@@ -70,7 +78,22 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
     }
 
 
-def _step(cfg, par) -> float:
+def _build(cfg, model, world):
+    """The composition, with torch DDP's buckets routed through comm as when tracing (observe/ddp_hook.py):
+    their bytes are counted and checked like every other collective (and the fake group's works, which
+    complete with no tensor, never reach DDP's own C++ hook)."""
+    from shardlab import parallel
+    from shardlab.observe import timeline
+
+    saved = timeline.enabled
+    timeline.enabled = lambda: True
+    try:
+        return parallel.build(cfg, SIM, model=model, world_size=world)
+    finally:
+        timeline.enabled = saved
+
+
+def _step(cfg, par, moe_log) -> float:
     """The trainer's step (train/trainer.py `train_step`) on a random batch of the simulated device."""
     comm.RECORDER.reset_step()
     t = cfg.train
@@ -86,6 +109,9 @@ def _step(cfg, par) -> float:
     norm = par.clip_grad_norm_(t.grad_clip)
     par.optimizer_step()
     par.zero_grad()
+    if moe_log.enabled:  # a logged step's routing metrics (train/moe_log.py)
+        moe_log.after_step()
+        moe_log.row()
     return norm
 
 
@@ -106,6 +132,8 @@ def violations(audit: Audit, steps: int = 1) -> list[str]:
     from shardlab.parallel.layers import host_sync_budget
 
     out = [str(f) for f in audit.findings if f.kind != "host-sync"]
+    if audit.host:
+        return out
     by_layer: dict[str, list] = {}
     for f in audit.syncs():
         layer, budget = host_sync_budget(f.module)

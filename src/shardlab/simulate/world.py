@@ -33,12 +33,24 @@ def fake_world(world: int, rank: int, device: str, audit):
 
     if comm.is_initialized():
         raise RuntimeError("a simulated world needs a process without a process group")
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    _register_backend()
+    dist.init_process_group(_BACKEND, store=FakeStore(), rank=rank, world_size=world)
     saved = {name: getattr(comm, name) for name in _TENSOR_OPS + ("device", "all_gather_object",
                                                                    "broadcast_object", "recv_any", "batch_isend_irecv")}
+    import torch.nn.parallel.distributed as ddp_mod
     import torch.optim.optimizer as optim_mod
     fused_devices = optim_mod._get_fused_kernels_supported_devices
+    verify = ddp_mod._verify_param_shape_across_processes
+    fsdp_group = _fsdp_param_group()
+    no_meta = getattr(fsdp_group, "_validate_no_meta_params", None) if fsdp_group else None
     try:
+        if no_meta is not None:  # FSDP2 refuses to train meta parameters: here they stand for the device's
+            fsdp_group._validate_no_meta_params = lambda self: None
+        # torch's DDP compares parameter shapes across ranks by an all-gather: the fake group returns
+        # nothing real, and every rank builds the same model here by construction
+        ddp_mod._verify_param_shape_across_processes = lambda *a, **k: None
+        # DeviceMesh, DTensor and FSDP2 ask the device type's module (torch.cuda for cuda) for the device
+        torch.meta = _MetaDeviceModule
         # the fused AdamW runs on the accelerator: on its stand-in too (meta has the kernel's shape function)
         optim_mod._get_fused_kernels_supported_devices = lambda: [*fused_devices(), SIM.type]
         comm.device = lambda: SIM
@@ -60,7 +72,106 @@ def fake_world(world: int, rank: int, device: str, audit):
             setattr(comm, name, fn)
         comm.RECORDER.capture_stack = True
         optim_mod._get_fused_kernels_supported_devices = fused_devices
+        ddp_mod._verify_param_shape_across_processes = verify
+        if no_meta is not None:
+            fsdp_group._validate_no_meta_params = no_meta
+        if getattr(torch, "meta", None) is _MetaDeviceModule:
+            del torch.meta
         dist.destroy_process_group()
+
+
+def _fsdp_param_group():
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
+    except ImportError:  # another torch's layout: FSDP2 then runs as it does
+        return None
+    return FSDPParamGroup
+
+
+_BACKEND = "shardlab_sim"
+
+
+def _register_backend() -> None:
+    """torch's fake process group, registered for the meta device too (point-to-point batches and the
+    DeviceMesh look the backend up by the tensors' device type)."""
+    import torch.testing._internal.distributed.fake_pg as fake_pg
+
+    if not hasattr(dist.Backend, _BACKEND.upper()):
+        dist.Backend.register_backend(_BACKEND, fake_pg._create_fake_pg, extended_api=True,
+                                      devices=["cpu", "cuda", SIM.type])
+
+
+class _MetaDeviceModule:
+    """What `torch.<device type>` answers for the stand-in accelerator: one device, index 0."""
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> int:
+        return 0
+
+    @staticmethod
+    def set_device(_device) -> None:
+        pass
+
+    # streams and events (FSDP2 overlaps its all-gathers on its own streams): on meta nothing runs
+    # asynchronously, so every wait is already satisfied
+    class Stream:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def wait_stream(self, _other) -> None:
+            pass
+
+        def wait_event(self, _event) -> None:
+            pass
+
+        def record_event(self, event=None):
+            return event or _MetaDeviceModule.Event()
+
+        def synchronize(self) -> None:
+            pass
+
+        priority = 0
+
+    class Event:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def record(self, _stream=None) -> None:
+            pass
+
+        def wait(self, _stream=None) -> None:
+            pass
+
+        def synchronize(self) -> None:
+            pass
+
+        def query(self) -> bool:
+            return True
+
+    _current = None
+
+    @classmethod
+    def current_stream(cls, _device=None):
+        if cls._current is None:
+            cls._current = cls.Stream()
+        return cls._current
+
+    @staticmethod
+    def stream(_stream):
+        import contextlib
+        return contextlib.nullcontext()
 
 
 def _nccl_checked(name: str, fn, audit):

@@ -104,7 +104,7 @@ class _Zero(Strategy):
             # the state would live in host files while the shards and their gradients stay on the
             # accelerator: the (fused) AdamW step cannot take operands on two devices
             raise ConfigError(f"parallel.offload=optimizer keeps the optimizer state on the host, but the "
-                              f"parameters are on {self.device.type}: the optimizer step would mix devices; use "
+                              f"parameters are on the accelerator ({self.device.type}): the optimizer step would mix devices; use "
                               f"parallel.offload=params (zero3: shards and state together on the host tier) or "
                               f"train on CPU")
         if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
