@@ -21,7 +21,7 @@ from shardlab.errors import ConfigError
 from shardlab.simulate.step import simulate_rank
 
 BASE = ["model.preset=tiny", "train.seq_len=16", "train.micro_batch=2"]
-PP = ["parallel.strategy=single", "parallel.pp=2", "train.grad_accum=2"]
+PP = ["parallel.strategy=ddp", "parallel.pp=2", "train.grad_accum=2"]
 
 # name -> (world, ranks checked, keys)
 LAYOUTS = {
@@ -34,8 +34,8 @@ LAYOUTS = {
     "torch-ddp": (2, [0], ["parallel.strategy=torch-ddp"]),
     "torch-fsdp2": (2, [1], ["parallel.strategy=torch-fsdp2"]),
     "torch-zero1": (2, [0], ["parallel.strategy=torch-zero1"]),
-    "tp-own-sp": (2, [1], ["parallel.strategy=single", "parallel.tp=2", "parallel.sp=true"]),
-    "tp-dtensor": (2, [1], ["parallel.strategy=single", "parallel.tp=2", "parallel.tp_impl=dtensor"]),
+    "tp-own-sp": (2, [1], ["parallel.strategy=ddp", "parallel.tp=2", "parallel.sp=true"]),
+    "tp-dtensor": (2, [1], ["parallel.strategy=torch-fsdp2", "parallel.tp=2", "parallel.tp_impl=dtensor"]),
     "tp-zero2": (4, [2], ["parallel.strategy=zero2", "parallel.tp=2", "parallel.sp=true"]),
     "pp-gpipe": (2, [0, 1], PP + ["parallel.pp_schedule=gpipe"]),
     "pp-1f1b": (2, [0, 1], PP + ["parallel.pp_schedule=1f1b"]),
@@ -52,6 +52,9 @@ LAYOUTS = {
     "powersgd": (2, [0], ["parallel.strategy=ddp", "parallel.compress=powersgd"]),
     "diloco": (2, [0], ["parallel.strategy=ddp", "parallel.sync=diloco", "parallel.sync_every=1"]),
     "bf16": (2, [0], ["parallel.strategy=zero2", "train.dtype=bf16"]),
+    "bf16-recompute-llama": (2, [1], ["parallel.strategy=zero3", "train.dtype=bf16", "train.recompute=full",
+                                      "model.preset=llama-tiny"]),
+    "recompute-selective": (2, [0], ["parallel.strategy=ddp", "train.recompute=selective"]),
 }
 
 
@@ -74,8 +77,10 @@ def _no_process_group():
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_layout_keeps_device_discipline(name):
     world, ranks, keys = LAYOUTS[name]
+    cfg = _cfg(keys)
+    config.validate(cfg, world)  # a layout the trainer accepts
     for rank in ranks:
-        rep = simulate_rank(_cfg(keys), world, rank)
+        rep = simulate_rank(cfg, world, rank)
         assert rep["violations"] == [], f"{name} rank {rank}:\n" + "\n".join(rep["violations"])
         assert rep["param_elems"] > 0 and rep["state_bytes"]["optimizer"] > 0
         assert rep["host_syncs"] >= 1  # the gradient norm's read, at least: the counting works
@@ -134,6 +139,17 @@ def test_planted_tensor_without_device_is_named():
     site = f"test_device_discipline.py:{line}"
     assert any(v.startswith("no-device: torch.zeros at " + site) for v in rep["violations"]), rep["violations"]
     assert any(v.startswith("mixing: aten::add at " + site) for v in rep["violations"]), rep["violations"]
+
+
+def test_planted_tensor_without_device_in_a_backward_hook_is_named():
+    """Backward runs without torch function modes: the dispatch level catches it by the line's text."""
+    def hook(par):
+        w = next(iter(par.model.parameters()))
+        w.register_hook(lambda g: g + torch.ones(g.shape).sum())  # planted in backward
+    rep = simulate_rank(_cfg(["parallel.strategy=ddp"]), 2, 0, hook=hook)
+    line = _line_of(hook, "planted")
+    assert any(v.startswith(f"no-device: aten::ones at test_device_discipline.py:{line}") for v in rep["violations"]), \
+        rep["violations"]
 
 
 def test_planted_host_sync_over_budget_is_named():

@@ -241,6 +241,13 @@ class DispatchAudit(TorchDispatchMode):
                 if func is aten.copy_.default:
                     return args[0]
                 return torch.zeros(src.shape, dtype=kwargs.get("dtype") or src.dtype, device="cpu")
+        elif func.overloadpacket in _ATEN_FACTORIES and not _function_audit_on() and not on_sim:
+            # backward (torch leaves function modes off there): the call's own line must name the device
+            out = func(*args, **kwargs)
+            if any(t.device.type == "cpu" for t in _tensors(out)) and "device" not in _culprit_line():
+                a.add("no-device", f"aten::{func.overloadpacket.__name__}", "created on the host: name the device")
+            a.track(out)
+            return out
         elif on_sim and func not in _EXEMPT:
             host = [t for t in flat if t.device.type == "cpu" and t.dim() > 0]
             if host:
@@ -249,6 +256,42 @@ class DispatchAudit(TorchDispatchMode):
         out = func(*args, **kwargs)
         a.track(out)
         return out
+
+
+_ATEN_FACTORIES = {aten.empty, aten.zeros, aten.ones, aten.full, aten.arange, aten.rand, aten.randn, aten.randint,
+                   aten.randperm, aten.scalar_tensor, aten.empty_strided, aten.linspace, aten.eye}
+
+
+def _function_audit_on() -> bool:
+    from torch.overrides import _get_current_function_mode_stack
+    return any(isinstance(m, FunctionAudit) for m in _get_current_function_mode_stack())
+
+
+def _culprit_line() -> str:
+    """The source text of the innermost frame that is neither torch nor this package."""
+    import linecache
+
+    f = sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not path.startswith(_SELF) and "/torch/" not in path and "<" not in path:
+            return linecache.getline(path, f.f_lineno)
+        f = f.f_back
+    return "device"  # nothing to blame
+
+
+def recomputed_under_audit(checkpoint, audit: "Audit"):
+    """`torch.utils.checkpoint.checkpoint` whose function, when recomputed in backward (where torch leaves
+    function modes off), runs under this audit's function mode again: the recompute is audited like the
+    forward, and recomputes in the emulated autocast's precision (else its saved tensors would differ)."""
+    def audited_checkpoint(fn, *args, **kwargs):
+        def run(*a, **k):
+            if _function_audit_on():
+                return fn(*a, **k)
+            with FunctionAudit(audit):
+                return fn(*a, **k)
+        return checkpoint(run, *args, **kwargs)
+    return audited_checkpoint
 
 
 # Ops that legitimately see both devices (they move data between them or only read metadata).

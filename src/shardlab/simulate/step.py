@@ -13,6 +13,7 @@ collectives' bytes by op.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections import Counter
 
@@ -20,7 +21,7 @@ import torch
 
 from shardlab import comm
 from shardlab.model import moe
-from shardlab.simulate.audit import Audit, audited, emulated_autocast
+from shardlab.simulate.audit import Audit, audited, emulated_autocast, recomputed_under_audit
 from shardlab.simulate.world import SIM, fake_world
 
 
@@ -45,20 +46,29 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         from shardlab.train.moe_log import MoELog
         moe_log = MoELog(par, cfg.train.grad_accum)
         from shardlab.parallel.step import _AUTOCAST
-        # torch.autocast has no meta device: the audit emulates it (simulate/audit.py)
-        par.autocast = lambda: emulated_autocast(audit, _AUTOCAST.get(par.dtype))
+        # torch.autocast has no meta device: the audit emulates it (simulate/audit.py) over the whole
+        # forward/backward, so that activation recompute (which re-enters torch's autocast state, not
+        # ours) recomputes in the forward's precision; backward's own ops are below the emulation anyway
+        par.autocast = contextlib.nullcontext
+        precision = _AUTOCAST.get(par.dtype)
         if hook is not None:
             hook(par)
         state = par.state_bytes()
+        resident = audit.live  # what the build left on the device, before the step
         audit.reset_peak()
         audit.recording = True
+        from shardlab.parallel import recompute
+        real_checkpoint = recompute.checkpoint
+        recompute.checkpoint = recomputed_under_audit(real_checkpoint, audit)
         norm = None
         try:
             with moe.static_shapes(model):  # routing has no data to go by: capacity-bounded, fixed shapes
                 for _ in range(steps):  # the second step meets the optimizer state the first one created
-                    norm = _step(cfg, par, moe_log)
+                    norm = _step(cfg, par, moe_log, lambda: emulated_autocast(audit, precision))
         except Exception as e:  # noqa: BLE001 - what a GPU would raise here too: a finding, named by its line
             audit.add_error(e)
+        finally:
+            recompute.checkpoint = real_checkpoint
         audit.recording = False
         comm_stats = comm.RECORDER.step_stats()
         state_after = par.state_bytes()  # optimizer state exists after the first step
@@ -70,6 +80,7 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         "param_elems": sum(p.numel() for p in _local_params(par)),
         "state_bytes": {k: int(state_after.get(k, state.get(k, 0))) for k in ("params", "grads", "optimizer")},
         "peak_mem_bytes": int(audit.peak),
+        "resident_bytes": int(resident),
         "comm": {"bytes_per_step": comm_stats["bytes"], "calls_per_step": comm_stats["calls"]},
         "host_syncs": len(syncs),
         "host_sync_sites": dict(Counter(f"{f.op} at {f.where}" for f in syncs)),
@@ -93,7 +104,7 @@ def _build(cfg, model, world):
         timeline.enabled = saved
 
 
-def _step(cfg, par, moe_log) -> float:
+def _step(cfg, par, moe_log, autocast) -> float:
     """The trainer's step (train/trainer.py `train_step`) on a random batch of the simulated device."""
     comm.RECORDER.reset_step()
     t = cfg.train
@@ -103,7 +114,8 @@ def _step(cfg, par, moe_log) -> float:
     micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
     weight = par.dims.size("dp_cp") / (rows * t.seq_len * par.dims.size("dp_cp"))
     comm.set_phase("forward")
-    par.forward_backward(micro, weight)
+    with autocast():
+        par.forward_backward(micro, weight)
     comm.set_phase("optimizer")
     par.finish()
     norm = par.clip_grad_norm_(t.grad_clip)
