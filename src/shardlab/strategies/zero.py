@@ -92,7 +92,7 @@ class _Zero(Strategy):
     def _grad_of(self, info):
         """A shard's gradient: its `.grad`, or, for an offloaded shard before the step, its device copy."""
         g = info.shard.grad
-        return g if g is not None else self.__dict__.setdefault("_away_grads", {}).get(info.fqn)
+        return g if g is not None else self._away_grads.get(info.fqn)
 
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
@@ -104,9 +104,9 @@ class _Zero(Strategy):
             # the state would live in host files while the shards and their gradients stay on the
             # accelerator: the (fused) AdamW step cannot take operands on two devices
             raise ConfigError(f"parallel.offload=optimizer keeps the optimizer state on the host, but the "
-                              f"parameters are on the accelerator ({self.device.type}): the optimizer step would mix devices; use "
-                              f"parallel.offload=params (zero3: shards and state together on the host tier) or "
-                              f"train on CPU")
+                              f"parameters are on the accelerator ({self.device.type}): the optimizer step would "
+                              f"mix devices; use parallel.offload=params (zero3: shards and state together on the "
+                              f"host tier) or train on CPU")
         if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
             from shardlab.strategies.offload import DiskOffload
             self.offload = DiskOffload()
