@@ -172,3 +172,14 @@ def test_planted_host_collective_on_nccl_is_named():
     # on CPU (gloo) the same collective is right
     rep = simulate_rank(_cfg(["parallel.strategy=ddp"]), 2, 0, hook=_plant(body), device="cpu")
     assert not any(v.startswith("collective") for v in rep["violations"])
+
+
+def test_planted_reductions_the_backend_lacks_are_named():
+    def bitwise(module, args, out):
+        comm.all_reduce(torch.ones(2, dtype=torch.int32, device=out.device), op=comm.ReduceOp.BOR)
+    def average(module, args, out):
+        comm.all_reduce(torch.ones(2, device=out.device), op=comm.ReduceOp.AVG)
+    nccl = simulate_rank(_cfg(["parallel.strategy=ddp"]), 2, 0, hook=_plant(bitwise))["violations"]
+    gloo = simulate_rank(_cfg(["parallel.strategy=ddp"]), 2, 0, hook=_plant(average), device="cpu")["violations"]
+    assert any("ReduceOp.BOR: NCCL" in v for v in nccl), nccl
+    assert any("ReduceOp.AVG: gloo" in v for v in gloo), gloo

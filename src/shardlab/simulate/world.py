@@ -9,7 +9,7 @@ collectives for that rank. Inside it shardlab's door to collectives (`comm`) is 
   there is no other rank to ask, and the layouts checked here are symmetric;
 - with `device="cuda"` (NCCL) every collective's tensors must live on the device (NCCL moves device
   memory only: a host tensor on an NCCL group fails there), and the ops NCCL lacks are findings:
-  a receive from any source, bitwise reductions.
+  a receive from any source, bitwise reductions; with `device="cpu"` (gloo), the average reduction.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from shardlab import comm
 
 SIM = torch.device("meta")  # the stand-in for the accelerator
 _NCCL_LACKS_OPS = {dist.ReduceOp.BAND: "BAND", dist.ReduceOp.BOR: "BOR", dist.ReduceOp.BXOR: "BXOR"}
+_GLOO_LACKS_OPS = {dist.ReduceOp.AVG: "AVG"}  # gloo averages nothing itself (divide after a SUM)
 _TENSOR_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all_single", "broadcast", "scatter",
                "send", "recv", "isend", "irecv")
 
@@ -56,9 +57,9 @@ def fake_world(world: int, rank: int, device: str, audit):
         comm.device = lambda: SIM
         comm.all_gather_object = lambda obj, group=None: [obj] * comm.world_size(group)
         comm.broadcast_object = lambda obj, src=0, group=None: obj
+        for name in _TENSOR_OPS:
+            setattr(comm, name, _checked(name, saved[name], audit, device))
         if device == "cuda":
-            for name in _TENSOR_OPS:
-                setattr(comm, name, _nccl_checked(name, saved[name], audit))
             comm.batch_isend_irecv = _nccl_batch(saved["batch_isend_irecv"], audit)
 
             def recv_any(t, group=None, tag=""):
@@ -174,19 +175,24 @@ class _MetaDeviceModule:
         return contextlib.nullcontext()
 
 
-def _nccl_checked(name: str, fn, audit):
+def _checked(name: str, fn, audit, device: str):
+    """`comm.<name>` that reports what the simulated backend cannot do: NCCL (device cuda) host tensors
+    and bitwise reductions, gloo (device cpu) the average reduction."""
+    lacks = _NCCL_LACKS_OPS if device == "cuda" else _GLOO_LACKS_OPS
+    backend = "NCCL" if device == "cuda" else "gloo"
+
     def call(*args, **kwargs):
-        for t in list(args) + list(kwargs.values()):
-            ts = t if isinstance(t, (list, tuple)) else [t]
-            for x in ts:
-                if isinstance(x, torch.Tensor) and x.device.type == "cpu":
-                    audit.add("collective", f"comm.{name}",
-                              f"a host tensor {tuple(x.shape)} {str(x.dtype).replace('torch.', '')} on an NCCL group")
-                    break
+        flat = [x for t in (*args, *kwargs.values()) for x in (t if isinstance(t, (list, tuple)) else [t])]
+        host = [x for x in flat if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
+        if device == "cuda" and host:
+            x = host[0]
+            audit.add("collective", f"comm.{name}",
+                      f"a host tensor {tuple(x.shape)} {str(x.dtype).replace('torch.', '')} on an NCCL group")
         pos = {"all_reduce": 1, "reduce_scatter": 2}.get(name)
         op = kwargs.get("op", args[pos] if pos is not None and len(args) > pos else None)
-        if op in _NCCL_LACKS_OPS:
-            audit.add("collective", f"comm.{name}", f"ReduceOp.{_NCCL_LACKS_OPS[op]}: NCCL has no bitwise reduction")
+        if any(op is k or op == k for k in lacks):
+            audit.add("collective", f"comm.{name}", f"ReduceOp.{next(v for k, v in lacks.items() if op == k)}: "
+                                                    f"{backend} has no such reduction")
         return fn(*args, **kwargs)
     call.__wrapped__ = fn
     return call
