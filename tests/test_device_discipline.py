@@ -42,6 +42,9 @@ LAYOUTS = {
     "pp-interleaved": (2, [0, 1], PP + ["parallel.pp_schedule=interleaved", "parallel.pp_virtual=2",
                                         "model.n_layer=4"]),
     "pp-zb": (2, [0, 1], PP + ["parallel.pp_schedule=zb"]),
+    # the last stage of an untied (llama) pipeline under own TP: the head without the embedding
+    "llama-pp-tp-sp": (4, [3], ["parallel.strategy=ddp", "parallel.pp=2", "parallel.tp=2", "parallel.sp=true",
+                                "train.grad_accum=2", "model.preset=llama-tiny"]),
     "cp": (2, [1], ["parallel.strategy=ddp", "parallel.cp=2"]),
     "ep": (2, [1], ["parallel.strategy=ddp", "parallel.ep=2", "model.moe_experts=4"]),
     "moe": (1, [0], ["parallel.strategy=single", "model.moe_experts=4", "model.moe_capacity=0"]),
