@@ -241,10 +241,12 @@ class DispatchAudit(TorchDispatchMode):
                 if func is aten.copy_.default:
                     return args[0]
                 return torch.zeros(src.shape, dtype=kwargs.get("dtype") or src.dtype, device="cpu")
-        elif func.overloadpacket in _ATEN_FACTORIES and not _function_audit_on() and not on_sim:
+        elif func.overloadpacket in _ATEN_FACTORIES and not on_sim and _in_backward() and not _function_audit_on():
             # backward (torch leaves function modes off there): the call's own line must name the device
             out = func(*args, **kwargs)
-            if any(t.device.type == "cpu" for t in _tensors(out)) and "device" not in _culprit_line():
+            line = _culprit_line()
+            if any(t.device.type == "cpu" for t in _tensors(out)) and "device" not in line \
+                    and not any(read in line for read in (".tolist()", ".numpy()", ".item()", ".cpu()")):
                 a.add("no-device", f"aten::{func.overloadpacket.__name__}", "created on the host: name the device")
             a.track(out)
             return out
@@ -265,6 +267,12 @@ _ATEN_FACTORIES = {aten.empty, aten.zeros, aten.ones, aten.full, aten.arange, at
 def _function_audit_on() -> bool:
     from torch.overrides import _get_current_function_mode_stack
     return any(isinstance(m, FunctionAudit) for m in _get_current_function_mode_stack())
+
+
+def _in_backward() -> bool:
+    """Whether autograd is running a backward pass on this thread (torch >= 2.1 says; older: assume so)."""
+    task = getattr(torch._C, "_current_graph_task_id", None)
+    return task is None or task() != -1
 
 
 def _culprit_line() -> str:
