@@ -68,6 +68,13 @@ def train_parser() -> argparse.ArgumentParser:
                                                                  "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
+    p.add_argument("--dry-run", action="store_true", help="one simulated step of the layout as chosen ranks of "
+                   "--world N, in this process: nothing allocated, no GPU (docs/dry-run.md)")
+    p.add_argument("--world", type=int, default=None, help="--dry-run: the job's whole size (nproc x nnodes)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="--dry-run: the device simulated")
+    p.add_argument("--ranks", default=None, help="--dry-run: all, or r,r,... (default: rank 0 and one rank of "
+                   "every pipeline stage)")
+    p.add_argument("--json", action="store_true", help="--dry-run: the last stdout line is one JSON object")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -83,6 +90,8 @@ def cmd_train(argv: list[str]) -> int:
     if args.help_keys:
         print(config_mod.help_keys())
         return 0
+    if args.dry_run or args.world is not None:
+        return _dry_run(args)
     resumed = None
     try:
         cfg = config_mod.load(args.config, args.overrides)
@@ -129,6 +138,28 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab import launch_notes
     launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
     return launch.launch(args, cfg, run_dir)
+
+
+def _dry_run(args) -> int:
+    """`--dry-run --world N`: shardlab.simulate.dry_run (exit 0 clean, 6 violations, 2 bad input)."""
+    from shardlab import config as config_mod
+
+    try:
+        if not args.dry_run:
+            raise config_mod.ConfigError("--world is the simulated job's size: it goes with --dry-run")
+        if args.world is None:
+            raise config_mod.ConfigError("--dry-run needs --world N (the job's whole size, nproc x nnodes)")
+        if args.nproc is not None or args.nnodes != 1:
+            raise config_mod.ConfigError("--world is the whole job (nproc x nnodes): give it instead of --nproc "
+                                         "and --nnodes, not beside them")
+        if args.world < 1:
+            raise config_mod.ConfigError(f"--world {args.world}: must be at least 1")
+        cfg = config_mod.load(args.config, args.overrides)
+        config_mod.validate(cfg, args.world)
+        from shardlab.simulate.dry_run import run
+        return run(cfg, args.world, args.device, args.ranks, args.json)
+    except config_mod.ConfigError as e:
+        return fail(str(e))
 
 
 def _verify_resume(cfg, args):

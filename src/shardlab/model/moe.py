@@ -57,6 +57,8 @@ class MoE(nn.Module):
         self.register_buffer("expert_bias", torch.zeros(self.n_experts) if bias_update > 0 else None)
         self.experts = nn.ModuleList(experts)
         self.stats: dict = {}
+        # Fixed-shape dispatch (`_dispatch_static`): set by the simulation, which has no data to route by
+        self.static_shapes = False
         # The auxiliary losses of the last forward as a term of the *summed* token loss (the step divides
         # the sum by the global token count): aux_weight * T * sum_seq(aux) + z_weight * sum_tok(z).
         self.loss_term: torch.Tensor | None = None
@@ -98,6 +100,19 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
         weight, expert, kept, routed, aux, z = self.route(x)
+        if self.static_shapes:
+            out = self._dispatch_static(x, weight, expert, kept)
+        else:
+            out = self._dispatch_sorted(x, weight, expert, kept)
+        self.loss_term = self.aux_weight * t * aux.sum() + self.z_weight * z.sum()
+        # tensors, read on the host only when a step is logged: no host sync per layer per forward
+        self.stats = {"tokens_per_expert": routed.sum(0).detach(), "dropped": (~kept).sum().detach(),
+                      "aux": aux.detach().mean(), "z": z.detach().mean()}
+        return out.view(b, t, d)
+
+    def _dispatch_sorted(self, x, weight, expert, kept) -> torch.Tensor:
+        """The kept slots sorted by expert, each expert on its rows (shapes follow the routing)."""
+        b, t, d = x.shape
         slots = kept.reshape(-1).nonzero().squeeze(1)
         chosen = expert.reshape(-1)[slots]
         order = torch.argsort(chosen, stable=True)  # by expert; position order within one
@@ -107,11 +122,28 @@ class MoE(nn.Module):
         counts = torch.bincount(chosen, minlength=self.n_experts)
         y = self.run_experts(x_flat[tokens], counts)
         y = y * weight.reshape(-1)[slots].unsqueeze(1).to(y.dtype)
-        out = y.new_zeros(b * t, d).index_add(0, tokens, y)
-        self.loss_term = self.aux_weight * t * aux.sum() + self.z_weight * z.sum()
-        self.stats = {"tokens_per_expert": routed.sum(0).detach(), "dropped": int((~kept).sum()),
-                      "aux": float(aux.detach().mean()), "z": float(z.detach().mean())}
-        return out.view(b, t, d)
+        return y.new_zeros(b * t, d).index_add(0, tokens, y)
+
+    def _dispatch_static(self, x, weight, expert, kept) -> torch.Tensor:
+        """Capacity-bounded dispatch with fixed shapes (GShard's dense form): every expert gets b x cap
+        rows, slot (sequence s, place p) of expert e at row e*b*cap + s*cap + p, unused rows zero; a dropped
+        slot goes to a spare last row that is never read back. No shape depends on the routing, so the
+        meta device (the simulated accelerator, shardlab.simulate) runs it; dropless routing takes the
+        worst case, cap = t x k. Same kept slots and experts as the sorted dispatch."""
+        b, t, d = x.shape
+        E, k = self.n_experts, self.top_k
+        cap = self.capacity(t) or t * k
+        rows = b * cap
+        onehot = F.one_hot(expert, E)
+        place = (onehot.cumsum(1) * onehot).sum(-1) - 1  # a slot's place in its expert's queue (b, t*k)
+        seq = torch.arange(b, device=x.device).unsqueeze(1)
+        dest = torch.where(kept, expert * rows + seq * cap + place, E * rows).reshape(-1)
+        tokens = (torch.arange(t * k, device=x.device) // k + seq * t).reshape(-1)
+        x_flat = x.reshape(b * t, d)
+        buf = x_flat.new_zeros(E * rows + 1, d).index_copy(0, dest, x_flat[tokens])
+        y = self.run_experts(buf[:-1], [rows] * E)
+        y = torch.cat([y, y.new_zeros(1, y.shape[1])])[dest] * weight.reshape(-1, 1).to(y.dtype)
+        return y.new_zeros(b * t, d).index_add(0, tokens, y)
 
     @torch.no_grad()
     def update_bias(self, load: torch.Tensor) -> None:
@@ -122,8 +154,9 @@ class MoE(nn.Module):
     def run_experts(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """Each expert on its contiguous slice of the expert-sorted tokens. Every expert runs, even on
         zero rows, so each one's parameters get a gradient (zeros) every step: a data-parallel layer
-        waiting for every gradient never waits for an expert nobody chose."""
-        chunks = x_sorted.split(counts.tolist())
+        waiting for every gradient never waits for an expert nobody chose. `counts`: rows per expert, a
+        tensor (read on the host: the split sizes) or, from the fixed-shape dispatch, a list."""
+        chunks = x_sorted.split(counts if isinstance(counts, list) else counts.tolist())
         return torch.cat([expert(c) for expert, c in zip(self.experts, chunks)])
 
 
@@ -162,6 +195,19 @@ def mlp_for(cfg, index: int, make_mlp) -> nn.Module:
 
 def moe_layers(model: nn.Module) -> list[MoE]:
     return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+@contextlib.contextmanager
+def static_shapes(model: nn.Module):
+    """Fixed-shape, capacity-bounded dispatch in every MoE layer inside the block (restored after)."""
+    layers = moe_layers(model)
+    for m in layers:
+        m.static_shapes = True
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.static_shapes = False
 
 
 @contextlib.contextmanager

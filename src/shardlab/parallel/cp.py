@@ -39,16 +39,16 @@ def n_chunks(size: int, layout: str = "zigzag") -> int:
     return 2 * size if layout == "zigzag" else size
 
 
-def token_index(seq_len: int, rank: int, size: int, layout: str = "zigzag") -> torch.Tensor:
-    """The global positions of this rank's tokens, in local order."""
+def token_index(seq_len: int, rank: int, size: int, layout: str = "zigzag", device=None) -> torch.Tensor:
+    """The global positions of this rank's tokens, in local order (on `device`: the host by default)."""
     c = seq_len // n_chunks(size, layout)
-    return torch.cat([torch.arange(i * c, (i + 1) * c) for i in chunk_ids(rank, size, layout)])
+    return torch.cat([torch.arange(i * c, (i + 1) * c, device=device or "cpu") for i in chunk_ids(rank, size, layout)])
 
 
 def shard_sequence(t: torch.Tensor, rank: int, size: int, layout: str = "zigzag", dim: int = 1) -> torch.Tensor:
     """This rank's chunks of `t` along `dim` (the sequence)."""
     check_divisible(t.shape[dim], size, layout)
-    return t.index_select(dim, token_index(t.shape[dim], rank, size, layout).to(t.device))
+    return t.index_select(dim, token_index(t.shape[dim], rank, size, layout, t.device))
 
 
 def check_divisible(seq_len: int, size: int, layout: str = "zigzag") -> None:
@@ -90,7 +90,7 @@ class ContextParallel:
 
     def positions(self, pos: torch.Tensor) -> torch.Tensor:
         """Local positions 0..L-1 (what the model asks the position embedding for) -> global positions."""
-        index = token_index(pos.shape[0] * self.size, self.rank, self.size, self.layout).to(pos.device)
+        index = token_index(pos.shape[0] * self.size, self.rank, self.size, self.layout, pos.device)
         return index[pos]
 
     def attention_stats(self) -> dict:

@@ -65,8 +65,10 @@ class ExpertDispatch:
         self.n_local = module.n_experts // ep
         self.experts = module.experts  # this rank's: {str(global index): expert}, in index order
 
-    def __call__(self, x_sorted: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x_sorted: torch.Tensor, counts) -> torch.Tensor:
         ep, n = self.ep, self.n_local
+        if isinstance(counts, list):  # the fixed-shape dispatch: every expert gets the same rows from
+            return self._static(x_sorted, counts)  # every rank, so no counts need exchanging
         send = counts.view(ep, n)  # [peer, its local expert]: rows this rank sends
         recv = torch.empty_like(send)  # [source, my local expert]: rows this rank receives
         comm.all_to_all_single(recv, send.contiguous(), group=self.group, tag=f"ep.{self.name}.counts")
@@ -87,6 +89,16 @@ class ExpertDispatch:
             back[i] = y_chunks[pos]
         y = torch.cat(back)
         return _AllToAll.apply(y, send_splits, recv_splits, self.group, f"ep.{self.name}.combine")
+
+    def _static(self, x_sorted: torch.Tensor, counts: list) -> torch.Tensor:
+        """Equal rows per expert (model/moe.py `_dispatch_static`): equal all-to-all splits, no counts."""
+        ep, n, rows = self.ep, self.n_local, counts[0]
+        splits = [n * rows] * ep
+        got = _AllToAll.apply(x_sorted, splits, splits, self.group, f"ep.{self.name}.dispatch")
+        by_expert = got.view(ep, n, rows, -1).transpose(0, 1).reshape(n, ep * rows, -1)  # expert-major
+        y = torch.stack([expert(c) for expert, c in zip(self.experts.values(), by_expert)])
+        y = y.view(n, ep, rows, -1).transpose(0, 1).reshape(ep * n * rows, -1)  # back to source-major
+        return _AllToAll.apply(y, splits, splits, self.group, f"ep.{self.name}.combine")
 
 
 class ExpertParallel:

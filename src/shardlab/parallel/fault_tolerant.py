@@ -53,7 +53,8 @@ def _log(replica: int, message: str) -> None:
 
 
 def _to_bytes(t: torch.Tensor) -> bytes:
-    return t.detach().contiguous().view(torch.uint8).numpy().tobytes()
+    # the store is on the host: one copy there (a no-op on a CPU)
+    return t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
 
 
 def _from_bytes(b: bytes, dtype: torch.dtype) -> torch.Tensor:
@@ -111,10 +112,10 @@ class FaultTolerantSync(PeriodicSync):
                            f"{self.timeout:g} s late); joining again")
             self._join(mid_step=True)
             return
-        total = torch.zeros(delta.numel(), dtype=torch.float32)
+        total = torch.zeros(delta.numel(), dtype=torch.float32, device=delta.device)  # where the outer step runs
         for j in decision["members"]:  # the same order on every member: bitwise equal sums
             d = delta if j == self.rid else _from_bytes(
-                comm.store_get(store, f"{k}/delta/{j}", tag=f"{self.mode} outer step"), delta.dtype)
+                comm.store_get(store, f"{k}/delta/{j}", tag=f"{self.mode} outer step"), delta.dtype).to(delta.device)
             total.add_(d.float())
         mean = total.div_(len(decision["members"]))
         if self.mode == "diloco":

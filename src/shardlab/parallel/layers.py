@@ -83,3 +83,35 @@ def load(entry: str):
 
     mod, _, attr = entry.partition(":")
     return getattr(importlib.import_module(mod), attr)
+
+
+# Host syncs a step may make, per layer package (module prefix -> syncs per step), checked by the device
+# discipline check (shardlab.simulate). A sync stalls the host until the device catches up: each one
+# listed here says why it is worth that. Code not listed has a budget of 0. (For now one table; a layer's
+# handle will carry its own.)
+HOST_SYNC_BUDGET: dict[str, int] = {
+    # the gradient norm comes back as a float (the doctor's anomaly check and the log read it every step),
+    # and the clip factor is read once to skip the pass over every gradient when it is exactly 1
+    "shardlab.strategies": 2,
+    # fault-tolerant DiLoCo meets its peers in a key-value store on the host: the pseudo-gradient is
+    # copied there once per outer step (parallel.sync_every steps; the check runs sync_every=1), and the
+    # parameters' fingerprint that the replicas' logs compare
+    "shardlab.parallel.fault_tolerant": 2,
+    # parallel.find_unused: which parameters no rank used is read once, to leave their .grad None
+    "shardlab.strategies.ddp": 1,
+    # a logged step's routing metrics reach the host in one read (every step in the check)
+    "shardlab.train.moe_log": 1,
+    # expert parallelism clips the experts' gradients itself: the norm comes back as a float. (Its uneven
+    # all-to-all needs the split sizes on the host, three reads per MoE layer a microbatch; the check runs
+    # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
+    "shardlab.parallel.ep": 1,
+    # torch DDP (torch-ddp, torch-zero1) rebuilds its buckets once, in the first steps, copying rank 0's
+    # order through the host (torch's own code: the torch-native layers are judged by torch's modules)
+    "torch.nn.parallel.distributed": 1,
+}
+
+
+def host_sync_budget(module: str) -> tuple[str, int]:
+    """(the table's entry that covers `module`, its budget): the longest prefix listed, else (module, 0)."""
+    best = max((k for k in HOST_SYNC_BUDGET if module == k or module.startswith(k + ".")), key=len, default=None)
+    return (best, HOST_SYNC_BUDGET[best]) if best is not None else (module, 0)

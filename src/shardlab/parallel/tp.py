@@ -200,6 +200,9 @@ class OwnTP:
         self.model, self.group, self._mesh = model, group, mesh
         self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
         self.vocab_size = model.cfg.vocab_size  # a middle pipeline stage has no wte to ask
+        # this rank's first vocabulary row, as VocabParallelEmbedding and _vocab_rows split it: the last
+        # stage of an untied (llama) pipeline holds the head but no embedding to ask
+        self.vocab_start = rank * -(-self.vocab_size // size)
         owner = {fqn: model.get_submodule(fqn.rsplit(".", 1)[0]) for fqn in specs}
         # Replicated parameters whose per-rank gradients are partial sums: SP's, and the key/value heads
         # replicated under grouped-query attention (each rank's gradient covers its query heads only).
@@ -214,7 +217,7 @@ class OwnTP:
     def loss_fn(self, logits: torch.Tensor, targets: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
         """Replaces shardlab.model.loss.cross_entropy: the logits are this rank's vocabulary slice."""
         return vocab_parallel_cross_entropy(logits, targets, self.group, self.vocab_size,
-                                            vocab_start=self.model.wte.start, reduction=reduction)
+                                            vocab_start=self.vocab_start, reduction=reduction)
 
     def is_sharded(self, fqn: str) -> bool:
         """Whether parameter `fqn` is split across TP (else every TP rank holds the same value)."""
@@ -241,19 +244,19 @@ class OwnTP:
     def grad_norm(self) -> torch.Tensor:
         """The single-device gradient 2-norm: squares of sharded gradients summed across TP, replicated
         ones counted once (call after finish_backward)."""
-        sharded = torch.zeros((), dtype=torch.float64)
-        replicated = torch.zeros((), dtype=torch.float64)
+        # summed where the gradients are (one host read, by the caller, instead of one per parameter)
+        sharded = torch.zeros((), dtype=torch.float64, device=comm.device())
+        replicated = torch.zeros((), dtype=torch.float64, device=comm.device())
         for fqn, p in self.model.named_parameters():
             if p.grad is None:
                 continue
-            sq = p.grad.detach().double().pow(2).sum().cpu()
+            sq = p.grad.detach().double().pow(2).sum()
             if self.specs[fqn].dim is None:
                 replicated += sq
             else:
                 sharded += sq
-        sharded = sharded.to(comm.device())
         comm.all_reduce(sharded, group=self.group, tag="tp.grad_norm")
-        return (sharded.cpu() + replicated).sqrt()
+        return (sharded + replicated).sqrt()
 
     def gather_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Full logits (padding columns dropped) from every rank's slice: for evaluation and tests only."""

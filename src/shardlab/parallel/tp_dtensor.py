@@ -161,21 +161,21 @@ class DTensorTP:
         sharded gradients summed across TP in one all-reduce, replicated ones (DTensor or plain) once."""
         from shardlab import comm
 
-        sharded = torch.zeros((), dtype=torch.float64)
-        replicated = torch.zeros((), dtype=torch.float64)
+        # summed where the gradients are (one host read, by the caller, instead of one per parameter)
+        sharded = torch.zeros((), dtype=torch.float64, device=comm.device())
+        replicated = torch.zeros((), dtype=torch.float64, device=comm.device())
         for p in self.model.parameters():
             g = p.grad
             if g is None:
                 continue
             split = hasattr(g, "placements") and any(pl.is_shard() for pl in g.placements)
-            sq = (g.to_local() if hasattr(g, "to_local") else g).detach().double().pow(2).sum().cpu()
+            sq = (g.to_local() if hasattr(g, "to_local") else g).detach().double().pow(2).sum()
             if split:
                 sharded += sq
             else:
                 replicated += sq
-        sharded = sharded.to(comm.device())
         comm.all_reduce(sharded, group=self.mesh.get_group(), tag="tp.grad_norm")
-        return (sharded.cpu() + replicated).sqrt()
+        return (sharded + replicated).sqrt()
 
     def gather_logits(self, logits) -> torch.Tensor:
         return _full(logits.detach())

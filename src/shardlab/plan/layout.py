@@ -6,7 +6,10 @@ from dataclasses import dataclass
 
 from .model import ModelSpec
 
-PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+# *-mixed: Megatron's (16-bit weights and gradients, an fp32 master copy in the optimizer); *-autocast:
+# torch.autocast, what `shardlab train` does with train.dtype=bf16|fp16 (fp32 weights, gradients and Adam
+# state; matrix products and the activations they save in 16 bits)
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-autocast", "fp16-autocast")
 OPTIMIZERS = ("adam", "sgd")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 # `shardlab train`'s names (parallel.strategy) and common ones, as the planner models them: the
@@ -46,18 +49,22 @@ class TrainSpec:
         return self.precision != "fp32"
 
     @property
+    def autocast(self) -> bool:
+        return self.precision.endswith("-autocast")
+
+    @property
     def param_bytes(self) -> int:  # the copy the forward pass reads
-        return 2 if self.mixed else 4
+        return 2 if self.mixed and not self.autocast else 4
 
     @property
     def grad_bytes(self) -> int:
-        return 4 if (not self.mixed or self.fp32_grad_accum) else 2
+        return 4 if (not self.mixed or self.autocast or self.fp32_grad_accum) else 2
 
     @property
     def optimizer_bytes(self) -> int:
         """K in (2 + 2 + K)Psi: fp32 master copy (mixed only) + Adam m, v (or SGD momentum)."""
         states = 8 if self.optimizer == "adam" else 4
-        return states + (4 if self.mixed else 0)
+        return states + (4 if self.mixed and not self.autocast else 0)  # autocast: the weights are the master
 
     @property
     def act_bytes_scale(self) -> float:

@@ -161,7 +161,8 @@ class DDP(Strategy):
         self._launch_ready_buckets()
         # Which parameters were used on *some* rank: the globally unused ones keep `.grad = None`,
         # as with torch DDP, so the optimizer leaves them alone.
-        self.used_global = torch.tensor(self.used, dtype=torch.int32)
+        # on the device: an NCCL group carries device memory only
+        self.used_global = torch.tensor(self.used, dtype=torch.int32, device=self.device)
         self.unused_handle = comm.all_reduce(self.used_global, group=self.group, async_op=True, tag="unused_map")
 
     def finish_backward(self) -> None:
@@ -194,8 +195,10 @@ class DDP(Strategy):
             self._rebuild_buckets()
         if self.unused_handle is not None:
             self.unused_handle.wait()
-            for i in torch.nonzero(self.used_global == 0).flatten().tolist():
-                self.named[i][1].grad = None
+            # one read of the map on the host (no data-dependent shapes on the device)
+            for i, used in enumerate(self.used_global.tolist()):
+                if not used:
+                    self.named[i][1].grad = None
         self.used = [0] * len(self.named)
         self._new_step()
 

@@ -78,7 +78,8 @@ class PowerSGD:
                 m.add_(self.error[i])
             if i not in self.q:
                 r = min(self.rank, *m.shape)
-                self.q[i] = torch.randn(m.shape[1], r, generator=self.gen, dtype=m.dtype)
+                # drawn from the host generator (the same q on every rank, whatever the device), then moved
+                self.q[i] = torch.randn(m.shape[1], r, generator=self.gen, dtype=m.dtype, device="cpu").to(m.device)
             ms.append((i, m))
         ps = [m @ self.q[i] for i, m in ms]
         flat_p = torch.cat([p.reshape(-1) for p in ps])

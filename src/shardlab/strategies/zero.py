@@ -28,6 +28,7 @@ import torch.nn as nn
 from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
+from shardlab.errors import ConfigError
 from shardlab.strategies.base import Strategy
 from shardlab.strategies.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.strategies import zero_state
@@ -51,6 +52,7 @@ class _Zero(Strategy):
         # HSDP: the ranks holding the same shard; None when every data-parallel rank shards
         self.replicate_group = self.dims.group("dp_replicate") if self.dims.dp_replicate > 1 else None
         self.dp_size = self.world * self.dims.dp_replicate  # gradients are averaged over all of them
+        self._away_grads: dict = {}  # fqn -> gradient on the device of a shard offloaded elsewhere
         self.param_home = None  # zero3 with parallel.offload=params: where the parameter shards live
         if self.shard_params and getattr(self.pcfg, "offload", "none") == "params":
             from shardlab.strategies.offload import tier
@@ -86,7 +88,12 @@ class _Zero(Strategy):
     def local_grad(self, fqn: str):
         """The gradient of this rank's dim-0 shard of `fqn` (what the optimizer steps)."""
         info = next((i for i in self.infos if i.fqn == fqn), None)
-        return None if info is None or info.shard.grad is None else info.shard.grad
+        return None if info is None else self._grad_of(info)
+
+    def _grad_of(self, info):
+        """A shard's gradient: its `.grad`, or, for an offloaded shard before the step, its device copy."""
+        g = info.shard.grad
+        return g if g is not None else self._away_grads.get(info.fqn)
 
     def make_optimizer(self, factory):
         """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
@@ -94,6 +101,13 @@ class _Zero(Strategy):
         offload = getattr(self.pcfg, "offload", "none")
         # state in memory-mapped files (offload.py); with offload=params the optimizer follows the shards it
         # updates (on the host tier Adam's state is created where they are)
+        if offload == "optimizer" and self.device.type != "cpu":
+            # the state would live in host files while the shards and their gradients stay on the
+            # accelerator: the (fused) AdamW step cannot take operands on two devices
+            raise ConfigError(f"parallel.offload=optimizer keeps the optimizer state on the host, but the "
+                              f"parameters are on the accelerator ({self.device.type}): the optimizer step would "
+                              f"mix devices; use parallel.offload=params (zero3: shards and state together on the "
+                              f"host tier) or train on CPU")
         if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
             from shardlab.strategies.offload import DiskOffload
             self.offload = DiskOffload()
@@ -143,7 +157,11 @@ class _Zero(Strategy):
             if unit.grad_shard is None:
                 unit.grad_shard = grad
                 for info, g in zip(unit.infos, unit.shard_views(grad)):
-                    info.shard.grad = g
+                    if g.device == info.shard.device:
+                        info.shard.grad = g
+                    else:  # an offloaded shard (host, disk): torch refuses a .grad on another device, so
+                        # the gradient waits on the device (clipping reads it there) until `_grads_home`
+                        self._away_grads[info.fqn] = g
             else:
                 unit.grad_shard.add_(grad)  # gradient accumulation happens in the shard
             if last:
@@ -194,10 +212,10 @@ class _Zero(Strategy):
         return True
 
     def grad_tensors(self):
-        return (i.shard.grad for i in self.infos if i.shard.grad is not None)
+        return (g for g in map(self._grad_of, self.infos) if g is not None)
 
     def named_grads(self) -> dict:
-        return {i.fqn: i.shard.grad for i in self.infos if i.shard.grad is not None}
+        return {i.fqn: g for i, g in zip(self.infos, map(self._grad_of, self.infos)) if g is not None}
 
     def optimizer_step(self, optimizer) -> None:
         if getattr(self, "param_home", None) is not None:
@@ -213,14 +231,20 @@ class _Zero(Strategy):
 
     def _grads_home(self) -> None:
         """offload=params: the optimizer steps the shards where they live (the host), so their reduced
-        gradients go there first (on a CPU they are there already)."""
+        gradients go there first (on a CPU they are there already). The copies are queued without waiting
+        (one per unit), then the host waits once for all of them before the optimizer reads them."""
+        source = None
         for unit in self.units:
             g = unit.grad_shard
             if g is None or g.device == unit.flat_shard.device:
                 continue
-            unit.grad_shard = g = g.to(unit.flat_shard.device)
+            source = g.device
+            unit.grad_shard = g = g.to(unit.flat_shard.device, non_blocking=True)
             for info, v in zip(unit.infos, unit.shard_views(g)):
                 info.shard.grad = v
+        self._away_grads.clear()
+        if source is not None and source.type == "cuda":
+            torch.cuda.current_stream(source).synchronize()  # the one host sync: the copies have landed
 
     def _gather_params(self) -> None:
         """zero1/zero2: every rank updated its shard in place; all-gather the full parameters, one
@@ -245,6 +269,7 @@ class _Zero(Strategy):
             self._attach_full_grads()
             return
         optimizer.zero_grad(set_to_none=True)
+        self._away_grads.clear()
         for unit in self.units:
             unit.grad_shard = None
 

@@ -45,9 +45,11 @@ class MoELog:
             return {}
         E = s["tokens_per_expert"].numel()
         per_layer = s["tokens_per_layer_expert"].double()  # (layers, E)
-        t = torch.cat([s["tokens_per_expert"].double(), torch.tensor([s["dropped"], s["aux"], s["z"]],
-                                                                      dtype=torch.float64), per_layer.flatten()])
+        dev = s["tokens_per_expert"].device  # the stats live where the step ran (a GPU): so does the sum
+        scalars = torch.stack([torch.as_tensor(s[k], device=dev).double() for k in ("dropped", "aux", "z")])
+        t = torch.cat([s["tokens_per_expert"].double(), scalars, per_layer.flatten()])
         self.par.sum_over_data(t, tag="moe metrics")
+        t = t.cpu()  # one read on the host for the whole row (a logged step's only sync here)
         n = self.par.dims.size("dp_cp") * self.grad_accum
         row = {"moe_tokens_per_expert": [int(v) for v in t[:E].tolist()], "moe_dropped": int(t[E]),
                "moe_aux": float(t[E + 1]) / n, "moe_z": float(t[E + 2]) / n,
@@ -67,7 +69,8 @@ class MoELog:
         if not self.enabled:
             return {}
         E = self.par.moe_layers[0].n_experts
-        t = self.total.clone() if self.total is not None else torch.zeros(E, dtype=torch.float64)
+        t = self.total.clone() if self.total is not None else torch.zeros(E, dtype=torch.float64,
+                                                                          device=self.par.device)
         self.par.sum_over_data(t, tag="moe summary")
         mean = float(t.mean())
         L = len(self.par.moe_layers)

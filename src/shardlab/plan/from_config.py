@@ -1,0 +1,52 @@
+"""The bridge from a training config to the planner's inputs, written once: `from_config(cfg, world)`.
+
+`shardlab train` describes a run by its config (model preset and overrides, train.*, parallel.*); the
+planner by a `ModelSpec`, a `TrainSpec` and a `Layout`. This turns the first into the second for the same
+run, so a prediction (`shardlab plan`) and a simulation (`shardlab train --dry-run`) or a measurement
+(summary.json) of one layout can be set side by side.
+
+Precision: train.dtype=bf16|fp16 is torch.autocast (fp32 weights, gradients and Adam state, 16-bit matrix
+products): the planner's `bf16-autocast`/`fp16-autocast`, not Megatron's `*-mixed`.
+"""
+from __future__ import annotations
+
+from .layout import Layout, TrainSpec, strategy_name
+from .model import ModelSpec
+
+_PRECISION = {"fp32": "fp32", "bf16": "bf16-autocast", "fp16": "fp16-autocast"}
+_RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
+
+
+def model_spec(cfg) -> ModelSpec:
+    """The planner's model for `cfg.model` at `cfg.train.seq_len` (dimensions as the trainer resolves them)."""
+    from shardlab.model.gpt import resolve_model_config
+
+    m = resolve_model_config(cfg.model, cfg.train.seq_len)
+    if getattr(m, "arch", "gpt2") == "llama":
+        return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
+                         vocab=m.vocab_size, seq=cfg.train.seq_len, arch="llama", n_kv_heads=m.n_kv_heads,
+                         ffn=m.intermediate_size or m.ffn_hidden)
+    return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
+                     vocab=m.vocab_size, seq=m.max_seq_len)
+
+
+def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
+    """(model, train, layout) of the run `cfg` describes at `world` ranks. Raises ConfigError (from the
+    mesh) on a layout the trainer would refuse; ValueError where the planner has no model of a feature."""
+    from shardlab.parallel.mesh import resolve
+
+    dims = resolve(cfg.parallel, world)
+    p, t = cfg.parallel, cfg.train
+    dp = dims.dp_replicate * dims.dp_shard
+    strategy = strategy_name(p.strategy)
+    train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dp, micro_batch=t.micro_batch,
+                      seq=t.seq_len, precision=_PRECISION[t.dtype])
+    schedule = p.pp_schedule.removeprefix("torch-")
+    layout = Layout(dp=dp, strategy=strategy, dp_shard=dims.dp_shard if strategy != "ddp" else None,
+                    tp=dims.tp, sp=bool(p.sp), pp=dims.pp, cp=dims.cp,
+                    schedule=schedule if schedule in ("gpipe", "1f1b", "interleaved") else "1f1b",
+                    v=int(p.pp_virtual), recompute=_RECOMPUTE.get(t.recompute, "none"),
+                    offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
+                    last_bucket_mb=p.last_bucket_mb, comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
+                    reshard_after_forward=bool(p.reshard_after_forward))
+    return model_spec(cfg), train, layout
