@@ -67,6 +67,8 @@ def train_parser() -> argparse.ArgumentParser:
                                                                  "a restarted job resumes from the latest checkpoint "
                                                                  "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
+    p.add_argument("--break-lock", action="store_true", help="take over the run directory's lock although "
+                                                             "it is held from another host (see docs/training.md)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
@@ -74,8 +76,11 @@ def train_parser() -> argparse.ArgumentParser:
 
 def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
-    from shardlab import launch
+    from shardlab import interrupt, launch, orphans
 
+    if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
+        orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
+        interrupt.install()
     try:
         args = train_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
@@ -107,6 +112,7 @@ def cmd_train(argv: list[str]) -> int:
         return fail(str(e))
 
     if launch.under_torchrun():
+        interrupt.install(cfg.ckpt.signal_grace_s)
         run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
         if resumed is not None:
             _announce(resumed, cfg, int(os.environ["WORLD_SIZE"]), run_dir)
@@ -122,9 +128,18 @@ def cmd_train(argv: list[str]) -> int:
         run_dir = Path("runs") / f"multinode-{args.master_port}-{cfg.parallel.strategy}"
     else:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
-    if resumed is not None:
-        _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
-    return launch.launch(args, cfg, run_dir)
+    from shardlab import runlock
+    try:  # one writer per run directory (node 0's launcher holds it), taken before anything is written
+        lock = runlock.acquire(run_dir, args.break_lock) if args.node_rank == 0 else None
+    except runlock.RunLocked as e:
+        return fail(str(e))
+    try:
+        if resumed is not None:
+            _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
+        return launch.launch(args, cfg, run_dir)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _resume_base(cfg, args) -> dict | None:
