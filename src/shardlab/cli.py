@@ -180,6 +180,11 @@ def cmd_resume(argv: list[str]) -> int:
     if "--out" in rest or any(a.startswith("--out=") for a in rest):
         return fail("shardlab resume writes into RUN itself; to continue elsewhere use "
                     "`shardlab train --out NEW ckpt.resume=RUN`")
+    from shardlab import runlock
+    try:
+        runlock.refuse_if_held(run)
+    except runlock.RunLocked as e:
+        return fail(str(e))
     if not (run / "config.toml").is_file():
         return fail(f"{run} is not a run directory (no config.toml); `shardlab resume` takes the directory a "
                     "`shardlab train` run wrote")

@@ -68,6 +68,18 @@ class RunLock:
             pass
 
 
+def refuse_if_held(run_dir: Path) -> None:
+    """Raise RunLocked when a live run on this host holds the lock (read only: `shardlab resume` says so
+    before it reads anything else of the directory)."""
+    try:
+        held = json.loads((Path(run_dir) / NAME).read_text())
+    except (OSError, ValueError):
+        return
+    if held.get("host") == socket.gethostname() and holder_alive(held) and held.get("pid") != os.getpid():
+        raise RunLocked(f"{run_dir} is in use by a live run ({_describe(held)}); wait for it to end "
+                        f"or stop it (kill -TERM {held.get('pid')})")
+
+
 def acquire(run_dir: Path, break_lock: bool = False, file=None) -> RunLock:
     file = file or sys.stderr
     run_dir = Path(run_dir)

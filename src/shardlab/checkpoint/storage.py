@@ -31,6 +31,21 @@ from shardlab.checkpoint import manifest as mf
 
 # Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
 FAIL_ENV = "SHARDLAB_CKPT_FAIL"
+# "save|load:SECONDS:MARKER": the first rank to write (save) or read (load) a checkpoint creates the file
+# MARKER and sleeps SECONDS, once per marker: the window in which the chaos drills signal (bench/chaos.py)
+DELAY_ENV = "SHARDLAB_CKPT_DELAY"
+
+
+def injected_delay(kind: str) -> None:
+    spec = os.environ.get(DELAY_ENV, "")
+    if not spec.startswith(f"{kind}:"):
+        return
+    _, seconds, marker = spec.split(":", 2)
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    time.sleep(float(seconds))
 
 # Below this a buffer is hashed inline: handing it to the helper thread costs more than hashing it.
 OVERLAP_MIN_BYTES = 1 << 20
@@ -148,6 +163,7 @@ class Writer(FileSystemWriter):
         try:
             if self._fail:
                 raise OSError(f"injected checkpoint write failure ({FAIL_ENV})")
+            injected_delay("save")
             # Shard files are fsynced by HashingStream.close (timed there); DCP's own fsync is for .metadata.
             self.sync_files = False
             with crc32_off():
