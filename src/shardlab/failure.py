@@ -86,7 +86,7 @@ def interrupted(run_dir: Path, signum: int | None = None, aborted: bool = False)
     if aborted:
         what, saved = f"{sig} twice: stopped at once, the save abandoned", f"{kept} (untouched)"
     elif rec is None:
-        what = f"{sig}: the ranks ended before they could stop at a step boundary"
+        what = f"{sig}: the ranks ended before they had stopped and saved (still starting, or past ckpt.signal_grace_s)"
         saved = f"no checkpoint written; {kept}"
     else:
         what = f"{sig}: every rank stopped after step {rec['step']}"

@@ -29,6 +29,7 @@ DUPLICATE_S = 2.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _seen: tuple[int, float] | None = None  # (the first signal, when)
 _grace_s = 0.0  # ckpt.signal_grace_s: from the first signal to the end of the process, at most
+_cut: threading.Timer | None = None  # ends the process when the grace is over
 
 
 class Interrupted(Exception):
@@ -48,14 +49,14 @@ def exit_code(signum: int) -> int:
 
 
 def _handler(signum, frame) -> None:
-    global _seen
+    global _seen, _cut
     now = time.monotonic()
     if _seen is None:
         _seen = (signum, now)
         if _grace_s > 0:  # the scheduler's SIGKILL comes after its grace: end before it, `latest` intact
-            cut = threading.Timer(_grace_s, os._exit, (exit_code(signum),))
-            cut.daemon = True
-            cut.start()
+            _cut = threading.Timer(_grace_s, os._exit, (exit_code(signum),))
+            _cut.daemon = True
+            _cut.start()
     elif signum != _seen[0] or now - _seen[1] > DUPLICATE_S:
         os._exit(exit_code(signum))  # the second signal: abort now, write nothing more
 
@@ -75,9 +76,13 @@ def pending() -> int:
     return _seen[0] if _seen is not None else 0
 
 
-def reset() -> None:  # for tests
-    global _seen
+def reset() -> None:
+    """Forget the signal (a one-process run returning to its caller, tests), and the grace's deadline."""
+    global _seen, _cut
     _seen = None
+    if _cut is not None:
+        _cut.cancel()
+        _cut = None
 
 
 class StopVote:

@@ -152,6 +152,7 @@ def _in_process(cfg, run_dir: Path) -> int:
     """A one-rank run in this process: the launcher is the rank, and handles the signals itself."""
     from shardlab.train.trainer import main as train_main
 
+    previous = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
     interrupt.install(cfg.ckpt.signal_grace_s)
     failure.clear(run_dir, run_dir / "failures" / "launcher.json")
     try:
@@ -162,4 +163,8 @@ def _in_process(cfg, run_dir: Path) -> int:
             raise
         print("\n".join(stopped[0]), file=sys.stderr, flush=True)
         return stopped[1]
+    finally:  # a caller in the same process (a test, a notebook) gets its own handlers back
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        interrupt.reset()
     return 0
