@@ -5,7 +5,8 @@ the launcher's process group, as a terminal's Ctrl-C) at one moment (mid-step, d
 during a resume's load) of a tiny 2-rank run. After each: no process of the run may be left, the
 directory must resume, and the resumed run's final parameters must be bitwise equal to those of an
 uninterrupted run. SIGINT/SIGTERM must lose no step (the signal save) and end with exit 130/143 in at
-most 3 lines; SIGKILL may lose the steps since the last committed checkpoint (at most ckpt.every).
+most 3 lines; SIGKILL may lose the steps since the last committed checkpoint: at most ckpt.every, and during an async
+save that save too, with the steps trained while it was written (kill_bound).
 
 Figures: chaos_drills, chaos_survived, chaos_orphans (goal 0), chaos_steps_lost_max (SIGINT/SIGTERM,
 goal 0), chaos_steps_lost_kill_max (SIGKILL, at most ckpt.every), signal_save_s (median seconds from
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from shardlab.checkpoint.storage import DELAY_ENV
 
-STEPS, EVERY = 10, 4
+STEPS, EVERY = 12, 4
 RUN_ARGS = ["--nproc", "2", "model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.eval_every=0",
             "train.log_every=1", "train.warmup_steps=1", f"train.steps={STEPS}", f"ckpt.every={EVERY}",
             "ckpt.async=true", "ckpt.keep=0", "train.threads=1"]
@@ -164,7 +165,7 @@ def _send(proc: subprocess.Popen, run: Path, sig: int, target: str) -> bool:
     return True
 
 
-def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout: float = 180) -> dict:
+def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout: float = 300) -> dict:
     """Interrupt, check, resume, compare. Returns the drill's row (`survived` says it all)."""
     sig = SIGNALS[signame]
     run = work / f"{signame}-{target}-{moment}".lower()
@@ -179,11 +180,11 @@ def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout
         finish(first, timeout)
         args = ["resume", str(run)]
         env = {DELAY_ENV: f"load:{WINDOW_S}:{marker}"}
-    elif moment == "async-save":
-        env = {DELAY_ENV: f"save:{WINDOW_S}:{marker}"}
+    elif moment == "async-save":  # the second periodic save, so that the first is committed
+        env = {DELAY_ENV: f"save@{2 * EVERY}:{WINDOW_S}:{marker}"}
     proc = start(args, env)
-    if moment == "mid-step":
-        ready = wait_until(lambda: logged_steps(run) >= 2, timeout)
+    if moment == "mid-step":  # after the first periodic checkpoint
+        ready = wait_until(lambda: logged_steps(run) >= EVERY + 1, timeout)
     else:
         ready = wait_until(marker.exists, timeout)
     row["done_before"] = logged_steps(run)
@@ -204,8 +205,8 @@ def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout
     row["steps_lost"] = max(row["steps_done"] - row["committed"], 0)
     again = start(["resume", str(run)]) if row["committed"] else start(["train", "--out", str(run), *RUN_ARGS])
     rcode, _, rerr = finish(again, timeout)
-    row["resumed"] = rcode == 0
-    row["resume_error"] = "" if rcode == 0 else rerr[-1500:]
+    row["resumed"], row["resume_exit_code"] = rcode == 0, rcode
+    row["resume_error"] = "" if rcode == 0 else f"exit code {rcode} (None: timed out): {rerr[-1500:]}"
     row["bitwise_equal"] = row["resumed"] and bitwise_equal(final_params(run), ref)
     row["orphans"] += kill_all(run)
     expected = {"SIGINT": 130, "SIGTERM": 143}.get(signame)
@@ -214,10 +215,16 @@ def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout
         row["ok_lost"] = row["steps_lost"] == 0
     else:
         row["ok_exit"] = code is not None  # the launcher ended (killed, or the crash verdict)
-        row["ok_lost"] = row["steps_lost"] <= EVERY
+        row["ok_lost"] = row["steps_lost"] <= kill_bound(moment)
     row["survived"] = bool(sent and row["orphans"] == 0 and row["bitwise_equal"] and row["ok_exit"]
                            and row["ok_lost"])
     return row
+
+
+def kill_bound(moment: str) -> int:
+    """Steps a SIGKILL may cost: those since the last committed checkpoint, at most ckpt.every; killed
+    during an async save, that save is lost too, with the steps trained while it was being written."""
+    return 2 * EVERY if moment == "async-save" else EVERY
 
 
 def matrix(quick: bool) -> list[tuple[str, str, str]]:
@@ -260,6 +267,9 @@ def run(out_dir: Path, quick: bool) -> dict:
           r["orphans"], r["bitwise_equal"], r["survived"]] for r in rows])
     common.write_report(out_dir, "Chaos drills: interrupted runs lose nothing", [
         f"Tiny GPT, 2 ranks, {STEPS} steps, ckpt.every={EVERY} (async). Each drill: signal, check that no process "
-        "is left, resume, compare the final parameters bitwise with an uninterrupted run.",
+        "is left, resume, compare the final parameters bitwise with an uninterrupted run. Moments: mid-step after "
+        f"the first checkpoint (step {EVERY + 1}); during the async save of step {2 * EVERY} (widened to "
+        f"{WINDOW_S:g} s); during a resume's load (widened to {WINDOW_S:g} s). SIGKILL may lose up to "
+        f"ckpt.every steps, {2 * EVERY} when it lands during an async save (that save is lost too).",
         "Figures: " + ", ".join(f"`{k}` = {v}" for k, v in figs.items()), table])
     return doc
