@@ -71,6 +71,11 @@ def install(grace_s: float | None = None) -> None:
         signal.signal(s, _handler)
 
 
+def installed() -> bool:
+    """Whether this process stops on signals at step boundaries (a rank of `shardlab train`)."""
+    return signal.getsignal(signal.SIGTERM) is _handler
+
+
 def pending() -> int:
     """The signal this process has seen (0: none)."""
     return _seen[0] if _seen is not None else 0
@@ -86,19 +91,25 @@ def reset() -> None:
 
 
 class StopVote:
-    """The ranks' agreement to stop, read one step after it is started (see the module docstring)."""
+    """The ranks' agreement to stop, read one step after it is started (see the module docstring).
+    Inert (always 0, no collective) where the handler is not installed: trainers in a test's or a
+    bench's worker pool, which nobody signals."""
 
     def __init__(self, group=None):
         self.group = group
-        self.vote = comm.Vote(pending(), group)
+        self.vote = comm.Vote(pending(), group) if installed() else _Done(0)
 
     def check(self) -> int:
+        if isinstance(self.vote, _Done):
+            return self.vote.value
         agreed = self.vote.result()
         self.vote = comm.Vote(pending(), group=self.group) if not agreed else _Done(agreed)
         return agreed
 
     def finish(self) -> int:
         """At the end of the run (one blocking vote, once): a signal during the last step or the final save."""
+        if isinstance(self.vote, _Done):
+            return self.vote.value
         return self.vote.result() or comm.Vote(pending(), self.group).result()
 
 

@@ -106,7 +106,7 @@ class Trainer:
 
         # SIGINT/SIGTERM: the ranks agree to stop at a step boundary over a group of their own (interrupt.py)
         self.stop_group = comm.new_group(list(range(self.world)), name="stop", backend="gloo") \
-            if self.world > 1 else None
+            if self.world > 1 and interrupt.installed() else None
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
