@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm, failure, interrupt
+from shardlab import comm, failure, interrupt, orphans
 from shardlab.checkpoint.manifest import step_dirname
 from shardlab.config import Config
 from shardlab.comm import CollectiveMismatchError
@@ -280,7 +280,11 @@ def main(cfg: Config, run_dir: Path) -> dict:
         if trainer.is_main:
             failure.record_interrupted(run_dir, e)
         clean = True
-        raise SystemExit(interrupt.exit_code(e.signum)) from None
+        code = interrupt.exit_code(e.signum)
+        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+        if restarts > 0 and orphans.PARENT_ENV in os.environ:
+            code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
+        raise SystemExit(code) from None
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
