@@ -183,8 +183,8 @@ def drill(work: Path, signame: str, target: str, moment: str, ref: dict, timeout
     elif moment == "async-save":  # the second periodic save, so that the first is committed
         env = {DELAY_ENV: f"save@{2 * EVERY}:{WINDOW_S}:{marker}"}
     proc = start(args, env)
-    if moment == "mid-step":  # after the first periodic checkpoint
-        ready = wait_until(lambda: logged_steps(run) >= EVERY + 1, timeout)
+    if moment == "mid-step":  # after the first periodic checkpoint has committed (async: some steps later)
+        ready = wait_until(lambda: latest_step(run) >= EVERY and logged_steps(run) > EVERY, timeout)
     else:
         ready = wait_until(marker.exists, timeout)
     row["done_before"] = logged_steps(run)
@@ -267,8 +267,8 @@ def run(out_dir: Path, quick: bool) -> dict:
           r["orphans"], r["bitwise_equal"], r["survived"]] for r in rows])
     common.write_report(out_dir, "Chaos drills: interrupted runs lose nothing", [
         f"Tiny GPT, 2 ranks, {STEPS} steps, ckpt.every={EVERY} (async). Each drill: signal, check that no process "
-        "is left, resume, compare the final parameters bitwise with an uninterrupted run. Moments: mid-step after "
-        f"the first checkpoint (step {EVERY + 1}); during the async save of step {2 * EVERY} (widened to "
+        "is left, resume, compare the final parameters bitwise with an uninterrupted run. Moments: mid-step once "
+        f"the first checkpoint (step {EVERY}) has committed; during the async save of step {2 * EVERY} (widened to "
         f"{WINDOW_S:g} s); during a resume's load (widened to {WINDOW_S:g} s). SIGKILL may lose up to "
         f"ckpt.every steps, {2 * EVERY} when it lands during an async save (that save is lost too).",
         "Figures: " + ", ".join(f"`{k}` = {v}" for k, v in figs.items()), table])
