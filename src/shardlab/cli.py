@@ -128,18 +128,17 @@ def cmd_train(argv: list[str]) -> int:
         run_dir = Path("runs") / f"multinode-{args.master_port}-{cfg.parallel.strategy}"
     else:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
-    from shardlab import runlock
-    try:  # one writer per run directory (node 0's launcher holds it), taken before anything is written
-        lock = runlock.acquire(run_dir, args.break_lock) if args.node_rank == 0 else None
-    except runlock.RunLocked as e:
-        return fail(str(e))
+    if resumed is not None:
+        from shardlab import runlock
+        try:  # before config_history/ is written; the launcher then takes the lock (launch.launch)
+            runlock.refuse_if_held(run_dir)
+        except runlock.RunLocked as e:
+            return fail(str(e))
+        _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
     try:
-        if resumed is not None:
-            _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
         return launch.launch(args, cfg, run_dir)
-    finally:
-        if lock is not None:
-            lock.release()
+    except launch.RunLocked as e:
+        return fail(str(e))
 
 
 def _resume_base(cfg, args) -> dict | None:

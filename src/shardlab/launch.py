@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from shardlab import config as config_mod
-from shardlab import failure, interrupt, orphans
+from shardlab import failure, interrupt, orphans, runlock
+from shardlab.runlock import RunLocked  # noqa: F401 (the CLI's "in use" refusal)
 
 
 def free_port() -> int:
@@ -74,7 +75,17 @@ def torchrun_command(args, run_dir: Path, config_path: Path, grace_s: float = 25
 
 
 def launch(args, cfg, run_dir: Path) -> int:
-    """Run the ranks. Returns the exit code of the job."""
+    """Run the ranks. Returns the exit code of the job. Raises RunLocked (nothing written) when another
+    live run holds the run directory: one writer per directory, node 0's launcher holds the lock."""
+    lock = runlock.acquire(run_dir, getattr(args, "break_lock", False)) if args.node_rank == 0 else None
+    try:
+        return _launch(args, cfg, run_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _launch(args, cfg, run_dir: Path) -> int:
     config_path = write_config(run_dir, cfg)
     world = args.nproc * args.nnodes
     if world == 1:
