@@ -67,6 +67,8 @@ def train_parser() -> argparse.ArgumentParser:
                                                                  "a restarted job resumes from the latest checkpoint "
                                                                  "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
+    p.add_argument("--break-lock", action="store_true", help="take over the run directory's lock although "
+                                                             "it is held from another host (see docs/training.md)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
     p.add_argument("--dry-run", action="store_true", help="one simulated step of the layout as chosen ranks of "
                    "--world N, in this process: nothing allocated, no GPU (docs/dry-run.md)")
@@ -81,8 +83,11 @@ def train_parser() -> argparse.ArgumentParser:
 
 def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
-    from shardlab import launch
+    from shardlab import interrupt, launch, orphans
 
+    if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
+        orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
+        interrupt.install()
     try:
         args = train_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
@@ -118,6 +123,7 @@ def cmd_train(argv: list[str]) -> int:
         return fail(str(e))
 
     if launch.under_torchrun():
+        interrupt.install(cfg.ckpt.signal_grace_s)
         run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
         if resumed is not None:
             _announce(resumed, cfg, int(os.environ["WORLD_SIZE"]), run_dir)
@@ -134,10 +140,18 @@ def cmd_train(argv: list[str]) -> int:
     else:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
     if resumed is not None:
+        from shardlab import runlock
+        try:  # before config_history/ is written; the launcher then takes the lock (launch.launch)
+            runlock.refuse_if_held(run_dir)
+        except runlock.RunLocked as e:
+            return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
     from shardlab import launch_notes
-    launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
-    return launch.launch(args, cfg, run_dir)
+    try:  # the start lines at once, whatever the ranks take, once the run directory's lock is held
+        return launch.launch(args, cfg, run_dir,
+                             before=lambda: launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr))
+    except launch.RunLocked as e:
+        return fail(str(e))
 
 
 def _dry_run(args) -> int:
@@ -213,6 +227,11 @@ def cmd_resume(argv: list[str]) -> int:
     if "--out" in rest or any(a.startswith("--out=") for a in rest):
         return fail("shardlab resume writes into RUN itself; to continue elsewhere use "
                     "`shardlab train --out NEW ckpt.resume=RUN`")
+    from shardlab import runlock
+    try:
+        runlock.refuse_if_held(run)
+    except runlock.RunLocked as e:
+        return fail(str(e))
     if not (run / "config.toml").is_file():
         return fail(f"{run} is not a run directory (no config.toml); `shardlab resume` takes the directory a "
                     "`shardlab train` run wrote")

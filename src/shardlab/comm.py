@@ -548,3 +548,23 @@ def barrier(group=None) -> None:
     dist.barrier(group=group)
     RECORDER.done(rec)
 
+
+
+class Vote:
+    """A non-blocking MAX over one small integer per rank (the stop-on-signal vote, shardlab.interrupt).
+
+    Started at one step boundary and read at the next, it costs the step nothing: by then the tiny
+    all-reduce has long completed in the background. It is control plane, not the step's traffic, so it
+    is not recorded (per-step accounting and call counts stay those of the training itself)."""
+
+    def __init__(self, value: int, group=None):
+        self.t = torch.tensor([int(value)], dtype=torch.int32)
+        self.work = None
+        if _size(group) > 1:
+            self.work = dist.all_reduce(self.t, op=ReduceOp.MAX, group=group, async_op=True)
+
+    def result(self) -> int:
+        if self.work is not None:
+            self.work.wait()
+            self.work = None
+        return int(self.t.item())

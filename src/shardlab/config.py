@@ -151,6 +151,8 @@ class CkptConfig:
     keep_every: int = 0
     async_: bool = False  # key name is `ckpt.async`
     resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
+    on_signal: bool = True  # SIGINT/SIGTERM: stop at a step boundary and save (docs/training.md)
+    signal_grace_s: float = 25.0  # from the signal to the exit at most (under Slurm's and Kubernetes' 30 s)
 
 
 @dataclass

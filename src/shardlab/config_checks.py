@@ -323,6 +323,7 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
                 ("train.eval_every", t.eval_every, 0), ("train.eval_seqs", t.eval_seqs, 1),
                 ("train.seed", t.seed, 0), ("train.grad_clip", t.grad_clip, 0), ("train.weight_decay", t.weight_decay, 0),
                 ("ckpt.every", c.every, 0), ("ckpt.keep", c.keep, 0), ("ckpt.keep_every", c.keep_every, 0),
+                ("ckpt.signal_grace_s", c.signal_grace_s, 0),
                 ("doctor.hang_timeout_s", d.hang_timeout_s, 0), ("doctor.checksum_every", d.checksum_every, 0),
                 ("doctor.spike_factor", d.spike_factor, 0), ("debug.slow_ms", cfg.debug.slow_ms, 0),
                 ("debug.slow_rank", cfg.debug.slow_rank, -1)]  # mesh degrees: parallel.mesh.resolve

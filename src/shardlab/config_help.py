@@ -188,6 +188,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "ckpt.async": ("save in a background thread while training continues", "true | false"),
     "ckpt.resume": ("resume from the run's latest checkpoint, or a run / checkpoint path; none: from step 0 "
                     "on purpose (see also `shardlab resume RUN`)", "\"\" | none | latest | PATH"),
+    "ckpt.on_signal": ("on SIGINT/SIGTERM every rank stops at the next step boundary and saves a checkpoint, "
+                       "then the job exits 130/143 (docs/training.md, \"When a run is interrupted\")",
+                       "true | false"),
+    "ckpt.signal_grace_s": ("seconds from SIGINT/SIGTERM to the exit at most: a save that would take longer is "
+                            "cut, `latest` untouched; keep it under the scheduler's grace (Slurm KillWait, "
+                            "Kubernetes terminationGracePeriodSeconds); 0 = no limit", "float >= 0"),
     "trace.enabled": ("record per-rank compute and communication spans into RUN/trace/", "true | false"),
     "doctor.spike_factor": ("loss spike alarm: loss > factor x running median; 0 = off", "0 | float > 1"),
     "doctor.on_anomaly": ("on a NaN/Inf or spike: stop the run, skip the step everywhere, or roll back to "

@@ -12,6 +12,8 @@ blames, the report to read); torchrun's agent writes the exit code or signal of 
     3     hang         the hang watchdog stopped a rank that made no progress (doctor.hang_timeout_s)
     4     anomaly      the doctor stopped the run: non-finite loss/gradient, loss spike, replicas diverged
     5     distributed  the ranks disagreed: uneven inputs (data.uneven=error) or a collective mismatch
+    130   interrupted  SIGINT (Ctrl-C): the ranks stopped at a step boundary and saved (ckpt.on_signal)
+    143   interrupted  SIGTERM (a scheduler's preemption): the same
 
 The ranks exit with the same codes (a one-process run too), so a script can tell them apart.
 """
@@ -54,6 +56,51 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
         (out / f"rank{rank}.json").write_text(json.dumps(entry, indent=1, default=str))
     except OSError:
         pass  # the verdict falls back on exit codes
+
+
+def record_interrupted(run_dir: Path, stop) -> None:
+    """On rank 0, after every rank stopped for a signal (shardlab.interrupt.Interrupted): what was saved."""
+    from shardlab.interrupt import name
+
+    entry = {"rank": 0, "kind": "interrupted", "time": time.time(), "signal": name(stop.signum),
+             "step": stop.step, "checkpoint": str(stop.checkpoint) if stop.checkpoint else None,
+             "save_s": round(stop.save_s, 3), "note": stop.note}
+    out = Path(run_dir) / "failures"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rank0.json").write_text(json.dumps(entry, indent=1))
+
+
+def interrupted(run_dir: Path, signum: int | None = None, aborted: bool = False) -> tuple[list[str], int] | None:
+    """The last lines (at most 3) and exit code of a job that a signal ended; None when none did.
+    `signum`: the signal the launcher itself received (None: it got none, a rank may have)."""
+    from shardlab.checkpoint import manifest as mf
+    from shardlab.interrupt import exit_code, name
+
+    run_dir = Path(run_dir)
+    records, _ = _load(run_dir, run_dir / "failures" / "-")
+    rec = records.get(0) if records.get(0, {}).get("kind") == "interrupted" else None
+    if rec is None and signum is None:
+        return None
+    sig = name(signum) if signum is not None else rec["signal"]
+    latest = mf.read_latest(run_dir / "checkpoints")
+    kept = f"latest is {latest.name}" if latest is not None else "there is no checkpoint yet"
+    if aborted:
+        what, saved = f"{sig} twice: stopped at once, the save abandoned", f"{kept} (untouched)"
+    elif rec is None:
+        what = f"{sig}: the ranks ended before they had stopped and saved (still starting, or past ckpt.signal_grace_s)"
+        saved = f"no checkpoint written; {kept}"
+    else:
+        what = f"{sig}: every rank stopped after step {rec['step']}"
+        if rec.get("checkpoint"):
+            saved = f"checkpoint written: {rec['checkpoint']} ({rec['save_s']:.2f} s)"
+        elif rec.get("note") == "ckpt.on_signal=false":
+            saved = f"no checkpoint written (ckpt.on_signal=false); {kept}"
+        else:
+            saved = f"no checkpoint written ({rec.get('note') or 'nothing trained yet'}); {kept}"
+    again = (f"resume: shardlab resume {run_dir}" if mf.read_latest(run_dir / "checkpoints") is not None
+             else f"nothing to resume: start again with shardlab train --out {run_dir}")
+    lines = [f"shardlab: interrupted by {what}.", f"shardlab: {saved}.", f"shardlab: {again}"]
+    return lines, exit_code(signum if signum is not None else signal.Signals[sig])
 
 
 def clear(run_dir: Path, agent_file: Path) -> None:

@@ -4,10 +4,16 @@
 creates the run directory with the resolved `config.toml`, then re-executes itself under torchrun;
 each rank re-enters `shardlab train` with RANK/WORLD_SIZE set and runs the trainer. Running under
 `torchrun` directly works too: the environment says we are already a rank.
+
+Signals (docs/training.md, "When a run is interrupted"): the agent runs in a session of its own, as
+torchrun runs each rank, so a terminal's Ctrl-C reaches only this launcher, which forwards it once;
+the agent forwards it to the ranks, which stop at a step boundary and save. A second signal kills the
+agent at once, and the ranks with it (their parent-death signal, shardlab.orphans).
 """
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -15,7 +21,8 @@ import time
 from pathlib import Path
 
 from shardlab import config as config_mod
-from shardlab import failure
+from shardlab import failure, interrupt, orphans, runlock
+from shardlab.runlock import RunLocked  # noqa: F401 (the CLI's "in use" refusal)
 
 
 def free_port() -> int:
@@ -48,9 +55,12 @@ def write_config(run_dir: Path, cfg) -> Path:
     return path
 
 
-def torchrun_command(args, run_dir: Path, config_path: Path) -> list[str]:
+def torchrun_command(args, run_dir: Path, config_path: Path, grace_s: float = 25.0) -> list[str]:
+    # The agent kills its workers `--shutdown-timeout` s after forwarding a signal (30 by default):
+    # give the ranks their whole grace (ckpt.signal_grace_s) to stop and save, and a little more.
+    shutdown = int(grace_s) + 5 if grace_s > 0 else 24 * 3600
     cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={args.nproc}",
-           f"--max-restarts={args.max_restarts}"]
+           f"--max-restarts={args.max_restarts}", f"--shutdown-timeout={shutdown}"]
     if args.nnodes > 1:
         # c10d rendezvous: the node that owns --master-addr hosts the store; node ranks are assigned by it.
         cmd += [f"--nnodes={args.nnodes}", f"--node-rank={args.node_rank}", "--rdzv-backend=c10d",
@@ -64,8 +74,22 @@ def torchrun_command(args, run_dir: Path, config_path: Path) -> list[str]:
     return cmd + ["-m", "shardlab", "train", "--out", str(run_dir), "--config", str(config_path)]
 
 
-def launch(args, cfg, run_dir: Path) -> int:
-    """Run the ranks. Returns the exit code of the job."""
+def launch(args, cfg, run_dir: Path, before=None) -> int:
+    """Run the ranks. Returns the exit code of the job. Raises RunLocked (nothing written) when another
+    live run holds the run directory: one writer per directory, node 0's launcher holds the lock.
+    `before()`: called once the lock is held, before anything starts (the launcher's start lines: a
+    refused run prints only its refusal)."""
+    lock = runlock.acquire(run_dir, getattr(args, "break_lock", False)) if args.node_rank == 0 else None
+    try:
+        if before is not None:
+            before()
+        return _launch(args, cfg, run_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _launch(args, cfg, run_dir: Path) -> int:
     config_path = write_config(run_dir, cfg)
     world = args.nproc * args.nnodes
     if world == 1:
@@ -75,9 +99,7 @@ def launch(args, cfg, run_dir: Path) -> int:
         if cfg.parallel.strategy != "single":  # a one-rank process group for data-parallel strategies
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                               WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        from shardlab.train.trainer import main as train_main
-        train_main(cfg, run_dir)
-        return 0
+        return _in_process(cfg, run_dir)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(cfg.train.threads)),
                PYTHONUNBUFFERED="1", SHARDLAB_RESUME_ANNOUNCED="1")  # the ranks need not say it again
     if args.max_restarts > 0:
@@ -90,12 +112,74 @@ def launch(args, cfg, run_dir: Path) -> int:
     log, failures = run_dir / f"launcher{node}.log", run_dir / "failures" / f"launcher{node}.json"
     failure.clear(run_dir, failures)
     failures.parent.mkdir(parents=True, exist_ok=True)
-    cmd = torchrun_command(args, run_dir, config_path)
+    cmd = torchrun_command(args, run_dir, config_path, cfg.ckpt.signal_grace_s)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     cmd[1:3] = ["-m", "shardlab.launch_agent", str(log), str(failures), "torch.distributed.run"]
-    code = subprocess.call(cmd, env=env)
-    if code == 0:
+    env[orphans.PARENT_ENV] = str(os.getpid())
+    code, forward = _run_agent(cmd, env)
+    stopped = failure.interrupted(run_dir, forward.signum, forward.aborted)
+    if stopped is not None:  # a signal, to this launcher or to a rank: at most 3 lines, exit 130/143
+        lines, code = stopped
+    elif code == 0:
         return 0
-    lines, code = failure.verdict(run_dir, code, log, failures)
+    else:
+        lines, code = failure.verdict(run_dir, code, log, failures)
     print("\n".join(lines), file=sys.stderr, flush=True)
     return code
+
+
+class _Forward:
+    """This launcher's SIGINT/SIGTERM handler: the first is forwarded to the agent; a second one kills
+    the agent at once (and thereby the ranks: their parent-death signal), abandoning a save in flight."""
+
+    def __init__(self):
+        self.proc, self.signum, self.aborted = None, None, False
+
+    def __call__(self, signum, frame) -> None:
+        if self.signum is None:
+            self.signum = signum
+            if self.proc is not None:
+                self.proc.send_signal(signum)
+        elif self.proc is not None:
+            self.aborted = True
+            self.proc.kill()
+
+    def started(self, proc) -> None:
+        self.proc = proc
+        if self.signum is not None:  # it came while the agent was being started
+            proc.send_signal(self.signum)
+
+
+def _run_agent(cmd: list[str], env: dict) -> tuple[int, _Forward]:
+    forward = _Forward()
+    previous = {s: signal.signal(s, forward) for s in interrupt.SIGNALS}
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        forward.started(proc)
+        code = proc.wait()  # (a handled signal does not interrupt the wait)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return code, forward
+
+
+def _in_process(cfg, run_dir: Path) -> int:
+    """A one-rank run in this process: the launcher is the rank, and handles the signals itself."""
+    from shardlab.train.trainer import main as train_main
+
+    previous = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
+    interrupt.install(cfg.ckpt.signal_grace_s)
+    failure.clear(run_dir, run_dir / "failures" / "launcher.json")
+    try:
+        train_main(cfg, run_dir)
+    except SystemExit as e:
+        stopped = failure.interrupted(run_dir) if e.code in (130, 143) else None
+        if stopped is None:
+            raise
+        print("\n".join(stopped[0]), file=sys.stderr, flush=True)
+        return stopped[1]
+    finally:  # a caller in the same process (a test, a notebook) gets its own handlers back
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        interrupt.reset()
+    return 0

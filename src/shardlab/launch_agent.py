@@ -6,15 +6,25 @@ The ranks inherit this process's file descriptors 1 and 2, so what they print re
 before; only the agent's Python-level stderr (its logging, warnings and the ChildFailedError report
 that contradicts the doctor with its "first observed failure") goes to LOG. When ranks fail, their exit
 codes and signals go to FAILURES (JSON), from which the launcher writes shardlab's verdict.
+
+The agent dies with the launcher (shardlab.orphans), and the ranks die with the agent. Of SIGINT and
+SIGTERM it acts on the first only (torchrun forwards it to the ranks and waits --shutdown-timeout for
+them): a scheduler that signals every process of the job and the launcher's forwarded copy are one
+event, and the launcher itself handles a real second signal.
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
+from shardlab import orphans
+
 
 def main(argv: list[str]) -> int:
+    orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
+    os.environ[orphans.PARENT_ENV] = str(os.getpid())  # what the ranks check (the same, one level down)
     log_path, failures_path, module, *torchrun_args = argv
     log = open(log_path, "a", buffering=1)
     sys.stderr = log  # before torch is imported: its log handlers keep the stream they were created with
@@ -23,6 +33,7 @@ def main(argv: list[str]) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     assert module == torchrun.__name__, module
+    _first_signal_only()
     try:
         torchrun.run(torchrun.parse_args(torchrun_args))
         return 0
@@ -38,6 +49,22 @@ def main(argv: list[str]) -> int:
         traceback.print_exc(file=log)
         _write(failures_path, {"agent_error": f"{type(e).__name__}: {e}"})
         return 1
+
+
+def _first_signal_only() -> None:
+    """torchrun raises SignalException from its handler on every signal; a second one inside its
+    shutdown would cut the forwarding short (some ranks never told). Keep the first, ignore the rest."""
+    from torch.distributed.elastic.multiprocessing import api
+
+    handler = api._terminate_process_handler
+    seen = []
+
+    def once(signum, frame):
+        if not seen:
+            seen.append(signum)
+            handler(signum, frame)
+
+    api._terminate_process_handler = once  # looked up when torchrun installs its handlers (pcontext.start)
 
 
 def _write(path: str, data: dict) -> None:

@@ -31,6 +31,8 @@ SUITES = {
     "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
     "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
     "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8, 32; world 2, 4) vs async on equal tokens: bytes per token, loss, staleness"),
+    "chaos": ("shardlab.bench.chaos", "SIGINT/SIGTERM/SIGKILL to the launcher, a rank or the process group, mid-step, "
+              "during an async save or a resume's load: no orphan, nothing lost, bitwise-equal resume"),
     "moe": ("shardlab.bench.moe", "dense vs MoE (E=4, top-1, ep=world) at equal active params, world 2 and 4: "
             "loss, step time, all-to-all bytes, load imbalance with and without the aux loss"),
 }

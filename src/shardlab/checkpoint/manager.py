@@ -117,6 +117,7 @@ class CheckpointManager:
         # and the bytes read straight into their tensors (reader.Reader)
         self.load_timing: dict = {}
         self.notes: list[str] = []  # what this manager told the user (rank 0), for tests and tools
+        self.quiet = False  # no "saved" line (a signal save: the launcher's last lines name it)
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
         if self.rank == 0:
@@ -271,7 +272,7 @@ class CheckpointManager:
             self.failed.append(outcome)
             if self.rank == 0:
                 self._note(outcome)
-        elif self.rank == 0:  # one line per checkpoint: what a user looks for when a run ends or dies
+        elif self.rank == 0 and not self.quiet:  # one line per checkpoint: what a user looks for when a run ends or dies
             log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
 
     @staticmethod

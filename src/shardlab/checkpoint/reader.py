@@ -240,6 +240,8 @@ class Reader(FileSystemReader):
         return self._metadata
 
     def read_data(self, plan, planner) -> Future:
+        from shardlab.checkpoint.storage import injected_delay
+        injected_delay("load")
         per_file: dict[str, list] = {}
         for req in plan.items:
             per_file.setdefault(self.storage_data[req.storage_index].relative_path, []).append(req)

@@ -31,6 +31,29 @@ from shardlab.checkpoint import manifest as mf
 
 # Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
 FAIL_ENV = "SHARDLAB_CKPT_FAIL"
+# "save|load[@STEP]:SECONDS:MARKER": the first rank to write (save) or read (load) a checkpoint (of step
+# STEP or later) creates the file MARKER and sleeps SECONDS, once per marker: the window in which the
+# chaos drills signal (bench/chaos.py)
+DELAY_ENV = "SHARDLAB_CKPT_DELAY"
+
+
+def _step_of(path) -> int:
+    digits = "".join(c for c in Path(str(path)).name.split(".")[0] if c.isdigit())
+    return int(digits) if digits else 0
+
+
+def injected_delay(kind: str, step: int = 0) -> None:
+    spec = os.environ.get(DELAY_ENV, "")
+    if not spec.startswith(kind):
+        return
+    what, seconds, marker = spec.split(":", 2)
+    if what.split("@")[0] != kind or step < int(what.partition("@")[2] or 0):
+        return
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    time.sleep(float(seconds))
 
 # Below this a buffer is hashed inline: handing it to the helper thread costs more than hashing it.
 OVERLAP_MIN_BYTES = 1 << 20
@@ -148,6 +171,7 @@ class Writer(FileSystemWriter):
         try:
             if self._fail:
                 raise OSError(f"injected checkpoint write failure ({FAIL_ENV})")
+            injected_delay("save", _step_of(self.path))
             # Shard files are fsynced by HashingStream.close (timed there); DCP's own fsync is for .metadata.
             self.sync_files = False
             with crc32_off():

@@ -10,6 +10,9 @@ Those others are usually blocked in a C++ collective, where a Python SIGTERM han
 So the watchdog also catches SIGTERM through `signal.set_wakeup_fd`: the C-level handler writes the
 signal number into a pipe that this thread watches, and the rank dumps its own flight record before
 exiting. That is how `shardlab doctor hang` gets every rank's view, not just the first to time out.
+In a rank that stops on SIGTERM at a step boundary instead (shardlab.interrupt installed its handler
+first), the watchdog leaves SIGTERM alone: a rank truly blocked is ended by its own timeout, or by the
+interrupt's grace (ckpt.signal_grace_s).
 """
 from __future__ import annotations
 
@@ -44,11 +47,15 @@ class Watchdog:
         self._main_ident = threading.main_thread().ident
         self._pipe = None
         self._old = None
+        self._sigterm_ours = False  # SIGTERM ends this rank here (no other handler: see the docstring)
         if threading.current_thread() is threading.main_thread():
             r, w = os.pipe()
             os.set_blocking(w, False)
             self._pipe = (r, w)
-            self._old = (signal.signal(signal.SIGTERM, self._on_sigterm), signal.set_wakeup_fd(w))
+            current = signal.getsignal(signal.SIGTERM)
+            self._sigterm_ours = current in (signal.SIG_DFL, None)
+            handler = self._on_sigterm if self._sigterm_ours else current
+            self._old = (signal.signal(signal.SIGTERM, handler), signal.set_wakeup_fd(w))
         self.thread = threading.Thread(target=self._run, name=f"shardlab-watchdog-rank{rank}", daemon=True)
         self.thread.start()
 
@@ -65,7 +72,7 @@ class Watchdog:
                 ready, _, _ = select.select([self._pipe[0]], [], [], self.interval)
                 if ready:
                     data = os.read(self._pipe[0], 64)
-                    if signal.SIGTERM in data and not self._stop.is_set():
+                    if signal.SIGTERM in data and self._sigterm_ours and not self._stop.is_set():
                         self.fire("terminated by SIGTERM (the launcher stops the job after another rank failed)",
                                   exit_code=128 + signal.SIGTERM)
             else:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm, failure
+from shardlab import comm, failure, interrupt, orphans
+from shardlab.checkpoint.manifest import step_dirname
 from shardlab.config import Config, ConfigError
 from shardlab.comm import CollectiveMismatchError
 from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
@@ -103,6 +104,9 @@ class Trainer:
         from shardlab.train.moe_log import MoELog
         self.moe_log = MoELog(self.par, t.grad_accum)  # routing stats of MoE models (docs/moe.md)
 
+        # SIGINT/SIGTERM: the ranks agree to stop at a step boundary over a group of their own (interrupt.py)
+        self.stop_group = comm.new_group(list(range(self.world)), name="stop", backend="gloo") \
+            if self.world > 1 and interrupt.installed() else None
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
@@ -172,6 +176,25 @@ class Trainer:
                   f"step(s) {sorted(self.doctor.skip_steps)}", flush=True)
         return step
 
+    def save_on_signal(self, signum: int) -> interrupt.Interrupted:
+        """Every rank stopped at this step for `signum`: write a checkpoint (ckpt.on_signal), unless the
+        save of this very step is already in flight or done, which is then only finished."""
+        st, t0 = self.state, time.perf_counter()
+        self.ckpt.quiet = True  # the launcher's last lines say it
+        path, note = None, ""
+        if not self.cfg.ckpt.on_signal:
+            note = "ckpt.on_signal=false"
+        elif st.step > 0:
+            if self.ckpt.last_saved_step != st.step:
+                self.ckpt.wait()  # an older step's save in flight: finished first (one save at a time)
+                self.ckpt.save(st, async_=False)
+            outcome = self.ckpt.wait()
+            if outcome is None:
+                path = self.ckpt.dir / step_dirname(st.step)
+            else:
+                note = outcome
+        return interrupt.Interrupted(signum, st.step, path, time.perf_counter() - t0, note)
+
     def run(self) -> dict:
         cfg, st = self.cfg, self.state
         t = cfg.train
@@ -180,6 +203,7 @@ class Trainer:
         warmup = max(3, (t.steps - st.step) // 10)
         self.metrics.archive_after(st.step if st.step else -1)  # records after it are written again
         steplog = StepLog(self)
+        self.stop = interrupt.StopVote(self.stop_group)  # carries a signal that came during the resume's load
         if t.eval_every and st.step == 0:  # the starting point: ~ln(256) = 5.5 nats/byte for a fresh model
             self.metrics.log({"step": 0, "val_loss": evaluate.val_loss(self)})
         while st.step < t.steps:
@@ -217,6 +241,9 @@ class Trainer:
             self.balance.after_step(st.step)  # data.shares=auto: measure, re-set the shares
             self.ckpt.maybe_save(st)
             steplog.finished(st.step, self.verdict, skipped, loss_sum, grad_norm, dt, evaluate.val_loss)
+            signum = self.stop.check()  # the vote started one step ago: every rank reads the same answer
+            if signum:
+                raise self.save_on_signal(signum)
         self.ckpt.close(st)
         self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
@@ -260,7 +287,19 @@ def main(cfg: Config, run_dir: Path) -> dict:
     clean = False
     try:
         summary = trainer.run()
+        signum = trainer.stop.finish()  # a signal during the last step or the final save
+        if signum:
+            raise trainer.save_on_signal(signum)
         clean = True
+    except interrupt.Interrupted as e:  # every rank is here, at the same step: leave together, exit 130/143
+        if trainer.is_main:
+            failure.record_interrupted(run_dir, e)
+        clean = True
+        code = interrupt.exit_code(e.signum)
+        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+        if restarts > 0 and orphans.PARENT_ENV in os.environ:
+            code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
+        raise SystemExit(code) from None
     except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
         trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
         kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"

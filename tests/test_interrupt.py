@@ -1,0 +1,156 @@
+"""Interrupted runs lose nothing: SIGINT/SIGTERM stop every rank at a step boundary with a checkpoint and
+exit 130/143; SIGKILL leaves no orphan; one writer per run directory. Six drills of the chaos matrix
+(bench/chaos.py: tiny model, 2 ranks, each resumed and compared bitwise with an uninterrupted run) and
+the lock, the vote and the last lines without a process."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from shardlab import failure, interrupt, runlock
+from shardlab.bench import chaos
+
+
+# --- the lock -------------------------------------------------------------------------------------
+
+def _lock(run, **entry):
+    held = {"job": "j1", "host": socket.gethostname(), "pid": os.getpid(), "pid_start": runlock.start_time(os.getpid()),
+            "time": 0.0}
+    held.update(entry)
+    run.mkdir(parents=True, exist_ok=True)
+    (run / runlock.NAME).write_text(json.dumps(held))
+    return held
+
+
+def test_a_live_lock_refuses_a_second_writer_and_writes_nothing(tmp_path):
+    run = tmp_path / "run"
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _lock(run, pid=sleeper.pid, pid_start=runlock.start_time(sleeper.pid))
+        before = sorted(p.name for p in run.iterdir())  # the lock only
+        for args in (["train", "--out", str(run), "model.preset=tiny"], ["resume", str(run)]):
+            if args[0] == "resume":  # resume needs a run with a checkpoint to get as far as the lock
+                (run / "config.toml").write_text("")
+            res = subprocess.run([sys.executable, "-m", "shardlab", *args], capture_output=True, text=True,
+                                 timeout=120)
+            lines = res.stderr.strip().splitlines()
+            assert res.returncode == 2 and len(lines) == 1, res.stderr
+            assert "is in use by a live run" in lines[0] and f"pid {sleeper.pid}" in lines[0]
+            assert sorted(p.name for p in run.iterdir()) == before + (["config.toml"] if args[0] == "resume" else [])
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_a_stale_lock_is_taken_over_with_one_line(tmp_path, capsys):
+    run = tmp_path / "run"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _lock(run, pid=dead.pid, pid_start=12345)
+    lock = runlock.acquire(run)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "taking over the stale lock" in err[0] and f"pid {dead.pid}" in err[0]
+    held = json.loads((run / runlock.NAME).read_text())
+    assert held["pid"] == os.getpid() and held["pid_start"] == runlock.start_time(os.getpid())
+    with pytest.raises(runlock.RunLocked, match="in use by a live run"):
+        runlock.acquire(run)  # now it is ours, and alive
+    lock.release()
+    assert not (run / runlock.NAME).exists()
+
+
+def test_a_reused_pid_is_a_stale_lock(tmp_path, capsys):
+    run = tmp_path / "run"
+    _lock(run, pid_start=runlock.start_time(os.getpid()) - 1)  # our pid, but another process's start time
+    runlock.acquire(run).release()
+    assert "taking over the stale lock" in capsys.readouterr().err
+
+
+def test_a_lock_from_another_host_needs_break_lock(tmp_path, capsys):
+    run = tmp_path / "run"
+    _lock(run, host="elsewhere-node", pid=1)
+    with pytest.raises(runlock.RunLocked, match="--break-lock"):
+        runlock.acquire(run)
+    runlock.acquire(run, break_lock=True).release()
+    assert "breaking the lock" in capsys.readouterr().err
+
+
+# --- the vote and the last lines -------------------------------------------------------------------
+
+def test_a_duplicate_signal_is_one_event():
+    old = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
+    interrupt.reset()
+    try:
+        interrupt.install(grace_s=0)
+        vote = interrupt.StopVote()  # one process: the vote is the local signal
+        assert vote.check() == 0
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGTERM)  # the scheduler's copy and the launcher's: still alive
+        assert interrupt.pending() == signal.SIGTERM
+        assert vote.check() == 0 and vote.check() == signal.SIGTERM  # read one boundary after it was started
+    finally:
+        interrupt.reset()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def test_last_lines_after_a_signal(tmp_path):
+    (tmp_path / "checkpoints" / "step_000004").mkdir(parents=True)
+    (tmp_path / "checkpoints" / "latest").write_text("step_000004\n")
+    stop = interrupt.Interrupted(signal.SIGTERM, 4, tmp_path / "checkpoints" / "step_000004", 0.5)
+    failure.record_interrupted(tmp_path, stop)
+    lines, code = failure.interrupted(tmp_path)
+    assert code == 143 and len(lines) == 3
+    assert lines[0] == "shardlab: interrupted by SIGTERM: every rank stopped after step 4."
+    assert "checkpoint written" in lines[1] and lines[2] == f"shardlab: resume: shardlab resume {tmp_path}"
+    lines, code = failure.interrupted(tmp_path, signal.SIGINT, aborted=True)  # the launcher's second Ctrl-C
+    assert code == 130 and "twice" in lines[0] and "latest is step_000004 (untouched)" in lines[1]
+    assert failure.interrupted(tmp_path / "other") is None
+
+
+# --- drills of the chaos matrix -------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    return chaos.reference(tmp_path_factory.mktemp("chaos"))
+
+
+DRILLS = [("SIGINT", "group", "mid-step"), ("SIGTERM", "rank1", "mid-step"), ("SIGTERM", "launcher", "async-save"),
+          ("SIGINT", "rank0", "resume-load"), ("SIGKILL", "launcher", "mid-step"), ("SIGKILL", "rank1", "async-save")]
+
+
+@pytest.mark.parametrize("signame,target,moment", DRILLS)
+def test_drill(tmp_path, reference, signame, target, moment):
+    row = chaos.drill(tmp_path, signame, target, moment, reference, timeout=300)
+    assert row["signal_delivered"] and row["orphans"] == 0, row
+    assert row["resumed"], row["resume_error"]
+    assert row["bitwise_equal"], row
+    if signame == "SIGKILL":
+        assert row["steps_lost"] <= chaos.kill_bound(moment) and row["committed"] >= chaos.EVERY, row
+    else:
+        assert row["exit_code"] == (130 if signame == "SIGINT" else 143), row
+        assert len(row["stderr_lines"]) == 3 and not row["traceback"], row
+        assert row["steps_lost"] == 0 and "checkpoint written" in row["stderr_lines"][1], row
+
+
+def test_a_second_signal_during_the_save_aborts_and_keeps_latest(tmp_path):
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    args = ["train", "--out", str(run), *[a for a in chaos.RUN_ARGS if a != "ckpt.async=true"], "train.steps=40"]
+    proc = chaos.start(args, {chaos.DELAY_ENV: f"save@{chaos.EVERY + 1}:30:{marker}"})  # only the signal save
+    try:
+        assert chaos.wait_until(lambda: chaos.logged_steps(run) >= chaos.EVERY + 1, 240)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert chaos.wait_until(marker.exists, 120)  # the ranks stopped and are saving (for 30 s)
+        os.kill(proc.pid, signal.SIGTERM)
+        code, _, err = chaos.finish(proc, 60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert chaos.wait_until(lambda: not chaos.processes(run), 10)
+    lines = [line for line in err.splitlines() if line.startswith("shardlab:")]
+    assert code == 143 and len(lines) == 3 and "SIGTERM twice" in lines[0], err[-2000:]
+    assert (run / "checkpoints" / "latest").read_text().strip() == f"step_{chaos.EVERY:06d}"
+    assert f"latest is step_{chaos.EVERY:06d} (untouched)" in lines[1]
