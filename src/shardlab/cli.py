@@ -146,10 +146,12 @@ def cmd_train(argv: list[str]) -> int:
         except runlock.RunLocked as e:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
-    from shardlab import launch_notes
-    try:  # the start lines at once, whatever the ranks take, once the run directory's lock is held
-        return launch.launch(args, cfg, run_dir,
-                             before=lambda: launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr))
+    from shardlab import launch_notes, runlock
+    try:
+        if args.node_rank == 0 and not getattr(args, "break_lock", False):
+            runlock.refuse_if_held(run_dir)  # a refused run prints its refusal only, not the start lines
+        launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
+        return launch.launch(args, cfg, run_dir)
     except launch.RunLocked as e:
         return fail(str(e))
 

@@ -74,15 +74,11 @@ def torchrun_command(args, run_dir: Path, config_path: Path, grace_s: float = 25
     return cmd + ["-m", "shardlab", "train", "--out", str(run_dir), "--config", str(config_path)]
 
 
-def launch(args, cfg, run_dir: Path, before=None) -> int:
+def launch(args, cfg, run_dir: Path) -> int:
     """Run the ranks. Returns the exit code of the job. Raises RunLocked (nothing written) when another
-    live run holds the run directory: one writer per directory, node 0's launcher holds the lock.
-    `before()`: called once the lock is held, before anything starts (the launcher's start lines: a
-    refused run prints only its refusal)."""
+    live run holds the run directory: one writer per directory, node 0's launcher holds the lock."""
     lock = runlock.acquire(run_dir, getattr(args, "break_lock", False)) if args.node_rank == 0 else None
     try:
-        if before is not None:
-            before()
         return _launch(args, cfg, run_dir)
     finally:
         if lock is not None:
