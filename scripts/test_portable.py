@@ -46,15 +46,21 @@ def run_cell(env_extra: dict, select: list[str], pytest_args: list[str]) -> tupl
     if "MKL_CBWR" not in env_extra:
         env.pop("MKL_CBWR", None)
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *select, *pytest_args],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rf", "-p", "no:cacheprovider", *select, *pytest_args],
                           cwd=ROOT, env=env, capture_output=True, text=True)
-    tail = (proc.stdout.strip().splitlines() or [""])[-1]
+    lines = proc.stdout.strip().splitlines()
+    tail = (lines or [""])[-1]
+    failed = [line for line in lines if line.startswith(("FAILED", "ERROR"))]
+    if failed:  # name what failed: the table's one line is not enough to act on
+        tail += " | " + "; ".join(failed)
     # pytest's exit code 5 (nothing collected) is a failure here: the selection must not silently vanish
     return proc.returncode, time.monotonic() - t0, tail
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", action="append", default=[],
+                    help="run only the cells whose name contains this (repeatable), e.g. 'avx2 MKL_CBWR=AVX2'")
     ap.add_argument("pytest_args", nargs="*", help="extra pytest arguments (e.g. a -k filter)")
     args = ap.parse_args(argv)
     cells = []
@@ -71,14 +77,22 @@ def main(argv=None) -> int:
                 cells.append((name, "not run: this CPU lacks it, same as " + seen[key], None, 0.0, ""))
                 continue
             seen[key] = name
+            if args.only and not any(o in name for o in args.only):
+                continue
             env = {"ATEN_CPU_CAPABILITY": cap, **({"MKL_CBWR": cbwr} if cbwr else {})}
             rc, secs, tail = run_cell(env, ["-m", "parity"], args.pytest_args)
             cells.append((name, "pass" if rc == 0 else f"FAIL (exit {rc})", rc, secs, tail))
             print(f"{name:50s} {cells[-1][1]:14s} {secs:6.0f} s  {tail}", flush=True)
     name = "ONEDNN_MAX_CPU_ISA=AVX2 (bf16 parity tests)"
+    if args.only and not any(o in name for o in args.only):
+        return report(cells)
     rc, secs, tail = run_cell({"ONEDNN_MAX_CPU_ISA": "AVX2"}, ["-m", "parity", "-k", "bf16"], args.pytest_args)
     cells.append((name, "pass" if rc == 0 else f"FAIL (exit {rc})", rc, secs, tail))
     print(f"{name:50s} {cells[-1][1]:14s} {secs:6.0f} s  {tail}", flush=True)
+    return report(cells)
+
+
+def report(cells) -> int:
     print("\n| kernel path | result | time | pytest |\n|---|---|---|---|")
     for name, verdict, rc, secs, tail in cells:
         print(f"| {name} | {verdict} | {secs:.0f} s | {tail} |")
