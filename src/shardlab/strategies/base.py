@@ -168,8 +168,17 @@ class Strategy:
         return get_optimizer_state_dict(self.module, optimizer)
 
     def load_optim_state_dict(self, optimizer, sd: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
-        set_optimizer_state_dict(self.module, optimizer, sd)
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+        # Hyperparameters from the checkpoint, membership from this optimizer (as zero_state and tp do): DCP
+        # keeps one rank's copy of a non-tensor value, so under pp the saved `param_groups` list another
+        # stage's parameters, and taking them as they are dropped this stage's lr and betas (KeyError 'betas'
+        # at the first step after a pp=2 -> pp=2 resume).
+        local = get_optimizer_state_dict(self.module, optimizer)["param_groups"]
+        if len(local) != len(sd["param_groups"]):
+            raise ValueError(f"the checkpoint's optimizer has {len(sd['param_groups'])} param groups, this model's "
+                             f"{len(local)}: it was written for another model")
+        groups = [{**saved, "params": cur["params"]} for saved, cur in zip(sd["param_groups"], local)]
+        set_optimizer_state_dict(self.module, optimizer, {**sd, "param_groups": groups})
 
     def state_bytes(self, optimizer) -> dict:
         """Bytes this rank holds for parameters, gradients and optimizer state (what the formulas predict)."""
