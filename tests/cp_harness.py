@@ -13,8 +13,8 @@ def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zig
     Rank 0 returns the max errors, this rank's recorded send bytes by tag, the per-rank FLOPs counted.
     `kv_heads` (0: = heads): grouped-query attention, k and v with fewer heads (reference: SDPA's enable_gqa)."""
     from shardlab import comm
-    from shardlab.parallel import cp
-    from shardlab.parallel.ring_attention import Ring
+    from shardlab.parallel.cp import layer as cp
+    from shardlab.parallel.cp.ring import Ring
 
     group = comm.new_group(list(range(size))) if size < comm.world_size() else None
     if comm.rank() >= size:

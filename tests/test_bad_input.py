@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from shardlab import cli, config, launch
+from shardlab import cli, config
+from shardlab.launch import launcher as launch
 from shardlab.checkpoint import cli as ckpt_cli
 from shardlab.doctor import cli as doctor_cli
 
@@ -83,7 +84,7 @@ def test_bad_tensor_parallel_layout_exits_2_before_launch(tmp_path, capsys, monk
 
 def test_indivisible_hidden_size_is_refused_by_the_tp_check():
     """The TP layer's own check, for a model handed to it directly (the config check comes first)."""
-    from shardlab.parallel.tp import check_divisible
+    from shardlab.parallel.tp.own import check_divisible
 
     with pytest.raises(ValueError, match="parallel.tp=4 does not divide model.d_model=66"):
         check_divisible(4, 66, 4)

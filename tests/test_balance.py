@@ -199,7 +199,7 @@ def test_bench_balance_quick(tmp_path, monkeypatch, capsys):
 
 
 def test_resume_says_new_shares_keep_the_trajectory():
-    from shardlab import resume
+    from shardlab.launch import resume
 
     old = config.load(None, BASE)
     new = config.load(None, ["data.shares=auto"], base=resume.base_config(old))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from ckpt_harness import continue_from, train_quick
 
-from shardlab.strategies import REGISTRY
+from shardlab.parallel.dp import REGISTRY
 from shardlab.testing import WorkerPool
 
 SAVERS = [("ddp", 2), ("zero3", 2), ("torch-fsdp2", 2), ("zero3", 4)]  # torch-zero1 saves: test_ckpt.py

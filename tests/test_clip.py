@@ -1,9 +1,9 @@
-"""The base layer's gradient clipping (strategies/base.py): the fused norm and scaling match torch's own
+"""The base layer's gradient clipping (parallel/dp/base.py): the fused norm and scaling match torch's own
 clip_grad_norm_, and a step under the threshold leaves every gradient's bits alone."""
 import pytest
 import torch
 
-from shardlab.strategies.base import Strategy
+from shardlab.parallel.dp.base import Strategy
 
 
 def _layer_with_grads(seed: int = 0):

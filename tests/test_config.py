@@ -1,7 +1,8 @@
 """Config and CLI validation: every bad input is one clear line, exit code 2, nothing written."""
 import pytest
 
-from shardlab import cli, config, config_help
+from shardlab import cli, config
+from shardlab.config import help as config_help
 from shardlab.config import ConfigError
 from shardlab.testing import run_cli
 

@@ -1,4 +1,4 @@
-"""Context parallelism (parallel/cp.py, parallel/ring_attention.py): the ring computes what one device's
+"""Context parallelism (parallel/cp/layer.py, parallel/cp/ring.py): the ring computes what one device's
 attention computes, the composed step equals `single` at cp, cp x dp and cp x tp, the K/V traffic is the
 analytic (cp - 1) blocks per pass, zigzag balances the causal work, the planner knows cp, bad input is
 one line, and a cp run's checkpoint resumes on one process.
@@ -62,7 +62,7 @@ def test_kv_bytes_are_cp_minus_one_blocks_per_pass_and_zigzag_balances(pool4):
     """Per rank, per pass: forward and backward each send cp - 1 K/V blocks, the backward cp dK/dV
     accumulators (the last one home). Counted attention FLOPs equal the analytic count: equal on every
     rank with zigzag chunks, ~(2cp - 1)x apart with a contiguous split."""
-    from shardlab.parallel import cp
+    from shardlab.parallel.cp import layer as cp
 
     seq, batch, heads, head_dim, size = 32, 2, 3, 8, 4
     block = 2 * batch * heads * (seq // size) * head_dim * 8  # K and V of one rank, float64

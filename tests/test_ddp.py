@@ -13,7 +13,7 @@ from shardlab import parallel
 from shardlab.config import Config
 from shardlab.model.gpt import PRESETS, GPTConfig, build_model
 from shardlab.model.loss import cross_entropy
-from shardlab.strategies.sync_batchnorm import SyncBatchNorm
+from shardlab.parallel.dp.sync_batchnorm import SyncBatchNorm
 from shardlab.testing import assert_float64_equal, in_float64
 
 SMALL_BUCKETS = dict(bucket_mb=0.05, first_bucket_mb=0.05)  # several buckets even for tiny models

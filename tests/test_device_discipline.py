@@ -110,7 +110,7 @@ def test_fault_tolerant_diloco():
                 f"parallel.ft_store=127.0.0.1:{store.port}"])
     rep = simulate_rank(cfg, 1, 0, hook=lambda par: par.dp.found_or_join(SimpleNamespace(step=0), 0))
     assert rep["violations"] == []
-    assert any("fault_tolerant.py" in site for site in rep["host_sync_sites"])  # the copy to the store
+    assert any("parallel/dp/fault_tolerant.py" in site for site in rep["host_sync_sites"])  # the copy to the store
 
 
 def test_optimizer_offload_on_an_accelerator_is_refused():

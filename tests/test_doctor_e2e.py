@@ -22,7 +22,7 @@ def train(out, *overrides, timeout=120):
 
 def test_injected_nan_stops_with_step_rank_module(tmp_path):
     r = train(tmp_path, "train.steps=10", "debug.inject_nan=7:1:blocks.2.mlp", "doctor.hang_timeout_s=20")
-    assert r.returncode == 4  # anomaly (shardlab.failure.CODES)
+    assert r.returncode == 4  # anomaly (shardlab.launch.failure.CODES)
     assert "ANOMALY at step 7: non-finite loss on rank 1" in r.stderr and "module blocks.2.mlp" in r.stderr
     # the last lines are shardlab's verdict naming the culprit rank; torchrun's report is in launcher.log
     last = r.stderr.strip().splitlines()[-4:]

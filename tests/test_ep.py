@@ -1,4 +1,4 @@
-"""Expert parallelism (parallel/ep.py) equals one device: a dropless MoE GPT under ep=2 (world 2) and
+"""Expert parallelism (parallel/ep/layer.py) equals one device: a dropless MoE GPT under ep=2 (world 2) and
 ep=2 x 4 data ranks (world 4: each expert on 2 ranks) trains as `single` (losses over 5 steps, final
 parameters); with capacity 1.0 the same token-slots are dropped (counts and the MoE outputs, zeros
 included); the all-to-all bytes comm records equal the analytic count from the routing."""

@@ -10,7 +10,7 @@ import torch
 from shardlab.bench.exposed import frac_stats, step_fractions
 from shardlab.observe import analysis
 from shardlab.plan.comm import ddp_buckets
-from shardlab.strategies.buckets import assign
+from shardlab.parallel.dp.buckets import assign
 from test_ddp import _assert_same_grad, _grads, _model, _step, _wrap
 
 pytestmark = pytest.mark.timeout(120)

@@ -1,4 +1,4 @@
-"""Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/fault_tolerant.py): a replica's process
+"""Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/dp/fault_tolerant.py): a replica's process
 killed with SIGKILL does not stop the other; the launcher restarts it, it joins with the survivor's state and
 they end equal.
 
@@ -83,12 +83,12 @@ def _fingerprint(line: str) -> str:
 
 
 def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
-    from shardlab.launch import free_port
-    from shardlab.parallel import fault_tolerant
+    from shardlab.launch.launcher import free_port
+    from shardlab.parallel.dp import fault_tolerant
 
     ctx = mp.get_context("forkserver")
     # What a replica would import on its own: torch, DCP (checkpoint), matplotlib (loss.png)
-    ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer", "shardlab.resume", "shardlab.checkpoint",
+    ctx.set_forkserver_preload(["shardlab.cli", "shardlab.train.trainer", "shardlab.launch.resume", "shardlab.checkpoint",
                                 "matplotlib.pyplot"])
     t_end = time.monotonic() + DEADLINE_S
     port = free_port()
@@ -157,7 +157,8 @@ FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.repl
     (FT + ["parallel.sync=diloco", "data.shares=auto"], "data.shares=auto"),
 ])
 def test_fault_tolerant_bad_input_exits_2(tmp_path, capsys, monkeypatch, overrides, needle):
-    from shardlab import cli, launch
+    from shardlab import cli
+    from shardlab.launch import launcher as launch
     launched = []
     monkeypatch.setattr(launch, "launch", lambda *a: launched.append(a) or 0)
     out = tmp_path / "run"
@@ -168,7 +169,8 @@ def test_fault_tolerant_bad_input_exits_2(tmp_path, capsys, monkeypatch, overrid
 
 
 def test_fault_tolerant_needs_one_process_per_replica(tmp_path, capsys, monkeypatch):
-    from shardlab import cli, launch
+    from shardlab import cli
+    from shardlab.launch import launcher as launch
     monkeypatch.setattr(launch, "launch", lambda *a: 0)
     code = cli.cmd_train(["--nproc", "2", "--out", str(tmp_path / "run"), "parallel.strategy=ddp",
                           "parallel.sync=diloco", *FT[1:]])
@@ -177,7 +179,7 @@ def test_fault_tolerant_needs_one_process_per_replica(tmp_path, capsys, monkeypa
 
 
 def test_lighthouse_bad_port_exits_2(capsys):
-    from shardlab.parallel import fault_tolerant
+    from shardlab.parallel.dp import fault_tolerant
     assert fault_tolerant.main(["--port", "70000"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--port 70000" in err, err
@@ -192,7 +194,7 @@ def _ft_replica(rid: int, port: int):
     import torch
 
     from shardlab.data import GlobalSampler
-    from shardlab.parallel.fault_tolerant import FaultTolerantSync
+    from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)

@@ -184,7 +184,8 @@ def _train_tp2(run: Path) -> None:
     import contextlib
     import io
 
-    from shardlab import comm, config, launch
+    from shardlab import comm, config
+    from shardlab.launch import launcher as launch
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(Path(__file__).resolve().parent.parent / "configs" / "tiny.toml",

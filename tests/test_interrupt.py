@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from shardlab import failure, interrupt, runlock
+from shardlab.launch import failure
+from shardlab.launch import interrupt
+from shardlab.launch import runlock
 from shardlab.bench import chaos
 
 

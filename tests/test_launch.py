@@ -55,10 +55,11 @@ def test_two_nodes_c10d_rendezvous(tmp_path):
     assert summary["world_size"] == 2 and summary["ranks_consistent"] is True
 
 
-# --- what the launcher says before the ranks start (shardlab/launch_notes.py) ---------------------------
+# --- what the launcher says before the ranks start (shardlab/launch/notes.py) ---------------------------
 
 def test_oversubscription_and_warmup_warnings_come_first_then_the_start_line(tmp_path, capsys, monkeypatch):
-    from shardlab import cli, launch_notes
+    from shardlab import cli
+    from shardlab.launch import notes as launch_notes
 
     monkeypatch.setattr(launch_notes, "cores", lambda: 1)  # 1 rank x 2 threads on "1 core"
     out = tmp_path / "run"
@@ -76,7 +77,7 @@ def test_oversubscription_and_warmup_warnings_come_first_then_the_start_line(tmp
 
 def test_the_start_line_says_when_the_batch_comes_from_the_layout():
     from shardlab import config
-    from shardlab.launch_notes import oversubscribed, start_line
+    from shardlab.launch.notes import oversubscribed, start_line
 
     cfg = config.load(None, ["train.micro_batch=4", "train.global_batch=0"])
     config.validate(cfg, 3)

@@ -58,7 +58,7 @@ def test_llama_cp2_training_equals_single(pool2):
 def test_llama_cp_positions_are_the_zigzag_chunks_global_positions():
     """Without the positions hook a chunk would rotate by 0..L-1; with it, by its global positions."""
     from shardlab.model.llama import Llama, LlamaConfig
-    from shardlab.parallel import cp
+    from shardlab.parallel.cp import layer as cp
 
     model = Llama(LlamaConfig(n_layer=1, n_head=4, n_kv_heads=2, d_model=32, ffn_multiple_of=32))
     ctx = cp.ContextParallel.__new__(cp.ContextParallel)

@@ -106,7 +106,8 @@ def test_a_llama_training_checkpoint_generates_as_its_hf_export(tmp_path):
     import contextlib
     import io
 
-    from shardlab import config, launch
+    from shardlab import config
+    from shardlab.launch import launcher as launch
     from shardlab.train.trainer import Trainer
     run = tmp_path / "run"
     # one process's training, in this process (what `shardlab train --nproc 1 parallel.strategy=single` runs;

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from shardlab import cli, launch
+from shardlab import cli
+from shardlab.launch import launcher as launch
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.moe import MoE, collect, loss_term, moe_layers
 

@@ -5,7 +5,8 @@ The bias under ep=2 equals one device: tests/test_ep.py."""
 import pytest
 import torch
 
-from shardlab import cli, launch
+from shardlab import cli
+from shardlab.launch import launcher as launch
 from shardlab.config import Config
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.moe import MoE, moe_layers

@@ -48,7 +48,8 @@ def test_unsupported_offload_is_one_clear_error(overrides, needle):
 def test_fsdp2_offload_on_cpu_exits_2_in_one_line(tmp_path, capsys, monkeypatch):
     """FSDP2's CPUOffloadPolicy fails on CPU deep inside torch ("Cannot access accelerator device"); shardlab
     says so before launching anything."""
-    from shardlab import cli, launch
+    from shardlab import cli
+    from shardlab.launch import launcher as launch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(launch, "launch", lambda *a: pytest.fail("launched"))

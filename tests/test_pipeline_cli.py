@@ -23,7 +23,8 @@ def _continue(run_dir: str, pp_run: str, overrides: list[str]) -> dict:
     """What `shardlab train --config configs/tiny.toml ... ckpt.resume=<pp_run's checkpoint>` builds (the
     saved run's config.toml as the base, the overrides on top), trained in this process: on every rank of
     a pool, or alone for world 1. Rank 0's losses by step."""
-    from shardlab import comm, config, resume
+    from shardlab import comm, config
+    from shardlab.launch import resume
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(ROOT / BASE[1], BASE[2:] + overrides,

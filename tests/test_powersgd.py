@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn as nn
 
-from shardlab import cli, comm, launch, parallel
+from shardlab import cli, comm, parallel
+from shardlab.launch import launcher as launch
 from shardlab.config import Config
 from shardlab.model.gpt import PRESETS, GPTConfig, build_model
 from shardlab.model.loss import cross_entropy

@@ -6,7 +6,7 @@ on each rank, keeps a copy as the reference and splits the other (tests/tp_harne
 import pytest
 import torch
 
-from shardlab.parallel.tp import comm_bytes_per_step
+from shardlab.parallel.tp.own import comm_bytes_per_step
 from shardlab.testing.compare import assert_float64_equal
 from tp_harness import TINY, checkpoint_roundtrip, reshard_across_degrees, dropout_recompute, dropout_streams, dtensor_collectives, parity, records
 
@@ -215,7 +215,7 @@ def test_checkpoint_tp4_loads_at_tp2(pool4, tmp_path):
 
 
 def test_indivisible_heads_are_refused():
-    from shardlab.parallel.tp import check_divisible
+    from shardlab.parallel.tp.own import check_divisible
 
     with pytest.raises(ValueError, match="does not divide model.n_head=3"):
         check_divisible(3, 6, 2)
@@ -225,7 +225,7 @@ def test_indivisible_heads_are_refused():
 def test_indivisible_sequence_is_refused_with_sp():
     from torch import nn
 
-    from shardlab.parallel.tp import SequenceParallelPositions
+    from shardlab.parallel.tp.own import SequenceParallelPositions
 
     positions = SequenceParallelPositions(nn.Embedding(16, 4), rank=0, size=2)
     assert positions(torch.arange(16)).shape == (8, 4)

@@ -6,7 +6,7 @@ under `single`@1, `ddp`@2, `zero3`@2, own `tp=4`@4 and `tp=2 x zero3`@4 (back wh
 reference (rtol 1e-5, as the reshard matrix in test_ckpt_reshard.py).
 
 Each rank writes the block of the bare model's tensor its zero shard of its TP piece covers; the keys are
-the bare model's FQNs (src/shardlab/parallel/tp_state.py).
+the bare model's FQNs (src/shardlab/parallel/tp/state.py).
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ one zero3 case checks fp32 against compare.py's error model; same-order pairs ar
 import pytest
 import torch
 
-from shardlab.strategies.shard import scatter_rows
+from shardlab.parallel.dp.shard import scatter_rows
 from shardlab.testing import assert_float64_equal, assert_fp32_within_error_model, in_float64
 from zero_harness import ODD, TINY, load, save, state_dicts, train, unit_shard_numels
 

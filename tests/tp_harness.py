@@ -31,7 +31,8 @@ def tp_mesh(dp: int = 1):
 def build(impl: str, sp: bool, model_kw: dict = TINY, dtype=torch.float32, dp: int = 1):
     """(reference model, TP model), both from seed 0."""
     from shardlab.model.gpt import build_model
-    from shardlab.parallel import tp, tp_dtensor
+    from shardlab.parallel.tp import own as tp
+    from shardlab.parallel.tp import dtensor as tp_dtensor
     from zero_harness import model_config
 
     ref = build_model(model_config(model_kw), seed=0).to(dtype)
@@ -204,7 +205,7 @@ def checkpoint_roundtrip(path: str, model_kw: dict) -> dict:
     import torch.distributed.checkpoint as dcp
 
     from shardlab.model.gpt import GPTConfig, build_model
-    from shardlab.parallel import tp_dtensor
+    from shardlab.parallel.tp import dtensor as tp_dtensor
 
     _, model = build("own", False, model_kw)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)

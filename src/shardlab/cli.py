@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "doctor": "shardlab.doctor.cli",
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
-    "lighthouse": "shardlab.parallel.fault_tolerant",
+    "lighthouse": "shardlab.parallel.dp.fault_tolerant",
 }
 
 USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
@@ -83,7 +83,9 @@ def train_parser() -> argparse.ArgumentParser:
 
 def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
-    from shardlab import interrupt, launch, orphans
+    from shardlab.launch import interrupt
+    from shardlab.launch import launcher as launch
+    from shardlab.launch import orphans
 
     if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
         orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
@@ -140,13 +142,14 @@ def cmd_train(argv: list[str]) -> int:
     else:
         run_dir = launch.default_run_dir(cfg.parallel.strategy)
     if resumed is not None:
-        from shardlab import runlock
+        from shardlab.launch import runlock
         try:  # before config_history/ is written; the launcher then takes the lock (launch.launch)
             runlock.refuse_if_held(run_dir)
         except runlock.RunLocked as e:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
-    from shardlab import launch_notes, runlock
+    from shardlab.launch import notes as launch_notes
+    from shardlab.launch import runlock
     try:
         if args.node_rank == 0 and not getattr(args, "break_lock", False):
             runlock.refuse_if_held(run_dir)  # a refused run prints its refusal only, not the start lines
@@ -182,7 +185,7 @@ def _verify_resume(cfg, args):
     """The checkpoint a resume will load, every checksum rechecked, or None (a fresh start). Raises a
     CheckpointError (exit 2) when the run has checkpoints and none is intact. The ranks a launcher
     starts skip it (the launcher did it); a rank of a plain `torchrun -m shardlab train` does it too."""
-    from shardlab import launch
+    from shardlab.launch import launcher as launch
     from shardlab.checkpoint.resume_path import verify_before_resume
 
     if launch.under_torchrun() and os.environ.get("SHARDLAB_RESUME_ANNOUNCED"):
@@ -192,10 +195,11 @@ def _verify_resume(cfg, args):
 
 def _resume_base(cfg, args, intact=None) -> dict | None:
     """When ckpt.resume points at a run (or --out RUN with ckpt.resume=latest): rebuild the config on
-    that run's config.toml and default the world size to the checkpoint's (see shardlab.resume).
+    that run's config.toml and default the world size to the checkpoint's (see shardlab.launch.resume).
     `intact`: the checkpoint verify_before_resume found (an older one when the newest is damaged)."""
     from shardlab import config as config_mod
-    from shardlab import launch, resume
+    from shardlab.launch import launcher as launch
+    from shardlab.launch import resume
 
     run = resume.source_run(cfg.ckpt.resume, args.out)
     if run is None:
@@ -210,7 +214,7 @@ def _resume_base(cfg, args, intact=None) -> dict | None:
 
 
 def _announce(resumed: dict, cfg, world: int, run_dir: Path) -> None:
-    from shardlab import resume
+    from shardlab.launch import resume
 
     resume.announce(resumed["run"], resumed["stored"], cfg, resumed["world"], world, resumed["checkpoint"], run_dir)
 
@@ -229,7 +233,7 @@ def cmd_resume(argv: list[str]) -> int:
     if "--out" in rest or any(a.startswith("--out=") for a in rest):
         return fail("shardlab resume writes into RUN itself; to continue elsewhere use "
                     "`shardlab train --out NEW ckpt.resume=RUN`")
-    from shardlab import runlock
+    from shardlab.launch import runlock
     try:
         runlock.refuse_if_held(run)
     except runlock.RunLocked as e:

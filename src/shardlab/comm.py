@@ -551,7 +551,7 @@ def barrier(group=None) -> None:
 
 
 class Vote:
-    """A non-blocking MAX over one small integer per rank (the stop-on-signal vote, shardlab.interrupt).
+    """A non-blocking MAX over one small integer per rank (the stop-on-signal vote, shardlab.launch.interrupt).
 
     Started at one step boundary and read at the next, it costs the step nothing: by then the tiny
     all-reduce has long completed in the background. It is control plane, not the step's traffic, so it

@@ -1,4 +1,4 @@
-"""The fault-tolerant exchange: messages through a key-value store (parallel/fault_tolerant.py).
+"""The fault-tolerant exchange: messages through a key-value store (parallel/dp/fault_tolerant.py).
 
 Kept beside comm.py, which re-exports every name here (`comm.store_set` & co.): these are not collectives of a
 process group, but they are recorded like them."""

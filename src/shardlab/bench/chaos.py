@@ -54,7 +54,7 @@ def processes(run: Path) -> dict[int, str]:
         if state == "Z" or str(run).encode() not in cmd:
             continue
         args = [a.decode(errors="replace") for a in cmd]
-        if "shardlab.launch_agent" in args:
+        if "shardlab.launch.agent" in args:
             out[int(d.name)] = "agent"
         elif "shardlab" in args and "train" in args:
             try:

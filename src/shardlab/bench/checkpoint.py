@@ -296,7 +296,7 @@ def run(out_dir: Path, quick: bool, pool=None) -> dict:
     """`pool`: a running 2-rank WorkerPool to use (the tests pass theirs), else one is started."""
     import contextlib
 
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     out_dir = Path(out_dir)
     work = out_dir / "work"

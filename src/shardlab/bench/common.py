@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardlab.launch import free_port
+from shardlab.launch.launcher import free_port
 
 # The model and data every suite trains unless it says otherwise.
 BASE = ["data.source=stdlib", "train.seq_len=128", "train.seed=1337", "train.eval_every=0",
@@ -36,7 +36,7 @@ def model_overrides(quick: bool) -> list[str]:
 
 def own_or_native_ddp() -> str:
     """The own `ddp` strategy once it exists (it reports bucket-ready times), else torch's DDP."""
-    from shardlab.strategies import REGISTRY
+    from shardlab.parallel.dp import REGISTRY
     return "ddp" if "ddp" in REGISTRY else "torch-ddp"
 
 
@@ -270,7 +270,7 @@ def run_on_ranks(fn, *args, world: int = 2, timeout: float = 1800):
     """`fn(*args)` on a fresh pool of `world` gloo ranks with the allocator settings that make frees visible
     in RSS (inherited by the spawned ranks, restored afterwards); rank 0's result."""
     from shardlab.observe.memory import ALLOCATOR_ENV
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}
     os.environ.update(ALLOCATOR_ENV)

@@ -2,7 +2,7 @@
 
 Casts change only the collective's dtype (`parallel.comm_dtype`): the model, its parameters and its
 compute stay fp32. PowerSGD (`parallel.compress=powersgd`, rank 1 and 4) sends low-rank factors of
-each gradient matrix, own (`ddp`, strategies/powersgd.py) and torch's `powerSGD_hook` (`torch-ddp`).
+each gradient matrix, own (`ddp`, parallel/dp/powersgd.py) and torch's `powerSGD_hook` (`torch-ddp`).
 The loss deviation is the largest |loss - fp32 loss| over the logged steps of the same round (same
 seed, same data order, so any difference comes from the compression). Own and torch PowerSGD run back
 to back in each round (order swapped every other round): `step_ratio_powersgd_own_vs_torch_rR` is the
@@ -41,7 +41,7 @@ def _analytic_bytes(run: dict, rank: int) -> int:
     vectors, fp32. For torch's hook, whose collectives comm.py does not see, this is the figure."""
     from shardlab import config
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.strategies.powersgd import PowerSGD
+    from shardlab.parallel.dp.powersgd import PowerSGD
 
     cfg = config.load(Path(run["dir"]) / "config.toml")
     model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), seed=0)

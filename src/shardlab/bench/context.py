@@ -127,8 +127,8 @@ def _balance(seq: int, reps: int) -> dict:
     this rank's attention FLOPs of one repeat and its attention seconds (forward + backward) per repeat,
     the ranks starting each repeat together (a barrier), after one warm-up repeat."""
     from shardlab import comm
-    from shardlab.parallel import cp
-    from shardlab.parallel.ring_attention import Ring
+    from shardlab.parallel.cp import layer as cp
+    from shardlab.parallel.cp.ring import Ring
 
     size, rank = comm.world_size(), comm.rank()
     heads, head_dim = MODEL["n_head"], MODEL["d_model"] // MODEL["n_head"]
@@ -154,8 +154,8 @@ def replay(seq: int, reps: int, size: int = 2) -> dict:
     chunk pairs the ring makes), replayed alone in this process on one thread, the ranks alternating A B,
     B A, ...: {layout: {rank: [seconds per round]}} after one warm-up round. Interleaved like this, the ranks'
     times share the machine's load instead of competing for it, which the live ring cannot do."""
-    from shardlab.parallel import cp
-    from shardlab.parallel.ring_attention import block_attention, block_attention_backward, pair_kind
+    from shardlab.parallel.cp import layer as cp
+    from shardlab.parallel.cp.ring import block_attention, block_attention_backward, pair_kind
 
     heads, head_dim = MODEL["n_head"], MODEL["d_model"] // MODEL["n_head"]
     gen = torch.Generator().manual_seed(5)

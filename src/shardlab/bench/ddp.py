@@ -122,7 +122,7 @@ def _union(events: list[dict]) -> float:
 
 
 def run(out: Path, quick: bool) -> dict:
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     steps, warm = PAIRS["quick" if quick else "full"]
     model_kw = MODELS["quick" if quick else "full"]

@@ -132,7 +132,7 @@ def table_rows(b: dict) -> list[list]:
 def ddp_ranks(out, steps: int, warm: int, world: int = 2) -> list[dict]:
     """cpu_mfu of every rank of a `ddp` run at `world` (small model, microbatch 8 per rank, one thread):
     its model FLOP/s by CPU time (and by wall clock) ÷ its own one-thread GEMM peak; in rank order."""
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     with WorkerPool(world, timeout=1800) as pool:
         return pool.run(_ddp_rank, str(out / "runs" / "ddp-mfu"), steps, warm)

@@ -165,7 +165,7 @@ def run(out: Path, quick: bool) -> dict:
     from shardlab.parallel.pp.draw import png_diagram, simulated_spans
     from shardlab.parallel.pp.simulate import simulate
     from shardlab.parallel.pp.testing import held_activations
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     f_s, b_s = (0.02, 0.04) if quick else (0.04, 0.08)
     ms = (8,) if quick else (4, 8)

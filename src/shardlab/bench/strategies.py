@@ -170,7 +170,7 @@ def _plot(out: Path, rows: list[dict], kind: str) -> Path:
 
 def run(out: Path, quick: bool) -> dict:
     from shardlab.observe.memory import ALLOCATOR_ENV
-    from shardlab.workers import WorkerPool
+    from shardlab.launch.workers import WorkerPool
 
     size = SIZES["quick" if quick else "full"]
     saved = {k: os.environ.get(k) for k in ALLOCATOR_ENV}

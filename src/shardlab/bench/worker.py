@@ -13,7 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from shardlab import comm, config as config_mod, launch
+from shardlab import comm, config as config_mod
+from shardlab.launch import launcher as launch
 
 
 def run_job(job: dict) -> None:

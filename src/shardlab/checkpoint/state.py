@@ -147,7 +147,7 @@ def tensor_state(state) -> dict:
     tensors = {"model": state.strategy.model_state_dict(),
                "optim": optim_state_dict(state.strategy, state.optimizer),
                "rng": {rng_key(state.strategy.dims): rng_tensor()}}
-    if hasattr(state.strategy, "sync_state_dict"):  # local SGD / DiLoCo (parallel/sync.py): after optim's
+    if hasattr(state.strategy, "sync_state_dict"):  # local SGD / DiLoCo (parallel/dp/sync.py): after optim's
         tensors["sync"] = state.strategy.sync_state_dict()  # materialisation, so the inner state is there
     return tensors
 
@@ -215,7 +215,7 @@ def stage(obj, into=None, only: set | None = None, key: str = ""):
         if hasattr(obj, "to_local"):  # DTensor: copy the local shard, keep the layout
             from torch.distributed.tensor import DTensor
             local, old = obj.to_local(), into.to_local() if hasattr(into, "to_local") else None
-            if hasattr(local, "local_shards"):  # shards at explicit offsets (own TP x zero: parallel/tp_state.py)
+            if hasattr(local, "local_shards"):  # shards at explicit offsets (own TP x zero: parallel/tp/state.py)
                 from torch.distributed.tensor._shards_wrapper import LocalShardsWrapper
                 olds = old.local_shards() if hasattr(old, "local_shards") else [None] * len(local.local_shards())
                 local = LocalShardsWrapper([stage(t, o) for t, o in zip(local.local_shards(), olds)],

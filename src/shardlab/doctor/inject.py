@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.config import ConfigError
+from shardlab.errors import ConfigError
 
 
 def _rank_at_step(key: str, text: str, world: int) -> tuple[int, int] | None:

@@ -10,7 +10,7 @@ Those others are usually blocked in a C++ collective, where a Python SIGTERM han
 So the watchdog also catches SIGTERM through `signal.set_wakeup_fd`: the C-level handler writes the
 signal number into a pipe that this thread watches, and the rank dumps its own flight record before
 exiting. That is how `shardlab doctor hang` gets every rank's view, not just the first to time out.
-In a rank that stops on SIGTERM at a step boundary instead (shardlab.interrupt installed its handler
+In a rank that stops on SIGTERM at a step boundary instead (shardlab.launch.interrupt installed its handler
 first), the watchdog leaves SIGTERM alone: a rank truly blocked is ended by its own timeout, or by the
 interrupt's grace (ckpt.signal_grace_s).
 """

@@ -91,7 +91,7 @@ def resolve(args) -> dict:
             raise BadInput(f"prompt {t[:20]!r}... has {len(p)} tokens; that {what} the model's max_seq_len "
                            f"{cfg.max_seq_len}; shorten it or lower --max-new")
     lay = Layout(tp=layout["tp"], pp=layout["pp"], dp=layout["dp"])
-    from shardlab.parallel.tp import check_divisible
+    from shardlab.parallel.tp.own import check_divisible
     try:  # GPT-2: heads and d_model; llama also its key/value heads and SwiGLU width (tp.py's rule)
         check_divisible(cfg.n_head, cfg.d_model, lay.tp, getattr(cfg, "n_kv_heads", None),
                         getattr(cfg, "ffn_hidden", None))
@@ -115,7 +115,7 @@ def resolve(args) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from shardlab import launch
+    from shardlab.launch import launcher as launch
     from shardlab.cli import fail
 
     if launch.under_torchrun() and ARGV_ENV in os.environ:  # a rank of the re-execution below

@@ -5,7 +5,7 @@
 The model is the single-device GPT or Llama; the layout is applied to it from outside, as in training:
 - `dp` (parallel.dp_replicate): the prompts are split into contiguous chunks, one per replica; the
   generated tokens are all-gathered to every replica at the end (no traffic per token).
-- `tp` (parallel.tp): parallel/tp.py's own layers split heads and the MLP; per token one all-reduce after
+- `tp` (parallel.tp): parallel/tp/own.py's own layers split heads and the MLP; per token one all-reduce after
   the embedding, one per attention and one per MLP (2L + 1), and the vocab-parallel head's logits of the
   last position are all-gathered so every TP rank picks the same token.
 - `pp` (parallel.pp): the batch is cut into request lanes, each with its own KV cache per stage
@@ -152,7 +152,7 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
     """Every rank calls it with the same prompts and the same bare model. Returns the (n_prompts, max_new)
     generated ids on every rank of pipeline stage 0 (others get an empty tensor) and rank 0's Stats.
     `on_token(prompt_index, token_id)` streams the first prompt's tokens as they come (stage 0 only)."""
-    from shardlab.parallel.tp import apply_tp
+    from shardlab.parallel.tp.own import apply_tp
 
     dims = _dims(layout)
     device = comm.device()

@@ -13,7 +13,7 @@ expert, so an expert-parallel checkpoint reshards like any other tensor). Per to
    Because a group is one sequence, the same slots are dropped whichever rank holds the sequence.
 3. dispatch: the kept (token, slot) pairs are sorted by expert (stable: position order within an
    expert) and handed to `run_experts(x_sorted, counts_per_expert)`. Single device: each expert runs on
-   its contiguous slice. Expert parallelism (parallel/ep.py) replaces only this method: it sends each
+   its contiguous slice. Expert parallelism (parallel/ep/layer.py) replaces only this method: it sends each
    slice to the rank that holds the expert and brings the results back.
 4. combine: the outputs are put back at their tokens, weighted by the combine weights.
 

@@ -3,8 +3,9 @@
     par = shardlab.parallel.build(cfg, device)   # mesh -> model -> layers (fixed order) -> optimizer
     loss_sum = par.forward_backward(microbatches, loss_weight)
 
-See compose.py for the order, layers.py for the layer names, mesh.py for the mesh, docs/parallel.md.
-Importing this package is cheap (the config module reads `layers`); the rest loads on first use.
+See compose.py for the order, layers.py for the layer names, mesh.py for the mesh, step.py for `Parallel`,
+docs/parallel.md and docs/architecture.md. Importing this package is cheap (the config module reads
+`layers`): `build` imports the composition on first call, so `shardlab --help` never loads torch.
 """
 from __future__ import annotations
 
@@ -14,14 +15,4 @@ def build(cfg, device=None, model=None, world_size=None):
     return _build(cfg, device, model, world_size)
 
 
-def __getattr__(name):
-    if name == "Parallel":
-        from shardlab.parallel.step import Parallel
-        return Parallel
-    if name in ("ParallelDims", "resolve", "DIM_NAMES"):
-        from shardlab.parallel import mesh
-        return getattr(mesh, name)
-    raise AttributeError(name)
-
-
-__all__ = ["build", "Parallel", "ParallelDims", "resolve", "DIM_NAMES"]
+__all__ = ["build"]

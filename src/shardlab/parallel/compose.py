@@ -7,11 +7,11 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first:
          tensor parallel                      parallel/tp*.py (tp > 1)
-         context parallel                     parallel/cp.py (cp > 1: ring attention, zigzag chunks)
-         expert parallel                      parallel/ep.py (ep > 1: experts split, all-to-all dispatch)
+         context parallel                     parallel/cp/layer.py (cp > 1: ring attention, zigzag chunks)
+         expert parallel                      parallel/ep/layer.py (ep > 1: experts split, all-to-all dispatch)
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
-         data parallel                        data_parallel.py -> shardlab.strategies
+         data parallel                        parallel/dp/apply.py -> shardlab.parallel.dp
     5. the optimizer over what the layers left on this rank (+ local SGD / DiLoCo: sync.py)
     6. `Parallel`, which owns the step's forward/backward     step.py
 
@@ -25,7 +25,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel import compile as compile_layer, layers, recompute
-from shardlab.parallel.data_parallel import apply_data_parallel, data_parallel_group
+from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
 from shardlab.parallel.mesh import resolve
 from shardlab.parallel.step import Parallel
 
@@ -70,15 +70,15 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
     if getattr(cfg.parallel, "sync", "every_step") in ("local_sgd", "diloco"):  # they replace the
-        from shardlab.parallel.sync import PeriodicSync  # per-step gradient all-reduce
+        from shardlab.parallel.dp.sync import PeriodicSync  # per-step gradient all-reduce
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
         if getattr(cfg.parallel, "fault_tolerant", False):  # replicas that may die: the outer step via a store
-            from shardlab.parallel.fault_tolerant import FaultTolerantSync as PeriodicSync
+            from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync as PeriodicSync
         group = dims.group("dp_replicate") if hasattr(dp, "replicas_step_alone") else data_parallel_group(dims)
         dp = PeriodicSync(dp, cfg.parallel, group, optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
-        from shardlab.parallel.pipeline import PipelineParallel
+        from shardlab.parallel.pp.pipeline import PipelineParallel
         par = PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule)
     else:
         par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)

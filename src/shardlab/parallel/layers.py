@@ -9,16 +9,16 @@ A dimension whose table is empty is accepted by the mesh (its degree can be set)
 """
 from __future__ import annotations
 
-# Data parallelism (`parallel.dp`, alias `parallel.strategy`): the classes of `shardlab.strategies`.
+# Data parallelism (`parallel.dp`, alias `parallel.strategy`): the classes of `shardlab.parallel.dp`.
 DATA_PARALLEL = {
-    "single": "shardlab.strategies.single:Single",
-    "ddp": "shardlab.strategies.ddp:DDP",
-    "zero1": "shardlab.strategies.zero:Zero1",
-    "zero2": "shardlab.strategies.zero:Zero2",
-    "zero3": "shardlab.strategies.zero:Zero3",
-    "torch-ddp": "shardlab.strategies.native:TorchDDP",
-    "torch-fsdp2": "shardlab.strategies.native:TorchFSDP2",
-    "torch-zero1": "shardlab.strategies.native:TorchZero1",
+    "single": "shardlab.parallel.dp.single:Single",
+    "ddp": "shardlab.parallel.dp.ddp:DDP",
+    "zero1": "shardlab.parallel.dp.zero:Zero1",
+    "zero2": "shardlab.parallel.dp.zero:Zero2",
+    "zero3": "shardlab.parallel.dp.zero:Zero3",
+    "torch-ddp": "shardlab.parallel.dp.native:TorchDDP",
+    "torch-fsdp2": "shardlab.parallel.dp.native:TorchFSDP2",
+    "torch-zero1": "shardlab.parallel.dp.native:TorchZero1",
 }
 # Layers that keep a whole replica per data-parallel rank: they fill `dp_replicate`; the others shard
 # (parameters, gradients or optimizer state) and fill `dp_shard`.
@@ -30,8 +30,8 @@ HSDP = ("zero1", "zero2", "zero3", "torch-fsdp2")
 # The other mesh dimensions: name -> "module:apply_function". Filled in by the branches that build them
 # (tensor parallelism: parallel/tp*.py, pipeline schedules: parallel/pp/, context parallelism).
 TENSOR_PARALLEL: dict[str, str] = {
-    "own": "shardlab.parallel.tp:apply_tensor_parallel",  # Megatron-style layers, collectives through comm
-    "dtensor": "shardlab.parallel.tp_dtensor:apply_tensor_parallel",  # parallelize_module on DTensor
+    "own": "shardlab.parallel.tp.own:apply_tensor_parallel",  # Megatron-style layers, collectives through comm
+    "dtensor": "shardlab.parallel.tp.dtensor:apply_tensor_parallel",  # parallelize_module on DTensor
 }
 # The data-parallel layers each TP implementation composes with (the dp layer at dp = 1 is "single").
 # Own TP keeps plain tensors, which the own dp layers bucket and shard; DTensor TP's parameters are
@@ -40,24 +40,24 @@ TP_WITH_DP: dict[str, tuple[str, ...]] = {
     "own": ("single", "ddp", "zero1", "zero2", "zero3"),
     "dtensor": ("single", "torch-fsdp2"),
 }
-# Pipeline parallelism: `parallel.pp_schedule` -> the function that splits the model (parallel/pipeline.py);
+# Pipeline parallelism: `parallel.pp_schedule` -> the function that splits the model (parallel/pp/pipeline.py);
 # the schedule itself is data (parallel/pp/schedule.py), run by parallel/pp/engine.py or by torch.
 PIPELINE_PARALLEL: dict[str, str] = {
-    name: "shardlab.parallel.pipeline:split"
+    name: "shardlab.parallel.pp.pipeline:split"
     for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb",
                  "torch-looped-bfs", "torch-zbv", "torch-dualpipev")}
-# Context parallelism: `parallel.cp_impl` -> the function that applies it (parallel/cp.py): own ring attention
-# (parallel/ring_attention.py, every transfer through comm) or torch's context_parallel (CUDA only).
+# Context parallelism: `parallel.cp_impl` -> the function that applies it (parallel/cp/layer.py): own ring attention
+# (parallel/cp/ring.py, every transfer through comm) or torch's context_parallel (CUDA only).
 CONTEXT_PARALLEL: dict[str, str] = {
-    "own": "shardlab.parallel.cp:apply_context_parallel",
-    "torch": "shardlab.parallel.cp:apply_torch_context_parallel",
+    "own": "shardlab.parallel.cp.layer:apply_context_parallel",
+    "torch": "shardlab.parallel.cp.layer:apply_torch_context_parallel",
 }
 # The data-parallel layers context parallelism composes with: they communicate in the dp_cp group (cp ranks
 # hold replicas, their gradients are summed too). FSDP2 and torch's ZeRO take their mesh or group otherwise.
 CP_WITH_DP = ("ddp", "zero1", "zero2", "zero3", "torch-ddp")
 
 # Expert parallelism (`parallel.ep`, borrowing data-parallel ranks): the function that applies it.
-EXPERT_PARALLEL: dict[str, str] = {"own": "shardlab.parallel.ep:apply_expert_parallel"}
+EXPERT_PARALLEL: dict[str, str] = {"own": "shardlab.parallel.ep.layer:apply_expert_parallel"}
 
 _BY_DIM = {"tp": ("tensor", TENSOR_PARALLEL), "pp": ("pipeline", PIPELINE_PARALLEL),
            "cp": ("context", CONTEXT_PARALLEL)}
@@ -92,19 +92,19 @@ def load(entry: str):
 HOST_SYNC_BUDGET: dict[str, int] = {
     # the gradient norm comes back as a float (the doctor's anomaly check and the log read it every step),
     # and the clip factor is read once to skip the pass over every gradient when it is exactly 1
-    "shardlab.strategies": 2,
+    "shardlab.parallel.dp": 2,
     # fault-tolerant DiLoCo meets its peers in a key-value store on the host: the pseudo-gradient is
     # copied there once per outer step (parallel.sync_every steps; the check runs sync_every=1), and the
     # parameters' fingerprint that the replicas' logs compare
-    "shardlab.parallel.fault_tolerant": 2,
+    "shardlab.parallel.dp.fault_tolerant": 2,
     # parallel.find_unused: which parameters no rank used is read once, to leave their .grad None
-    "shardlab.strategies.ddp": 1,
+    "shardlab.parallel.dp.ddp": 1,
     # a logged step's routing metrics reach the host in one read (every step in the check)
     "shardlab.train.moe_log": 1,
     # expert parallelism clips the experts' gradients itself: the norm comes back as a float. (Its uneven
     # all-to-all needs the split sizes on the host, three reads per MoE layer a microbatch; the check runs
     # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
-    "shardlab.parallel.ep": 1,
+    "shardlab.parallel.ep.layer": 1,
     # torch DDP (torch-ddp, torch-zero1) rebuilds its buckets once, in the first steps, copying rank 0's
     # order through the host (torch's own code: the torch-native layers are judged by torch's modules)
     "torch.nn.parallel.distributed": 1,

@@ -57,7 +57,7 @@ class Parallel:
         the vocab-parallel loss and its context, and the tp group in the gradient norm; the dp layer is
         seen through `TensorParallelDP` (SP's gradient sum after its own, the norm counting copies once,
         full values and state dicts of the bare model), by the step, checkpoints and the doctor alike."""
-        from shardlab.parallel.tp_layer import TensorParallelDP
+        from shardlab.parallel.tp.dp_view import TensorParallelDP
 
         self.tp = tp
         self.loss_fn = tp.loss_fn

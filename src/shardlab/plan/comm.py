@@ -56,7 +56,7 @@ def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[i
     and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
     last > 0 (shardlab's ddp, `last_bucket_mb`): a geometric tail, buckets of at most last, 2 x last,
     ... bytes counted from the end, after the first bucket, while the limit stays under `cap`
-    (strategies/buckets.py `assign`)."""
+    (parallel/dp/buckets.py `assign`)."""
     front = 0
     while front < len(sizes) and sum(sizes[:front]) < first:
         front += 1
@@ -81,7 +81,7 @@ def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[i
 TP_REPLICATED = ("ln_1.", "ln_2.", "ln_f.", "attn.proj.bias", "mlp.proj.bias", "wpe.")
 # Row-parallel weights split their input features (dim 1); every other matrix splits rows (dim 0).
 TP_ROW_WEIGHTS = ("attn.proj.weight", "mlp.proj.weight", "mlp.down.weight")  # llama's SwiGLU: down
-# llama with fewer key/value heads than TP ranks: k and v stay whole on every rank (parallel/tp.py)
+# llama with fewer key/value heads than TP ranks: k and v stay whole on every rank (parallel/tp/own.py)
 TP_KV = ("attn.k.weight", "attn.v.weight")
 
 
@@ -278,7 +278,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
 
 
 def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:
-    """Ring attention's sends per rank (parallel/ring_attention.py): a block is one rank's K and V,
+    """Ring attention's sends per rank (parallel/cp/ring.py): a block is one rank's K and V,
     2 * b * (s/cp) * h/t elements. Per layer and micro batch: forward cp-1 blocks; backward cp-1 blocks
     and cp dK/dV accumulators (in the gradient's dtype, the last one home to its owner); full recompute
     repeats the forward ring."""

@@ -8,7 +8,7 @@ blocks and P_e = the parameters of one MLP (GPT: 2rh^2 + rh + h; Llama: 3fh):
   active params  = Psi_dense + n_moe ((k - 1) P_e + E h)       what one token meets (router + k experts)
   FLOPs / token  = forward of the dense model + n_moe (2 E h + (k - 1) x the MLP's GEMM FLOPs), x3 fwd+bwd
 
-Expert parallelism over `ep` ranks (parallel/ep.py) borrows them from data parallelism: each rank holds
+Expert parallelism over `ep` ranks (parallel/ep/layer.py) borrows them from data parallelism: each rank holds
 E / ep experts of every MoE layer (each expert replicated on dp / ep ranks, its edp group), the dense
 parameters stay replicated, so the expert states per rank are n_moe (E / ep) P_e x (param + grad +
 optimizer bytes).

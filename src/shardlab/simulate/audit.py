@@ -14,7 +14,7 @@ would fail where a GPU does; this audit is what fails instead. Two interposers s
   peak) that the dry run reports.
 
 Each finding names the ATen op (or Python function) and the innermost source line of shardlab that
-issued it (`strategies/zero.py:145`), so a failing test says what to fix.
+issued it (`parallel/dp/zero.py:145`), so a failing test says what to fix.
 """
 from __future__ import annotations
 

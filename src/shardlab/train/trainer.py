@@ -18,7 +18,10 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm, failure, interrupt, orphans
+from shardlab import comm
+from shardlab.launch import failure
+from shardlab.launch import interrupt
+from shardlab.launch import orphans
 from shardlab.checkpoint.manifest import step_dirname
 from shardlab.config import Config, ConfigError
 from shardlab.comm import CollectiveMismatchError
@@ -37,7 +40,7 @@ from shardlab.train.scaler import LossScaler
 class TrainState:
     """Everything a checkpoint must capture (see shardlab.checkpoint)."""
     cfg: Config
-    strategy: object  # the data-parallel layer (shardlab.strategies.base.Strategy)
+    strategy: object  # the data-parallel layer (shardlab.parallel.dp.base.Strategy)
     optimizer: torch.optim.Optimizer
     sampler: GlobalSampler
     scaler: LossScaler | None
@@ -104,7 +107,7 @@ class Trainer:
         from shardlab.train.moe_log import MoELog
         self.moe_log = MoELog(self.par, t.grad_accum)  # routing stats of MoE models (docs/moe.md)
 
-        # SIGINT/SIGTERM: the ranks agree to stop at a step boundary over a group of their own (interrupt.py)
+        # SIGINT/SIGTERM: the ranks agree to stop at a step boundary over a group of their own (launch/interrupt.py)
         self.stop_group = comm.new_group(list(range(self.world)), name="stop", backend="gloo") \
             if self.world > 1 and interrupt.installed() else None
         from shardlab.checkpoint import CheckpointManager

@@ -34,7 +34,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model.moe import MoE, moe_layers
-from shardlab.strategies.base import norm_dtype
+from shardlab.parallel.dp.base import norm_dtype
 
 EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
 

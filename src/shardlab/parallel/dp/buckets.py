@@ -1,4 +1,4 @@
-"""Gradient buckets for the own DDP engine (`strategies/ddp.py`).
+"""Gradient buckets for the own DDP engine (`parallel/dp/ddp.py`).
 
 A bucket is one flat buffer holding the gradients of several parameters back to back. Each
 parameter's `.grad` is a *view* into that buffer, so autograd accumulates straight into it and the

@@ -1,20 +1,12 @@
-"""Configuration: a dataclass tree, TOML files, `key=value` overrides, validation with clear errors.
-
-Every user mistake becomes a `ConfigError` with one sentence saying what is wrong and what to do;
-the CLI prints it and exits with code 2 before anything is written.
-"""
+"""The configuration's fields: the dataclass tree (one section per TOML table, defaults and a comment beside
+each field; the help text of each key is in help.py), key names and their aliases, and setting a key from a
+TOML value or a CLI string. No validation here (checks.py, called from `config.validate`)."""
 from __future__ import annotations
 
-import dataclasses
 import difflib
-import tomllib
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 
-from shardlab.config_checks import (  # noqa: F401 - the per-feature checks; LLAMA_KEYS stays `config.LLAMA_KEYS`
-    LLAMA_KEYS, _check_offload, _check_ranges, _choice, _validate_arch, _validate_async, _validate_cp,
-    _validate_fault_tolerant, _validate_moe, _validate_powersgd, _validate_sync, _validate_tp)
 from shardlab.errors import ConfigError  # noqa: F401 - re-exported: `config.ConfigError` is the public name
 from shardlab.parallel import layers
 
@@ -112,18 +104,18 @@ class ParallelConfig:
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
     pp_split: str = ""  # "" = balanced by cost; auto = by measured times; "3,7" = first block of stages 1, 2, ...
-    tp_impl: str = "own"  # own (parallel/tp.py, every collective through comm) | dtensor (parallelize_module)
+    tp_impl: str = "own"  # own (parallel/tp/own.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
-    cp_impl: str = "own"  # own (ring attention, parallel/cp.py) | torch (context_parallel, CUDA only)
+    cp_impl: str = "own"  # own (ring attention, parallel/cp/layer.py) | torch (context_parallel, CUDA only)
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
-    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync.py)
-    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/async_ps.py)
+    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/dp/sync.py)
+    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/dp/async_ps.py)
     sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
-    # Fault-tolerant replicas: each its own `shardlab train`, meeting at a store (parallel/fault_tolerant.py)
+    # Fault-tolerant replicas: each its own `shardlab train`, meeting at a store (parallel/dp/fault_tolerant.py)
     fault_tolerant: bool = False
     replicas: int = 0  # R: the job's replicas (replica_id 0..R-1)
     replica_id: int = -1  # this process's replica
@@ -216,12 +208,6 @@ def all_keys() -> list[str]:
     return keys + list(_KEY_ALIASES)
 
 
-def help_keys() -> str:
-    """`shardlab train --help-keys` (the text lives in config_help.py, beside nothing else)."""
-    from shardlab.config_help import help_text
-    return help_text()
-
-
 def _coerce(value: Any, target: Any, key: str) -> Any:
     """Turn a TOML value or a CLI string into the type of the default."""
     kind = type(target)
@@ -262,135 +248,3 @@ def get_key(cfg: Config, key: str) -> Any:
     return getattr(getattr(cfg, section), _field_name(name))
 
 
-def load(path: str | Path | None = None, overrides: list[str] = (), base: Config | None = None) -> Config:
-    """Build a Config from `base` (default: the defaults), an optional TOML file and `key=value` overrides
-    (overrides win)."""
-    cfg = base if base is not None else Config()
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} does not exist")
-        try:
-            data = tomllib.loads(p.read_text())
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"config file {str(p)!r} is not valid TOML: {e}") from None
-        for section, values in data.items():
-            if not isinstance(values, dict):
-                raise ConfigError(f"config file {str(p)!r}: top-level key {section!r} must be a [section]")
-            for name, value in values.items():
-                set_key(cfg, f"{section}.{name}", value)
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ConfigError(f"override {item!r} must look like key=value, e.g. train.steps=100")
-        set_key(cfg, key.strip(), value)
-    return cfg
-
-
-def to_dict(cfg: Config) -> dict:
-    return {s.name: {_public_name(k): v for k, v in dataclasses.asdict(getattr(cfg, s.name)).items()}
-            for s in fields(cfg)}
-
-
-def to_toml(cfg: Config) -> str:
-    lines = []
-    for section, values in to_dict(cfg).items():
-        lines.append(f"[{section}]")
-        for k, v in values.items():
-            if isinstance(v, bool):
-                text = "true" if v else "false"
-            elif isinstance(v, str):
-                text = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-            else:
-                text = repr(v)
-            lines.append(f"{k} = {text}")
-        lines.append("")
-    return "\n".join(lines)
-
-
-def validate(cfg: Config, world_size: int) -> None:
-    """Check combinations that only make sense together. Resolves derived values in place."""
-    from shardlab.model.gpt import resolve_model_config
-    from shardlab.parallel.mesh import resolve as resolve_dims
-
-    t, p, m = cfg.train, cfg.parallel, cfg.model
-    _validate_arch(m)
-    _choice("parallel.strategy", p.strategy, STRATEGIES)
-    _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
-    _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
-    _choice("parallel.compress", p.compress, ("none", "powersgd"))
-    _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
-    _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
-    _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
-    _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
-    _check_offload(p)
-    _validate_sync(p)
-    _validate_fault_tolerant(cfg, world_size)
-    _validate_async(cfg, world_size)
-    world = world_size  # the processes (debug.slow_rank names one of them)
-    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
-        world_size = 1  # the layout and batch checks below are those of one process
-    _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
-    _choice("train.recompute", t.recompute, ("none", "full", "selective"))
-    _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
-    _choice("data.uneven", cfg.data.uneven, ("error", "join"))
-    for key, value in (("train.steps", t.steps), ("train.micro_batch", t.micro_batch),
-                       ("train.grad_accum", t.grad_accum), ("train.seq_len", t.seq_len),
-                       ("train.log_every", t.log_every), ("train.threads", t.threads),
-                       ("train.recompute_every", t.recompute_every)):
-        if value < 1:
-            raise ConfigError(f"{key}={value}: must be at least 1")
-    if not 0.0 < t.lr < 1.0 or t.min_lr < 0 or t.min_lr > t.lr:
-        raise ConfigError(f"train.lr={t.lr} / train.min_lr={t.min_lr}: need 0 < min_lr <= lr < 1")
-    if not 0.0 < cfg.data.val_fraction < 0.5:
-        raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
-    if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
-        raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
-    if p.last_bucket_mb < 0:
-        raise ConfigError("parallel.last_bucket_mb must be >= 0 (0 = no separate last bucket)")
-    if p.strategy == "single" and world_size != 1:
-        raise ConfigError(f"parallel.strategy=single runs on one process, but the world size is {world_size}; "
-                          "use --nproc 1 or a data-parallel strategy")
-    if cfg.debug.corrupt_expert and (p.ep <= 1 or not cfg.debug.corrupt_rank):
-        raise ConfigError("debug.corrupt_expert=true perturbs an expert through debug.corrupt_rank under expert "
-                          "parallelism: set parallel.ep > 1 and debug.corrupt_rank=R@STEP, or drop it")
-    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
-    missing = layers.not_built(dims.degrees)
-    if missing:
-        raise ConfigError(missing)
-    if dims.pp > 1 and p.pp_microbatches:
-        if t.grad_accum not in (1, p.pp_microbatches):
-            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
-                              f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
-        t.grad_accum = p.pp_microbatches
-    _validate_tp(cfg, dims)
-    _validate_cp(cfg, dims)
-    _validate_powersgd(cfg, dims)
-    _validate_moe(cfg, dims)
-    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
-    if t.global_batch:
-        if t.global_batch % per_step:
-            what = "world size" if dims.dp_size == world_size else "data-parallel size"
-            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
-                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}: this layout cannot train that batch; "
-                              f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
-        accum = t.global_batch // per_step
-        if t.grad_accum not in (1, accum):
-            raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
-                              f"(which implies grad_accum={accum}); set only one of them")
-        t.grad_accum = accum
-    else:
-        t.global_batch = per_step * t.grad_accum
-    model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
-    if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
-        raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
-                          f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
-    if dims.pp > 1:
-        from shardlab.parallel import pipeline
-        pipeline.validate(cfg, dims, model_cfg.n_layer)
-    from shardlab.train import balance
-
-    balance.validate(cfg, dims)  # data.shares, debug.slow_factor
-    if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
-        raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
-    _check_ranges(cfg, world)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
 
-if TYPE_CHECKING:  # config.py imports this module, so the types are for annotations only
-    from shardlab.config import Config, ModelConfig, ParallelConfig
+if TYPE_CHECKING:  # the types are for annotations only
+    from shardlab.config.schema import Config, ModelConfig, ParallelConfig
 
 
 # Shared helper: one line naming the key, its value and the allowed choices.
@@ -169,7 +169,7 @@ def _validate_tp(cfg: Config, dims) -> None:
             raise ConfigError("parallel.sp=true splits the sequence across tensor-parallel ranks: it needs "
                               "parallel.tp > 1")
         return
-    from shardlab.parallel.tp import check_divisible
+    from shardlab.parallel.tp.own import check_divisible
 
     m = resolve_model_config(cfg.model, cfg.train.seq_len)
     try:
@@ -206,7 +206,7 @@ def _validate_cp(cfg: Config, dims) -> None:
                           f"context parallelism cuts every sequence into {2 * dims.cp} equal chunks); choose a "
                           f"multiple of {2 * dims.cp}")
     if p.cp_impl == "torch" and (p.backend == "gloo" or not torch.cuda.is_available()):
-        from shardlab.parallel.cp import TORCH_ON_CPU
+        from shardlab.parallel.cp.layer import TORCH_ON_CPU
         raise ConfigError(TORCH_ON_CPU)
     dp = layers.dp_name(p)
     if dp not in layers.CP_WITH_DP:
@@ -259,7 +259,7 @@ def _validate_powersgd(cfg: Config, dims) -> None:
 # Mixture of experts and expert parallelism.
 def _validate_moe(cfg: Config, dims) -> None:
     """The mixture-of-experts keys and expert parallelism (docs/moe.md)."""
-    from shardlab.parallel.ep import EP_WITH_DP
+    from shardlab.parallel.ep.layer import EP_WITH_DP
 
     m, p = cfg.model, cfg.parallel
     E = m.moe_experts
@@ -311,7 +311,7 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
     """Values outside their meaning (negative counts, probabilities above 1, NaN) are bad input too."""
     import math
 
-    from shardlab.config import _public_name  # lazily: config.py imports this module
+    from shardlab.config.schema import _public_name
 
     for section in fields(cfg):
         for f in fields(getattr(cfg, section.name)):

@@ -5,8 +5,8 @@ listed choices are exactly the ones validation accepts.
 """
 from __future__ import annotations
 
-from shardlab import config
-from shardlab.config import STRATEGIES
+from shardlab.config import schema as config
+from shardlab.config.schema import STRATEGIES
 
 # key -> (what it does, allowed values)
 KEY_HELP: dict[str, tuple[str, str]] = {

@@ -24,10 +24,10 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.observe import timeline
-from shardlab.strategies import buckets as B
-from shardlab.strategies.base import Strategy
-from shardlab.strategies.powersgd import PowerSGD
-from shardlab.strategies.sync_batchnorm import enable_cpu_sync_batchnorm
+from shardlab.parallel.dp import buckets as B
+from shardlab.parallel.dp.base import Strategy
+from shardlab.parallel.dp.powersgd import PowerSGD
+from shardlab.parallel.dp.sync_batchnorm import enable_cpu_sync_batchnorm
 
 MiB = 1024 * 1024
 
@@ -65,7 +65,7 @@ class DDP(Strategy):
         self.powersgd = None
         if self.pcfg.compress == "powersgd":
             # The buckets still hold the gradients (views), but are not all-reduced: after backward
-            # PowerSGD sends low-rank factors instead (strategies/powersgd.py).
+            # PowerSGD sends low-rank factors instead (parallel/dp/powersgd.py).
             self.powersgd = PowerSGD([p for _, p in self.named], self.pcfg.powersgd_rank, self.group)
         self.require_sync = True
         self.used = [0] * len(self.named)  # for find_unused: which parameters this rank used

@@ -50,7 +50,7 @@ def to_block(tp, info, fqn: str, value):
 def from_block(strategy, tp, info, fqn: str, value):
     """Back to the zero layer's format (a DTensor Shard(0) over dp_shard of the TP piece) from a loaded
     block (`to_block`'s DTensor after dcp.load) or from the bare model's full tensor."""
-    from shardlab.strategies import zero_state
+    from shardlab.parallel.dp import zero_state
 
     if hasattr(value, "to_local") and hasattr(value.to_local(), "local_shards"):
         block = value.to_local().local_shards()[0]

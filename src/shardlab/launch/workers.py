@@ -15,7 +15,7 @@ import queue
 import time
 import traceback
 
-from shardlab.launch import free_port
+from shardlab.launch.launcher import free_port
 
 
 def _worker(rank: int, world: int, port: int, tasks, results) -> None:

@@ -1,13 +1,13 @@
 """torchrun's agent, run by `shardlab train --nproc N` with its own messages sent to a log file.
 
-    python -m shardlab.launch_agent LOG FAILURES torch.distributed.run [torchrun arguments ...]
+    python -m shardlab.launch.agent LOG FAILURES torch.distributed.run [torchrun arguments ...]
 
 The ranks inherit this process's file descriptors 1 and 2, so what they print reaches the terminal as
 before; only the agent's Python-level stderr (its logging, warnings and the ChildFailedError report
 that contradicts the doctor with its "first observed failure") goes to LOG. When ranks fail, their exit
 codes and signals go to FAILURES (JSON), from which the launcher writes shardlab's verdict.
 
-The agent dies with the launcher (shardlab.orphans), and the ranks die with the agent. Of SIGINT and
+The agent dies with the launcher (shardlab.launch.orphans), and the ranks die with the agent. Of SIGINT and
 SIGTERM it acts on the first only (torchrun forwards it to the ranks and waits --shutdown-timeout for
 them): a scheduler that signals every process of the job and the launcher's forwarded copy are one
 event, and the launcher itself handles a real second signal.
@@ -19,7 +19,7 @@ import os
 import sys
 import traceback
 
-from shardlab import orphans
+from shardlab.launch import orphans
 
 
 def main(argv: list[str]) -> int:

@@ -19,7 +19,7 @@ What is split (N = TP degree; see docs/tp.md):
 - with sequence parallelism (`sp`), LayerNorm, dropout, residual and the position embedding work on 1/N of the
   sequence; their parameters are replicated and their gradients summed across TP after backward.
 
-The modules (ColumnParallelLinear, RowParallelLinear, ...) and the dropout streams are in tp_modules.py;
+The modules (ColumnParallelLinear, RowParallelLinear, ...) and the dropout streams are in parallel/tp/modules.py;
 this file applies them and offers `OwnTP`. Parameters keep the bare model's FQNs; `model.tp` gives their full values, DTensor state dicts for DCP,
 the loss and the gradient norm. Every collective goes through `shardlab.comm` (tags "tp.<module>").
 """
@@ -33,10 +33,10 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model.moe import MoE
-from shardlab.parallel import tp_ops
-from shardlab.parallel.tp_loss import vocab_parallel_cross_entropy
-# The modules live in tp_modules.py; imported here too so that `shardlab.parallel.tp` keeps offering them.
-from shardlab.parallel.tp_modules import (ColumnParallelLinear, KVHeadLinear, RowParallelLinear,
+from shardlab.parallel.tp import ops as tp_ops
+from shardlab.parallel.tp.loss import vocab_parallel_cross_entropy
+# The modules live in parallel/tp/modules.py; imported here too so that `shardlab.parallel.tp.own` keeps offering them.
+from shardlab.parallel.tp.modules import (ColumnParallelLinear, KVHeadLinear, RowParallelLinear,
                                           SequenceParallelPositions, ShardedRegionRNG, VocabParallelEmbedding,
                                           VocabParallelHead)
 
@@ -102,7 +102,7 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
     check_divisible(cfg.n_head, cfg.d_model, size, n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    # A pipeline stage may lack some of these (parallel/pipeline.py): the middle stages hold neither the
+    # A pipeline stage may lack some of these (parallel/pp/pipeline.py): the middle stages hold neither the
     # embedding nor the head, GPT-2's last holds `wte` only as its tied head's weight.
     if model.wte is not None:
         model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)

@@ -1,5 +1,5 @@
 """The modules of own tensor parallelism (Megatron-LM, Shoeybi et al. 2019; names as there): each takes
-the bare model's layer and keeps this rank's part of its weights. `parallel/tp.py`'s `apply_tp` swaps them in;
+the bare model's layer and keeps this rank's part of its weights. `parallel/tp/own.py`'s `apply_tp` swaps them in;
 they know their TP group and tag but nothing of the model around them. Every collective goes through
 `shardlab.comm` (via `tp_ops`).
 
@@ -17,7 +17,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardlab.parallel import tp_ops
+from shardlab.parallel.tp import ops as tp_ops
 
 
 # --- layers --------------------------------------------------------------------------------------------

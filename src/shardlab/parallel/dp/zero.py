@@ -29,9 +29,9 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.strategies.base import Strategy
-from shardlab.strategies.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
-from shardlab.strategies import zero_state
+from shardlab.parallel.dp.base import Strategy
+from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
+from shardlab.parallel.dp import zero_state
 
 # fp32 = no compression: gradients travel in their own dtype (fp32, or float64 for a float64 model), as DDP's buckets
 COMM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -55,7 +55,7 @@ class _Zero(Strategy):
         self._away_grads: dict = {}  # fqn -> gradient on the device of a shard offloaded elsewhere
         self.param_home = None  # zero3 with parallel.offload=params: where the parameter shards live
         if self.shard_params and getattr(self.pcfg, "offload", "none") == "params":
-            from shardlab.strategies.offload import tier
+            from shardlab.parallel.dp.offload import tier
             self.param_home = tier(self.pcfg.offload_to)
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params,
                                                       self.param_home)
@@ -79,7 +79,7 @@ class _Zero(Strategy):
         return model
 
     def replicas_step_alone(self) -> None:
-        """HSDP under local SGD / DiLoCo (parallel/sync.py): each replica group steps on its own gradient,
+        """HSDP under local SGD / DiLoCo (parallel/dp/sync.py): each replica group steps on its own gradient,
         so the per-step all-reduce across replicas goes and the reduce-scatter averages over the shard group
         only; the replicas meet in the periodic outer synchronisation instead."""
         self.replicate_group = None
@@ -109,7 +109,7 @@ class _Zero(Strategy):
                               f"mix devices; use parallel.offload=params (zero3: shards and state together on the "
                               f"host tier) or train on CPU")
         if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
-            from shardlab.strategies.offload import DiskOffload
+            from shardlab.parallel.dp.offload import DiskOffload
             self.offload = DiskOffload()
         return factory([(i.fqn, i.shard) for i in self.infos])
 

@@ -1,5 +1,5 @@
 """Context parallelism, own implementation: every sample's sequence split across the `cp` ranks, attention
-computed by the ring (ring_attention.py), applied to the single-device GPT from outside.
+computed by the ring (parallel/cp/ring.py), applied to the single-device GPT from outside.
 
     model = apply_cp(model, cp_group)            # attn.attend -> Ring per block; positions follow the chunks
     x, y = model.cp.shard_batch(x, y)            # this rank's tokens and targets (the step does this)
@@ -13,7 +13,7 @@ sequence parallelism, whose own position layer then takes its slice of those). T
 position table: its rotary positions are set on every block's `attn.rope_positions` by a pre-hook on the
 model, from the length of the chunks it is handed (so q and k rotate by their global positions, and
 q.k depends on the global distance between them, as on one device). Its grouped k/v heads travel the
-ring as they are (ring_attention.py).
+ring as they are (parallel/cp/ring.py).
 
 Parameters are not split: every cp rank holds a replica, and their gradients are summed over cp as well
 as dp (the data-parallel layer communicates in the `dp_cp` group). See docs/context.md.
@@ -25,7 +25,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.parallel.ring_attention import Ring, expand
+from shardlab.parallel.cp.ring import Ring, expand
 
 LAYOUTS = ("zigzag", "contiguous")  # contiguous: only to measure what zigzag balances (bench context)
 
@@ -62,7 +62,7 @@ def attention_flops(seq_len: int, rank: int, size: int, layout: str = "zigzag", 
                     batch: int = 1, heads: int = 1, head_dim: int = 1) -> int:
     """Forward attention FLOPs rank `rank` computes (QK^T and PV over the (query, key) pairs it scores):
     the analytic count the ring's `stats["flops"]` must equal."""
-    from shardlab.parallel.ring_attention import pair_kind
+    from shardlab.parallel.cp.ring import pair_kind
 
     c = seq_len // n_chunks(size, layout)
     entries = 0

@@ -147,7 +147,7 @@ def transient_bytes(strategy) -> int:
     keeps them anyway, the full gradients of the unit being reduced; zero3 adds the gathered units
     (the current one and the prefetched one; with reshard_after_forward=false every unit by the end of
     forward) and one all-gather buffer. zero1/zero2's after-step all-gathers need less than the first term."""
-    from shardlab.strategies.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT
+    from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT
 
     sizes = sorted((u.full_bytes() for u in strategy.units), reverse=True) or [0]
     el = strategy.infos[0].param.element_size() if strategy.infos else 4

@@ -2,7 +2,7 @@
 
 Each rank that stops on an error writes `RUN/failures/rank{R}.json` (what kind, which rank(s) the doctor
 blames, the report to read); torchrun's agent writes the exit code or signal of every failed rank (see
-`shardlab.launch_agent`). The launcher combines both into the last lines on stderr and the exit code:
+`shardlab.launch.agent`). The launcher combines both into the last lines on stderr and the exit code:
 
     code  kind         what happened
     0     -            the run finished
@@ -59,8 +59,8 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
 
 
 def record_interrupted(run_dir: Path, stop) -> None:
-    """On rank 0, after every rank stopped for a signal (shardlab.interrupt.Interrupted): what was saved."""
-    from shardlab.interrupt import name
+    """On rank 0, after every rank stopped for a signal (shardlab.launch.interrupt.Interrupted): what was saved."""
+    from shardlab.launch.interrupt import name
 
     entry = {"rank": 0, "kind": "interrupted", "time": time.time(), "signal": name(stop.signum),
              "step": stop.step, "checkpoint": str(stop.checkpoint) if stop.checkpoint else None,
@@ -74,7 +74,7 @@ def interrupted(run_dir: Path, signum: int | None = None, aborted: bool = False)
     """The last lines (at most 3) and exit code of a job that a signal ended; None when none did.
     `signum`: the signal the launcher itself received (None: it got none, a rank may have)."""
     from shardlab.checkpoint import manifest as mf
-    from shardlab.interrupt import exit_code, name
+    from shardlab.launch.interrupt import exit_code, name
 
     run_dir = Path(run_dir)
     records, _ = _load(run_dir, run_dir / "failures" / "-")

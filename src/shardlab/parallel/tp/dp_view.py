@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from shardlab.parallel import tp_state
+from shardlab.parallel.tp import state as tp_state
 
 
 class TensorParallelDP:
@@ -46,7 +46,7 @@ class TensorParallelDP:
         """Who shapes the checkpoint state. "dp": DTensor TP's parameters are DTensors already (FSDP2 makes
         them 2-D), the dp layer's state dicts are right as they are. "tp": own TP under a replicating dp
         layer places its pieces as DTensors over tp. "tp x zero": own TP under zero, each rank's zero shard
-        of its TP piece as a block of the bare model's tensor (tp_state.py)."""
+        of its TP piece as a block of the bare model's tensor (parallel/tp/state.py)."""
         if self.tp.impl != "own":
             return "dp"
         return "tp x zero" if self.dp.grads_are_sharded() else "tp"

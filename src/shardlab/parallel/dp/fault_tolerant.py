@@ -39,7 +39,7 @@ import uuid
 import torch
 
 from shardlab import comm
-from shardlab.parallel.sync import PeriodicSync
+from shardlab.parallel.dp.sync import PeriodicSync
 
 _POLL_S = 0.01  # how often a waiting replica looks at the store again
 

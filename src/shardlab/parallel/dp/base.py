@@ -1,7 +1,7 @@
 """The data-parallel layer interface: how a data-parallel scheme plugs into the composition.
 
 A data-parallel layer (historically "strategy") is the last layer `shardlab.parallel` applies to a
-model part. The composition's step (`shardlab.parallel.Parallel`) drives it; the trainer never asks
+model part. The composition's step (`shardlab.parallel.step.Parallel`) drives it; the trainer never asks
 which one it has. See docs/strategies.md and docs/parallel.md. A step:
 
     for i, (x, y) in enumerate(microbatches):          # forwards may run ahead of their backwards
@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.config import ParallelConfig
+from shardlab.config.schema import ParallelConfig
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.

@@ -1,7 +1,7 @@
 """Data parallelism, the last layer applied to a model part: pick the layer of `parallel.dp` from
 `layers.DATA_PARALLEL`, give it its process group from the mesh, and wrap the part.
 
-The layers themselves live in `shardlab.strategies` (own: ddp, zero1/2/3; torch-native: torch-ddp,
+The layers themselves live in `shardlab.parallel.dp` (own: ddp, zero1/2/3; torch-native: torch-ddp,
 torch-fsdp2, torch-zero1), all behind `strategies.base.Strategy`.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch.nn as nn
 
 from shardlab.parallel import layers
 from shardlab.parallel.mesh import ParallelDims
-from shardlab.strategies.base import Strategy
+from shardlab.parallel.dp.base import Strategy
 
 
 def data_parallel_group(dims: ParallelDims):
@@ -37,7 +37,7 @@ def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch
     if ep is None:
         layer.wrap(part)
         return layer
-    from shardlab.parallel.ep import ExpertParallelDP
+    from shardlab.parallel.ep.layer import ExpertParallelDP
 
     with ep.experts_hidden():
         layer.wrap(part)

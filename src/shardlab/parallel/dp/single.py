@@ -1,5 +1,5 @@
 """One process, no communication: the baseline every strategy is compared with."""
-from shardlab.strategies.base import Strategy
+from shardlab.parallel.dp.base import Strategy
 
 
 class Single(Strategy):

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
-from shardlab.strategies.base import Strategy, _local
+from shardlab.parallel.dp.base import Strategy, _local
 
 
 class TorchDDP(Strategy):
@@ -41,7 +41,7 @@ class TorchDDP(Strategy):
 
 
 def register_powersgd(ddp_module, group, rank: int):
-    """torch's powerSGD_hook, set as the own PowerSGD runs (strategies/powersgd.py): error feedback and
+    """torch's powerSGD_hook, set as the own PowerSGD runs (parallel/dp/powersgd.py): error feedback and
     warm start on, every matrix compressed (min_compression_rate=0; torch's default 2 would send small
     matrices uncompressed). torch requires start_powerSGD_iter >= 2 with error feedback, so its first two
     steps are plain all-reduces. Its collectives run inside the hook, not through comm.py."""

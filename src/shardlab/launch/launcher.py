@@ -8,7 +8,7 @@ each rank re-enters `shardlab train` with RANK/WORLD_SIZE set and runs the train
 Signals (docs/training.md, "When a run is interrupted"): the agent runs in a session of its own, as
 torchrun runs each rank, so a terminal's Ctrl-C reaches only this launcher, which forwards it once;
 the agent forwards it to the ranks, which stop at a step boundary and save. A second signal kills the
-agent at once, and the ranks with it (their parent-death signal, shardlab.orphans).
+agent at once, and the ranks with it (their parent-death signal, shardlab.launch.orphans).
 """
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ import time
 from pathlib import Path
 
 from shardlab import config as config_mod
-from shardlab import failure, interrupt, orphans, runlock
-from shardlab.runlock import RunLocked  # noqa: F401 (the CLI's "in use" refusal)
+from shardlab.launch import failure
+from shardlab.launch import interrupt
+from shardlab.launch import orphans
+from shardlab.launch import runlock
+from shardlab.launch.runlock import RunLocked  # noqa: F401 (the CLI's "in use" refusal)
 
 
 def free_port() -> int:
@@ -90,7 +93,7 @@ def _launch(args, cfg, run_dir: Path) -> int:
     world = args.nproc * args.nnodes
     if world == 1:
         if cfg.parallel.fault_tolerant and args.max_restarts > 0:  # restart the replica's process when it dies
-            from shardlab.parallel.fault_tolerant import supervise
+            from shardlab.parallel.dp.fault_tolerant import supervise
             return supervise(cfg, run_dir, args.max_restarts)
         if cfg.parallel.strategy != "single":  # a one-rank process group for data-parallel strategies
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
@@ -103,14 +106,14 @@ def _launch(args, cfg, run_dir: Path) -> int:
         # attempt make the new ranks connect to dead peers (pytorch/pytorch#135712).
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # torchrun's agent runs with its own messages in RUN/launcher.log (see launch_agent); the ranks' output
-    # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (failure.py).
+    # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (launch/failure.py).
     node = "" if args.nnodes == 1 else f"_node{args.node_rank}"  # nodes may share the run directory
     log, failures = run_dir / f"launcher{node}.log", run_dir / "failures" / f"launcher{node}.json"
     failure.clear(run_dir, failures)
     failures.parent.mkdir(parents=True, exist_ok=True)
     cmd = torchrun_command(args, run_dir, config_path, cfg.ckpt.signal_grace_s)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
-    cmd[1:3] = ["-m", "shardlab.launch_agent", str(log), str(failures), "torch.distributed.run"]
+    cmd[1:3] = ["-m", "shardlab.launch.agent", str(log), str(failures), "torch.distributed.run"]
     env[orphans.PARENT_ENV] = str(os.getpid())
     code, forward = _run_agent(cmd, env)
     stopped = failure.interrupted(run_dir, forward.signum, forward.aborted)

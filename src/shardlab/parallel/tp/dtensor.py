@@ -5,7 +5,7 @@
         loss = model.tp.loss_fn(model(idx), targets, "sum")
         loss.backward()
 
-The split is the own implementation's (shardlab.parallel.tp): q, k, v and mlp.fc (llama: mlp.gate and
+The split is the own implementation's (shardlab.parallel.tp.own): q, k, v and mlp.fc (llama: mlp.gate and
 mlp.up) colwise, the projections rowwise (grouped-query attention: key/value heads split, so at least as
 many of them as ranks), the tied embedding/head by vocabulary rows (the head's logits stay a DTensor sharded on the
 vocabulary, scored by `loss_parallel`). The attention and MLP inputs are made DTensors once per module
@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardlab.parallel.tp import check_divisible
+from shardlab.parallel.tp.own import check_divisible
 
 
 def _positions_style():
@@ -61,7 +61,7 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
         if getattr(model, "wpe", None) is not None:
             plan["wpe"] = _positions_style()
         plan["ln_f"] = SequenceParallel()
-    from shardlab.parallel.tp import _named_blocks
+    from shardlab.parallel.tp.own import _named_blocks
 
     for i, _ in _named_blocks(model):
         b = f"blocks.{i}"
@@ -111,7 +111,7 @@ def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> nn.Module:
 def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
     """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["dtensor"]`): the plan over the
     mesh's `tp` dimension (a slice of the root mesh, so FSDP2 can shard the DTensors over dp_shard)."""
-    from shardlab.parallel.tp import seed_alike
+    from shardlab.parallel.tp.own import seed_alike
 
     seed_alike(cfg)
     return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
