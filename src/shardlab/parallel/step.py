@@ -1,11 +1,13 @@
 """`Parallel`: what `shardlab.parallel.build` returns, the one object that owns a training step.
 
-The trainer hands it a step's microbatches and never calls forward or backward itself:
+The trainer, every bench suite and the test harnesses take a step through one call:
 
-    loss_sum = par.forward_backward([(x, y), ...], loss_weight)   # the schedule (here: the plain loop)
-    par.finish()                                                   # in-flight gradient collectives
-    norm = par.clip_grad_norm_(max_norm)                           # over every group sharding gradients
-    par.optimizer_step(); par.zero_grad()
+    out = par.step([(x, y), ...], loss_weight, max_norm)   # -> StepResult(loss_sum, grad_norm, skipped)
+
+which is, in this order: `forward_backward` (the schedule; here the plain microbatch loop), `finish` (the
+in-flight gradient collectives), the loss scaler's unscale and inf check, `clip_grad_norm_` (over every
+group sharding gradients), the caller's verdict (the doctor's), `optimizer_step` unless the step is
+skipped, `zero_grad`. The pieces stay public for the code that studies one of them alone.
 
 Layers replace pieces of it rather than the trainer: a pipeline schedule replaces `forward_backward`
 (and `eval_loss_sum`), a vocab-parallel loss replaces `loss_fn`, tensor parallelism adds its group to
@@ -14,6 +16,7 @@ Layers replace pieces of it rather than the trainer: a pipeline schedule replace
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -26,6 +29,13 @@ from shardlab.observe import timeline
 from shardlab.parallel.mesh import ParallelDims
 
 _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class StepResult:
+    loss_sum: torch.Tensor  # the summed token loss of this rank's microbatches (detached)
+    grad_norm: float  # the full gradient's L2 norm before clipping; nan when the scaler found an inf
+    skipped: bool  # no optimizer update: an inf/nan gradient, or the verdict said so
 
 
 class Parallel:
@@ -103,6 +113,33 @@ class Parallel:
                 after_backward(i, (x, y), loss)
             total += loss
         return total
+
+    def step(self, microbatches: list, loss_weight: float, max_norm: float = 0.0, *,
+             after_backward: Callable | None = None, after_forward_backward: Callable | None = None,
+             scaler=None, verdict: Callable | None = None) -> StepResult:
+        """One optimizer step over `microbatches` (see the module's docstring for the order).
+        `after_backward(i, (x, y), loss)`: after each microbatch's backward. `after_forward_backward()`: once
+        every backward ran, before the gradient collectives finish (the doctor launches its check there, so
+        its all-gather travels while the last buckets are reduced). `scaler`: a dynamic loss scaler (fp16):
+        gradients are unscaled and checked, an inf skips the update and moves the scale. `verdict(loss_sum,
+        grad_norm, found_inf) -> bool`: True skips the update (the same answer on every rank)."""
+        loss_sum = self.forward_backward(microbatches, loss_weight, after_backward)
+        if after_forward_backward is not None:
+            after_forward_backward()
+        comm.set_phase("optimizer")
+        with timeline.span("optimizer", cat="optim"):
+            self.finish()
+            found_inf = scaler is not None and self.unscale_and_check(1.0 / scaler.scale)
+            grad_norm = float("nan") if found_inf else self.clip_grad_norm_(max_norm)
+            skipped = bool(found_inf)
+            if verdict is not None:
+                skipped = bool(verdict(loss_sum, grad_norm, found_inf)) or skipped
+            if not skipped:
+                self.optimizer_step()
+            if scaler is not None:
+                scaler.update(skipped)
+            self.zero_grad()
+        return StepResult(loss_sum, grad_norm, skipped)
 
     def _moe_forward(self) -> torch.Tensor:
         """This microbatch's auxiliary loss term; its stats added to the step's."""

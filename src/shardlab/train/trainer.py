@@ -10,6 +10,7 @@ mean loss over every token of the global batch, at any layout and accumulation -
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -141,29 +142,31 @@ class Trainer:
             loss_weight *= st.scaler.scale
         # grad_accum microbatches on every rank whatever its share (the same collectives everywhere)
         micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
-        with self.balance.measure(len(idx)):  # compute per sample (data.shares=auto, debug.slow_factor)
-            loss_sum = self.par.forward_backward(micro, loss_weight,
-                                                 lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss))
-        # The doctor's signals are complete: its all-gather travels while the last buckets are reduced.
-        self.doctor.launch_check(st.step, shadow=action == "shadow")
-        comm.set_phase("optimizer")
-        with timeline.span("optimizer", cat="optim"):
-            par.finish()
-            found_inf = False
-            if st.scaler is not None:
-                found_inf = par.unscale_and_check(1.0 / st.scaler.scale)
-            grad_norm = float("nan") if found_inf else par.clip_grad_norm_(t.grad_clip)
-            # Same verdict on every rank: "ok" | "skip" | "stop" | "rollback" (doctor.on_anomaly).
+        shadow = action == "shadow"
+
+        def verdict(loss_sum, grad_norm, found_inf) -> bool:
+            # the same verdict on every rank: "ok" | "skip" | "stop" | "rollback" (doctor.on_anomaly);
+            # an anomalous step updates nothing
             self.verdict = self.doctor.check_step(st.step, loss_sum, grad_norm, found_inf,
-                                                  st.scaler.scale if st.scaler is not None else None,
-                                                  shadow=action == "shadow")
-            found_inf = found_inf or self.verdict != "ok"  # an anomalous step updates nothing
-            if not found_inf:
-                par.optimizer_step()
-            if st.scaler is not None:
-                st.scaler.update(found_inf)
-            par.zero_grad()
-        return loss_sum, grad_norm, found_inf
+                                                  st.scaler.scale if st.scaler is not None else None, shadow=shadow)
+            return self.verdict != "ok"
+
+        # compute per sample (data.shares=auto, debug.slow_factor): the forwards and backwards only
+        measuring = contextlib.ExitStack()
+        measuring.enter_context(self.balance.measure(len(idx)))
+
+        def after_forward_backward() -> None:
+            measuring.close()
+            # the doctor's signals are complete: its all-gather travels while the last buckets are reduced
+            self.doctor.launch_check(st.step, shadow=shadow)
+
+        try:
+            out = par.step(micro, loss_weight, t.grad_clip, scaler=st.scaler, verdict=verdict,
+                           after_backward=lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss),
+                           after_forward_backward=after_forward_backward)
+        finally:
+            measuring.close()
+        return out.loss_sum, out.grad_norm, out.skipped
 
     def _rollback(self) -> int:
         """doctor.on_anomaly=rollback: reload the latest checkpoint on every rank; the doctor remembers
