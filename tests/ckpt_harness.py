@@ -93,7 +93,7 @@ def assert_params_equal(a: dict, b: dict, exact: bool = True, rtol=1e-5, atol=1e
 def _steps(trainer, n: int) -> list[float]:
     """`n` optimizer steps the way Trainer.run takes them, without its logging, eval and plots."""
     from shardlab import comm
-    from shardlab.train.optim import lr_at, set_lr
+    from shardlab.optim import lr_at, set_lr
 
     st, losses = trainer.state, []
     for _ in range(n):

@@ -23,7 +23,7 @@ def sgd_factory(lr: float | None = None):
 @contextmanager
 def sgd_instead_of_adamw(lr: float | None = None):
     """Within the block, whatever builds the optimizer (Trainer, parallel.build) gets `sgd_factory(lr)`'s."""
-    from shardlab.train import optim
+    from shardlab import optim
 
     real = optim.adamw_factory
     optim.adamw_factory = sgd_factory(lr)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from shardlab import cli, config
 from shardlab.launch import launcher as launch
 from shardlab.checkpoint import cli as ckpt_cli
-from shardlab.doctor import cli as doctor_cli
+from shardlab.cli import doctor as doctor_cli
 
 
 def _one_line_exit_2(code, err, out_dir=None):
@@ -216,7 +216,7 @@ def _check_train(argv, capsys, monkeypatch, out):
     """Run `shardlab train ARGV` in-process with the launcher stubbed: exit 2 + one line + nothing
     written, or exit 0 with a config that validates again and survives a TOML round trip."""
     launched = []
-    monkeypatch.setattr(launch, "launch", lambda args, cfg, run_dir: launched.append((args, cfg)) or 0)
+    monkeypatch.setattr(launch, "launch", lambda args, cfg, run_dir, main: launched.append((args, cfg)) or 0)
     code = cli.cmd_train(["--out", str(out), *argv])
     captured = capsys.readouterr()
     event(f"exit {code}")

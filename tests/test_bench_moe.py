@@ -4,7 +4,7 @@ MoE trainer runs (no extra launch), the expert-load heat-map each MoE run writes
 with the per-layer counts it is drawn from. (Loss and speed figures are measurements, not asserted.)"""
 import json
 
-from shardlab.observe.moe_heatmap import FILE, load_matrix
+from shardlab.train.moe_heatmap import FILE, load_matrix
 from shardlab.testing import run_cli
 from shardlab.train.metrics import read_rows
 

@@ -1,7 +1,7 @@
 """The sync bench's settings (the bench itself is too long for the suite: `shardlab bench sync --quick`)."""
 from shardlab import config
 from shardlab.bench import common, sync
-from shardlab.train.optim import lr_at
+from shardlab.optim import lr_at
 
 
 def test_bench_sync_runs_warm_up_over_its_own_warmup_steps_not_the_suites_two():

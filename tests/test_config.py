@@ -2,7 +2,7 @@
 import pytest
 
 from shardlab import cli, config
-from shardlab.config import help as config_help
+from shardlab.config import help as config_help, schema
 from shardlab.config import ConfigError
 from shardlab.testing import run_cli
 
@@ -92,7 +92,7 @@ def test_listed_choices_are_the_validated_ones():
     for key, (_, allowed) in config_help.KEY_HELP.items():
         options = [o.strip() for o in allowed.split("|")]
         section, name = key.split(".")
-        default = getattr(getattr(config.Config(), section), config._field_name(name))
+        default = getattr(getattr(config.Config(), section), schema._field_name(name))
         if not isinstance(default, str) or not all(re.fullmatch(r"[a-z0-9-]+", o) for o in options):
             continue  # free-form (paths, numbers, formats)
         cfg = config.load(None, [f"{key}=not-a-choice"])

@@ -11,7 +11,7 @@ from shardlab.config import Config
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.moe import MoE, moe_layers
 from shardlab.parallel import build
-from shardlab.train.optim import set_lr
+from shardlab.optim import set_lr
 
 pytestmark = pytest.mark.timeout(120)
 

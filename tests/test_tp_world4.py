@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from shardlab.observe import cli
+from shardlab.cli import trace as cli
 from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import ModelSpec

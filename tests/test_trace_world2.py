@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import torch
 
 from shardlab import comm
-from shardlab.observe import analysis, cli, ddp_hook, inject, timeline
+from shardlab.observe import analysis, ddp_hook, inject, timeline
+from shardlab.cli import trace as cli
 
 
 def traced_ddp_run(run_dir: str, slow_rank: int, slow_ms: float, steps: int = 6, data_ms: float = 0.0) -> int:

@@ -4,7 +4,7 @@ Every collective and point-to-point transfer of shardlab's own code goes through
 one is recorded: op, group (a readable name and its members' global ranks), a per-group sequence
 number, payload bytes, wire bytes, dtype, launch and completion time, a short stack. The records feed
 three readers: per-step accounting (`summary.json` `comm`), the timeline (trace), and the flight
-recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in observe/comm_record.py; the
+recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in comm_record.py; the
 fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, re-exported here.
 
 Groups. A record's `group` is the name of its process group: "world" for the default group, the mesh
@@ -44,8 +44,8 @@ import torch.distributed as dist
 
 from shardlab.comm_store import (  # noqa: F401 - the TCPStore exchange, re-exported: `comm.store_set` & co.
     connect_store, host_store, store_check, store_compare_set, store_delete, store_get, store_set)
-from shardlab.observe import comm_record
-from shardlab.observe.comm_record import (  # noqa: F401 - re-exported: `comm.RECORDER`, `comm.set_phase` & co.
+from shardlab import comm_record
+from shardlab.comm_record import (  # noqa: F401 - re-exported: `comm.RECORDER`, `comm.set_phase` & co.
     RECORDER, GroupCount, Handle, Record, Recorder, set_phase)
 
 ReduceOp = dist.ReduceOp

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from shardlab.observe.comm_record import RECORDER, SKIP_FILES
+from shardlab.comm_record import RECORDER, SKIP_FILES
 
 SKIP_FILES.add(__file__)  # a store record's stack starts at its caller
 

@@ -39,7 +39,7 @@ class PlainLoop:
         self.model = build_model(resolve_model_config(cfg.model, t.seq_len), t.seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        # fused, as the trainer's (train/optim.py): the ratio measures the trainer, not a choice of kernel
+        # fused, as the trainer's (optim.py): the ratio measures the trainer, not a choice of kernel
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=(t.beta1, t.beta2),
                                      fused=True)
@@ -63,7 +63,7 @@ def shardlab_step(tr) -> None:
     """One step exactly as `Trainer.run` drives it (minus logging and the step-time bookkeeping);
     a doctor verdict other than "continue" would end or rewind a run, so here it is an error."""
     from shardlab.observe import inject, timeline
-    from shardlab.train.optim import lr_at, set_lr
+    from shardlab.optim import lr_at, set_lr
 
     st = tr.state
     set_lr(st.optimizer, lr_at(st.step, tr.cfg))

@@ -24,7 +24,7 @@ class _Usage(Exception):
 
 
 def _fail(msg: str) -> int:
-    from shardlab.cli import one_line
+    from shardlab.errors import one_line
 
     print(f"shardlab ckpt: error: {one_line(msg)}", file=sys.stderr)
     return 2

@@ -16,7 +16,7 @@ from shardlab.config.checks import (
     _validate_fault_tolerant, _validate_moe, _validate_powersgd, _validate_sync, _validate_tp)
 from shardlab.config.schema import (  # noqa: F401 - the public names: `config.Config`, `config.ConfigError`, ...
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
-    TraceConfig, TrainConfig, _coerce, _field_name, _KEY_ALIASES, _public_name, all_keys, get_key, set_key)
+    TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
 from shardlab.parallel import layers
 
 __all__ = ["LLAMA_KEYS", "STRATEGIES", "CkptConfig", "Config", "ConfigError", "DataConfig", "DebugConfig",
@@ -156,9 +156,9 @@ def validate(cfg: Config, world_size: int) -> None:
     if dims.pp > 1:
         from shardlab.parallel.pp import pipeline
         pipeline.validate(cfg, dims, model_cfg.n_layer)
-    from shardlab.train import balance
+    from shardlab.data import shares  # deferred: shardlab.data loads torch, and `shardlab --help` must not
 
-    balance.validate(cfg, dims)  # data.shares, debug.slow_factor
+    shares.validate(cfg, dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
     _check_ranges(cfg, world)

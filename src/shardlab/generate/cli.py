@@ -27,9 +27,9 @@ class BadInput(ValueError):
 
 
 def parser() -> argparse.ArgumentParser:
-    from shardlab.cli import _OneLineParser
+    from shardlab.errors import OneLineParser
 
-    p = _OneLineParser(prog="shardlab generate", description="Generate text from a trained checkpoint or an "
+    p = OneLineParser(prog="shardlab generate", description="Generate text from a trained checkpoint or an "
                        "exported Hugging Face directory, on one device or under tp / pp / dp layouts.",
                        epilog="keys: parallel.tp, parallel.pp, parallel.dp_replicate (degrees; their product is "
                               "the world), parallel.pp_microbatches (request lanes under pp; default: one per stage)")
@@ -116,7 +116,7 @@ def resolve(args) -> dict:
 
 def main(argv: list[str]) -> int:
     from shardlab.launch import launcher as launch
-    from shardlab.cli import fail
+    from shardlab.errors import fail
 
     if launch.under_torchrun() and ARGV_ENV in os.environ:  # a rank of the re-execution below
         argv = json.loads(os.environ[ARGV_ENV])

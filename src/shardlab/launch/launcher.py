@@ -77,28 +77,30 @@ def torchrun_command(args, run_dir: Path, config_path: Path, grace_s: float = 25
     return cmd + ["-m", "shardlab", "train", "--out", str(run_dir), "--config", str(config_path)]
 
 
-def launch(args, cfg, run_dir: Path) -> int:
+def launch(args, cfg, run_dir: Path, main) -> int:
     """Run the ranks. Returns the exit code of the job. Raises RunLocked (nothing written) when another
-    live run holds the run directory: one writer per directory, node 0's launcher holds the lock."""
+    live run holds the run directory: one writer per directory, node 0's launcher holds the lock.
+    `main(cfg, run_dir)`: what a rank runs when the launcher is the rank itself (one process) or restarts a
+    lone replica (the trainer's entry point: the CLI gives it, so the launcher sits below the trainer)."""
     lock = runlock.acquire(run_dir, getattr(args, "break_lock", False)) if args.node_rank == 0 else None
     try:
-        return _launch(args, cfg, run_dir)
+        return _launch(args, cfg, run_dir, main)
     finally:
         if lock is not None:
             lock.release()
 
 
-def _launch(args, cfg, run_dir: Path) -> int:
+def _launch(args, cfg, run_dir: Path, main) -> int:
     config_path = write_config(run_dir, cfg)
     world = args.nproc * args.nnodes
     if world == 1:
         if cfg.parallel.fault_tolerant and args.max_restarts > 0:  # restart the replica's process when it dies
-            from shardlab.parallel.dp.fault_tolerant import supervise
-            return supervise(cfg, run_dir, args.max_restarts)
+            from shardlab.launch.supervisor import supervise
+            return supervise(cfg, run_dir, args.max_restarts, main)
         if cfg.parallel.strategy != "single":  # a one-rank process group for data-parallel strategies
             os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
                               WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-        return _in_process(cfg, run_dir)
+        return _in_process(cfg, run_dir, main)
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", str(cfg.train.threads)),
                PYTHONUNBUFFERED="1", SHARDLAB_RESUME_ANNOUNCED="1")  # the ranks need not say it again
     if args.max_restarts > 0:
@@ -162,10 +164,8 @@ def _run_agent(cmd: list[str], env: dict) -> tuple[int, _Forward]:
     return code, forward
 
 
-def _in_process(cfg, run_dir: Path) -> int:
+def _in_process(cfg, run_dir: Path, train_main) -> int:
     """A one-rank run in this process: the launcher is the rank, and handles the signals itself."""
-    from shardlab.train.trainer import main as train_main
-
     previous = {s: signal.getsignal(s) for s in interrupt.SIGNALS}
     interrupt.install(cfg.ckpt.signal_grace_s)
     failure.clear(run_dir, run_dir / "failures" / "launcher.json")

@@ -38,7 +38,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     builds a whole model that talks to no one although the process group is larger (the asynchronous
     parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.train.optim import adamw_factory, no_decay_names, router_names
+    from shardlab.optim import adamw_factory, no_decay_names, router_names
 
     device = device or comm.device()
     # 1. the mesh

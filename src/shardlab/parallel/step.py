@@ -144,7 +144,7 @@ class Parallel:
     def _moe_forward(self) -> torch.Tensor:
         """This microbatch's auxiliary loss term; its stats added to the step's."""
         stats = moe.collect(self.moe_layers)
-        # per layer too (rows of the expert-load heat-map, observe/moe_heatmap.py)
+        # per layer too (rows of the expert-load heat-map, train/moe_heatmap.py)
         stats["tokens_per_layer_expert"] = torch.stack([m.stats["tokens_per_expert"] for m in self.moe_layers])
         if self.moe_step is None:
             self.moe_step = {k: (v.clone() if torch.is_tensor(v) else v) for k, v in stats.items()}

@@ -167,7 +167,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
 
 def adamw_step(params: list, zero_grad: bool = True):
     """The optimizer step as shardlab's trainer runs it, for timing: per-tensor grad norm, clip, AdamW
-    (fused, as train/optim.py builds it; matrices decayed, 1-D tensors not, as train/optim.py groups them: the decay is a
+    (fused, as optim.py builds it; matrices decayed, 1-D tensors not, as optim.py groups them: the decay is a
     pass over the weights of its own), then grads set to None unless `zero_grad=False`."""
     import torch
     decay = [p for p in params if p.dim() >= 2]

@@ -97,6 +97,6 @@ def assert_fp32_within_error_model(got, single, exact, what: str = "value",
 
 def lr_sum(cfg, steps: int, start: int = 0) -> float:
     """Σ lr over optimizer steps start..start+steps-1 under the trainer's schedule."""
-    from shardlab.train.optim import lr_at
+    from shardlab.optim import lr_at
 
     return sum(lr_at(s, cfg) for s in range(start, start + steps))

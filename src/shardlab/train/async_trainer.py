@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from shardlab import comm, parallel
+from shardlab.train.state import TrainState, datasets
 from shardlab.config import Config
 from shardlab.data import GlobalSampler, get_batch
 from shardlab.observe import inject
@@ -37,7 +38,7 @@ from shardlab.observe.memory import PeakMemory
 from shardlab.parallel.dp import async_ps
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
-from shardlab.train.optim import lr_at, set_lr
+from shardlab.optim import lr_at, set_lr
 
 
 class AsyncTrainer:
@@ -52,8 +53,6 @@ class AsyncTrainer:
         self.device = comm.device()
         if t.retain_host_memory and self.device.type == "cpu":
             host_alloc.retain_freed_memory()  # no page faults on every step's activations (train/host_alloc.py)
-        from shardlab.train.trainer import datasets  # (trainer hands async runs to this module: no cycle at import)
-
         self.train_ds, self.val_ds = datasets(cfg)
         self.tokens_per_step = t.global_batch * t.seq_len
         self.peak_mem = PeakMemory(self.device).__enter__()
@@ -70,7 +69,6 @@ class AsyncTrainer:
         server_only = comm.new_group([async_ps.SERVER], name="async server", backend="gloo")  # (collective)
         if self.is_main:
             from shardlab.checkpoint import CheckpointManager
-            from shardlab.train.trainer import TrainState
 
             self.state = TrainState(cfg, self.par.dp, self.par.optimizer, self.sampler, None)
             self.ckpt = CheckpointManager(self.run_dir, cfg, group=server_only)

@@ -264,7 +264,7 @@ class StepLog:
     def finished(self, step: int, verdict: str, skipped: bool, loss_sum, grad_norm: float, dt: float,
                  evaluate_fn) -> None:
         """After step `step` (completed steps, 1-based) on every rank: log what is due."""
-        from shardlab.train.optim import lr_at
+        from shardlab.optim import lr_at
 
         tr, t = self.tr, self.tr.cfg.train
         self.window_steps += 1

@@ -14,7 +14,6 @@ import contextlib
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,40 +25,21 @@ from shardlab.launch import orphans
 from shardlab.checkpoint.manifest import step_dirname
 from shardlab.config import Config, ConfigError
 from shardlab.comm import CollectiveMismatchError
-from shardlab.data import GlobalSampler, TokenDataset, get_batch, load_tokens, split_train_val
+from shardlab.data import GlobalSampler, get_batch
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
 from shardlab import parallel
 from shardlab.train import evaluate, host_alloc, precision, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
-from shardlab.train.optim import lr_at, set_lr
+from shardlab.optim import lr_at, set_lr
 from shardlab.train.scaler import LossScaler
-
-
-@dataclass
-class TrainState:
-    """Everything a checkpoint must capture (see shardlab.checkpoint)."""
-    cfg: Config
-    strategy: object  # the data-parallel layer (shardlab.parallel.dp.base.Strategy)
-    optimizer: torch.optim.Optimizer
-    sampler: GlobalSampler
-    scaler: LossScaler | None
-    step: int = 0
-    balance: object = None  # the data-parallel shares (shardlab.train.balance.Balancer), checkpointed
+from shardlab.train.state import TrainState, datasets
 
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
-
-
-def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
-    """The run's training and validation splits (every trainer reads the corpus the same way)."""
-    tokens = load_tokens(cfg.data.source)
-    train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
-    return (TokenDataset(train_tok, cfg.train.seq_len, name="training split"),
-            TokenDataset(val_tok, cfg.train.seq_len, name="validation split"))
 
 
 class Trainer:
@@ -263,7 +243,7 @@ class Trainer:
             self.metrics.close()
             plot_losses(self.run_dir)
             if self.moe_log.enabled:
-                from shardlab.observe.moe_heatmap import plot_expert_load
+                from shardlab.train.moe_heatmap import plot_expert_load
                 plot_expert_load(self.run_dir)  # expert_load.png: tokens per expert over steps
             print_summary(summary)
             print(f"\nrun directory: {self.run_dir}")
@@ -273,7 +253,7 @@ class Trainer:
 def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
     """Bad input the ranks found themselves (a checkpoint damaged since the launcher checked it, a plain
     `torchrun` run, an elastic restart): one line, exit 2, as when the launcher finds it."""
-    from shardlab.cli import one_line
+    from shardlab.errors import one_line
 
     failure.record(run_dir, comm.rank(), "bad input", e)
     if comm.rank() == 0:

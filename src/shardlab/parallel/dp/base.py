@@ -17,14 +17,16 @@ which one it has. See docs/strategies.md and docs/parallel.md. A step:
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.config.schema import ParallelConfig
 from shardlab.parallel.mesh import ParallelDims
+
+if TYPE_CHECKING:  # the config sits above the layers: its type is for annotations only
+    from shardlab.config.schema import ParallelConfig
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
 OptimizerFactory = Callable[[list], torch.optim.Optimizer]

@@ -32,7 +32,6 @@ import hashlib
 import io
 import json
 import os
-import sys
 import time
 import uuid
 
@@ -48,7 +47,7 @@ class FaultToleranceError(RuntimeError):
     """A replica could not find or reach its peers (store unreachable, no state within the join timeout)."""
 
 
-def _log(replica: int, message: str) -> None:
+def log_replica(replica: int, message: str) -> None:
     print(f"[shardlab ft] replica {replica}: {message}", flush=True)
 
 
@@ -92,7 +91,7 @@ class FaultTolerantSync(PeriodicSync):
                                                       for j in range(self.n_replicas)):
             time.sleep(_POLL_S)
         present = [j for j in range(self.n_replicas) if comm.store_check(store, f"hello/{j}")]
-        _log(self.rid, f"founding member (process {os.getpid()}); replicas present at the start: {present} of "
+        log_replica(self.rid, f"founding member (process {os.getpid()}); replicas present at the start: {present} of "
                        f"{self.n_replicas}")
         return start_step
 
@@ -108,7 +107,7 @@ class FaultTolerantSync(PeriodicSync):
         comm.store_set(store, f"{k}/delta/{self.rid}", _to_bytes(delta), tag=f"{self.mode} outer step")
         decision = self._decide(k)
         if self.rid not in decision["members"]:  # too late: the others went on without this replica
-            _log(self.rid, f"dropped from outer step {k} (the others decided without it: more than "
+            log_replica(self.rid, f"dropped from outer step {k} (the others decided without it: more than "
                            f"{self.timeout:g} s late); joining again")
             self._join(mid_step=True)
             return
@@ -170,7 +169,7 @@ class FaultTolerantSync(PeriodicSync):
             msg += f"; replica {j} gone ({why})"
         if joiners:
             msg += f"; admitting replica(s) {joiners}"
-        _log(self.rid, f"{msg}; parameters {self.fingerprint()}")
+        log_replica(self.rid, f"{msg}; parameters {self.fingerprint()}")
         for j, inc in decision["joiners"].items():
             comm.store_set(store, f"admitted/{j}", json.dumps({"incarnation": inc, "outer_step": k}).encode())
         if joiners and self.rid == min(members):
@@ -203,7 +202,7 @@ class FaultTolerantSync(PeriodicSync):
         store = self.store
         inc = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         comm.store_set(store, f"join/{self.rid}", inc.encode())
-        _log(self.rid, f"asking to join (process {os.getpid()}; waiting up to {self.join_timeout:g} s for a peer's "
+        log_replica(self.rid, f"asking to join (process {os.getpid()}; waiting up to {self.join_timeout:g} s for a peer's "
                        "state)")
         deadline = time.monotonic() + self.join_timeout
         k = None
@@ -231,7 +230,7 @@ class FaultTolerantSync(PeriodicSync):
         st.step = state["step"] - (1 if mid_step else 0)
         self.__dict__.update(inner_step=state["inner_step"], outer_k=k, members=state["members"],
                              incarnation=inc)
-        _log(self.rid, f"joined at outer step {k} (step {state['step']}) with the state of replica "
+        log_replica(self.rid, f"joined at outer step {k} (step {state['step']}) with the state of replica "
                        f"{min(state['members'])}; members {state['members']}; parameters {self.fingerprint()}")
 
 
@@ -239,67 +238,3 @@ def position(sampler, step: int) -> None:
     """Move the global sampler to the start of optimizer step `step` (the data a joiner trains on next)."""
     sampler.epoch, k = divmod(step, sampler.steps_per_epoch)
     sampler.cursor = k * sampler.global_batch
-
-
-def supervise(cfg, run_dir, max_restarts: int) -> int:
-    """`shardlab train --nproc 1 --max-restarts K` of a fault-tolerant replica: run the replica in a child process
-    and start a new one each time it dies, at most K times. (torchrun restarts a whole process group; a replica
-    here is alone, so restarting it is all there is to do.) The new process finds the job under way and joins."""
-    import multiprocessing as mp
-    import signal
-
-    rid = cfg.parallel.replica_id
-    ctx = mp.get_context("fork")  # the launcher has imported shardlab and run no training: a quick, clean start
-    for attempt in range(max_restarts + 1):
-        proc = ctx.Process(target=_run_replica, args=(cfg, run_dir))
-        proc.start()
-        proc.join()
-        code = proc.exitcode
-        if code == 0:
-            return 0
-        why = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        if attempt == max_restarts or code == 2:  # out of restarts, or bad input a restart would repeat
-            print(f"shardlab: error: replica {rid}'s process ended ({why}) after {attempt} restart(s) of "
-                  f"--max-restarts {max_restarts}", file=sys.stderr, flush=True)
-            return 1 if code < 0 else code
-        _log(rid, f"its process ended ({why}); restarting it ({attempt + 1} of {max_restarts})")
-    return 1
-
-
-def _run_replica(cfg, run_dir) -> None:
-    from shardlab.train.trainer import main as train_main
-    train_main(cfg, run_dir)
-
-
-def main(argv: list[str]) -> int:
-    """`shardlab lighthouse [--port P] [--host H]`: host the store a fault-tolerant job's replicas meet at."""
-    from shardlab.cli import _OneLineParser
-    p = _OneLineParser(prog="shardlab lighthouse", description="Host the TCPStore the replicas of a fault-tolerant "
-                       "job (parallel.fault_tolerant=true) meet at; runs until stopped (docs/sync.md).")
-    p.add_argument("--port", type=int, default=29510, help="TCP port (0 = any free one, printed)")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    try:
-        args = p.parse_args(argv)
-    except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 2
-    if not 0 <= args.port < 65536:
-        print(f"shardlab lighthouse: error: --port {args.port}: must be in 0..65535", file=sys.stderr)
-        return 2
-    try:
-        serve(args.port, args.host)
-    except KeyboardInterrupt:
-        return 0
-    except Exception as e:  # noqa: BLE001 - the port is taken, the address is not this machine's, ...
-        print(f"shardlab lighthouse: error: cannot host a store at {args.host}:{args.port} ({type(e).__name__}); "
-              "choose another --port (0 = any free one)", file=sys.stderr)
-        return 2
-    return 0
-
-
-def serve(port: int, host: str = "0.0.0.0") -> None:
-    """`shardlab lighthouse`: host the store the replicas of a fault-tolerant job meet at, until stopped."""
-    store = comm.host_store(host, port)
-    print(f"[shardlab lighthouse] store at {host}:{store.port}; replicas use parallel.ft_store=HOST:{store.port}",
-          flush=True)
-    while True:
-        time.sleep(3600)

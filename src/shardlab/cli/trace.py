@@ -35,7 +35,7 @@ def build(run_dir: Path, max_rows: int) -> dict:
         for s, t0, t1 in analysis.steps_of(rt):
             buckets += analysis.bucket_table(rt, s, t0, t1)
     matched = analysis.match_collectives(traces)
-    from shardlab.observe import pipeline
+    from shardlab.parallel.pp import trace as pipeline
     return {"summary": analysis.summarize_traces(traces), "steps": steps, "buckets": buckets,
             "collectives": matched, "max_rows": max_rows, "pipeline": pipeline.report(run_dir, traces)}
 

@@ -28,12 +28,12 @@ def main(argv: list[str]) -> int:
         try:
             result = report(run)
         except FlightRecordError as e:
-            from shardlab.cli import fail
+            from shardlab.errors import fail
             return fail(str(e))
         print("\n".join(result["lines"]))
         return 0 if result["kind"] != "none" else 1
     from shardlab.config import ConfigError
-    from shardlab.doctor.replay import replay
+    from shardlab.train.replay import replay
     try:
         result = replay(run, args.step)
     except ConfigError as e:

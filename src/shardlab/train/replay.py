@@ -56,7 +56,7 @@ def replay(run: Path, step: int) -> dict:
     cfg.debug.slow_rank, cfg.debug.corrupt_expert = -1, False
     config_mod.validate(cfg, world_size=1)
 
-    from shardlab.train.optim import lr_at, set_lr
+    from shardlab.optim import lr_at, set_lr
     from shardlab.train.trainer import Trainer
 
     scratch = Path(tempfile.mkdtemp(prefix="shardlab-replay-"))

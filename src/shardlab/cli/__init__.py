@@ -10,15 +10,17 @@ import os
 import sys
 from pathlib import Path
 
+from shardlab.errors import OneLineParser, fail, one_line  # noqa: F401 - `cli.fail` / `cli.one_line` are used by the tests
+
 # Subcommands owned by their packages: each exposes main(argv) -> int.
 SUBCOMMANDS = {
     "bench": "shardlab.bench.cli",
-    "trace": "shardlab.observe.cli",
+    "trace": "shardlab.cli.trace",
     "ckpt": "shardlab.checkpoint.cli",
-    "doctor": "shardlab.doctor.cli",
+    "doctor": "shardlab.cli.doctor",
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
-    "lighthouse": "shardlab.parallel.dp.fault_tolerant",
+    "lighthouse": "shardlab.launch.lighthouse",
 }
 
 USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
@@ -35,26 +37,8 @@ USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,l
 """
 
 
-def one_line(message: str) -> str:
-    """A message that echoes user input (a path, a value) stays one line: line breaks are shown escaped."""
-    return "\\n".join(message.splitlines())
-
-
-def fail(message: str) -> int:
-    print(f"shardlab: error: {one_line(message)}", file=sys.stderr)
-    return 2
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus the error; the CLI's promise is one line."""
-
-    def error(self, message: str):
-        print(f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
 def train_parser() -> argparse.ArgumentParser:
-    p = _OneLineParser(prog="shardlab train", description="Train a GPT with a data-parallel strategy.",
+    p = OneLineParser(prog="shardlab train", description="Train a GPT with a data-parallel strategy.",
                                 epilog="Overrides are key=value, e.g. parallel.strategy=ddp train.steps=100; "
                                        "--help-keys lists every key.")
     p.add_argument("--config", help="TOML config file (configs/*.toml); overrides win over it")
@@ -148,13 +132,14 @@ def cmd_train(argv: list[str]) -> int:
         except runlock.RunLocked as e:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
-    from shardlab.launch import notes as launch_notes
-    from shardlab.launch import runlock
+    from shardlab.launch import notes as launch_notes, runlock
+    # deferred, as every import of torch here: `shardlab --help` and bad input answer without loading it
+    from shardlab.train.trainer import main as train_main
     try:
         if args.node_rank == 0 and not getattr(args, "break_lock", False):
             runlock.refuse_if_held(run_dir)  # a refused run prints its refusal only, not the start lines
         launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
-        return launch.launch(args, cfg, run_dir)
+        return launch.launch(args, cfg, run_dir, train_main)
     except launch.RunLocked as e:
         return fail(str(e))
 

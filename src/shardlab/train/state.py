@@ -1,0 +1,31 @@
+"""What every trainer (the step loop, the asynchronous parameter server's roles) shares: the state a checkpoint
+captures, and the run's data splits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from shardlab.config import Config
+from shardlab.data import GlobalSampler, TokenDataset, load_tokens, split_train_val
+from shardlab.train.scaler import LossScaler
+
+
+@dataclass
+class TrainState:
+    """Everything a checkpoint must capture (see shardlab.checkpoint)."""
+    cfg: Config
+    strategy: object  # the data-parallel layer (shardlab.parallel.dp.base.Strategy)
+    optimizer: torch.optim.Optimizer
+    sampler: GlobalSampler
+    scaler: LossScaler | None
+    step: int = 0
+    balance: object = None  # the data-parallel shares (shardlab.train.balance.Balancer), checkpointed
+
+
+def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
+    """The run's training and validation splits (every trainer reads the corpus the same way)."""
+    tokens = load_tokens(cfg.data.source)
+    train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
+    return (TokenDataset(train_tok, cfg.train.seq_len, name="training split"),
+            TokenDataset(val_tok, cfg.train.seq_len, name="validation split"))
