@@ -1,7 +1,7 @@
 """The device-discipline check: one simulated step (two, so the optimizer state exists) of every layout,
 as one rank of a fake world, the accelerator stood in for by the meta device (shardlab.simulate). Every
 layout must keep device discipline: no host/device mixing, no tensor created without a device, host syncs
-within each layer's budget (parallel.layers.HOST_SYNC_BUDGET), no collective NCCL lacks. A planted
+within the budget each layer declares (Parallel.host_syncs), no collective NCCL lacks. A planted
 violation is caught and named by op and source line.
 
 Runs in the test process itself (no worker pool: one fake process group at a time, nothing allocated)."""

@@ -118,8 +118,11 @@ def test_222_groups_without_processes_are_none_only_for_size_one():
 # --- world 2, dp = 1: every rank of the (identity) tp group trains on the same batch -------------------
 
 def _identity_tp(part, cfg, dims):
-    """A stand-in tensor-parallel layer that shards nothing: both ranks hold and compute everything."""
-    return part
+    """A stand-in tensor-parallel layer that shards nothing: both ranks hold and compute everything. Its
+    handle contributes nothing (the layer contract's defaults)."""
+    from shardlab.parallel.layer import Layer
+
+    return Layer("tp", part)
 
 
 TINY_RUN = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=2",

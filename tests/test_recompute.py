@@ -39,7 +39,7 @@ def _cfg(mode: str, every: int = 1) -> Config:
 def test_parameter_names_and_state_dict_unchanged(mode):
     """The block's class is swapped, no wrapper module: checkpoints keep their keys."""
     ref = build_model(GPTConfig(**TINY), 0)
-    model = recompute.apply(build_model(GPTConfig(**TINY), 0), _cfg(mode))
+    model = recompute.apply(build_model(GPTConfig(**TINY), 0), _cfg(mode)).part
     assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
     assert list(model.state_dict()) == list(ref.state_dict())
     assert all(getattr(b, "recompute", None) == mode for b in model.blocks.values())
@@ -47,7 +47,7 @@ def test_parameter_names_and_state_dict_unchanged(mode):
 
 
 def test_recompute_every_k_picks_blocks_k_minus_1_2k_minus_1():
-    model = recompute.apply(build_model(GPTConfig(**dict(TINY, n_layer=5)), 0), _cfg("full", every=2))
+    model = recompute.apply(build_model(GPTConfig(**dict(TINY, n_layer=5)), 0), _cfg("full", every=2)).part
     assert [k for k, b in model.blocks.items() if getattr(b, "recompute", None)] == ["1", "3"]
 
 
@@ -98,7 +98,7 @@ SIZES = dict(n_layer=3, n_head=4, d_model=64, vocab_size=256, max_seq_len=32)
 
 
 def _measure(mode: str, batch: int = 3):  # b·s = 96 differs from h = 64: no coincidental sizes
-    model = recompute.apply(build_model(GPTConfig(**SIZES), 0), _cfg(mode))
+    model = recompute.apply(build_model(GPTConfig(**SIZES), 0), _cfg(mode)).part
     x = torch.randint(0, 256, (batch, SIZES["max_seq_len"]))
     with ActivationBytes(model) as acts:
         out = model(x)

@@ -116,7 +116,7 @@ def test_verdict_of_ranks_that_found_bad_input_is_exit_2(tmp_path):
 
 
 def test_fp16_on_cpu_warns_once(capsys):
-    from shardlab.train import precision
+    from shardlab import precision
 
     precision._warned = False
     assert precision.warn_if_slow("fp16", "cpu", True) and not precision.warn_if_slow("fp16", "cpu", True)

@@ -62,7 +62,7 @@ def held_bytes(model_kw: dict) -> dict:
         return sum(t.numel() * t.element_size() for t in ts)
 
     opt = [v for st in par.optimizer.state.values() for v in st.values() if torch.is_tensor(v) and v.dim() > 0]
-    split = sum(p.numel() for n, p in par.module.named_parameters() if par.tp.is_sharded(n))
+    split = sum(p.numel() for n, p in par.module.named_parameters() if par.layer("tp").impl.is_sharded(n))
     return {"params": nbytes(params), "grads": nbytes(p.grad for p in params if p.grad is not None),
             "optimizer": nbytes(opt), "split_numel": split,
             "whole_numel": sum(p.numel() for p in params) - split, "reported": par.state_bytes()}

@@ -37,7 +37,8 @@ def build(impl: str, sp: bool, model_kw: dict = TINY, dtype=torch.float32, dp: i
 
     ref = build_model(model_config(model_kw), seed=0).to(dtype)
     model = copy.deepcopy(ref)
-    (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, tp_mesh(dp), sp=sp)
+    layer = (tp.apply_tp if impl == "own" else tp_dtensor.apply_tp)(model, tp_mesh(dp), sp=sp)
+    model.tp = layer  # the harness's shortcut to the layer's object (the composition keeps it on its handle)
     return ref, model
 
 
@@ -230,11 +231,11 @@ def checkpoint_roundtrip(path: str, model_kw: dict) -> dict:
     own.tp.load_state_dict(own_sd)
 
     dt = tp_dtensor.apply_tp(build_model(GPTConfig(**model_kw), seed=1), tp_mesh(), sp=False)
-    dt_sd = dt.tp.state_dict()
+    dt_sd = dt.state_dict()
     dcp.load(dt_sd, checkpoint_id=path)
-    dt.tp.load_state_dict(dt_sd)
+    dt.load_state_dict(dt_sd)
     return {"saved": saved, "single": {k: v for k, v in plain.items()}, "own": own.tp.full_parameters(),
-            "dtensor": dt.tp.full_parameters(), "layout": layout,
+            "dtensor": dt.full_parameters(), "layout": layout,
             "padding_zero": bool((own.wte.weight.detach()[own.wte.real_rows:] == 0).all())}
 
 
@@ -318,7 +319,7 @@ def composed(overrides: list[str], steps: int = 3, every_rank: bool = False) -> 
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
     if every_rank:  # this rank's own pieces and copies, and where it sits on the (dp, tp) mesh
         out["local"] = {k: v.detach().clone() for k, v in par.model.named_parameters()}
-        out["coord"] = (dims.dp_rank, par.model.tp.rank)
+        out["coord"] = (dims.dp_rank, par.layer("tp").impl.rank)
         return out
     try:
         sd = par.model_state_dict()

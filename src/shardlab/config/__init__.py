@@ -17,6 +17,7 @@ from shardlab.config.checks import (
 from shardlab.config.schema import (  # noqa: F401 - the public names: `config.Config`, `config.ConfigError`, ...
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
+from shardlab import precision
 from shardlab.parallel import layers
 
 __all__ = ["LLAMA_KEYS", "STRATEGIES", "CkptConfig", "Config", "ConfigError", "DataConfig", "DebugConfig",
@@ -85,7 +86,7 @@ def validate(cfg: Config, world_size: int) -> None:
     _validate_arch(m)
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
-    _choice("parallel.comm_dtype", p.comm_dtype, ("fp32", "fp16", "bf16"))
+    _choice("parallel.comm_dtype", p.comm_dtype, precision.NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
@@ -98,7 +99,7 @@ def validate(cfg: Config, world_size: int) -> None:
     world = world_size  # the processes (debug.slow_rank names one of them)
     if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
         world_size = 1  # the layout and batch checks below are those of one process
-    _choice("train.dtype", t.dtype, ("fp32", "bf16", "fp16"))
+    _choice("train.dtype", t.dtype, precision.NAMES)
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING
 
+from shardlab import precision
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
 
@@ -75,7 +76,7 @@ def _check_offload(p) -> None:
 def _validate_sync(p: ParallelConfig) -> None:
     """parallel.sync and its keys: what this version builds (docs/sync.md)."""
     _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco", "async"))
-    _choice("parallel.outer_dtype", p.outer_dtype, ("fp32", "bf16", "fp16"))
+    _choice("parallel.outer_dtype", p.outer_dtype, precision.NAMES)
     if p.sync_every < 1:
         raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
@@ -143,7 +144,7 @@ def _validate_async(cfg: Config, world_size: int) -> None:
     if p.compress != "none":
         raise ConfigError(f"parallel.sync=async with parallel.compress={p.compress}: workers push whole fp32 "
                           "gradients; set parallel.compress=none")
-    if cfg.train.dtype == "fp16":
+    if cfg.train.dtype in precision.LOSS_SCALED:
         raise ConfigError("parallel.sync=async with train.dtype=fp16: the loss scaler is not built for stale "
                           "gradients; use train.dtype=bf16 or fp32")
     if p.backend == "nccl":

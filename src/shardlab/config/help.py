@@ -6,7 +6,9 @@ listed choices are exactly the ones validation accepts.
 from __future__ import annotations
 
 from shardlab.config import schema as config
+from shardlab import precision
 from shardlab.config.schema import STRATEGIES
+from shardlab.parallel.pp import registry as pp_registry
 
 # key -> (what it does, allowed values)
 KEY_HELP: dict[str, tuple[str, str]] = {
@@ -79,7 +81,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.beta2": ("AdamW beta2", "0 <= float < 1"),
     "train.grad_clip": ("global gradient-norm clip; 0 = no clipping (the norm is still measured)", "float >= 0"),
     "train.dtype": ("compute precision: fp32, bf16 autocast, or fp16 autocast with loss scaling "
-                    "(fp16 is very slow on CPU: use bf16 there)", "fp32 | bf16 | fp16"),
+                    "(fp16 is very slow on CPU: use bf16 there)", " | ".join(precision.NAMES)),
     "train.eval_every": ("validation loss every N steps (and at step 0, and at the end); 0 = never", "int >= 0"),
     "train.eval_seqs": ("validation sequences per evaluation, the same set at any world size", "int >= 1"),
     "train.log_every": ("a metrics line every N steps (skips and rollbacks are always logged)", "int >= 1"),
@@ -102,7 +104,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.last_bucket_mb": ("own DDP: the gradients ready last (embeddings), up to this size, get a bucket of "
                                 "their own so the all-reduce nothing can hide is short; 0 = none; docs/ddp.md",
                                 "float >= 0"),
-    "parallel.comm_dtype": ("precision of gradient communication", "fp32 | fp16 | bf16"),
+    "parallel.comm_dtype": ("precision of gradient communication", " | ".join(precision.NAMES)),
     "parallel.compress": ("gradient compression: powersgd sends rank-r factors of each gradient matrix with error "
                           "feedback and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",
                           "none | powersgd"),
@@ -151,7 +153,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                "version it was computed on); a worker's pull waits until it holds (0: the workers "
                                "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
-                             "fp32 | bf16 | fp16"),
+                             " | ".join(precision.NAMES)),
     "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train --nproc 1`, "
                                 "the outer step goes through the store at parallel.ft_store with a per-step "
                                 "membership; needs parallel.sync=diloco or local_sgd (docs/sync.md)", "true | false"),
@@ -171,9 +173,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
                     "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
     "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
-                             "torch.distributed.pipelining's", "gpipe | 1f1b | interleaved | zb | torch-gpipe | "
-                             "torch-1f1b | torch-interleaved | torch-zb | torch-looped-bfs | torch-zbv | "
-                             "torch-dualpipev"),
+                             "torch.distributed.pipelining's", " | ".join(pp_registry.NAMES)),
     "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
                                  "the same microbatches)", "0 | int >= 1"),
     "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs "

@@ -34,6 +34,7 @@ from shardlab.doctor import checksum as checksum_mod
 from shardlab.doctor import inject
 from shardlab.doctor.localize import build_replica, localize
 from shardlab.doctor.watchdog import Watchdog
+from shardlab import precision
 
 
 class AnomalyError(RuntimeError):
@@ -45,9 +46,8 @@ class UnevenInputsError(RuntimeError):
 
 
 def _autocast(dtype: str, device: torch.device):
-    if dtype == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if dtype == "bf16" else torch.float16)
+    wanted = precision.autocast_dtype(dtype)
+    return contextlib.nullcontext() if wanted is None else torch.autocast(device.type, dtype=wanted)
 
 
 class Doctor:

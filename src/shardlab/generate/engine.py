@@ -166,14 +166,15 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
     if layout.pp > 1:
         from shardlab.generate.lanes import split_stage
         model = split_stage(model, stage, layout.pp)
+    tp = None
     if layout.tp > 1:
         torch.manual_seed(0)  # TP splits are deterministic; the dropout streams (p = 0 here) want alike seeds
-        model = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
-    tp_model = model if layout.tp > 1 else None
+        tp = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
+        model = tp.model
 
     def last_logits(logits):
         last = logits[:, -1]
-        return tp_model.tp.gather_logits(last) if tp_model is not None else last[..., :model.cfg.vocab_size]
+        return tp.gather_logits(last) if tp is not None else last[..., :model.cfg.vocab_size]
 
     def forward(x, cache):
         return last_logits(model(x, cache))

@@ -18,13 +18,13 @@ import torch.distributed as dist
 
 from shardlab import comm
 from shardlab.observe import timeline
+from shardlab import precision
 
-_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class _State:
     def __init__(self, group, comm_dtype: str):
-        self.group, self.dtype = group, _DTYPES[comm_dtype]
+        self.group, self.dtype = group, precision.wire_dtype(comm_dtype)
         self.in_flight = []  # this step's bucket records
 
 

@@ -29,6 +29,8 @@ import tempfile
 import torch
 import torch.nn as nn
 
+from shardlab.parallel.layer import Layer
+
 BACKEND = "inductor"  # tests replace it with a backend that fails, to check the fallback
 _CLASSES: dict[type, type] = {}
 
@@ -114,15 +116,14 @@ def fell_back(block: nn.Module) -> str | None:
     return state["failed"] if state else None
 
 
-def apply(part: nn.Module, cfg, dims=None) -> nn.Module:
+def apply(part: nn.Module, cfg, dims=None) -> Layer:
     """The compile layer: compile every block of this part when `cfg.train.compile` says so. `dims` is
     unused (the same on every rank); it keeps the layers' common signature."""
-    if not getattr(cfg.train, "compile", False):
-        return part
-    _separate_cache_per_cpu_capability()
-    for block in (getattr(part, "blocks", None) or {}).values():
-        compile_block(block)
-    return part
+    if getattr(cfg.train, "compile", False):
+        _separate_cache_per_cpu_capability()
+        for block in (getattr(part, "blocks", None) or {}).values():
+            compile_block(block)
+    return Layer("compile", part)
 
 
 def _separate_cache_per_cpu_capability() -> None:

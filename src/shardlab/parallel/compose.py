@@ -5,15 +5,15 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
     2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights)
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
-    4. per part, innermost first:
-         tensor parallel                      parallel/tp*.py (tp > 1)
-         context parallel                     parallel/cp/layer.py (cp > 1: ring attention, zigzag chunks)
-         expert parallel                      parallel/ep/layer.py (ep > 1: experts split, all-to-all dispatch)
+    4. per part, innermost first, each `apply(part, cfg, dims) -> Layer` (the contract: parallel/layer.py):
+         tensor parallel                      parallel/tp/   (tp > 1)
+         context parallel                     parallel/cp/   (cp > 1: ring attention, zigzag chunks)
+         expert parallel                      parallel/ep/   (ep > 1: experts split, all-to-all dispatch)
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
-         data parallel                        parallel/dp/apply.py -> shardlab.parallel.dp
-    5. the optimizer over what the layers left on this rank (+ local SGD / DiLoCo: sync.py)
-    6. `Parallel`, which owns the step's forward/backward     step.py
+    5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
+       optimizer over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+    6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
 
 A layer not built yet (`layers.not_built`) is refused here in one line, as `config.validate` does.
 """
@@ -53,40 +53,40 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     model = model.to(device)
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
     routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
-    # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model
-    part = model
-    if dims.pp > 1:
-        part, stages, schedule = _layer(layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule, "pp")(model, cfg, dims)
-    # 4. per part: tensor parallel -> context parallel -> expert parallel -> activation recompute -> compile -> data parallel
-    if dims.tp > 1:
-        part = _layer(layers.TENSOR_PARALLEL, getattr(cfg.parallel, "tp_impl", "own"), "tp")(part, cfg, dims)
-    if dims.cp > 1:  # the ring replaces each block's attention core; positions follow the chunks
-        part = _layer(layers.CONTEXT_PARALLEL, getattr(cfg.parallel, "cp_impl", "own"), "cp")(part, cfg, dims)
-    if dims.ep > 1:  # this rank's experts; their tokens travel by all-to-all; hidden from the dp layer
-        part = _layer(layers.EXPERT_PARALLEL, "own", "ep")(part, cfg, dims)
-    part = recompute.apply(part, cfg, dims)
-    part = compile_layer.apply(part, cfg, dims)  # after recompute: the checkpoint is traced into the graph
-    dp = apply_data_parallel(part, cfg.parallel, dims, device)
-    # 5. the optimizer over this rank's parameters (the layer decides which: zero gives its shards)
+    # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
+    # 4. per part: tensor parallel -> context parallel -> expert parallel -> activation recompute -> compile.
+    # Each apply returns the layer's handle (parallel/layer.py); the next layer takes its part.
+    handles, part = [], model
+    for dim, table, impl in (("pp", layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule),
+                             ("tp", layers.TENSOR_PARALLEL, cfg.parallel.tp_impl),
+                             ("cp", layers.CONTEXT_PARALLEL, cfg.parallel.cp_impl),  # the ring; positions follow
+                             ("ep", layers.EXPERT_PARALLEL, "own")):  # this rank's experts, by all-to-all
+        if dims.size(dim) > 1:
+            handles.append(_layer(table, impl, dim)(part, cfg, dims))
+            part = handles[-1].part
+    for apply in (recompute.apply, compile_layer.apply):  # compile after recompute: the checkpoint is traced
+        handles.append(apply(part, cfg, dims))
+        part = handles[-1].part
+    # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
+    # layer decides which: zero gives its shards)
+    dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
     optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
-    if getattr(cfg.parallel, "sync", "every_step") in ("local_sgd", "diloco"):  # they replace the
-        from shardlab.parallel.dp.sync import PeriodicSync  # per-step gradient all-reduce
+    if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
+        from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
+        from shardlab.parallel.dp.sync import PeriodicSync
+
+        # replicas that may die: the outer step via a store
+        sync = FaultTolerantSync if cfg.parallel.fault_tolerant else PeriodicSync
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
-        if getattr(cfg.parallel, "fault_tolerant", False):  # replicas that may die: the outer step via a store
-            from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync as PeriodicSync
         group = dims.group("dp_replicate") if hasattr(dp, "replicas_step_alone") else data_parallel_group(dims)
-        dp = PeriodicSync(dp, cfg.parallel, group, optimizer)
+        dp = sync(dp, cfg.parallel, group, optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
         from shardlab.parallel.pp.pipeline import PipelineParallel
-        par = PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule)
-    else:
-        par = Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype)
-    if getattr(part, "tp", None) is not None:  # what the tp layer offers the step (own or DTensor)
-        par.use_tensor_parallel(part.tp)  # vocab-parallel loss (+ context), SP gradients, the norm
-    if getattr(part, "cp", None) is not None:
-        par.shard_batch = part.cp.shard_batch  # the step slices inputs and targets into this rank's chunks
-    return par
+        stages, schedule = handles[0].impl
+        return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
+                                layers=handles)
+    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles)
 
 
 def _layer(table: dict, impl: str, dim: str):

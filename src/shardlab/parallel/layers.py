@@ -9,6 +9,8 @@ A dimension whose table is empty is accepted by the mesh (its degree can be set)
 """
 from __future__ import annotations
 
+from shardlab.parallel.pp import registry as pp_registry
+
 # Data parallelism (`parallel.dp`, alias `parallel.strategy`): the classes of `shardlab.parallel.dp`.
 DATA_PARALLEL = {
     "single": "shardlab.parallel.dp.single:Single",
@@ -42,10 +44,8 @@ TP_WITH_DP: dict[str, tuple[str, ...]] = {
 }
 # Pipeline parallelism: `parallel.pp_schedule` -> the function that splits the model (parallel/pp/pipeline.py);
 # the schedule itself is data (parallel/pp/schedule.py), run by parallel/pp/engine.py or by torch.
-PIPELINE_PARALLEL: dict[str, str] = {
-    name: "shardlab.parallel.pp.pipeline:split"
-    for name in ("gpipe", "1f1b", "interleaved", "zb", "torch-gpipe", "torch-1f1b", "torch-interleaved", "torch-zb",
-                 "torch-looped-bfs", "torch-zbv", "torch-dualpipev")}
+# The schedule names come from the one table of schedules, parallel/pp/registry.py.
+PIPELINE_PARALLEL: dict[str, str] = {name: "shardlab.parallel.pp.pipeline:split" for name in pp_registry.NAMES}
 # Context parallelism: `parallel.cp_impl` -> the function that applies it (parallel/cp/layer.py): own ring attention
 # (parallel/cp/ring.py, every transfer through comm) or torch's context_parallel (CUDA only).
 CONTEXT_PARALLEL: dict[str, str] = {
@@ -83,35 +83,3 @@ def load(entry: str):
 
     mod, _, attr = entry.partition(":")
     return getattr(importlib.import_module(mod), attr)
-
-
-# Host syncs a step may make, per layer package (module prefix -> syncs per step), checked by the device
-# discipline check (shardlab.simulate). A sync stalls the host until the device catches up: each one
-# listed here says why it is worth that. Code not listed has a budget of 0. (For now one table; a layer's
-# handle will carry its own.)
-HOST_SYNC_BUDGET: dict[str, int] = {
-    # the gradient norm comes back as a float (the doctor's anomaly check and the log read it every step),
-    # and the clip factor is read once to skip the pass over every gradient when it is exactly 1
-    "shardlab.parallel.dp": 2,
-    # fault-tolerant DiLoCo meets its peers in a key-value store on the host: the pseudo-gradient is
-    # copied there once per outer step (parallel.sync_every steps; the check runs sync_every=1), and the
-    # parameters' fingerprint that the replicas' logs compare
-    "shardlab.parallel.dp.fault_tolerant": 2,
-    # parallel.find_unused: which parameters no rank used is read once, to leave their .grad None
-    "shardlab.parallel.dp.ddp": 1,
-    # a logged step's routing metrics reach the host in one read (every step in the check)
-    "shardlab.train.moe_log": 1,
-    # expert parallelism clips the experts' gradients itself: the norm comes back as a float. (Its uneven
-    # all-to-all needs the split sizes on the host, three reads per MoE layer a microbatch; the check runs
-    # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
-    "shardlab.parallel.ep.layer": 1,
-    # torch DDP (torch-ddp, torch-zero1) rebuilds its buckets once, in the first steps, copying rank 0's
-    # order through the host (torch's own code: the torch-native layers are judged by torch's modules)
-    "torch.nn.parallel.distributed": 1,
-}
-
-
-def host_sync_budget(module: str) -> tuple[str, int]:
-    """(the table's entry that covers `module`, its budget): the longest prefix listed, else (module, 0)."""
-    best = max((k for k in HOST_SYNC_BUDGET if module == k or module.startswith(k + ".")), key=len, default=None)
-    return (best, HOST_SYNC_BUDGET[best]) if best is not None else (module, 0)

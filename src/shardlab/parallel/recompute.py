@@ -29,6 +29,8 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from shardlab.parallel.layer import Layer
+
 MODES = ("none", "full", "selective")
 
 _aten = torch.ops.aten
@@ -86,14 +88,13 @@ def recomputed(index: int, every: int) -> bool:
     return (index + 1) % every == 0
 
 
-def apply(part: nn.Module, cfg, dims=None) -> nn.Module:
+def apply(part: nn.Module, cfg, dims=None) -> Layer:
     """The recompute layer: wrap this part's blocks as `cfg.train.recompute` says. `dims` is unused (the
-    layer is the same on every rank); it keeps the layers' common signature."""
+    layer is the same on every rank); it keeps the layers' common signature. Contributes nothing to the
+    step beyond the wrapped blocks."""
     mode, every = getattr(cfg.train, "recompute", "none"), getattr(cfg.train, "recompute_every", 1)
-    if mode == "none":
-        return part
-    blocks = getattr(part, "blocks", None) or {}
-    for key, block in blocks.items():
-        if recomputed(int(key), every):
-            wrap_block(block, mode)
-    return part
+    if mode != "none":  # a module brought by a test or a bench may have no blocks: nothing to wrap
+        for key, block in (getattr(part, "blocks", None) or {}).items():
+            if recomputed(int(key), every):
+                wrap_block(block, mode)
+    return Layer("recompute", part)

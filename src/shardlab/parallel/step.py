@@ -26,9 +26,11 @@ from shardlab import comm
 from shardlab.model import moe
 from shardlab.model.loss import cross_entropy
 from shardlab.observe import timeline
+from shardlab.parallel.layer import Layer, the_one
 from shardlab.parallel.mesh import ParallelDims
+from shardlab import precision
 
-_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_AUTOCAST = {name: precision.autocast_dtype(name) for name in precision.NAMES if name != "fp32"}
 
 
 @dataclass
@@ -40,40 +42,40 @@ class StepResult:
 
 class Parallel:
     def __init__(self, dims: ParallelDims, model: nn.Module, dp, optimizer, device: torch.device,
-                 dtype: str = "fp32"):
+                 dtype: str = "fp32", layers: list[Layer] = ()):
         self.dims, self.model, self.dp, self.optimizer, self.device = dims, model, dp, optimizer, device
         self.dtype = dtype
-        self.loss_fn: Callable = cross_entropy  # (logits, targets, reduction) -> loss
+        self.layers = list(layers)  # the handles of the layers inside the dp layer, in the order applied
+        # (logits, targets, reduction) -> loss: cross-entropy unless a layer replaces it (TP: vocab-parallel)
+        self.loss_fn: Callable = the_one(self.layers, "loss_fn") or cross_entropy
         # Entered around each microbatch's forward loss *and* its backward (DTensor's loss_parallel must
-        # cover both); a layer that needs one sets it (tensor parallelism), the plain step has none.
-        self.loss_context: Callable = contextlib.nullcontext
-        self.tp = None  # the tensor-parallel layer's handle (`model.tp`) when tp > 1
-        # Context parallelism: (x, y) -> this rank's chunks of the sequence, before forward (None: whole).
-        self.shard_batch: Callable | None = None
-        # Process groups across which ranks hold different parts of the gradient (the norm sums over them).
+        # cover both); a layer that needs one declares it, the plain step has none.
+        self.loss_context: Callable = the_one(self.layers, "loss_context") or contextlib.nullcontext
+        # (x, y) -> this rank's slice of the batch before forward (CP: the chunks of the sequence); None: whole.
+        self.shard_batch: Callable | None = the_one(self.layers, "shard_batch")
+        # Process groups across which ranks hold different parts of the gradient (the norm sums over them):
+        # the dp layer's shard group when it shards gradients, then each layer's.
         self.grad_norm_groups: list = []
         shard = "dp_cp" if dims.cp > 1 else "dp_shard"  # under cp a sharding layer shards over dp_cp
         if dp.grads_are_sharded() and dims.size(shard) > 1:
             self.grad_norm_groups.append(dims.group(shard))
-        if dims.pp > 1:
-            self.grad_norm_groups.append(dims.group("pp"))
+        self.grad_norm_groups += [dims.group(name) for layer in self.layers for name in layer.norm_groups]
         # Mixture of experts: the routers' auxiliary losses join each microbatch's backward (never the
         # reported loss), and their stats add up over the step's microbatches (model/moe.py).
         self.moe_layers = moe.moe_layers(model)
         self.moe_step: dict | None = None
 
-    def use_tensor_parallel(self, tp) -> None:
-        """Take the pieces of the step tensor parallelism replaces (`tp` is `model.tp`, own or DTensor):
-        the vocab-parallel loss and its context, and the tp group in the gradient norm; the dp layer is
-        seen through `TensorParallelDP` (SP's gradient sum after its own, the norm counting copies once,
-        full values and state dicts of the bare model), by the step, checkpoints and the doctor alike."""
-        from shardlab.parallel.tp.dp_view import TensorParallelDP
+    def host_syncs(self) -> dict[str, int]:
+        """Host syncs a step may make, by module prefix: the dp layer's (through its views) and every layer's
+        own (parallel/layer.py), for the CUDA discipline check (shardlab.simulate)."""
+        table = self.dp.host_syncs()
+        for layer in self.layers:
+            table.update(layer.host_syncs)
+        return table
 
-        self.tp = tp
-        self.loss_fn = tp.loss_fn
-        self.loss_context = tp.loss_context
-        self.grad_norm_groups.append(self.dims.group("tp"))
-        self.dp = TensorParallelDP(self.dp, tp, self.dims.group("tp"))
+    def layer(self, name: str) -> Layer | None:
+        """The handle of layer `name` ("tp", "cp", "ep", "pp", ...), None when this layout has none."""
+        return next((layer for layer in self.layers if layer.name == name), None)
 
     @property
     def module(self) -> nn.Module:

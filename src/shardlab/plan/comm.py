@@ -18,11 +18,12 @@ import functools
 import math
 from dataclasses import dataclass
 
+from shardlab import precision
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
 
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+DTYPE_BYTES = precision.BYTES
 MiB = 2**20
 
 

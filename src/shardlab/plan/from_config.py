@@ -10,10 +10,10 @@ products): the planner's `bf16-autocast`/`fp16-autocast`, not Megatron's `*-mixe
 """
 from __future__ import annotations
 
+from shardlab import precision
 from .layout import Layout, TrainSpec, strategy_name
 from .model import ModelSpec
 
-_PRECISION = {"fp32": "fp32", "bf16": "bf16-autocast", "fp16": "fp16-autocast"}
 _RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
 
 
@@ -34,17 +34,18 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     """(model, train, layout) of the run `cfg` describes at `world` ranks. Raises ConfigError (from the
     mesh) on a layout the trainer would refuse; ValueError where the planner has no model of a feature."""
     from shardlab.parallel.mesh import resolve
+    from shardlab.parallel.pp import registry
 
     dims = resolve(cfg.parallel, world)
     p, t = cfg.parallel, cfg.train
     dp = dims.dp_replicate * dims.dp_shard
     strategy = strategy_name(p.strategy)
     train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dp, micro_batch=t.micro_batch,
-                      seq=t.seq_len, precision=_PRECISION[t.dtype])
-    schedule = p.pp_schedule.removeprefix("torch-")
+                      seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype])
+    schedule = registry.SPECS[p.pp_schedule].planned_as
     layout = Layout(dp=dp, strategy=strategy, dp_shard=dims.dp_shard if strategy != "ddp" else None,
                     tp=dims.tp, sp=bool(p.sp), pp=dims.pp, cp=dims.cp,
-                    schedule=schedule if schedule in ("gpipe", "1f1b", "interleaved") else "1f1b",
+                    schedule=schedule,
                     v=int(p.pp_virtual), recompute=_RECOMPUTE.get(t.recompute, "none"),
                     offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
                     last_bucket_mb=p.last_bucket_mb, comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,

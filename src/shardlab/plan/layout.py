@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardlab import precision
+from shardlab.parallel.pp.registry import PLANNED as SCHEDULES  # the schedules the planner models
+
 from .model import ModelSpec
 
 # *-mixed: Megatron's (16-bit weights and gradients, an fp32 master copy in the optimizer); *-autocast:
@@ -22,7 +25,6 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "selective-attn", "full")  # selective: shardlab's; selective-attn: Megatron's
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
@@ -121,7 +123,7 @@ class Layout:
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         if self.comm_dtype is not None:
-            _one_of("comm_dtype", self.comm_dtype, ("fp32", "fp16", "bf16"))
+            _one_of("comm_dtype", self.comm_dtype, precision.NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")

@@ -7,7 +7,7 @@ The real composition builds the real model, layers and optimizer for that rank (
 device: nothing is allocated for real), and one step runs as the trainer runs it: forward/backward of
 each microbatch, the backward's finish, clipping, the optimizer step, zero_grad. What the step does is
 audited op by op: host/device mixing, tensors created without a device, host syncs (each layer has a
-budget: `parallel.layers.HOST_SYNC_BUDGET`), collectives NCCL lacks. The same report carries what the
+budget: what each layer declares, `Parallel.host_syncs`), collectives NCCL lacks. The same report carries what the
 dry run prints: the rank's mesh coordinates, its state bytes, the peak of the allocation trace, the
 collectives' bytes by op.
 """
@@ -84,7 +84,7 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         "comm": {"bytes_per_step": comm_stats["bytes"], "calls_per_step": comm_stats["calls"]},
         "host_syncs": len(syncs),
         "host_sync_sites": dict(Counter(f"{f.op} at {f.where}" for f in syncs)),
-        "violations": violations(audit, steps),
+        "violations": violations(audit, steps, {**par.host_syncs(), **moe_log.HOST_SYNCS}),
         "grad_norm_type": type(norm).__name__,
     }
 
@@ -138,17 +138,22 @@ def _local_params(par):
     return [p.to_local() if hasattr(p, "to_local") else p for p in seen.values()]
 
 
-def violations(audit: Audit, steps: int = 1) -> list[str]:
-    """Every finding that breaks discipline, one line each: mixing, no device, NCCL-lacking collectives,
-    and each layer's host syncs beyond its budget (`parallel.layers.HOST_SYNC_BUDGET`)."""
-    from shardlab.parallel.layers import host_sync_budget
+def host_sync_budget(module: str, budgets: dict[str, int]) -> tuple[str, int]:
+    """(the entry of `budgets` that covers `module`, its budget): the longest prefix listed, else (module, 0)."""
+    best = max((k for k in budgets if module == k or module.startswith(k + ".")), key=len, default=None)
+    return (best, budgets[best]) if best is not None else (module, 0)
 
+
+def violations(audit: Audit, steps: int = 1, budgets: dict[str, int] | None = None) -> list[str]:
+    """Every finding that breaks discipline, one line each: mixing, no device, NCCL-lacking collectives,
+    and each layer's host syncs beyond its budget (`budgets`: what the layers declare, `Parallel.host_syncs`)."""
+    budgets = budgets or {}
     out = [str(f) for f in audit.findings if f.kind != "host-sync"]
     if audit.host:
         return out
     by_layer: dict[str, list] = {}
     for f in audit.syncs():
-        layer, budget = host_sync_budget(f.module)
+        layer, budget = host_sync_budget(f.module, budgets)
         by_layer.setdefault((layer, budget), []).append(f)
     for (layer, budget), fs in sorted(by_layer.items()):
         if len(fs) > budget * steps:

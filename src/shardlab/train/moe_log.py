@@ -20,6 +20,9 @@ import torch
 
 
 class MoELog:
+
+    # a logged step's routing metrics reach the host in one read (every step in the CUDA discipline check)
+    HOST_SYNCS = {"shardlab.train.moe_log": 1}
     def __init__(self, par, grad_accum: int):
         self.par, self.grad_accum = par, grad_accum
         self.enabled = bool(getattr(par, "moe_layers", None))

@@ -30,7 +30,8 @@ from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
 from shardlab import parallel
-from shardlab.train import evaluate, host_alloc, precision, summary as summary_mod
+from shardlab import precision
+from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
 from shardlab.optim import lr_at, set_lr
 from shardlab.train.scaler import LossScaler
@@ -79,7 +80,7 @@ class Trainer:
         reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
                                 rid * self.dims.dp_size + self.dims.dp_rank)
-        scaler = LossScaler() if t.dtype == "fp16" else None
+        scaler = LossScaler() if t.dtype in precision.LOSS_SCALED else None
         precision.warn_if_slow(t.dtype, self.device.type, self.is_main)
         from shardlab.train.balance import Balancer
         self.balance = Balancer(cfg, self.dims, sampler, self.rank)  # data.shares: each rank's samples

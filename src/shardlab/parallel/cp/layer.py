@@ -25,6 +25,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.parallel.layer import Layer
 from shardlab.parallel.cp.ring import Ring, expand
 
 LAYOUTS = ("zigzag", "contiguous")  # contiguous: only to measure what zigzag balances (bench context)
@@ -106,7 +107,7 @@ class ContextParallel:
             ring.stats.update(flops=0, fwd_s=0.0, bwd_s=0.0)
 
 
-def apply_cp(model: nn.Module, group, layout: str = "zigzag", causal: bool = True) -> nn.Module:
+def apply_cp(model: nn.Module, group, layout: str = "zigzag", causal: bool = True) -> Layer:
     """Make `model` (a GPT, whole or tensor-parallel) compute on this rank's chunks of every sequence: the
     ring replaces each block's attention core, the position embedding looks up global positions. In place;
     parameter names are unchanged. `causal=False` only for tests of the ring on other masks."""
@@ -120,14 +121,14 @@ def apply_cp(model: nn.Module, group, layout: str = "zigzag", causal: bool = Tru
     return _install(model, ContextParallel(group, layout, rings))
 
 
-def apply_context_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+def apply_context_parallel(part: nn.Module, cfg, dims) -> Layer:
     """The composition's context-parallel layer (`layers.CONTEXT_PARALLEL["own"]`): ring attention over the
     mesh's `cp` dimension, zigzag chunks."""
     check_divisible(cfg.train.seq_len, dims.cp)
     return apply_cp(part, dims.group("cp"))
 
 
-def apply_torch_context_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+def apply_torch_context_parallel(part: nn.Module, cfg, dims) -> Layer:
     """`parallel.cp_impl=torch`: torch's experimental context parallelism (ring attention dispatched on
     DTensor) for each block's attention core. Its ring handlers are registered for the CUDA attention
     kernels only; the chunks, positions and targets are ours (torch's head-tail load balancer is the same
@@ -155,8 +156,9 @@ def apply_torch_context_parallel(part: nn.Module, cfg, dims) -> nn.Module:
     return _install(part, ContextParallel(dims.group("cp"), "zigzag", {}))
 
 
-def _install(model: nn.Module, cp: ContextParallel) -> nn.Module:
-    """Positions follow the chunks (a pre-hook keeps the embedding's parameter name); `model.cp` for the step."""
+def _install(model: nn.Module, cp: ContextParallel) -> Layer:
+    """Positions follow the chunks (a pre-hook keeps the embedding's parameter name); the step slices each
+    batch into this rank's chunks (`shard_batch`)."""
     if getattr(model, "wpe", None) is not None:
         model.wpe.register_forward_pre_hook(lambda mod, args: (cp.positions(args[0]), *args[1:]))
     attns = [b.attn for b in model.blocks.values() if hasattr(b.attn, "rope_positions")]
@@ -168,8 +170,7 @@ def _install(model: nn.Module, cp: ContextParallel) -> nn.Module:
                 attn.rope_positions = pos
 
         model.register_forward_pre_hook(rope_positions)
-    model.cp = cp
-    return model
+    return Layer("cp", model, shard_batch=cp.shard_batch, impl=cp)
 
 
 TORCH_ON_CPU = ("parallel.cp_impl=torch: torch's context_parallel runs only with CUDA attention kernels (on CPU its "

@@ -6,6 +6,8 @@ torch-fsdp2, torch-zero1), all behind `strategies.base.Strategy`.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
@@ -23,9 +25,11 @@ def data_parallel_group(dims: ParallelDims):
     return dims.group("dp_shard" if dims.dp_shard > 1 else "dp_replicate")
 
 
-def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch.device) -> Strategy:
+def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch.device, inner=()) -> Strategy:
     """Wrap `part` in the data-parallel layer `parallel.dp`; returns the layer (its `.module` is what
-    forward is called on, its `.model` the bare part)."""
+    forward is called on, its `.model` the bare part). `inner`: the handles (parallel/layer.py) of the layers
+    applied before: what they hide from the dp layer stays out of its buckets and shards (EP's experts), and
+    the dp layer is returned seen through each one's `dp_view`."""
     name = layers.dp_name(pcfg)
     if dims.size("dp_cp") == 1 and dims.world_size > 1:
         # Every rank is busy with tp/pp/cp: there is no data-parallel group to talk to, and a layer
@@ -33,12 +37,13 @@ def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch
         name = "single"
     layer = layers.load(layers.DATA_PARALLEL[name])(pcfg, dims, device)
     layer.group = data_parallel_group(dims)
-    ep = getattr(part, "ep", None)  # expert parallelism: the dp layer wraps the dense parameters only
-    if ep is None:
+    with contextlib.ExitStack() as hidden:
+        for handle in inner:
+            hidden.enter_context(handle.hidden())
         layer.wrap(part)
-        return layer
-    from shardlab.parallel.ep.layer import ExpertParallelDP
-
-    with ep.experts_hidden():
-        layer.wrap(part)
-    return ExpertParallelDP(layer, ep)
+    # the view of the layer applied last (nearest the dp layer) first: under TP x EP, TP sees the dp layer
+    # through EP's view, as the step and the checkpoint see it through TP's
+    for handle in reversed(inner):
+        if handle.dp_view is not None:
+            layer = handle.dp_view(layer)
+    return layer

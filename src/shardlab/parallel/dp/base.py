@@ -17,7 +17,7 @@ which one it has. See docs/strategies.md and docs/parallel.md. A step:
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import torch
 import torch.nn as nn
@@ -25,17 +25,27 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.parallel.mesh import ParallelDims
 
-if TYPE_CHECKING:  # the config sits above the layers: its type is for annotations only
-    from shardlab.config.schema import ParallelConfig
-
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
 OptimizerFactory = Callable[[list], torch.optim.Optimizer]
 
 
 class Strategy:
+
+    # Host syncs a step of this layer may make (module prefix -> syncs per step), checked by the CUDA
+    # discipline check (shardlab.simulate; code not declared has a budget of 0). A sync stalls the host until
+    # the device catches up, so each says why it is worth that: the gradient norm comes back as a float (the
+    # doctor's anomaly check and the log read it every step), and the clip factor is read once to skip the
+    # pass over every gradient when it is exactly 1.
+    HOST_SYNCS: dict[str, int] = {"shardlab.parallel.dp": 2}
+
+    def host_syncs(self) -> dict[str, int]:
+        """This layer's budget, and that of the layers it wraps (parallel/layer.py `host_syncs`)."""
+        return dict(self.HOST_SYNCS)
     name = "base"
 
-    def __init__(self, pcfg: ParallelConfig, dims: ParallelDims, device: torch.device):
+    def __init__(self, pcfg, dims: ParallelDims, device: torch.device):
+        # pcfg: the config's [parallel] section (shardlab.config.ParallelConfig; not imported: the config sits
+        # above the layers)
         self.pcfg, self.dims, self.device = pcfg, dims, device
         self.group = None  # the process group this layer communicates in (set by the composition)
         self.model: nn.Module | None = None  # the bare model (FQNs of its parameters are the names)

@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab import precision
 
-COMM_DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @dataclass
@@ -145,7 +145,7 @@ def build(named: list[tuple[str, nn.Parameter]], limits: list[int], comm_dtype: 
     Gradients already present are copied in, so a rebuild in the middle of a step loses nothing."""
     keys = [(p.dtype, p.device) for _, p in named]
     sizes = [p.numel() * p.element_size() for _, p in named]
-    wire = COMM_DTYPES[comm_dtype]
+    wire = precision.wire_dtype(comm_dtype)
     buckets = []
     for index, positions in enumerate(assign(sizes, keys, limits, last)):
         params = [named[i][1] for i in positions]

@@ -37,6 +37,9 @@ class UnusedParameterError(RuntimeError):
 
 
 class DDP(Strategy):
+
+    # parallel.find_unused: which parameters no rank used is read once, to leave their .grad None
+    HOST_SYNCS = {**Strategy.HOST_SYNCS, "shardlab.parallel.dp.ddp": 1}
     name = "ddp"
 
     # --- set-up -------------------------------------------------------------------------------------

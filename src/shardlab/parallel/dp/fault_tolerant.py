@@ -63,6 +63,12 @@ def _from_bytes(b: bytes, dtype: torch.dtype) -> torch.Tensor:
 class FaultTolerantSync(PeriodicSync):
     """PeriodicSync whose outer step goes through the store with a per-step membership."""
 
+    def host_syncs(self) -> dict[str, int]:
+        # the replicas meet in a key-value store on the host: the pseudo-gradient is copied there once per
+        # outer step (parallel.sync_every steps; the check runs sync_every=1), and the parameters'
+        # fingerprint that the replicas' logs compare
+        return {**self.dp.host_syncs(), "shardlab.parallel.dp.fault_tolerant": 2}
+
     def __init__(self, dp, pcfg, group, optimizer):
         super().__init__(dp, pcfg, group, optimizer)
         self.__dict__.update(rid=int(pcfg.replica_id), n_replicas=int(pcfg.replicas), address=pcfg.ft_store,

@@ -15,6 +15,10 @@ from shardlab.parallel.dp.base import Strategy, _local
 
 
 class TorchDDP(Strategy):
+
+    # torch DDP (torch-ddp, torch-zero1) rebuilds its buckets once, in the first steps, copying rank 0's
+    # order through the host (torch's own code: the torch-native layers are judged by torch's modules)
+    HOST_SYNCS = {**Strategy.HOST_SYNCS, "torch.nn.parallel.distributed": 1}
     name = "torch-ddp"
 
     def wrap(self, model: nn.Module) -> nn.Module:

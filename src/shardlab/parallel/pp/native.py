@@ -14,22 +14,13 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.parallel.pp import registry
 
-NATIVE = {
-    "torch-gpipe": "ScheduleGPipe",
-    "torch-1f1b": "Schedule1F1B",
-    "torch-interleaved": "ScheduleInterleaved1F1B",
-    "torch-zb": "ScheduleInterleavedZeroBubble",
-    "torch-looped-bfs": "ScheduleLoopedBFS",  # every forward of a stage, then the next stage's (breadth first)
-    "torch-zbv": "ScheduleZBVZeroBubble",  # zero bubble on the V layout: two stages per rank
-    "torch-dualpipev": "ScheduleDualPipeV",  # DeepSeek's DualPipe on the V layout
-}
-# The stage layout each torch schedule expects: the own schedule of the same layout, its placement.
-LAYOUT = {"torch-gpipe": ("gpipe", "loop"), "torch-1f1b": ("1f1b", "loop"),
-          "torch-interleaved": ("interleaved", "loop"), "torch-zb": ("interleaved", "loop"),
-          "torch-looped-bfs": ("interleaved", "loop"), "torch-zbv": ("interleaved", "v"),
-          "torch-dualpipev": ("interleaved", "v")}
-MULTI = ("torch-interleaved", "torch-zb", "torch-looped-bfs", "torch-zbv", "torch-dualpipev")  # V >= 2 stages per rank
+# Derived from the one table of schedules (registry.py): the torch class of each torch schedule, the stage
+# layout it expects (the own schedule of the same placement, "loop" or "v"), and which take several stages per rank.
+NATIVE = {n: registry.SPECS[n].torch_class for n in registry.TORCH}
+LAYOUT = {n: (registry.SPECS[n].order, registry.SPECS[n].layout) for n in registry.TORCH}
+MULTI = tuple(n for n in registry.TORCH if registry.SPECS[n].virtual != "any")  # V >= 2 stages per rank
 
 
 class TorchPipeline:

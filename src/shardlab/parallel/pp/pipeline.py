@@ -40,6 +40,7 @@ from shardlab.parallel.pp.engine import zero_terms
 from shardlab.parallel.pp.native import LAYOUT, NATIVE
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
+from shardlab.parallel.layer import Layer
 from shardlab.parallel.step import Parallel
 
 NATIVE_SCHEDULES = tuple(NATIVE)
@@ -132,7 +133,7 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     if not last:
         part.ln_f = part.lm_head = None
     part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n}
-    return part, mine, sched
+    return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
 
 
 def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
@@ -188,8 +189,8 @@ def _embed_group(dims: ParallelDims, sched, tied: bool = True) -> object | None:
 
 
 class PipelineParallel(Parallel):
-    def __init__(self, dims, model, dp, optimizer, device, dtype, cfg, part, stages, sched):
-        super().__init__(dims, model, dp, optimizer, device, dtype=dtype)
+    def __init__(self, dims, model, dp, optimizer, device, dtype, cfg, part, stages, sched, layers=()):
+        super().__init__(dims, model, dp, optimizer, device, dtype=dtype, layers=layers)
         from shardlab.model.loss import cross_entropy
         from shardlab.parallel.pp.engine import PipelineEngine
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb")
+from shardlab.parallel.pp.registry import OWN as SCHEDULES  # the own schedules (registry.py lists every one)
+
 COMPUTE = ("F", "B", "I", "W")  # I = backward for the input only, W = backward for the weights only
 
 
@@ -186,19 +187,22 @@ def _with_comm(order: list[tuple], n_stages: int) -> list[Instr]:
     return out + [Instr("REDUCE"), Instr("STEP")]
 
 
+# The compute order of each own schedule (registry.py lists it; communication is derived from the order):
+# (pp, microbatches, rank, virtual) -> the rank's F/B/I/W instructions in order
+_ORDERS = {
+    "gpipe": lambda p, m, r, v: _gpipe(p, m, r),
+    "1f1b": lambda p, m, r, v: _one_f_one_b(p, m, r),
+    "interleaved": _interleaved,
+    "zb": lambda p, m, r, v: _zero_bubble_h1(p, m, r),
+}
+
+
 def build(name: str, pp: int, microbatches: int, virtual: int = 1) -> Schedule:
     check(name, pp, microbatches, virtual)
     v = virtual if name == "interleaved" else 1
     ranks = []
     for r in range(pp):
-        if name == "gpipe":
-            order = _gpipe(pp, microbatches, r)
-        elif name == "1f1b":
-            order = _one_f_one_b(pp, microbatches, r)
-        elif name == "interleaved":
-            order = _interleaved(pp, microbatches, r, v)
-        else:
-            order = _zero_bubble_h1(pp, microbatches, r)
+        order = _ORDERS[name](pp, microbatches, r, v)
         ranks.append(tuple(_with_comm(order, pp * v)))
     return Schedule(name, pp, microbatches, v, tuple(ranks))
 

@@ -51,6 +51,7 @@ def measure(traces: dict) -> dict | None:
 
 def analytic(run_dir: Path) -> tuple[str, float] | None:
     """(schedule description, analytic bubble) from the run's config.toml."""
+    from shardlab.parallel.pp import registry
     from shardlab.parallel.pp.schedule import analytic_bubble
 
     cfg = tomllib.loads((Path(run_dir) / "config.toml").read_text())
@@ -58,10 +59,10 @@ def analytic(run_dir: Path) -> tuple[str, float] | None:
     if p.get("pp", 1) <= 1:
         return None
     name = p.get("pp_schedule", "1f1b")
-    own = {"torch-gpipe": "gpipe", "torch-1f1b": "1f1b", "torch-interleaved": "interleaved"}.get(name, name)
+    own = registry.SPECS[name].bubble if name in registry.SPECS else ""  # the own schedule whose formula applies
     v = p.get("pp_virtual", 1)
     m = t.get("grad_accum", 1)
-    if own not in ("gpipe", "1f1b", "interleaved", "zb"):
+    if not own:
         return None
     return f"{name}, p={p['pp']}, m={m}" + (f", V={v}" if v > 1 else ""), analytic_bubble(own, p["pp"], m, v)
 

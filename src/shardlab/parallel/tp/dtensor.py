@@ -88,8 +88,9 @@ def tp_plan(model: nn.Module, sp: bool) -> dict:
     return plan
 
 
-def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> nn.Module:
-    """Parallelize the GPT over a 1-D DeviceMesh (or a mesh with a "tp" dimension); returns it. The
+def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> "DTensorTP":
+    """Parallelize the GPT over a 1-D DeviceMesh (or a mesh with a "tp" dimension); returns the layer's object
+    (`.model` is the parallelized model). The
     tied head is re-tied to the embedding's DTensor after the plan (both are Shard(0) on the vocabulary)."""
     from torch.distributed.tensor.parallel import parallelize_module
 
@@ -104,17 +105,16 @@ def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> nn.Module:
     parallelize_module(model, mesh, tp_plan(model, sp))
     if getattr(model, "tied_head", True):
         model.lm_head.weight = model.wte.weight
-    model.tp = DTensorTP(model, mesh, sp)
-    return model
+    return DTensorTP(model, mesh, sp)
 
 
-def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+def apply_tensor_parallel(part: nn.Module, cfg, dims):
     """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["dtensor"]`): the plan over the
     mesh's `tp` dimension (a slice of the root mesh, so FSDP2 can shard the DTensors over dp_shard)."""
-    from shardlab.parallel.tp.own import seed_alike
+    from shardlab.parallel.tp.own import seed_alike, tp_layer
 
     seed_alike(cfg)
-    return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
+    return tp_layer(apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp), dims)
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:

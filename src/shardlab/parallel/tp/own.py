@@ -33,6 +33,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model.moe import MoE
+from shardlab.parallel.layer import Layer
 from shardlab.parallel.tp import ops as tp_ops
 from shardlab.parallel.tp.loss import vocab_parallel_cross_entropy
 # The modules live in parallel/tp/modules.py; imported here too so that `shardlab.parallel.tp.own` keeps offering them.
@@ -92,9 +93,10 @@ def _vocab_rows(weight: torch.Tensor, rank: int, size: int) -> tuple[torch.Tenso
     return local, real
 
 
-def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
-    """Split the GPT across the TP group in place (every rank passes the same initial model); returns it.
-    `tp` is a process group, a 1-D DeviceMesh or a mesh with a "tp" dimension."""
+def apply_tp(model: nn.Module, tp, sp: bool = False) -> "OwnTP":
+    """Split the GPT across the TP group in place (every rank passes the same initial model); returns the
+    layer's object (`.model` is the split model). `tp` is a process group, a 1-D DeviceMesh or a mesh with a
+    "tp" dimension."""
     group, mesh = resolve_group(tp)
     rank, size = comm.rank(group), comm.world_size(group)
     cfg = model.cfg
@@ -160,8 +162,7 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> nn.Module:
         vocab = isinstance(owner, (VocabParallelEmbedding, VocabParallelHead))
         real = owner.real_rows if vocab else (p.shape[dim] if dim is not None else 0)
         specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
-    model.tp = OwnTP(model, group, mesh, rank, size, sp, specs)
-    return model
+    return OwnTP(model, group, mesh, rank, size, sp, specs)
 
 
 def _named_blocks(model: nn.Module):
@@ -178,11 +179,21 @@ def seed_alike(cfg) -> None:
     torch.manual_seed(cfg.train.seed)
 
 
-def apply_tensor_parallel(part: nn.Module, cfg, dims) -> nn.Module:
+def apply_tensor_parallel(part: nn.Module, cfg, dims) -> Layer:
     """The composition's tensor-parallel layer (`layers.TENSOR_PARALLEL["own"]`): split `part` over the
     mesh's `tp` dimension, with sequence parallelism when `parallel.sp`."""
     seed_alike(cfg)
-    return apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp)
+    return tp_layer(apply_tp(part, dims.submesh("tp"), sp=cfg.parallel.sp), dims)
+
+
+def tp_layer(tp, dims) -> Layer:
+    """What tensor parallelism (own or DTensor: `tp` is OwnTP or DTensorTP) contributes: the vocab-parallel
+    loss and its context, the tp group in the gradient norm, and the dp layer seen through TP (SP's gradient
+    sum after the dp layer's, the norm counting copies once, the bare model's full values and state dicts)."""
+    from shardlab.parallel.tp.dp_view import TensorParallelDP
+
+    return Layer("tp", tp.model, loss_fn=tp.loss_fn, loss_context=tp.loss_context, norm_groups=("tp",),
+                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp")), impl=tp)
 
 
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
