@@ -18,7 +18,7 @@ run: setup
 	$(BIN)/shardlab train --config configs/default.toml
 
 test: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The parity tests under every CPU kernel path (ATen capability x MKL_CBWR, oneDNN ISA for bf16); not part
 # of `make test` (it runs the parity selection several times): docs/testing.md.

@@ -64,12 +64,9 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
         gen = torch.Generator().manual_seed(100 + step)
         data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
         first = comm.RECORDER.order
-        loss = par.forward_backward([(data[:, :-1], data[:, 1:])], dims.size("dp_cp") / tokens)
-        par.finish()
-        out["norms"].append(par.clip_grad_norm_(t.grad_clip))
-        par.optimizer_step()
-        par.zero_grad()
-        out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
+        step_out = par.step([(data[:, :-1], data[:, 1:])], dims.size("dp_cp") / tokens, t.grad_clip)
+        out["norms"].append(step_out.grad_norm)
+        out["losses"].append(float(par.sum_over_data(step_out.loss_sum, "loss")) / tokens)
     sent = _sent_since(first)
     gen = torch.Generator().manual_seed(999)
     data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]

@@ -84,11 +84,7 @@ def composed_modes(overrides: list[str], steps: int = 5, modes: tuple = MODES) -
             gen = torch.Generator().manual_seed(100 + step)
             data = torch.randint(0, 256, (t.grad_accum, t.global_batch // t.grad_accum, t.seq_len + 1),
                                  generator=gen)[:, rows]
-            loss = par.forward_backward([(d[:, :-1], d[:, 1:]) for d in data], dims.dp_size / tokens)
-            par.finish()
-            par.clip_grad_norm_(t.grad_clip)
-            par.optimizer_step()
-            par.zero_grad()
+            loss = par.step([(d[:, :-1], d[:, 1:]) for d in data], dims.dp_size / tokens, t.grad_clip).loss_sum
             losses.append(float(par.sum_over_data(loss, "loss")) / tokens)
         ops = [(r.op, r.phase) for r in comm.RECORDER.ring if r.order > first]  # the last step's collectives
         out[mode] = {"losses": losses, "ops": ops, "recomputed": [k for k, b in par.module.blocks.items()

@@ -31,12 +31,8 @@ def train(steps: int = 3, accum: int = 4, rows: int = 4, model_kw: dict = TINY4,
     for _ in range(steps):
         batch = torch.randint(0, model_kw["vocab_size"], (accum, rows, seq + 1), generator=gen)
         mine = batch[:, dp_rank * micro:(dp_rank + 1) * micro]
-        loss = par.forward_backward([(r[:, :-1], r[:, 1:]) for r in mine], weight)
+        loss = par.step([(r[:, :-1], r[:, 1:]) for r in mine], weight, clip).loss_sum
         par.sum_over_data(loss, tag="test")
-        par.finish()
-        par.clip_grad_norm_(clip)
-        par.optimizer_step()
-        par.zero_grad()
         losses.append(loss.item() * weight / dp_size)
     return {"losses": losses, "params": {k: v.detach().clone() for k, v in par.full_parameters().items()},
             "rank": comm.rank() if comm.is_initialized() else 0}

@@ -132,7 +132,7 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
     assert joined.group(3) == _fingerprint(survivor[k])
     # Both were members of every later outer step, and end with bitwise equal parameters.
     for j in range(k + 1, last + 1):
-        assert "averaged 2 of 2 replicas [0, 1]" in survivor[j] and j in rejoined, (j, r0.text(), r1b.text())
+        assert "averaged 2 of 2 replicas [0, 1]" in survivor[j] and j in rejoined, (j, r0.text(), r1.text())
         assert _fingerprint(survivor[j]) == _fingerprint(rejoined[j])
     assert _fingerprint(rejoined[1]) == _fingerprint(survivor[1])  # the killed process's only outer step
     # The outer step's bytes are counted (comm's store records): at the last step each replica sent its

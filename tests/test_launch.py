@@ -108,3 +108,49 @@ def test_every_shipped_config_sets_the_global_batch_and_a_layout_that_cannot_div
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "train.global_batch=32 is not divisible by world size x micro batch = 3 x 4 = 12" in line
     assert not out.exists()
+
+
+def test_pool_ranks_die_with_their_owner(tmp_path):
+    """A WorkerPool's ranks exit when the process that owns the pool is SIGKILLed (a killed pytest or bench
+    leaves no rank behind): the parent-death signal, not a cleanup the killed owner cannot run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text("import os, sys, time\n"
+                      "from shardlab.launch.workers import WorkerPool\n"
+                      "if __name__ == '__main__':\n"
+                      "    pool = WorkerPool(2)\n"
+                      "    pool.run(os.getpid)\n"
+                      "    print(' '.join(str(p.pid) for p in pool.procs), flush=True)\n"
+                      "    time.sleep(120)\n")
+    owner = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in owner.stdout.readline().split()]
+        assert len(pids) == 2
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.2)
+            alive = [p for p in pids if _alive(p)]
+        assert not alive, f"pool ranks {alive} outlived their owner"
+    finally:
+        owner.kill()
+
+
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie waiting for its (dead) parent's reaper is gone for our purpose
+        return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+    except OSError:
+        return False

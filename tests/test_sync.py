@@ -86,11 +86,7 @@ def _bytes_per_step(overrides, steps=4):
     for _ in range(steps):
         comm.RECORDER.reset_step()
         x = torch.randint(0, vocab, (2, 32), generator=gen)
-        par.forward_backward([(x, torch.roll(x, -1, 1))], 1.0 / 128)
-        par.finish()
-        par.clip_grad_norm_(0.0)
-        par.optimizer_step()
-        par.zero_grad()
+        par.step([(x, torch.roll(x, -1, 1))], 1.0 / 128)
         total += comm.RECORDER.step_stats()["bytes"].get("all_reduce", 0)
     n_params = sum(p.numel() for p in par.dp.params) if hasattr(par.dp, "params") else None
     return total / steps, n_params

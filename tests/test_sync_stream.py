@@ -44,11 +44,7 @@ def _steps(par, n, after_step=None):
     for s in range(1, n + 1):
         comm.RECORDER.reset_step()
         x = torch.randint(0, vocab, (2, 32), generator=gen)
-        par.forward_backward([(x, torch.roll(x, -1, 1))], 1.0 / 128)
-        par.finish()
-        par.clip_grad_norm_(0.0)
-        par.optimizer_step()
-        par.zero_grad()
+        par.step([(x, torch.roll(x, -1, 1))], 1.0 / 128)
         if after_step is not None:
             after_step(s)
         stats.append(comm.RECORDER.step_stats())

@@ -310,12 +310,9 @@ def composed(overrides: list[str], steps: int = 3, every_rank: bool = False) -> 
     for step in range(steps):
         gen = torch.Generator().manual_seed(100 + step)
         data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
-        loss = par.forward_backward([(data[:, :-1], data[:, 1:])], dims.dp_size / tokens)
-        par.finish()
-        out["norms"].append(par.clip_grad_norm_(t.grad_clip))
-        par.optimizer_step()
-        par.zero_grad()
-        out["losses"].append(float(par.sum_over_data(loss, "loss")) / tokens)
+        step_out = par.step([(data[:, :-1], data[:, 1:])], dims.dp_size / tokens, t.grad_clip)
+        out["norms"].append(step_out.grad_norm)
+        out["losses"].append(float(par.sum_over_data(step_out.loss_sum, "loss")) / tokens)
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
     if every_rank:  # this rank's own pieces and copies, and where it sits on the (dp, tp) mesh
         out["local"] = {k: v.detach().clone() for k, v in par.model.named_parameters()}

@@ -10,11 +10,8 @@ Two parts:
   resolved config, model dimensions, world size, layout (the mesh degrees), strategy, versions.
   These are identical on every rank.
 
-torch-zero1 (`ZeroRedundancyOptimizer`) has no DCP state dict: each rank holds the Adam state of the
-parameters it owns and nothing else. We expose exactly that as the standard optimizer layout
-(`state.<fqn>.<key>` as plain full tensors + `param_groups`): each `state.<fqn>.*` key then exists on
-exactly one rank (its owner), so DCP writes it once, from the owner, with no gathering; on load each
-owner asks DCP for the keys of the parameters it owns under the new partition.
+Each data-parallel layer shapes its own optimizer state (torch-zero1's ZeroRedundancyOptimizer, which has
+no DCP state dict, in parallel/dp/native.py); this module only asks it.
 """
 from __future__ import annotations
 
@@ -34,57 +31,15 @@ STATE_FILE = "train_state.json"
 
 # --- optimizer ------------------------------------------------------------------------------------
 
-def _is_zero_redundancy(optimizer) -> bool:
-    from torch.distributed.optim import ZeroRedundancyOptimizer
-    return isinstance(optimizer, ZeroRedundancyOptimizer)
-
-
-def _materialize(optimizer) -> None:
-    """Create the optimizer's state if it has none yet (a fresh optimizer we are about to load into):
-    one step with zero gradients at lr 0 changes no parameter but allocates exp_avg, exp_avg_sq, step."""
-    if optimizer.state:
-        return
-    params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-    grads = [p.grad for p in params]  # some strategies keep gradient buffers allocated: put them back
-    for p in params:
-        p.grad = torch.zeros_like(p)
-    lrs = [g["lr"] for g in optimizer.param_groups]
-    for g in optimizer.param_groups:
-        g["lr"] = 0.0
-    optimizer.step()
-    for g, lr in zip(optimizer.param_groups, lrs):
-        g["lr"] = lr
-    for p, grad in zip(params, grads):
-        p.grad = grad
-
-
-def _zero_redundancy_state_dict(model, optimizer) -> dict:
-    names = {p: n for n, p in model.named_parameters()}
-    _materialize(optimizer.optim)  # the local optimizer over this rank's partition
-    return {"state": {names[p]: dict(st) for p, st in optimizer.optim.state.items()},
-            "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
-                              "params": [names[p] for p in g["params"]]} for g in optimizer.param_groups]}
-
-
-def _load_zero_redundancy(optimizer, sd: dict) -> None:
-    # The state tensors were loaded in place (the template shared them); only the hyperparameters remain.
-    # ZeroRedundancyOptimizer copies its global param_groups' hyperparameters to the local optimizer each step.
-    for group, saved in zip(optimizer.param_groups, sd["param_groups"]):
-        group.update({k: v for k, v in saved.items() if k != "params"})
-
-
 def optim_state_dict(strategy, optimizer) -> dict:
-    if _is_zero_redundancy(optimizer):
-        return _zero_redundancy_state_dict(strategy.model, optimizer)
-    _materialize(optimizer)  # a fresh optimizer (about to be loaded into) has no state to fill yet
+    """The dp layer's optimizer state dict (each layer shapes its own: parallel/dp/, parallel/tp/state.py),
+    after materialising a fresh optimizer's state so a load has tensors to fill."""
+    strategy.materialize_optimizer(optimizer)
     return strategy.optim_state_dict(optimizer)
 
 
 def load_optim_state_dict(strategy, optimizer, sd: dict) -> None:
-    if _is_zero_redundancy(optimizer):
-        _load_zero_redundancy(optimizer, sd)
-    else:
-        strategy.load_optim_state_dict(optimizer, sd)
+    strategy.load_optim_state_dict(optimizer, sd)
 
 
 # --- RNG ------------------------------------------------------------------------------------------
@@ -147,8 +102,9 @@ def tensor_state(state) -> dict:
     tensors = {"model": state.strategy.model_state_dict(),
                "optim": optim_state_dict(state.strategy, state.optimizer),
                "rng": {rng_key(state.strategy.dims): rng_tensor()}}
-    if hasattr(state.strategy, "sync_state_dict"):  # local SGD / DiLoCo (parallel/dp/sync.py): after optim's
-        tensors["sync"] = state.strategy.sync_state_dict()  # materialisation, so the inner state is there
+    sync = state.strategy.sync_state_dict()  # local SGD / DiLoCo (parallel/dp/sync.py); None for the others.
+    if sync is not None:  # after optim's materialisation, so the inner state is there
+        tensors["sync"] = sync
     return tensors
 
 

@@ -18,7 +18,11 @@ import traceback
 from shardlab.launch.launcher import free_port
 
 
-def _worker(rank: int, world: int, port: int, tasks, results) -> None:
+def _worker(rank: int, world: int, port: int, tasks, results, parent: int) -> None:
+    # a pool's rank must not outlive the process that owns the pool (a killed pytest, a bench cut short)
+    from shardlab.launch.orphans import die_with_parent
+
+    die_with_parent(parent)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                       WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     import torch
@@ -49,8 +53,9 @@ class WorkerPool:
         port = free_port()
         self.results = ctx.Queue()
         self.tasks = [ctx.Queue() for _ in range(self.world_size)]
-        self.procs = [ctx.Process(target=_worker, args=(r, self.world_size, port, self.tasks[r], self.results),
-                                  daemon=True) for r in range(self.world_size)]
+        self.procs = [ctx.Process(target=_worker, daemon=True,
+                                  args=(r, self.world_size, port, self.tasks[r], self.results, os.getpid()))
+                      for r in range(self.world_size)]
         for p in self.procs:
             p.start()
 

@@ -175,6 +175,30 @@ class Strategy:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
         set_model_state_dict(self.module, sd)
 
+    def materialize_optimizer(self, optimizer) -> None:
+        """Create the optimizer's state if it has none yet (a fresh optimizer a checkpoint is about to be
+        loaded into): one step with zero gradients at lr 0 changes no parameter but allocates exp_avg,
+        exp_avg_sq, step."""
+        if optimizer.state:
+            return
+        params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
+        grads = [p.grad for p in params]  # some strategies keep gradient buffers allocated: put them back
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        lrs = [g["lr"] for g in optimizer.param_groups]
+        for g in optimizer.param_groups:
+            g["lr"] = 0.0
+        optimizer.step()
+        for g, lr in zip(optimizer.param_groups, lrs):
+            g["lr"] = lr
+        for p, grad in zip(params, grads):
+            p.grad = grad
+
+    def sync_state_dict(self) -> dict | None:
+        """State a periodic synchronisation keeps beside the model and optimizer (local SGD / DiLoCo:
+        parallel/dp/sync.py); None: this layer keeps none."""
+        return None
+
     def optim_state_dict(self, optimizer) -> dict:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
         return get_optimizer_state_dict(self.module, optimizer)

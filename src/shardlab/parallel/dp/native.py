@@ -76,8 +76,25 @@ class TorchZero1(TorchDDP):
             opt.add_param_group(g)
         return opt
 
-    def optim_state_dict(self, optimizer):
-        raise NotImplementedError("torch-zero1 optimizer state is saved through shardlab.checkpoint")
+    # ZeroRedundancyOptimizer has no DCP state dict: each rank holds the Adam state of the parameters it owns
+    # and nothing else. We expose exactly that as the standard optimizer layout (`state.<fqn>.<key>` as plain
+    # full tensors + `param_groups`): each `state.<fqn>.*` key then exists on exactly one rank (its owner), so
+    # DCP writes it once, from the owner, with no gathering; on load each owner asks DCP for the keys of the
+    # parameters it owns under the new partition.
+    def materialize_optimizer(self, optimizer) -> None:
+        super().materialize_optimizer(optimizer.optim)  # the local optimizer over this rank's partition
+
+    def optim_state_dict(self, optimizer) -> dict:
+        names = {p: n for n, p in self.model.named_parameters()}
+        return {"state": {names[p]: dict(st) for p, st in optimizer.optim.state.items()},
+                "param_groups": [{**{k: v for k, v in g.items() if k != "params"},
+                                  "params": [names[p] for p in g["params"]]} for g in optimizer.param_groups]}
+
+    def load_optim_state_dict(self, optimizer, sd: dict) -> None:
+        # The state tensors were loaded in place (the template shared them); only the hyperparameters remain.
+        # ZeroRedundancyOptimizer copies its global param_groups' hyperparameters to the local optimizer each step.
+        for group, saved in zip(optimizer.param_groups, sd["param_groups"]):
+            group.update({k: v for k, v in saved.items() if k != "params"})
 
     def state_bytes(self, optimizer) -> dict:
         sb = super().state_bytes(optimizer.optim)
