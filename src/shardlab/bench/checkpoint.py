@@ -99,7 +99,7 @@ def _nbytes(obj) -> int:
 
 def _trainer(work: Path, overrides: list[str]):
     from shardlab import comm, config as config_mod
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     from shardlab.train.trainer import Trainer
 
     cfg = config_mod.load(None, common.BASE + overrides)
@@ -121,7 +121,7 @@ def _overrides(model: str, micro_batch: int) -> list[str]:
 def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) -> dict:
     """Runs on every rank of a 2-rank pool: save vs plain write, load vs plain read, async vs sync."""
     from shardlab import comm
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     from shardlab.checkpoint import manifest as mf
 
     work = Path(work)
