@@ -37,12 +37,7 @@ LAYOUTS = {"no_tail": {"last_bucket_mb": 0.0}, "default": {}}
 
 
 def _step(par, x, y) -> torch.Tensor:
-    loss = par.forward_backward([(x, y)], 1.0 / y.numel()) / y.numel()  # the mean token loss
-    par.finish()
-    par.clip_grad_norm_(1.0)
-    par.optimizer_step()
-    par.zero_grad()
-    return loss
+    return par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0).loss_sum / y.numel()  # the mean token loss
 
 
 def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
