@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from shardlab.bench import common, microbatch, pareto
+from shardlab.bench import common, pareto
 from shardlab.bench.cli import main as bench_main
 
 
@@ -38,8 +38,8 @@ def test_goal_verdict_says_when_the_interval_spans_the_goal(ci, goal, direction,
 
 
 def test_seed000_analytic_payload():
-    p = microbatch.SEED000
-    kib = [microbatch.payload_kib_per_token(p["params"], mb, p["seq"]) for mb in (1, 8)]
+    from shardlab.plan.comm import SEED000 as p, payload_kib_per_token
+    kib = [payload_kib_per_token(p["params"], mb, p["seq"]) for mb in (1, 8)]
     assert f"{kib[0]:.1f}" == "838.8" and f"{kib[1]:.1f}" == "104.8"
 
 

@@ -34,7 +34,7 @@ def _spy(monkeypatch, tr, log):
 
 @pytest.mark.timeout(120)
 def test_overhead_step_makes_the_calls_trainer_run_makes_per_step(tmp_path, monkeypatch):
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     steps = 3
     ran, timed = [], []
     tr = _trainer(tmp_path, "run", steps)
@@ -55,7 +55,7 @@ def test_cpu_mfu_breakdown_rows_add_up_to_the_step_and_unwrap_the_trainer(tmp_pa
     """bench/efficiency.py: every profiled microsecond lands in one row (Python is the step's remainder),
     the phases it marks are seen (the fused AdamW inside the optimizer row), and the wrappers go after."""
     from shardlab.bench import efficiency
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     tr = _trainer(tmp_path, "bd", 4)
     assert all(g["fused"] for g in tr.state.optimizer.param_groups)  # optim.py: one pass per tensor
     shardlab_step(tr)

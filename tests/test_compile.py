@@ -76,7 +76,7 @@ def test_world2_losses_equal_eager_within_rtol_1e4_over_20_steps(pool2, name):
 
 def test_cpu_mfu_counts_6n_plus_attention_and_every_linear_gemm():
     """bench overhead's cpu_mfu inputs: FLOPs per token by hand for the tiny model, and three GEMMs per Linear."""
-    from shardlab.bench.compile_speed import flops_per_token, gemm_shapes
+    from shardlab.bench.measure import flops_per_token, gemm_shapes
 
     model = build_model(GPTConfig(**TINY), 0)
     L, d, V, T = TINY["n_layer"], TINY["d_model"], TINY["vocab_size"], 32

@@ -32,7 +32,7 @@ def test_the_case_list_covers_every_layer_and_feature():
 
 
 def test_flops_per_token_is_the_bench_count_for_gpt2():
-    from shardlab.bench.compile_speed import flops_per_token as bench_count
+    from shardlab.bench.measure import flops_per_token as bench_count
     from shardlab.model.gpt import GPTConfig, PRESETS, build_model
     from shardlab.testing.gpu_check import flops_per_token
 

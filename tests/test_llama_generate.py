@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from generate_harness import LLAMA_CFG as CFG, PROMPTS, decisive_model, run_layout
-from shardlab.generate.engine import Layout, Options, generate, kv_cache_bytes, left_pad
+from shardlab.generate.engine import Layout, Options, generate, kv_cache_bytes
+from shardlab.generate.sampling import left_pad
 from shardlab.model.kv_cache import KVCache
 
 

@@ -72,7 +72,7 @@ def paired_fn(overrides: list[str], run_root: str, rounds: int, pairs: int) -> l
     import time
 
     from shardlab import comm, config as config_mod
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     from shardlab.observe import timeline
     from shardlab.train.trainer import Trainer
 

@@ -99,7 +99,7 @@ def _nbytes(obj) -> int:
 
 def _trainer(work: Path, overrides: list[str]):
     from shardlab import comm, config as config_mod
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import shardlab_step
     from shardlab.train.trainer import Trainer
 
     cfg = config_mod.load(None, common.BASE + overrides)
@@ -118,111 +118,140 @@ def _overrides(model: str, micro_batch: int) -> list[str]:
             "train.steps=10000", *MODELS[model]]
 
 
-def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) -> dict:
-    """Runs on every rank of a 2-rank pool: save vs plain write, load vs plain read, async vs sync."""
-    from shardlab import comm
-    from shardlab.bench.overhead import shardlab_step
-    from shardlab.checkpoint import manifest as mf
+class _Probes:
+    """One rank's timed operations: its trainer's save and load, and the plain write and read of the same
+    bytes. Each runs from a barrier to a barrier, so rank 0's clock covers every rank."""
 
-    work = Path(work)
-    load = {"start": os.getloadavg()[0]}
-    tr = _trainer(work, _overrides(model, micro_batch))
-    mgr, st = tr.ckpt, tr.state
-    rows, bw, rd, rd_stream, block = [], [], [], [], []
+    def __init__(self, work: Path, tr):
+        self.work, self.mgr, self.st = work, tr.ckpt, tr.state
+        self.buf = os.urandom(CHUNK)  # incompressible; made once, outside the timing
+        self.readbuf = bytearray(CHUNK)
+        self.resident = None  # the resident buffer of the plain read, made (and touched) once, outside the timing
 
-    def timed_save() -> tuple[float, dict]:
+    def save(self) -> tuple[float, dict]:
         """A synchronous save; returns its manifest (which files, how many bytes)."""
+        from shardlab import comm
+        from shardlab.checkpoint import manifest as mf
+
         comm.barrier()
         t0 = time.perf_counter()
-        mgr.save(st, async_=False)  # returns once committed
+        self.mgr.save(self.st, async_=False)  # returns once committed
         comm.barrier()
         dt = time.perf_counter() - t0
-        assert mgr.last_outcome is None, mgr.last_outcome
-        mgr.wait()  # retention of older checkpoints: not part of the save, must not overlap what comes next
+        assert self.mgr.last_outcome is None, self.mgr.last_outcome
+        self.mgr.wait()  # retention of older checkpoints: not part of the save, must not overlap what comes next
         comm.barrier()
-        return dt, mf.read_manifest(mf.read_latest(mgr.dir))
+        return dt, mf.read_manifest(mf.read_latest(self.mgr.dir))
 
+    @staticmethod
     def my_bytes(manifest: dict) -> int:
         """The bytes this rank wrote in that save: its shard files; rank 0 also the files it wrote alone."""
+        from shardlab import comm
+
         files = manifest["files"]
         if comm.rank() == 0:
             return sum(e["size"] for n, e in files.items() if n.startswith("__0_") or not n.startswith("__"))
         return sum(e["size"] for n, e in files.items() if n.startswith(f"__{comm.rank()}_"))
 
-    buf = os.urandom(CHUNK)  # incompressible; made once, outside the timing
+    def plain_write(self, nbytes: int) -> float:
+        from shardlab import comm
 
-    def plain_write(nbytes: int) -> float:
-        path = work / f"plain_{comm.rank()}.bin"
+        path = self.work / f"plain_{comm.rank()}.bin"
         comm.barrier()
         t0 = time.perf_counter()
-        _plain_write(path, nbytes, buf)
+        _plain_write(path, nbytes, self.buf)
         comm.barrier()
         dt = time.perf_counter() - t0
         path.unlink()
         return dt
 
-    def timed_load(path: Path) -> tuple[float, dict]:
+    def load(self, path: Path) -> tuple[float, dict]:
         """Verify (each rank a share of the files) and load, as a resume does; (seconds, phases)."""
+        from shardlab import comm
+
         comm.barrier()
         t0 = time.perf_counter()
-        mgr.load_first(str(path), st)
+        self.mgr.load_first(str(path), self.st)
         comm.barrier()
         t2 = time.perf_counter()
-        return t2 - t0, {"read_s": mgr.load_timing["read_s"], "apply_s": mgr.load_timing["apply_s"],
-                         "direct_bytes": mgr.load_timing["direct_bytes"]}
+        timing = self.mgr.load_timing
+        return t2 - t0, {"read_s": timing["read_s"], "apply_s": timing["apply_s"],
+                         "direct_bytes": timing["direct_bytes"]}
 
-    readbuf = bytearray(CHUNK)
-    resident: list = []  # the resident buffer of the plain read, made (and touched) once, outside the timing
+    def plain_read(self, path: Path, stream: bool) -> float:
+        from shardlab import comm
 
-    def plain_read(path: Path, stream: bool) -> float:
         files = sorted(p for p in path.iterdir() if p.is_file())
-        if not stream and not resident:
+        if not stream and self.resident is None:
             import torch
 
-            resident.append(memoryview(torch.zeros(sum(p.stat().st_size for p in files), dtype=torch.uint8).numpy()))
+            self.resident = memoryview(torch.zeros(sum(p.stat().st_size for p in files), dtype=torch.uint8).numpy())
         comm.barrier()
         t0 = time.perf_counter()
         if stream:
-            _plain_read(files, readbuf)
+            _plain_read(files, self.readbuf)
         else:
-            _plain_read_resident(files, resident[0])
+            _plain_read_resident(files, self.resident)
         comm.barrier()
         return time.perf_counter() - t0
 
-    say = (lambda msg: common.progress(f"  {model}: {msg}")) if comm.rank() == 0 else (lambda msg: None)
-    _, manifest = timed_save()  # warm-up (file creation paths, DCP's plan cache)
+
+def _save_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list, dict]:
+    """save_bw: shardlab's save against a plain write of the bytes this rank wrote in it, alternating A B,
+    B A. Returns (rows, ratios t_plain / t_save, the last save's manifest)."""
+    rows, bw = [], []
+    _, manifest = probe.save()  # warm-up (file creation paths, DCP's plan cache)
     for i in range(pairs):
         say(f"save vs plain write, pair {i + 1}/{pairs}")
-        st.step += 1  # a new checkpoint name each time (retention keeps the directory small)
+        probe.st.step += 1  # a new checkpoint name each time (retention keeps the directory small)
         if i % 2 == 0:
-            t_plain = plain_write(my_bytes(manifest))
-            t_save, manifest = timed_save()
+            t_plain = probe.plain_write(probe.my_bytes(manifest))
+            t_save, manifest = probe.save()
         else:
-            t_save, manifest = timed_save()
-            t_plain = plain_write(my_bytes(manifest))
+            t_save, manifest = probe.save()
+            t_plain = probe.plain_write(probe.my_bytes(manifest))
         bw.append(t_plain / t_save)
         nbytes = manifest["total_bytes"]
         rows.append({"test": "save_bw", "model": model, "pair": i, "bytes": nbytes, "t_save_s": t_save,
-                     "t_plain_s": t_plain, **{f"rank0_{k}": v for k, v in mgr.timing.items()},
+                     "t_plain_s": t_plain, **{f"rank0_{k}": v for k, v in probe.mgr.timing.items()},
                      "save_MBps": nbytes / t_save / 1e6, "plain_MBps": nbytes / t_plain / 1e6})
-    latest = mf.read_latest(mgr.dir)
+    return rows, bw, manifest
+
+
+def _load_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list, list]:
+    """load_bw: shardlab's load of the latest checkpoint against a resident and a streamed plain read of
+    it. Returns (rows, ratios t_plain / t_load, ratios t_stream / t_load)."""
+    from shardlab.checkpoint import manifest as mf
+
+    rows, rd, rd_stream = [], [], []
+    latest = mf.read_latest(probe.mgr.dir)
     for i in range(pairs):
         say(f"load vs plain read, pair {i + 1}/{pairs}")
         if i % 2 == 0:
-            t_plain = plain_read(latest, stream=False)
-            t_stream = plain_read(latest, stream=True)
-            t_load, phases = timed_load(latest)
+            t_plain = probe.plain_read(latest, stream=False)
+            t_stream = probe.plain_read(latest, stream=True)
+            t_load, phases = probe.load(latest)
         else:
-            t_load, phases = timed_load(latest)
-            t_stream = plain_read(latest, stream=True)
-            t_plain = plain_read(latest, stream=False)
+            t_load, phases = probe.load(latest)
+            t_stream = probe.plain_read(latest, stream=True)
+            t_plain = probe.plain_read(latest, stream=False)
         rd.append(t_plain / t_load)
         rd_stream.append(t_stream / t_load)
         nbytes = mf.read_manifest(latest)["total_bytes"]
         rows.append({"test": "load_bw", "model": model, "pair": i, "bytes_per_rank": nbytes, "t_load_s": t_load,
                      "t_plain_s": t_plain, "t_stream_s": t_stream, **{f"rank0_{k}": v for k, v in phases.items()}})
-    resident.clear()
-    steps_busy, steps_idle = [], []
+    probe.resident = None  # the checkpoint-sized buffer goes before the async measurement
+    return rows, rd, rd_stream
+
+
+def _async_pairs(probe: _Probes, tr, model: str, pairs: int, gap: int, manifest: dict, say) -> tuple[list, list, dict]:
+    """async_block: how long an async save holds the loop against a synchronous one, `gap` training steps
+    after each. Returns (rows, ratios async / sync, the first step's seconds after each kind of save)."""
+    from shardlab import comm
+    from shardlab.bench.measure import shardlab_step
+
+    mgr, st = probe.mgr, probe.st
+    rows, block, first_step = [], [], {True: [], False: []}  # async_ -> the first step's seconds after the save
     for i in range(pairs):
         say(f"async vs sync save, pair {i + 1}/{pairs}")
         st.step += 1
@@ -237,7 +266,7 @@ def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) ->
                 t1 = time.perf_counter()
                 shardlab_step(tr)
                 if k == 0:
-                    (steps_busy if async_ else steps_idle).append(time.perf_counter() - t1)
+                    first_step[async_].append(time.perf_counter() - t1)
             mgr.wait()
             assert mgr.last_outcome is None, mgr.last_outcome
             if async_:  # the next optimizer step may have waited for the background copy: loop time too
@@ -248,12 +277,27 @@ def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) ->
         block.append(got[True] / got[False])
         rows.append({"test": "async_block", "model": model, "pair": i, "blocked_async_s": got[True],
                      "blocked_sync_s": got[False], "stage_s": stage_s,
-                     "staged_bytes_rank0": staged_bytes, "written_bytes_rank0": my_bytes(manifest)})
-    mgr.close(st)
+                     "staged_bytes_rank0": staged_bytes, "written_bytes_rank0": probe.my_bytes(manifest)})
+    return rows, block, first_step
+
+
+def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) -> dict:
+    """Runs on every rank of a 2-rank pool: save vs plain write, load vs plain read, async vs sync."""
+    from shardlab import comm
+
+    work = Path(work)
+    load = {"start": os.getloadavg()[0]}
+    tr = _trainer(work, _overrides(model, micro_batch))
+    probe = _Probes(work, tr)
+    say = (lambda msg: common.progress(f"  {model}: {msg}")) if comm.rank() == 0 else (lambda msg: None)
+    save_rows, bw, manifest = _save_pairs(probe, model, pairs, say)
+    load_rows, rd, rd_stream = _load_pairs(probe, model, pairs, say)
+    async_rows, block, first_step = _async_pairs(probe, tr, model, pairs, gap, manifest, say)
+    tr.ckpt.close(tr.state)
     shutil.rmtree(work / "run", ignore_errors=True)
     load["end"] = os.getloadavg()[0]
-    return {"rows": rows, "bw": bw, "read": rd, "read_stream": rd_stream, "block": block, "steps_busy": steps_busy,
-            "steps_idle": steps_idle, "load_avg": load}
+    return {"rows": save_rows + load_rows + async_rows, "bw": bw, "read": rd, "read_stream": rd_stream,
+            "block": block, "steps_busy": first_step[True], "steps_idle": first_step[False], "load_avg": load}
 
 
 def _fixed_main(work: str, saves: int) -> dict:

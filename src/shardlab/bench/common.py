@@ -28,6 +28,9 @@ BASE = ["data.source=stdlib", "train.seq_len=128", "train.seed=1337", "train.eva
         "ckpt.final=false"]  # a bench measures training, not a final save
 MODEL = {"full": ["model.preset=small"],  # 3.2M parameters
          "quick": ["model.preset=custom", "model.n_layer=2", "model.n_head=4", "model.d_model=128"]}
+# The same two models as GPTConfig keywords, for the suites that build their replicas in one process
+# (bench ddp, its tracing and exposed-communication rounds) rather than through the trainer's config.
+MODEL_KW = {"quick": dict(n_layer=2, n_head=4, d_model=128), "full": dict(n_layer=4, n_head=4, d_model=256)}
 
 
 def model_overrides(quick: bool) -> list[str]:

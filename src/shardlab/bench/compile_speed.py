@@ -34,53 +34,8 @@ from pathlib import Path
 import torch
 
 from shardlab import config as config_mod
-from shardlab.bench import common
-
-
-def flops_per_token(model, seq_len: int) -> float:
-    """6N + 12·L·d·T (see the module docstring)."""
-    n = sum(p.numel() for p in model.parameters())  # the tied wte/head counted once
-    wpe = getattr(model, "wpe", None)
-    if wpe is not None:
-        n -= wpe.weight.numel()  # a lookup, not a matmul
-    c = model.cfg
-    return 6 * n + 12 * c.n_layer * c.d_model * seq_len
-
-
-def gemm_shapes(model, tokens: int) -> list[tuple[int, int, int]]:
-    """(M, K, N) of every GEMM in one training step of `model` on `tokens` rows: per Linear the forward
-    (tokens×in @ in×out), the input gradient (tokens×out @ out×in) and the weight gradient (out×tokens @ tokens×in)."""
-    shapes = []
-    for mod in model.modules():
-        if isinstance(mod, torch.nn.Linear):
-            i, o = mod.in_features, mod.out_features
-            shapes += [(tokens, i, o), (tokens, o, i), (o, tokens, i)]
-    return shapes
-
-
-def gemm_peak(shapes: list[tuple[int, int, int]], repeats: int = 5) -> dict:
-    """FLOP/s of one thread running `shapes` back to back (best of `repeats` per distinct shape, weighted
-    by how often each shape occurs in the step), by wall clock and by process CPU time: {"wall", "cpu"}."""
-    counts: dict = {}
-    for s in shapes:
-        counts[s] = counts.get(s, 0) + 1
-    flops = 0.0
-    seconds = {"wall": 0.0, "cpu": 0.0}
-    for (m, k, n), c in counts.items():
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        torch.mm(a, b)  # first call: allocation, kernel selection
-        runs = [_timed(torch.mm, a, b) for _ in range(repeats)]
-        flops += c * 2 * m * k * n
-        for i, clock in enumerate(("wall", "cpu")):
-            seconds[clock] += c * min(r[i] for r in runs)
-    return {k: flops / v for k, v in seconds.items()}
-
-
-def _timed(fn, *args) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of one call."""
-    t0, c0 = time.perf_counter(), time.process_time()
-    fn(*args)
-    return time.perf_counter() - t0, time.process_time() - c0
+from shardlab.bench import common, efficiency
+from shardlab.bench.measure import flops_per_token, gemm_peak, gemm_shapes, shardlab_step, timed
 
 
 def _trainer(preset: str, compiled: bool, steps: int, run_dir: Path):
@@ -100,8 +55,6 @@ def _trainer(preset: str, compiled: bool, steps: int, run_dir: Path):
 def measure(out: Path, preset: str, steps: int, warm: int, profiled: int = 5) -> tuple[dict, list[dict]]:
     """Figures and per-step rows of one model: eager vs compiled, `single`, one thread; then `profiled`
     steps of the eager side under the profiler: where its time goes (bench/efficiency.py)."""
-    from shardlab.bench import efficiency
-    from shardlab.bench.overhead import shardlab_step
     from shardlab.parallel import compile as compile_layer
 
     total = warm + steps + profiled
@@ -128,7 +81,7 @@ def measure(out: Path, preset: str, steps: int, warm: int, profiled: int = 5) ->
     common.progress(f"  {preset}: {steps} paired steps, eager vs compiled")
     for i in range(steps):
         for name in (("eager", "compiled") if i % 2 == 0 else ("compiled", "eager")):
-            wall, used = _timed(shardlab_step, sides[name])
+            wall, used = timed(shardlab_step, sides[name])
             times[name].append(wall)
             cpu[name].append(used)
     peaks.append(gemm_peak(shapes))
@@ -167,8 +120,6 @@ GOAL = 0.92  # cpu_mfu of the small model, eager (issue 20)
 def run(out: Path, quick: bool) -> tuple[dict, list[dict], list[str]]:
     """Both models, then `ddp` at world 2 (per-rank cpu_mfu); figures (the small model's also under the
     plain names), rows and report lines."""
-    from shardlab.bench import efficiency
-
     steps, warm = (10, 3) if quick else (40, 5)
     figures, rows = {}, []
     for preset in ("tiny", "small"):

@@ -45,11 +45,7 @@ class _Run:
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         par = self.par
-        par.forward_backward([(x, y)], par.dims.size("dp_cp") / (self.seqs * x.shape[1]))
-        par.finish()
-        par.clip_grad_norm_(1.0)
-        par.optimizer_step()
-        par.zero_grad()
+        par.step([(x, y)], par.dims.size("dp_cp") / (self.seqs * x.shape[1]), max_norm=1.0)
 
     def activation_bytes(self, x: torch.Tensor) -> int:
         from shardlab.observe.activations import ActivationBytes
@@ -60,7 +56,7 @@ class _Run:
         with ActivationBytes(par.model) as acts:
             out = par.module(x)
         out.float().sum().mul(0.0).backward()  # through the graph once (the ring's backward too), no update
-        par.finish()
+        par.finish()  # a measurement, not a step (no par.step): sync the backward's gradients, drop them
         par.zero_grad()
         return sum(acts.held.values())
 

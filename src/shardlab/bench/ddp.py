@@ -31,19 +31,13 @@ import torch
 from shardlab.bench import common, exposed, tracing
 
 PAIRS = {"quick": (14, 4), "full": (40, 5)}  # (steps, warm-up steps excluded)
-MODELS = {"quick": dict(n_layer=2, n_head=4, d_model=128), "full": dict(n_layer=4, n_head=4, d_model=256)}
 MICRO_BATCH, SEQ, BUCKET_MB = 8, 128, 25.0
 # Bucket layouts compared for exposed communication (parallel.* keys; {} = the defaults)
 LAYOUTS = {"no_tail": {"last_bucket_mb": 0.0}, "default": {}}
 
 
 def _step(par, x, y) -> torch.Tensor:
-    loss = par.forward_backward([(x, y)], 1.0 / y.numel()) / y.numel()  # the mean token loss
-    par.finish()
-    par.clip_grad_norm_(1.0)
-    par.optimizer_step()
-    par.zero_grad()
-    return loss
+    return par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0).loss_sum / y.numel()  # the mean token loss
 
 
 def _paired_fn(comm_dtype: str, steps: int, model_kw: dict) -> dict:
@@ -125,7 +119,7 @@ def run(out: Path, quick: bool) -> dict:
     from shardlab.launch.workers import WorkerPool
 
     steps, warm = PAIRS["quick" if quick else "full"]
-    model_kw = MODELS["quick" if quick else "full"]
+    model_kw = common.MODEL_KW["quick" if quick else "full"]
     results = {}
     with WorkerPool(2, timeout=1800) as pool:
         for dtype in ("fp32", "fp16", "bf16"):

@@ -146,8 +146,7 @@ def _ddp_rank(run_dir: str, steps: int, warm: int) -> dict:
 
     from shardlab import comm, config as config_mod
     from shardlab.bench import common
-    from shardlab.bench.compile_speed import _timed, flops_per_token, gemm_peak, gemm_shapes
-    from shardlab.bench.overhead import shardlab_step
+    from shardlab.bench.measure import flops_per_token, gemm_peak, gemm_shapes, shardlab_step, timed
     from shardlab.train.trainer import Trainer
 
     world = comm.world_size()
@@ -167,7 +166,7 @@ def _ddp_rank(run_dir: str, steps: int, warm: int) -> dict:
     peaks = [gemm_peak(shapes)]
     wall, used = [], []
     for _ in range(steps):
-        w, c = _timed(shardlab_step, tr)
+        w, c = timed(shardlab_step, tr)
         wall.append(w)
         used.append(c)
     peaks.append(gemm_peak(shapes))

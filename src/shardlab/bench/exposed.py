@@ -171,13 +171,12 @@ def fmt(s: dict, scale: float = 1.0, digits: int = 3) -> str:
 if __name__ == "__main__":  # exploration: python -m shardlab.bench.exposed STEPS name=k:v,k:v ...
     import sys
 
-    from shardlab.bench.ddp import MODELS
     layouts = {}
     for arg in sys.argv[2:]:
         name, _, kv = arg.partition("=")
         layouts[name] = {k: float(v) for k, v in (p.split(":") for p in kv.split(",") if p)}
     t0 = time.time()
-    res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), MODELS["full"], layouts, 8, 128, True)
+    res = common.run_on_ranks(paired_layouts_fn, int(sys.argv[1]), common.MODEL_KW["full"], layouts, 8, 128, True)
     for row in summarize_layouts(res, 4):
         print(row["layout"], [round(b / 2**20, 2) for b in row["bucket_bytes"]], "frac", fmt(row["exposed_comm_frac"]),
               "exposed ms", fmt(row["exposed_ms"], 1, 1), "of which waiting for the peer", fmt(row["wait_ms"], 1, 1),

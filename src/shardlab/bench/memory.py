@@ -65,11 +65,7 @@ def _build(row: tuple, size: dict):
 
 
 def _step(par, x, y) -> None:
-    par.forward_backward([(x, y)], 1.0 / y.numel())
-    par.finish()
-    par.clip_grad_norm_(1.0)
-    par.optimizer_step()
-    par.zero_grad()
+    par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0)
 
 
 def _activations(par, x) -> int:
@@ -78,7 +74,7 @@ def _activations(par, x) -> int:
     with ActivationBytes(par.model) as acts:
         out = par.module(x)
     out.float().sum().mul(0.0).backward()  # through the graph once (recompute and all), no update
-    par.finish()
+    par.finish()  # a measurement, not a step (no par.step): sync the backward's gradients, drop them
     par.zero_grad()
     return sum(acts.held.values())
 

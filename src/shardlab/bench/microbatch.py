@@ -15,21 +15,14 @@ import json
 from pathlib import Path
 
 from shardlab.bench import common
+from shardlab.plan.comm import SEED000, payload_kib_per_token
 
 MBS = (1, 2, 4, 8)
 KIB = 1024
-# Seed 000 names "~110M" parameters at seq 512, fp32, and 838.8 KiB/token at microbatch 1, which
-# pins the count to [109,936,640, 109,943,193). We take 109.94M. The seed000_* figures are therefore
-# the seed's own figure reproduced from the count it implies (a consistency check of the formula),
-# not a measurement of anything: SEED000_NOTE says so wherever they are written.
-SEED000 = {"params": 109_940_000, "seq": 512, "bytes_per_value": 4}
+# seed 000's reference model (SEED000) and the payload formula are the planner's (plan/comm.py says where
+# the count comes from); the seed000_* figures are the two reproduced, not measured: SEED000_NOTE says so.
 SEED000_NOTE = ("reproduced, not measured: seed 000's own 838.8 KiB/token figure recomputed from the parameter "
                 "count it implies (109.94M, fp32, seq 512); the measured payload is payload_kib_per_token_mb*")
-
-
-def payload_kib_per_token(params: int, mb: int, seq: int, bytes_per_value: int = 4) -> float:
-    """Analytic DDP gradient payload per token: every parameter's gradient once per microbatch."""
-    return params * bytes_per_value / (mb * seq) / KIB
 
 
 def _grad_bytes(summary: dict) -> int:

@@ -3,8 +3,8 @@
 Both train the same model (same preset, seed, init), on the same data, with the same AdamW
 hyper-parameters and gradient clipping, one thread, in this one process. They alternate step by
 step — A B, then B A — because on a shared 2-core machine the load changes faster than a whole run
-lasts; pairing single steps is what keeps the ratio meaningful. The shardlab step is the trainer's
-own per-step path (`Trainer.train_step` plus what `Trainer.run` does around it every step:
+lasts; pairing single steps is what keeps the ratio meaningful. The shardlab step (bench/measure.py's
+`shardlab_step`) is the trainer's own per-step path (`Trainer.train_step` plus what `Trainer.run` does around it every step:
 LR schedule, comm accounting, step span, the doctor's after-step check (heartbeat, periodic replica
 checksums), checkpoint check); the per-log work (every `log_every` steps: one `loss.item()` and one
 JSON line) is outside both timings. tests/test_bench_overhead.py checks that the two make the same
@@ -23,8 +23,9 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm, config as config_mod
-from shardlab.bench import common
+from shardlab import config as config_mod
+from shardlab.bench import common, compile_speed
+from shardlab.bench.measure import shardlab_step
 from shardlab.model.loss import cross_entropy
 
 
@@ -59,31 +60,7 @@ class PlainLoop:
         self.opt.zero_grad(set_to_none=True)
 
 
-def shardlab_step(tr) -> None:
-    """One step exactly as `Trainer.run` drives it (minus logging and the step-time bookkeeping);
-    a doctor verdict other than "continue" would end or rewind a run, so here it is an error."""
-    from shardlab.observe import inject, timeline
-    from shardlab.optim import lr_at, set_lr
-
-    st = tr.state
-    set_lr(st.optimizer, lr_at(st.step, tr.cfg))
-    comm.RECORDER.reset_step()
-    comm.RECORDER.step = st.step
-    with timeline.span("step", cat="step", step=st.step):
-        inject.maybe_slow(tr.cfg, tr.rank, st.step)
-        tr.train_step()
-    if tr.verdict in ("stop", "rollback"):
-        raise RuntimeError(f"bench overhead: the doctor said {tr.verdict} at step {st.step}")
-    tr.comm_stats = comm.RECORDER.step_stats()
-    st.step += 1
-    if tr.doctor.after_step(st.step - 1) in ("stop", "rollback"):  # heartbeat, periodic replica checksums
-        raise RuntimeError(f"bench overhead: the doctor's after-step check stopped step {st.step - 1}")
-    tr.balance.after_step(st.step)  # data.shares=auto's measurement (a no-op at equal shares)
-    tr.ckpt.maybe_save(st)
-
-
 def run(out: Path, quick: bool) -> dict:
-    from shardlab.bench import compile_speed
     from shardlab.train.trainer import Trainer
 
     steps, warm = (40, 5) if quick else (150, 10)

@@ -160,65 +160,72 @@ def _fmt(x, spec: str = ".3f") -> str:
     return "–" if x is None else format(x, spec)
 
 
-def run(out: Path, quick: bool) -> dict:
+def _emulated_rounds(pool, configs: list[tuple], steps: int, f_s: float, b_s: float) -> tuple[dict, float]:
+    """Rounds of one step of every layout (alternating the order), so a burst of other load on the machine
+    spreads over all layouts instead of falling on one. Returns every layout's ranks' steps and the median
+    one-way p2p latency over the rounds."""
+    runs = {c: None for c in configs}
+    latencies = []
+    for k in range(steps):
+        for c in configs if k % 2 == 0 else configs[::-1]:
+            got = pool.run(emulated_step_times, c[0], c[2], c[1], f_s, b_s, 1, 1 if k == 0 else 0)[0]
+            runs[c] = got if runs[c] is None else [a + b for a, b in zip(runs[c], got)]
+        latencies.append(pool.run(p2p_latency)[0])
+    return runs, statistics.median(latencies)
+
+
+def _emulated_row(pool, p: int, name: str, v: int, m: int, ranks: list[list[dict]], latency: float,
+                  f_s: float, b_s: float) -> dict:
+    """One layout's row: its measured bubble beside the formula, the simulator, the planner, and the
+    activations the real model holds under it (measured on `pool`)."""
     from shardlab.parallel.pp import analytic_bubble, build
-    from shardlab.parallel.pp.draw import png_diagram, simulated_spans
     from shardlab.parallel.pp.simulate import simulate
     from shardlab.parallel.pp.testing import held_activations
+
+    got = pipeline_step(ranks)
+    held = pool.run(held_activations, name, m, v, REAL)
+    sched = build(name, p, m, v)
+    o = got["op_s"]  # the simulator at the measured op times and message latency
+    sim = simulate(sched, f=o["F"], b=o.get("B", 0.0), i=o.get("I"), w=o.get("W"), latency=latency)
+    return {"kind": "emulated", "schedule": name, "pp": p, "m": m, "virtual": v,
+            "step_s": got["step_s"], "step_times_s": got["step_times_s"],
+            "idle_s": got["idle_s"], "op_s": got["op_s"],
+            "bubble_measured": got["bubble"], "bubbles_measured": got["bubbles"],
+            "bubble_nominal": nominal_bubble(got["step_s"], m, f_s, b_s),
+            "bubble_analytic": analytic_bubble(name, p, m, v),
+            "bubble_simulated": sim.mean_bubble, "p2p_latency_s": latency,
+            "peak_activations": max(simulate(sched).peak_activations),
+            "held_microbatches": [h["peak_microbatches"] for h in held],
+            "held_bytes": [h["peak_bytes"] for h in held],
+            "p2p_bytes": got["p2p_bytes"], "activation_bytes": MICRO * SEQ * D_MODEL * 4,
+            **planner_view(name, p, m, v), "f_s": f_s, "b_s": b_s}
+
+
+def _emulated_rows(p: int, ms: tuple, steps: int, f_s: float, b_s: float) -> list[dict]:
+    """Every schedule at `p` stages and each m in `ms` (interleaved only where p divides m), emulated."""
     from shardlab.launch.workers import WorkerPool
 
-    f_s, b_s = (0.02, 0.04) if quick else (0.04, 0.08)
-    ms = (8,) if quick else (4, 8)
-    steps = 3 if quick else 5
-    act_bytes = MICRO * SEQ * D_MODEL * 4
+    configs = [(name, v, m) for name, v in SCHEDULES for m in ms if not (name == "interleaved" and m % p)]
     rows = []
-    for p in (2, 4):
-        configs = [(name, v, m) for name, v in SCHEDULES for m in ms if not (name == "interleaved" and m % p)]
-        with WorkerPool(p, timeout=600) as pool:
-            # rounds of one step of every layout (alternating the order), so a burst of other load on the
-            # machine spreads over all layouts instead of falling on one; medians over the rounds
-            runs = {c: None for c in configs}
-            latencies = []
-            for k in range(steps):
-                for c in configs if k % 2 == 0 else configs[::-1]:
-                    got = pool.run(emulated_step_times, c[0], c[2], c[1], f_s, b_s, 1, 1 if k == 0 else 0)[0]
-                    runs[c] = got if runs[c] is None else [a + b for a, b in zip(runs[c], got)]
-                latencies.append(pool.run(p2p_latency)[0])
-            latency = statistics.median(latencies)
-            for name, v, m in configs:
-                got = pipeline_step(runs[(name, v, m)])
-                held = pool.run(held_activations, name, m, v, REAL)
-                sched = build(name, p, m, v)
-                o = got["op_s"]  # the simulator at the measured op times and message latency
-                sim = simulate(sched, f=o["F"], b=o.get("B", 0.0), i=o.get("I"), w=o.get("W"), latency=latency)
-                rows.append({"kind": "emulated", "schedule": name, "pp": p, "m": m, "virtual": v,
-                             "step_s": got["step_s"], "step_times_s": got["step_times_s"],
-                             "idle_s": got["idle_s"], "op_s": got["op_s"],
-                             "bubble_measured": got["bubble"], "bubbles_measured": got["bubbles"],
-                             "bubble_nominal": nominal_bubble(got["step_s"], m, f_s, b_s),
-                             "bubble_analytic": analytic_bubble(name, p, m, v),
-                             "bubble_simulated": sim.mean_bubble, "p2p_latency_s": latency,
-                             "peak_activations": max(simulate(sched).peak_activations),
-                             "held_microbatches": [h["peak_microbatches"] for h in held],
-                             "held_bytes": [h["peak_bytes"] for h in held],
-                             "p2p_bytes": got["p2p_bytes"], "activation_bytes": act_bytes,
-                             **planner_view(name, p, m, v), "f_s": f_s, "b_s": b_s})
-                r = rows[-1]
-                common.progress(f"pp={p} {name} m={m}: bubble {r['bubble_measured']:.3f} (analytic "
-                                f"{r['bubble_analytic']:.3f}), held activations {max(r['held_microbatches'])}")
-    n_pairs = 9 if quick else 21
-    with WorkerPool(2, timeout=600) as pool:
-        pairs = pool.run(own_vs_torch, n_pairs)[0]
-    ratios = [a / b for a, b, _, _ in pairs]
-    cpu_ratios = [c / d for _, _, c, d in pairs if d]
+    with WorkerPool(p, timeout=600) as pool:
+        runs, latency = _emulated_rounds(pool, configs, steps, f_s, b_s)
+        for name, v, m in configs:
+            r = _emulated_row(pool, p, name, v, m, runs[(name, v, m)], latency, f_s, b_s)
+            rows.append(r)
+            common.progress(f"pp={p} {name} m={m}: bubble {r['bubble_measured']:.3f} (analytic "
+                            f"{r['bubble_analytic']:.3f}), held activations {max(r['held_microbatches'])}")
+    return rows
 
+
+def _figures(rows: list[dict], m_ref: int, ratios: list[float]) -> tuple[dict, dict]:
+    """The suite's figures from the emulated rows (the gains at p = 4, m = `m_ref`) and the own/torch
+    ratios; also the own/torch ratio's interval (against the must, 1.05)."""
     def idle(name, p, m):
         """Idle time of the step (mean over ranks): what the formulas' gains compare."""
         return next((r["idle_s"] for r in rows if r["schedule"] == name and r["pp"] == p and r["m"] == m), None)
 
     errs = [abs(r["bubble_measured"] - r["bubble_analytic"]) / r["bubble_analytic"] for r in rows
             if r["schedule"] in ("gpipe", "1f1b")]
-    m_ref = max(ms)
     figures = {"pp_bubble_err_max": max(errs),
                "pp_interleaved_gain": idle("1f1b", 4, m_ref) / idle("interleaved", 4, m_ref),
                "pp_zb_gain": idle("1f1b", 4, m_ref) / idle("zb", 4, m_ref),
@@ -226,10 +233,11 @@ def run(out: Path, quick: bool) -> dict:
     own_torch = common.median_ci(ratios, 1.05, "<=")  # the must; the goal is 1.00
     figures["pp_own_vs_torch_step_ratio_ci90"] = own_torch["ci90"]
     figures["pp_own_vs_torch_step_ratio_load_avg"] = own_torch["load_avg"]
-    for name, v in SCHEDULES:
-        png_diagram(simulated_spans(build(name, 4, 8, v)), out / f"pipeline_{name}.png",
-                    f"{name}: p=4, m=8" + (f", V={v}" if v > 1 else "") + " (simulated, backward = 2 x forward)")
+    return figures, own_torch
 
+
+def _tables(rows: list[dict]) -> tuple[str, str]:
+    """The report's two tables of the emulated rows: the bubble, and the activations held."""
     def ms_of(r, op):
         return _fmt(r["op_s"].get(op, 0) * 1e3 * r["virtual"], ".1f") if op in r["op_s"] else "–"
 
@@ -248,11 +256,12 @@ def run(out: Path, quick: bool) -> dict:
         ["schedule", "p", "m", "V", "held, per rank (measured)", "schedule's count (max)", "peak KiB per rank"],
         [[r["schedule"], r["pp"], r["m"], r["virtual"], ", ".join(map(str, r["held_microbatches"])),
           r["peak_activations"], ", ".join(f"{b / 1024:.0f}" for b in r["held_bytes"])] for r in rows])
-    rows.append({"kind": "own_vs_torch", "schedule": "1f1b", "pp": 2, "pairs_own_torch_s": [p[:2] for p in pairs],
-                 "pairs_own_torch_cpu_s": [p[2:] for p in pairs], "own_over_torch": own_torch,
-                 "own_over_torch_cpu": common.median_ci(cpu_ratios)})
-    common.write_results(out, "pipeline", figures, rows)
-    cpu = common.median_ci(cpu_ratios)
+    return table, mem_table
+
+
+def _report(out: Path, f_s: float, b_s: float, steps: int, tables: tuple[str, str], figures: dict,
+            pairs: list, ratios: list[float], own_torch: dict, cpu: dict) -> None:
+    table, mem_table = tables
     common.write_report(out, "Pipeline schedules: the bubble measured", [
         f"Emulated compute: every stage sleeps f = {f_s * 1e3:.0f} ms per forward and b = {b_s * 1e3:.0f} ms per "
         "backward (split evenly over virtual stages; F / B below are what the sleeps really took, per stage); "
@@ -281,4 +290,32 @@ def run(out: Path, quick: bool) -> dict:
         f"{own_torch['goal']['verdict']}); CPU seconds per step own ÷ torch {common.fmt_stats(cpu, digits=3)}.",
         *[f"![{name}](pipeline_{name}.png)" for name, _ in SCHEDULES],
     ])
+
+
+def run(out: Path, quick: bool) -> dict:
+    from shardlab.parallel.pp import build
+    from shardlab.parallel.pp.draw import png_diagram, simulated_spans
+    from shardlab.launch.workers import WorkerPool
+
+    f_s, b_s = (0.02, 0.04) if quick else (0.04, 0.08)
+    ms = (8,) if quick else (4, 8)
+    steps = 3 if quick else 5
+    rows = []
+    for p in (2, 4):
+        rows += _emulated_rows(p, ms, steps, f_s, b_s)
+    n_pairs = 9 if quick else 21
+    with WorkerPool(2, timeout=600) as pool:
+        pairs = pool.run(own_vs_torch, n_pairs)[0]
+    ratios = [a / b for a, b, _, _ in pairs]
+    cpu_ratios = [c / d for _, _, c, d in pairs if d]
+    figures, own_torch = _figures(rows, max(ms), ratios)
+    for name, v in SCHEDULES:
+        png_diagram(simulated_spans(build(name, 4, 8, v)), out / f"pipeline_{name}.png",
+                    f"{name}: p=4, m=8" + (f", V={v}" if v > 1 else "") + " (simulated, backward = 2 x forward)")
+    tables = _tables(rows)  # the emulated rows only: before own_vs_torch's joins them
+    rows.append({"kind": "own_vs_torch", "schedule": "1f1b", "pp": 2, "pairs_own_torch_s": [p[:2] for p in pairs],
+                 "pairs_own_torch_cpu_s": [p[2:] for p in pairs], "own_over_torch": own_torch,
+                 "own_over_torch_cpu": common.median_ci(cpu_ratios)})
+    common.write_results(out, "pipeline", figures, rows)
+    _report(out, f_s, b_s, steps, tables, figures, pairs, ratios, own_torch, common.median_ci(cpu_ratios))
     return {"suite": "pipeline", "figures": figures, "rows": rows}

@@ -55,11 +55,7 @@ def _build(label: str, model_kw: dict):
 
 
 def _step(par, x, y) -> None:
-    par.forward_backward([(x, y)], 1.0 / y.numel())
-    par.finish()
-    par.clip_grad_norm_(1.0)
-    par.optimizer_step()
-    par.zero_grad()
+    par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0)
 
 
 def _measure(size: dict) -> dict:

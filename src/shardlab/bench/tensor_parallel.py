@@ -71,12 +71,7 @@ class _Run:
         self.par = build(_config(world, label), torch.device("cpu"), model)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        par = self.par
-        par.forward_backward([(x, y)], 1.0 / y.numel())
-        par.finish()
-        par.clip_grad_norm_(1.0)
-        par.optimizer_step()
-        par.zero_grad()
+        self.par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0)
 
 
 def _measure(world: int, size: dict) -> dict:

@@ -16,17 +16,13 @@ from shardlab.bench import common
 
 
 def traced_step(par, x, y, step: int, **labels) -> None:
-    """One training step (clip 1.0) inside the timeline's step and optimizer spans; forward/backward spans
-    are the step's own. `labels` go on the step span (e.g. which layout ran it)."""
+    """One training step (clip 1.0) inside the timeline's step span, as the trainer takes it: `par.step`
+    opens the forward/backward spans and the optimizer span (finish, clip, AdamW, zero_grad). `labels` go
+    on the step span (e.g. which layout ran it)."""
     from shardlab.observe import timeline
 
     with timeline.span("step", cat="step", step=step, **labels):
-        par.forward_backward([(x, y)], 1.0 / y.numel())
-        with timeline.span("optimizer", cat="optim"):
-            par.finish()
-            par.clip_grad_norm_(1.0)
-            par.optimizer_step()
-            par.zero_grad()
+        par.step([(x, y)], 1.0 / y.numel(), max_norm=1.0)
 
 
 def paired_trace_fn(steps: int, model_kw: dict, micro_batch: int = 8, seq: int = 128) -> dict:

@@ -26,18 +26,10 @@ from dataclasses import dataclass, field
 import torch
 
 from shardlab import comm
+from shardlab.generate.lanes import lane_rows, pipeline_decode, split_stage
+from shardlab.generate.sampling import Options, Sampler, last_logits, left_pad
 from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
 from shardlab.model.moe import dropless
-
-
-@dataclass
-class Options:
-    max_new: int = 32
-    temperature: float = 0.0  # 0: greedy
-    top_k: int = 0  # 0: the whole vocabulary
-    seed: int = 0
-    use_cache: bool = True
-    lanes: int = 0  # pipeline request lanes; 0: one per stage
 
 
 @dataclass
@@ -63,37 +55,6 @@ class Stats:
     wall_s: float = 0.0
     kv_bytes: int = 0
     comm_bytes: dict = field(default_factory=dict)
-
-
-class Sampler:
-    """Picks the next token of every row from its (batch, vocab) logits."""
-
-    def __init__(self, opts: Options, rows: list[int]):
-        self.temperature, self.top_k = opts.temperature, opts.top_k
-        self.gens = None
-        if self.temperature > 0:
-            self.gens = [torch.Generator().manual_seed(opts.seed * 1_000_003 + r) for r in rows]
-
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
-        logits = logits.float()
-        if self.gens is None:
-            return logits.argmax(-1)
-        logits = logits / self.temperature
-        if self.top_k:
-            kth = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probs = torch.softmax(logits, dim=-1).cpu()
-        return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, self.gens)]).to(logits.device)
-
-
-def left_pad(prompts: list[list[int]], device=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(batch, longest) ids with padding (id 0) on the left, and each row's padding count."""
-    longest = max(len(p) for p in prompts)
-    ids = torch.zeros(len(prompts), longest, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, longest - len(p):] = torch.tensor(p, dtype=torch.long)
-    pad = torch.tensor([longest - len(p) for p in prompts], dtype=torch.long)
-    return ids.to(device), pad.to(device)
 
 
 def kv_cache_bytes(cfg, layout: Layout, prompts: list[list[int]], max_new: int, elem_bytes: int = 4) -> int:
@@ -164,7 +125,6 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
     model = model.to(device).eval()
     stage = dims.coord("pp")
     if layout.pp > 1:
-        from shardlab.generate.lanes import split_stage
         model = split_stage(model, stage, layout.pp)
     tp = None
     if layout.tp > 1:
@@ -172,12 +132,11 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
         tp = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
         model = tp.model
 
-    def last_logits(logits):
-        last = logits[:, -1]
-        return tp.gather_logits(last) if tp is not None else last[..., :model.cfg.vocab_size]
+    def logits_of(y):  # this layout's last-position logits (gathered over tp)
+        return last_logits(y, model.cfg.vocab_size, tp)
 
     def forward(x, cache):
-        return last_logits(model(x, cache))
+        return logits_of(model(x, cache))
 
     comm.RECORDER.reset_step()
     t0 = time.perf_counter()
@@ -193,9 +152,8 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
     with torch.no_grad(), dropless(model):  # MoE: no capacity drops at inference (model/moe.py says why)
         if rows:
             if layout.pp > 1:
-                from shardlab.generate.lanes import pipeline_decode
                 local = pipeline_decode(model, stage, layout.pp, dims.group("pp"), [prompts[r] for r in rows],
-                                        rows, opts, last_logits, stream, device)
+                                        rows, opts, logits_of, stream, device)
             else:
                 ids, pad = left_pad([prompts[r] for r in rows], device)
                 local = decode(forward, Sampler(opts, rows), ids, pad, opts, stream)
@@ -236,7 +194,6 @@ def analytic_comm_bytes(cfg, layout: Layout, prompts: list[list[int]], opts: Opt
         out["all_reduce"] = (2 * cfg.n_layer + 1) * len(rows) * positions * cfg.d_model * 4
         out["all_gather"] = n * len(rows) * vpad * 4
     if layout.pp > 1:
-        from shardlab.generate.lanes import lane_rows
         hidden = tok = 0
         for lane in lane_rows(len(rows), opts.lanes or layout.pp):
             lp = [rows[i] for i in lane]

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from shardlab import comm
-from shardlab.generate.engine import Options, Sampler, left_pad
+from shardlab.generate.sampling import Options, Sampler, left_pad
 from shardlab.model.kv_cache import KVCache
 
 

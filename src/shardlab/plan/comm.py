@@ -218,6 +218,18 @@ def dp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 
     return out
 
 
+# Seed 000 names "~110M" parameters at seq 512, fp32, and 838.8 KiB/token at microbatch 1, which
+# pins the count to [109,936,640, 109,943,193). We take 109.94M. Figures computed from it are therefore
+# the seed's own figure reproduced from the count it implies (a consistency check of the formula below),
+# not a measurement of anything (bench/microbatch.py's SEED000_NOTE says so wherever they are written).
+SEED000 = {"params": 109_940_000, "seq": 512, "bytes_per_value": 4}
+
+
+def payload_kib_per_token(params: int, mb: int, seq: int, bytes_per_value: int = 4) -> float:
+    """Analytic DDP gradient payload per token: every parameter's gradient once per microbatch."""
+    return params * bytes_per_value / (mb * seq) / 1024
+
+
 def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
     """Megatron tensor parallelism, as shardlab's own TP sends it (docs/tp.md), per rank per step:
     per layer 2 all-reduces forward (g) and 2 backward (f) of the b*s*h activation, plus the

@@ -48,7 +48,7 @@ def calibration() -> str:
 
 
 def seed000() -> str:
-    from shardlab.bench.microbatch import SEED000, payload_kib_per_token
+    from .comm import SEED000, payload_kib_per_token
     lines = ["| figure | value (KiB/token) | what it is |", "| --- | --- | --- |"]
     for mb in (1, 8):
         v = payload_kib_per_token(SEED000["params"], mb, SEED000["seq"], SEED000["bytes_per_value"])
