@@ -431,14 +431,27 @@ class CheckpointManager:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
         self.wait()  # an async save may still be copying the tensors we are about to overwrite
         meta = json.loads((Path(path) / st.STATE_FILE).read_text())
-        model_cfg = getattr(state.strategy.model, "cfg", None)
-        if meta.get("model") and model_cfg is not None:
-            now = dataclasses.asdict(model_cfg)
-            diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
-            if diff:
-                k = diff[0]
-                raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
-                                      f"{meta['model'][k]} there and {now[k]} here")
+        _check_model(path, meta, state)
+        reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
+        t0 = time.perf_counter()
+        self._read(path, reader, tensors)
+        t1 = time.perf_counter()
+        _apply(state, tensors, meta)
+        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
+                            "direct_bytes": reader.direct_bytes}
+        if same_layout:
+            st.set_rng(tensors["rng"][rng_key])
+        else:
+            st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
+        if self.rank == 0:
+            how = "" if same_layout else _resharded(meta)
+            self._note(f"resumed from {path} at step {meta['step']}{how}")
+        self.last_saved_step = meta["step"]
+        return meta["step"]
+
+    def _plan_reads(self, path: Path, meta: dict, state) -> tuple[Reader, dict, bool, str]:
+        """(the reader, the tensors to read into, whether this rank's RNG stream is in the checkpoint,
+        its key there). The reader verifies this rank's share of the shard files as DCP reads them."""
         manifest = mf.read_manifest(path)
         reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
         md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
@@ -446,7 +459,7 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
         # RNG streams are saved per mesh coordinate: the same degrees find this rank's stream wherever
-        # torchrun placed it; another layout has none to continue (reseeded below). A checkpoint without
+        # torchrun placed it; another layout has none to continue (reseeded by load). A checkpoint without
         # a layout (written before layouts were recorded) keyed them by global rank.
         layout = st.layout(state.strategy.dims)
         if "layout" in meta:
@@ -459,7 +472,11 @@ class CheckpointManager:
             tensors["rng"] = {rng_key: torch.empty(tuple(md_keys[f"rng.{rng_key}"].size), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
             tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
-        t0 = time.perf_counter()
+        return reader, tensors, same_layout, rng_key
+
+    def _read(self, path: Path, reader: Reader, tensors: dict) -> None:
+        """Read `tensors` from `path` on every rank, then agree on the verdict: any rank's corrupt shard
+        (CorruptShards) comes before this rank's own failure, which comes before another rank's."""
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
@@ -482,32 +499,39 @@ class CheckpointManager:
         failed = [w for _, w in reports if w is not None]
         if failed:
             raise CheckpointError(f"loading {path} failed on another rank ({failed[0]})")
-        t1 = time.perf_counter()
-        state.strategy.load_model_state_dict(tensors["model"])
-        st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
-        if "sync" in tensors:  # after the model and optimizer: this replica's own values override them
-            state.strategy.load_sync_state_dict(tensors["sync"])
-        if meta.get("sampler") and getattr(state, "sampler", None) is not None:
-            state.sampler.load_state_dict(meta["sampler"])
-        for attr in ("scaler", "scheduler"):
-            obj = getattr(state, attr, None)
-            if obj is not None and meta.get(attr):
-                obj.load_state_dict(meta[attr])
-        if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
-            state.balance.load_state_dict(meta.get("shares"))
-        state.step = meta["step"]
-        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
-                            "direct_bytes": reader.direct_bytes}
-        if same_layout:
-            st.set_rng(tensors["rng"][rng_key])
-        else:
-            st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
-        if self.rank == 0:
-            how = ""
-            if not same_layout:
-                degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
-                how = (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
-                       f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")
-            self._note(f"resumed from {path} at step {meta['step']}{how}")
-        self.last_saved_step = meta["step"]
-        return meta["step"]
+
+
+def _check_model(path: Path, meta: dict, state) -> None:
+    """CheckpointError when the checkpoint was saved for other model dimensions (dropout may differ)."""
+    model_cfg = getattr(state.strategy.model, "cfg", None)
+    if meta.get("model") and model_cfg is not None:
+        now = dataclasses.asdict(model_cfg)
+        diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
+        if diff:
+            k = diff[0]
+            raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
+                                  f"{meta['model'][k]} there and {now[k]} here")
+
+
+def _apply(state, tensors: dict, meta: dict) -> None:
+    """Put what was read (`tensors`) and the checkpoint's train_state.json (`meta`) into `state`."""
+    state.strategy.load_model_state_dict(tensors["model"])
+    st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
+    if "sync" in tensors:  # after the model and optimizer: this replica's own values override them
+        state.strategy.load_sync_state_dict(tensors["sync"])
+    if meta.get("sampler") and getattr(state, "sampler", None) is not None:
+        state.sampler.load_state_dict(meta["sampler"])
+    for attr in ("scaler", "scheduler"):
+        obj = getattr(state, attr, None)
+        if obj is not None and meta.get(attr):
+            obj.load_state_dict(meta[attr])
+    if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
+        state.balance.load_state_dict(meta.get("shares"))
+    state.step = meta["step"]
+
+
+def _resharded(meta: dict) -> str:
+    """The resume note's account of a checkpoint saved at another layout."""
+    degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
+    return (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
+            f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")
