@@ -11,8 +11,8 @@ and `cfg`. The save protocol (docs/checkpoint.md):
   1. rank 0 creates `step_N.tmp/`; every rank writes its own shards into it with DCP;
   2. every rank reports success or its error (all_gather over the checkpoint group);
   3. all succeeded: rank 0 hashes what is left unhashed, writes MANIFEST.json, renames `step_N.tmp`
-     to `step_N`, replaces `latest`, applies retention. Any rank failed: rank 0 deletes the `.tmp`,
-     `latest` is untouched, and every rank logs who failed and carries on training.
+     to `step_N`, replaces `latest`, applies retention (retention.py). Any rank failed: rank 0 deletes
+     the `.tmp`, `latest` is untouched, and every rank logs who failed and carries on training.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 import warnings
@@ -35,16 +34,13 @@ from torch.distributed.checkpoint.api import CheckpointException  # a BaseExcept
 
 from shardlab import comm
 from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint import retention
 from shardlab.checkpoint import state as st
 from shardlab.checkpoint.reader import Reader
+from shardlab.checkpoint.retention import log
 from shardlab.checkpoint.storage import FAIL_ENV, Planner, Writer
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards,  # noqa: F401 (re-exported)
                                              check_resume, no_intact_message, resolve_resume_path)
-
-
-
-def log(msg: str) -> None:
-    print(f"[ckpt] {msg}", file=sys.stderr, flush=True)
 
 
 def _describe(exc: BaseException) -> tuple[list[int], str]:
@@ -74,15 +70,6 @@ def _human(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def _remove(path: Path, why: str) -> None:
-    """Delete a directory; a failure costs disk space, not the run, but is logged, never swallowed."""
-    def report(func, p, exc):
-        exc = exc[1] if isinstance(exc, tuple) else exc  # onerror passes exc_info, onexc the exception
-        log(f"could not delete {p} ({why}): {exc}; delete it by hand")
-    if Path(path).exists():
-        shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": report})
-
-
 _SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's shard file of rank R: __R_0.distcp
 _managers = itertools.count()  # numbers this process's managers (their plan-cache keys)
 
@@ -104,7 +91,7 @@ class CheckpointManager:
         self._hooked = None  # the optimizer whose step waits for the copy
         self._written: set | None = None  # keys this rank wrote in the last committed save (DCP's plan)
         self._plan_key = f"shardlab-{next(_managers)}"  # see storage.Planner
-        self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
+        self._pruner = retention.Pruner(self.dir, self.ccfg)  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.staged_bytes = 0  # what the last async save copied (the extra host memory it keeps)
         self.last_saved_step: int | None = None
@@ -121,9 +108,7 @@ class CheckpointManager:
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
         if self.rank == 0:
-            for c in mf.list_checkpoints(self.dir):  # leftovers of a crash: never loaded, so just remove
-                if c.path.name.endswith(".tmp"):
-                    _remove(c.path, "a crashed save's leftover")
+            retention.remove_leftovers(self.dir)
         comm.barrier(self.pg)
 
     def _note(self, msg: str) -> None:
@@ -148,13 +133,8 @@ class CheckpointManager:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._wait_retention()
+        self._pruner.wait()
         return self.last_outcome
-
-    def _wait_retention(self) -> None:
-        if self._retention is not None:
-            self._retention.join()
-            self._retention = None
 
     def save(self, state, async_: bool | None = None) -> None:
         t0 = time.perf_counter()
@@ -302,7 +282,7 @@ class CheckpointManager:
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
-        self._wait_retention()  # the previous commit's clean-up, so that both never touch one directory
+        self._pruner.wait()  # the previous commit's clean-up, so that both never touch one directory
         errors = [e for e, _ in reports if e is not None]
         if not errors:
             try:
@@ -315,36 +295,19 @@ class CheckpointManager:
                 manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world, layout=self.layout,
                                              strategy=self.cfg.parallel.strategy, created=time.time())
                 self.saved_bytes = manifest["total_bytes"]
-                if final.exists():  # a re-save of this step (after resuming from an older checkpoint)
-                    shutil.rmtree(final)
-                os.replace(tmp, final)
-                mf.fsync_dir(self.dir)
-                mf.write_latest(self.dir, final)
+                retention.publish(self.dir, tmp, final)
                 # Committed. Deleting old checkpoints (unlinking their files is slow on ext4) need not
                 # hold the save: it runs in the background until the next commit or wait().
-                self._retention = threading.Thread(target=self._retain, name=f"ckpt-retain-{step}", daemon=True)
-                self._retention.start()
+                self._pruner.start(step)
                 return None
             except Exception as e:  # noqa: BLE001
                 errors = [([0], f"rank 0: committing: {type(e).__name__}: {e}")]
-        _remove(tmp, "the abandoned save")
+        retention.remove(tmp, "the abandoned save")
         ranks = sorted({r for rs, _ in errors for r in rs})
         previous = mf.read_latest(self.dir)
         keep = f"{previous.name} stays latest" if previous else "there is no previous checkpoint"
         return (f"checkpoint at step {step} abandoned: rank(s) {ranks} failed while saving "
                 f"({errors[0][1]}); {keep}; training continues")
-
-    def _retain(self) -> None:
-        """Keep the last `keep` committed checkpoints, every `keep_every`-th step, and `latest`."""
-        committed = [c for c in mf.list_checkpoints(self.dir) if c.committed]
-        keep = self.ccfg.keep
-        kept = {c.step for c in (committed[-keep:] if keep > 0 else committed)}
-        if self.ccfg.keep_every > 0:
-            kept |= {c.step for c in committed if c.step % self.ccfg.keep_every == 0}
-        latest = mf.read_latest(self.dir)
-        for c in committed:
-            if c.step not in kept and (latest is None or c.path.name != latest.name):
-                _remove(c.path, f"retention (ckpt.keep={keep})")
 
     # --- resuming ------------------------------------------------------------------------------------
     def resume(self, state) -> int:
