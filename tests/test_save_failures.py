@@ -7,7 +7,7 @@ import os
 import pytest
 
 from shardlab import config
-from shardlab.checkpoint import manager as manager_mod
+from shardlab.checkpoint import retention
 from shardlab.checkpoint.storage import FAIL_ENV
 
 BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=4",
@@ -55,7 +55,7 @@ def test_failed_deletion_is_logged(tmp_path, monkeypatch, capsys):
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(os, "unlink", refuse)
-    manager_mod._remove(victim, "retention (ckpt.keep=1)")
+    retention.remove(victim, "retention (ckpt.keep=1)")
     monkeypatch.undo()
     err = capsys.readouterr().err
     assert "could not delete" in err and "x.distcp" in err and "retention (ckpt.keep=1)" in err

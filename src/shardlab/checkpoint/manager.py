@@ -11,8 +11,8 @@ and `cfg`. The save protocol (docs/checkpoint.md):
   1. rank 0 creates `step_N.tmp/`; every rank writes its own shards into it with DCP;
   2. every rank reports success or its error (all_gather over the checkpoint group);
   3. all succeeded: rank 0 hashes what is left unhashed, writes MANIFEST.json, renames `step_N.tmp`
-     to `step_N`, replaces `latest`, applies retention. Any rank failed: rank 0 deletes the `.tmp`,
-     `latest` is untouched, and every rank logs who failed and carries on training.
+     to `step_N`, replaces `latest`, applies retention (retention.py). Any rank failed: rank 0 deletes
+     the `.tmp`, `latest` is untouched, and every rank logs who failed and carries on training.
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 import warnings
@@ -35,16 +34,13 @@ from torch.distributed.checkpoint.api import CheckpointException  # a BaseExcept
 
 from shardlab import comm
 from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint import retention
 from shardlab.checkpoint import state as st
 from shardlab.checkpoint.reader import Reader
+from shardlab.checkpoint.retention import log
 from shardlab.checkpoint.storage import FAIL_ENV, Planner, Writer
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards,  # noqa: F401 (re-exported)
                                              check_resume, no_intact_message, resolve_resume_path)
-
-
-
-def log(msg: str) -> None:
-    print(f"[ckpt] {msg}", file=sys.stderr, flush=True)
 
 
 def _describe(exc: BaseException) -> tuple[list[int], str]:
@@ -74,15 +70,6 @@ def _human(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
 
-def _remove(path: Path, why: str) -> None:
-    """Delete a directory; a failure costs disk space, not the run, but is logged, never swallowed."""
-    def report(func, p, exc):
-        exc = exc[1] if isinstance(exc, tuple) else exc  # onerror passes exc_info, onexc the exception
-        log(f"could not delete {p} ({why}): {exc}; delete it by hand")
-    if Path(path).exists():
-        shutil.rmtree(path, **{"onexc" if sys.version_info >= (3, 12) else "onerror": report})
-
-
 _SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's shard file of rank R: __R_0.distcp
 _managers = itertools.count()  # numbers this process's managers (their plan-cache keys)
 
@@ -104,7 +91,7 @@ class CheckpointManager:
         self._hooked = None  # the optimizer whose step waits for the copy
         self._written: set | None = None  # keys this rank wrote in the last committed save (DCP's plan)
         self._plan_key = f"shardlab-{next(_managers)}"  # see storage.Planner
-        self._retention: threading.Thread | None = None  # rank 0 deleting old checkpoints after a commit
+        self._pruner = retention.Pruner(self.dir, self.ccfg)  # rank 0 deleting old checkpoints after a commit
         self.hook_wait_s = 0.0  # time the optimizer waited for the last async save's copy (for the bench)
         self.staged_bytes = 0  # what the last async save copied (the extra host memory it keeps)
         self.last_saved_step: int | None = None
@@ -121,9 +108,7 @@ class CheckpointManager:
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
         if self.rank == 0:
-            for c in mf.list_checkpoints(self.dir):  # leftovers of a crash: never loaded, so just remove
-                if c.path.name.endswith(".tmp"):
-                    _remove(c.path, "a crashed save's leftover")
+            retention.remove_leftovers(self.dir)
         comm.barrier(self.pg)
 
     def _note(self, msg: str) -> None:
@@ -148,13 +133,8 @@ class CheckpointManager:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self._wait_retention()
+        self._pruner.wait()
         return self.last_outcome
-
-    def _wait_retention(self) -> None:
-        if self._retention is not None:
-            self._retention.join()
-            self._retention = None
 
     def save(self, state, async_: bool | None = None) -> None:
         t0 = time.perf_counter()
@@ -302,7 +282,7 @@ class CheckpointManager:
 
     def _commit(self, step: int, tmp: Path, final: Path, reports: list) -> str | None:
         """Rank 0 only. Returns None when committed, else the reason the checkpoint was abandoned."""
-        self._wait_retention()  # the previous commit's clean-up, so that both never touch one directory
+        self._pruner.wait()  # the previous commit's clean-up, so that both never touch one directory
         errors = [e for e, _ in reports if e is not None]
         if not errors:
             try:
@@ -315,36 +295,19 @@ class CheckpointManager:
                 manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world, layout=self.layout,
                                              strategy=self.cfg.parallel.strategy, created=time.time())
                 self.saved_bytes = manifest["total_bytes"]
-                if final.exists():  # a re-save of this step (after resuming from an older checkpoint)
-                    shutil.rmtree(final)
-                os.replace(tmp, final)
-                mf.fsync_dir(self.dir)
-                mf.write_latest(self.dir, final)
+                retention.publish(self.dir, tmp, final)
                 # Committed. Deleting old checkpoints (unlinking their files is slow on ext4) need not
                 # hold the save: it runs in the background until the next commit or wait().
-                self._retention = threading.Thread(target=self._retain, name=f"ckpt-retain-{step}", daemon=True)
-                self._retention.start()
+                self._pruner.start(step)
                 return None
             except Exception as e:  # noqa: BLE001
                 errors = [([0], f"rank 0: committing: {type(e).__name__}: {e}")]
-        _remove(tmp, "the abandoned save")
+        retention.remove(tmp, "the abandoned save")
         ranks = sorted({r for rs, _ in errors for r in rs})
         previous = mf.read_latest(self.dir)
         keep = f"{previous.name} stays latest" if previous else "there is no previous checkpoint"
         return (f"checkpoint at step {step} abandoned: rank(s) {ranks} failed while saving "
                 f"({errors[0][1]}); {keep}; training continues")
-
-    def _retain(self) -> None:
-        """Keep the last `keep` committed checkpoints, every `keep_every`-th step, and `latest`."""
-        committed = [c for c in mf.list_checkpoints(self.dir) if c.committed]
-        keep = self.ccfg.keep
-        kept = {c.step for c in (committed[-keep:] if keep > 0 else committed)}
-        if self.ccfg.keep_every > 0:
-            kept |= {c.step for c in committed if c.step % self.ccfg.keep_every == 0}
-        latest = mf.read_latest(self.dir)
-        for c in committed:
-            if c.step not in kept and (latest is None or c.path.name != latest.name):
-                _remove(c.path, f"retention (ckpt.keep={keep})")
 
     # --- resuming ------------------------------------------------------------------------------------
     def resume(self, state) -> int:
@@ -431,14 +394,27 @@ class CheckpointManager:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
         self.wait()  # an async save may still be copying the tensors we are about to overwrite
         meta = json.loads((Path(path) / st.STATE_FILE).read_text())
-        model_cfg = getattr(state.strategy.model, "cfg", None)
-        if meta.get("model") and model_cfg is not None:
-            now = dataclasses.asdict(model_cfg)
-            diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
-            if diff:
-                k = diff[0]
-                raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
-                                      f"{meta['model'][k]} there and {now[k]} here")
+        _check_model(path, meta, state)
+        reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
+        t0 = time.perf_counter()
+        self._read(path, reader, tensors)
+        t1 = time.perf_counter()
+        _apply(state, tensors, meta)
+        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
+                            "direct_bytes": reader.direct_bytes}
+        if same_layout:
+            st.set_rng(tensors["rng"][rng_key])
+        else:
+            st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
+        if self.rank == 0:
+            how = "" if same_layout else _resharded(meta)
+            self._note(f"resumed from {path} at step {meta['step']}{how}")
+        self.last_saved_step = meta["step"]
+        return meta["step"]
+
+    def _plan_reads(self, path: Path, meta: dict, state) -> tuple[Reader, dict, bool, str]:
+        """(the reader, the tensors to read into, whether this rank's RNG stream is in the checkpoint,
+        its key there). The reader verifies this rank's share of the shard files as DCP reads them."""
         manifest = mf.read_manifest(path)
         reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
         md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
@@ -446,7 +422,7 @@ class CheckpointManager:
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
         # RNG streams are saved per mesh coordinate: the same degrees find this rank's stream wherever
-        # torchrun placed it; another layout has none to continue (reseeded below). A checkpoint without
+        # torchrun placed it; another layout has none to continue (reseeded by load). A checkpoint without
         # a layout (written before layouts were recorded) keyed them by global rank.
         layout = st.layout(state.strategy.dims)
         if "layout" in meta:
@@ -459,7 +435,11 @@ class CheckpointManager:
             tensors["rng"] = {rng_key: torch.empty(tuple(md_keys[f"rng.{rng_key}"].size), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
             tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
-        t0 = time.perf_counter()
+        return reader, tensors, same_layout, rng_key
+
+    def _read(self, path: Path, reader: Reader, tensors: dict) -> None:
+        """Read `tensors` from `path` on every rank, then agree on the verdict: any rank's corrupt shard
+        (CorruptShards) comes before this rank's own failure, which comes before another rank's."""
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
@@ -482,32 +462,39 @@ class CheckpointManager:
         failed = [w for _, w in reports if w is not None]
         if failed:
             raise CheckpointError(f"loading {path} failed on another rank ({failed[0]})")
-        t1 = time.perf_counter()
-        state.strategy.load_model_state_dict(tensors["model"])
-        st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
-        if "sync" in tensors:  # after the model and optimizer: this replica's own values override them
-            state.strategy.load_sync_state_dict(tensors["sync"])
-        if meta.get("sampler") and getattr(state, "sampler", None) is not None:
-            state.sampler.load_state_dict(meta["sampler"])
-        for attr in ("scaler", "scheduler"):
-            obj = getattr(state, attr, None)
-            if obj is not None and meta.get(attr):
-                obj.load_state_dict(meta[attr])
-        if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
-            state.balance.load_state_dict(meta.get("shares"))
-        state.step = meta["step"]
-        self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
-                            "direct_bytes": reader.direct_bytes}
-        if same_layout:
-            st.set_rng(tensors["rng"][rng_key])
-        else:
-            st.reseed_rng(state.cfg.train.seed, meta["step"], self.rank)
-        if self.rank == 0:
-            how = ""
-            if not same_layout:
-                degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
-                how = (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
-                       f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")
-            self._note(f"resumed from {path} at step {meta['step']}{how}")
-        self.last_saved_step = meta["step"]
-        return meta["step"]
+
+
+def _check_model(path: Path, meta: dict, state) -> None:
+    """CheckpointError when the checkpoint was saved for other model dimensions (dropout may differ)."""
+    model_cfg = getattr(state.strategy.model, "cfg", None)
+    if meta.get("model") and model_cfg is not None:
+        now = dataclasses.asdict(model_cfg)
+        diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
+        if diff:
+            k = diff[0]
+            raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "
+                                  f"{meta['model'][k]} there and {now[k]} here")
+
+
+def _apply(state, tensors: dict, meta: dict) -> None:
+    """Put what was read (`tensors`) and the checkpoint's train_state.json (`meta`) into `state`."""
+    state.strategy.load_model_state_dict(tensors["model"])
+    st.load_optim_state_dict(state.strategy, state.optimizer, tensors["optim"])
+    if "sync" in tensors:  # after the model and optimizer: this replica's own values override them
+        state.strategy.load_sync_state_dict(tensors["sync"])
+    if meta.get("sampler") and getattr(state, "sampler", None) is not None:
+        state.sampler.load_state_dict(meta["sampler"])
+    for attr in ("scaler", "scheduler"):
+        obj = getattr(state, attr, None)
+        if obj is not None and meta.get(attr):
+            obj.load_state_dict(meta[attr])
+    if getattr(state, "balance", None) is not None:  # data.shares (after the sampler: it sets its counts)
+        state.balance.load_state_dict(meta.get("shares"))
+    state.step = meta["step"]
+
+
+def _resharded(meta: dict) -> str:
+    """The resume note's account of a checkpoint saved at another layout."""
+    degrees = ", ".join(f"{k}={v}" for k, v in meta.get("layout", {}).items() if v > 1)
+    return (f" (saved at world size {meta['world_size']} with {meta['strategy']}"
+            f"{f' ({degrees})' if degrees else ''}; resharded, RNG streams reseeded)")

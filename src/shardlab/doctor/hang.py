@@ -136,8 +136,22 @@ def analyse(dumps: dict[int, dict]) -> dict:
         return {"kind": "none", "lines": ["no flight records found (RUN/doctor/flight_rank*.json): the watchdog "
                                           "did not fire; is doctor.hang_timeout_s larger than the run's wait?"]}
     world = max(int(d.get("world", 0)) for d in dumps.values()) or max(dumps) + 1
-    recs: dict[int, dict[tuple, dict[int, dict]]] = {}  # rank -> key -> seq -> record
-    issued: dict[int, dict[tuple, int]] = {}  # rank -> key -> how many it issued
+    recs, issued = _index(dumps, world)
+    keys = sorted(set().union(*(set(issued[r]) for r in dumps)), key=str)
+    missing = [r for r in range(world) if r not in dumps]
+    mismatch = _first_mismatch(dumps, recs, keys)
+    if mismatch is not None:
+        return _mismatch_verdict(*mismatch, missing)
+    stuck = _stuck_groups(dumps, recs, issued, keys)
+    if not stuck:
+        return _stopped_verdict(dumps, missing)
+    return _hang_verdict(dumps, stuck, missing)
+
+
+def _index(dumps: dict[int, dict], world: int) -> tuple[dict, dict]:
+    """(rank -> key -> seq -> record, rank -> key -> how many collectives the rank issued)."""
+    recs: dict[int, dict[tuple, dict[int, dict]]] = {}
+    issued: dict[int, dict[tuple, int]] = {}
     for r, d in dumps.items():
         recs[r] = {}
         for rec in d["records"]:
@@ -145,11 +159,12 @@ def analyse(dumps: dict[int, dict]) -> dict:
         issued[r] = {k: max(seqs) for k, seqs in recs[r].items()}
         for g in d.get("groups", []):  # exact even when the ring no longer holds a group's last record
             issued[r][(g["group"], tuple(g["ranks"]), g.get("src"), g.get("dst"))] = g["issued"]
-    keys = sorted(set().union(*(set(issued[r]) for r in dumps)), key=str)
-    missing = [r for r in range(world) if r not in dumps]
+    return recs, issued
 
-    # 1. Mismatch: per group, the first sequence number where members disagree on what it is; the
-    # earliest of those (wall clock) is reported.
+
+def _first_mismatch(dumps: dict[int, dict], recs: dict, keys: list) -> tuple | None:
+    """(key, seq, rank -> record) of the earliest (wall clock) disagreement, or None. Per group only the
+    first sequence number where members disagree on what it is counts: later ones follow from it."""
     found = []
     for key in keys:
         per_seq: dict[int, dict[int, dict]] = {}
@@ -161,22 +176,29 @@ def analyse(dumps: dict[int, dict]) -> dict:
             if len({_signature(rec, key) for rec in present.values()}) > 1:
                 found.append((min(_wall(dumps[r], rec) for r, rec in present.items()), key, seq, present))
                 break
-    if found:
-        _, key, seq, present = min(found, key=lambda f: f[0])
-        label = group_label(key[0], key[1])
-        lines = [f"COLLECTIVE MISMATCH at sequence #{seq} of {label}: the ranks issued different collectives:"]
-        for r, rec in sorted(present.items()):
-            lines.append(f"  rank {r}: {rec['op']} {mb(rec['bytes'])} {rec['dtype']} shape {rec['shape']} "
-                         f"tag {rec.get('tag')!r} at step {rec['step']} in {rec['phase']}, from {_stack(rec)}")
-        lines.append("  The ranks' programs diverged: look for a rank-dependent branch or a different bucket "
-                     "layout before this point. Matching collectives must have the same op and size everywhere.")
-        return {"kind": "mismatch", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "ranks": sorted(present),
-                "lines": lines + _missing(missing)}
+    if not found:
+        return None
+    _, key, seq, present = min(found, key=lambda f: f[0])
+    return key, seq, present
 
-    # 2. Hang: per group, the collective it is stuck in: the lowest sequence number that some member
-    # has not completed, or has not even reached while others went past it. (On NCCL a synchronous
-    # collective counts as completed once it is enqueued on the GPU stream: the ranks then block later,
-    # in a host sync, and only the lagging rank's missing sequence numbers show where the job stopped.)
+
+def _mismatch_verdict(key: tuple, seq: int, present: dict[int, dict], missing: list[int]) -> dict:
+    label = group_label(key[0], key[1])
+    lines = [f"COLLECTIVE MISMATCH at sequence #{seq} of {label}: the ranks issued different collectives:"]
+    for r, rec in sorted(present.items()):
+        lines.append(f"  rank {r}: {rec['op']} {mb(rec['bytes'])} {rec['dtype']} shape {rec['shape']} "
+                     f"tag {rec.get('tag')!r} at step {rec['step']} in {rec['phase']}, from {_stack(rec)}")
+    lines.append("  The ranks' programs diverged: look for a rank-dependent branch or a different bucket "
+                 "layout before this point. Matching collectives must have the same op and size everywhere.")
+    return {"kind": "mismatch", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "ranks": sorted(present),
+            "lines": lines + _missing(missing)}
+
+
+def _stuck_groups(dumps: dict[int, dict], recs: dict, issued: dict, keys: list) -> list[dict]:
+    """Per group, the collective it is stuck in: the lowest sequence number that some member has not
+    completed, or has not even reached while others went past it. (On NCCL a synchronous collective
+    counts as completed once it is enqueued on the GPU stream: the ranks then block later, in a host
+    sync, and only the lagging rank's missing sequence numbers show where the job stopped.)"""
     stuck = []
     for key in keys:
         members = [r for r in _members(key) if r in dumps]
@@ -193,24 +215,32 @@ def analyse(dumps: dict[int, dict]) -> dict:
         absent = [r for r in members if n[r] < seq]
         stuck.append({"key": key, "seq": seq, "waiting": waiting, "absent": absent,
                       "t": min((_wall(dumps[r], rec) for r, rec in waiting.items()), default=0.0)})
+    return stuck
 
-    if not stuck:
-        lines = ["every recorded collective completed on every rank that wrote a record; the ranks stopped "
-                 "outside collectives, or failed:"]
-        for r, d in sorted(dumps.items()):
-            lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')[:300]}")
-            lines.append(f"    stack: {' > '.join(d.get('main_stack', [])[-4:])}")
-        return {"kind": "stuck", "lines": lines + _missing(missing)}
 
-    blocked = {r: _blocked_in(d) for r, d in dumps.items()}
-    # The cause first. A rank absent while itself waiting in another collective is a consequence; one
-    # absent while outside any collective is a cause. So: groups by how many of their absent ranks
-    # are blocked elsewhere (fewest first), then by how many are absent (the most specific first), then
-    # by when the wait began. Groups nobody is absent from only when no group has absent ranks.
+def _stopped_verdict(dumps: dict[int, dict], missing: list[int]) -> dict:
+    """No collective is stuck: say where each rank stopped instead."""
+    lines = ["every recorded collective completed on every rank that wrote a record; the ranks stopped "
+             "outside collectives, or failed:"]
+    for r, d in sorted(dumps.items()):
+        lines.append(f"  rank {r}: step {d['step']}, in: {d['phase']}; {d.get('reason', '')[:300]}")
+        lines.append(f"    stack: {' > '.join(d.get('main_stack', [])[-4:])}")
+    return {"kind": "stuck", "lines": lines + _missing(missing)}
+
+
+def _cause_first(stuck: list[dict], blocked: dict[int, dict | None]) -> list[dict]:
+    """The stuck groups, the cause first. A rank absent while itself waiting in another collective is a
+    consequence; one absent while outside any collective is a cause. So: groups by how many of their
+    absent ranks are blocked elsewhere (fewest first), then by how many are absent (the most specific
+    first), then by when the wait began. Groups nobody is absent from only when no group has absent ranks."""
     ordered = sorted((s for s in stuck if s["absent"]),
                      key=lambda s: (sum(blocked[r] is not None for r in s["absent"]), len(s["absent"]), s["t"]))
-    if not ordered:
-        ordered = sorted(stuck, key=lambda s: s["t"])
+    return ordered or sorted(stuck, key=lambda s: s["t"])
+
+
+def _hang_verdict(dumps: dict[int, dict], stuck: list[dict], missing: list[int]) -> dict:
+    blocked = {r: _blocked_in(d) for r, d in dumps.items()}
+    ordered = _cause_first(stuck, blocked)
     first = ordered[0]
     key, seq, waiting, absent = first["key"], first["seq"], first["waiting"], first["absent"]
     label = group_label(key[0], key[1])
@@ -221,25 +251,47 @@ def analyse(dumps: dict[int, dict]) -> dict:
                           "in the other ranks' ring buffers"] + _missing(missing)}
     wr, wrec = next(iter(sorted(waiting.items())))
     op = describe_op(wrec, wr)
+    lines = _absent_lines(dumps, absent, blocked, wrec, op) + _waiting_lines(dumps, waiting)
+    if not absent:
+        lines.insert(0, f"every rank that wrote a record reached {op} and none completed it: the collective itself "
+                        "is stuck (network, a dead peer outside these records, or a backend problem)")
+    lines += _also_stuck_lines(ordered[1:], blocked)
+    lines.append("What to do: find why the absent rank(s) did not reach this collective (their phase and stack "
+                 "above), e.g. slow or exhausted data, an exception swallowed on that rank, or a rank-dependent branch.")
+    return {"kind": "hang", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "absent": absent,
+            "waiting": sorted(waiting), "op": op, "stuck": _summary(ordered), "lines": lines + _missing(missing)}
+
+
+def _absent_lines(dumps: dict[int, dict], absent: list[int], blocked: dict, waited: dict, op: str) -> list[str]:
+    """For each rank that never reached the collective: its last op, phase, and where it is instead."""
     lines = []
     for r in absent:
-        lines.append(f"{_never(r, wrec, op)}; its last completed op was {_last_done(dumps[r], r)}; it was in: "
+        lines.append(f"{_never(r, waited, op)}; its last completed op was {_last_done(dumps[r], r)}; it was in: "
                      f"{dumps[r]['phase']} (step {dumps[r]['step']}, no progress for "
                      f"{dumps[r].get('last_progress_age_s', 0):.1f} s)")
         if blocked[r] is not None:
             lines.append(f"  rank {r} is itself blocked in {describe_op(blocked[r], r)}")
         if dumps[r].get("main_stack"):
             lines.append(f"  rank {r} main thread: {' > '.join(dumps[r]['main_stack'][-4:])}")
+    return lines
+
+
+def _waiting_lines(dumps: dict[int, dict], waiting: dict[int, dict]) -> list[str]:
+    """For each rank waiting in the collective: for how long, and from where it issued it."""
+    lines = []
     for r, rec in sorted(waiting.items()):
         age = dumps[r]["now_perf"] - rec["t_launch"]
         lines.append(f"rank {r} is waiting in {describe_op(rec, r)} ({rec['state']}) for {age:.1f} s, "
                      f"step {rec['step']}, issued from {_stack(rec)}")
         if dumps[r].get("main_stack"):
             lines.append(f"  rank {r} main thread: {' > '.join(dumps[r]['main_stack'][-4:])}")
-    if not absent:
-        lines.insert(0, f"every rank that wrote a record reached {op} and none completed it: the collective itself "
-                        "is stuck (network, a dead peer outside these records, or a backend problem)")
-    for other in ordered[1:]:
+    return lines
+
+
+def _also_stuck_lines(others: list[dict], blocked: dict) -> list[str]:
+    """One line per further stuck group (most of them consequences of the first)."""
+    lines = []
+    for other in others:
         k = other["key"]
         some = next(iter(sorted(other["waiting"].items())), None)
         what = describe_op(some[1], some[0]) if some else f"#{other['seq']} of {group_label(k[0], k[1])}"
@@ -247,10 +299,7 @@ def analyse(dumps: dict[int, dict]) -> dict:
                         if blocked[r] is not None)
         lines.append(f"also stuck: {what}: rank(s) {other['absent'] or 'none'} never joined"
                      f"{f' ({why})' if why else ''}, rank(s) {sorted(other['waiting'])} waiting")
-    lines.append("What to do: find why the absent rank(s) did not reach this collective (their phase and stack "
-                 "above), e.g. slow or exhausted data, an exception swallowed on that rank, or a rank-dependent branch.")
-    return {"kind": "hang", "seq": seq, "group": key[0], "group_ranks": list(key[1]), "absent": absent,
-            "waiting": sorted(waiting), "op": op, "stuck": _summary(ordered), "lines": lines + _missing(missing)}
+    return lines
 
 
 def _never(r: int, waited: dict, op: str) -> str:

@@ -108,10 +108,6 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, model.vocab, (b, model.seq), generator=g)
     y = torch.randint(0, model.vocab, (b, model.seq), generator=g)
-    T = b * model.seq
-    s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
-    attn_flops = 4 * b * a * s * s * dh
-    sdpa_key = f"{b * a}x{s},{dh}"
 
     for _ in range(2):  # warm-up: allocator, optimizer state
         cross_entropy(net(x), y, reduction="sum").backward()
@@ -121,32 +117,58 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     w0, done = time.perf_counter(), 0
     while done < steps or time.perf_counter() - w0 < min_time:
         done += 1
-        with _timer() as tf:
-            loss = cross_entropy(net(x), y, reduction="sum")
-        with _timer() as tb:
-            loss.backward()
-        optimizer_step()
-        for ops, backward in ((tf.ops, False), (tb.ops, True)):
-            for name, shapes, transposed, sec in ops:
-                if name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
-                    _add(rates, ("sdpa_bwd:" if backward else "sdpa:") + sdpa_key, sec, 1)
-                    continue
-                for key, flops in _keys(name, shapes, transposed, T, backward):
-                    _add(rates, key, sec / flops if flops else sec, 1)
-        del tf, tb
+        _op_timed_step(net, x, y, cross_entropy, optimizer_step, rates, model, b)
         for hooked in (False, True):
             monitor = LocalGradMonitor(list(net.named_parameters()), torch.device("cpu")) if hooked else None
-            c0 = time.process_time()
-            loss = cross_entropy(net(x), y, reduction="sum")
-            c1 = time.process_time()
-            loss.backward()
-            c2 = time.process_time()
-            optimizer_step()
-            whole["opt"].append(time.process_time() - c2)
-            whole["fwd"].append(c1 - c0)
-            whole["bwd_hooked" if hooked else "bwd"].append(c2 - c1)
+            _whole_step(net, x, y, cross_entropy, optimizer_step, whole, "bwd_hooked" if hooked else "bwd")
             if monitor is not None:
                 monitor.remove()
+    table = _rates_table(rates, model, b)
+    mean = {k: sum(v) / len(v) for k, v in whole.items()}
+    _add_remainders(table, model, b, mean)
+    return table, (len(params), sum(p.numel() for p in params), mean["opt"])
+
+
+def _attention(model: ModelSpec, b: int) -> tuple[int, str]:
+    """(FLOPs of one fused attention forward, its table key's shape part) at micro batch `b`."""
+    s, a, dh = model.seq, model.n_head, model.d_model // model.n_head
+    return 4 * b * a * s * s * dh, f"{b * a}x{s},{dh}"
+
+
+def _op_timed_step(net, x, y, loss_fn, optimizer_step, rates: dict, model: ModelSpec, b: int) -> None:
+    """One step with forward and backward under the op timer: each keyed op's seconds (per FLOP, or per
+    call for seconds-per-call entries) added to `rates`. The timers' records go when this returns."""
+    with _timer() as tf:
+        loss = loss_fn(net(x), y, reduction="sum")
+    with _timer() as tb:
+        loss.backward()
+    optimizer_step()
+    T, sdpa_key = b * model.seq, _attention(model, b)[1]
+    for ops, backward in ((tf.ops, False), (tb.ops, True)):
+        for name, shapes, transposed, sec in ops:
+            if name.startswith("_scaled_dot_product_flash_attention_for_cpu"):
+                _add(rates, ("sdpa_bwd:" if backward else "sdpa:") + sdpa_key, sec, 1)
+                continue
+            for key, flops in _keys(name, shapes, transposed, T, backward):
+                _add(rates, key, sec / flops if flops else sec, 1)
+
+
+def _whole_step(net, x, y, loss_fn, optimizer_step, whole: dict, bwd_key: str) -> None:
+    """One step without the op timer: its forward, backward (under `bwd_key`) and optimizer CPU seconds."""
+    c0 = time.process_time()
+    loss = loss_fn(net(x), y, reduction="sum")
+    c1 = time.process_time()
+    loss.backward()
+    c2 = time.process_time()
+    optimizer_step()
+    whole["opt"].append(time.process_time() - c2)
+    whole["fwd"].append(c1 - c0)
+    whole[bwd_key].append(c2 - c1)
+
+
+def _rates_table(rates: dict, model: ModelSpec, b: int) -> dict:
+    """The summed per-op measurements as table entries, in each key family's unit."""
+    attn_flops = _attention(model, b)[0]
     table = {}
     for key, (sec, n) in rates.items():
         if key.startswith("sdpa"):  # fused attention: FLOP/s of the forward's FLOPs, backward 2x
@@ -155,14 +177,17 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
             table[key] = sec / n  # seconds per call
         else:
             table[key] = n / sec  # FLOP/s, the harmonic mean over calls (time-weighted)
-    mean = {k: sum(v) / len(v) for k, v in whole.items()}
+    return table
+
+
+def _add_remainders(table: dict, model: ModelSpec, b: int, mean: dict) -> None:
+    """rest_fwd:, rest_bwd: and hooks: entries from the whole passes' mean seconds."""
     keyed = keyed_time(model, b, table)
     if keyed is not None:  # the remainder, so that keyed ops + rest = the whole pass at this shape
         rk = rest_key(model, b, model.seq)
         table["rest_fwd:" + rk] = max(0.0, mean["fwd"] - keyed[0])
         table["rest_bwd:" + rk] = max(0.0, mean["bwd"] - keyed[1])
         table["hooks:" + rk] = max(0.0, mean["bwd_hooked"] - mean["bwd"])
-    return table, (len(params), sum(p.numel() for p in params), mean["opt"])
 
 
 def adamw_step(params: list, zero_grad: bool = True):

@@ -88,7 +88,43 @@ class Plan:
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
 
 
+# Groups on the critical path of every micro batch: their collectives are never overlapped.
+_CRITICAL = ("tp", "pp", "cp")
+
+
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
+    m = _micro_batches(model, train, lay, cluster)
+    plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
+                capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
+    mt = micro_batch_time(model, train, lay, cluster)
+    # communication, each collective timed alone, then overlapped where the strategy allows
+    for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
+        plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
+    tp_pp = _critical_comm(plan.comm)
+    t_mb = mt.fwd + mt.bwd + tp_pp / m
+    exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster)
+    copies = _zero_copies(plan.comm, lay, cluster)
+    p, v = _pipeline_shape(lay)
+    bubble = (p - 1) / v * t_mb
+    t_opt, opt_why = _optimizer_step(model, train, lay, cluster)
+
+    T = plan.times
+    T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
+    T["compute"] = m * (mt.fwd + mt.bwd)
+    T["tp_pp_comm"] = tp_pp
+    T["bubble"] = bubble
+    T["comm_total"] = sum(cl.time for cl in plan.comm)
+    T["exposed_comm"] = exposed
+    T["optimizer"] = t_opt
+    T["zero_copies"] = copies
+    T["trainer"] = _trainer_time(plan.comm, lay, cluster)
+    T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]
+    _explain(plan, mt, t_mb, opt_why)
+    return plan
+
+
+def _micro_batches(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> int:
+    """m, the micro batches per step, once the layout is known to be runnable on this cluster."""
     train.check()
     lay.check(model)
     if lay.world > cluster.num_gpus:
@@ -96,24 +132,30 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     m = grad_accum(train, lay)
     if lay.pp > 1 and m < lay.pp:
         raise ValueError(f"pipeline needs at least p={lay.pp} micro batches per step, got m={m}")
-    plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
-                capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
-    mt = micro_batch_time(model, train, lay, cluster)
-    T, X = plan.times, plan.explain
+    return m
 
-    # communication, each collective timed alone, then overlapped where the strategy allows
-    for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
-        plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp = sum(cl.time for cl in plan.comm if cl.c.group in ("tp", "pp", "cp"))
-    for cl in plan.comm:
-        if cl.c.group in ("tp", "pp", "cp"):
+
+def _pipeline_shape(lay: Layout) -> tuple[int, int]:
+    """(p, v): stages, and virtual stages per rank (1 unless the schedule interleaves)."""
+    return lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
+
+
+def _critical_comm(comm: list[CommLine]) -> float:
+    """Seconds per step of the tensor-parallel, context-parallel and pipeline collectives, all exposed."""
+    tp_pp = sum(cl.time for cl in comm if cl.c.group in _CRITICAL)
+    for cl in comm:
+        if cl.c.group in _CRITICAL:
             cl.exposed = cl.time
-    t_mb = mt.fwd + mt.bwd + tp_pp / m
+    return tp_pp
+
+
+def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster) -> float:
+    """Sets each data-parallel collective's exposed time; returns their sum."""
     # one compute budget shared by every overlappable collective: all of forward+backward, of which
     # gradient collectives may only use the backward part (and once-per-step ones the last one)
     used_bwd = used_all = 0.0
-    for cl in plan.comm:
-        if cl.c.group in ("tp", "pp", "cp"):
+    for cl in comm:
+        if cl.c.group in _CRITICAL:
             continue
         if cl.c.overlap == "none" or cl.time == 0:
             cl.exposed = cl.time
@@ -130,8 +172,11 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         used_all += hidden
         used_bwd += hidden if cl.c.overlap == "backward" else 0.0
         cl.exposed = cl.time - hidden
-    exposed = sum(cl.exposed for cl in plan.comm if cl.c.group not in ("tp", "pp", "cp"))
+    return sum(cl.exposed for cl in comm if cl.c.group not in _CRITICAL)
 
+
+def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
+    """Seconds per step of ZeRO's flat-buffer copies (0 for ddp)."""
     # ZeRO's flat-buffer layout, on the compute stream. Per unit call (payload P, shard S = P/N):
     # reduce-scatter packs the gradients into a fresh N x S buffer and receives into a fresh S one;
     # all-gather receives into a fresh N x S buffer and copies out into the parameters' full storage
@@ -139,49 +184,48 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # Filling fresh memory (page faults on first touch) is the calibrated `flat` family; a copy
     # into live memory the `copy` one; the collective's own transfer into a live buffer is already
     # in its alpha-beta fit, so a fresh output adds only the first-touch difference
+    if lay.strategy == "ddp":
+        return 0.0
     copies = 0.0
-    if lay.strategy != "ddp":
-        cb = cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
-        fb = cluster.gemm_table.get("ew:flat", cb)
-        fa = cluster.gemm_table.get("ewa:flat", 0.0)
-        first_touch = max(0.0, 1 / fb - 1 / cb)
-        for cl in plan.comm:
-            if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
-                    or cl.c.payload <= 64 * lay.dp:
-                continue
-            P, S = cl.c.payload, cl.c.payload / cl.c.n
-            if cl.c.op == "reduce_scatter":
-                copies += cl.c.calls * fa + 2 * P / fb + 2 * S * first_touch
-            elif lay.strategy == "zero3":
-                copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / fb
-            else:
-                copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / cb + 2 * S / fb
-        copies /= cluster.compute_speed(lay.world)
+    cb = cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
+    fb = cluster.gemm_table.get("ew:flat", cb)
+    fa = cluster.gemm_table.get("ewa:flat", 0.0)
+    first_touch = max(0.0, 1 / fb - 1 / cb)
+    for cl in comm:
+        if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
+                or cl.c.payload <= 64 * lay.dp:
+            continue
+        P, S = cl.c.payload, cl.c.payload / cl.c.n
+        if cl.c.op == "reduce_scatter":
+            copies += cl.c.calls * fa + 2 * P / fb + 2 * S * first_touch
+        elif lay.strategy == "zero3":
+            copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / fb
+        else:
+            copies += cl.c.calls * fa + 2 * P * first_touch + 2 * P / cb + 2 * S / fb
+    return copies / cluster.compute_speed(lay.world)
 
-    # pipeline schedule
-    p, v = lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
-    bubble = (p - 1) / v * t_mb
-    # optimizer on this rank's shard of the states
+
+def _optimizer_step(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> tuple[float, str]:
+    """(seconds, formula) of the optimizer on this rank's shard of the states."""
     numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
     psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp, lay.v)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
-    t_opt /= cluster.compute_speed(lay.world)
+    return t_opt / cluster.compute_speed(lay.world), opt_why
 
-    T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
-    T["compute"] = m * (mt.fwd + mt.bwd)
-    T["tp_pp_comm"] = tp_pp
-    T["bubble"] = bubble
-    T["comm_total"] = sum(cl.time for cl in plan.comm)
-    T["exposed_comm"] = exposed
-    T["optimizer"] = t_opt
-    T["zero_copies"] = copies
+
+def _trainer_time(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     # calibrated on shardlab's trainer: data, doctor, bookkeeping per step, and each collective's
     # Python path and sync skew per call (0 on presets)
-    dp_calls = sum(cl.c.calls for cl in plan.comm if cl.c.group not in ("tp", "pp", "cp")) if lay.world > 1 else 0
+    dp_calls = sum(cl.c.calls for cl in comm if cl.c.group not in _CRITICAL) if lay.world > 1 else 0
     per_call = cluster.call_overhead.get(lay.strategy, cluster.call_overhead.get("ddp", 0.0))
-    T["trainer"] = trainer_step_overhead(cluster, lay.world) + dp_calls * per_call
-    T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]
+    return trainer_step_overhead(cluster, lay.world) + dp_calls * per_call
+
+
+def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
+    """plan.explain: each time's formula, with this plan's numbers."""
+    X, m, cluster = plan.explain, plan.m, plan.cluster
+    p, v = _pipeline_shape(plan.layout)
     X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + {
         "in situ": "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass "
                    "measured in situ at this model and micro batch)",
@@ -202,7 +246,6 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + optimizer + ZeRO copies + trainer"
-    return plan
 
 
 def trainer_step_overhead(cluster: Cluster, world: int) -> float:

@@ -231,13 +231,18 @@ class Trainer:
             signum = self.stop.check()  # the vote started one step ago: every rank reads the same answer
             if signum:
                 raise self.save_on_signal(signum)
-        self.ckpt.close(st)
+        return self._finish(step_times, steplog)
+
+    def _finish(self, step_times: list[float], steplog: StepLog) -> dict:
+        """After the last step: the final save, the doctor's last check, the summary (rank 0 writes it,
+        the plots, and prints it)."""
+        self.ckpt.close(self.state)
         self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
-        if self.is_main and cfg.trace.enabled:
+        if self.is_main and self.cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
             summary_mod.write(self.run_dir, summary)
