@@ -78,12 +78,50 @@ def to_toml(cfg: Config) -> str:
 
 
 def validate(cfg: Config, world_size: int) -> None:
-    """Check combinations that only make sense together. Resolves derived values in place."""
+    """Check combinations that only make sense together. Resolves derived values in place. The checks run
+    in a fixed order (the first problem found is the one reported)."""
     from shardlab.model.gpt import resolve_model_config
     from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model
     _validate_arch(m)
+    _check_parallel_choices(cfg, world_size)
+    world = world_size  # the processes (debug.slow_rank names one of them)
+    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
+        world_size = 1  # the layout and batch checks below are those of one process
+    _check_train(cfg, world_size)
+    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
+    missing = layers.not_built(dims.degrees)
+    if missing:
+        raise ConfigError(missing)
+    if dims.pp > 1 and p.pp_microbatches:
+        if t.grad_accum not in (1, p.pp_microbatches):
+            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
+                              f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
+        t.grad_accum = p.pp_microbatches
+    _validate_tp(cfg, dims)
+    _validate_cp(cfg, dims)
+    _validate_powersgd(cfg, dims)
+    _validate_moe(cfg, dims)
+    _resolve_batch(t, dims, world_size)
+    model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
+    if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
+        raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
+                          f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
+    if dims.pp > 1:
+        from shardlab.parallel.pp import pipeline
+        pipeline.validate(cfg, dims, model_cfg.n_layer)
+    from shardlab.data import shares  # deferred: shardlab.data loads torch, and `shardlab --help` must not
+
+    shares.validate(cfg, dims)  # data.shares, debug.slow_factor
+    if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
+        raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
+    _check_ranges(cfg, world)
+
+
+def _check_parallel_choices(cfg: Config, world_size: int) -> None:
+    """The [parallel] keys with a fixed set of values, offload, and the synchronisation modes."""
+    p = cfg.parallel
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     _choice("parallel.comm_dtype", p.comm_dtype, precision.NAMES)
@@ -96,9 +134,11 @@ def validate(cfg: Config, world_size: int) -> None:
     _validate_sync(p)
     _validate_fault_tolerant(cfg, world_size)
     _validate_async(cfg, world_size)
-    world = world_size  # the processes (debug.slow_rank names one of them)
-    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
-        world_size = 1  # the layout and batch checks below are those of one process
+
+
+def _check_train(cfg: Config, world_size: int) -> None:
+    """[train], [data] and [doctor] keys on their own, buckets, and what one process or one expert needs."""
+    t, p = cfg.train, cfg.parallel
     _choice("train.dtype", t.dtype, precision.NAMES)
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
@@ -123,43 +163,21 @@ def validate(cfg: Config, world_size: int) -> None:
     if cfg.debug.corrupt_expert and (p.ep <= 1 or not cfg.debug.corrupt_rank):
         raise ConfigError("debug.corrupt_expert=true perturbs an expert through debug.corrupt_rank under expert "
                           "parallelism: set parallel.ep > 1 and debug.corrupt_rank=R@STEP, or drop it")
-    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
-    missing = layers.not_built(dims.degrees)
-    if missing:
-        raise ConfigError(missing)
-    if dims.pp > 1 and p.pp_microbatches:
-        if t.grad_accum not in (1, p.pp_microbatches):
-            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
-                              f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
-        t.grad_accum = p.pp_microbatches
-    _validate_tp(cfg, dims)
-    _validate_cp(cfg, dims)
-    _validate_powersgd(cfg, dims)
-    _validate_moe(cfg, dims)
-    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
-    if t.global_batch:
-        if t.global_batch % per_step:
-            what = "world size" if dims.dp_size == world_size else "data-parallel size"
-            raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
-                              f"= {dims.dp_size} x {t.micro_batch} = {per_step}: this layout cannot train that batch; "
-                              f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
-        accum = t.global_batch // per_step
-        if t.grad_accum not in (1, accum):
-            raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
-                              f"(which implies grad_accum={accum}); set only one of them")
-        t.grad_accum = accum
-    else:
-        t.global_batch = per_step * t.grad_accum
-    model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
-    if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
-        raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
-                          f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
-    if dims.pp > 1:
-        from shardlab.parallel.pp import pipeline
-        pipeline.validate(cfg, dims, model_cfg.n_layer)
-    from shardlab.data import shares  # deferred: shardlab.data loads torch, and `shardlab --help` must not
 
-    shares.validate(cfg, dims)  # data.shares, debug.slow_factor
-    if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
-        raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
-    _check_ranges(cfg, world)
+
+def _resolve_batch(t, dims, world_size: int) -> None:
+    """train.global_batch and train.grad_accum from each other and the layout's data-parallel size."""
+    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
+    if not t.global_batch:
+        t.global_batch = per_step * t.grad_accum
+        return
+    if t.global_batch % per_step:
+        what = "world size" if dims.dp_size == world_size else "data-parallel size"
+        raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
+                          f"= {dims.dp_size} x {t.micro_batch} = {per_step}: this layout cannot train that batch; "
+                          f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
+    accum = t.global_batch // per_step
+    if t.grad_accum not in (1, accum):
+        raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
+                          f"(which implies grad_accum={accum}); set only one of them")
+    t.grad_accum = accum

@@ -105,57 +105,81 @@ def check(plans: dict[int, list], streams: str = "shared") -> int:
     delivered, raises P2PDeadlock or P2PMismatch."""
     if streams not in STREAM_MODELS:
         raise ValueError(f"streams must be one of {STREAM_MODELS}, not {streams!r}")
-    pc = {r: 0 for r in plans}
-    units: dict[tuple[int, int], _Unit] = {}  # (rank, post index) -> unit
-    queues: dict[tuple, deque] = {}  # (rank, stream) -> its units, head first
-    channels: dict[tuple, list] = {}  # (src, dst, comm, kind) -> [(unit, msg position)] in posting order
-    where: dict[tuple[int, int, int], tuple] = {}  # (rank, post index, msg pos) -> (channel key, n-th)
-    done: set[tuple[int, int]] = set()
-    delivered = 0
+    replay = _Replay(plans, streams)
+    changed = True
+    while changed:  # until nothing moves: issue, meet the pairs, retire what completed
+        changed = replay.issue() | replay.meet() | replay.retire()
+    stuck = [r for r, plan in plans.items() if replay.pc[r] < len(plan)]
+    left = [u for q in replay.queues.values() for u in q]
+    if stuck or left:
+        raise P2PDeadlock(_describe(plans, replay.pc, replay.queues, streams))
+    return replay.delivered
 
-    def stream_of(r: int, p: Post):
-        if streams == "shared":
+
+class _Replay:
+    """The state of one replay: each rank's program counter, the posted units queued per stream, the
+    messages per channel in posting order."""
+
+    def __init__(self, plans: dict[int, list], streams: str):
+        self.plans, self.streams = plans, streams
+        self.pc = {r: 0 for r in plans}
+        self.queues: dict[tuple, deque] = {}  # (rank, stream) -> its units, head first
+        self.channels: dict[tuple, list] = {}  # (src, dst, comm, kind) -> [(unit, msg position)] in posting order
+        self.where: dict[tuple[int, int, int], tuple] = {}  # (rank, post index, msg pos) -> (channel key, n-th)
+        self.done: set[tuple[int, int]] = set()
+        self.delivered = 0
+
+    def stream_of(self, r: int, p: Post):
+        if self.streams == "shared":
             return (r, "p2p")
         return (r, "group") if p.fused else (r, "pair", p.msgs[0].peer)
 
-    def comm_of(p: Post):
-        return "one" if streams == "shared" else ("group" if p.fused else "pair")
+    def comm_of(self, p: Post):
+        return "one" if self.streams == "shared" else ("group" if p.fused else "pair")
 
-    def active(u: _Unit) -> bool:
-        q = queues[stream_of(u.rank, u.post)]
+    def active(self, u: _Unit) -> bool:
+        q = self.queues[self.stream_of(u.rank, u.post)]
         return bool(q) and q[0] is u
 
-    changed = True
-    while changed:
+    def issue(self) -> bool:
+        """1. Every rank issues in program order up to its first unmet wait."""
         changed = False
-        for r, plan in plans.items():  # 1. issue in program order up to the first unmet wait
-            while pc[r] < len(plan):
-                entry = plan[pc[r]]
+        for r, plan in self.plans.items():
+            while self.pc[r] < len(plan):
+                entry = plan[self.pc[r]]
                 if isinstance(entry, Wait):
-                    if (r, entry.post) not in done:
+                    if (r, entry.post) not in self.done:
                         break
                 else:
-                    u = units[(r, pc[r])] = _Unit(r, pc[r], entry, set(range(len(entry.msgs))))
-                    queues.setdefault(stream_of(r, entry), deque()).append(u)
-                    for j, m in enumerate(entry.msgs):
-                        src, dst = (r, m.peer) if m.kind == "send" else (m.peer, r)
-                        key = (src, dst, comm_of(entry), m.kind)
-                        lst = channels.setdefault(key, [])
-                        where[(r, pc[r], j)] = (key, len(lst))
-                        lst.append((u, j))
-                pc[r] += 1
+                    self._post(r, entry)
+                self.pc[r] += 1
                 changed = True
-        for q in list(queues.values()):  # 2. meet the pairs whose both ends are active
+        return changed
+
+    def _post(self, r: int, entry: Post) -> None:
+        u = _Unit(r, self.pc[r], entry, set(range(len(entry.msgs))))
+        self.queues.setdefault(self.stream_of(r, entry), deque()).append(u)
+        for j, m in enumerate(entry.msgs):
+            src, dst = (r, m.peer) if m.kind == "send" else (m.peer, r)
+            key = (src, dst, self.comm_of(entry), m.kind)
+            lst = self.channels.setdefault(key, [])
+            self.where[(r, self.pc[r], j)] = (key, len(lst))
+            lst.append((u, j))
+
+    def meet(self) -> bool:
+        """2. Deliver the messages whose both ends are at the head of their streams."""
+        changed = False
+        for q in list(self.queues.values()):
             if not q:
                 continue
             u = q[0]
             for j in sorted(u.open):
-                (src, dst, cm, kind), n = where[(u.rank, u.index, j)]
-                other = channels.get((src, dst, cm, "recv" if kind == "send" else "send"), [])
+                (src, dst, cm, kind), n = self.where[(u.rank, u.index, j)]
+                other = self.channels.get((src, dst, cm, "recv" if kind == "send" else "send"), [])
                 if n >= len(other):
                     continue
                 v, i = other[n]
-                if not active(v):
+                if not self.active(v):
                     continue
                 a, b = u.post.msgs[j], v.post.msgs[i]
                 if a.what != b.what:
@@ -164,18 +188,19 @@ def check(plans: dict[int, list], streams: str = "shared") -> int:
                                       f"{s.what!r} but the receive expects {t.what!r}")
                 u.open.discard(j)
                 v.open.discard(i)
-                delivered += 1
+                self.delivered += 1
                 changed = True
-        for q in queues.values():  # 3. retire completed units; the next on the stream becomes active
+        return changed
+
+    def retire(self) -> bool:
+        """3. Retire completed units; the next on each stream becomes active."""
+        changed = False
+        for q in self.queues.values():
             while q and not q[0].open:
                 u = q.popleft()
-                done.add((u.rank, u.index))
+                self.done.add((u.rank, u.index))
                 changed = True
-    stuck = [r for r, plan in plans.items() if pc[r] < len(plan)]
-    left = [u for q in queues.values() for u in q]
-    if stuck or left:
-        raise P2PDeadlock(_describe(plans, pc, queues, streams))
-    return delivered
+        return changed
 
 
 def _describe(plans, pc, queues, streams) -> str:

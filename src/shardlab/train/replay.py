@@ -43,7 +43,24 @@ def replay(run: Path, step: int) -> dict:
     if step >= cfg.train.steps:
         raise ConfigError(f"--step {step}: the run has only {cfg.train.steps} steps (0..{cfg.train.steps - 1})")
     ckpt = _checkpoint_before(run, step)
-    # One process, fp32, nothing injected, nothing written into the original run.
+    _one_clean_process(cfg, ckpt)
+    loss, grad_norm, anomaly, mine = _replay_steps(cfg, ckpt, step)
+    # A spike is judged against the original run's running median (the replay has no history).
+    if not anomaly and original and original.get("kind") == "spike" and original.get("median"):
+        anomaly = math.isfinite(loss) and loss > cfg.doctor.spike_factor * original["median"]
+    result = {"step": step, "checkpoint": str(ckpt) if ckpt else None, "reproduces": bool(anomaly),
+              "replay_loss": loss, "replay_grad_norm": grad_norm, "original": original and
+              {k: original.get(k) for k in ("kind", "ranks", "loss", "median", "reason")},
+              "replay_report": mine and {k: mine.get(k) for k in ("kind", "reason", "summary")}}
+    result["summary"] = _verdict(run, step, ckpt, loss, grad_norm, anomaly, mine, original)
+    out = run / "doctor" / f"replay_step_{step}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def _one_clean_process(cfg, ckpt) -> None:
+    """The run's config made one process, fp32, nothing injected, nothing written into the original run."""
     cfg.parallel.strategy, cfg.parallel.backend = "single", "auto"
     cfg.parallel.dp_replicate = cfg.parallel.dp_shard = 0  # one process: the layout's degrees do not apply
     cfg.parallel.tp = cfg.parallel.pp = cfg.parallel.cp = 1
@@ -56,6 +73,10 @@ def replay(run: Path, step: int) -> dict:
     cfg.debug.slow_rank, cfg.debug.corrupt_expert = -1, False
     config_mod.validate(cfg, world_size=1)
 
+
+def _replay_steps(cfg, ckpt, step: int) -> tuple[float, float, bool, dict | None]:
+    """Train from the checkpoint through `step` in a scratch directory: (loss, grad norm, anomaly?, the
+    doctor's report of it)."""
     from shardlab.optim import lr_at, set_lr
     from shardlab.train.trainer import Trainer
 
@@ -81,14 +102,10 @@ def replay(run: Path, step: int) -> dict:
         trainer.doctor.close(final_checksum=False)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    return loss, grad_norm, anomaly, mine
 
-    # A spike is judged against the original run's running median (the replay has no history).
-    if not anomaly and original and original.get("kind") == "spike" and original.get("median"):
-        anomaly = math.isfinite(loss) and loss > cfg.doctor.spike_factor * original["median"]
-    result = {"step": step, "checkpoint": str(ckpt) if ckpt else None, "reproduces": bool(anomaly),
-              "replay_loss": loss, "replay_grad_norm": grad_norm, "original": original and
-              {k: original.get(k) for k in ("kind", "ranks", "loss", "median", "reason")},
-              "replay_report": mine and {k: mine.get(k) for k in ("kind", "reason", "summary")}}
+
+def _verdict(run, step, ckpt, loss, grad_norm, anomaly, mine, original) -> str:
     start = f"from {Path(ckpt).name}" if ckpt else "from the initial weights"
     orig = (f"The run recorded: {original['reason']}." if original else
             f"(No anomaly report for step {step} in {run}/anomalies.)")
@@ -98,15 +115,10 @@ def replay(run: Path, step: int) -> dict:
             locs = [e.get("localisation") for e in mine["per_rank"].values() if e.get("localisation")]
             if locs and locs[0].get("module"):
                 where = f" The first non-finite module is {locs[0]['module']} ({locs[0]['where']})."
-        result["summary"] = (f"step {step} REPRODUCES in one fp32 process ({start}): loss {loss:.4g}, grad norm "
-                             f"{grad_norm:.4g}. {orig}{where} Verdict: NUMERICS (data, model or hyper-parameters), "
-                             "not a distributed bug; debug it on one device.")
-    else:
-        result["summary"] = (f"step {step} does NOT reproduce in one fp32 process ({start}): loss {loss:.4g}, grad "
-                             f"norm {grad_norm:.4g} (finite). {orig} Verdict: DISTRIBUTED or TRANSIENT (a rank's "
-                             "bad gradient, a collective, diverged replicas, reduced precision, a hardware or "
-                             "injected fault); compare the ranks (anomalies/, doctor/) rather than the maths.")
-    out = run / "doctor" / f"replay_step_{step}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str))
-    return result
+        return (f"step {step} REPRODUCES in one fp32 process ({start}): loss {loss:.4g}, grad norm "
+                f"{grad_norm:.4g}. {orig}{where} Verdict: NUMERICS (data, model or hyper-parameters), "
+                "not a distributed bug; debug it on one device.")
+    return (f"step {step} does NOT reproduce in one fp32 process ({start}): loss {loss:.4g}, grad "
+            f"norm {grad_norm:.4g} (finite). {orig} Verdict: DISTRIBUTED or TRANSIENT (a rank's "
+            "bad gradient, a collective, diverged replicas, reduced precision, a hardware or "
+            "injected fault); compare the ranks (anomalies/, doctor/) rather than the maths.")

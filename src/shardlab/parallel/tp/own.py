@@ -104,6 +104,24 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> "OwnTP":
     check_divisible(cfg.n_head, cfg.d_model, size, n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    _split_vocab(model, group, rank, size, sp)
+    for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
+        _split_attention(block.attn, f"tp.blocks.{i}.attn", group, rank, size, sp, n_kv)
+        if not isinstance(block.mlp, MoE):  # a routed MLP stays whole on every tp rank: replicated, like a LayerNorm
+            _split_mlp(block.mlp, f"tp.blocks.{i}.mlp", group, rank, size, sp)
+    if getattr(cfg, "dropout", 0.0) > 0:
+        rng = ShardedRegionRNG(rank)
+        for _, block in _named_blocks(model):
+            rng.install(block.attn)  # dropout on this rank's heads
+            if sp:
+                rng.install(block.drop)  # sequence-split residual branches
+        if sp:
+            rng.install(model.drop)
+    return OwnTP(model, group, mesh, rank, size, sp, _shard_specs(model, full_shapes))
+
+
+def _split_vocab(model: nn.Module, group, rank: int, size: int, sp: bool) -> None:
+    """The embedding and the head by vocabulary rows; under SP the position table by sequence."""
     # A pipeline stage may lack some of these (parallel/pp/pipeline.py): the middle stages hold neither the
     # embedding nor the head, GPT-2's last holds `wte` only as its tied head's weight.
     if model.wte is not None:
@@ -117,40 +135,37 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> "OwnTP":
                                               real_rows=real)
     if sp and getattr(model, "wpe", None) is not None:
         model.wpe = SequenceParallelPositions(model.wpe, rank, size)
-    for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
-        attn, mlp = block.attn, block.mlp
-        tag = f"tp.blocks.{i}.attn"
-        attn.q = ColumnParallelLinear(attn.q, group, rank, size, sp, tag, enter=False)
-        for name in ("k", "v"):
-            if n_kv >= size:
-                setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
-            else:  # this rank's query heads all use key/value head rank // (size / n_kv)
-                setattr(attn, name, KVHeadLinear(getattr(attn, name), rank // (size // n_kv), attn.head_dim))
-        attn.proj = RowParallelLinear(attn.proj, group, rank, size, sp, tag)
-        attn.register_forward_pre_hook(
-            lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
-        tag = f"tp.blocks.{i}.mlp"
-        if isinstance(mlp, MoE):  # a routed MLP stays whole on every tp rank: replicated, like a LayerNorm
-            continue
-        if hasattr(mlp, "fc"):
-            mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
-            mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
-        else:  # SwiGLU: gate and up split alike (silu(gate) * up is elementwise), one entry for both
-            mlp.gate = ColumnParallelLinear(mlp.gate, group, rank, size, sp, tag, enter=False)
-            mlp.up = ColumnParallelLinear(mlp.up, group, rank, size, sp, tag, enter=False)
-            mlp.down = RowParallelLinear(mlp.down, group, rank, size, sp, tag)
-            mlp.register_forward_pre_hook(
-                lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
 
-    if getattr(cfg, "dropout", 0.0) > 0:
-        rng = ShardedRegionRNG(rank)
-        for _, block in _named_blocks(model):
-            rng.install(block.attn)  # dropout on this rank's heads
-            if sp:
-                rng.install(block.drop)  # sequence-split residual branches
-        if sp:
-            rng.install(model.drop)
 
+def _split_attention(attn: nn.Module, tag: str, group, rank: int, size: int, sp: bool, n_kv: int) -> None:
+    """q, k, v by whole heads (column-parallel; replicated key/value heads when there are fewer than ranks),
+    the output projection row-parallel; f (enter) before the block's attention."""
+    attn.q = ColumnParallelLinear(attn.q, group, rank, size, sp, tag, enter=False)
+    for name in ("k", "v"):
+        if n_kv >= size:
+            setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
+        else:  # this rank's query heads all use key/value head rank // (size / n_kv)
+            setattr(attn, name, KVHeadLinear(getattr(attn, name), rank // (size // n_kv), attn.head_dim))
+    attn.proj = RowParallelLinear(attn.proj, group, rank, size, sp, tag)
+    attn.register_forward_pre_hook(lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
+
+
+def _split_mlp(mlp: nn.Module, tag: str, group, rank: int, size: int, sp: bool) -> None:
+    """GPT's fc/proj, or Llama's SwiGLU (gate and up split alike: silu(gate) * up is elementwise, one f for
+    both), column-parallel in and row-parallel out."""
+    if hasattr(mlp, "fc"):
+        mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
+        mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
+        return
+    mlp.gate = ColumnParallelLinear(mlp.gate, group, rank, size, sp, tag, enter=False)
+    mlp.up = ColumnParallelLinear(mlp.up, group, rank, size, sp, tag, enter=False)
+    mlp.down = RowParallelLinear(mlp.down, group, rank, size, sp, tag)
+    mlp.register_forward_pre_hook(lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
+
+
+def _shard_specs(model: nn.Module, full_shapes: dict) -> dict:
+    """How each parameter is split: rows (column-parallel layers, the vocabulary), columns (row-parallel
+    weights) or not at all, with the bare model's shape and the real (unpadded) size of its split dim."""
     specs = {}
     for fqn, p in model.named_parameters():
         owner = model.get_submodule(fqn.rsplit(".", 1)[0])
@@ -162,7 +177,7 @@ def apply_tp(model: nn.Module, tp, sp: bool = False) -> "OwnTP":
         vocab = isinstance(owner, (VocabParallelEmbedding, VocabParallelHead))
         real = owner.real_rows if vocab else (p.shape[dim] if dim is not None else 0)
         specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
-    return OwnTP(model, group, mesh, rank, size, sp, specs)
+    return specs
 
 
 def _named_blocks(model: nn.Module):
