@@ -8,8 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from shardlab import comm
-from shardlab import parallel
+from shardlab import comm, parallel
 from shardlab.config import Config
 from shardlab.model.gpt import PRESETS, GPTConfig, build_model
 from shardlab.model.loss import cross_entropy

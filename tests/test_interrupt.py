@@ -11,9 +11,7 @@ import sys
 
 import pytest
 
-from shardlab.launch import failure
-from shardlab.launch import interrupt
-from shardlab.launch import runlock
+from shardlab.launch import failure, interrupt, runlock
 from shardlab.bench import chaos
 
 

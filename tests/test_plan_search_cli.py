@@ -157,3 +157,18 @@ def test_presets_are_named_by_what_they_are_and_7b_resolves_with_a_note(capsys):
     cap = capsys.readouterr()
     assert json.loads(cap.out)["model"]["name"] == "gpt3-6.7b"
     assert "model=7b is read as gpt3-6.7b" in cap.err and cap.err.count("\n") == 1
+
+
+def test_training_keys_plan_as_they_train(capsys):
+    """One vocabulary: training's key names and values are accepted (train.seq_len, train.dtype=bf16,
+    parallel.pp_schedule=torch-1f1b) and give the plan of the planner's own spelling; a typo gets a hint."""
+    from shardlab.plan import cli as plan_cli
+
+    train_names = plan_cli._parse_kv(["model.preset=llama3-8b", "train.seq_len=4096", "parallel.tp=2",
+                                      "train.dtype=bf16", "parallel.pp_schedule=torch-1f1b", "parallel.pp_virtual=1"])
+    own = plan_cli._parse_kv(["model=llama3-8b", "seq=4096", "tp=2", "precision=bf16-autocast", "schedule=1f1b", "v=1"])
+    assert train_names == own
+    assert plan_cli.main(["model=llama3-8b", "seq_len=8192"]) == 2
+    assert "unknown key 'seq_len' (did you mean train.seq_len?)" in capsys.readouterr().err
+    assert plan_cli.main(["model=llama3-8b", "parallel.tpp=2"]) == 2
+    assert "(did you mean tp?)" in capsys.readouterr().err

@@ -7,8 +7,7 @@ import tomllib
 import pytest
 
 from shardlab import cli, config
-from shardlab.launch import failure
-from shardlab.launch import resume
+from shardlab.launch import failure, resume
 from shardlab.testing import run_cli
 
 TINY = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.eval_every=0",

@@ -9,7 +9,7 @@ most 3 lines; SIGKILL may lose the steps since the last committed checkpoint: wi
 next save is written, which is lost too, so at most 2 x ckpt.every (kill_bound).
 
 Figures: chaos_drills, chaos_survived, chaos_orphans (goal 0), chaos_steps_lost_max (SIGINT/SIGTERM,
-goal 0), chaos_steps_lost_kill_max (SIGKILL, at most ckpt.every), signal_save_s (median seconds from
+goal 0), chaos_steps_lost_kill_max (SIGKILL, at most 2 x ckpt.every: kill_bound), signal_save_s (median seconds from
 the signal to the launcher's exit, SIGINT/SIGTERM). The save and load windows are widened by
 SHARDLAB_CKPT_DELAY (checkpoint/storage.py) so that the signal lands inside them.
 """

@@ -21,10 +21,7 @@ import time
 from pathlib import Path
 
 from shardlab import config as config_mod
-from shardlab.launch import failure
-from shardlab.launch import interrupt
-from shardlab.launch import orphans
-from shardlab.launch import runlock
+from shardlab.launch import failure, interrupt, orphans, runlock
 from shardlab.launch.runlock import RunLocked  # noqa: F401 (the CLI's "in use" refusal)
 
 

@@ -58,17 +58,49 @@ def _int(v: str) -> int:
         return int(f)
 
 
+# Training's key names (`shardlab train`'s, docs/training.md) -> the planner's, with the value as training
+# spells it turned into the planner's: one vocabulary, so a run's overrides plan as they train.
+TRAINING_KEYS = {"model.preset": ("model", None), "model.vocab_size": ("vocab", None), "train.seq_len": ("seq", None),
+                 "model.max_seq_len": ("seq", None), "model.ffn_hidden": ("ffn", None),
+                 "parallel.pp_virtual": ("v", None), "train.dtype": ("precision", "dtype"),
+                 "parallel.pp_schedule": ("schedule", "schedule")}
+
+
+def _planner_key(k: str, v: str) -> tuple[str, str]:
+    """(the planner's key, value) for a key in training's spelling or the planner's own."""
+    if k in TRAINING_KEYS:
+        name, kind = TRAINING_KEYS[k]
+        if kind == "dtype":  # train.dtype=bf16 trains with autocast over fp32 weights: the planner's bf16-autocast
+            from shardlab import precision
+            v = precision.PLANNED_AS.get(v, v)
+        elif kind == "schedule":  # torch-1f1b, zb, ... -> the schedule the planner models (parallel/pp/registry.py)
+            from shardlab.parallel.pp import registry
+            v = registry.SPECS[v].planned_as if v in registry.SPECS else v
+        return name, v
+    k = k.removeprefix("model.").removeprefix("train.").removeprefix("parallel.") if k != "model" else k
+    return ("model" if k == "preset" else k), v
+
+
+def _unknown(k: str) -> str:
+    import difflib
+
+    names = sorted(set(ALL_KEYS) | set(TRAINING_KEYS))
+    bare = k.rpartition(".")[2]  # parallel.tpp: the planner's tp, before any long training name
+    hint = ((difflib.get_close_matches(bare, sorted(ALL_KEYS), n=1) if "." in k else [])
+            or difflib.get_close_matches(k, names, n=1) or difflib.get_close_matches(bare, names, n=1))
+    return (f"unknown key {k!r}" + (f" (did you mean {hint[0]}?)" if hint else "")
+            + "; `shardlab plan --help` lists the keys (training's names such as train.seq_len work too)")
+
+
 def _parse_kv(items: list[str]) -> dict:
     out = {}
     for item in items:
         if "=" not in item:
             raise ValueError(f"expected key=value, got {item!r}")
-        k, v = item.split("=", 1)
-        k = k.removeprefix("model.").removeprefix("train.").removeprefix("parallel.") if k != "model" else k
-        if k == "preset":
-            k = "model"
+        given, v = item.split("=", 1)
+        k, v = _planner_key(given, v)
         if k not in ALL_KEYS:
-            raise ValueError(f"unknown key {k!r} (known: {', '.join(sorted(ALL_KEYS))})")
+            raise ValueError(_unknown(given))
         typ = ALL_KEYS[k]
         try:
             if typ == "bool":

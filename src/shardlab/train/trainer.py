@@ -18,22 +18,18 @@ from pathlib import Path
 
 import torch
 
-from shardlab import comm
-from shardlab.launch import failure
-from shardlab.launch import interrupt
-from shardlab.launch import orphans
+from shardlab import comm, parallel, precision
 from shardlab.checkpoint.manifest import step_dirname
-from shardlab.config import Config, ConfigError
 from shardlab.comm import CollectiveMismatchError
+from shardlab.config import Config, ConfigError
 from shardlab.data import GlobalSampler, get_batch
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
+from shardlab.launch import failure, interrupt, orphans
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
-from shardlab import parallel
-from shardlab import precision
+from shardlab.optim import lr_at, set_lr
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
-from shardlab.optim import lr_at, set_lr
 from shardlab.train.scaler import LossScaler
 from shardlab.train.state import TrainState, datasets
 

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from shardlab import comm
-from shardlab import precision
+from shardlab import comm, precision
 
 
 
