@@ -11,6 +11,12 @@ class ConfigError(ValueError):
     """A bad configuration: the message is one line meant for the user (the CLI prints it, exit code 2)."""
 
 
+def choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    """One line naming the key, its value and the allowed choices, when `value` is not one of them."""
+    if value not in options:
+        raise ConfigError(f"{key}={value!r}: must be one of {', '.join(options)}")
+
+
 def one_line(message: str) -> str:
     """A message that echoes user input (a path, a value) stays one line: line breaks are shown escaped."""
     return "\\n".join(message.splitlines())

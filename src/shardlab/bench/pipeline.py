@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 from shardlab.bench import common
+from shardlab.parallel.pp import registry
 
-SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb", 1)]
-
-
-PLANNED = ("gpipe", "1f1b", "interleaved")  # the schedules the planner models
+# every own schedule (parallel/pp/registry.py), the interleaved one with two stages per rank
+SCHEDULES = [(name, 2 if name == "interleaved" else 1) for name in registry.OWN]
+PLANNED = registry.PLANNED  # the schedules the planner models
 MICRO, SEQ, D_MODEL = 1, 16, 32  # the emulated activations: one sequence of 16 positions, width 32, fp32
 # the real model for activation memory: 8 layers, so p = 4 with V = 2 still has a layer per stage
 REAL = dict(n_layer=8, n_head=2, d_model=D_MODEL, vocab_size=256, max_seq_len=SEQ)

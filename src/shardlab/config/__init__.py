@@ -11,9 +11,14 @@ import tomllib
 from dataclasses import fields
 from pathlib import Path
 
-from shardlab.config.checks import (
-    LLAMA_KEYS, _check_offload, _check_ranges, _choice, _validate_arch, _validate_async, _validate_cp,
-    _validate_fault_tolerant, _validate_moe, _validate_powersgd, _validate_sync, _validate_tp)
+from shardlab.config.checks import LLAMA_KEYS, _check_ranges, _validate_arch
+from shardlab.errors import choice as _choice
+from shardlab.parallel.cp.checks import validate_cp as _validate_cp
+from shardlab.parallel.dp.checks import (check_offload as _check_offload, validate_async as _validate_async,
+                                         validate_fault_tolerant as _validate_fault_tolerant,
+                                         validate_powersgd as _validate_powersgd, validate_sync as _validate_sync)
+from shardlab.parallel.ep.checks import validate_moe as _validate_moe
+from shardlab.parallel.tp.checks import validate_tp as _validate_tp
 from shardlab.config.schema import (  # noqa: F401 - the public names: `config.Config`, `config.ConfigError`, ...
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
