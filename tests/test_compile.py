@@ -36,11 +36,11 @@ def _close(out: dict):
 def test_parameter_names_and_state_dict_unchanged():
     """The block's class is swapped, no wrapper module (no `_orig_mod.` in names): checkpoints keep their keys."""
     ref = build_model(GPTConfig(**TINY), 0)
-    model = compile_layer.apply(build_model(GPTConfig(**TINY), 0), _cfg())
+    model = compile_layer.apply(build_model(GPTConfig(**TINY), 0), _cfg()).part
     assert [n for n, _ in model.named_parameters()] == [n for n, _ in ref.named_parameters()]
     assert list(model.state_dict()) == list(ref.state_dict())
     assert all(getattr(b, "compiled", False) for b in model.blocks.values())
-    assert not getattr(compile_layer.apply(build_model(GPTConfig(**TINY), 0), _cfg(False)).blocks["0"],
+    assert not getattr(compile_layer.apply(build_model(GPTConfig(**TINY), 0), _cfg(False)).part.blocks["0"],
                        "compiled", False)
 
 

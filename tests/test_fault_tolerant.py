@@ -83,8 +83,8 @@ def _fingerprint(line: str) -> str:
 
 
 def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
+    from shardlab.launch import lighthouse as lighthouse_mod  # the store the replicas meet at
     from shardlab.launch.launcher import free_port
-    from shardlab.parallel.dp import fault_tolerant
 
     ctx = mp.get_context("forkserver")
     # What a replica would import on its own: torch, DCP (checkpoint), matplotlib (loss.png)
@@ -92,7 +92,7 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
                                 "matplotlib.pyplot"])
     t_end = time.monotonic() + DEADLINE_S
     port = free_port()
-    lighthouse = ctx.Process(target=fault_tolerant.serve, args=(port, "127.0.0.1"), daemon=True)
+    lighthouse = ctx.Process(target=lighthouse_mod.serve, args=(port, "127.0.0.1"), daemon=True)
     lighthouse.start()  # what `shardlab lighthouse --port PORT` runs
     replicas = []
     try:
@@ -179,8 +179,8 @@ def test_fault_tolerant_needs_one_process_per_replica(tmp_path, capsys, monkeypa
 
 
 def test_lighthouse_bad_port_exits_2(capsys):
-    from shardlab.parallel.dp import fault_tolerant
-    assert fault_tolerant.main(["--port", "70000"]) == 2
+    from shardlab.launch import lighthouse
+    assert lighthouse.main(["--port", "70000"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--port 70000" in err, err
 
