@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from shardlab import cli, config
@@ -257,6 +257,7 @@ def test_random_overrides_and_flags(tmp_path, capsys, monkeypatch, overrides, fl
 
 @FAST
 @given(overrides=OVERRIDES)
+@example(overrides=["parallel.ft_store=\x1f"])  # a control character once broke config.toml's round trip
 def test_random_overrides_at_world_2(tmp_path, capsys, monkeypatch, overrides):
     _check_train(["--nproc", "2", *overrides], capsys, monkeypatch, tmp_path / "run")
 

@@ -74,12 +74,26 @@ def to_toml(cfg: Config) -> str:
             if isinstance(v, bool):
                 text = "true" if v else "false"
             elif isinstance(v, str):
-                text = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                text = _toml_string(v)
             else:
                 text = repr(v)
             lines.append(f"{k} = {text}")
         lines.append("")
     return "\n".join(lines)
+
+
+def _toml_string(s: str) -> str:
+    """A TOML basic string: backslash and quote escaped, and every control character (U+0000-U+001F, U+007F),
+    which TOML forbids raw, as \\uXXXX: a value typed on the command line must survive config.toml."""
+    out = []
+    for ch in s:
+        if ch in ('"', "\\"):
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
 
 
 def validate(cfg: Config, world_size: int) -> None:
