@@ -104,7 +104,7 @@ def _launch(args, cfg, run_dir: Path, main) -> int:
         # A restarted worker group must not share the agent's rendezvous store: its keys from the failed
         # attempt make the new ranks connect to dead peers (pytorch/pytorch#135712).
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
-    # torchrun's agent runs with its own messages in RUN/launcher.log (see launch_agent); the ranks' output
+    # torchrun's agent runs with its own messages in RUN/launcher.log (see launch/agent.py); the ranks' output
     # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (launch/failure.py).
     node = "" if args.nnodes == 1 else f"_node{args.node_rank}"  # nodes may share the run directory
     log, failures = run_dir / f"launcher{node}.log", run_dir / "failures" / f"launcher{node}.json"

@@ -2,7 +2,7 @@
 `layers.DATA_PARALLEL`, give it its process group from the mesh, and wrap the part.
 
 The layers themselves live in `shardlab.parallel.dp` (own: ddp, zero1/2/3; torch-native: torch-ddp,
-torch-fsdp2, torch-zero1), all behind `strategies.base.Strategy`.
+torch-fsdp2, torch-zero1), all behind `parallel/dp/base.Strategy`.
 """
 from __future__ import annotations
 

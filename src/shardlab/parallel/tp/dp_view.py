@@ -1,8 +1,9 @@
 """The data-parallel layer seen through tensor parallelism: what the step, checkpoints and the doctor read
 from `par.dp` must be the bare model's values, not one TP rank's pieces.
 
-The tp layer's handle (`Layer.dp_view`, parallel/tp/own.py `tp_layer`) puts this in front of the dp layer (so the trainer's `strategy`, the
-checkpoint state and the doctor all see it); everything not named here is the dp layer's own.
+The tp layer's handle (`Layer.dp_view`, parallel/tp/own.py `tp_layer`) puts this in front of the dp layer (so
+the trainer's `strategy`, the checkpoint state and the doctor all see it); everything not named here is the
+dp layer's own.
 """
 from __future__ import annotations
 
