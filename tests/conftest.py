@@ -1,4 +1,10 @@
+import sys
+from pathlib import Path
+
 import pytest
+
+# the shared drivers (tests/drivers/*_harness.py) are imported by name from every test folder
+sys.path.insert(0, str(Path(__file__).resolve().parent / "drivers"))
 
 from shardlab.testing import WorkerPool
 

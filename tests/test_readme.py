@@ -89,7 +89,7 @@ def _how(cmd: list[str]) -> str:
 def as_rank(argv: list[str]) -> tuple[int, str, str]:
     """What each rank of the job runs (`shardlab train|resume|generate` with torchrun's RANK/WORLD_SIZE set), on a
     rank of a pool: the same code path as the launcher's re-execution. (The re-execution itself is a real
-    process in tests/test_launch.py, test_resume.py and test_generate.py.)"""
+    process in tests/launch/test_launch.py, test_resume.py and test_generate.py.)"""
     from shardlab import cli, comm
 
     os.chdir(ROOT)  # the README's paths are relative to the checkout

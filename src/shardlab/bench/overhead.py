@@ -7,7 +7,7 @@ lasts; pairing single steps is what keeps the ratio meaningful. The shardlab ste
 `shardlab_step`) is the trainer's own per-step path (`Trainer.train_step` plus what `Trainer.run` does around it every step:
 LR schedule, comm accounting, step span, the doctor's after-step check (heartbeat, periodic replica
 checksums), checkpoint check); the per-log work (every `log_every` steps: one `loss.item()` and one
-JSON line) is outside both timings. tests/test_bench_overhead.py checks that the two make the same
+JSON line) is outside both timings. tests/bench/test_bench_overhead.py checks that the two make the same
 calls per step.
 overhead_ratio = median over steps of t_plain / t_shardlab = tokens/s(shardlab) / tokens/s(plain).
 The same run then measures compiled blocks and compute efficiency (`compile_speedup`, `cpu_mfu`):

@@ -1,6 +1,6 @@
 """What `shardlab train --help-keys` says about each config key: one line of help and the allowed values.
 
-One entry per key of `shardlab.config`; tests/test_config.py fails for a key without one, and checks that the
+One entry per key of `shardlab.config`; tests/config/test_config.py fails for a key without one, and checks that the
 listed choices are exactly the ones validation accepts.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ cannot go stale.
   python -m shardlab.plan.doctables --check    exit 1 if the docs differ from what the code gives
 
 A block sits between `<!-- generated: NAME -->` and `<!-- end generated: NAME -->`; everything
-else in the files is left as written. tests/test_plan_doctables.py runs the check.
+else in the files is left as written. tests/plan/test_plan_doctables.py runs the check.
 """
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-autocast", "fp16-autocas
 OPTIMIZERS = ("adam", "sgd")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 # `shardlab train`'s names (parallel.strategy) and common ones, as the planner models them: the
-# torch-native layers move the same bytes as the own ones (tests/test_plan_vs_strategies.py checks
+# torch-native layers move the same bytes as the own ones (tests/plan/test_plan_vs_strategies.py checks
 # the own ones); FSDP (full sharding) is ZeRO-3; `single` is one rank (dp=1)
 STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1", "torch-fsdp2": "zero3",
                     "fsdp": "zero3", "fsdp2": "zero3"}

@@ -197,7 +197,7 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
                                      recompute: str = "none", flash: bool = False) -> float:
     """What one llama block (model/llama.py) keeps for backward, 16-bit (2 bytes an element; no dropout,
     so fp32 is exactly twice this). h = d_model, g = key/value width, f = SwiGLU width, a = heads,
-    d = h/a. At t = 1 these are autograd's saved tensors, counted exactly (tests/test_llama.py):
+    d = h/a. At t = 1 these are autograd's saved tensors, counted exactly (tests/model/test_llama.py):
 
       none       2sb(8h + 2g + 4f + 2) + 2abs + 4sd
                  8h: each RMSNorm's input, normalised input and output (x2), q (rotated), the attention

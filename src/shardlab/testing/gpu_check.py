@@ -19,7 +19,7 @@ dense peak (SPEC_PEAK_TFLOPS; an unknown GPU gets no MFU, said so).
 
 One table on stdout; exit 0 when every case passed, 1 otherwise, 2 when there is no CUDA device.
 `--device cpu` rehearses the same cases on CPU (gloo; the staged cases stage CPU tensors), which is
-how the suite keeps this script from rotting: tests/test_gpu_check.py runs a case that way.
+how the suite keeps this script from rotting: tests/simulate/test_gpu_check.py runs a case that way.
 """
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def test_profile_file_round_trip(tmp_path):
 
 def test_example_cluster_profile_in_configs_loads_and_plans(capsys):
     from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "configs" / "clusters" / "h100-roce-example.toml"
+    path = Path(__file__).resolve().parents[2] / "configs" / "clusters" / "h100-roce-example.toml"
     c = load_cluster(str(path), 128)
     assert c.inter_bw == 25e9 and c.nodes == 16
     assert main(["model=gpt3-13b", f"cluster={path}", "gpus=128", "strategy=zero3", "global_batch=256",

@@ -1,7 +1,7 @@
 """The load-balancing cures on one device (docs/moe.md): the routers' own optimizer group
 (`model.moe_router_lr_scale`) and auxiliary-loss-free balancing (`model.moe_bias_update`, DeepSeek-V3:
 a bias picks the experts, the probabilities weight them, the bias moves against the step's load).
-The bias under ep=2 equals one device: tests/test_ep.py."""
+The bias under ep=2 equals one device: tests/parallel/ep/test_ep.py."""
 import pytest
 import torch
 

@@ -1,7 +1,7 @@
 """Tensor (and sequence) parallelism, own and DTensor, at tp=2: each computes what one device computes.
 
 One pool of 2 gloo ranks for the module; the TP group is the world. Every case builds the single-device GPT
-on each rank, keeps a copy as the reference and splits the other (tests/tp_harness.py).
+on each rank, keeps a copy as the reference and splits the other (tests/drivers/tp_harness.py).
 """
 import pytest
 import torch

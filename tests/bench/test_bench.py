@@ -130,7 +130,7 @@ def test_default_output_folder_is_ignored_by_git():
     import subprocess
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     if shutil.which("git") is None or not (root / ".git").exists():
         pytest.skip("not a git checkout")
     r = subprocess.run(["git", "check-ignore", "-q", "bench/buckets-20250101-000000/REPORT.md"], cwd=root)

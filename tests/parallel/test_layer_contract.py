@@ -10,7 +10,7 @@ import torch
 from shardlab import config
 from shardlab.parallel.layer import Layer, the_one
 
-SRC = Path(__file__).resolve().parent.parent / "src" / "shardlab" / "parallel"
+SRC = Path(__file__).resolve().parents[2] / "src" / "shardlab" / "parallel"
 TINY = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.global_batch=4"]
 
 
@@ -88,6 +88,6 @@ def test_imports_keep_the_floors():
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parent.parent / "scripts" / "check_imports.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "check_imports.py"
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "no circle, none points up" in out.stdout, out.stdout

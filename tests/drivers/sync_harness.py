@@ -1,4 +1,4 @@
-"""What the local SGD / DiLoCo tests share (tests/test_sync.py, tests/test_sync_stream.py): plain SGD in
+"""What the local SGD / DiLoCo tests share (tests/parallel/dp/test_sync.py, tests/parallel/dp/test_sync_stream.py): plain SGD in
 place of the trainer's AdamW for the parities with ddp."""
 from __future__ import annotations
 

@@ -99,7 +99,7 @@ def test_every_shipped_config_sets_the_global_batch_and_a_layout_that_cannot_div
 
     from shardlab import cli
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     for path in sorted((root / "configs").glob("*.toml")):
         assert tomllib.loads(path.read_text())["train"].get("global_batch", 0) > 0, path
     monkeypatch.chdir(root)

@@ -10,7 +10,7 @@ import torch
 
 from shardlab.testing.gpu_check import cases, spec_peak
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def test_the_case_list_covers_every_layer_and_feature():

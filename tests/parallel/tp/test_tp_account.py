@@ -96,6 +96,6 @@ def test_docs_show_who_sends_what_as_the_code_records_it(pool2, sp):
     from tp_account_harness import step_records
 
     drawn = who_sends_what(pool2.run(step_records, sp, ONE_BLOCK)[0], _symbols(ONE_BLOCK))
-    text = (Path(__file__).parent.parent / "docs" / "tp.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "tp.md").read_text()
     shown = re.findall(rf"<!-- who-sends-what sp={str(sp).lower()} -->\n```\n(.*?)\n```", text, re.S)
     assert shown == [drawn], f"docs/tp.md (sp={sp}) is stale; it should show:\n{drawn}"

@@ -11,7 +11,7 @@ from shardlab.bench.exposed import frac_stats, step_fractions
 from shardlab.observe import analysis
 from shardlab.plan.comm import ddp_buckets
 from shardlab.parallel.dp.buckets import assign
-from test_ddp import _assert_same_grad, _grads, _model, _step, _wrap
+from ddp_harness import _assert_same_grad, _grads, _model, _step, _wrap
 
 pytestmark = pytest.mark.timeout(120)
 

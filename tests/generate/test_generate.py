@@ -188,7 +188,7 @@ def _train_tp2(run: Path) -> None:
     from shardlab.launch import launcher as launch
     from shardlab.train.trainer import Trainer
 
-    cfg = config.load(Path(__file__).resolve().parent.parent / "configs" / "tiny.toml",
+    cfg = config.load(Path(__file__).resolve().parents[2] / "configs" / "tiny.toml",
                       ["parallel.tp=2", "parallel.dp=ddp", "train.steps=2", "train.eval_every=0"])
     config.validate(cfg, comm.world_size())
     if comm.rank() == 0:

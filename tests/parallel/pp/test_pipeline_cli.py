@@ -11,7 +11,7 @@ import pytest
 from shardlab.testing import run_cli
 
 BASE = ["--config", "configs/tiny.toml", "train.global_batch=8", "train.eval_every=0", "train.log_every=1"]
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _losses(run: Path) -> dict:

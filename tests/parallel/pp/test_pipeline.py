@@ -136,7 +136,7 @@ def test_docs_show_the_diagrams_the_code_draws():
 
     from shardlab.parallel.pp.draw import text_diagram
 
-    text = (Path(__file__).parent.parent / "docs" / "pipeline.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "pipeline.md").read_text()
     found = re.findall(r"<!-- diagram (\w+) pp=(\d+) m=(\d+) v=(\d+) -->\n```\n(.*?)\n```", text, re.S)
     assert len(found) == 4
     for name, pp, m, v, shown in found:
