@@ -1,9 +1,10 @@
-"""`shardlab ckpt ls|verify|inspect|export` — look at, check and convert checkpoints.
+"""`shardlab ckpt ls|verify|inspect|export|import` — look at, check and convert checkpoints.
 
     shardlab ckpt ls RUN_OR_PATH                 checkpoints of a run: step, state, size, world, strategy
     shardlab ckpt verify RUN_OR_PATH             recheck every file's checksum (exit 2 if anything is damaged)
     shardlab ckpt inspect PATH [--tensors]       train state, manifest and (optionally) every stored tensor
     shardlab ckpt export PATH --hf DIR           Hugging Face GPT-2 or LlamaForCausalLM: model.safetensors, config.json, tokenizer
+    shardlab ckpt import --hf DIR --out CK       a GPT2LMHeadModel / LlamaForCausalLM directory -> a checkpoint (step 0)
 
 RUN_OR_PATH is a run directory, its checkpoints/ directory, or one checkpoint (`.../step_000100`);
 where one checkpoint is needed, a run means its `latest`. Bad input: one line on stderr, exit 2.
@@ -174,6 +175,26 @@ def cmd_export(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from shardlab.checkpoint.hf_import import HFImportError, import_hf, note_no_tokenizer
+
+    if not args.hf or not args.out:
+        raise _Usage("import needs --hf DIR (a Hugging Face model directory) and --out CK (a new directory)")
+    if not Path(args.hf).is_dir():
+        raise _Usage(f"--hf {args.hf}: no such directory")
+    try:
+        step, record = import_hf(Path(args.hf), Path(args.out))
+    except HFImportError as e:
+        raise _Usage(str(e)) from None
+    if not record["tokenizer"]:
+        note_no_tokenizer(Path(args.hf))
+    meta = json.loads((step / STATE_FILE).read_text())["model"]
+    print(f"imported {args.hf} ({record['architecture']}, {meta['n_layer']} layers, d_model {meta['d_model']}, "
+          f"vocabulary {meta['vocab_size']}, {record['dtype']}) -> {step}; train from it with "
+          f"ckpt.init_from={args.out}, or `shardlab generate {args.out}`")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="shardlab ckpt", description="List, verify, inspect and export checkpoints.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -185,6 +206,9 @@ def parser() -> argparse.ArgumentParser:
     exp = sub.add_parser("export", help="write a Hugging Face GPT-2 or LlamaForCausalLM")
     exp.add_argument("path", metavar="RUN_OR_PATH")
     exp.add_argument("--hf", metavar="DIR", help="output directory: model.safetensors, config.json, tokenizer")
+    imp = sub.add_parser("import", help="a Hugging Face GPT-2 or Llama directory as a shardlab checkpoint")
+    imp.add_argument("--hf", metavar="DIR", help="the model directory (config.json, safetensors, tokenizer files)")
+    imp.add_argument("--out", metavar="CK", help="the new checkpoint directory (a run-like CK/checkpoints/step_000000)")
     return ap
 
 
@@ -194,6 +218,7 @@ def main(argv: list[str]) -> int:
     except SystemExit as e:  # argparse already printed one usage line
         return 2 if e.code else 0
     try:
-        return {"ls": cmd_ls, "verify": cmd_verify, "inspect": cmd_inspect, "export": cmd_export}[args.cmd](args)
+        return {"ls": cmd_ls, "verify": cmd_verify, "inspect": cmd_inspect, "export": cmd_export,
+                "import": cmd_import}[args.cmd](args)
     except _Usage as e:
         return _fail(str(e))

@@ -272,9 +272,9 @@ class CheckpointManager(Loading):
                 files = {}
                 for _, f in reports:
                     files.update(f)
-                for p in tmp.iterdir():  # DCP's .metadata, train_state.json, anything no rank claimed
-                    if p.is_file() and p.name not in files and p.name != mf.MANIFEST:
-                        files[p.name] = mf.file_entry(p)
+                for name in mf.step_files(tmp):  # DCP's .metadata, train_state.json, anything no rank claimed
+                    if (tmp / name).is_file() and name not in files and name != mf.MANIFEST:
+                        files[name] = mf.file_entry(tmp / name)
                 manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world, layout=self.layout,
                                              strategy=self.cfg.parallel.strategy, created=time.time())
                 self.saved_bytes = manifest["total_bytes"]

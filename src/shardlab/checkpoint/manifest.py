@@ -5,6 +5,7 @@
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
         train_state.json      step, sampler, scaler, config, versions
+        tokenizer/            the model's tokenizer files, when it has its own (an imported model's)
         MANIFEST.json         every file's size and checksum (xxh3_128; sha256 in older checkpoints), world size,
                               layout (mesh degrees), strategy, step
       step_000008.tmp/        a save in progress or abandoned: never loaded, removed on the next start
@@ -127,6 +128,27 @@ def write_manifest(step_dir: Path, files: dict[str, dict], **info) -> dict:
 
 # Files every committed checkpoint has besides the ranks' shards: a manifest without them is not ours.
 REQUIRED = (".metadata", "train_state.json")
+# The one subdirectory a checkpoint may hold; its files are listed as "tokenizer/NAME".
+SUBDIRS = ("tokenizer",)
+
+
+def plain_entry(name: str) -> bool:
+    """A manifest name the checkpoint may hold: a plain file name, or SUBDIR/plain name."""
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0] not in SUBDIRS:
+        return False
+    return 0 < len(parts) <= 2 and all(p and Path(p).name == p and p not in (".", "..") for p in parts)
+
+
+def step_files(step_dir: Path) -> list[str]:
+    """Every file of a checkpoint directory by its manifest name (the subdirectories' files included)."""
+    out = []
+    for p in Path(step_dir).iterdir():
+        if p.is_dir() and p.name in SUBDIRS:
+            out += [f"{p.name}/{q.name}" for q in p.iterdir()]
+        else:
+            out.append(p.name)
+    return sorted(out)
 
 
 def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
@@ -148,7 +170,7 @@ def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
     if not files:
         return None, f"{path}: lists no files (the manifest is corrupt)"
     for name, entry in files.items():
-        if Path(name).name != name or name in (".", ".."):
+        if not plain_entry(name):
             return None, f"{path}: file name {name!r} is not a plain name in the checkpoint (the manifest is corrupt)"
         if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
                 and entry_algo(entry) is not None):
@@ -179,7 +201,7 @@ def verify(step_dir: Path) -> list[str]:
 
 def unlisted(step_dir: Path, manifest: dict) -> list[str]:
     """The commit lists every file of the directory: one it does not list was added, or its entry removed."""
-    names = sorted(p.name for p in Path(step_dir).iterdir() if p.name not in manifest["files"] and p.name != MANIFEST)
+    names = [n for n in step_files(step_dir) if n not in manifest["files"] and n != MANIFEST]
     return [f"{Path(step_dir) / n}: not listed in the manifest" for n in names]
 
 

@@ -12,6 +12,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from shardlab.config.checks import LLAMA_KEYS, _check_ranges, _validate_arch
+from shardlab.config import init_from
 from shardlab.errors import choice as _choice
 from shardlab.parallel.cp.checks import validate_cp as _validate_cp
 from shardlab.parallel.dp.checks import (check_offload as _check_offload, validate_async as _validate_async,
@@ -103,6 +104,7 @@ def validate(cfg: Config, world_size: int) -> None:
     from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model
+    init_from.apply(cfg)  # ckpt.init_from: the checkpoint's model fills [model] before it is checked
     _validate_arch(m)
     _check_parallel_choices(cfg, world_size)
     world = world_size  # the processes (debug.slow_rank names one of them)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:  # the types are for annotations only
 
 
 # Model family: model.preset / model.arch and the llama-only keys.
-LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier")
+LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier", "intermediate_size", "rope_factor",
+              "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_seq")
 
 
 def _validate_arch(m: ModelConfig) -> None:
@@ -25,17 +26,19 @@ def _validate_arch(m: ModelConfig) -> None:
 
     _choice("model.preset", m.preset, tuple(gpt.PRESETS) + tuple(llama.PRESETS) + ("custom",))
     _choice("model.arch", m.arch, ("gpt2", "llama"))
+    _choice("model.rope_scaling", m.rope_scaling, ("none", "llama3"))
+    _choice("model.tie_embeddings", m.tie_embeddings, ("auto", "true", "false"))
     if m.preset in llama.PRESETS:
         m.arch = "llama"
     elif m.preset != "custom" and m.arch != "gpt2":
         raise ConfigError(f"model.arch={m.arch} with model.preset={m.preset} (a gpt2 preset): use a llama preset "
                           f"({', '.join(llama.PRESETS)}) or model.preset=custom with the sizes")
     if m.arch == "gpt2":
-        for key in LLAMA_KEYS:
-            if getattr(m, key):
+        for key in (*LLAMA_KEYS, "rope_scaling"):
+            if getattr(m, key) and getattr(m, key) != "none":
                 raise ConfigError(f"model.{key}={getattr(m, key)} applies to the llama family only; set "
                                   "model.arch=llama (or a llama-* preset) or drop the key")
-    for key in LLAMA_KEYS:
+    for key in (*LLAMA_KEYS, "norm_eps"):
         if getattr(m, key) < 0:
             raise ConfigError(f"model.{key}={getattr(m, key)}: must be at least 0 (0 = the preset's value)")
 

@@ -34,6 +34,21 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                               "0 | int >= 1"),
     "model.ffn_dim_multiplier": ("llama: scales the SwiGLU width 2/3 x 4 d_model before rounding "
                                  "(Llama 3: 1.3 for 8B/70B, 1.2 for 405B); 0 = the preset's", "0 | float > 0"),
+    "model.intermediate_size": ("llama: the SwiGLU hidden width as given (an imported model's); 0 = Llama 3's "
+                                "rule from ffn_multiple_of and ffn_dim_multiplier", "0 | int >= 1"),
+    "model.rope_scaling": ("llama: none = plain rotary frequencies; llama3 = Llama 3.1's long-context "
+                           "scaling (model.rope_factor, ...; docs/models.md)", "none | llama3"),
+    "model.rope_factor": ("llama3 rope scaling: long wavelengths are divided by this; 0 = 8 (Llama 3.1)",
+                          "0 | float > 0"),
+    "model.rope_low_freq_factor": ("llama3 rope scaling: wavelengths fitting fewer times than this into the "
+                                   "original context are divided by rope_factor; 0 = 1", "0 | float > 0"),
+    "model.rope_high_freq_factor": ("llama3 rope scaling: wavelengths fitting more times than this are kept, "
+                                    "those between are blended; 0 = 4", "0 | float > rope_low_freq_factor"),
+    "model.rope_original_max_seq": ("llama3 rope scaling: the context the model was pre-trained at; 0 = 8192",
+                                    "0 | int >= 1"),
+    "model.norm_eps": ("epsilon of every LayerNorm (gpt2) or RMSNorm (llama); 0 = 1e-5", "0 | float > 0"),
+    "model.tie_embeddings": ("the output head's weight is the token embedding's: auto = the family's (gpt2 "
+                             "tied, llama untied); an imported model sets it", "auto | true | false"),
     "model.moe_experts": ("mixture of experts: routed copies of the MLP in every moe_every-th block "
                           "(docs/moe.md); 0 = a dense model", "0 | int >= 1 (a multiple of parallel.ep)"),
     "model.moe_top_k": ("experts each token is routed to; their router probabilities, renormalised when > 1, "
@@ -188,6 +203,10 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "ckpt.async": ("save in a background thread while training continues", "true | false"),
     "ckpt.resume": ("resume from the run's latest checkpoint, or a run / checkpoint path; none: from step 0 "
                     "on purpose (see also `shardlab resume RUN`)", "\"\" | none | latest | PATH"),
+    "ckpt.init_from": ("start from this checkpoint's model weights (a run, checkpoints/ dir or step dir, e.g. "
+                       "what `shardlab ckpt import --hf` wrote): the model's dimensions are taken from it, the "
+                       "optimizer is fresh, the run starts at step 0, under any layout; the run's own "
+                       "checkpoints win when it resumes", "\"\" | PATH"),
     "ckpt.on_signal": ("on SIGINT/SIGTERM every rank stops at the next step boundary and saves a checkpoint, "
                        "then the job exits 130/143 (docs/training.md, \"When a run is interrupted\")",
                        "true | false"),

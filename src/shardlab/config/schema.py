@@ -28,6 +28,15 @@ class ModelConfig:
     rope_theta: float = 0.0
     ffn_multiple_of: int = 0
     ffn_dim_multiplier: float = 0.0
+    intermediate_size: int = 0  # llama: the SwiGLU width as it is; 0 = Llama 3's rule (ffn_multiple_of, ...)
+    rope_scaling: str = "none"  # llama: none | llama3 (Llama 3.1's long-context frequencies)
+    rope_factor: float = 0.0  # llama3 scaling's parameters; 0 = Llama 3.1's (8, 1, 4, 8192)
+    rope_low_freq_factor: float = 0.0
+    rope_high_freq_factor: float = 0.0
+    rope_original_max_seq: int = 0
+    # both families: what an imported model sets (docs/models.md, "Import and export")
+    norm_eps: float = 0.0  # LayerNorm / RMSNorm epsilon; 0 = 1e-5
+    tie_embeddings: str = "auto"  # auto (gpt2 tied, llama untied) | true | false : the head's weight is wte's
     # Mixture of experts (docs/moe.md): every moe_every-th block's MLP becomes moe_experts routed copies
     moe_experts: int = 0  # 0 = dense
     moe_top_k: int = 2  # experts per token
@@ -143,6 +152,7 @@ class CkptConfig:
     keep_every: int = 0
     async_: bool = False  # key name is `ckpt.async`
     resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
+    init_from: str = ""  # PATH: start from this checkpoint's weights (model from it, fresh optimizer, step 0)
     on_signal: bool = True  # SIGINT/SIGTERM: stop at a step boundary and save (docs/training.md)
     signal_grace_s: float = 25.0  # from the signal to the exit at most (under Slurm's and Kubernetes' 30 s)
 

@@ -1,4 +1,5 @@
-"""GPT-2, exactly: learned positions, pre-LayerNorm, GELU(tanh), tied embedding/head, GPT-2 init.
+"""GPT-2, exactly: learned positions, pre-LayerNorm, GELU(tanh), tied embedding/head (untied for a
+GPT2LMHeadModel imported with `tie_word_embeddings: false`), GPT-2 init.
 
 Single-device code. It knows nothing of ranks, device meshes or collectives: parallelism is applied to
 it from the outside (`shardlab.parallel`). It returns logits; the loss is `shardlab.model.loss`.
@@ -31,6 +32,7 @@ class GPTConfig(MoEFields):  # the moe_* fields: MoEFields (model/moe.py)
     max_seq_len: int = 128
     dropout: float = 0.0
     layer_norm_eps: float = 1e-5
+    tie_embeddings: bool = True  # the head's weight is wte's (GPT-2); False: a head of its own
 
 
 PRESETS = {
@@ -71,7 +73,8 @@ def resolve_model_config(m, seq_len: int):
     max_seq = m.max_seq_len or seq_len
     if seq_len > max_seq:
         raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
-    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, **base, **moe_fields(m))
+    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, layer_norm_eps=getattr(m, "norm_eps", 0.0) or 1e-5,
+                     tie_embeddings=getattr(m, "tie_embeddings", "auto") != "false", **base, **moe_fields(m))
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
@@ -146,13 +149,15 @@ class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.cfg = cfg
+        self.tied_head = cfg.tie_embeddings  # (an untied head is its own parameter, as llama's)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleDict({str(i): Block(cfg, i) for i in range(cfg.n_layer)})
         self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -16,7 +16,11 @@ attention core in the replaceable `attn.attend`, `ln_f`, `lm_head`. What differs
   n_head / tp query heads and the key/value heads they use runs this same code;
 - SwiGLU MLP (Shazeer 2020): down(silu(gate(x)) * up(x)), hidden width as Llama 3 sizes it
   (`ffn_hidden`), or an imported checkpoint's width as it is (`intermediate_size`);
-- the head is its own parameter, so the first stage of a pipeline is the one that holds `wte`.
+- the head is its own parameter (`tie_embeddings=False`, Llama 3's 8B and up), or the embedding's
+  (`tie_embeddings=True`, Llama 3.2's 1B/3B): then a pipeline's last stage keeps `wte` as its head's
+  weight, and the forward embeds only what is token ids (integers; a later stage gets hidden states);
+- Llama 3.1's long-context frequencies (`rope_scaling`, `rope_type` llama3): each rotary frequency keeps,
+  divides by `factor`, or blends the two by its wavelength against the original context (`inv_frequencies`).
 """
 from __future__ import annotations
 
@@ -48,6 +52,10 @@ class LlamaConfig(MoEFields):  # the moe_* fields: MoEFields (model/moe.py)
     dropout: float = 0.0  # Llama trains without dropout; kept for the config's common shape (must be 0)
     intermediate_size: int = 0  # 0: Llama 3's rule (ffn_hidden); else the SwiGLU width as given (HF imports)
     arch: str = "llama"  # written into checkpoint metadata: export and resume read the family from it
+    tie_embeddings: bool = False  # True: the head's weight is wte's (Llama 3.2 1B/3B)
+    # None: plain RoPE; Llama 3.1's: {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"} (Hugging Face's names, so import and export copy it)
+    rope_scaling: dict | None = None
 
     def __post_init__(self):
         if not self.n_kv_heads:
@@ -117,18 +125,61 @@ def resolve_model_config(m, seq_len: int) -> LlamaConfig:
     max_seq = m.max_seq_len or max(seq_len, preset_seq)
     if seq_len > max_seq:
         raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
-    return LlamaConfig(max_seq_len=max_seq, **base, **moe_fields(m))
+    return LlamaConfig(max_seq_len=max_seq, intermediate_size=getattr(m, "intermediate_size", 0),
+                       norm_eps=getattr(m, "norm_eps", 0.0) or 1e-5,
+                       tie_embeddings=getattr(m, "tie_embeddings", "auto") == "true",
+                       rope_scaling=rope_scaling_of(m), **base, **moe_fields(m))
+
+
+# Llama 3.1's published values: what `model.rope_scaling=llama3` uses where a model.rope_* key is 0
+LLAMA3_SCALING = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+ROPE_KEYS = {"rope_factor": "factor", "rope_low_freq_factor": "low_freq_factor",
+             "rope_high_freq_factor": "high_freq_factor", "rope_original_max_seq": "original_max_position_embeddings"}
+
+
+def rope_scaling_of(m) -> dict | None:
+    """The `rope_scaling` of a `[model]` section: None (model.rope_scaling=none), or llama3's parameters."""
+    if getattr(m, "rope_scaling", "none") != "llama3":
+        return None
+    out = {"rope_type": "llama3"}
+    for key, name in ROPE_KEYS.items():
+        out[name] = getattr(m, key, 0) or LLAMA3_SCALING[name]
+    out["original_max_position_embeddings"] = int(out["original_max_position_embeddings"])
+    if out["high_freq_factor"] <= out["low_freq_factor"]:
+        raise ConfigError(f"model.rope_high_freq_factor={out['high_freq_factor']} must exceed "
+                          f"model.rope_low_freq_factor={out['low_freq_factor']} (the blended band lies between)")
+    return out
 
 
 # --- rotary position embedding -------------------------------------------------------------------------
 
-def rope_tables(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+def inv_frequencies(head_dim: int, theta: float, dtype: torch.dtype, device=None,
+                    scaling: dict | None = None) -> torch.Tensor:
+    """The head_dim/2 rotary frequencies theta^(-2i/head_dim), radians per position.
+
+    Llama 3.1 (`scaling`, rope_type llama3) stretches the context by `factor` where it matters: a
+    frequency whose wavelength (2 pi / frequency) fits high_freq_factor times into the original context
+    is kept (it resolves nearby positions), one fitting fewer than low_freq_factor times is divided by
+    `factor` (it spans the long context), and those in between are interpolated linearly in
+    (original context / wavelength) from the divided to the kept value."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).to(dtype) / head_dim))
+    if not scaling:
+        return inv_freq
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    fits = scaling["original_max_position_embeddings"] * inv_freq / (2 * math.pi)  # wavelengths in the context
+    blend = ((fits - low) / (high - low)).clamp(0.0, 1.0)  # 0: long wavelength (divide), 1: short (keep)
+    blended = (1 - blend) * (inv_freq / factor) + blend * inv_freq
+    return torch.where(fits > high, inv_freq, torch.where(fits < low, inv_freq / factor, blended))
+
+
+def rope_tables(positions: torch.Tensor, head_dim: int, theta: float,
+                scaling: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin, (t, head_dim), for integer `positions`: frequency i rotates dimensions i and
-    i + head_dim/2 by position x theta^(-2i/head_dim). Computed in fp32 as Hugging Face does, so exported
-    logits agree to round-off."""
+    i + head_dim/2 by position x frequency i (`inv_frequencies`). Computed in fp32 as Hugging Face does,
+    so exported logits agree to round-off."""
     dtype = wide_dtype(torch.get_default_dtype())  # fp32, or float64 for a float64 model
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=positions.device)
-                                .to(dtype) / head_dim))
+    inv_freq = inv_frequencies(head_dim, theta, dtype, positions.device, scaling)
     freqs = positions.to(dtype)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos(), emb.sin()
@@ -139,13 +190,14 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def apply_rope(q: torch.Tensor, k: torch.Tensor, theta: float, positions: torch.Tensor | None = None):
+def apply_rope(q: torch.Tensor, k: torch.Tensor, theta: float, positions: torch.Tensor | None = None,
+               scaling: dict | None = None):
     """Rotate q and k, (b, heads, t, head_dim), by their positions: (t,) shared by the batch (default
     0..t-1), or (b, t), one row each (generation's left-padded rows count from their first real token)."""
     t, hd = q.shape[-2], q.shape[-1]
     if positions is None:
         positions = torch.arange(t, device=q.device)
-    cos, sin = rope_tables(positions.reshape(-1), hd, theta)
+    cos, sin = rope_tables(positions.reshape(-1), hd, theta, scaling)
     cos, sin = (z.view(*positions.shape, hd).to(q.dtype) for z in (cos, sin))
     if positions.dim() == 2:  # (b, t, hd) -> (b, 1, t, hd): the same rotation for every head of a row
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
@@ -179,6 +231,7 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         self.head_dim = cfg.head_dim
         self.theta = cfg.rope_theta
+        self.rope_scaling = cfg.rope_scaling
         self.attend = grouped_causal_attention
         self.rope_positions = None
         self.q = nn.Linear(cfg.d_model, cfg.n_head * self.head_dim, bias=False)
@@ -191,11 +244,11 @@ class GroupedQueryAttention(nn.Module):
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
         if cache is None:
-            q, k = apply_rope(q, k, self.theta, self.rope_positions)
+            q, k = apply_rope(q, k, self.theta, self.rope_positions, self.rope_scaling)
             y = self.attend(q, k, v, 0.0)
         else:  # generation (model/kv_cache.py): rotate by each row's positions, then the cache stores the
             # rotated k at n_kv_heads heads (as Hugging Face's cache does) and attends over every position
-            q, k = apply_rope(q, k, self.theta, cache.positions(t))
+            q, k = apply_rope(q, k, self.theta, cache.positions(t), self.rope_scaling)
             y = cache.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
 
@@ -233,10 +286,13 @@ class Llama(nn.Module):
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
         self.cfg = cfg
+        self.tied_head = cfg.tie_embeddings  # tied: the pipeline's last stage keeps `wte` (its head's weight)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleDict({str(i): LlamaBlock(cfg, i) for i in range(cfg.n_layer)})
         self.ln_f = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.wte.weight  # one parameter, registered once (as wte.weight)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -259,7 +315,7 @@ class Llama(nn.Module):
 
         `cache` (generation only, model/kv_cache.py): as GPT's; each layer reads the rotary positions of
         the new tokens from it, appends its keys and values, and the call advances it."""
-        if self.wte is not None:
+        if self.wte is not None and not x.is_floating_point():  # token ids (a tied last stage gets hidden states)
             x = self.wte(x)
         x = run_blocks(self.blocks, x, cache)
         if self.lm_head is not None:

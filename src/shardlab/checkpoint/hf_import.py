@@ -1,0 +1,329 @@
+"""`shardlab ckpt import --hf DIR --out CK`: a Hugging Face `GPT2LMHeadModel` or `LlamaForCausalLM`
+directory -> an ordinary shardlab checkpoint (CK/checkpoints/step_000000, `latest` naming it).
+
+What maps to what (docs/models.md, "Import and export"; export, hf.py, is the same table read backwards):
+- config.json -> GPTConfig / LlamaConfig, field by field (`gpt2_config`, `llama_config`). A field whose
+  value the model here does not compute (exact GELU, biases on Llama, yarn rope scaling, ...) is refused in
+  one line naming it: the import never builds a model that computes something else;
+- the weights, from `model.safetensors` or the shards a `model.safetensors.index.json` names: renamed
+  (hf.LLAMA_NAMES; GPT-2's Conv1D weights transposed and its fused c_attn split into q, k, v), in the dtype
+  they are stored in (bf16 stays bf16; a run casts them to its own precision when it loads them). Every
+  tensor is accounted for: one the model has no place for, a missing one or a wrong shape is one line;
+- the tokenizer files (tokenizer.json, tokenizer_config.json, special_tokens_map.json) are copied into the
+  checkpoint's `tokenizer/` directory, listed in its manifest like every other file.
+
+The checkpoint is built in a hidden directory beside CK and renamed to CK only when complete, so an error or
+an interrupt leaves no CK behind (and no half-written one). It has no optimizer state and is at step 0:
+`ckpt.init_from=CK` starts a run from it (`ckpt.resume` refuses it in one line); generate, export, verify,
+ls and inspect read it as any other checkpoint.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from shardlab.checkpoint import hf
+from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint import state as st
+from shardlab.model.gpt import GPTConfig, build_model
+from shardlab.model.llama import LlamaConfig
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+INDEX = "model.safetensors.index.json"
+ARCHITECTURES = {"GPT2LMHeadModel": "gpt2", "LlamaForCausalLM": "llama"}
+FLOATS = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+class HFImportError(ValueError):
+    """The directory is not something the import reads: one line naming what (exit 2)."""
+
+
+def read_config(hf_dir: Path) -> dict:
+    try:
+        c = json.loads((Path(hf_dir) / "config.json").read_text())
+    except FileNotFoundError:
+        raise HFImportError(f"{hf_dir} has no config.json: not a Hugging Face model directory") from None
+    except (OSError, ValueError) as e:
+        raise HFImportError(f"{hf_dir}/config.json is not readable JSON ({type(e).__name__})") from None
+    if not isinstance(c, dict):
+        raise HFImportError(f"{hf_dir}/config.json is not a JSON object")
+    return c
+
+
+def model_config(hf_dir: Path, c: dict | None = None) -> GPTConfig | LlamaConfig:
+    """config.json -> the shardlab model that computes what transformers computes with it."""
+    c = read_config(hf_dir) if c is None else c
+    archs = c.get("architectures") or []
+    arch = ARCHITECTURES.get(archs[0]) if len(archs) == 1 else None
+    if arch is None:
+        raise HFImportError(f"{hf_dir}/config.json: architectures={archs!r} is not supported; shardlab imports "
+                            f"{' and '.join(ARCHITECTURES)}")
+    if c.get("model_type") != arch:
+        raise HFImportError(f"{hf_dir}/config.json: model_type={c.get('model_type')!r} does not match "
+                            f"architectures {archs!r} (expected {arch!r})")
+    try:
+        return gpt2_config(c) if arch == "gpt2" else llama_config(c)
+    except KeyError as e:
+        raise HFImportError(f"{hf_dir}/config.json: no {e.args[0]!r}; not a complete {archs[0]} config") from None
+    except _Unsupported as e:
+        field, value, why = e.args
+        raise HFImportError(f"{hf_dir}/config.json: {field}={value!r} is not supported ({why})") from None
+
+
+class _Unsupported(Exception):
+    """(field, value, why)"""
+
+
+def _require(c: dict, field: str, ok, default, why: str) -> None:
+    value = c.get(field, default)
+    if not ok(value):
+        raise _Unsupported(field, value, why)
+
+
+def gpt2_config(c: dict) -> GPTConfig:
+    d, heads = c["n_embd"], c["n_head"]
+    _require(c, "activation_function", lambda v: v in ("gelu_new", "gelu_pytorch_tanh"), "gelu_new",
+             "shardlab's GPT-2 MLP is GELU with the tanh approximation: gelu_new or gelu_pytorch_tanh")
+    _require(c, "n_inner", lambda v: v in (None, 4 * d), None, f"the MLP is 4 x n_embd = {4 * d} wide")
+    _require(c, "scale_attn_weights", lambda v: v is True, True, "attention scores are scaled by 1/sqrt(head size)")
+    _require(c, "scale_attn_by_inverse_layer_idx", lambda v: not v, False, "no per-layer attention scaling")
+    _require(c, "add_cross_attention", lambda v: not v, False, "a decoder-only model has no cross-attention")
+    _require(c, "n_head", lambda v: v > 0 and d % v == 0, heads, f"must divide n_embd={d}")
+    return GPTConfig(n_layer=c["n_layer"], n_head=heads, d_model=d, vocab_size=c["vocab_size"],
+                     max_seq_len=c["n_positions"], layer_norm_eps=float(c.get("layer_norm_epsilon", 1e-5)),
+                     tie_embeddings=bool(c.get("tie_word_embeddings", True)))
+
+
+def llama_config(c: dict) -> LlamaConfig:
+    d, heads = c["hidden_size"], c["num_attention_heads"]
+    kv = c.get("num_key_value_heads") or heads
+    _require(c, "hidden_act", lambda v: v == "silu", "silu", "the SwiGLU MLP gates with SiLU")
+    _require(c, "attention_bias", lambda v: not v, False, "shardlab's llama projections have no bias")
+    _require(c, "mlp_bias", lambda v: not v, False, "shardlab's llama MLP has no bias")
+    _require(c, "num_attention_heads", lambda v: v > 0 and d % v == 0 and (d // v) % 2 == 0, heads,
+             f"must divide hidden_size={d} into heads of even size (rotary pairs)")
+    _require(c, "head_dim", lambda v: v in (None, d // heads), d // heads, f"heads are hidden_size / heads = {d // heads} wide")
+    _require(c, "num_key_value_heads", lambda v: heads % kv == 0, kv, f"must divide num_attention_heads={heads}")
+    theta, scaling = _rope(c)
+    return LlamaConfig(n_layer=c["num_hidden_layers"], n_head=heads, d_model=d, n_kv_heads=kv,
+                       vocab_size=c["vocab_size"], max_seq_len=c["max_position_embeddings"], rope_theta=theta,
+                       norm_eps=float(c.get("rms_norm_eps", 1e-6)), intermediate_size=c["intermediate_size"],
+                       tie_embeddings=bool(c.get("tie_word_embeddings", False)), rope_scaling=scaling)
+
+
+def _rope(c: dict) -> tuple[float, dict | None]:
+    """(rope_theta, rope_scaling) from either spelling: transformers 5's `rope_parameters` (theta inside) or
+    4's `rope_theta` + `rope_scaling` (whose type may be under "type")."""
+    field = "rope_parameters" if isinstance(c.get("rope_parameters"), dict) else "rope_scaling"
+    params = dict(c.get(field) or {})
+    theta = float(params.pop("rope_theta", c.get("rope_theta", 10000.0)))
+    kind = params.pop("rope_type", params.pop("type", "default"))
+    if kind == "default":
+        return theta, None
+    if kind != "llama3":
+        raise _Unsupported(f"{field}.rope_type", kind, "shardlab computes plain RoPE and Llama 3.1's llama3 scaling")
+    try:
+        scaling = {"rope_type": "llama3", "factor": float(params["factor"]),
+                   "low_freq_factor": float(params["low_freq_factor"]),
+                   "high_freq_factor": float(params["high_freq_factor"]),
+                   "original_max_position_embeddings": int(params["original_max_position_embeddings"])}
+    except KeyError as e:
+        raise _Unsupported(f"{field}.{e.args[0]}", None, "llama3 scaling needs factor, low_freq_factor, "
+                           "high_freq_factor and original_max_position_embeddings") from None
+    if scaling["high_freq_factor"] <= scaling["low_freq_factor"]:
+        raise _Unsupported(f"{field}.high_freq_factor", scaling["high_freq_factor"], "must exceed low_freq_factor")
+    return theta, scaling
+
+
+def read_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of model.safetensors, or of the shards model.safetensors.index.json maps them to."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    hf_dir = Path(hf_dir)
+    if (hf_dir / INDEX).is_file():
+        try:
+            weight_map = json.loads((hf_dir / INDEX).read_text())["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise HFImportError(f"{hf_dir / INDEX} has no readable weight_map ({type(e).__name__})") from None
+        files = sorted(set(weight_map.values()))
+    elif (hf_dir / "model.safetensors").is_file():
+        weight_map, files = None, ["model.safetensors"]
+    else:
+        raise HFImportError(f"{hf_dir} has neither model.safetensors nor {INDEX}; import reads safetensors "
+                            "(save_pretrained(..., safe_serialization=True))")
+    sd = {}
+    for name in files:
+        if Path(name).name != name or not (hf_dir / name).is_file():
+            raise HFImportError(f"{hf_dir / INDEX} names the shard {name!r}, which is not a file in {hf_dir}")
+        try:
+            part = load_file(str(hf_dir / name))
+        except (SafetensorError, OSError) as e:
+            raise HFImportError(f"{hf_dir / name} is not a readable safetensors file: {e}") from None
+        sd.update(part if weight_map is None else {k: v for k, v in part.items() if weight_map.get(k) == name})
+    missing = sorted(set(weight_map or ()) - set(sd))
+    if missing:
+        raise HFImportError(f"{hf_dir / INDEX} maps {missing[0]!r} to {weight_map[missing[0]]}, which does not hold it")
+    return sd
+
+
+# Buffers older transformers versions saved beside the weights (GPT-2's causal mask, Llama's rotary
+# frequencies): recomputed by the model, so they are skipped, not imported.
+BUFFERS = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
+GPT2_BLOCK = {"ln_1": "ln_1", "attn.c_proj": "attn.proj", "ln_2": "ln_2", "mlp.c_fc": "mlp.fc",
+              "mlp.c_proj": "mlp.proj"}
+
+
+class _Take:
+    """Pops named tensors off a Hugging Face state dict, remembering which shardlab name each became."""
+
+    def __init__(self, sd: dict):
+        self.left, self.origin = dict(sd), {}
+
+    def __call__(self, theirs: str, ours: str | None = None) -> torch.Tensor:
+        if theirs not in self.left:
+            raise HFImportError(f"the weights have no tensor {theirs!r} (config.json's model needs it)")
+        if ours is not None:
+            self.origin[ours] = theirs
+        return self.left.pop(theirs)
+
+
+def gpt2_from_hf(take: _Take, cfg: GPTConfig) -> dict[str, torch.Tensor]:
+    """GPT2LMHeadModel's names (with or without the `transformer.` prefix) -> shardlab's: Conv1D (in, out)
+    weights transposed to nn.Linear's (out, in), the fused c_attn cut into q, k, v (its thirds, in order)."""
+    out = {k: take(k, k) for k in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")}
+    for i in range(cfg.n_layer):
+        h = f"h.{i}."
+        for theirs, ours in GPT2_BLOCK.items():
+            w = take(h + theirs + ".weight", f"blocks.{i}.{ours}.weight")
+            out[f"blocks.{i}.{ours}.weight"] = w if theirs.startswith("ln") else w.t().contiguous()
+            out[f"blocks.{i}.{ours}.bias"] = take(h + theirs + ".bias", f"blocks.{i}.{ours}.bias")
+        w, b = take(h + "attn.c_attn.weight"), take(h + "attn.c_attn.bias")
+        for z, wz, bz in zip("qkv", w.t().chunk(3), b.chunk(3)):
+            out[f"blocks.{i}.attn.{z}.weight"], out[f"blocks.{i}.attn.{z}.bias"] = wz.contiguous(), bz.contiguous()
+            take.origin[f"blocks.{i}.attn.{z}.weight"] = h + "attn.c_attn.weight"
+    return out
+
+
+def llama_from_hf(take: _Take, cfg: LlamaConfig) -> dict[str, torch.Tensor]:
+    """LlamaForCausalLM's names -> shardlab's (hf.LLAMA_NAMES): a rename, no tensor changes."""
+    out = {ours: take(theirs, ours) for ours, theirs in hf.LLAMA_NAMES.items() if ours != "lm_head.weight"}
+    for i in range(cfg.n_layer):
+        for ours, theirs in hf.LLAMA_BLOCK_NAMES.items():
+            out[f"blocks.{i}.{ours}.weight"] = take(f"model.layers.{i}.{theirs}.weight", f"blocks.{i}.{ours}.weight")
+    return out
+
+
+def to_shardlab(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
+    """The model's state dict, exactly the keys and shapes `build_model(cfg).state_dict()` has (a tied head
+    under its own name too, as a training checkpoint stores it), in the dtype the weights were stored in."""
+    llama = isinstance(cfg, LlamaConfig)
+    sd = {(k if llama else k.removeprefix("transformer.")): v for k, v in sd.items() if not k.endswith(BUFFERS)}
+    take = _Take(sd)
+    out = (llama_from_hf if llama else gpt2_from_hf)(take, cfg)
+    head = take.left.pop("lm_head.weight", None)
+    if not cfg.tie_embeddings:
+        if head is None:
+            raise HFImportError("the weights have no tensor 'lm_head.weight', and config.json says "
+                                "tie_word_embeddings=false (the head is its own matrix)")
+        out["lm_head.weight"], take.origin["lm_head.weight"] = head, "lm_head.weight"
+    elif head is not None and not torch.equal(head, out["wte.weight"]):
+        raise HFImportError("lm_head.weight differs from the token embedding, but config.json says "
+                            "tie_word_embeddings=true; set it to false to import an untied head")
+    else:
+        out["lm_head.weight"] = out["wte.weight"]
+    if take.left:
+        raise HFImportError(f"the weights hold {sorted(take.left)[0]!r} (and {len(take.left) - 1} more), which "
+                            f"shardlab's {'llama' if llama else 'GPT-2'} has no place for")
+    _check_shapes(out, cfg, take.origin)
+    return out
+
+
+def _check_shapes(out: dict, cfg, origin: dict) -> None:
+    with torch.device("meta"):  # shapes only: no memory, no initialisation
+        want = build_model(cfg, 0).state_dict()
+    for name, w in want.items():
+        got = out[name]
+        if tuple(got.shape) != tuple(w.shape) and name in origin:
+            raise HFImportError(f"tensor {origin[name]!r} has shape {list(got.shape)}, but config.json's model "
+                                f"needs {list(w.shape)} for it")
+        if got.dtype not in FLOATS:
+            raise HFImportError(f"tensor {origin.get(name, name)!r} is {str(got.dtype).removeprefix('torch.')}; "
+                                "import reads floating-point weights (not quantized ones)")
+
+
+def import_hf(hf_dir: Path, out: Path) -> tuple[Path, dict]:
+    """Import `hf_dir` as the checkpoint `out`/checkpoints/step_000000. Returns (its step dir, its
+    `imported` record). HFImportError: bad input, nothing written."""
+    hf_dir, out = Path(hf_dir), Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HFImportError(f"--out {out} exists and is not empty; give a new directory")
+    c = read_config(hf_dir)
+    cfg = model_config(hf_dir, c)
+    tensors = to_shardlab(read_tensors(hf_dir), cfg)
+    dtypes = sorted({str(t.dtype).removeprefix("torch.") for t in tensors.values()})
+    record = {"from": str(hf_dir.resolve()), "architecture": c["architectures"][0], "dtype": ",".join(dtypes),
+              "tokenizer": [n for n in TOKENIZER_FILES if (hf_dir / n).is_file()],
+              "token_ids": {k: c.get(k) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}}
+    step = _write(out, tensors, _train_state(cfg, record), hf_dir, record["tokenizer"])
+    return step, record
+
+
+def _train_state(cfg, record: dict) -> dict:
+    """train_state.json of an imported model: step 0, one process, no sampler, scaler or scheduler."""
+    import platform
+
+    import shardlab
+    return {"step": 0, "sampler": None, "shares": None, "scaler": None, "scheduler": None, "world_size": 1,
+            "layout": dict.fromkeys(st.DEGREES, 1), "strategy": "single", "seed": 0,
+            "model": dataclasses.asdict(cfg), "config": None, "imported": record,
+            "versions": {"shardlab": getattr(shardlab, "__version__", "0"), "torch": torch.__version__,
+                         "python": platform.python_version()}}
+
+
+def _write(out: Path, tensors: dict, meta: dict, hf_dir: Path, tokenizer: list[str]) -> Path:
+    """Build the checkpoint in a hidden directory beside `out`, then rename it to `out` (atomic: an error
+    or an interrupt removes the hidden one, and `out` never exists half-written)."""
+    import torch.distributed.checkpoint as dcp
+
+    from shardlab.checkpoint.storage import Writer
+
+    tmp = out.parent / f".{out.name}.importing"
+    shutil.rmtree(tmp, ignore_errors=True)  # a killed import's leftover
+    try:
+        step = tmp / "checkpoints" / mf.step_dirname(0)
+        step.mkdir(parents=True)
+        writer = Writer(step, fail=False)
+        dcp.save({"model": tensors}, storage_writer=writer, no_dist=True)
+        files = dict(writer.fs.entries)  # the shard file, hashed as written
+        mf.write_json_atomic(step / st.STATE_FILE, meta)
+        if tokenizer:
+            (step / "tokenizer").mkdir()
+            for name in tokenizer:
+                shutil.copyfile(hf_dir / name, step / "tokenizer" / name)
+        for name in mf.step_files(step):
+            if name not in files:
+                files[name] = mf.file_entry(step / name)
+        mf.write_manifest(step, files, step=0, world_size=1, layout=meta["layout"], strategy=meta["strategy"],
+                          created=time.time(), imported=meta["imported"]["from"])
+        mf.write_latest(step.parent, step)
+        if out.exists():
+            out.rmdir()  # (empty: checked before anything was read)
+        os.replace(tmp, out)
+        mf.fsync_dir(out.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out / "checkpoints" / mf.step_dirname(0)
+
+
+def note_no_tokenizer(hf_dir: Path) -> None:
+    print(f"shardlab ckpt: note: {hf_dir} has no tokenizer files ({', '.join(TOKENIZER_FILES)}): the checkpoint "
+          "is imported without a tokenizer", file=sys.stderr)

@@ -1,0 +1,91 @@
+"""`ckpt.init_from=PATH`: the model's dimensions come from that checkpoint.
+
+A run that starts from a checkpoint's weights (an imported Hugging Face model, or another run's) must build
+exactly that model, so the checkpoint's `train_state.json` (its `model` record: the GPTConfig or LlamaConfig
+it was saved with) fills the `[model]` section before anything else is validated, and config.toml records
+the model that ran. A `model.*` key the user set to something else contradicts the weights: one line. The
+training keys (`model.dropout`, the MoE loss weights) stay the user's.
+
+The path is resolved here from the files alone (config sits below checkpoint/ and may not import it): a step
+directory has a train_state.json; a run or checkpoints/ directory names its newest in `latest`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dataclasses import fields
+
+from shardlab.config.schema import ModelConfig
+from shardlab.errors import ConfigError
+
+STATE_FILE = "train_state.json"  # checkpoint/state.py's name for it
+# What a run may choose for itself: training settings, not the shape of the weights.
+TRAINING_KEYS = ("dropout", "moe_capacity", "moe_aux_weight", "moe_z_weight", "moe_bias_update",
+                 "moe_router_lr_scale")
+ROPE_KEYS = {"rope_factor": "factor", "rope_low_freq_factor": "low_freq_factor",
+             "rope_high_freq_factor": "high_freq_factor", "rope_original_max_seq": "original_max_position_embeddings"}
+
+
+def step_dir(path: str) -> Path:
+    """The checkpoint PATH names: a step directory itself, else the one its run's `latest` names."""
+    p = Path(path)
+    if (p / STATE_FILE).is_file():
+        return p
+    for ckpts in (p / "checkpoints", p):
+        try:
+            name = (ckpts / "latest").read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if name and Path(name).name == name and (ckpts / name / STATE_FILE).is_file():
+            return ckpts / name
+    what = "does not exist" if not p.exists() else "is neither a checkpoint nor a run with a latest checkpoint"
+    raise ConfigError(f"ckpt.init_from={path}: {what}; give a checkpoint (step_NNNNNN/), a run directory, or what "
+                      "`shardlab ckpt import --hf` wrote")
+
+
+def model_keys(model: dict) -> dict:
+    """A checkpoint's `model` record -> the `[model]` keys that build it again."""
+    keys = {k: v for k, v in model.items() if k in _MODEL_FIELDS and k not in TRAINING_KEYS}
+    keys["arch"] = model.get("arch", "gpt2")
+    keys["preset"] = "custom"
+    if "layer_norm_eps" in model:  # GPT's name for it
+        keys["norm_eps"] = model["layer_norm_eps"]
+    if "tie_embeddings" in model:
+        keys["tie_embeddings"] = "true" if model["tie_embeddings"] else "false"
+    scaling = model.get("rope_scaling")
+    if keys["arch"] == "llama":
+        keys["rope_scaling"] = scaling["rope_type"] if scaling else "none"
+    for key, name in ROPE_KEYS.items():
+        if scaling:
+            keys[key] = scaling[name]
+    return keys
+
+
+def apply(cfg) -> None:
+    """Fill cfg.model from ckpt.init_from's checkpoint (in place); ConfigError on a contradiction."""
+    path = cfg.ckpt.init_from
+    if not path:
+        return
+    step = step_dir(path)
+    try:
+        model = json.loads((step / STATE_FILE).read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        model = None
+    if not isinstance(model, dict):
+        raise ConfigError(f"ckpt.init_from={path}: {step / STATE_FILE} has no model record; cannot build its model")
+    default, m = ModelConfig(), cfg.model
+    for key, value in model_keys(model).items():
+        ours, theirs = getattr(m, key), _coerce(getattr(default, key), value)
+        if ours != getattr(default, key) and ours != theirs and not (key == "preset" and ours == "custom"):
+            raise ConfigError(f"model.{key}={ours} contradicts ckpt.init_from={path}, whose model has {key}={theirs}: "
+                              f"the weights fix the model's shape; drop model.{key}")
+        setattr(m, key, theirs)
+
+
+def _coerce(default, value):
+    """A JSON value as the [model] key's type (ints stored for a float key, say)."""
+    return type(default)(value) if isinstance(default, (int, float)) and not isinstance(default, bool) else value
+
+
+_MODEL_FIELDS = {f.name for f in fields(ModelConfig)}
