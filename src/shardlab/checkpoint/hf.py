@@ -1,6 +1,8 @@
 """Export a checkpoint's model as a Hugging Face GPT-2 or `LlamaForCausalLM` (`model.safetensors` +
-`config.json`), with the byte-level tokenizer it was trained with (`tokenizer.json` +
-`tokenizer_config.json`).
+`config.json`), with its tokenizer: the files an imported model brought (the checkpoint's `tokenizer/`), or
+the byte-level one a run was trained with (`tokenizer.json` + `tokenizer_config.json`). The tensors keep
+the dtype the checkpoint stores them in (a training checkpoint's fp32, an imported bf16 model's bf16), so
+import -> export gives back the same tensors bit for bit. The import is hf_import.py, this table backwards.
 
 The llama family (model/llama.py) is written in Hugging Face's layout already (separate q/k/v/o, rotary
 "rotate half" pairing, untied head), so its export is a rename table (`LLAMA_NAMES`) and nothing else.
@@ -9,8 +11,9 @@ shardlab's GPT is GPT-2 with different names and separate q, k, v projections (H
 `c_attn`, concatenated in that order; checkpoints written before the split hold the fused `attn.qkv`
 and export as they are), and one layout difference: HF GPT-2 uses `Conv1D`,
 whose weight is stored (in, out), the transpose of `nn.Linear`'s (out, in). So every linear weight
-is transposed; embeddings, LayerNorms and biases are copied. The head is tied to `wte` in both, so
-it is not stored. Works offline and without a process group: DCP reads the shards of any world size.
+is transposed; embeddings, LayerNorms and biases are copied. A head tied to `wte` (GPT-2's) is not
+stored; an untied one (`tie_embeddings=False`) is `lm_head.weight`, in both families. Works offline
+and without a process group: DCP reads the shards of any world size.
 
 The tokenizer is GPT-2's byte-level BPE with no merges: each UTF-8 byte is one token whose id is the
 byte's value, exactly `shardlab.data.tokenizer`. Written as plain JSON, so no tokenizer package is
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -40,7 +44,7 @@ def load_model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
     return {k[len("model."):]: v for k, v in sd.items()}
 
 
-def to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
+def to_hf(sd: dict[str, torch.Tensor], n_layer: int, tied: bool = True) -> dict[str, torch.Tensor]:
     out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["wpe.weight"],
            "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"]}
     ours_to_hf = {"ln_1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "ln_2": "ln_2",
@@ -56,7 +60,9 @@ def to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
             is_linear = not ours.startswith("ln")
             out[f"transformer.h.{i}.{theirs}.weight"] = w.t() if is_linear else w  # Conv1D is (in, out)
             out[f"transformer.h.{i}.{theirs}.bias"] = b
-    return {k: v.detach().float().contiguous() for k, v in out.items()}
+    if not tied:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    return {k: v.detach().contiguous() for k, v in out.items()}
 
 
 # shardlab's llama names -> LlamaForCausalLM's (per block: blocks.N.X -> model.layers.N.Y)
@@ -68,26 +74,18 @@ LLAMA_BLOCK_NAMES = {"ln_1": "input_layernorm", "attn.q": "self_attn.q_proj", "a
                      "mlp.down": "mlp.down_proj"}
 
 
-def llama_to_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
-    out = {theirs: sd[ours] for ours, theirs in LLAMA_NAMES.items()}
+def llama_to_hf(sd: dict[str, torch.Tensor], n_layer: int, tied: bool = False) -> dict[str, torch.Tensor]:
+    out = {theirs: sd[ours] for ours, theirs in LLAMA_NAMES.items() if not (tied and ours == "lm_head.weight")}
     for i in range(n_layer):
         for ours, theirs in LLAMA_BLOCK_NAMES.items():
             out[f"model.layers.{i}.{theirs}.weight"] = sd[f"blocks.{i}.{ours}.weight"]
-    return {k: v.detach().float().contiguous() for k, v in out.items()}
-
-
-def llama_from_hf(sd: dict[str, torch.Tensor], n_layer: int) -> dict[str, torch.Tensor]:
-    """The inverse of llama_to_hf: the same rename table read backwards (no tensor changes)."""
-    out = {ours: sd[theirs] for ours, theirs in LLAMA_NAMES.items()}
-    for i in range(n_layer):
-        for ours, theirs in LLAMA_BLOCK_NAMES.items():
-            out[f"blocks.{i}.{ours}.weight"] = sd[f"model.layers.{i}.{theirs}.weight"]
-    return out
+    return {k: v.detach().contiguous() for k, v in out.items()}
 
 
 def llama_hf_config(model: dict) -> dict:
     from shardlab.model.llama import ffn_hidden
 
+    scaling = model.get("rope_scaling")
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
         "vocab_size": model["vocab_size"], "hidden_size": model["d_model"],
@@ -96,8 +94,10 @@ def llama_hf_config(model: dict) -> dict:
         "num_hidden_layers": model["n_layer"], "num_attention_heads": model["n_head"],
         "num_key_value_heads": model["n_kv_heads"], "head_dim": model["d_model"] // model["n_head"],
         "hidden_act": "silu", "max_position_embeddings": model["max_seq_len"], "rms_norm_eps": model["norm_eps"],
-        "rope_theta": model["rope_theta"], "rope_scaling": None, "attention_bias": False, "mlp_bias": False,
-        "attention_dropout": 0.0, "initializer_range": 0.02, "tie_word_embeddings": False,
+        # transformers 4's spelling (rope_theta + rope_scaling), which 5 reads too
+        "rope_theta": model["rope_theta"], "rope_scaling": dict(scaling) if scaling else None,
+        "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "tie_word_embeddings": bool(model.get("tie_embeddings", False)),
         "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
     }
 
@@ -110,7 +110,8 @@ def hf_config(model: dict) -> dict:
         "activation_function": "gelu_new",  # GELU, tanh approximation: what shardlab's MLP uses
         "layer_norm_epsilon": model.get("layer_norm_eps", 1e-5),
         "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0,
-        "initializer_range": 0.02, "scale_attn_weights": True, "tie_word_embeddings": True,
+        "initializer_range": 0.02, "scale_attn_weights": True,
+        "tie_word_embeddings": bool(model.get("tie_embeddings", True)),
         # byte-level vocabulary: no special tokens; 0 keeps generate() in range
         "bos_token_id": 0, "eos_token_id": 0, "torch_dtype": "float32",
     }
@@ -154,13 +155,28 @@ def export_hf(step_dir: Path, out_dir: Path) -> Path:
     if model is None:
         raise ValueError(f"{step_dir} has no model dimensions in {STATE_FILE}; cannot build a GPT-2 config")
     llama = model.get("arch") == "llama"
-    tensors = (llama_to_hf if llama else to_hf)(load_model_tensors(step_dir), model["n_layer"])
+    tied = bool(model.get("tie_embeddings", not llama))
+    tensors = (llama_to_hf if llama else to_hf)(load_model_tensors(step_dir), model["n_layer"], tied)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     _readable(out_dir / "model.safetensors")
     config = llama_hf_config(model) if llama else hf_config(model)
+    config["torch_dtype"] = str(tensors[next(iter(tensors))].dtype).removeprefix("torch.")  # as stored
+    # an imported model's own token ids (its tokenizer's), where it brought them
+    config.update({k: v for k, v in ((meta.get("imported") or {}).get("token_ids") or {}).items() if v is not None})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    write_tokenizer(Path(step_dir), out_dir, model)
+    return out_dir
+
+
+def write_tokenizer(step_dir: Path, out_dir: Path, model: dict) -> None:
+    """The checkpoint's own tokenizer files (`tokenizer/`, an imported model's) as they are, else the
+    byte-level tokenizer of a byte-trained run."""
+    own = step_dir / "tokenizer"
+    if (own / "tokenizer.json").is_file():
+        for p in sorted(own.iterdir()):
+            shutil.copyfile(p, out_dir / p.name)
+        return
     for name, doc in hf_tokenizer(model["max_seq_len"]).items():
         (out_dir / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return out_dir

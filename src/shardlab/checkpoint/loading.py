@@ -22,8 +22,9 @@ from shardlab import comm
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.checkpoint.reader import Reader
-from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, no_intact_message,
+from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
+from shardlab.config.init_from import TRAINING_KEYS
 
 
 _SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's shard file of rank R: __R_0.distcp
@@ -54,10 +55,32 @@ class Loading:
             target = "latest"
             if self.rank == 0:
                 self._note("elastic restart: resuming from the latest checkpoint")
-        if target in ("", "none"):
-            return 0
-        found = self.load_first(target, state)
+        found = None if target in ("", "none") else self.load_first(target, state)
+        if found is None and self.ccfg.init_from:  # nothing of its own to resume: the given weights, step 0
+            self.init_weights(self.ccfg.init_from, state)
         return found[1] if found is not None else 0
+
+    def init_weights(self, target: str, state) -> Path:
+        """`ckpt.init_from`: the model weights of checkpoint `target` (verified, read for this layout as a
+        resume reads them), nothing else: the optimizer stays fresh, the step 0, the sampler at its start,
+        the RNG streams as seeded. Any checkpoint will do: an imported model's, or another run's."""
+        found = resolve_resume_path(target) if self.rank == 0 else None
+        found = comm.broadcast_object(found, group=self.pg)
+        if isinstance(found, str):  # rank 0's line for a bad PATH
+            raise CheckpointError(found.replace("ckpt.resume=", "ckpt.init_from=", 1))
+        problems = self._verify_distributed(found)
+        if problems:
+            raise CheckpointError(f"ckpt.init_from={target}: checkpoint {found} failed verification: {problems[0]}")
+        self.wait()
+        meta = json.loads((found / st.STATE_FILE).read_text())
+        _check_model(found, meta, state, ignore=TRAINING_KEYS)
+        manifest = mf.read_manifest(found)
+        tensors = {"model": state.strategy.model_state_dict()}
+        self._read(found, Reader(found, self._shares(manifest)[1] if manifest is not None else {}), tensors)
+        state.strategy.load_model_state_dict(tensors["model"])
+        if self.rank == 0:
+            self._note(f"initialised the model from {found} (fresh optimizer, step 0)")
+        return found
 
     def load_first(self, target: str, state) -> tuple[Path, int] | None:
         """Load the first intact checkpoint of `target` (latest | PATH) into `state`: (its path, its step),
@@ -126,6 +149,8 @@ class Loading:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
         self.wait()  # an async save may still be copying the tensors we are about to overwrite
         meta = json.loads((Path(path) / st.STATE_FILE).read_text())
+        if meta.get("imported"):
+            raise CheckpointError(imported_message(path))
         _check_model(path, meta, state)
         reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
         t0 = time.perf_counter()
@@ -196,12 +221,13 @@ class Loading:
             raise CheckpointError(f"loading {path} failed on another rank ({failed[0]})")
 
 
-def _check_model(path: Path, meta: dict, state) -> None:
-    """CheckpointError when the checkpoint was saved for other model dimensions (dropout may differ)."""
+def _check_model(path: Path, meta: dict, state, ignore=("dropout",)) -> None:
+    """CheckpointError when the checkpoint was saved for other model dimensions (dropout may differ; for
+    ckpt.init_from every training-only key, `ignore`)."""
     model_cfg = getattr(state.strategy.model, "cfg", None)
     if meta.get("model") and model_cfg is not None:
         now = dataclasses.asdict(model_cfg)
-        diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k != "dropout"]
+        diff = [k for k in meta["model"] if k in now and meta["model"][k] != now[k] and k not in ignore]
         if diff:
             k = diff[0]
             raise CheckpointError(f"checkpoint {path} was saved for a different model: model {k} is "

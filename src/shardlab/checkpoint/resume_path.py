@@ -41,6 +41,11 @@ def resolve_resume_path(target: str) -> Path | str:
     return path
 
 
+def imported_message(path) -> str:
+    return (f"checkpoint {path} is an imported model (`shardlab ckpt import`: weights only, no optimizer state or "
+            f"data position): start a run from it with ckpt.init_from={path} instead of resuming it")
+
+
 def check_resume(cfg, num_samples: int | None = None) -> None:
     """For the CLI, before anything is launched or written: a bad `ckpt.resume=PATH` is a CheckpointError
     (a ConfigError: one line, exit 2). `latest` needs no check: no checkpoint yet means a fresh start.
@@ -51,9 +56,12 @@ def check_resume(cfg, num_samples: int | None = None) -> None:
         if isinstance(found, str):
             raise CheckpointError(found)
         try:
-            sampler = json.loads((found / "train_state.json").read_text())["sampler"]
-        except (OSError, ValueError, KeyError):
+            meta = json.loads((found / "train_state.json").read_text())
+            sampler = meta["sampler"]
+        except (OSError, ValueError, KeyError, TypeError):
             return  # unreadable state is reported, with its file, by the verified load
+        if isinstance(meta, dict) and meta.get("imported"):
+            raise CheckpointError(f"ckpt.resume={target}: {imported_message(found)}")
         ours = {"global_batch": cfg.train.global_batch, "num_samples": num_samples}
         for key, value in ours.items():
             if value is not None and sampler.get(key) != value:
