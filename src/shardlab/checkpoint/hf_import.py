@@ -109,7 +109,8 @@ def llama_config(c: dict) -> LlamaConfig:
     _require(c, "mlp_bias", lambda v: not v, False, "shardlab's llama MLP has no bias")
     _require(c, "num_attention_heads", lambda v: v > 0 and d % v == 0 and (d // v) % 2 == 0, heads,
              f"must divide hidden_size={d} into heads of even size (rotary pairs)")
-    _require(c, "head_dim", lambda v: v in (None, d // heads), d // heads, f"heads are hidden_size / heads = {d // heads} wide")
+    _require(c, "head_dim", lambda v: v in (None, d // heads), d // heads,
+             f"heads are hidden_size / heads = {d // heads} wide")
     _require(c, "num_key_value_heads", lambda v: heads % kv == 0, kv, f"must divide num_attention_heads={heads}")
     theta, scaling = _rope(c)
     return LlamaConfig(n_layer=c["num_hidden_layers"], n_head=heads, d_model=d, n_kv_heads=kv,

@@ -16,7 +16,8 @@ import torch
 
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint.hf import load_model_tensors
-from shardlab.checkpoint.hf_import import INDEX, HFImportError, model_config as hf_model_config, read_tensors, to_shardlab
+from shardlab.checkpoint.hf_import import (INDEX, HFImportError, model_config as hf_model_config, read_tensors,
+                                           to_shardlab)
 from shardlab.checkpoint.state import STATE_FILE
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.llama import LlamaConfig
