@@ -19,6 +19,8 @@ A field left at its default contributes nothing, so a layer declares only what i
                    checkpoint's shapes; EP: the experts' gradients and state): applied innermost first
     host_syncs     {module prefix: host syncs per step} this layer's code may make (the CUDA discipline check,
                    shardlab.simulate; anything not declared has a budget of 0). Each entry says why it is worth it
+    params_elsewhere  parameters of the whole model this layer moved to other ranks and no rank's part
+                   counts twice (EP: the experts the other ep ranks hold): the model's parameter count
     impl           the layer's own object (OwnTP, ContextParallel, ExpertParallel, the pipeline stages), for
                    the tools that study that layer alone
 """
@@ -42,6 +44,7 @@ class Layer:
     hidden: Callable = contextlib.nullcontext
     dp_view: Callable | None = None
     host_syncs: dict[str, int] = field(default_factory=dict)
+    params_elsewhere: int = 0
     impl: Any = None
 
 

@@ -73,6 +73,16 @@ class Parallel:
             table.update(layer.host_syncs)
         return table
 
+    def num_params(self) -> int:
+        """The whole model's parameter count: the model as this rank holds it, plus what the layers moved
+        to other ranks (EP's other experts)."""
+        return self.model.num_params() + sum(layer.params_elsewhere for layer in self.layers)
+
+    def replica_sets(self) -> list:
+        """What the doctor compares, across which ranks (doctor/replicas.py): the dp layer's set first,
+        then each layer's, as the layers declared them through their dp views."""
+        return self.dp.replica_sets()
+
     def layer(self, name: str) -> Layer | None:
         """The handle of layer `name` ("tp", "cp", "ep", "pp", ...), None when this layout has none."""
         return next((layer for layer in self.layers if layer.name == name), None)

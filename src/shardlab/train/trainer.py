@@ -71,7 +71,7 @@ class Trainer:
         self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
         self.dims, self.strategy = self.par.dims, self.par.dp
         # the whole model's count (under expert parallelism a rank holds only its experts)
-        self.n_params = getattr(self.strategy, "num_params", self.par.model.num_params)()
+        self.n_params = self.par.num_params()
         # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
         reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
@@ -94,7 +94,8 @@ class Trainer:
         if cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
             self.start_step = self.strategy.found_or_join(self.state, self.start_step)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
-        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device, self.dims)
+        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
+                             self.par.replica_sets())
         self.verdict = "ok"
         self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
         self.comm_steps = 0
