@@ -70,6 +70,7 @@ class Corpus:
     val: object
     tokens: int
     documents: int
+    samples: int = 0  # training sequences at the run's seq_len (set by the CLI's check)
 
 
 def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05) -> Corpus:

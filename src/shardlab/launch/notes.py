@@ -61,8 +61,26 @@ def start_line(cfg, nproc: int, nnodes: int, run_dir, derived_batch: bool) -> st
     return f"[launch] starting {world} rank{'s' if world > 1 else ''} ({how}) -> {run_dir}: {batch}"
 
 
-def say_before_launch(cfg, args, run_dir, derived_batch: bool, file) -> None:
+def say_before_launch(cfg, args, run_dir, derived_batch: bool, file, corpus=None) -> None:
     for line in (oversubscribed(args.nproc, cfg.train.threads, cores()), warmup_longer_than_run(cfg)):
         if line:
             print(line, file=file)
+    if corpus is not None:
+        print(data_line(cfg, corpus), file=file)
     print(start_line(cfg, args.nproc, args.nnodes, run_dir, derived_batch), file=file, flush=True)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n:,}"
+
+
+def data_line(cfg, corpus) -> str:
+    """`[data] SOURCE (TOKENIZER, vocabulary V): T tokens in D documents; S steps cover E epochs of the
+    training split` (data.tokens.Corpus; epochs count whole global batches, as the sampler takes them)."""
+    t, tok = cfg.train, corpus.tokenizer
+    per_epoch = corpus.samples // t.global_batch if t.global_batch else 0
+    epochs = t.steps / per_epoch if per_epoch else float("inf")
+    return (f"[data] {corpus.source} ({tok.spec} tokenizer, vocabulary {tok.vocab_size:,}, EOS {tok.eos_id}): "
+            f"{_count(corpus.tokens)} tokens in {corpus.documents:,} document{'s' if corpus.documents != 1 else ''}; "
+            f"{t.steps} steps x {t.global_batch} x {t.seq_len} tokens cover {epochs:.3g} epochs of the training "
+            f"split ({corpus.samples:,} sequences)")
