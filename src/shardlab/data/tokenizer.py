@@ -269,7 +269,7 @@ def train_bpe(texts, vocab_size: int, spec: str | None = None) -> HFTokenizer:
     return HFTokenizer(tok, spec or f"bpe:{vocab_size}", tok.token_to_id(EOS_TOKEN))
 
 
-def _from_path(p: Path, spec: str) -> HFTokenizer:
+def _from_path(p: Path, spec: str) -> Tokenizer:
     if p.is_dir():
         if not (p / HF_FILE).is_file():
             raise DataError(f"data.tokenizer={spec!r}: {p} has no {HF_FILE}; give a tokenizer.json or a Hugging "
@@ -280,8 +280,23 @@ def _from_path(p: Path, spec: str) -> HFTokenizer:
     return _hf_file(p, spec, {}, None)
 
 
-def _hf_file(path: Path, spec: str, config: dict, eos_name: str | None) -> HFTokenizer:
+def is_byte_export(path: Path) -> bool:
+    """A tokenizer.json that is the bytes tokenizer written out (checkpoint/hf.py's export of a bytes run:
+    a byte-level BPE of the 256 bytes, no merges, no added tokens)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        model = doc["model"]
+        return (model.get("type") == "BPE" and not model.get("merges") and not doc.get("added_tokens")
+                and model.get("vocab") == {ch: b for b, ch in byte_alphabet().items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _hf_file(path: Path, spec: str, config: dict, eos_name: str | None) -> Tokenizer:
     from tokenizers import AddedToken, Tokenizer as HFTok  # deferred: heavy
+
+    if is_byte_export(path):
+        return BYTES
 
     try:
         tok = HFTok.from_file(str(path))
@@ -303,13 +318,15 @@ def _token_name(value) -> str | None:
     return value.get("content") if isinstance(value, dict) else value
 
 
-def _hf_dir(d: Path, spec: str, eos_id: int | None = None) -> HFTokenizer:
+def _hf_dir(d: Path, spec: str, eos_id: int | None = None) -> Tokenizer:
     config = _read_json(d / HF_CONFIG)
     name = _token_name(config.get("eos_token"))
     if name is None:  # a transformers checkpoint directory: config.json names the id
         ids = _read_json(d / "config.json").get("eos_token_id")
         eos_id = eos_id if eos_id is not None else (ids[0] if isinstance(ids, list) and ids else ids)
     tok = _hf_file(d / HF_FILE, spec, config, name)
+    if tok is BYTES:
+        return tok
     if name is None and isinstance(eos_id, int) and 0 <= eos_id < tok.vocab_size:
         tok.eos_id = eos_id
     return tok
@@ -334,7 +351,7 @@ def load(dir) -> Tokenizer:
         return TiktokenTokenizer(d / TIKTOKEN_FILE, meta.get("spec", "tiktoken"))
     if (d / HF_FILE).is_file():
         tok = _hf_dir(d, meta.get("spec") or str(d), meta.get("eos_id"))
-        if "eos_id" in meta:
+        if "eos_id" in meta and tok is not BYTES:
             tok.eos_id = int(meta["eos_id"])
         return tok
     raise DataError(f"{d} holds no tokenizer ({META_FILE} or {HF_FILE}); a run's or checkpoint's tokenizer/ "
