@@ -20,6 +20,7 @@ WORLDS = [1, 2, 3, 4]
 
 @given(st.text())
 def test_tokenizer_round_trip(text):
+    text = text.replace("\0", "")  # NUL is the bytes tokenizer's EOS id: dropped from a text (test_tokenizers.py)
     ids = encode(text)
     assert ids.dtype == np.uint16 and ids.ndim == 1
     assert len(ids) == len(text.encode("utf-8"))

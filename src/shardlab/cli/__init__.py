@@ -1,4 +1,4 @@
-"""One entry point: shardlab train | bench | trace | ckpt | doctor | plan | generate.
+"""One entry point: shardlab train | data | bench | trace | ckpt | doctor | plan | generate.
 
 Bad input anywhere -> one clear line on stderr and exit code 2, with nothing written.
 """
@@ -17,16 +17,18 @@ SUBCOMMANDS = {
     "bench": "shardlab.bench.cli",
     "trace": "shardlab.cli.trace",
     "ckpt": "shardlab.checkpoint.cli",
+    "data": "shardlab.data.cli",
     "doctor": "shardlab.cli.doctor",
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
     "lighthouse": "shardlab.launch.lighthouse",
 }
 
-USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
+USAGE = """usage: shardlab {train,resume,data,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
+  data     prepare token shards from text, jsonl, parquet     (shardlab data prepare --help)
   bench    run a benchmark suite and write a report           (shardlab bench --help)
   trace    analyse a traced run: overlap, exposed comm, skew  (shardlab trace RUN)
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)

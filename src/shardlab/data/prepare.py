@@ -179,14 +179,14 @@ def prepare(job: Job, tok_or_spec="bytes") -> dict:
         print(f"[prepare] resuming {job.out}: {len(done)} shards already written", file=sys.stderr)
     records = dict(done)
     todo = ((k, first, texts) for k, first, texts in batches(job) if k not in done)
+    # One thread per worker: the processes are the parallelism (so --workers K means K cores), and a fork
+    # after `tokenizers` used its threads would only warn and fall back to one. Set after a bpe:N trained.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
     if job.workers <= 1:
         for k, first, texts in todo:
             records[k] = encode_shard(str(job.out), k, first, texts, job.val_fraction, tok)
             progress.add(records[k])
     else:
-        # each worker one thread: the processes are the parallelism (and forking after a tokenizers call
-        # made with threads would only print a warning and fall back to one)
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"
         with ProcessPoolExecutor(job.workers, initializer=_init_worker, initargs=(str(job.out / "tokenizer"),)) as ex:
             pending = set()
             for k, first, texts in todo:
