@@ -38,6 +38,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-new", type=int, default=32, help="tokens to generate per prompt (default 32)")
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8); 0 = greedy")
     p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (default 40; 0 = all)")
+    p.add_argument("--repetition-penalty", type=float, default=1.1, help="sampling: divide the logits of the "
+                   "last 64 generated tokens by this (default 1.1; 1 = off; greedy never applies it)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed: the same seed gives the same text at any layout")
     p.add_argument("--nproc", type=int, default=None, help="ranks (default: the product of the degrees)")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt on stdout: prompt, tokens, text")
@@ -67,6 +69,8 @@ def resolve(args) -> dict:
         raise BadInput(f"--max-new {args.max_new}: must be at least 1")
     if args.temperature < 0 or args.top_k < 0:
         raise BadInput("--temperature and --top-k must not be negative")
+    if args.repetition_penalty < 1:
+        raise BadInput(f"--repetition-penalty {args.repetition_penalty}: must be at least 1 (1 = off)")
     texts = list(args.prompt)
     if args.prompts is not None:
         try:
@@ -207,6 +211,7 @@ def run(args, plan: dict) -> int:
 
     say(f"KV cache: {plan['kv']:,} bytes per rank (2 x layers x batch x length x d_model x 4 B), allocating")
     opts = Options(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                   repetition_penalty=args.repetition_penalty,
                    use_cache=not args.no_cache, lanes=plan["lanes"])
     model = load_model(args.path)
     streaming = me == 0 and not args.json
