@@ -23,7 +23,7 @@ def test_a_short_training_on_a_prepared_bpe_corpus(tokens, tmp_path):
     assert r.returncode == 0, r.stderr
     meta = json.loads((tokens / "meta.json").read_text())
     # the start line: corpus tokens, documents and the epochs the run covers
-    line = next(x for x in r.stderr.splitlines() if x.startswith("[data]"))
+    line = next(x for x in r.stderr.splitlines() if x.startswith("[launch] starting"))
     assert f"tokens:{tokens} (bpe:{VOCAB} tokenizer, vocabulary {VOCAB}, EOS 0)" in line
     assert f"{meta['documents']:,} documents" in line and "epochs of the training split" in line
     cfg = tomllib.loads((run / "config.toml").read_text())
