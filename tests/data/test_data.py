@@ -254,7 +254,7 @@ def test_bin_source(tmp_path):
 
 
 @pytest.mark.parametrize("source, message", [
-    ("nope:x", "unknown data source 'nope:x'; use 'stdlib', 'text:PATH' or 'bin:PATH'"),
+    ("nope:x", "unknown data source 'nope:x'; use 'stdlib', 'text:PATH', 'bin:PATH' or 'tokens:DIR'"),
     ("text:", "unknown data source"),
     ("text:/does/not/exist", "does not exist"),
     ("bin:/does/not/exist.bin", "does not exist"),

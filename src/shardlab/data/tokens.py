@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from . import tokenizer as tk
-from .corpus import _write_atomic, cache_dir, check_vocab, load_tokens
+from .corpus import _write_atomic, cache_dir, load_tokens
 from .dataset import split_train_val
 from .errors import DataError
 
@@ -78,9 +78,7 @@ def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05) ->
     if source.startswith("tokens:"):
         return open_prepared(Path(source[len("tokens:"):]), val_fraction, tok)
     if tok.kind == "bytes" or source.startswith("bin:"):
-        tokens = load_tokens(source)
-        if source.startswith("bin:"):
-            check_vocab(tokens, max(tok.vocab_size, 1))
+        tokens = load_tokens(source)  # (a bin: file's ids are checked against the model's vocabulary: the CLI)
         docs = _byte_documents(source)
     else:
         tokens = encoded(source, tok)
