@@ -199,3 +199,34 @@ def test_cli_prepares_and_refuses_bad_input_in_one_line(srcs, tmp_path):
     assert (tmp_path / "theirs" / "notes.txt").read_text() == "mine"
     r = _cli("inspect", tmp_path / "out")
     assert r.returncode == 0 and json.loads(r.stdout)["documents"] == len(DOCS)
+
+
+def test_a_prepare_killed_with_sigkill_resumes_to_the_same_bytes(bpe, tmp_path):
+    """A real process, killed (SIGKILL: no clean-up runs) once it has written a few shards."""
+    import os
+    import signal
+    import time
+
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS * 60))  # ~2,500 documents
+    bpe.save(tmp_path / "tok")
+    args = [sys.executable, "-m", "shardlab", "data", "prepare", str(src), "--tokenizer", str(tmp_path / "tok"),
+            "--workers", "1", "--shard-mb", "0.0005", "--quiet"]
+    subprocess.run([*args, "--out", str(tmp_path / "clean")], check=True, timeout=120)
+    proc = subprocess.Popen([*args, "--out", str(tmp_path / "out")], start_new_session=True)
+    deadline = time.time() + 60
+    while not (tmp_path / "out" / prep.STATE / "shard-00003.json").exists() and time.time() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if (tmp_path / "out" / "meta.json").exists():
+        pytest.skip("the prepare finished before it could be killed (a very fast machine)")
+    with pytest.raises(DataError, match="did not finish"):
+        open_corpus(f"tokens:{tmp_path / 'out'}", "bytes", 0.05)
+    r = subprocess.run([*args, "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "resuming" in r.stderr, r.stderr
+    clean = json.loads((tmp_path / "clean" / "meta.json").read_text())
+    assert json.loads((tmp_path / "out" / "meta.json").read_text())["splits"] == clean["splits"]
+    for s in clean["splits"]["train"]["shards"]:
+        assert (tmp_path / "out" / s["file"]).read_bytes() == (tmp_path / "clean" / s["file"]).read_bytes()
+    assert not list((tmp_path / "out").glob("*.tmp"))

@@ -175,7 +175,7 @@ def prepare(job: Job, tok_or_spec="bytes") -> dict:
     if "complete" in done:
         return {**done["complete"], "tokens_per_s": 0.0, "resumed": "complete"}
     progress = Progress(job.quiet, len(done))
-    if done and not job.quiet:
+    if done:
         print(f"[prepare] resuming {job.out}: {len(done)} shards already written", file=sys.stderr)
     records = dict(done)
     todo = ((k, first, texts) for k, first, texts in batches(job) if k not in done)
@@ -220,6 +220,8 @@ def finish(job: Job, tok: tk.Tokenizer, p: dict, records: dict) -> dict:
             "eos_id": tok.eos_id, "dtype": np.dtype(tok.dtype).name, "splits": splits}
     if not meta["documents"]:
         raise DataError(f"source {job.src} has no documents; give a source with some text in it")
+    for tmp in job.out.glob("*.tmp"):  # a killed run's half-written file whose shard was written again
+        tmp.unlink()
     _write_json(job.out / META, meta)
     shutil.rmtree(job.out / STATE, ignore_errors=True)
     return meta
