@@ -55,12 +55,12 @@ def test_a_vocabulary_or_tokenizer_that_does_not_fit_is_one_line(tokens, tmp_pat
 
 def test_vocab_follows_the_tokenizer_unless_set():
     from shardlab import config
-    from shardlab.cli import _follow_vocab
+    from shardlab.data.tokens import follow_vocab
 
     tok = tk.from_spec("bpe:300", ["abc def " * 50])
     for preset, given, want in [("tiny", 0, tok.vocab_size), ("gpt2", 0, tok.vocab_size), ("tiny", 512, 512)]:
         cfg = config.load(None, [f"model.preset={preset}", f"model.vocab_size={given}"])
-        _follow_vocab(cfg.model, tok)  # a preset's vocabulary does not count; a larger explicit one stays
+        follow_vocab(cfg.model, tok)  # a preset's vocabulary does not count; a larger explicit one stays
         assert cfg.model.vocab_size == want
 
 

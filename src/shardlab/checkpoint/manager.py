@@ -227,9 +227,7 @@ class CheckpointManager(Loading):
             files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}
             t_dcp = time.perf_counter()
             if self.rank == 0:
-                mf.write_json_atomic(tmp / st.STATE_FILE, meta)
-                if self.tokenizer is not None:  # the checkpoint carries the run's tokenizer (generate, export)
-                    self.tokenizer.save(tmp / "tokenizer")
+                self._write_small(tmp, meta)
             t_meta = time.perf_counter()
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
             error = _describe(e)
@@ -255,6 +253,12 @@ class CheckpointManager(Loading):
                 self._note(outcome)
         elif self.rank == 0 and not self.quiet:  # one line per checkpoint: what a user looks for when a run ends or dies
             log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
+
+    def _write_small(self, tmp: Path, meta: dict) -> None:
+        """Rank 0's files: train_state.json and the run's tokenizer (generate and export read it)."""
+        mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+        if self.tokenizer is not None:
+            self.tokenizer.save(tmp / "tokenizer")
 
     @staticmethod
     def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:

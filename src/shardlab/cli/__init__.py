@@ -245,12 +245,12 @@ def _check_data(cfg):
     into the start line) with `samples`, the number of training sequences."""
     from shardlab.config import ConfigError
     from shardlab.data import DataError, TokenDataset, check_vocab
-    from shardlab.data.tokens import open_corpus
+    from shardlab.data.tokens import follow_vocab, open_corpus
     from shardlab.model.gpt import resolve_model_config
 
     try:
         corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
-        _follow_vocab(cfg.model, corpus.tokenizer)
+        follow_vocab(cfg.model, corpus.tokenizer)
         if cfg.data.source.startswith("bin:"):  # ids the tokenizer did not write itself: check them all
             check_vocab(corpus.train, resolve_model_config(cfg.model, cfg.train.seq_len).vocab_size)
         train_ds = TokenDataset(corpus.train, cfg.train.seq_len, name="training split")
@@ -264,19 +264,6 @@ def _check_data(cfg):
         raise ConfigError(f"data.source={cfg.data.source!r} has {len(train_ds)} training sequences of "
                           f"{cfg.train.seq_len} tokens, fewer than one global batch ({needed})")
     return corpus
-
-
-def _follow_vocab(m, tok) -> None:
-    """model.vocab_size = the tokenizer's when not set (a preset's does not count: the data decides);
-    an explicit one may be larger (a padded embedding), never smaller."""
-    from shardlab.config import ConfigError
-
-    if m.vocab_size == 0:
-        m.vocab_size = tok.vocab_size
-    elif m.vocab_size < tok.vocab_size:
-        raise ConfigError(f"model.vocab_size={m.vocab_size} is smaller than the tokenizer's vocabulary "
-                          f"({tok.vocab_size}, {tok.spec}); drop model.vocab_size (it follows the tokenizer) or "
-                          f"set it to at least {tok.vocab_size}")
 
 
 def main(argv: list[str] | None = None) -> None:

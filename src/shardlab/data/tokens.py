@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from shardlab.errors import ConfigError
+
 from . import tokenizer as tk
 from .corpus import _write_atomic, cache_dir, load_tokens
 from .dataset import split_train_val
@@ -85,6 +87,17 @@ def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05) ->
         docs = int(np.count_nonzero(tokens == tok.eos_id))
     train, val = split_train_val(tokens, val_fraction)
     return Corpus(source, tok, train, val, len(tokens), docs)
+
+
+def follow_vocab(m, tok: tk.Tokenizer) -> None:
+    """model.vocab_size (`m`: the config's model section) = the tokenizer's when not set (a preset's does
+    not count: the data decides); an explicit one may be larger (a padded embedding), never smaller."""
+    if m.vocab_size == 0:
+        m.vocab_size = tok.vocab_size
+    elif m.vocab_size < tok.vocab_size:
+        raise ConfigError(f"model.vocab_size={m.vocab_size} is smaller than the tokenizer's vocabulary "
+                          f"({tok.vocab_size}, {tok.spec}); drop model.vocab_size (it follows the tokenizer) or "
+                          f"set it to at least {tok.vocab_size}")
 
 
 def _byte_documents(source: str) -> int:

@@ -8,7 +8,7 @@ import torch
 
 from shardlab.config import Config
 from shardlab.data import GlobalSampler, TokenDataset
-from shardlab.data.tokens import open_corpus
+from shardlab.data.tokens import follow_vocab, open_corpus
 from shardlab.train.scaler import LossScaler
 
 
@@ -25,7 +25,9 @@ class TrainState:
 
 
 def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
-    """The run's training and validation splits (every trainer reads the corpus the same way)."""
+    """The run's training and validation splits (every trainer reads the corpus the same way); the model's
+    vocabulary follows the tokenizer's when model.vocab_size is not set."""
     corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
+    follow_vocab(cfg.model, corpus.tokenizer)  # (the CLI did, before writing config.toml; a trainer built by hand)
     return (TokenDataset(corpus.train, cfg.train.seq_len, name="training split"),
             TokenDataset(corpus.val, cfg.train.seq_len, name="validation split"))
