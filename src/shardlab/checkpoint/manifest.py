@@ -148,7 +148,7 @@ def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
     if not files:
         return None, f"{path}: lists no files (the manifest is corrupt)"
     for name, entry in files.items():
-        if Path(name).name != name or name in (".", ".."):
+        if not plain_entry(name):
             return None, f"{path}: file name {name!r} is not a plain name in the checkpoint (the manifest is corrupt)"
         if not (isinstance(entry, dict) and type(entry.get("size")) is int and entry["size"] >= 0
                 and entry_algo(entry) is not None):
@@ -179,8 +179,32 @@ def verify(step_dir: Path) -> list[str]:
 
 def unlisted(step_dir: Path, manifest: dict) -> list[str]:
     """The commit lists every file of the directory: one it does not list was added, or its entry removed."""
-    names = sorted(p.name for p in Path(step_dir).iterdir() if p.name not in manifest["files"] and p.name != MANIFEST)
+    names = sorted(n for n in entry_names(Path(step_dir)) if n not in manifest["files"] and n != MANIFEST)
     return [f"{Path(step_dir) / n}: not listed in the manifest" for n in names]
+
+
+# The one folder a checkpoint holds: the run's tokenizer (shardlab.data.tokenizer's directory), its files
+# listed in the manifest as "tokenizer/NAME" like every other file.
+SUBDIRS = ("tokenizer",)
+
+
+def plain_entry(name: str) -> bool:
+    """A manifest name is a plain file name, or one inside a SUBDIRS folder."""
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0] in SUBDIRS:
+        parts = parts[1:]
+    return len(parts) == 1 and Path(parts[0]).name == parts[0] and parts[0] not in ("", ".", "..")
+
+
+def entry_names(step_dir: Path) -> list[str]:
+    """What a step directory holds, as manifest names (a SUBDIRS folder's files as "folder/NAME")."""
+    out = []
+    for p in Path(step_dir).iterdir():
+        if p.is_dir() and p.name in SUBDIRS:
+            out += [f"{p.name}/{q.name}" for q in p.iterdir()] or [p.name]
+        else:
+            out.append(p.name)
+    return out
 
 
 @dataclass

@@ -54,7 +54,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                   "group, no weight decay); < 1 keeps Adam's per-step move on the router small, "
                                   "so loads swing less from step to step (docs/moe.md)", "float > 0"),
     "data.source": ("training text: the Python standard library's source, a text file (or every text file "
-                    "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
+                    "under a folder), a nanoGPT-style uint16 token file, or a directory `shardlab data prepare` "
+                    "wrote (docs/data.md)", "stdlib | text:PATH | bin:PATH | tokens:DIR"),
+    "data.tokenizer": ("how text becomes tokens: UTF-8 bytes (vocabulary 256), a byte-level BPE of vocabulary N "
+                       "trained here on the source, a Hugging Face tokenizer.json (or a directory with one), or a "
+                       "tiktoken ranks file; model.vocab_size follows it; a tokens: source carries its own",
+                       "bytes | bpe:N | PATH | tiktoken:FILE"),
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),
     "data.uneven": ("when one rank runs out of data first: stop with an error, or let it shadow the "
                     "collectives with zero-weight steps", "error | join"),

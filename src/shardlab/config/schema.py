@@ -41,7 +41,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "stdlib"  # stdlib | text:PATH | bin:PATH
+    source: str = "stdlib"  # stdlib | text:PATH | bin:PATH | tokens:DIR (`shardlab data prepare`)
+    tokenizer: str = "bytes"  # bytes | bpe:N | PATH (tokenizer.json, HF dir) | tiktoken:FILE (data/tokenizer.py)
     val_fraction: float = 0.05
     uneven: str = "error"  # error | join : what happens when one rank runs out of data first
     # Each data-parallel rank's share of the global batch (docs/balance.md): equal | auto | w0,w1,...
