@@ -114,7 +114,7 @@ class Trainer:
                 self.verdict = "skip"
                 return torch.zeros((), device=self.device), float("nan"), True
             # (x, y), and with data.doc_mask the per-token document positions, computed before any layer cuts
-            batch = [t.to(self.device, non_blocking=True) for t in packed_batch(self.train_ds, idx, self.doc_eos)]
+            batch = [b.to(self.device, non_blocking=True) for b in packed_batch(self.train_ds, idx, self.doc_eos)]
         # Ranks that saw different tokens (dp x cp): the dp layer averages over them, so this makes the mean
         # over all tokens of the global batch.
         loss_weight = self.dims.size("dp_cp") / self.tokens_per_step * self.doctor.loss_weight_factor(action)

@@ -47,12 +47,13 @@ from shardlab import comm
 from shardlab.model.documents import allowed
 
 
-def block_attention(q, k, v, causal: bool, mask=None):
+def block_attention(q, k, v, causal: bool, mask=None, flash: bool | None = None):
     """One (q-chunk, k-chunk) pair: (out, lse), lse of shape (b, h, t_q). On CPU the flash kernel (it
-    returns the log-sum-exp and never holds the t_q x t_k scores); elsewhere the plain formula.
+    returns the log-sum-exp and never holds the t_q x t_k scores); elsewhere the plain formula (`flash`
+    chooses: tests check the plain one on CPU too).
     `mask` (packed documents): (b, 1, t_q, t_k) bool, True = may attend, in place of `causal`. A row it
     masks whole has no key in this block: its lse is -inf and its output 0 (`merge` keeps them apart)."""
-    if q.device.type == "cpu":
+    if q.device.type == "cpu" if flash is None else flash:
         extra = {} if mask is None else {"attn_mask": _additive(mask, q.dtype)}
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, **extra)
         if mask is not None:  # the kernel reports an empty row as lse 0 (out 0): it carries no weight
@@ -80,10 +81,10 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
 
 
-def block_attention_backward(dout, q, k, v, out, lse, causal: bool, mask=None):
+def block_attention_backward(dout, q, k, v, out, lse, causal: bool, mask=None, flash: bool | None = None):
     """(dq, dk, dv) of one pair, given the final output and log-sum-exp of the query rows (finite: every
     query attends at least itself, so a row empty in this block has p = exp(-inf - lse) = 0 here)."""
-    if q.device.type == "cpu":
+    if q.device.type == "cpu" if flash is None else flash:
         extra = {} if mask is None else {"attn_mask": _additive(mask, q.dtype)}
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
             dout, q, k, v, out, lse, 0.0, causal, **extra)
