@@ -62,3 +62,10 @@ def test_a_row_masked_whole_is_empty_and_merges_without_nan(flash):
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_packed_documents_at_cp2_equal_each_document_alone(pool2, arch):
     assert_layout_parity(pool2, arch, ["parallel.cp=2"])
+
+
+@pytest.mark.parity
+def test_packed_documents_at_cp2_x_tp2_sp_equal_each_document_alone(pool4):
+    """cp x tp with sequence parallelism: the positions are cut by cp's chunks first (shard_batch), then
+    the position lookup takes its tp slice of this rank's chunks (the learned-position path: GPT-2)."""
+    assert_layout_parity(pool4, "gpt2", ["parallel.cp=2", "parallel.tp=2", "parallel.sp=true"])
