@@ -71,6 +71,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                           "more than this fraction of the global batch", "0 <= float < 1"),
     "data.shares_resume": ("data.shares=auto on resume: keep the checkpoint's shares or measure again",
                            "keep | measure"),
+    "data.doc_mask": ("packed documents: each token attends only to earlier tokens of its own document (documents "
+                      "end with the tokenizer's EOS id; bytes: 0) and positions restart at every document, under "
+                      "every layout (docs/data.md)", "bool"),
     "train.steps": ("optimizer steps in total (the cosine schedule ends here)", "int >= 1"),
     "train.micro_batch": ("sequences per forward/backward on one rank", "int >= 1"),
     "train.grad_accum": ("microbatches per optimizer step (derived when train.global_batch is set)", "int >= 1"),

@@ -50,6 +50,9 @@ class DataConfig:
     shares_window: int = 4  # auto: steps per measurement
     shares_drift: float = 0.05  # auto: re-set the shares when a measurement moves them by more than this
     shares_resume: str = "keep"  # keep | measure : what a resumed auto run does with the recorded shares
+    # Packed documents (docs/data.md): attention block-causal within the documents of a sample (separated by
+    # the tokenizer's EOS), positions restarting per document. Off: the stream is one long text.
+    doc_mask: bool = False
 
 
 @dataclass

@@ -10,7 +10,10 @@ A field left at its default contributes nothing, so a layer declares only what i
 
     loss_fn        (logits, targets, reduction) -> loss, replacing cross-entropy (TP: vocab-parallel)
     loss_context   entered around each microbatch's loss *and* its backward (DTensor TP: loss_parallel)
-    shard_batch    (x, y) -> this rank's slice, before the forward (CP: the zigzag chunks)
+    shard_batch    (x, y, ...) -> this rank's slice of each, before the forward (CP: the zigzag chunks): every
+                   per-token tensor of a microbatch, cut alike along the sequence (dim 1), the same number
+                   back; with packed documents the third is doc_pos, computed from the whole sequence
+                   before any cut (parallel/step.py's `unpack`)
     norm_groups    mesh dimensions across which ranks hold different parts of the gradient (TP, PP): the
                    gradient norm sums over them
     hidden         a context manager hiding parameters from the data-parallel layer while it wraps the part
