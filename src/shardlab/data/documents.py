@@ -26,9 +26,10 @@ BYTES_EOS = 0  # the bytes tokenizer's end of document: the NUL byte, which text
 
 
 def eos_id_of(cfg) -> int:
-    """The end-of-document id of the run's tokenizer. The bytes tokenizer (today's only one): 0."""
-    # The one place that names it: a tokenizer with its own EOS answers here (data.tokenizer's eos_id).
-    return BYTES_EOS
+    """The end-of-document id of the run's tokenizer (data/tokenizer.py; the bytes tokenizer's: 0)."""
+    from shardlab.data import tokenizer as tk  # deferred: a bpe tokenizer is found (or trained) only when asked
+
+    return tk.eos_id(cfg)
 
 
 def doc_positions(x: torch.Tensor, eos_id: int) -> torch.Tensor:
