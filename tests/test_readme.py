@@ -54,7 +54,8 @@ def _trains(cmd: list[str]) -> bool:
 def _prepared(cmd: list[str], work: Path, index: int) -> list[str]:
     """The argv that runs: `runs/x` in this module's directory, a run directory of its own for each training
     command without --out, and the tiny preset and 2 steps (4 for a resume: past runs/x's 2)."""
-    argv = [str(work / w[len("runs/"):]) if w.startswith("runs/") else w for w in cmd]
+    # runs/NAME anywhere in a word (`--out runs/x`, `data.source=tokens:runs/d`) is this module's directory
+    argv = [re.sub(r"(^|[=:])runs/", lambda m: m.group(1) + str(work) + "/", w) for w in cmd]
     argv = argv[argv.index("shardlab") + 1:] if argv[0] == "torchrun" else argv[1:]
     if _trains(cmd):
         if argv[0] == "train" and "--out" not in argv:
@@ -81,7 +82,7 @@ def _how(cmd: list[str]) -> str:
     if kind in ("train", "resume", "generate") and "--help-keys" not in cmd:
         world = _world(cmd) if kind != "resume" else 2  # runs/x was saved at 2 ranks
         return "in-process" if world == 1 else "pool"
-    if kind in ("train", "plan", "bench", "doctor", "ckpt"):
+    if kind in ("train", "plan", "bench", "doctor", "ckpt", "data"):
         return "in-process"
     pytest.fail(f"README quick start: no way to run {' '.join(cmd)!r} here; teach tests/test_readme.py")
 
@@ -158,10 +159,16 @@ def test_quick_start_command_runs(index, work, runs_x, request):
     cmd = COMMANDS[index]
     if _option(cmd, "--out") == "runs/x":
         return  # the runs_x fixture ran it (and asserted it)
+    for name in re.findall(r"tokens:runs/([\w.-]+)", " ".join(cmd)):  # the data it trains on, written first
+        writer = next(c for c in COMMANDS if _option(c, "--out") == f"runs/{name}")
+        if not (work / name / "meta.json").exists():
+            assert _run(writer, _prepared(writer, work, COMMANDS.index(writer)), request)[0] == 0, writer
     code, out, err = _run(cmd, _prepared(cmd, work, index), request)
     assert code == 0, (cmd, out[-2000:], err[-3000:])
     if cmd[1] == "generate":
         assert out.startswith("def main():") and "tokens/s" in err, (out, err)
+    if cmd[1:3] == ["data", "prepare"]:
+        assert "data.source=tokens:" in out and (work / _option(cmd, "--out")[len("runs/"):] / "meta.json").exists()
     if cmd[1] == "resume":
         assert f"[resume] {runs_x} (step_000002, world size 2)" in err, err[-3000:]
         steps = [json.loads(line)["step"] for line in (runs_x / "metrics.jsonl").read_text().splitlines()]

@@ -86,7 +86,8 @@ def test_one_process_train_and_export_are_quiet_shareable_and_carry_the_tokenize
     tok = transformers.AutoTokenizer.from_pretrained(out)
     text = "def f(x):\n\treturn x  # héllo, wörld ☃\x00"
     ids = tok(text)["input_ids"]
-    assert ids == tokenizer.encode(text).tolist() == list(text.encode("utf-8"))
+    assert ids == list(text.encode("utf-8"))
+    assert tokenizer.encode(text).tolist() == ids[:-1]  # NUL is shardlab's end of document, never text
     assert tok.decode(ids) == text and len(tok) == tokenizer.VOCAB_SIZE
 
 

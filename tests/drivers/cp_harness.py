@@ -7,11 +7,13 @@ import torch.nn.functional as F
 
 
 def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zigzag", seq: int = 32,
-                 batch: int = 2, heads: int = 3, head_dim: int = 8, kv_heads: int = 0) -> dict | None:
+                 batch: int = 2, heads: int = 3, head_dim: int = 8, kv_heads: int = 0,
+                 doc_pos: torch.Tensor | None = None) -> dict | None:
     """Forward and backward of the ring over a group of `size` ranks (the first `size` of the world) against
     F.scaled_dot_product_attention on the whole sequence. Every rank draws the same full q, k, v, dout.
     Rank 0 returns the max errors, this rank's recorded send bytes by tag, the per-rank FLOPs counted.
-    `kv_heads` (0: = heads): grouped-query attention, k and v with fewer heads (reference: SDPA's enable_gqa)."""
+    `kv_heads` (0: = heads): grouped-query attention, k and v with fewer heads (reference: SDPA's enable_gqa).
+    `doc_pos` (batch, seq): packed documents' positions (reference: SDPA with the block-causal mask)."""
     from shardlab import comm
     from shardlab.parallel.cp import layer as cp
     from shardlab.parallel.cp.ring import Ring
@@ -24,13 +26,18 @@ def ring_vs_sdpa(dtype: torch.dtype, causal: bool, size: int, layout: str = "zig
     q, k, v, dout = (torch.randn(batch, h, seq, head_dim, generator=gen, dtype=dtype)
                      for h in (heads, kv_heads, kv_heads, heads))
     q, k, v = (t.requires_grad_() for t in (q, k, v))
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != heads)
+    if doc_pos is None:
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != heads)
+    else:
+        from shardlab.model.documents import block_causal_mask
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal_mask(doc_pos),
+                                             enable_gqa=kv_heads != heads)
     ref.backward(dout)
     r = comm.rank(group)
     ring = Ring(group, lambda i: cp.chunk_ids(i, size, layout), "t", causal)
     mine = [cp.shard_sequence(t.detach(), r, size, layout, dim=2).requires_grad_() for t in (q, k, v)]
     first = comm.RECORDER.order
-    out = ring(*mine)
+    out = ring(*mine) if doc_pos is None else ring(*mine, doc_pos=cp.shard_sequence(doc_pos, r, size, layout))
     out.backward(cp.shard_sequence(dout, r, size, layout, dim=2))
     sent = _sent_since(first)
     errs = {"out": (out - cp.shard_sequence(ref.detach(), r, size, layout, dim=2)).abs().max().item()}

@@ -132,7 +132,7 @@ def expert_checksum(run_dir: str, ep: int, corrupt_rank: int | None) -> dict:
     cfg.doctor.hang_timeout_s, cfg.doctor.checksum_every, cfg.doctor.on_anomaly = 0.0, 1, "stop"
     if corrupt_rank is not None:
         cfg.debug.corrupt_rank, cfg.debug.corrupt_expert = f"{corrupt_rank}@0", True
-    doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), torch.device("cpu"), par.dims)
+    doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), torch.device("cpu"), par.replica_sets())
     verdict = doctor.after_step(0)
     experts = par.dp.expert_parameters()
     return {"verdict": verdict, "result": doctor.last_checksum, "expert": experts[len(experts) // 2][0],

@@ -77,7 +77,7 @@ def doctor_checksums(run_dir: str, sp: bool, corrupt_rank: int, param: str) -> d
 
     cfg, par = build(sp=sp)
     cfg.doctor.hang_timeout_s = 0  # no watchdog thread
-    doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), dims=par.dims)
+    doctor = Doctor(cfg, run_dir, par.dp, comm.rank(), comm.world_size(), replica_sets=par.replica_sets())
     try:
         for s in range(2):
             step(par, s)
@@ -146,7 +146,7 @@ def doctor_stop_run(run_dir: str, corrupt_rank: int, extra: tuple = ()) -> dict:
     trainer = Trainer(cfg, run_dir)
     named = checksum_mod.replicated_parameters(trainer.strategy)
     if trainer.dims.size("dp_cp") == 1:  # no data-parallel replica: what TP keeps whole is perturbed
-        named = checksum_mod.tp_replicated_parameters(trainer.strategy)
+        named = trainer.strategy.tp_replicated_parameters()
     out = {"dp_group": trainer.dims.ranks("dp_cp"), "tp_group": trainer.dims.ranks("tp"),
            "corrupted": named[len(named) // 2][0], "error": None}  # the one inject.corrupt_parameter perturbs
     try:

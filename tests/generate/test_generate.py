@@ -129,7 +129,8 @@ def test_cli_json_stdout_is_one_object_per_prompt(hf_dir, capsys):
     # in-process (the main a `shardlab generate` process runs); the real process, launched at pp=2, is the
     # next-but-one test, which checks the same stdout and stderr
     from shardlab.generate.cli import main
-    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json"]) == 0
+    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
+                 "--temperature", "0"]) == 0
     out, err = capsys.readouterr()
     lines = [json.loads(line) for line in out.splitlines()]
     assert [d["prompt"] for d in lines] == ["def main():", "x"]
@@ -140,7 +141,7 @@ def test_cli_json_stdout_is_one_object_per_prompt(hf_dir, capsys):
 def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
     from shardlab.data.tokenizer import decode
     from shardlab.generate.cli import main
-    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12"]) == 0
+    assert main([str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--temperature", "0"]) == 0
     out, err = capsys.readouterr()
     first, second = (decode(ids) for ids in _single()[:2].tolist())
     assert out == f"def main():{first}\n--- prompt 2 ---\nx{second}\n"
@@ -150,7 +151,7 @@ def test_cli_streams_the_first_prompt_then_prints_the_others(hf_dir, capsys):
 def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     # (--nproc too: the re-execution under torchrun must not hand it to torchrun's own parser)
     r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
-                 "--nproc", "2", "parallel.pp=2"], timeout=240)
+                 "--temperature", "0", "--nproc", "2", "parallel.pp=2"], timeout=240)
     assert r.returncode == 0, r.stderr
     lines = [json.loads(line) for line in r.stdout.splitlines()]  # one object per prompt, nothing else on stdout
     assert [d["prompt"] for d in lines] == ["def main():", "x"]

@@ -55,15 +55,31 @@ def test_two_layers_replacing_one_piece_are_refused():
 
 @pytest.mark.parametrize("path", ["compose.py", "step.py", "dp/apply.py"])
 def test_the_composition_asks_handles_not_attributes(path):
-    """No getattr/hasattr in the files that assemble layers and run the step, except the probe of the dp
-    layer's HSDP replicas that local SGD uses and the step's test for a DTensor loss (a tensor's type, not a
-    layer): named here so that a new one is a decision, not a drift."""
+    """No getattr/hasattr in the files that assemble layers and run the step, except the step's test for a
+    DTensor loss (a tensor's type, not a layer): named here so that a new one is a decision, not a drift."""
     tree = ast.parse((SRC / path).read_text())
     probes = [f"{path}:{n.lineno} {ast.unparse(n)}" for n in ast.walk(tree)
               if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in ("getattr", "hasattr")]
-    allowed = {"compose.py": ["hasattr(dp, 'replicas_step_alone')"],
-               "step.py": ["hasattr(t, 'full_tensor')"]}.get(path, [])
+    allowed = {"step.py": ["hasattr(t, 'full_tensor')"]}.get(path, [])
     assert [p.split(" ", 1)[1] for p in probes] == allowed, probes
+
+
+def test_dp_views_forward_explicitly():
+    """No `__getattr__` delegation anywhere in the layers: a dp view (parallel/dp/view.py) forwards the dp
+    layer's interface member by member, so what each view changes is what it defines."""
+    found = [f"{f.relative_to(SRC)}:{n.lineno}" for f in SRC.rglob("*.py")
+             for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.FunctionDef) and n.name == "__getattr__"]
+    assert found == []
+
+
+def test_the_doctor_asks_the_replica_sets():
+    """The doctor compares the replica sets the layers declare (doctor/replicas.py): it reads neither the
+    mesh's degrees nor the dp layer's attributes to tell layouts apart."""
+    text = (SRC.parent / "doctor" / "core.py").read_text()
+    tree = ast.parse(text)
+    probes = [ast.unparse(n) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id in ("getattr", "hasattr") and "strategy" in ast.unparse(n)]
+    assert probes == [] and "dims." not in text and "self.dims" not in text
 
 
 def test_schedules_are_defined_once():

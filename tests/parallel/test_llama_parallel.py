@@ -111,7 +111,7 @@ def test_llama_own_tp_bytes_equal_analytic(pool2, sp, kv):
     the planner use): the same regions as GPT-2 (SwiGLU and GQA enter and leave with one b*s*h
     activation), SP's flat sum over the RMSNorm gains only, and with one key/value head for two ranks the
     replicated k and v weights' gradients in that sum."""
-    from shardlab.parallel.tp.own import comm_bytes_per_step
+    from shardlab.parallel.tp.cost import comm_bytes_per_step
     from tp_harness import records
 
     kw = dict(LLAMA_TINY, n_kv_heads=kv, max_seq_len=16)

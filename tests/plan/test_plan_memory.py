@@ -145,3 +145,13 @@ def test_korthikanti_extra_terms_and_pipeline_in_flight():
     assert in_flight(Layout(pp=8, schedule="1f1b"), m=4) == 4
     assert in_flight(Layout(pp=8, schedule="gpipe"), m=32) == 32
     assert in_flight(Layout(pp=8, schedule="interleaved", v=4), m=32) == pytest.approx(8 * (1 + 7 / 32))
+
+
+def test_logits_are_split_by_tp_without_sp():
+    """The vocab-parallel loss keeps only this rank's vocabulary slice of the logits (parallel/tp/loss.py):
+    4sbv/t with or without SP; only the hidden-size part (4sbh) is replicated without SP."""
+    m = PRESETS["llama3-70b"]
+    s, b, t, h, v = 8192, 2, 8, m.d_model, m.vocab
+    assert activation_bytes_extra(m, b, s, t, sp=False, p=1) == 4 * s * b * h + 4 * s * b * v / t
+    assert activation_bytes_extra(m, b, s, t, sp=True, p=1) == pytest.approx(4 * s * b * (h + v) / t)
+    assert activation_bytes_extra(m, b, s, 1, sp=False, p=1) == 4 * s * b * (h + v)

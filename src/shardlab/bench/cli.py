@@ -33,6 +33,9 @@ SUITES = {
     "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8, 32; world 2, 4) vs async on equal tokens: bytes per token, loss, staleness"),
     "chaos": ("shardlab.bench.chaos", "SIGINT/SIGTERM/SIGKILL to the launcher, a rank or the process group, mid-step, "
               "during an async save or a resume's load: no orphan, nothing lost, bitwise-equal resume"),
+    "data": ("shardlab.bench.data", "data prepare throughput (tokens/s) with 1 and 2 workers"),
+    "packing": ("shardlab.bench.packing", "packed documents: the loader's cost per step with document positions, "
+                "and a training step with block-causal masks vs plain causal attention"),
     "moe": ("shardlab.bench.moe", "dense vs MoE (E=4, top-1, ep=world) at equal active params, world 2 and 4: "
             "loss, step time, all-to-all bytes, load imbalance with and without the aux loss"),
 }

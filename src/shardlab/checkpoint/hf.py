@@ -1,8 +1,8 @@
 """Export a checkpoint's model as a Hugging Face GPT-2 or `LlamaForCausalLM` (`model.safetensors` +
-`config.json`), with its tokenizer: the files an imported model brought (the checkpoint's `tokenizer/`), or
-the byte-level one a run was trained with (`tokenizer.json` + `tokenizer_config.json`). The tensors keep
-the dtype the checkpoint stores them in (a training checkpoint's fp32, an imported bf16 model's bf16), so
-import -> export gives back the same tensors bit for bit. The import is hf_import.py, this table backwards.
+`config.json`), with the tokenizer it was trained with (`tokenizer.json` + `tokenizer_config.json`), or
+the files an imported model brought, as they are. The tensors keep the dtype the checkpoint stores them in
+(a training checkpoint's fp32, an imported bf16 model's bf16), so import -> export gives back the same
+tensors bit for bit. The import is hf_import.py: this table read backwards.
 
 The llama family (model/llama.py) is written in Hugging Face's layout already (separate q/k/v/o, rotary
 "rotate half" pairing, untied head), so its export is a rename table (`LLAMA_NAMES`) and nothing else.
@@ -15,15 +15,16 @@ is transposed; embeddings, LayerNorms and biases are copied. A head tied to `wte
 stored; an untied one (`tie_embeddings=False`) is `lm_head.weight`, in both families. Works offline
 and without a process group: DCP reads the shards of any world size.
 
-The tokenizer is GPT-2's byte-level BPE with no merges: each UTF-8 byte is one token whose id is the
-byte's value, exactly `shardlab.data.tokenizer`. Written as plain JSON, so no tokenizer package is
-needed to export; `transformers.AutoTokenizer.from_pretrained(DIR)` loads it.
+The tokenizer is the checkpoint's own (`write_tokenizer`): a BPE run's `tokenizer.json` as it is; for a
+bytes run GPT-2's byte-level BPE with no merges (each UTF-8 byte one token whose id is the byte's value,
+exactly `shardlab.data.tokenizer`'s bytes). `transformers.AutoTokenizer.from_pretrained(DIR)` loads either.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from shardlab.checkpoint.state import STATE_FILE
-from shardlab.data.tokenizer import VOCAB_SIZE
+from shardlab.data.tokenizer import VOCAB_SIZE, byte_alphabet as byte_to_unicode  # GPT-2's byte alphabet
 
 
 def load_model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
@@ -117,14 +118,6 @@ def hf_config(model: dict) -> dict:
     }
 
 
-def byte_to_unicode() -> dict[int, str]:
-    """GPT-2's map from the 256 bytes to printable characters (a BPE vocabulary is made of strings):
-    printable Latin-1 bytes stand for themselves, the others for chr(256 + n)."""
-    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    extra = [b for b in range(256) if b not in keep]
-    return {**{b: chr(b) for b in keep}, **{b: chr(256 + n) for n, b in enumerate(extra)}}
-
-
 def hf_tokenizer(max_seq_len: int) -> dict[str, dict]:
     """`tokenizer.json` and `tokenizer_config.json`: byte-level, vocabulary 256, id = byte value."""
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
@@ -163,20 +156,38 @@ def export_hf(step_dir: Path, out_dir: Path) -> Path:
     _readable(out_dir / "model.safetensors")
     config = llama_hf_config(model) if llama else hf_config(model)
     config["torch_dtype"] = str(tensors[next(iter(tensors))].dtype).removeprefix("torch.")  # as stored
+    imported = meta.get("imported") or {}
+    if imported:  # an imported model's own tokenizer files, as they are (none if it brought none)
+        for name in imported.get("tokenizer") or ():
+            shutil.copyfile(Path(step_dir) / "tokenizer" / name, out_dir / name)
+    else:
+        write_tokenizer(Path(step_dir), out_dir, model, config)
     # an imported model's own token ids (its tokenizer's), where it brought them
-    config.update({k: v for k, v in ((meta.get("imported") or {}).get("token_ids") or {}).items() if v is not None})
+    config.update({k: v for k, v in (imported.get("token_ids") or {}).items() if v is not None})
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    write_tokenizer(Path(step_dir), out_dir, model)
     return out_dir
 
 
-def write_tokenizer(step_dir: Path, out_dir: Path, model: dict) -> None:
-    """The checkpoint's own tokenizer files (`tokenizer/`, an imported model's) as they are, else the
-    byte-level tokenizer of a byte-trained run."""
-    own = step_dir / "tokenizer"
-    if (own / "tokenizer.json").is_file():
-        for p in sorted(own.iterdir()):
-            shutil.copyfile(p, out_dir / p.name)
-        return
-    for name, doc in hf_tokenizer(model["max_seq_len"]).items():
-        (out_dir / name).write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+def write_tokenizer(step_dir: Path, out_dir: Path, model: dict, config: dict) -> None:
+    """The checkpoint's tokenizer (its tokenizer/, else its run's; bytes for checkpoints from before) as HF
+    files, and config.json's bos/eos ids set to its EOS. A tiktoken file becomes the same BPE in
+    `tokenizers`' form (data.tokenizer.tiktoken_to_hf)."""
+    from shardlab.data import tokenizer as tk
+
+    where = [d for d in (step_dir / "tokenizer", step_dir.parent.parent / "tokenizer") if d.is_dir()]
+    tok = tk.load(where[0]) if where else tk.BYTES
+    if tok.vocab_size > model["vocab_size"]:
+        raise ValueError(f"{step_dir}: the tokenizer has {tok.vocab_size} tokens, more than the model's vocabulary "
+                         f"{model['vocab_size']}")
+    if tok.kind == "bytes":
+        files = {name: json.dumps(doc, indent=1, ensure_ascii=False) for name, doc in
+                 hf_tokenizer(model["max_seq_len"]).items()}
+    else:
+        tok = tk.tiktoken_to_hf(tok) if tok.kind == "tiktoken" else tok
+        tok.config["model_max_length"] = model["max_seq_len"]
+        with tempfile.TemporaryDirectory() as t:
+            tok.save(Path(t) / "tok")
+            files = {name: (Path(t) / "tok" / name).read_text(encoding="utf-8") for name in (tk.HF_FILE, tk.HF_CONFIG)}
+    for name, text in files.items():
+        (out_dir / name).write_text(text.rstrip("\n") + "\n", encoding="utf-8")
+    config["bos_token_id"] = config["eos_token_id"] = tok.eos_id

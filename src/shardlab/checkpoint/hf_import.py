@@ -309,7 +309,7 @@ def _write(out: Path, tensors: dict, meta: dict, hf_dir: Path, tokenizer: list[s
             (step / "tokenizer").mkdir()
             for name in tokenizer:
                 shutil.copyfile(hf_dir / name, step / "tokenizer" / name)
-        for name in mf.step_files(step):
+        for name in sorted(mf.entry_names(step)):
             if name not in files:
                 files[name] = mf.file_entry(step / name)
         mf.write_manifest(step, files, step=0, world_size=1, layout=meta["layout"], strategy=meta["strategy"],

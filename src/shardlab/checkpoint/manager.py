@@ -50,6 +50,20 @@ def _describe(exc: BaseException) -> tuple[list[int], str]:
     return [comm.rank()], f"rank {comm.rank()}: {type(exc).__name__}: {exc}"
 
 
+def run_tokenizer(run_dir: Path, cfg):
+    """The run's tokenizer (data.tokenizer, or the one a tokens: source carries), written to RUN/tokenizer/
+    once; None for a config without a data section (tools building a manager by hand)."""
+    from shardlab.data.tokenizer import run_tokenizer as of_source
+
+    data = getattr(cfg, "data", None)
+    if data is None:
+        return None
+    tok = of_source(data.source, getattr(data, "tokenizer", "bytes"))
+    if not (run_dir / "tokenizer").is_dir():
+        tok.save(run_dir / "tokenizer")
+    return tok
+
+
 def _human(n: int) -> str:
     return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
 
@@ -90,8 +104,10 @@ class CheckpointManager(Loading):
         self.quiet = False  # no "saved" line (a signal save: the launcher's last lines name it)
         fail = os.environ.get(FAIL_ENV, "")
         self.fail_at = tuple(int(x) for x in fail.split("@")) if fail else None  # (rank, step)
+        self.tokenizer = None
         if self.rank == 0:
             retention.remove_leftovers(self.dir)
+            self.tokenizer = run_tokenizer(self.run_dir, cfg)
         comm.barrier(self.pg)
 
     def _note(self, msg: str) -> None:
@@ -211,7 +227,7 @@ class CheckpointManager(Loading):
             files = {n: e for n, e in writer.fs.entries.items() if n.startswith(f"__{self.rank}_")}
             t_dcp = time.perf_counter()
             if self.rank == 0:
-                mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+                self._write_small(tmp, meta)
             t_meta = time.perf_counter()
         except (Exception, CheckpointException) as e:  # any failure abandons this checkpoint, never the run
             error = _describe(e)
@@ -237,6 +253,12 @@ class CheckpointManager(Loading):
                 self._note(outcome)
         elif self.rank == 0 and not self.quiet:  # one line per checkpoint: what a user looks for when a run ends or dies
             log(f"saved {final} (step {step}, {_human(self.saved_bytes)}, {self.timing['total_s']:.2f} s)")
+
+    def _write_small(self, tmp: Path, meta: dict) -> None:
+        """Rank 0's files: train_state.json and the run's tokenizer (generate and export read it)."""
+        mf.write_json_atomic(tmp / st.STATE_FILE, meta)
+        if self.tokenizer is not None:
+            self.tokenizer.save(tmp / "tokenizer")
 
     @staticmethod
     def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:
@@ -272,7 +294,7 @@ class CheckpointManager(Loading):
                 files = {}
                 for _, f in reports:
                     files.update(f)
-                for name in mf.step_files(tmp):  # DCP's .metadata, train_state.json, anything no rank claimed
+                for name in mf.entry_names(tmp):  # .metadata, train_state.json, tokenizer/, what no rank claimed
                     if (tmp / name).is_file() and name not in files and name != mf.MANIFEST:
                         files[name] = mf.file_entry(tmp / name)
                 manifest = mf.write_manifest(tmp, files, step=step, world_size=self.world, layout=self.layout,

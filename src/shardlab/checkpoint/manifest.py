@@ -5,7 +5,6 @@
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
         train_state.json      step, sampler, scaler, config, versions
-        tokenizer/            the model's tokenizer files, when it has its own (an imported model's)
         MANIFEST.json         every file's size and checksum (xxh3_128; sha256 in older checkpoints), world size,
                               layout (mesh degrees), strategy, step
       step_000008.tmp/        a save in progress or abandoned: never loaded, removed on the next start
@@ -128,27 +127,6 @@ def write_manifest(step_dir: Path, files: dict[str, dict], **info) -> dict:
 
 # Files every committed checkpoint has besides the ranks' shards: a manifest without them is not ours.
 REQUIRED = (".metadata", "train_state.json")
-# The one subdirectory a checkpoint may hold; its files are listed as "tokenizer/NAME".
-SUBDIRS = ("tokenizer",)
-
-
-def plain_entry(name: str) -> bool:
-    """A manifest name the checkpoint may hold: a plain file name, or SUBDIR/plain name."""
-    parts = name.split("/")
-    if len(parts) == 2 and parts[0] not in SUBDIRS:
-        return False
-    return 0 < len(parts) <= 2 and all(p and Path(p).name == p and p not in (".", "..") for p in parts)
-
-
-def step_files(step_dir: Path) -> list[str]:
-    """Every file of a checkpoint directory by its manifest name (the subdirectories' files included)."""
-    out = []
-    for p in Path(step_dir).iterdir():
-        if p.is_dir() and p.name in SUBDIRS:
-            out += [f"{p.name}/{q.name}" for q in p.iterdir()]
-        else:
-            out.append(p.name)
-    return sorted(out)
 
 
 def load_manifest(step_dir: Path) -> tuple[dict | None, str | None]:
@@ -201,8 +179,32 @@ def verify(step_dir: Path) -> list[str]:
 
 def unlisted(step_dir: Path, manifest: dict) -> list[str]:
     """The commit lists every file of the directory: one it does not list was added, or its entry removed."""
-    names = [n for n in step_files(step_dir) if n not in manifest["files"] and n != MANIFEST]
+    names = sorted(n for n in entry_names(Path(step_dir)) if n not in manifest["files"] and n != MANIFEST)
     return [f"{Path(step_dir) / n}: not listed in the manifest" for n in names]
+
+
+# The one folder a checkpoint holds: the run's tokenizer (shardlab.data.tokenizer's directory), its files
+# listed in the manifest as "tokenizer/NAME" like every other file.
+SUBDIRS = ("tokenizer",)
+
+
+def plain_entry(name: str) -> bool:
+    """A manifest name is a plain file name, or one inside a SUBDIRS folder."""
+    parts = name.split("/")
+    if len(parts) == 2 and parts[0] in SUBDIRS:
+        parts = parts[1:]
+    return len(parts) == 1 and Path(parts[0]).name == parts[0] and parts[0] not in ("", ".", "..")
+
+
+def entry_names(step_dir: Path) -> list[str]:
+    """What a step directory holds, as manifest names (a SUBDIRS folder's files as "folder/NAME")."""
+    out = []
+    for p in Path(step_dir).iterdir():
+        if p.is_dir() and p.name in SUBDIRS:
+            out += [f"{p.name}/{q.name}" for q in p.iterdir()] or [p.name]
+        else:
+            out.append(p.name)
+    return out
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""One entry point: shardlab train | bench | trace | ckpt | doctor | plan | generate.
+"""One entry point: shardlab train | data | bench | trace | explain | ckpt | doctor | plan | generate.
 
 Bad input anywhere -> one clear line on stderr and exit code 2, with nothing written.
 """
@@ -16,19 +16,23 @@ from shardlab.errors import OneLineParser, fail, one_line  # noqa: F401 - `cli.f
 SUBCOMMANDS = {
     "bench": "shardlab.bench.cli",
     "trace": "shardlab.cli.trace",
+    "explain": "shardlab.cli.explain",
     "ckpt": "shardlab.checkpoint.cli",
+    "data": "shardlab.data.cli",
     "doctor": "shardlab.cli.doctor",
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
     "lighthouse": "shardlab.launch.lighthouse",
 }
 
-USAGE = """usage: shardlab {train,resume,bench,trace,ckpt,doctor,plan,generate,lighthouse} ...
+USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,ckpt,doctor,plan,generate,lighthouse} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
+  data     prepare token shards from text, jsonl, parquet     (shardlab data prepare --help)
   bench    run a benchmark suite and write a report           (shardlab bench --help)
   trace    analyse a traced run: overlap, exposed comm, skew  (shardlab trace RUN)
+  explain  a run's predicted step and memory beside its measured (shardlab explain RUN)
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)
   doctor   diagnose hangs and anomalies                       (shardlab doctor --help)
   plan     predict memory, traffic and step time at scale     (shardlab plan --help)
@@ -102,9 +106,9 @@ def cmd_train(argv: list[str]) -> int:
             world = args.nproc * args.nnodes
         derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
         config_mod.validate(cfg, world)
-        num_samples = _check_data(cfg)
+        corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume
-        check_resume(cfg, num_samples)  # a bad ckpt.resume=PATH is bad input too
+        check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
     except config_mod.ConfigError as e:
         return fail(str(e))
 
@@ -138,7 +142,7 @@ def cmd_train(argv: list[str]) -> int:
     try:
         if args.node_rank == 0 and not getattr(args, "break_lock", False):
             runlock.refuse_if_held(run_dir)  # a refused run prints its refusal only, not the start lines
-        launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr)  # at once, whatever the ranks take
+        launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr, corpus)  # at once, whatever the ranks take
         return launch.launch(args, cfg, run_dir, train_main)
     except launch.RunLocked as e:
         return fail(str(e))
@@ -237,27 +241,31 @@ def cmd_resume(argv: list[str]) -> int:
     return cmd_train(["--out", str(run), "ckpt.resume=latest", *rest])
 
 
-def _check_data(cfg) -> int:
-    """Open the corpus before anything is written, so a bad data.source is a clean exit 2.
-    Returns the number of training sequences."""
+def _check_data(cfg):
+    """Open the corpus before anything is written, so a bad data.source is a clean exit 2; the model's
+    vocabulary follows the tokenizer's unless model.vocab_size is set. Returns the corpus (its numbers go
+    into the start line) with `samples`, the number of training sequences."""
     from shardlab.config import ConfigError
-    from shardlab.data import DataError, TokenDataset, load_tokens, split_train_val, check_vocab
+    from shardlab.data import DataError, TokenDataset, check_vocab
+    from shardlab.data.tokens import follow_vocab, open_corpus
     from shardlab.model.gpt import resolve_model_config
 
     try:
-        tokens = load_tokens(cfg.data.source)
-        check_vocab(tokens, resolve_model_config(cfg.model, cfg.train.seq_len).vocab_size)
-        train, val = split_train_val(tokens, cfg.data.val_fraction)
-        train_ds = TokenDataset(train, cfg.train.seq_len, name="training split")
-        TokenDataset(val, cfg.train.seq_len, name="validation split")
+        corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
+        follow_vocab(cfg.model, corpus.tokenizer)
+        if cfg.data.source.startswith("bin:"):  # ids the tokenizer did not write itself: check them all
+            check_vocab(corpus.train, resolve_model_config(cfg.model, cfg.train.seq_len).vocab_size)
+        train_ds = TokenDataset(corpus.train, cfg.train.seq_len, name="training split")
+        TokenDataset(corpus.val, cfg.train.seq_len, name="validation split")
     except DataError as e:
         raise ConfigError(str(e)) from None
+    corpus.samples = len(train_ds)
     # fault-tolerant replicas are separate jobs, each taking its slice of an R-times larger global batch
     needed = cfg.train.global_batch * (cfg.parallel.replicas if cfg.parallel.fault_tolerant else 1)
     if len(train_ds) < needed:
         raise ConfigError(f"data.source={cfg.data.source!r} has {len(train_ds)} training sequences of "
                           f"{cfg.train.seq_len} tokens, fewer than one global batch ({needed})")
-    return len(train_ds)
+    return corpus
 
 
 def main(argv: list[str] | None = None) -> None:

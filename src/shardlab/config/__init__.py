@@ -174,6 +174,11 @@ def _check_train(cfg: Config, world_size: int) -> None:
         raise ConfigError(f"train.lr={t.lr} / train.min_lr={t.min_lr}: need 0 < min_lr <= lr < 1")
     if not 0.0 < cfg.data.val_fraction < 0.5:
         raise ConfigError(f"data.val_fraction={cfg.data.val_fraction}: must be between 0 and 0.5")
+    from shardlab.data.tokenizer import check_spec  # (the syntax only: nothing is read or trained here)
+    try:
+        check_spec(cfg.data.tokenizer)
+    except ValueError as e:  # DataError
+        raise ConfigError(str(e)) from None
     if p.bucket_mb <= 0 or p.first_bucket_mb <= 0:
         raise ConfigError("parallel.bucket_mb and parallel.first_bucket_mb must be positive")
     if p.last_bucket_mb < 0:

@@ -69,7 +69,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                   "group, no weight decay); < 1 keeps Adam's per-step move on the router small, "
                                   "so loads swing less from step to step (docs/moe.md)", "float > 0"),
     "data.source": ("training text: the Python standard library's source, a text file (or every text file "
-                    "under a folder), or a nanoGPT-style uint16 token file", "stdlib | text:PATH | bin:PATH"),
+                    "under a folder), a nanoGPT-style uint16 token file, or a directory `shardlab data prepare` "
+                    "wrote (docs/data.md)", "stdlib | text:PATH | bin:PATH | tokens:DIR"),
+    "data.tokenizer": ("how text becomes tokens: UTF-8 bytes (vocabulary 256), a byte-level BPE of vocabulary N "
+                       "trained here on the source, a Hugging Face tokenizer.json (or a directory with one), or a "
+                       "tiktoken ranks file; model.vocab_size follows it; a tokens: source carries its own",
+                       "bytes | bpe:N | PATH | tiktoken:FILE"),
     "data.val_fraction": ("share of the tokens held out for validation", "0 < float < 0.5"),
     "data.uneven": ("when one rank runs out of data first: stop with an error, or let it shadow the "
                     "collectives with zero-weight steps", "error | join"),
@@ -81,6 +86,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                           "more than this fraction of the global batch", "0 <= float < 1"),
     "data.shares_resume": ("data.shares=auto on resume: keep the checkpoint's shares or measure again",
                            "keep | measure"),
+    "data.doc_mask": ("packed documents: each token attends only to earlier tokens of its own document (documents "
+                      "end with the tokenizer's EOS id; bytes: 0) and positions restart at every document, under "
+                      "every layout (docs/data.md)", "bool"),
     "train.steps": ("optimizer steps in total (the cosine schedule ends here)", "int >= 1"),
     "train.micro_batch": ("sequences per forward/backward on one rank", "int >= 1"),
     "train.grad_accum": ("microbatches per optimizer step (derived when train.global_batch is set)", "int >= 1"),

@@ -50,7 +50,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    source: str = "stdlib"  # stdlib | text:PATH | bin:PATH
+    source: str = "stdlib"  # stdlib | text:PATH | bin:PATH | tokens:DIR (`shardlab data prepare`)
+    tokenizer: str = "bytes"  # bytes | bpe:N | PATH (tokenizer.json, HF dir) | tiktoken:FILE (data/tokenizer.py)
     val_fraction: float = 0.05
     uneven: str = "error"  # error | join : what happens when one rank runs out of data first
     # Each data-parallel rank's share of the global batch (docs/balance.md): equal | auto | w0,w1,...
@@ -58,6 +59,9 @@ class DataConfig:
     shares_window: int = 4  # auto: steps per measurement
     shares_drift: float = 0.05  # auto: re-set the shares when a measurement moves them by more than this
     shares_resume: str = "keep"  # keep | measure : what a resumed auto run does with the recorded shares
+    # Packed documents (docs/data.md): attention block-causal within the documents of a sample (separated by
+    # the tokenizer's EOS), positions restarting per document. Off: the stream is one long text.
+    doc_mask: bool = False
 
 
 @dataclass

@@ -34,7 +34,7 @@ def load_tokens(source: str = "stdlib") -> np.ndarray:
         return _load_text(Path(path))
     if sep and scheme == "bin" and path:
         return _load_bin(Path(path))
-    raise DataError(f"unknown data source {source!r}; use 'stdlib', 'text:PATH' or 'bin:PATH'")
+    raise DataError(f"unknown data source {source!r}; use 'stdlib', 'text:PATH', 'bin:PATH' or 'tokens:DIR'")
 
 
 def cache_dir() -> Path:
@@ -145,4 +145,5 @@ def check_vocab(tokens: np.ndarray, vocab_size: int) -> None:
     top = int(tokens.max())
     if top >= vocab_size:
         raise DataError(f"corpus has token id {top} but the model's vocabulary is {vocab_size}; "
-                        f"use a model with vocab_size > {top} or a byte-level corpus")
+                        f"use a model with vocab_size > {top} (model.vocab_size) and name the tokenizer that wrote the "
+                        f"ids (data.tokenizer=PATH/tokenizer.json), or a byte-level corpus")

@@ -6,10 +6,10 @@ raw bits (a plain sum and a position-weighted sum, so swapped elements are caugh
 table is all-gathered through comm, and every rank compares. Cost: one pass over the parameters and
 one all-gather of 16 bytes per parameter per rank.
 
-Only what is replicated is compared: a DTensor sharded across ranks (FSDP2) differs per rank by design
-and is skipped. A strategy may define `replicated_parameters() -> list[(name, tensor)]` to say exactly
-what it replicates (own ZeRO-3 keeps flat shards); otherwise plain tensors and fully replicated DTensors
-are compared; an own strategy with `shard_params = True` (ZeRO-3) replicates nothing.
+Only what is replicated is compared, and which copies those are the layers declare as replica sets
+(doctor/replicas.py): the data-parallel layer's `replicated_parameters()` (plain tensors and fully replicated
+DTensors; a DTensor sharded across ranks by FSDP2 differs per rank by design, own ZeRO-3's flat shards too),
+TP's whole parameters within a TP group, EP's experts within an edp group, local SGD's fragments.
 """
 from __future__ import annotations
 
@@ -24,29 +24,9 @@ _CHUNK = 1 << 22  # elements per pass: bounds the int64 temporaries for big para
 
 
 def replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
-    if hasattr(strategy, "replicated_parameters"):
-        return list(strategy.replicated_parameters())
-    if getattr(strategy, "shard_params", False):  # own ZeRO-3: parameters live as per-rank shards
-        return []
-    out = []
-    for name, p in strategy.model.named_parameters():
-        if hasattr(p, "placements"):  # DTensor: only a fully replicated one is the same on every rank
-            if all(pl.is_replicate() for pl in p.placements):
-                out.append((name, p.to_local()))
-        elif p.numel():  # an empty tensor is a freed (sharded-away) parameter
-            out.append((name, p))
-    return out
-
-
-def tp_replicated_parameters(strategy) -> list[tuple[str, torch.Tensor]]:
-    """What tensor parallelism leaves whole on every rank of a TP group (LayerNorms, the row-parallel
-    layers' biases, the position table): the same on every TP rank when everything works, since their
-    gradients are computed from replicated activations, or summed over tp under sequence parallelism.
-    Empty without TP (`strategy.tp` is the TP layer's handle under `TensorParallelDP`)."""
-    tp = getattr(strategy, "tp", None)
-    if tp is None:
-        return []
-    return [(n, p) for n, p in replicated_parameters(strategy) if not tp.is_sharded(n)]
+    """What the data-parallel layer `strategy` (seen through the layers' views) holds equal on every
+    data-parallel rank: its declared `replicated_parameters()` (parallel/dp/base.py)."""
+    return list(strategy.replicated_parameters())
 
 
 def tensor_checksum(t: torch.Tensor) -> tuple[int, int]:
@@ -88,14 +68,12 @@ def compare(names: list[str], tables: list[list[tuple[int, int]]], ranks: list[i
                       for r, p in sorted(diverged.items())}}
 
 
-def check_replicas(strategy, step: int, device: torch.device, group=None, ranks: list[int] | None = None,
-                   named: list[tuple[str, torch.Tensor]] | None = None) -> dict:
+def check_replicas(named: list[tuple[str, torch.Tensor]], step: int, device: torch.device, group=None,
+                   ranks: list[int] | None = None) -> dict:
     """Collective over `group` (the true replicas: the data-parallel ranks, whose tensor/pipeline
-    coordinates are equal; `ranks` are their global ranks in group order): compare replicated
-    parameters (`named`, default `replicated_parameters(strategy)`; within a TP group,
-    `tp_replicated_parameters`); on divergence also measure how far the first diverged parameter is
-    from the reference (max |diff|, elements that differ)."""
-    named = replicated_parameters(strategy) if named is None else named
+    coordinates are equal; `ranks` are their global ranks in group order): compare `named`, what one
+    replica set declares equal across them (doctor/replicas.py); on divergence also measure how far the
+    first diverged parameter is from the reference (max |diff|, elements that differ)."""
     names = [n for n, _ in named]
     world = comm.world_size(group)
     ranks = ranks or list(range(world))
@@ -128,9 +106,9 @@ def describe(result: dict) -> str:
     if result["consistent"]:
         within = "" if not tp else f"; {tp['compared']} TP-replicated parameters compared within tensor-parallel groups"
         return f"step {result['step']}: replicas consistent ({result['compared']} parameters compared{after}{within})"
-    if tp and not tp["consistent"] and (result.get("dp_consistent", True)):
+    if result.get("diverged_set") == "tp":
         return _describe_tp(result["step"], tp)
-    if result.get("expert_diverged"):
+    if result.get("diverged_set") == "experts":
         return _describe_experts(result["step"], result["experts"])
     first = result["first"]
     ranks = ", ".join(map(str, first["ranks"]))

@@ -52,9 +52,11 @@ def _autocast(dtype: str, device: torch.device):
 
 class Doctor:
     def __init__(self, cfg, run_dir, strategy, rank: int, world: int, device: torch.device | None = None,
-                 dims=None):
+                 replica_sets: list | None = None):
         self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
-        self.dims = dims  # the mesh: replicas are compared within the data-parallel group only
+        # what must stay bitwise equal across which ranks, as the layers declare it (doctor/replicas.py); the
+        # data-parallel layer seen through every layer's view knows them all
+        self.replica_sets = replica_sets if replica_sets is not None else strategy.replica_sets()
         self.rank, self.world = rank, world
         self.device = device or comm.device()
         self.policy = cfg.doctor.on_anomaly
@@ -248,12 +250,13 @@ class Doctor:
             self._corrupt(step)
         every = self.cfg.doctor.checksum_every
         requested = bool(every) and (step + 1) % every == 0
-        if hasattr(self.strategy, "synced_fragments"):
+        periodic = self.replica_sets[0] if self.replica_sets[0].periodic else None
+        if periodic is not None:
             # local SGD / DiLoCo: replicas are equal only right after an outer step, fragment by fragment.
             # A requested check compares every fragment, each at its next outer step (this one if it is).
             if requested:
-                self._pending_fragments |= set(range(self.strategy.n_fragments))
-            due = sorted(self._pending_fragments & set(self.strategy.synced_fragments()))
+                self._pending_fragments |= set(range(periodic.fragments))
+            due = sorted(self._pending_fragments & set(periodic.synced()))
             if not due:
                 return "ok"
             self._pending_fragments -= set(due)
@@ -267,25 +270,21 @@ class Doctor:
         return "ok"
 
     def _corrupt(self, step: int) -> None:
-        """debug.corrupt_rank: perturb one element of what this rank must hold equal to its replicas. Under
-        DiLoCo that is the outer state θ_start (a parameter itself differs by design mid-period, and the
-        outer step would absorb the perturbation into the averaged pseudo-gradient)."""
-        where = ""
-        outer = getattr(self.strategy, "outer_state", None)
-        experts = getattr(self.strategy, "expert_parameters", None)
-        if self.cfg.debug.corrupt_expert:  # an expert: what the edp group must hold equal (parallel.ep)
-            replicated, where = (experts() if experts else []), " (an expert, compared within its edp group)"
-        elif outer is not None and outer():
-            replicated, where = outer(), " (its DiLoCo outer state θ_start)"
-        elif hasattr(self.strategy, "synced_fragments"):  # local SGD: the parameters
-            replicated = [pair for f in range(self.strategy.n_fragments)
-                          for pair in self.strategy.fragment_parameters(f)]
-        else:
-            replicated = checksum_mod.replicated_parameters(self.strategy)
-            if self.dims is not None and self.dims.size("dp_cp") == 1:  # no dp replica: what TP keeps whole
-                replicated = checksum_mod.tp_replicated_parameters(self.strategy)
+        """debug.corrupt_rank: perturb one element of what this rank must hold equal to its replicas: in the
+        first replica set with another member (debug.corrupt_expert: the experts' set). Under DiLoCo that set
+        declares its outer state θ_start (a parameter itself differs by design mid-period, and the outer step
+        would absorb the perturbation into the averaged pseudo-gradient)."""
+        want = (lambda rs: rs.name == "experts") if self.cfg.debug.corrupt_expert else \
+            (lambda rs: rs.name != "experts")
+        target, replicated = None, []
+        for rs in self.replica_sets:
+            if want(rs) and len(rs.ranks) > 1:
+                target, replicated = rs, rs.corruptible()
+                if replicated:
+                    break
         if replicated:
             name = inject.corrupt_parameter(replicated)
+            where = f" ({target.held_label})" if target.held_label else ""
             print(f"[shardlab doctor] rank {self.rank}: injected corruption of {name}{where} after step {step}",
                   flush=True)
         else:
@@ -295,38 +294,28 @@ class Doctor:
                   "so there is no replica to diverge", flush=True)
 
     def checksum(self, step: int, fragments: list[int] | None = None) -> dict:
-        """Compare the replicas now (collective). Under local SGD / DiLoCo only `fragments` (default: those
-        whose outer step ended the last step) are compared: the rest differ by design mid-period."""
-        replicas = list(range(self.world))  # the global ranks this rank's replicas are compared over
-        if hasattr(self.strategy, "synced_fragments"):
-            replicas = self.strategy.replica_group()[1]
-            result = self._check_fragments(step, self.strategy.synced_fragments() if fragments is None else fragments)
-        elif self.dims is not None and self.dims.size("dp_cp") < self.world:
-            replicas = self.dims.ranks("dp_cp")
-            if self.dims.size("dp_cp") == 1:  # every rank holds a different part: no replica to compare
-                result = {"step": step, "consistent": True, "compared": 0, "note": "no data-parallel replicas"}
-            else:
-                result = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("dp_cp"),
-                                                     replicas)
-        else:
-            result = checksum_mod.check_replicas(self.strategy, step, self.device)
-        several = 1 < len(replicas) < self.world and result.get("fragments") != []  # (nothing compared: [])
+        """Compare every replica set now (collective). The first set's result is the verdict's body, the
+        others nest under their names; the first diverged set names the divergence. A periodic set (local
+        SGD / DiLoCo) compares only `fragments` (default: those whose outer step ended the last step): the
+        rest differ by design mid-period."""
+        primary, *others = self.replica_sets
+        if primary.periodic and fragments is None:
+            fragments = primary.synced()
+        result = self._check_set(step, primary, fragments)
+        several = 1 < len(primary.ranks) < self.world and result.get("fragments") != []  # (nothing compared: [])
         if several:
-            result["group_ranks"] = replicas
-        if self.dims is not None and self.dims.size("tp") > 1:  # and within each TP group, what TP keeps whole
-            named = checksum_mod.tp_replicated_parameters(self.strategy)
-            tp = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("tp"),
-                                             self.dims.ranks("tp"), named=named)
-            tp["group_ranks"] = self.dims.ranks("tp")
-            result = {**result, "dp_consistent": result["consistent"], "tp": tp,
-                      "consistent": result["consistent"] and tp["consistent"]}
-            if result["dp_consistent"] and not tp["consistent"]:  # the verdict names the TP copy that drifted
-                result["first"], result["ranks"] = tp["first"], tp["ranks"]
-            several = several or self.dims.size("tp") < self.world
-        experts = getattr(self.strategy, "expert_parameters", None)
-        if experts is not None and self.dims is not None and result.get("fragments") is None:
-            result, edp_several = self._check_experts(step, result, experts())
-            several = several or edp_several
+            result["group_ranks"] = primary.ranks
+        for rs in others:
+            part = self._check_set(step, rs, None)
+            if len(rs.ranks) > 1:
+                part["group_ranks"] = rs.ranks
+                several = several or len(rs.ranks) < self.world
+            consistent = result.get("dp_consistent", result["consistent"])
+            result = {**result, rs.name: part, "dp_consistent": consistent,
+                      "consistent": result["consistent"] and part["consistent"]}
+            if result.get("diverged_set") is None and consistent and not part["consistent"]:
+                # the verdict names the copy that drifted
+                result["first"], result["ranks"], result["diverged_set"] = part["first"], part["ranks"], rs.name
         if several:
             result = self._agree(result)
         self.last_checksum = result
@@ -343,24 +332,26 @@ class Doctor:
                 print(f"[shardlab doctor] {text}", file=sys.stderr, flush=True)
         return result
 
-    def _check_experts(self, step: int, result: dict, named: list) -> tuple[dict, bool]:
-        """Under expert parallelism: each rank's experts against the other dp ranks holding the same experts
-        (its edp group), which sum their gradients and so must stay bitwise equal. The dense verdict (over
-        dp) names the divergence first; an expert divergence takes over only when the dense copies agree.
-        Returns the merged result and whether a world-wide agreement is needed (several edp groups)."""
-        size = self.dims.size("edp")
-        if size == 1:  # ep == dp: every rank holds different experts, there is no copy to compare
-            return {**result, "experts": {"step": step, "consistent": True, "compared": 0,
-                                          "note": "no expert replicas (parallel.ep equals the data-parallel "
-                                                  "size: each rank holds different experts)"}}, False
-        ranks = self.dims.ranks("edp")
-        ex = checksum_mod.check_replicas(self.strategy, step, self.device, self.dims.group("edp"), ranks,
-                                         named=named)
-        ex["group_ranks"] = ranks
-        merged = {**result, "experts": ex, "consistent": result["consistent"] and ex["consistent"]}
-        if result["consistent"] and not ex["consistent"]:  # the verdict names the expert copy that drifted
-            merged["first"], merged["ranks"], merged["expert_diverged"] = ex["first"], ex["ranks"], True
-        return merged, size < self.world
+    def _check_set(self, step: int, rs, fragments: list[int] | None) -> dict:
+        """One replica set's comparison (a collective over its group; none when this rank is alone in it).
+        `fragments`: for a periodic set, the fragments just synchronised (their owner is named on divergence)."""
+        base = {"step": step, "consistent": True, "compared": 0}
+        if rs.periodic:
+            base["fragments"] = fragments
+        if len(rs.ranks) == 1:
+            return {**base, "note": rs.note}
+        if rs.periodic and not fragments:  # (the final check of a run that ends mid-period: no collective)
+            return {**base, "note": "no fragment was synchronised by the last step: replicas differ by design "
+                                    "mid-period (parallel.sync)"}
+        if rs.periodic:
+            owner = {name: f for f in fragments for name, _ in rs.parameters([f])}
+        named = rs.parameters(fragments)
+        result = checksum_mod.check_replicas(named, step, self.device, rs.group, rs.ranks)
+        if rs.periodic:
+            result["fragments"] = fragments
+            if not result["consistent"]:
+                result["first"]["fragment"] = owner[result["first"]["param"]]
+        return result
 
     def _agree(self, result: dict) -> dict:
         """Several groups (one data-parallel group per tp/pp/cp coordinate, HSDP's replicate group per shard,
@@ -371,25 +362,6 @@ class Doctor:
         group's result (else rank 0's)."""
         everyone = comm.all_gather_object(result)
         return next((r for r in everyone if not r["consistent"]), everyone[0])
-
-    def _check_fragments(self, step: int, fragments: list[int]) -> dict:
-        """The fragments just synchronised, across the group their outer step ran over (the data-parallel
-        group; under HSDP the replicate group, on this rank's shards): they must be bitwise equal there."""
-        group, ranks = self.strategy.replica_group()
-        if len(ranks) == 1:
-            return {"step": step, "consistent": True, "compared": 0, "fragments": fragments,
-                    "note": "one replica in this process group: nothing to compare"}
-        if not fragments:  # (the final check of a run that ends mid-period: a collective-free answer)
-            return {"step": step, "consistent": True, "compared": 0, "fragments": [],
-                    "note": "no fragment was synchronised by the last step: replicas differ by design mid-period "
-                            "(parallel.sync)"}
-        owner = {name: f for f in fragments for name, _ in self.strategy.fragment_parameters(f)}
-        named = [pair for f in fragments for pair in self.strategy.fragment_parameters(f)]
-        result = checksum_mod.check_replicas(self.strategy, step, self.device, group, ranks, named=named)
-        result["fragments"] = fragments
-        if not result["consistent"]:
-            result["first"]["fragment"] = owner[result["first"]["param"]]
-        return result
 
     def dump(self, reason: str) -> None:
         """Write this rank's flight record now (the trainer calls it when a step raises)."""

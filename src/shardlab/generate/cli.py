@@ -9,7 +9,6 @@ to stderr.
 from __future__ import annotations
 
 import argparse
-import codecs
 import json
 import os
 import subprocess
@@ -37,8 +36,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", action="append", default=[], help="prompt text (repeat for a batch)")
     p.add_argument("--prompts", type=Path, help="file with one prompt per line")
     p.add_argument("--max-new", type=int, default=32, help="tokens to generate per prompt (default 32)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
-    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = all)")
+    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (default 0.8); 0 = greedy")
+    p.add_argument("--top-k", type=int, default=40, help="sample among the k most likely tokens (default 40; 0 = all)")
+    p.add_argument("--repetition-penalty", type=float, default=1.1, help="sampling: divide the logits of the "
+                   "last 64 generated tokens by this (default 1.1; 1 = off; greedy never applies it)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed: the same seed gives the same text at any layout")
     p.add_argument("--nproc", type=int, default=None, help="ranks (default: the product of the degrees)")
     p.add_argument("--json", action="store_true", help="one JSON object per prompt on stdout: prompt, tokens, text")
@@ -50,7 +51,6 @@ def parser() -> argparse.ArgumentParser:
 
 def resolve(args) -> dict:
     """Check everything a rank would trip on; return the plan. Raises BadInput."""
-    from shardlab.data.tokenizer import encode
     from shardlab.generate import load
     from shardlab.generate.engine import Layout, kv_cache_bytes
 
@@ -69,6 +69,8 @@ def resolve(args) -> dict:
         raise BadInput(f"--max-new {args.max_new}: must be at least 1")
     if args.temperature < 0 or args.top_k < 0:
         raise BadInput("--temperature and --top-k must not be negative")
+    if args.repetition_penalty < 1:
+        raise BadInput(f"--repetition-penalty {args.repetition_penalty}: must be at least 1 (1 = off)")
     texts = list(args.prompt)
     if args.prompts is not None:
         try:
@@ -84,8 +86,11 @@ def resolve(args) -> dict:
         cfg = load.model_config(args.path)
     except load.LoadError as e:
         raise BadInput(str(e)) from None
-    prompts = [[int(x) for x in encode(t)] for t in texts]
+    tok = tokenizer_of(args.path, cfg.vocab_size)
+    prompts = [[int(x) for x in tok.encode(t)] for t in texts]
     for t, p in zip(texts, prompts):
+        if not p:
+            raise BadInput(f"prompt {t[:20]!r} encodes to no tokens with the model's tokenizer ({tok.spec})")
         if len(p) + args.max_new > cfg.max_seq_len:
             what = "is longer than" if len(p) > cfg.max_seq_len else "plus --max-new exceeds"
             raise BadInput(f"prompt {t[:20]!r}... has {len(p)} tokens; that {what} the model's max_seq_len "
@@ -111,7 +116,50 @@ def resolve(args) -> dict:
                        f"more than --max-mem {args.max_mem:,}; use fewer or shorter prompts, a lower --max-new, "
                        "or more tp / pp / dp ranks")
     return {"cfg": cfg, "texts": texts, "prompts": prompts, "layout": lay, "lanes": layout["lanes"],
-            "world": world, "kv": kv}
+            "world": world, "kv": kv, "tokenizer": tok}
+
+
+def tokenizer_of(path: str, vocab_size: int):
+    """The tokenizer the model was trained with: an HF export's files, the checkpoint's tokenizer/, its run's,
+    or bytes (checkpoints written before tokenizers travelled with them)."""
+    from shardlab.data import DataError, tokenizer as tk
+    from shardlab.generate import load
+
+    p = Path(path)
+    if load.is_hf_dir(p):
+        where = [p] if (p / tk.HF_FILE).is_file() else []
+    else:
+        step = load.step_dir(p)
+        where = [d for d in (step / "tokenizer", step.parent.parent / "tokenizer") if d.is_dir()]
+    try:
+        tok = tk.load(where[0]) if where else tk.BYTES
+    except DataError as e:
+        raise BadInput(str(e)) from None
+    if tok.vocab_size > vocab_size:
+        raise BadInput(f"{path}: its tokenizer ({tok.spec}) has {tok.vocab_size} tokens, more than the model's "
+                       f"vocabulary {vocab_size}; the checkpoint and its tokenizer do not belong together")
+    return tok
+
+
+class Stream:
+    """Text of a growing list of ids, given out as it becomes final: decoding all ids each time (a token may
+    complete a character that earlier ones began), holding back a trailing U+FFFD (an unfinished one)."""
+
+    def __init__(self, tok):
+        self.tok, self.ids, self.out = tok, [], ""
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        return self._new(self.tok.decode(self.ids).rstrip("\ufffd"))
+
+    def close(self) -> str:
+        return self._new(self.tok.decode(self.ids))
+
+    def _new(self, text: str) -> str:
+        if not text.startswith(self.out):  # a later token rewrote earlier text (rare): print what is new
+            self.out = text[:len(self.out)]
+        new, self.out = text[len(self.out):], text
+        return new
 
 
 def main(argv: list[str]) -> int:
@@ -148,7 +196,6 @@ def run(args, plan: dict) -> int:
     import torch
 
     from shardlab import comm
-    from shardlab.data.tokenizer import decode as detok
     from shardlab.generate.engine import Options, generate
     from shardlab.generate.load import load_model
 
@@ -164,17 +211,19 @@ def run(args, plan: dict) -> int:
 
     say(f"KV cache: {plan['kv']:,} bytes per rank (2 x layers x batch x length x d_model x 4 B), allocating")
     opts = Options(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
+                   repetition_penalty=args.repetition_penalty,
                    use_cache=not args.no_cache, lanes=plan["lanes"])
     model = load_model(args.path)
     streaming = me == 0 and not args.json
-    utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    detok = plan["tokenizer"].decode
+    stream = Stream(plan["tokenizer"])
     if streaming:
         sys.stdout.write(texts[0])
         sys.stdout.flush()
 
     def on_token(index: int, token: int) -> None:
         if streaming and index == 0:
-            sys.stdout.write(utf8.decode(bytes([token])))
+            sys.stdout.write(stream.add(token))
             sys.stdout.flush()
 
     tokens, stats = generate(model, plan["prompts"], opts, lay, on_token)
@@ -183,7 +232,7 @@ def run(args, plan: dict) -> int:
             for text, ids in zip(texts, tokens.tolist()):
                 print(json.dumps({"prompt": text, "tokens": ids, "text": detok(ids)}))
         else:
-            sys.stdout.write(utf8.decode(b"", final=True) + "\n")
+            sys.stdout.write(stream.close() + "\n")
             for i, (text, ids) in enumerate(zip(texts, tokens.tolist())):
                 if i:
                     print(f"--- prompt {i + 1} ---\n{text}{detok(ids)}")

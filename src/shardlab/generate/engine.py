@@ -26,21 +26,17 @@ from dataclasses import dataclass, field
 import torch
 
 from shardlab import comm
+from shardlab.degrees import Degrees
 from shardlab.generate.lanes import lane_rows, pipeline_decode, split_stage
 from shardlab.generate.sampling import Options, Sampler, last_logits, left_pad
 from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
 from shardlab.model.moe import dropless
 
 
-@dataclass
-class Layout:
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-
-    @property
-    def world(self) -> int:
-        return self.tp * self.pp * self.dp
+def Layout(tp: int = 1, pp: int = 1, dp: int = 1) -> Degrees:
+    """The generator's layout: `dp` replicas, each serving its own prompts, of `pp` stages of `tp` ranks
+    (the one layout type, shardlab/degrees.py; generation has no sharded optimizer state: dp replicates)."""
+    return Degrees(dp_replicate=dp, tp=tp, pp=pp)
 
 
 @dataclass

@@ -17,6 +17,10 @@ class Options:
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: the whole vocabulary
     seed: int = 0
+    # sampling only: the logits of tokens among a row's last `repetition_window` picks are divided by this
+    # (multiplied when negative; CTRL's penalty, Keskar et al. 2019). 1 = off
+    repetition_penalty: float = 1.0
+    repetition_window: int = 64
     use_cache: bool = True
     lanes: int = 0  # pipeline request lanes; 0: one per stage
 
@@ -27,14 +31,25 @@ class Sampler:
 
     def __init__(self, opts: Options, rows: list[int]):
         self.temperature, self.top_k = opts.temperature, opts.top_k
+        self.penalty, self.window, self.picked = opts.repetition_penalty, opts.repetition_window, []
         self.gens = None
         if self.temperature > 0:
             self.gens = [torch.Generator().manual_seed(opts.seed * 1_000_003 + r) for r in rows]
 
     def __call__(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits.float()
-        if self.gens is None:
+        if self.gens is None:  # greedy: the model's argmax, nothing else
             return logits.argmax(-1)
+        if self.penalty != 1 and self.picked:
+            # a small model's favourite (a run of spaces, one repeated word) would otherwise take over the text
+            seen = torch.zeros_like(logits, dtype=torch.bool).scatter_(1, torch.stack(self.picked[-self.window:], 1), True)
+            logits = torch.where(seen, torch.where(logits > 0, logits / self.penalty, logits * self.penalty), logits)
+        tok = self._sample(logits)
+        if self.penalty != 1:
+            self.picked.append(tok)
+        return tok
+
+    def _sample(self, logits: torch.Tensor) -> torch.Tensor:
         logits = logits / self.temperature
         if self.top_k:
             kth = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).values[:, -1:]

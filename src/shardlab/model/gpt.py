@@ -19,7 +19,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
-from shardlab.model.kv_cache import run_blocks
+from shardlab.model.documents import block_causal_mask
+from shardlab.model.kv_cache import attend_block, run_blocks
 from shardlab.model.moe import MoEFields, mlp_for, moe_fields
 
 
@@ -77,9 +78,13 @@ def resolve_model_config(m, seq_len: int):
                      tie_embeddings=getattr(m, "tie_embeddings", "auto") != "false", **base, **moe_fields(m))
 
 
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
-    """The attention core, (b, heads, t, head_dim) in and out: softmax(q k^T / sqrt(d) + causal mask) v."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                     doc_pos: torch.Tensor | None = None) -> torch.Tensor:
+    """The attention core, (b, heads, t, head_dim) in and out: softmax(q k^T / sqrt(d) + causal mask) v.
+    `doc_pos` (b, t) (packed documents, model/documents.py): the mask is block-causal within documents."""
+    if doc_pos is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal_mask(doc_pos), dropout_p=dropout_p)
 
 
 class CausalSelfAttention(nn.Module):
@@ -92,7 +97,8 @@ class CausalSelfAttention(nn.Module):
 
     `attend` is the attention core as a plain attribute (not a submodule, so no parameter names change):
     a layer applied from outside that computes attention differently (context parallelism's ring over
-    sequence chunks) replaces it on each block, and this module stays single-device code.
+    sequence chunks) replaces it on each block, and this module stays single-device code. Its contract:
+    `attend(q, k, v, dropout_p)`, and with packed documents `attend(q, k, v, dropout_p, doc_pos=...)`.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -106,11 +112,14 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
         self.proj.residual_scaled = True  # GPT-2 init: scale by 1/sqrt(2 * n_layer)
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
-        if cache is None:
-            y = self.attend(q, k, v, self.dropout if self.training else 0.0)
+        p = self.dropout if self.training else 0.0
+        if cache is None and doc_pos is None:
+            y = self.attend(q, k, v, p)
+        elif cache is None:  # packed documents: block-causal (model/documents.py)
+            y = self.attend(q, k, v, p, doc_pos=doc_pos)
         else:  # generation: this layer's KV cache appends k, v and attends over all cached positions
             y = cache.attend(q, k, v)
         return self.proj(y.transpose(1, 2).reshape(b, t, -1))
@@ -136,11 +145,11 @@ class Block(nn.Module):
         self.mlp = mlp_for(cfg, index, lambda: MLP(cfg))  # an MoE of MLPs on every moe_every-th block
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         h = self.ln_1(x)
-        # training calls the attention exactly as before (wrappers applied from outside see no new argument)
-        x = x + self.drop(self.attn(h) if cache is None else self.attn(h, cache=cache))
+        x = x + self.drop(attend_block(self.attn, h, cache, doc_pos))
         return x + self.drop(self.mlp(self.ln_2(x)))
+
 
 
 class GPT(nn.Module):
@@ -177,18 +186,23 @@ class GPT(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without the embeddings takes (and one without the head
         returns) hidden states instead. The positions mark the first stage: the last stage keeps `wte`
         too, as the weight of its tied head.
 
         `cache` (generation only, model/kv_cache.py): a KVCache this call reads positions and the padding
-        mask from, appends every layer's keys and values to, and advances by the new positions."""
+        mask from, appends every layer's keys and values to, and advances by the new positions.
+        `doc_pos` (packed documents, data.doc_mask): (b, t) each token's position inside its document; the
+        position embedding looks them up and every block's attention is block-causal (model/documents.py)."""
         t = x.shape[1]
         if self.wpe is not None:
-            pos = torch.arange(t, device=x.device) if cache is None else cache.positions(t)
+            if doc_pos is not None:
+                pos = doc_pos
+            else:
+                pos = torch.arange(t, device=x.device) if cache is None else cache.positions(t)
             x = self.drop(self.wte(x) + self.wpe(pos))
-        x = run_blocks(self.blocks, x, cache)
+        x = run_blocks(self.blocks, x, cache, doc_pos)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x

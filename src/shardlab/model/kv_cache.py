@@ -94,14 +94,24 @@ class LayerCache:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=self.cache.mask(q.shape[2]))
 
 
-def run_blocks(blocks, x, cache=None):
+def run_blocks(blocks, x, cache=None, doc_pos=None):
     """The blocks in order; with a cache (generation) each reads and appends its own layer, and the cache
-    advances by the new tokens once all have run. Shared by both model families."""
+    advances by the new tokens once all have run; `doc_pos` (packed documents) goes to every block as a
+    keyword. Shared by both model families."""
     if cache is None:
         for block in blocks.values():
-            x = block(x)
+            x = block(x) if doc_pos is None else block(x, doc_pos=doc_pos)
         return x
     for name, block in blocks.items():
         x = block(x, cache=cache.layer(name))
     cache.advance(x.shape[1])
     return x
+
+
+def attend_block(attn, h: torch.Tensor, cache, doc_pos) -> torch.Tensor:
+    """A block's attention call. Training without packed documents calls it exactly as before (wrappers
+    applied from outside see no new argument); generation passes its cache, packed documents their
+    positions (keyword arguments, which pre-hooks on the attention module leave alone). Both families."""
+    if cache is not None:
+        return attn(h, cache=cache)
+    return attn(h) if doc_pos is None else attn(h, doc_pos=doc_pos)

@@ -32,8 +32,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.errors import ConfigError
+from shardlab.model.documents import block_causal_mask
 from shardlab.model.dtypes import wide_dtype
-from shardlab.model.kv_cache import run_blocks
+from shardlab.model.kv_cache import attend_block, run_blocks
 from shardlab.model.moe import MoEFields, mlp_for, moe_fields
 
 
@@ -213,11 +214,16 @@ def repeat_kv(k: torch.Tensor, heads: int) -> torch.Tensor:
     return k if rep == 1 else k.repeat_interleave(rep, dim=1)
 
 
-def grouped_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+def grouped_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,
+                             doc_pos: torch.Tensor | None = None) -> torch.Tensor:
     """The attention core, (b, heads, t, head_dim) q and (b, kv_heads, t, head_dim) k, v in, q's shape
-    out: softmax(q k^T / sqrt(d) + causal mask) v, each key/value head shared by its group of query heads."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p,
-                                          enable_gqa=k.shape[1] != q.shape[1])
+    out: softmax(q k^T / sqrt(d) + causal mask) v, each key/value head shared by its group of query heads.
+    `doc_pos` (b, t) (packed documents, model/documents.py): the mask is block-causal within documents."""
+    gqa = k.shape[1] != q.shape[1]
+    if doc_pos is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=dropout_p, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=block_causal_mask(doc_pos), dropout_p=dropout_p,
+                                          enable_gqa=gqa)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -225,7 +231,8 @@ class GroupedQueryAttention(nn.Module):
 
     `attend` is the seam of model/gpt.py, k and v with n_kv_heads heads (`grouped_causal_attention`).
     `rope_positions` (None: 0..t-1) is the positions' seam: a layer that hands this module a chunk of
-    the sequence sets the chunk's positions."""
+    the sequence sets the chunk's positions. Packed documents (`doc_pos`, model/documents.py) bring their
+    own: each token rotates by its position inside its document, and `attend` gets them too."""
 
     def __init__(self, cfg: LlamaConfig):
         super().__init__()
@@ -240,12 +247,15 @@ class GroupedQueryAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_head * self.head_dim, cfg.d_model, bias=False)
         self.proj.residual_scaled = True
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         b, t, _ = x.shape
         q, k, v = (z.view(b, t, -1, self.head_dim).transpose(1, 2) for z in (self.q(x), self.k(x), self.v(x)))
-        if cache is None:
+        if cache is None and doc_pos is None:
             q, k = apply_rope(q, k, self.theta, self.rope_positions, self.rope_scaling)
             y = self.attend(q, k, v, 0.0)
+        elif cache is None:  # packed documents: positions restart per document, block-causal mask
+            q, k = apply_rope(q, k, self.theta, doc_pos, self.rope_scaling)
+            y = self.attend(q, k, v, 0.0, doc_pos=doc_pos)
         else:  # generation (model/kv_cache.py): rotate by each row's positions, then the cache stores the
             # rotated k at n_kv_heads heads (as Hugging Face's cache does) and attends over every position
             q, k = apply_rope(q, k, self.theta, cache.positions(t), self.rope_scaling)
@@ -273,10 +283,9 @@ class LlamaBlock(nn.Module):
         self.ln_2 = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
         self.mlp = mlp_for(cfg, index, lambda: SwiGLU(cfg))  # an MoE of SwiGLUs on every moe_every-th block
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         h = self.ln_1(x)
-        # training calls the attention exactly as before (wrappers applied from outside see no new argument)
-        x = x + (self.attn(h) if cache is None else self.attn(h, cache=cache))
+        x = x + attend_block(self.attn, h, cache, doc_pos)  # model/kv_cache.py: how each caller passes what
         return x + self.mlp(self.ln_2(x))
 
 
@@ -309,15 +318,16 @@ class Llama(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, x: torch.Tensor, cache=None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache=None, doc_pos=None) -> torch.Tensor:
         """Token ids -> logits. A pipeline stage without `wte` (not the first) takes hidden states, one
         without the head (not the last) returns them.
 
         `cache` (generation only, model/kv_cache.py): as GPT's; each layer reads the rotary positions of
-        the new tokens from it, appends its keys and values, and the call advances it."""
+        the new tokens from it, appends its keys and values, and the call advances it. `doc_pos` (packed
+        documents): as GPT's; every layer rotates by them and attends block-causally."""
         if self.wte is not None and not x.is_floating_point():  # token ids (a tied last stage gets hidden states)
             x = self.wte(x)
-        x = run_blocks(self.blocks, x, cache)
+        x = run_blocks(self.blocks, x, cache, doc_pos)
         if self.lm_head is not None:
             x = self.lm_head(self.ln_f(x))
         return x

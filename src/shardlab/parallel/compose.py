@@ -78,7 +78,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         # replicas that may die: the outer step via a store
         sync = FaultTolerantSync if cfg.parallel.fault_tolerant else PeriodicSync
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
-        group = dims.group("dp_replicate") if hasattr(dp, "replicas_step_alone") else data_parallel_group(dims)
+        group = dims.group("dp_replicate") if dp.shards_within_replica else data_parallel_group(dims)
         dp = sync(dp, cfg.parallel, group, optimizer)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:

@@ -10,7 +10,10 @@ A field left at its default contributes nothing, so a layer declares only what i
 
     loss_fn        (logits, targets, reduction) -> loss, replacing cross-entropy (TP: vocab-parallel)
     loss_context   entered around each microbatch's loss *and* its backward (DTensor TP: loss_parallel)
-    shard_batch    (x, y) -> this rank's slice, before the forward (CP: the zigzag chunks)
+    shard_batch    (x, y, ...) -> this rank's slice of each, before the forward (CP: the zigzag chunks): every
+                   per-token tensor of a microbatch, cut alike along the sequence (dim 1), the same number
+                   back; with packed documents the third is doc_pos, computed from the whole sequence
+                   before any cut (parallel/step.py's `unpack`)
     norm_groups    mesh dimensions across which ranks hold different parts of the gradient (TP, PP): the
                    gradient norm sums over them
     hidden         a context manager hiding parameters from the data-parallel layer while it wraps the part
@@ -19,6 +22,8 @@ A field left at its default contributes nothing, so a layer declares only what i
                    checkpoint's shapes; EP: the experts' gradients and state): applied innermost first
     host_syncs     {module prefix: host syncs per step} this layer's code may make (the CUDA discipline check,
                    shardlab.simulate; anything not declared has a budget of 0). Each entry says why it is worth it
+    params_elsewhere  parameters of the whole model this layer moved to other ranks and no rank's part
+                   counts twice (EP: the experts the other ep ranks hold): the model's parameter count
     impl           the layer's own object (OwnTP, ContextParallel, ExpertParallel, the pipeline stages), for
                    the tools that study that layer alone
 """
@@ -42,6 +47,7 @@ class Layer:
     hidden: Callable = contextlib.nullcontext
     dp_view: Callable | None = None
     host_syncs: dict[str, int] = field(default_factory=dict)
+    params_elsewhere: int = 0
     impl: Any = None
 
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from shardlab.degrees import DIM_NAMES, Degrees
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
-
-DIM_NAMES = ("pp", "dp_replicate", "dp_shard", "cp", "tp")  # outermost to innermost, as torchtitan orders them
 # Flattened groups: name -> the dimensions they span.
 FLATTENED = {"dp": ("dp_replicate", "dp_shard"), "dp_cp": ("dp_replicate", "dp_shard", "cp")}
 # Expert parallelism splits the flattened dp dimension (as DeepSpeed and torchtitan borrow it): dp rank i
@@ -33,13 +32,8 @@ EP_GROUPS = ("ep", "edp")
 
 
 @dataclass
-class ParallelDims:
-    dp_replicate: int = 1
-    dp_shard: int = 1
-    tp: int = 1
-    pp: int = 1
-    cp: int = 1
-    ep: int = 1  # divides dp_replicate x dp_shard; not a factor of the world size
+class ParallelDims(Degrees):
+    """The layout (shardlab/degrees.py) as one rank of a training run sees it: its coordinates and groups."""
     rank: int = 0
     mesh: object = field(default=None, repr=False)
     _groups: dict = field(default_factory=dict, repr=False)

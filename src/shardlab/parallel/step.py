@@ -4,6 +4,8 @@ The trainer, every bench suite and the test harnesses take a step through one ca
 
     out = par.step([(x, y), ...], loss_weight, max_norm)   # -> StepResult(loss_sum, grad_norm, skipped)
 
+(a microbatch is (x, y), or (x, y, doc_pos) with packed documents: `unpack`)
+
 which is, in this order: `forward_backward` (the schedule; here the plain microbatch loop), `finish` (the
 in-flight gradient collectives), the loss scaler's unscale and inf check, `clip_grad_norm_` (over every
 group sharding gradients), the caller's verdict (the doctor's), `optimizer_step` unless the step is
@@ -51,7 +53,7 @@ class Parallel:
         # Entered around each microbatch's forward loss *and* its backward (DTensor's loss_parallel must
         # cover both); a layer that needs one declares it, the plain step has none.
         self.loss_context: Callable = the_one(self.layers, "loss_context") or contextlib.nullcontext
-        # (x, y) -> this rank's slice of the batch before forward (CP: the chunks of the sequence); None: whole.
+        # (x, y[, doc_pos]) -> this rank's slice of each before forward (CP: the chunks of the sequence); None: whole.
         self.shard_batch: Callable | None = the_one(self.layers, "shard_batch")
         # Process groups across which ranks hold different parts of the gradient (the norm sums over them):
         # the dp layer's shard group when it shards gradients, then each layer's.
@@ -72,6 +74,16 @@ class Parallel:
         for layer in self.layers:
             table.update(layer.host_syncs)
         return table
+
+    def num_params(self) -> int:
+        """The whole model's parameter count: the model as this rank holds it, plus what the layers moved
+        to other ranks (EP's other experts)."""
+        return self.model.num_params() + sum(layer.params_elsewhere for layer in self.layers)
+
+    def replica_sets(self) -> list:
+        """What the doctor compares, across which ranks (doctor/replicas.py): the dp layer's set first,
+        then each layer's, as the layers declared them through their dp views."""
+        return self.dp.replica_sets()
 
     def layer(self, name: str) -> Layer | None:
         """The handle of layer `name` ("tp", "cp", "ep", "pp", ...), None when this layout has none."""
@@ -97,15 +109,16 @@ class Parallel:
         total = torch.zeros((), device=self.device)
         self.moe_step = None
         last = len(microbatches) - 1
-        for i, (x, y) in enumerate(microbatches):
+        for i, mb in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
             self.dp.set_requires_gradient_sync(i == last)
             if self.shard_batch is not None:
-                x, y = self.shard_batch(x, y)
+                mb = self.shard_batch(*mb)
+            x, y, side = unpack(mb)
             with self.loss_context():
                 comm.set_phase("forward")
                 with timeline.span("forward", cat="compute", micro=i), self.autocast():
-                    loss = self.loss_fn(self.module(x), y, reduction="sum")
+                    loss = self.loss_fn(self.module(x, **side), y, reduction="sum")
                     train_loss = loss if not self.moe_layers else loss + self._moe_forward()
                 comm.set_phase("backward")
                 with timeline.span("backward", cat="compute", micro=i):
@@ -156,13 +169,15 @@ class Parallel:
         return moe.loss_term(self.moe_layers)
 
     @torch.no_grad()
-    def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor, doc_pos: torch.Tensor | None = None) -> torch.Tensor:
         """Summed token loss of one batch (this rank's chunks under cp), no gradients (evaluation, in the
-        parameters' precision)."""
+        parameters' precision). `doc_pos`: packed documents' positions, as in a microbatch."""
+        mb = (x, y) if doc_pos is None else (x, y, doc_pos)
         if self.shard_batch is not None:
-            x, y = self.shard_batch(x, y)
+            mb = self.shard_batch(*mb)
+        x, y, side = unpack(mb)
         with self.loss_context():
-            return _plain(self.loss_fn(self.module(x), y, reduction="sum"))
+            return _plain(self.loss_fn(self.module(x, **side), y, reduction="sum"))
 
     def finish(self) -> None:
         self.dp.finish_backward()
@@ -219,6 +234,15 @@ class Parallel:
 
     def state_bytes(self) -> dict:
         return self.dp.state_bytes(self.optimizer)
+
+
+def unpack(mb: tuple) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """A microbatch -> (x, y, the model's side inputs as keywords). A microbatch is (x, y), or (x, y, doc_pos)
+    with packed documents (data.doc_mask): each token's position inside its document, (b, seq) like x, which
+    every stage's forward takes as `doc_pos=` (model/documents.py)."""
+    x, y, *rest = mb
+    doc_pos = rest[0] if rest else None
+    return x, y, ({} if doc_pos is None else {"doc_pos": doc_pos})
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:

@@ -167,7 +167,9 @@ def _plan(args) -> int:
     if args.json:
         d = to_dict(plan)
         if not plan.fits:
-            d = {"fits": False, "verdict": shortfall(plan), "suggestions": fixes_dict(near, found), **d}
+            from .search import sp_hint
+            d = {"fits": False, "verdict": shortfall(plan), "suggestions": fixes_dict(near, found),
+                 "sp_hint": sp_hint(plan), **d}
         if moe_terms:
             d["moe"] = moe_terms
         print(json.dumps(d, indent=2))

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass
 
 from shardlab import precision
+from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
@@ -249,8 +250,8 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
     if lay.tp > 1:
         # shardlab's selective recompute reruns the block's TP collectives too (own TP's go through
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
-        per_mb = 4 + (2 if lay.recompute in ("full", "selective") else 0)
-        n = layers * per_mb * m + 2 * m  # + vocab-parallel embedding fwd / head bwd
+        rerun = lay.recompute in ("full", "selective")
+        n = tp_cost.region_calls(layers, m, recompute=rerun)  # + vocab-parallel embedding fwd / head bwd
         if lay.sp:
             out.append(Collective("all_gather", "tp", lay.tp, act * n, n, "none",
                                   f"sbh*{e} x {n} (sequence parallel: entering each region, both passes)",
@@ -260,9 +261,9 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
                                   per_micro=True))
         else:
             out.append(Collective("all_reduce", "tp", lay.tp, act * n, n, "none",
-                                  f"sbh*{e} x (4 per layer{' +2 recompute' if per_mb > 4 else ''}"
+                                  f"sbh*{e} x (4 per layer{' +2 recompute' if rerun else ''}"
                                   f" x {layers} layers + 2) x {m} micro batches", per_micro=True))
-        out.append(Collective("all_reduce", "tp", lay.tp, 3 * 4 * tokens * m, 2 * m, "none",
+        out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.LOSS_BYTES_PER_TOKEN * tokens * m, 2 * m, "none",
                               f"vocab-parallel loss: 3 fp32 per token (max; target logit, sum of exp) x "
                               f"{tokens} tokens x {m} micro batches", per_micro=True))
         if lay.sp:  # on the gradients as the dp layer holds them: ZeRO's are its (padded) shards
@@ -272,8 +273,8 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
             out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
                                   f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
                                   + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
-        out.append(Collective("all_reduce", "tp", lay.tp, 8, 1, "none",
-                              "8 B: grad-norm partial sums (split, copied)"))
+        out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.GRAD_NORM_BYTES, 1, "none",
+                              f"{tp_cost.GRAD_NORM_BYTES} B: grad-norm partial sums (split, copied)"))
     if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:
         g = train.grad_bytes * 2 * layers * model.kv_width * model.d_model
         out.append(Collective("all_reduce", "tp", lay.tp, g, 1, "none",

@@ -38,16 +38,13 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
 
     dims = resolve(cfg.parallel, world)
     p, t = cfg.parallel, cfg.train
-    dp = dims.dp_replicate * dims.dp_shard
-    strategy = strategy_name(p.strategy)
-    train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dp, micro_batch=t.micro_batch,
+    train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dims.dp, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype])
     schedule = registry.SPECS[p.pp_schedule].planned_as
-    layout = Layout(dp=dp, strategy=strategy, dp_shard=dims.dp_shard if strategy != "ddp" else None,
-                    tp=dims.tp, sp=bool(p.sp), pp=dims.pp, cp=dims.cp,
-                    schedule=schedule,
-                    v=int(p.pp_virtual), recompute=_RECOMPUTE.get(t.recompute, "none"),
-                    offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
-                    last_bucket_mb=p.last_bucket_mb, comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
-                    reshard_after_forward=bool(p.reshard_after_forward))
+    layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
+                                 v=int(p.pp_virtual), recompute=_RECOMPUTE.get(t.recompute, "none"),
+                                 offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
+                                 last_bucket_mb=p.last_bucket_mb,
+                                 comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
+                                 reshard_after_forward=bool(p.reshard_after_forward))
     return model_spec(cfg), train, layout

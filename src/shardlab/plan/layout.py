@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardlab import precision
+from shardlab.degrees import Degrees
 from shardlab.parallel.pp.registry import PLANNED as SCHEDULES  # the schedules the planner models
 
 from .model import ModelSpec
@@ -100,7 +101,22 @@ class Layout:
 
     @property
     def world(self) -> int:
-        return self.dp * self.tp * self.pp * self.cp
+        return self.degrees.world
+
+    @property
+    def degrees(self) -> Degrees:
+        """This candidate as the one layout type (shardlab/degrees.py): a ZeRO/FSDP layer shards over
+        `shard` ranks of dp and replicates over the rest; ddp replicates over all of them."""
+        return Degrees(dp_replicate=self.replicate, dp_shard=self.dp // self.replicate, tp=self.tp, pp=self.pp,
+                       cp=self.cp)
+
+    @classmethod
+    def from_degrees(cls, degrees: Degrees, strategy: str = "ddp", **how) -> "Layout":
+        """The planner's candidate for a layout (a training run's mesh, `parallel.mesh.resolve`) and how its
+        layers work (`how`: schedule, recompute, buckets, ...)."""
+        sharded = strategy != "ddp"
+        return cls(dp=degrees.dp, strategy=strategy, dp_shard=degrees.dp_shard if sharded else None,
+                   tp=degrees.tp, pp=degrees.pp, cp=degrees.cp, **how)
 
     @property
     def shard(self) -> int:

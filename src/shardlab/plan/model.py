@@ -227,13 +227,18 @@ def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
                            p: int = 1, in_flight: float = 1.0) -> float:
     """Korthikanti et al. 2022 Sec. 4.3, outside the layers (first pipeline stage): the embedding
     dropout mask sbh per micro batch in flight; with p == 1 the same rank also holds the final
-    LayerNorm, output projection and cross-entropy inputs, 4sbh(1 + v/h). Both are split t ways
-    under sequence parallelism (the paper's setting)."""
+    LayerNorm and output projection inputs, 4sbh, and the cross-entropy's logits, 4sbv. The paper
+    writes 4sbh(1 + v/h)/t for its setting, sequence parallelism; the two parts split differently
+    without it: the hidden-size tensors are replicated across the tensor-parallel ranks (÷t only with
+    SP), while the logits are always this rank's vocabulary slice (the vocab-parallel loss,
+    parallel/tp/loss.py: no rank holds the full tokens x vocab logits), so 4sbv/t at any t."""
     sbh = s * b * m.d_model
-    out = 0.0 if m.llama else sbh * in_flight  # llama: no embedding dropout
+    rep = 0.0 if m.llama else sbh * in_flight  # llama: no embedding dropout
+    logits = 0.0
     if p == 1:
-        out += 4 * sbh * (1 + m.vocab / m.d_model)
-    return out / (t if sp else 1)
+        rep += 4 * sbh
+        logits = 4 * s * b * m.vocab / t
+    return rep / (t if sp else 1) + logits
 
 
 PRESETS: dict[str, ModelSpec] = {

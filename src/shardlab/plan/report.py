@@ -101,8 +101,15 @@ def shortfall(p: Plan) -> str:
 
 def render_fixes(p: Plan, near: list, found: list) -> str:
     """What would make a non-fitting plan fit: printed first, before the plan itself."""
-    from .search import args_of
-    out = [f"{p.layout.describe()}, micro batch {p.train.micro_batch}: {shortfall(p)}", ""]
+    from .search import args_of, sp_hint
+    out = [f"{p.layout.describe()}, micro batch {p.train.micro_batch}: {shortfall(p)}"]
+    hint = sp_hint(p)
+    if hint:
+        out.append(f"sequence parallelism is off: sp=true splits the activations tp={p.layout.tp} ranks replicate, "
+                   f"{_b(hint['activations'])} -> {_b(hint['activations_sp'])} of activations (saves "
+                   f"{_b(hint['saves'])}; {_b(hint['mem_total_sp'])} per GPU: "
+                   f"{'fits' if hint['fits_sp'] else 'still does not fit'})")
+    out.append("")
     if near:
         out.append("fits with (same layout):")
         for what, q in near:

@@ -105,6 +105,10 @@ def _one_knob(p: Plan):
         b //= 2
     stages = ("ddp", "zero1", "zero2", "zero3")
     zs = [z for z in stages[stages.index(lay.strategy) + 1:]] if lay.dp > 1 else []
+    if lay.tp > 1 and not lay.sp:  # sequence parallelism: the replicated activations split t ways
+        yield "sp=true", replace(lay, sp=True), tr
+        for r in recs:
+            yield f"sp=true recompute={r}", replace(lay, sp=True, recompute=r), tr
     for r in recs:
         yield f"recompute={r}", replace(lay, recompute=r), tr
     for b in mbs:
@@ -116,6 +120,21 @@ def _one_knob(p: Plan):
     for r in recs:
         for b in mbs:
             yield f"recompute={r} micro_batch={b}", replace(lay, recompute=r), replace(tr, micro_batch=b)
+
+
+def sp_hint(p: Plan) -> dict | None:
+    """What sequence parallelism would save, for a tensor-parallel plan with it off: the activations the
+    tensor-parallel ranks replicate (norms, dropout, residuals; with full recompute the whole block
+    input) become 1/t each (Korthikanti et al. 2022, Table 2)."""
+    if p.layout.tp <= 1 or p.layout.sp:
+        return None
+    try:
+        q = evaluate(p.model, p.train, replace(p.layout, sp=True), p.cluster)
+    except ValueError:
+        return None
+    a, a_sp = (sum(ln.bytes for ln in pl.memory if ln.name in ("activations", "pipeline in-flight")) for pl in (p, q))
+    return {"activations": a, "activations_sp": a_sp, "saves": p.mem_total - q.mem_total,
+            "mem_total_sp": q.mem_total, "fits_sp": q.fits, "tokens_per_s_sp": q.tokens_per_s}
 
 
 def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:

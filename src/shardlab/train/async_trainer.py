@@ -32,7 +32,8 @@ import torch
 from shardlab import comm, parallel
 from shardlab.train.state import TrainState, datasets
 from shardlab.config import Config
-from shardlab.data import GlobalSampler, get_batch
+from shardlab.data import GlobalSampler
+from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.observe import inject
 from shardlab.observe.memory import PeakMemory
 from shardlab.parallel.dp import async_ps
@@ -54,6 +55,7 @@ class AsyncTrainer:
         if t.retain_host_memory and self.device.type == "cpu":
             host_alloc.retain_freed_memory()  # no page faults on every step's activations (train/host_alloc.py)
         self.train_ds, self.val_ds = datasets(cfg)
+        self.doc_eos = eos_id_of(cfg) if cfg.data.doc_mask else None  # packed documents, as the Trainer's
         self.tokens_per_step = t.global_batch * t.seq_len
         self.peak_mem = PeakMemory(self.device).__enter__()
         # Every rank the whole model, talking to no one: the roles, not a data-parallel layer, communicate.
@@ -80,9 +82,8 @@ class AsyncTrainer:
         t = self.cfg.train
         async_ps.unflatten_into(flat, self.params)
         inject.maybe_slow(self.cfg, self.rank, ticket)  # debug.slow_rank: a straggling worker on purpose
-        x, y = get_batch(self.train_ds, self.sampler.global_batch_at(ticket))
-        x, y = x.to(self.device), y.to(self.device)
-        micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
+        batch = packed_batch(self.train_ds, self.sampler.global_batch_at(ticket), self.doc_eos)
+        micro = list(zip(*(b.to(self.device).tensor_split(t.grad_accum) for b in batch)))
         loss_sum = self.par.forward_backward(micro, 1 / self.tokens_per_step)
         self.par.finish()
         grad = async_ps.flatten([p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params])

@@ -8,7 +8,8 @@ import math
 import torch
 
 from shardlab import comm
-from shardlab.data import get_batch, val_indices_for_rank
+from shardlab.data import val_indices_for_rank
+from shardlab.data.documents import packed_batch
 
 
 def val_loss(trainer) -> float:
@@ -31,8 +32,9 @@ def val_loss(trainer) -> float:
         chunk = mine[b * mb:(b + 1) * mb]
         real = len(chunk)
         chunk = chunk or mine[:1] or [0]  # a padding forward whose loss is not counted
-        x, y = get_batch(ds, chunk)
-        loss = par.eval_loss_sum(x.to(trainer.device), y.to(trainer.device))
+        batch = [t.to(trainer.device) for t in packed_batch(ds, chunk, trainer.doc_eos)]
+        loss = par.eval_loss_sum(*batch)
+        y = batch[1]
         if real:
             totals[0] += loss.double()
             totals[1] += real * y.shape[1] // par.dims.cp  # under cp this rank scored 1/cp of each sequence

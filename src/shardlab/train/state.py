@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from shardlab.config import Config
-from shardlab.data import GlobalSampler, TokenDataset, load_tokens, split_train_val
+from shardlab.data import GlobalSampler, TokenDataset
+from shardlab.data.tokens import follow_vocab, open_corpus
 from shardlab.train.scaler import LossScaler
 
 
@@ -24,8 +25,9 @@ class TrainState:
 
 
 def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
-    """The run's training and validation splits (every trainer reads the corpus the same way)."""
-    tokens = load_tokens(cfg.data.source)
-    train_tok, val_tok = split_train_val(tokens, cfg.data.val_fraction)
-    return (TokenDataset(train_tok, cfg.train.seq_len, name="training split"),
-            TokenDataset(val_tok, cfg.train.seq_len, name="validation split"))
+    """The run's training and validation splits (every trainer reads the corpus the same way); the model's
+    vocabulary follows the tokenizer's when model.vocab_size is not set."""
+    corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
+    follow_vocab(cfg.model, corpus.tokenizer)  # (the CLI did, before writing config.toml; a trainer built by hand)
+    return (TokenDataset(corpus.train, cfg.train.seq_len, name="training split"),
+            TokenDataset(corpus.val, cfg.train.seq_len, name="validation split"))

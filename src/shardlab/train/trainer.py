@@ -22,7 +22,8 @@ from shardlab import comm, parallel, precision
 from shardlab.checkpoint.manifest import step_dirname
 from shardlab.comm import CollectiveMismatchError
 from shardlab.config import Config, ConfigError
-from shardlab.data import GlobalSampler, get_batch
+from shardlab.data import GlobalSampler
+from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.launch import failure, interrupt, orphans
 from shardlab.observe import analysis, inject, timeline
@@ -64,6 +65,8 @@ class Trainer:
             timeline.enable(self.run_dir, self.rank)
 
         self.train_ds, self.val_ds = datasets(cfg)
+        # packed documents (data.doc_mask, docs/data.md): the EOS id that ends each one; None: no masks
+        self.doc_eos = eos_id_of(cfg) if cfg.data.doc_mask else None
         self.tokens_per_step = t.global_batch * t.seq_len
         # Peak memory is measured from here: model, gradients, optimizer state, activations, buffers.
         self.peak_mem = PeakMemory(self.device).__enter__()
@@ -71,7 +74,7 @@ class Trainer:
         self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
         self.dims, self.strategy = self.par.dims, self.par.dp
         # the whole model's count (under expert parallelism a rank holds only its experts)
-        self.n_params = getattr(self.strategy, "num_params", self.par.model.num_params)()
+        self.n_params = self.par.num_params()
         # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
         reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
@@ -94,7 +97,8 @@ class Trainer:
         if cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
             self.start_step = self.strategy.found_or_join(self.state, self.start_step)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
-        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device, self.dims)
+        self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
+                             self.par.replica_sets())
         self.verdict = "ok"
         self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
         self.comm_steps = 0
@@ -110,15 +114,15 @@ class Trainer:
             if action == "skip":  # a bad batch skipped after a rollback: consumed, nothing else
                 self.verdict = "skip"
                 return torch.zeros((), device=self.device), float("nan"), True
-            x, y = get_batch(self.train_ds, idx)
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            # (x, y), and with data.doc_mask the per-token document positions, computed before any layer cuts
+            batch = [b.to(self.device, non_blocking=True) for b in packed_batch(self.train_ds, idx, self.doc_eos)]
         # Ranks that saw different tokens (dp x cp): the dp layer averages over them, so this makes the mean
         # over all tokens of the global batch.
         loss_weight = self.dims.size("dp_cp") / self.tokens_per_step * self.doctor.loss_weight_factor(action)
         if st.scaler is not None:
             loss_weight *= st.scaler.scale
         # grad_accum microbatches on every rank whatever its share (the same collectives everywhere)
-        micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
+        micro = list(zip(*(b.tensor_split(t.grad_accum) for b in batch)))
         shadow = action == "shadow"
 
         def verdict(loss_sum, grad_norm, found_inf) -> bool:

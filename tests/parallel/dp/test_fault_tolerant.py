@@ -194,12 +194,14 @@ def _ft_replica(rid: int, port: int):
     import torch
 
     from shardlab.data import GlobalSampler
+    from shardlab.parallel.dp.base import Strategy
     from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    dp = SimpleNamespace(model=model, optimizer_step=lambda o: o.step(), set_requires_gradient_sync=lambda s: None)
+    dp = Strategy(None, None, torch.device("cpu"))  # the base layer: a whole replica, no communication of its own
+    dp.wrap(model)
     pcfg = SimpleNamespace(sync="diloco", sync_every=1, outer_lr=0.7, outer_momentum=0.9, outer_dtype="fp32",
                            replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{port}", ft_timeout=0.3,
                            ft_join_timeout=30)

@@ -199,7 +199,7 @@ def _hsdp_fn(strategy):
         runs[mode] = _params(par)
     h2 = _build(base + ["parallel.sync=local_sgd", "parallel.sync_every=2"])
     h2_stats = _steps(h2, 2)
-    shard_bytes = 4 * sum(i.numel for i in h2.dp.infos)  # this rank's padded shards, fp32
+    shard_bytes = 4 * sum(i.numel for i in h2.dp.dp.infos)  # this rank's padded shards (the zero layer inside the sync), fp32
     return _params(ref), runs, ref_stats, h2_stats, shard_bytes, init
 
 

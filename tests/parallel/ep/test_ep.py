@@ -242,7 +242,7 @@ def test_doctor_names_a_diverged_expert_copy_within_its_edp_group(pool4, tmp_pat
     assert ".experts." in name
     for r in bad:
         res = r["result"]
-        assert r["verdict"] == "stop" and not res["consistent"] and res["expert_diverged"]
+        assert r["verdict"] == "stop" and not res["consistent"] and res["diverged_set"] == "experts"
         assert res["first"]["ranks"] == [3] and res["first"]["param"] == name
         assert res["experts"]["group_ranks"] == bad[3]["edp"] == [1, 3]
         assert "rank(s) 3" in res["summary"] and "[1, 3]" in res["summary"] and name in res["summary"]

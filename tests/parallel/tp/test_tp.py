@@ -6,7 +6,7 @@ on each rank, keeps a copy as the reference and splits the other (tests/drivers/
 import pytest
 import torch
 
-from shardlab.parallel.tp.own import comm_bytes_per_step
+from shardlab.parallel.tp.cost import comm_bytes_per_step
 from shardlab.testing.compare import assert_float64_equal
 from tp_harness import TINY, checkpoint_roundtrip, reshard_across_degrees, dropout_recompute, dropout_streams, dtensor_collectives, parity, records
 

@@ -14,6 +14,9 @@ def validate_cp(cfg, dims) -> None:
     _choice("parallel.cp_impl", p.cp_impl, tuple(layers.CONTEXT_PARALLEL))
     if dims.cp == 1:
         return
+    if p.cp_impl == "torch" and cfg.data.doc_mask:
+        raise ConfigError("data.doc_mask=true with parallel.cp_impl=torch: torch's ring attention has no document "
+                          "mask; use parallel.cp_impl=own (its ring masks by document across chunks)")
     if t.seq_len % (2 * dims.cp):
         raise ConfigError(f"train.seq_len={t.seq_len} is not divisible by 2 x parallel.cp = {2 * dims.cp} (zigzag "
                           f"context parallelism cuts every sequence into {2 * dims.cp} equal chunks); choose a "

@@ -3,6 +3,7 @@ computed by the ring (parallel/cp/ring.py), applied to the single-device GPT fro
 
     model = apply_cp(model, cp_group)            # attn.attend -> Ring per block; positions follow the chunks
     x, y = model.cp.shard_batch(x, y)            # this rank's tokens and targets (the step does this)
+    # packed documents (data.doc_mask): shard_batch(x, y, doc_pos) also cuts the per-token positions
     loss_sum = cross_entropy(model(x), y, "sum") # this rank's part of the sequence's loss
 
 Zigzag ("head-tail") chunking: the sequence is cut into 2N chunks and rank r holds chunks r and 2N-1-r,
@@ -14,6 +15,11 @@ position table: its rotary positions are set on every block's `attn.rope_positio
 model, from the length of the chunks it is handed (so q and k rotate by their global positions, and
 q.k depends on the global distance between them, as on one device). Its grouped k/v heads travel the
 ring as they are (parallel/cp/ring.py).
+
+Packed documents (`data.doc_mask`): the per-token positions inside documents are computed from the whole
+sequence before the cut and cut with the tokens; the ring masks each (query chunk, key chunk) pair by
+document from the queries' positions and the chunks' global indices (parallel/cp/ring.py), with no extra
+traffic. The rotary seam `rope_positions` is then unused: the model rotates by the batch's positions.
 
 Parameters are not split: every cp rank holds a replica, and their gradients are summed over cp as well
 as dp (the data-parallel layer communicates in the `dp_cp` group). See docs/context.md.
@@ -84,13 +90,17 @@ class ContextParallel:
         self.group, self.layout, self.rings = group, layout, rings
         self.rank, self.size = comm.rank(group), comm.world_size(group)
 
-    def shard_batch(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """This rank's chunks of a batch's inputs and targets (sequence = dim 1): each token keeps its target."""
-        return (shard_sequence(x, self.rank, self.size, self.layout),
-                shard_sequence(y, self.rank, self.size, self.layout))
+    def shard_batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """This rank's chunks of a batch's inputs, targets and (packed documents) per-token positions, all cut
+        alike (sequence = dim 1): each token keeps its target and its position inside its document."""
+        return tuple(shard_sequence(t, self.rank, self.size, self.layout) for t in tensors)
 
     def positions(self, pos: torch.Tensor) -> torch.Tensor:
-        """Local positions 0..L-1 (what the model asks the position embedding for) -> global positions."""
+        """Local positions 0..L-1 (what the model asks the position embedding for) -> global positions.
+        Packed documents' positions, (b, L) per token, came cut with the batch (`shard_batch`) and are
+        already the right ones: they pass as they are."""
+        if pos.dim() > 1:
+            return pos
         index = token_index(pos.shape[0] * self.size, self.rank, self.size, self.layout, pos.device)
         return index[pos]
 

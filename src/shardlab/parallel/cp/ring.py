@@ -21,6 +21,15 @@ and log-sum-exp (its softmax rows are then the global ones): the standard ring-a
 Per rank and pass: forward sends size - 1 K/V blocks; backward size - 1 K/V blocks and size dK/dV
 blocks (tags "cp.kv:NAME", "cp.kv_bwd:NAME", "cp.dkv:NAME"). docs/context.md has the picture.
 
+Packed documents (`data.doc_mask`, model/documents.py): query i of a document starting at i - p_i sees
+the keys j with i - p_i <= j <= i, so each pair's mask follows from the chunks' global indices and the
+queries' positions, computed where the pair is (no ids travel). A pair may mask a query row whole (its
+document starts after the key chunk): that row's log-sum-exp is -inf and its output 0, and the merge
+keeps two such parts empty instead of NaN (exp(-inf - (-inf))); every row has its own key in the
+diagonal pair, so the final log-sum-exp, which the backward divides by, is finite. Pairs after the
+query chunk are still skipped; a pair the documents mask whole is computed (deciding to skip it would
+read the mask on the host: a sync per pair).
+
 Grouped-query attention (Llama): k and v may have fewer heads than q (a divisor of q's). The ring runs on
 the grouped heads: the blocks that travel keep n_kv_heads heads, so the K/V traffic shrinks by
 n_head / n_kv_heads (GQA's point, and the ring's whole cost); each pair repeats its key/value chunk over
@@ -35,30 +44,52 @@ import time
 import torch
 
 from shardlab import comm
+from shardlab.model.documents import allowed
 
 
-def block_attention(q, k, v, causal: bool):
+def block_attention(q, k, v, causal: bool, mask=None, flash: bool | None = None):
     """One (q-chunk, k-chunk) pair: (out, lse), lse of shape (b, h, t_q). On CPU the flash kernel (it
-    returns the log-sum-exp and never holds the t_q x t_k scores); elsewhere the plain formula."""
-    if q.device.type == "cpu":
-        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal)
+    returns the log-sum-exp and never holds the t_q x t_k scores); elsewhere the plain formula (`flash`
+    chooses: tests check the plain one on CPU too).
+    `mask` (packed documents): (b, 1, t_q, t_k) bool, True = may attend, in place of `causal`. A row it
+    masks whole has no key in this block: its lse is -inf and its output 0 (`merge` keeps them apart)."""
+    if q.device.type == "cpu" if flash is None else flash:
+        extra = {} if mask is None else {"attn_mask": _additive(mask, q.dtype)}
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, **extra)
+        if mask is not None:  # the kernel reports an empty row as lse 0 (out 0): it carries no weight
+            lse = lse.masked_fill(~mask.any(-1), float("-inf"))
         return out, lse
+    s = _scores(q, k, causal, mask)
+    lse = s.logsumexp(-1)
+    # an empty row: exp(-inf - (-inf)) would be NaN; against a finite stand-in every weight is exp(-inf) = 0
+    p = torch.exp(s - lse.masked_fill(lse == float("-inf"), 0.0).unsqueeze(-1))
+    return (p.to(v.dtype) @ v), lse
+
+
+def _scores(q, k, causal: bool, mask):
+    """The pair's scaled scores in fp32, -inf where masked (the plain formula's)."""
     s = (q @ k.transpose(-1, -2)).float() * (1.0 / math.sqrt(q.shape[-1]))
     if causal:
         s = s.masked_fill(_upper(s.shape[-2], s.shape[-1], s.device), float("-inf"))
-    lse = s.logsumexp(-1)
-    return (torch.exp(s - lse.unsqueeze(-1)).to(v.dtype) @ v), lse
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    return s
 
 
-def block_attention_backward(dout, q, k, v, out, lse, causal: bool):
-    """(dq, dk, dv) of one pair, given the final output and log-sum-exp of the query rows."""
-    if q.device.type == "cpu":
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask as the CPU flash kernel takes it: 0 where allowed, -inf elsewhere, in q's dtype."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, float("-inf"))
+
+
+def block_attention_backward(dout, q, k, v, out, lse, causal: bool, mask=None, flash: bool | None = None):
+    """(dq, dk, dv) of one pair, given the final output and log-sum-exp of the query rows (finite: every
+    query attends at least itself, so a row empty in this block has p = exp(-inf - lse) = 0 here)."""
+    if q.device.type == "cpu" if flash is None else flash:
+        extra = {} if mask is None else {"attn_mask": _additive(mask, q.dtype)}
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
-            dout, q, k, v, out, lse, 0.0, causal)
+            dout, q, k, v, out, lse, 0.0, causal, **extra)
     scale = 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-1, -2)).float() * scale
-    if causal:
-        s = s.masked_fill(_upper(s.shape[-2], s.shape[-1], s.device), float("-inf"))
+    s = _scores(q, k, causal, mask)
     p = torch.exp(s - lse.unsqueeze(-1))
     dv = p.to(dout.dtype).transpose(-1, -2) @ dout
     dp = (dout @ v.transpose(-1, -2)).float()
@@ -88,7 +119,11 @@ def merge(out, lse, blk_out, blk_lse):
     if out is None:
         return blk_out.to(torch.promote_types(blk_out.dtype, torch.float32)), blk_lse.to(out_dtype(blk_lse))
     new = torch.logaddexp(lse, blk_lse)
-    out = out * torch.exp(lse - new).unsqueeze(-1) + blk_out * torch.exp(blk_lse - new).unsqueeze(-1)
+    # A row with no key in either part (packed documents: both blocks masked for it) has new = -inf, and
+    # exp(-inf - (-inf)) is NaN; against 0 both weights are exp(-inf) = 0 and the row stays empty (out 0,
+    # lse -inf) until a block with its keys arrives. Finite rows are untouched: the same bits as before.
+    base = new.masked_fill(new == float("-inf"), 0.0)
+    out = out * torch.exp(lse - base).unsqueeze(-1) + blk_out * torch.exp(blk_lse - base).unsqueeze(-1)
     return out, new
 
 
@@ -115,10 +150,23 @@ class Ring:
         self.rank, self.size = comm.rank(group), comm.world_size(group)
         self.stats = {"flops": 0, "fwd_s": 0.0, "bwd_s": 0.0}
 
-    def __call__(self, q, k, v, dropout_p: float = 0.0):
+    def __call__(self, q, k, v, dropout_p: float = 0.0, doc_pos=None):
+        """`doc_pos` (packed documents): (b, local length) this rank's queries' positions inside their
+        documents, in local order (cut with the batch)."""
         if dropout_p:
             raise ValueError("context parallelism: attention dropout is not supported by the ring (set model.dropout=0)")
-        return RingAttention.apply(q, k, v, self)
+        return RingAttention.apply(q, k, v, self, doc_pos)
+
+    def pair_mask(self, doc_pos, c: int, src: int, i: int, j: int):
+        """Packed documents: (b, 1, c, c) which keys of `src`'s chunk j the queries of local chunk i may
+        attend (model/documents.py), from the chunks' global indices and the queries' positions; None
+        without documents. Computed locally: no positions travel."""
+        if doc_pos is None:
+            return None
+        qc, kc = self.chunks(self.rank)[i], self.chunks(src)[j]
+        q_index = torch.arange(qc * c, (qc + 1) * c, device=doc_pos.device)
+        k_index = torch.arange(kc * c, (kc + 1) * c, device=doc_pos.device)
+        return allowed(q_index, q_index - doc_pos[:, i * c:(i + 1) * c], k_index)
 
     # --- the ring -------------------------------------------------------------------------------------
     def pairs(self, src: int):
@@ -141,7 +189,7 @@ class Ring:
 
 class RingAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, ring: Ring):
+    def forward(ctx, q, k, v, ring: Ring, doc_pos=None):
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
         n = len(ring.chunks(ring.rank))
         c = q.shape[2] // n  # chunk length
@@ -155,7 +203,8 @@ class RingAttention(torch.autograd.Function):
             t0 = time.perf_counter()
             for i, j, kind in ring.pairs(src):
                 ks, vs = (expand(kv[z, :, :, j * c:(j + 1) * c], q.shape[1]) for z in (0, 1))
-                o, lse = block_attention(qs[i], ks, vs, kind == "diag")
+                mask = ring.pair_mask(doc_pos, c, src, i, j)  # packed documents: causality included
+                o, lse = block_attention(qs[i], ks, vs, kind == "diag" and mask is None, mask)
                 acc[i] = merge(*acc[i], o, lse)
                 ring.stats["flops"] += _flops(qs[i], kind)
             ring.stats["fwd_s"] += time.perf_counter() - t0
@@ -166,13 +215,13 @@ class RingAttention(torch.autograd.Function):
         out = torch.cat([o for o, _ in acc], dim=2).to(q.dtype)
         lse = torch.cat([l for _, l in acc], dim=2)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.ring = ring
+        ctx.ring, ctx.doc_pos = ring, doc_pos
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
-        ring = ctx.ring
+        ring, doc_pos = ctx.ring, ctx.doc_pos
         dout = dout.contiguous()
         n = len(ring.chunks(ring.rank))
         c = q.shape[2] // n
@@ -187,9 +236,11 @@ class RingAttention(torch.autograd.Function):
             t0 = time.perf_counter()
             for i, j, kind in ring.pairs(src):
                 qsl, ksl = slice(i * c, (i + 1) * c), slice(j * c, (j + 1) * c)
+                mask = ring.pair_mask(doc_pos, c, src, i, j)
                 g_q, g_k, g_v = block_attention_backward(
                     dout[:, :, qsl], q[:, :, qsl], expand(kv[0, :, :, ksl], q.shape[1]),
-                    expand(kv[1, :, :, ksl], q.shape[1]), out[:, :, qsl], lse[:, :, qsl], kind == "diag")
+                    expand(kv[1, :, :, ksl], q.shape[1]), out[:, :, qsl], lse[:, :, qsl],
+                    kind == "diag" and mask is None, mask)
                 dq[:, :, qsl] += g_q
                 dkv[0, :, :, ksl] += reduce_groups(g_k, k.shape[1])
                 dkv[1, :, :, ksl] += reduce_groups(g_v, k.shape[1])
@@ -202,7 +253,7 @@ class RingAttention(torch.autograd.Function):
                 kv = nxt
             for h in dkv_handles:
                 h.wait()
-        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None
+        return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype), None, None
 
 
 def _flops(q, kind: str) -> int:

@@ -22,7 +22,10 @@ from typing import Callable, Iterator
 import torch
 import torch.nn as nn
 
+from torch.distributed.tensor import DTensor
+
 from shardlab import comm
+from shardlab.doctor.replicas import ReplicaSet
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
@@ -193,6 +196,52 @@ class Strategy:
             g["lr"] = lr
         for p, grad in zip(params, grads):
             p.grad = grad
+
+    # --- under a periodic synchronisation (local SGD / DiLoCo: parallel/dp/sync.py) ----------------------
+    shards_within_replica = False  # own ZeRO: a replica is a shard group (HSDP), synchronised shard by shard
+
+    def replicas_step_alone(self) -> list[tuple[str, torch.Tensor]]:
+        """The replicas stop meeting every step (they meet in the periodic synchronisation instead): what
+        this rank synchronises, (name, tensor) in one fixed order on every replica. A whole replica: its
+        trainable parameters, a tied weight once."""
+        seen, named = set(), []
+        for fqn, p in self.model.named_parameters():
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                named.append((fqn, p))
+        return named
+
+    def params_updated(self) -> None:
+        """The synchronisation wrote what `replicas_step_alone` returned: make the rest of this rank's
+        parameters follow (zero1/2 gather the full parameters again). A whole replica: nothing to do."""
+
+    # --- what the doctor compares (doctor/replicas.py) -------------------------------------------------
+    def replicated_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """What this layer holds equal on every data-parallel rank: plain tensors and fully replicated
+        DTensors (FSDP2's sharded DTensors differ per rank by design; an emptied tensor is a freed,
+        sharded-away parameter). A layer that keeps parameters as shards (own ZeRO-3) says so."""
+        out = []
+        for name, p in self.model.named_parameters():
+            if isinstance(p, DTensor):  # only a fully replicated one is the same on every rank
+                if all(pl.is_replicate() for pl in p.placements):
+                    out.append((name, p.to_local()))
+            elif p.numel():
+                out.append((name, p))
+        return out
+
+    def replica_sets(self, seen=None) -> list[ReplicaSet]:
+        """The data-parallel replicas: the ranks of the data-parallel group (dp x cp: context parallelism's
+        ranks hold replicas too), which hold `replicated_parameters()` bitwise equal — as `seen`, the
+        outermost dp view, declares them (EP's: the dense parameters only). The layers' dp views add their
+        own sets after this one (TP's copies, EP's experts) or replace it (local SGD)."""
+        source = seen or self
+        world = self.dims.world_size
+        if self.dims.size("dp_cp") == 1:
+            return [ReplicaSet("dp", [comm.rank()], note="no data-parallel replicas")]
+        whole = self.dims.size("dp_cp") == world
+        return [ReplicaSet("dp", list(range(world)) if whole else self.dims.ranks("dp_cp"),
+                           None if whole else self.dims.group("dp_cp"),
+                           parameters=lambda fragments=None: source.replicated_parameters())]
 
     def sync_state_dict(self) -> dict | None:
         """State a periodic synchronisation keeps beside the model and optimizer (local SGD / DiLoCo:

@@ -39,9 +39,10 @@ import re
 
 import torch
 
-from shardlab import comm
+from shardlab import comm, precision
+from shardlab.doctor.replicas import ReplicaSet
 from shardlab.errors import ConfigError
-from shardlab import precision
+from shardlab.parallel.dp.view import DPView
 
 _BLOCK = re.compile(r"^(blocks|layers)\.(\d+)\.")  # a transformer block's parameters (GPT, Llama)
 
@@ -73,25 +74,19 @@ def cut_fragments(sizes: list[int], f: int) -> list[int]:
     return cuts + [len(sizes)]
 
 
-class PeriodicSync:
+class PeriodicSync(DPView):
     """The dp layer with its gradient all-reduce replaced by a periodic model synchronisation."""
 
+    group = None  # the group the outer step runs over (its own, not the dp layer's): set per instance
+
     def __init__(self, dp, pcfg, group, optimizer):
-        self.__dict__.update(dp=dp, mode=pcfg.sync, every=int(pcfg.sync_every), group=group,
+        super().__init__(dp)
+        self.__dict__.update(mode=pcfg.sync, every=int(pcfg.sync_every), group=group,
                              optimizer=optimizer, inner_step=0, wire_dtype=precision.torch_dtype(pcfg.outer_dtype))
         # HSDP: the replica is a shard group; what is synchronised is this rank's shards (what its optimizer
         # steps), and gradients stay reduced inside the replica.
-        sharded = hasattr(dp, "replicas_step_alone")
-        if sharded:
-            dp.replicas_step_alone()
-            named = [(i.fqn, i.shard) for i in dp.infos]
-        else:
-            # The trainable parameters once each (a tied weight once), in one fixed order on every replica.
-            seen, named = set(), []
-            for fqn, p in dp.model.named_parameters():
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
-                    named.append((fqn, p))
+        sharded = dp.shards_within_replica
+        named = dp.replicas_step_alone()
         params = [p for _, p in named]
         # Fragments: contiguous units (embedding, each block, head) of the model order, cut by size.
         units, seen_block = [], False
@@ -131,9 +126,6 @@ class PeriodicSync:
                     outer.state[v]["momentum_buffer"] = torch.zeros_like(v)
             self.__dict__.update(start=start, views=views, outer=outer)
 
-    def __getattr__(self, name):  # everything not named here is the dp layer's own
-        return getattr(self.__dict__["dp"], name)
-
     # --- the step ---------------------------------------------------------------------------------------
     def set_requires_gradient_sync(self, requires: bool) -> None:
         # a whole replica steps on its own gradient; a sharded one reduces inside itself as usual
@@ -171,6 +163,21 @@ class PeriodicSync:
             offset += p.numel()
         return out
 
+    def replica_sets(self, seen=None) -> list[ReplicaSet]:
+        """The replicas of the outer step's group, equal only right after an outer step, fragment by
+        fragment (instead of the dp layer's every-step set); the other layers' sets as they were."""
+        def parameters(fragments=None):
+            return [pair for f in (range(self.n_fragments) if fragments is None else fragments)
+                    for pair in self.fragment_parameters(f)]
+
+        diloco = self.mode == "diloco"  # its outer state θ_start is what a replica must keep equal between
+        group, ranks = self.replica_group()
+        mine = ReplicaSet("dp", ranks, group, parameters=parameters, fragments=self.n_fragments,
+                          synced=self.synced_fragments, held=self.outer_state if diloco else None,
+                          held_label="its DiLoCo outer state θ_start" if diloco else "",
+                          note="one replica in this process group: nothing to compare")
+        return [mine] + self.dp.replica_sets(seen or self)[1:]
+
     def due(self, step: int) -> list[int]:
         """The fragments synchronised after inner step `step` (1-based)."""
         return [f for f, o in enumerate(self.offsets) if step >= max(o, 1) and (step - o) % self.every == 0]
@@ -205,8 +212,7 @@ class PeriodicSync:
             view.grad = None
             flat[a:b].copy_(view)
         self._unflatten(flat)
-        if self.sharded and not getattr(self.dp, "shard_params", True):
-            self.dp._gather_params()  # zero1/2 keep full parameters: the updated shards gathered again
+        self.dp.params_updated()
 
     def _flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.params])
@@ -258,8 +264,7 @@ class PeriodicSync:
                 for k, v in mine.get("optim", {}).get(str(i), {}).items():
                     if k in self.optimizer.state.get(p, {}):
                         self.optimizer.state[p][k].copy_(v)
-            if self.sharded and not getattr(self.dp, "shard_params", True):
-                self.dp._gather_params()
+            self.dp.params_updated()
         if self.mode == "diloco":
             self.start.copy_(shared["start"] if "start" in shared else self._flat().float())
             if "momentum" in shared:

@@ -77,12 +77,20 @@ class _Zero(Strategy):
         self.model = self.module = model
         return model
 
-    def replicas_step_alone(self) -> None:
+    shards_within_replica = True
+
+    def replicas_step_alone(self) -> list:
         """HSDP under local SGD / DiLoCo (parallel/dp/sync.py): each replica group steps on its own gradient,
         so the per-step all-reduce across replicas goes and the reduce-scatter averages over the shard group
-        only; the replicas meet in the periodic outer synchronisation instead."""
+        only; the replicas meet in the periodic outer synchronisation instead, on this rank's shards (what its
+        optimizer steps)."""
         self.replicate_group = None
         self.dp_size = self.world
+        return [(i.fqn, i.shard) for i in self.infos]
+
+    def params_updated(self) -> None:
+        if not self.shard_params:  # zero1/2 keep full parameters: the updated shards gathered again
+            self._gather_params()
 
     def local_grad(self, fqn: str):
         """The gradient of this rank's dim-0 shard of `fqn` (what the optimizer steps)."""
@@ -323,6 +331,10 @@ class Zero3(_Zero):
     computes: in forward the next unit in module order, in backward the reverse of the forward order."""
     name = "zero3"
     shard_params = True
+
+    def replicated_parameters(self) -> list:
+        """Nothing: each rank holds its own shard of every parameter (the doctor has no replica to compare)."""
+        return []
 
     def wrap(self, model: nn.Module) -> nn.Module:
         super().wrap(model)

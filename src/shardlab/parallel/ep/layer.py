@@ -33,8 +33,10 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.doctor.replicas import ReplicaSet
 from shardlab.model.moe import MoE, moe_layers
 from shardlab.parallel.dp.base import norm_dtype
+from shardlab.parallel.dp.view import DPView
 from shardlab.parallel.layer import Layer
 
 EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
@@ -155,18 +157,13 @@ class ExpertParallel:
             offset += g.numel()
 
 
-class ExpertParallelDP:
+class ExpertParallelDP(DPView):
     """The dp layer seen through expert parallelism (as `TensorParallelDP` for TP): the step, checkpoints
     and the doctor read the dense parameters from the dp layer and the experts from here."""
 
     def __init__(self, dp, ep: ExpertParallel):
-        self.__dict__.update(dp=dp, ep=ep)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["dp"], name)
-
-    def __setattr__(self, name, value):
-        setattr(self.dp, name, value)
+        super().__init__(dp)
+        self.ep = ep
 
     def finish_backward(self) -> None:
         self.dp.finish_backward()
@@ -203,11 +200,6 @@ class ExpertParallelDP:
                 g.mul_(coef.to(g.dtype))
         return float(norm.item())
 
-    def num_params(self) -> int:
-        """The whole model's parameter count: this rank's, plus the experts the other ep ranks hold."""
-        local = sum(p.numel() for p in self.ep.expert_params)
-        return self.dp.model.num_params() + (self.ep.ep - 1) * local
-
     def zero_grad(self, optimizer) -> None:
         self.dp.zero_grad(optimizer)  # the dense buckets
         for p in self.ep.expert_params:
@@ -219,9 +211,19 @@ class ExpertParallelDP:
         return [(n, p) for n, p in self.dp.model.named_parameters() if not self.ep.is_expert(p) and p.numel()]
 
     def expert_parameters(self):
-        """What the doctor compares over edp (the dp ranks holding the same experts, which sum their
-        gradients and so must hold bitwise-equal copies), under their global names."""
+        """The experts this rank holds, under their global names."""
         return [(n, p) for n, p in self.dp.model.named_parameters() if self.ep.is_expert(p) and p.numel()]
+
+    def replica_sets(self, seen=None) -> list[ReplicaSet]:
+        """The dp layer's sets (over the dense parameters: `replicated_parameters`), and the experts over
+        edp: the dp ranks holding the same experts sum their gradients and so must hold bitwise-equal
+        copies."""
+        dims = self.ep.dims
+        experts = ReplicaSet("experts", dims.ranks("edp"), dims.group("edp"),
+                             parameters=lambda fragments=None: self.expert_parameters(),
+                             note="no expert replicas (parallel.ep equals the data-parallel size: each rank "
+                                  "holds different experts)")
+        return self.dp.replica_sets(seen or self) + [experts]
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter's full value on every rank (a collective over ep): the experts all-gathered."""
@@ -253,5 +255,7 @@ def apply_expert_parallel(part: nn.Module, cfg, dims) -> Layer:
     # expert parallelism clips the experts' gradients itself: the norm comes back as a float. (Its uneven
     # all-to-all needs the split sizes on the host, three reads per MoE layer a microbatch; the check runs
     # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
+    # the whole model's parameter count: this rank's part, plus the experts the other ep ranks hold
+    elsewhere = (ep.ep - 1) * sum(p.numel() for p in ep.expert_params)
     return Layer("ep", part, hidden=ep.experts_hidden, dp_view=lambda dp: ExpertParallelDP(dp, ep),
-                 host_syncs={"shardlab.parallel.ep": 1}, impl=ep)
+                 host_syncs={"shardlab.parallel.ep": 1}, params_elsewhere=elsewhere, impl=ep)

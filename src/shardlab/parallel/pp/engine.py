@@ -40,6 +40,7 @@ from shardlab.observe.activations import HeldActivations
 from shardlab.parallel.pp import posting
 from shardlab.parallel.pp.schedule import Schedule
 from shardlab.parallel.pp.zero_bubble import WeightGradStore, split_backward
+from shardlab.parallel.step import unpack
 
 
 @dataclass
@@ -89,9 +90,12 @@ class PipelineEngine:
                 self._last_bwd[ins.stage] = k
 
     # --- one step ---------------------------------------------------------------------------------------
-    def step(self, microbatches: list[tuple[torch.Tensor, torch.Tensor]], loss_weight: float) -> torch.Tensor:
-        """Run the schedule on `microbatches` [(x, y)]; returns the summed (unweighted) loss of this rank's
-        last-stage microbatches (zero on other ranks). Gradients are left accumulated in the stages."""
+    def step(self, microbatches: list[tuple[torch.Tensor, ...]], loss_weight: float) -> torch.Tensor:
+        """Run the schedule on `microbatches` [(x, y)] or [(x, y, doc_pos)] (packed documents: every stage's
+        forward of microbatch m takes its doc_pos, the pipeline's side input, which every rank has from the
+        batch: it never travels between stages nor is it recomputed from hidden states); returns the
+        summed (unweighted) loss of this rank's last-stage microbatches (zero on other ranks). Gradients
+        are left accumulated in the stages."""
         assert len(microbatches) == self.schedule.microbatches, "one (x, y) per scheduled microbatch"
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
         loss_sum = torch.zeros((), device=self.device)
@@ -99,7 +103,7 @@ class PipelineEngine:
         held = self.activations if self.emulate is None else None
         for k, ins in enumerate(self.instrs):
             key = (ins.stage, ins.mb)
-            x, y = microbatches[ins.mb] if ins.mb >= 0 else (None, None)
+            x, y, side = unpack(microbatches[ins.mb]) if ins.mb >= 0 else (None, None, {})
             for batch in self.before[k]:
                 sends = _reap(sends)
                 sends += self._post(batch, microbatches, inputs, outputs, posted)
@@ -114,7 +118,8 @@ class PipelineEngine:
             elif ins.op == "F":
                 with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage), \
                         (held.saving(key) if held is not None else contextlib.nullcontext()):
-                    outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key)
+                    # side inputs (packed documents' positions) reach every stage from the batch itself
+                    outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key, side)
                     if ins.stage == self.n_stages - 1 and self.emulate is None:
                         outputs[key] = self._score(outputs[key], y, loss_weight, loss_sum)
                 if held is not None:
@@ -176,7 +181,7 @@ class PipelineEngine:
         loss_sum += loss.detach()
         return loss * loss_weight
 
-    def _forward(self, stage: int, inp: torch.Tensor, stores: dict, key) -> torch.Tensor:
+    def _forward(self, stage: int, inp: torch.Tensor, stores: dict, key, side: dict) -> torch.Tensor:
         if self.emulate is not None:
             self.emulate.sleep("F", self.emulate.f_s)
             return torch.zeros(self.act_shape(inp) if stage == 0 else inp.shape, device=self.device)
@@ -184,7 +189,7 @@ class PipelineEngine:
             stores[key] = WeightGradStore()
             for lin in self.linears[stage]:
                 lin.store = stores[key]
-        return self.stages[stage](inp)
+        return self.stages[stage](inp, **side)
 
     def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None, extra: list | None = None) -> None:
         if self.emulate is not None:

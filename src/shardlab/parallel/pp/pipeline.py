@@ -78,6 +78,10 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     if p.pp_schedule == "torch-dualpipev" and cfg.train.grad_accum < 2 * p.pp:
         raise ConfigError(f"parallel.pp_schedule=torch-dualpipev at pp={p.pp} needs at least {2 * p.pp} microbatches "
                           f"(one per stage; got {cfg.train.grad_accum}); raise train.grad_accum")
+    if p.pp_schedule in NATIVE_SCHEDULES and cfg.data.doc_mask:
+        raise ConfigError(f"data.doc_mask=true with parallel.pp_schedule={p.pp_schedule}: torch's schedules hand "
+                          "side inputs to the first stage only, and every stage needs the document positions; use "
+                          "an own schedule (gpipe, 1f1b, interleaved, zb)")
     own = LAYOUT.get(p.pp_schedule, (p.pp_schedule, "loop"))[0]
     try:
         check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
@@ -276,9 +280,11 @@ class PipelineParallel(Parallel):
         return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)
 
     @torch.no_grad()
-    def eval_loss_sum(self, x, y):
+    def eval_loss_sum(self, x, y, doc_pos=None):
         """Forward only, stage by stage: each rank runs its stages in order, receiving the previous
-        stage's activation and sending its own on; the last stage's loss is shared with the pipeline."""
+        stage's activation and sending its own on; the last stage's loss is shared with the pipeline.
+        `doc_pos` (packed documents) goes to every stage, as in the schedule's forwards."""
+        side = {} if doc_pos is None else {"doc_pos": doc_pos}
         n = self.sched.n_stages
         act = None
         loss = torch.zeros((), device=self.device)
@@ -289,7 +295,7 @@ class PipelineParallel(Parallel):
             if s > 0 and rank_of(s - 1) != me:  # (the V layout keeps stage p-1 -> p on one rank)
                 act = torch.empty(self.act_shape(x), device=self.device)
                 comm.recv(act, rank_of(s - 1), group=self.group, tag=f"eval act {s - 1}->{s}")
-            out = act = self.modules[s](x if s == 0 else act)
+            out = act = self.modules[s](x if s == 0 else act, **side)
             if s < n - 1:
                 if rank_of(s + 1) != me:
                     comm.send(out.contiguous(), rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")

@@ -29,6 +29,9 @@ def validate_tp(cfg, dims) -> None:
     if p.tp_impl == "dtensor" and n_kv < dims.tp:
         raise ConfigError(f"parallel.tp_impl=dtensor with model.n_kv_heads={n_kv} < parallel.tp={dims.tp}: replicated "
                           "key/value heads are built in the own implementation only; use parallel.tp_impl=own")
+    if p.tp_impl == "dtensor" and cfg.data.doc_mask:  # its SP plan cuts a (t,) position vector, not (b, t) rows
+        raise ConfigError("data.doc_mask=true with parallel.tp_impl=dtensor: the DTensor plan's position lookup and "
+                          "module inputs carry no per-token document positions; use parallel.tp_impl=own")
     if p.sp and cfg.train.seq_len % dims.tp:
         raise ConfigError(f"parallel.sp=true with parallel.tp={dims.tp}: train.seq_len={cfg.train.seq_len} is not "
                           f"divisible by the degree; choose train.seq_len as a multiple of parallel.tp")

@@ -2,25 +2,35 @@
 from `par.dp` must be the bare model's values, not one TP rank's pieces.
 
 The tp layer's handle (`Layer.dp_view`, parallel/tp/own.py `tp_layer`) puts this in front of the dp layer (so
-the trainer's `strategy`, the checkpoint state and the doctor all see it); everything not named here is the
-dp layer's own.
+the trainer's `strategy`, the checkpoint state and the doctor all see it); what it does not change it
+forwards as every dp view does (parallel/dp/view.py).
 """
 from __future__ import annotations
 
 import torch
 
+from shardlab.doctor.replicas import ReplicaSet
+from shardlab.parallel.dp.view import DPView
 from shardlab.parallel.tp import state as tp_state
 
 
-class TensorParallelDP:
-    def __init__(self, dp, tp, tp_group):
-        self.__dict__.update(dp=dp, tp=tp, tp_group=tp_group)
+class TensorParallelDP(DPView):
+    def __init__(self, dp, tp, tp_group, tp_ranks: list[int]):
+        super().__init__(dp)
+        self.tp, self.tp_group, self.tp_ranks = tp, tp_group, tp_ranks
 
-    def __getattr__(self, name):  # only for what this class does not define
-        return getattr(self.__dict__["dp"], name)
+    # --- what the doctor compares ---
+    def tp_replicated_parameters(self) -> list[tuple[str, torch.Tensor]]:
+        """What tensor parallelism leaves whole on every rank of a TP group (LayerNorms, the row-parallel
+        layers' biases, the position table): the same on every TP rank when everything works, since their
+        gradients are computed from replicated activations, or summed over tp under sequence parallelism."""
+        return [(n, p) for n, p in self.dp.replicated_parameters() if not self.tp.is_sharded(n)]
 
-    def __setattr__(self, name, value):
-        setattr(self.dp, name, value)
+    def replica_sets(self, seen=None) -> list[ReplicaSet]:
+        """The dp layer's sets, and within each TP group what TP keeps whole."""
+        return self.dp.replica_sets(seen or self) + [
+            ReplicaSet("tp", self.tp_ranks, self.tp_group,
+                       parameters=lambda fragments=None: self.tp_replicated_parameters())]
 
     # --- the step ---
     def finish_backward(self) -> None:

@@ -128,10 +128,12 @@ class SequenceParallelPositions(nn.Module):
         self.rank, self.size = rank, size
 
     def forward(self, pos: torch.Tensor) -> torch.Tensor:
-        if pos.shape[0] % self.size:
-            raise ValueError(f"sequence parallelism: sequence length {pos.shape[0]} is not divisible by the "
+        """`pos`: (t,) shared by the batch, or (b, t) per token (packed documents): the last dim is the
+        sequence, whole here (the ids are not split, only the activations)."""
+        if pos.shape[-1] % self.size:
+            raise ValueError(f"sequence parallelism: sequence length {pos.shape[-1]} is not divisible by the "
                              f"tensor-parallel degree {self.size}; choose train.seq_len as a multiple of parallel.tp")
-        return F.embedding(pos.view(self.size, -1)[self.rank], self.weight)
+        return F.embedding(pos.unflatten(-1, (self.size, -1)).select(-2, self.rank), self.weight)
 
 
 # --- dropout streams -------------------------------------------------------------------------------------

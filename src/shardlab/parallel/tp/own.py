@@ -208,7 +208,7 @@ def tp_layer(tp, dims) -> Layer:
     from shardlab.parallel.tp.dp_view import TensorParallelDP
 
     return Layer("tp", tp.model, loss_fn=tp.loss_fn, loss_context=tp.loss_context, norm_groups=("tp",),
-                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp")), impl=tp)
+                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp"), dims.ranks("tp")), impl=tp)
 
 
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
@@ -402,31 +402,6 @@ class OwnTP:
         groups = [{**{k: v for k, v in saved.items() if k != "params"}, "params": mine["params"]}
                   for mine, saved in zip(local, sd["param_groups"])]
         optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-
-def comm_bytes_per_step(n_layer: int, d_model: int, max_seq_len: int, tokens: int, sp: bool,
-                        elem_bytes: int = 4, grad_norm: bool = False, arch: str = "gpt2",
-                        kv_replicated: int = 0) -> dict[str, int]:
-    """Payload bytes (comm's convention) own TP sends per rank for `tokens` = batch x sequence tokens through
-    one forward, backward and finish_backward, by op (docs/tp.md): 2L+1 region collectives
-    per pass (2 per block; the embedding forward, the head backward, or with SP both), the loss's max and
-    stacked sums in fp32, SP's flat gradient all-reduce, and `grad_norm()`'s float64 scalar. Llama
-    (`arch`): SP's replicated parameters are the RMSNorm gains only (no biases, no position table), and
-    `kv_replicated` elements of replicated key/value weights (grouped-query attention with fewer key/value
-    heads than ranks) join the flat all-reduce after backward. SwiGLU and GQA change no region: each
-    still enters and leaves with one (tokens, d_model) activation."""
-    act = tokens * d_model * elem_bytes
-    regions = 2 * (2 * n_layer + 1) * act  # forward + backward
-    loss = tokens * 4 + 2 * tokens * 4
-    norm = 8 if grad_norm else 0
-    kv = kv_replicated * elem_bytes
-    if not sp:
-        return {"all_reduce": regions + loss + norm + kv}
-    if arch == "llama":
-        sp_grads = (2 * n_layer + 1) * d_model * elem_bytes
-    else:
-        sp_grads = (6 * n_layer * d_model + 2 * d_model + max_seq_len * d_model) * elem_bytes
-    return {"all_reduce": loss + sp_grads + kv + norm, "all_gather": regions, "reduce_scatter": regions}
 
 
 def _contiguous_stride(shape: tuple) -> tuple:

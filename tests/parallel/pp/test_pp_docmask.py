@@ -1,0 +1,14 @@
+"""Pipeline parallelism with packed documents (data.doc_mask): the document positions are the pipeline's
+side input, handed from the batch to every stage's forward of each microbatch (the later stages never see
+the tokens), and to the recomputed forward in backward. Tolerances: docmask_harness."""
+from __future__ import annotations
+
+import pytest
+
+from docmask_harness import assert_layout_parity
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("arch,extra", [("gpt2", []), ("llama", ["train.recompute=full"])])
+def test_packed_documents_at_pp2_equal_each_document_alone(pool2, arch, extra):
+    assert_layout_parity(pool2, arch, ["parallel.pp=2", *extra])

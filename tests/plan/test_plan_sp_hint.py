@@ -1,0 +1,25 @@
+"""A tensor-parallel plan that does not fit with SP off says what SP would save (Llama 3 70B, TP 8, micro
+batch 16, full recompute: a layout torchtitan ran on 96 GB cards, with its sequence parallelism)."""
+import json
+
+from shardlab.plan import cli
+
+ARGS = ["model=llama3-70b", "cluster=H100-SXM", "gpus=64", "tp=8", "dp=8", "strategy=zero3", "micro_batch=16",
+        "global_batch=128", "recompute=full", "train.seq_len=8192", "flash_attention=true"]
+
+
+def test_sp_hint_in_verdict(capsys):
+    assert cli.main(ARGS) == 1
+    out = capsys.readouterr().out
+    hint = out.splitlines()[1]
+    assert hint.startswith("sequence parallelism is off: sp=true") and hint.endswith("fits)")
+    assert "sp=true" in out.split("fits with (same layout):")[1].splitlines()[1]  # the fastest fix
+
+
+def test_sp_hint_json(capsys):
+    assert cli.main(ARGS + ["--json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    h = d["sp_hint"]
+    assert h["fits_sp"] and h["activations_sp"] < h["activations"] / 5  # full recompute: the block input / 8
+    assert cli.main(ARGS + ["sp=true", "--json"]) == 0
+    assert "sp_hint" not in json.loads(capsys.readouterr().out)
