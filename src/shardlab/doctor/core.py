@@ -343,9 +343,12 @@ class Doctor:
         if rs.periodic and not fragments:  # (the final check of a run that ends mid-period: no collective)
             return {**base, "note": "no fragment was synchronised by the last step: replicas differ by design "
                                     "mid-period (parallel.sync)"}
-        if rs.periodic:
-            owner = {name: f for f in fragments for name, _ in rs.parameters([f])}
-        named = rs.parameters(fragments)
+        if rs.periodic:  # fragment by fragment, so a divergence names the fragment that owns it
+            per = {f: rs.parameters([f]) for f in fragments}
+            owner = {name: f for f, pairs in per.items() for name, _ in pairs}
+            named = [pair for f in fragments for pair in per[f]]
+        else:
+            named = rs.parameters(None)
         result = checksum_mod.check_replicas(named, step, self.device, rs.group, rs.ranks)
         if rs.periodic:
             result["fragments"] = fragments

@@ -141,7 +141,9 @@ def test_llama_moe_builds_with_swiglu_experts():
 
 # dataclasses.asdict of a model config is a checkpoint's `model` metadata (load compares it key by key,
 # generate and the HF export rebuild the config from it): the keys and defaults pinned as they were when
-# each family spelled out its own moe_* fields.
+# each family spelled out its own moe_* fields. The HF import added tie_embeddings (GPT-2) and tie_embeddings +
+# rope_scaling (Llama), whose defaults are today's models (a checkpoint without them loads as before:
+# tests/checkpoint/test_golden_ckpt.py).
 MOE_DEFAULTS = dict(moe_experts=0, moe_top_k=2, moe_every=1, moe_capacity=1.25, moe_aux_weight=0.01,
                     moe_z_weight=0.001, moe_bias_update=0.0)
 
@@ -154,11 +156,11 @@ def test_shared_moe_fields_keep_both_configs_checkpoint_keys_and_defaults():
 
     assert dataclasses.asdict(GPTConfig(2, 4, 64)) == dict(
         n_layer=2, n_head=4, d_model=64, vocab_size=256, max_seq_len=128, dropout=0.0, layer_norm_eps=1e-5,
-        **MOE_DEFAULTS)
+        tie_embeddings=True, **MOE_DEFAULTS)
     assert dataclasses.asdict(LlamaConfig(2, 4, 64)) == dict(
         n_layer=2, n_head=4, d_model=64, n_kv_heads=4, vocab_size=256, max_seq_len=128, ffn_multiple_of=256,
         ffn_dim_multiplier=1.0, rope_theta=500000.0, norm_eps=1e-5, dropout=0.0, intermediate_size=0,
-        **MOE_DEFAULTS, arch="llama")
+        **MOE_DEFAULTS, arch="llama", tie_embeddings=False, rope_scaling=None)
     # the [model] section's defaults (config.py) are the ones the model configs get
     assert {k: getattr(ModelConfig(), k) for k in MOE_DEFAULTS} == MOE_DEFAULTS
     assert LlamaConfig(2, 4, 64, moe_experts=4, moe_every=2).moe_every == 2
