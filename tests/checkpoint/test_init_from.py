@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_harness import init_from_run, make_hf  # noqa: E402
+from hf_harness import init_from_run, make_hf, write_tokenizer  # noqa: E402
 from shardlab import config  # noqa: E402
 from shardlab.checkpoint import cli  # noqa: E402
 from shardlab.generate.load import load_model  # noqa: E402
@@ -73,3 +73,27 @@ def test_a_model_key_contradicting_the_checkpoint_is_one_line(ck, capsys):
     config.validate(cfg, 2)  # a training key stays the run's; the shape is the checkpoint's
     assert (cfg.model.arch, cfg.model.n_kv_heads, cfg.model.intermediate_size, cfg.model.norm_eps) == \
         ("llama", 2, 48, 1e-6)
+
+
+def test_the_checkpoints_tokenizer_comes_with_its_weights(tmp_path, capsys):
+    """A run left at data.tokenizer=bytes trains with the imported tokenizer (config records its folder);
+    another tokenizer named explicitly is one line, exit 2: the embedding's rows mean the checkpoint's tokens."""
+    from shardlab.cli import cmd_train
+    from shardlab.data import tokenizer as tk
+    make_hf("gpt2-untied", tmp_path / "hf", std=0.02)
+    write_tokenizer(tmp_path / "hf", 1001, eos=True)
+    assert cli.main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ck")]) == 0
+    step = tmp_path / "ck" / "checkpoints" / "step_000000"
+    cfg = config.load(None, [f"ckpt.init_from={tmp_path / 'ck'}", "train.seq_len=16"])
+    config.validate(cfg, 1)
+    assert cfg.data.tokenizer == str(step / "tokenizer")
+    assert tk.from_spec(cfg.data.tokenizer).vocab_size == 1001
+    (tmp_path / "other").mkdir()
+    write_tokenizer(tmp_path / "other", 900, eos=True)
+    capsys.readouterr()
+    assert cmd_train(["--nproc", "1", "--out", str(tmp_path / "run"), "parallel.strategy=single",
+                      f"ckpt.init_from={tmp_path / 'ck'}", f"data.tokenizer={tmp_path / 'other' / 'tokenizer.json'}",
+                      "train.seq_len=16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is not the one ckpt.init_from=" in err[0] and "vocabulary 900" in err[0], err
+    assert not (tmp_path / "run").exists()  # nothing half-written

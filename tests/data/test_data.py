@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from shardlab.data import (DataError, GlobalSampler, TokenDataset, check_vocab, decode, encode,
                            epoch_permutation, get_batch, load_tokens, split_train_val, val_indices_for_rank)
-from shardlab.data import corpus
+from shardlab.data import sources
 
 WORLDS = [1, 2, 3, 4]
 
@@ -214,9 +214,9 @@ def test_stdlib_cache_is_rebuilt_when_truncated(tmp_path, monkeypatch):
 
 
 def test_stdlib_skips_tests_and_site_packages():
-    files = corpus.stdlib_files()
+    files = sources.stdlib_files()
     assert files == sorted(files)
-    assert not any(set(f.parts) & corpus.STDLIB_SKIP_DIRS for f in files)
+    assert not any(set(f.parts) & sources.STDLIB_SKIP_DIRS for f in files)
     assert any(f.name == "json" or f.parent.name == "json" for f in files)
 
 
@@ -239,8 +239,12 @@ def test_text_source_file_and_folder(tmp_path):
     (tmp_path / "blob.bin").write_bytes(b"\0\1\2binary")  # skipped: not text
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("hidden")    # skipped: hidden
-    assert decode(load_tokens(f"text:{tmp_path}")) == "first\n\nsecond\n\nthird é\n\n"  # sorted paths
-    assert decode(load_tokens(f"text:{tmp_path / 'a.py'}")) == "first\n\n"
+    (tmp_path / "d.jsonl").write_text('{"text": "four"}\n{"text": "fi\\u0000ve"}\n')  # a document per line
+    # sorted paths, each document ended by EOS (the NUL byte, id 0); a NUL inside a document is dropped
+    tokens = load_tokens(f"text:{tmp_path}")
+    assert bytes(tokens.astype(np.uint8)) == "first\0second\0four\0five\0third é\0".encode()
+    assert decode(tokens) == "firstsecondfourfivethird é"
+    assert bytes(load_tokens(f"text:{tmp_path / 'a.py'}").astype(np.uint8)) == b"first\0"
 
 
 def test_bin_source(tmp_path):
@@ -271,7 +275,7 @@ def test_bad_file_contents_raise_clear_errors(tmp_path):
     (tmp_path / "bins").mkdir()
     (tmp_path / "bins" / "x").write_bytes(b"\0\0")
     for source, message in [(f"text:{tmp_path / 'empty.txt'}", "is empty"),
-                            (f"text:{tmp_path / 'bins'}", "has no text files"),
+                            (f"text:{tmp_path / 'bins'}", "has no text, .jsonl, .parquet or .arrow files"),
                             (f"bin:{tmp_path / 'odd.bin'}", "odd size"),
                             (f"bin:{tmp_path / 'empty.bin'}", "is empty")]:
         with pytest.raises(DataError, match=message) as err:

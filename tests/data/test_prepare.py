@@ -44,7 +44,7 @@ def write_sources(root: Path) -> dict:
     (root / "docs.jsonl").write_text("".join(json.dumps({"id": i, "body": d}) + "\n" for i, d in enumerate(DOCS)))
     pq.write_table(pa.table({"body": DOCS}), root / "docs.parquet", row_group_size=7)  # several row groups
     out = {"folder": root / "folder", "jsonl": root / "docs.jsonl", "parquet": root / "docs.parquet"}
-    datasets = pytest.importorskip("datasets")  # an optional extra: the reading itself is pyarrow's
+    import datasets  # in the test extra (for users optional: the reading itself is pyarrow's)
     datasets.Dataset.from_dict({"body": DOCS}).save_to_disk(str(root / "saved"))
     datasets.DatasetDict({"train": datasets.Dataset.from_dict({"body": DOCS})}).save_to_disk(str(root / "dict"))
     out |= {"saved": root / "saved", "dict": root / "dict"}

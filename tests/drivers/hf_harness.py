@@ -62,10 +62,17 @@ def make_hf(case: str, out: Path, dtype=torch.float32, std: float = 0.3):
     return model
 
 
-def write_tokenizer(out: Path, vocab: int) -> None:
-    """A word-level tokenizer.json of `vocab` entries (the import copies it, never reads it)."""
-    (out / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {
-        "type": "WordLevel", "vocab": {f"w{i}": i for i in range(vocab)}, "unk_token": "w0"}}))
+def write_tokenizer(out: Path, vocab: int, eos: bool = False) -> None:
+    """A word-level tokenizer.json of `vocab` entries (the import copies it, never reads it); with `eos` the
+    last of them is `<|endoftext|>`, a special token, as GPT-2's (a run can then train with it)."""
+    words = vocab - 1 if eos else vocab
+    doc = {"version": "1.0", "model": {"type": "WordLevel", "vocab": {f"w{i}": i for i in range(words)},
+                                        "unk_token": "w0"}}
+    if eos:
+        doc["added_tokens"] = [{"id": words, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": True}]
+        doc["model"]["vocab"]["<|endoftext|>"] = words
+    (out / "tokenizer.json").write_text(json.dumps(doc))
     (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "PreTrainedTokenizerFast"}))
 
 

@@ -26,7 +26,7 @@ def corpus(work: Path, quick: bool) -> Path:
     """The stdlib's files as a .jsonl (one document each), capped at 3 MiB of text for --quick."""
     import json
 
-    from shardlab.data.corpus import stdlib_files
+    from shardlab.data.sources import stdlib_files
 
     path, size = work / "stdlib.jsonl", 0
     with open(path, "w", encoding="utf-8") as f:

@@ -30,7 +30,7 @@ PRESET = "small"
 
 def document_corpus(max_tokens: int) -> np.ndarray:
     """The stdlib's files, each followed by EOS, up to about `max_tokens` tokens (uint16)."""
-    from shardlab.data.corpus import stdlib_files
+    from shardlab.data.sources import stdlib_files
     from shardlab.data.documents import BYTES_EOS
 
     parts, n = [], 0

@@ -245,7 +245,7 @@ def _check_data(cfg):
     """Open the corpus before anything is written, so a bad data.source is a clean exit 2; the model's
     vocabulary follows the tokenizer's unless model.vocab_size is set. Returns the corpus (its numbers go
     into the start line) with `samples`, the number of training sequences."""
-    from shardlab.config import ConfigError
+    from shardlab.config import ConfigError, init_from
     from shardlab.data import DataError, TokenDataset, check_vocab
     from shardlab.data.tokens import follow_vocab, open_corpus
     from shardlab.model.gpt import resolve_model_config
@@ -253,6 +253,7 @@ def _check_data(cfg):
     try:
         corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
         follow_vocab(cfg.model, corpus.tokenizer)
+        init_from.check_tokenizer(cfg, corpus.tokenizer)
         if cfg.data.source.startswith("bin:"):  # ids the tokenizer did not write itself: check them all
             check_vocab(corpus.train, resolve_model_config(cfg.model, cfg.train.seq_len).vocab_size)
         train_ds = TokenDataset(corpus.train, cfg.train.seq_len, name="training split")

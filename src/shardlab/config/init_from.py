@@ -6,6 +6,11 @@ it was saved with) fills the `[model]` section before anything else is validated
 the model that ran. A `model.*` key the user set to something else contradicts the weights: one line. The
 training keys (`model.dropout`, the MoE loss weights) stay the user's.
 
+The checkpoint's tokenizer (its tokenizer/ folder) comes with the weights: an embedding row means the token
+that tokenizer gave its id, so a run left at the default `data.tokenizer=bytes` trains with the checkpoint's
+(config.toml records the folder). A different tokenizer the user names, or a `tokens:` source prepared with
+another, is refused where the corpus is opened (the CLI's data check: `check_tokenizer`).
+
 The path is resolved here from the files alone (config sits below checkpoint/ and may not import it): a step
 directory has a train_state.json; a run or checkpoints/ directory names its newest in `latest`.
 """
@@ -17,6 +22,7 @@ from pathlib import Path
 from dataclasses import fields
 
 from shardlab.config.schema import ModelConfig
+from shardlab.data import tokenizer as tk
 from shardlab.errors import ConfigError
 
 STATE_FILE = "train_state.json"  # checkpoint/state.py's name for it
@@ -81,6 +87,34 @@ def apply(cfg) -> None:
             raise ConfigError(f"model.{key}={ours} contradicts ckpt.init_from={path}, whose model has {key}={theirs}: "
                               f"the weights fix the model's shape; drop model.{key}")
         setattr(m, key, theirs)
+    d, kind = checkpoint_tokenizer(step)
+    if kind not in (None, "bytes") and cfg.data.tokenizer == "bytes" and not cfg.data.source.startswith("tokens:"):
+        cfg.data.tokenizer = str(d)
+
+
+def checkpoint_tokenizer(step: Path) -> tuple[Path | None, str | None]:
+    """The checkpoint's tokenizer folder and its kind ("hf" for HF tokenizer files only); (None, None) when
+    it has none (an HF import without tokenizer files: which one wrote its ids is unknown)."""
+    d = step / "tokenizer"
+    try:
+        return d, json.loads((d / tk.META_FILE).read_text()).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return (d, "hf") if (d / tk.HF_FILE).is_file() else (None, None)
+
+
+def check_tokenizer(cfg, tok) -> None:
+    """ConfigError when the run's tokenizer `tok` is not the one ckpt.init_from's weights were trained with."""
+    if not cfg.ckpt.init_from:
+        return
+    d, _ = checkpoint_tokenizer(step_dir(cfg.ckpt.init_from))
+    if d is None:
+        return
+    theirs = tk.load(d)
+    if theirs.fingerprint() != tok.fingerprint():
+        raise ConfigError(f"the run's tokenizer ({tok.spec}, vocabulary {tok.vocab_size}) is not the one "
+                          f"ckpt.init_from={cfg.ckpt.init_from} was trained with ({theirs.spec}, vocabulary "
+                          f"{theirs.vocab_size}): its ids would name other tokens; drop data.tokenizer, or prepare "
+                          f"the data with `shardlab data prepare SRC --tokenizer {d}`")
 
 
 def _coerce(default, value):

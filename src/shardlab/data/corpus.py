@@ -1,28 +1,28 @@
-"""Corpora: turn a source string into one flat uint16 token array.
+"""Byte-level corpora: a source string as one flat uint16 token array (the `bytes` tokenizer's ids).
 
     stdlib      the running interpreter's standard library source (default; cached on disk)
-    text:PATH   a text file, or every text file under a folder (recursive, sorted)
+    text:PATH   a text file, or a folder of text / .jsonl / .parquet files (sources.py reads them)
     bin:PATH    a nanoGPT-style token file: raw uint16 values, opened as a memmap
 
-Files are joined with SEPARATOR so the model sees where one file ends and the next begins.
+Every document (a file; a .jsonl line or a table row) is followed by EOS, the NUL byte (`BYTES_EOS`): the
+model sees where one ends, `data.doc_mask` restarts positions and attention there, and generation stops at it.
+A NUL byte inside a document is dropped, as the bytes tokenizer drops it, so EOS only ever ends a document.
 """
-import os
 import sys
 import sysconfig
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .cache import cache_dir, write_atomic
 from .errors import DataError
+from .sources import documents, stdlib_files
+from .tokenizer import BYTES_EOS
 
-SEPARATOR = b"\n\n"
-# Bump when the stdlib recipe (skip rules, separator) changes, so old caches are not reused.
-CACHE_FORMAT = 1
-# Test suites are ~60% of the stdlib's bytes and full of deliberately odd inputs (encoding torture
-# tests, generated tables, invalid syntax): noise for a model of Python code. The rest (~12 MB on
-# 3.11) is far more than a few hundred steps can use, and skipping them halves the first build.
-STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"}
+EOS = bytes([BYTES_EOS])
+# Bump when the stdlib recipe (skip rules, document end) changes, so old caches are not reused.
+# 2: documents end with EOS (1 put two newlines between files, and no EOS)
+CACHE_FORMAT = 2
 
 
 def load_tokens(source: str = "stdlib") -> np.ndarray:
@@ -31,28 +31,13 @@ def load_tokens(source: str = "stdlib") -> np.ndarray:
         return _load_stdlib()
     scheme, sep, path = source.partition(":")
     if sep and scheme == "text" and path:
-        return _load_text(Path(path))
+        return _load_text(source)
     if sep and scheme == "bin" and path:
         return _load_bin(Path(path))
     raise DataError(f"unknown data source {source!r}; use 'stdlib', 'text:PATH', 'bin:PATH' or 'tokens:DIR'")
 
 
-def cache_dir() -> Path:
-    """Where encoded corpora are cached: $SHARDLAB_CACHE, else ~/.cache/shardlab."""
-    return Path(os.environ.get("SHARDLAB_CACHE") or Path.home() / ".cache" / "shardlab")
-
-
 # ---- stdlib -------------------------------------------------------------------------------------
-
-def stdlib_files() -> list[Path]:
-    """The stdlib's *.py files in sorted path order (the order is part of the corpus)."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in STDLIB_SKIP_DIRS]
-        files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
-    return sorted(files)
-
 
 def _load_stdlib() -> np.ndarray:
     files = stdlib_files()
@@ -66,62 +51,30 @@ def _load_stdlib() -> np.ndarray:
     name = (f"stdlib-{sys.implementation.name}{v.major}.{v.minor}.{v.micro}"
             f"-{len(files)}files-{sum(sizes)}bytes-v{CACHE_FORMAT}.bin")
     path = cache_dir() / name
-    expected = sum(sizes) + len(SEPARATOR) * len(files)
-    if path.exists() and path.stat().st_size == 2 * expected:
+    # (a file with NUL bytes in it would make the joined corpus shorter: the check then rebuilds it, still right)
+    if path.exists() and path.stat().st_size == 2 * (sum(sizes) + len(files)):
         return np.memmap(path, dtype=np.uint16, mode="r")
-    tokens = _join(files)
+    # the stdlib's raw bytes (no decoding: a file in another encoding stays as it is), one document per file
+    tokens = _join(f.read_bytes() for f in files)
     try:
-        _write_atomic(path, tokens)
+        write_atomic(path, tokens)
     except OSError:  # read-only home, full disk...: still train, just without the cache
         return tokens
     return np.memmap(path, dtype=np.uint16, mode="r")
 
 
-def _write_atomic(path: Path, tokens: np.ndarray) -> None:
-    """Write to a temp file in the same folder, then rename: a reader (another rank starting at the
-    same moment) sees either no cache or a complete one, never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(tokens.tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _join(files: list[Path]) -> np.ndarray:
-    """Concatenate the files' raw bytes (byte-level: no decoding needed), each followed by SEPARATOR."""
-    data = b"".join(f.read_bytes() + SEPARATOR for f in files)
+def _join(docs) -> np.ndarray:
+    """The documents' bytes, NUL bytes dropped, each followed by EOS."""
+    data = b"".join(d.replace(EOS, b"") + EOS for d in docs)
     return np.frombuffer(data, dtype=np.uint8).astype(np.uint16)
 
 
 # ---- text:PATH ----------------------------------------------------------------------------------
 
-def _is_text(path: Path) -> bool:
-    """Heuristic used by `git` and `grep`: a NUL byte near the start means binary."""
-    with open(path, "rb") as f:
-        return b"\0" not in f.read(8192)
-
-
-def _load_text(path: Path) -> np.ndarray:
-    if path.is_file():
-        files = [path]
-    elif path.is_dir():
-        files = sorted(p for p in path.rglob("*")
-                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(path).parts)
-                       and _is_text(p))
-        if not files:
-            raise DataError(f"text source folder {path} has no text files; point text: at a file or a "
-                            f"folder of text files")
-    else:
-        raise DataError(f"text source {path} does not exist; give an existing file or folder after 'text:'")
-    tokens = _join(files)
-    if len(tokens) == len(SEPARATOR) * len(files):
-        raise DataError(f"text source {path} is empty; give a file or folder with some text in it")
+def _load_text(source: str) -> np.ndarray:
+    tokens = _join(text.encode("utf-8") for _, text in documents(source))
+    if not np.count_nonzero(tokens != BYTES_EOS):
+        raise DataError(f"text source {source[5:]} is empty; give a file or folder with some text in it")
     return tokens
 
 

@@ -1,7 +1,7 @@
 """Documents of a source, for tokenizers that are not bytes: what `bpe:N` trains on, what `data prepare`
 and the `stdlib` / `text:` sources encode.
 
-    stdlib                   every standard-library *.py file (corpus.stdlib_files), one document each
+    stdlib                   every standard-library *.py file (stdlib_files), one document each
     text:PATH / PATH         a file or a folder (recursive, sorted paths, hidden files skipped); each file by
                              its suffix: .jsonl (one document per line, its `text` field or --field),
                              .parquet and .arrow (one per row, the same field), anything else one text document
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import sysconfig
 from pathlib import Path
 from typing import Iterator
 
@@ -22,6 +24,26 @@ from .errors import DataError
 
 TEXT_FIELD = "text"
 TABLE_SUFFIXES = (".parquet", ".arrow")
+# Test suites are ~60% of the stdlib's bytes and full of deliberately odd inputs (encoding torture
+# tests, generated tables, invalid syntax): noise for a model of Python code. The rest (~12 MB on
+# 3.11) is far more than a few hundred steps can use, and skipping them halves the first build.
+STDLIB_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "test", "tests", "idle_test"}
+
+
+def stdlib_files() -> list[Path]:
+    """The stdlib's *.py files in sorted path order (the order is part of the corpus)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in STDLIB_SKIP_DIRS]
+        files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
+    return sorted(files)
+
+
+def is_text(path: Path) -> bool:
+    """Heuristic used by `git` and `grep`: a NUL byte near the start means binary."""
+    with open(path, "rb") as f:
+        return b"\0" not in f.read(8192)
 
 
 def source_path(source: str) -> Path | None:
@@ -33,8 +55,6 @@ def source_path(source: str) -> Path | None:
 
 def files_of(source: str) -> list[Path]:
     """The files a source reads, in corpus order."""
-    from .corpus import _is_text, stdlib_files  # the rules `text:` and `stdlib` already follow
-
     p = source_path(source)
     if p is None:
         return stdlib_files()
@@ -47,7 +67,7 @@ def files_of(source: str) -> list[Path]:
                         "saved Hugging Face dataset directory")
     files = sorted(f for f in p.rglob("*") if f.is_file() and not any(
         part.startswith(".") for part in f.relative_to(p).parts))
-    files = [f for f in files if f.suffix in (".jsonl", *TABLE_SUFFIXES) or _is_text(f)]
+    files = [f for f in files if f.suffix in (".jsonl", *TABLE_SUFFIXES) or is_text(f)]
     if not files:
         raise DataError(f"source folder {p} has no text, .jsonl, .parquet or .arrow files")
     return files

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from .cache import cache_dir
 from .errors import DataError
+from .sources import documents, fingerprint
 
 VOCAB_SIZE = 256
 BYTES_EOS = 0  # the NUL byte
@@ -245,7 +247,6 @@ def from_spec(spec: str = "bytes", corpus_text_or_source=None) -> Tokenizer:
             raise DataError(f"data.tokenizer={spec}: training a BPE needs text to train on")
         texts = corpus_text_or_source
         if isinstance(texts, str):
-            from .sources import documents  # deferred: sources imports this module
             texts = (text for _, text in documents(texts))
         return train_bpe(texts, int(spec[4:]), spec)
     if spec.startswith("tiktoken:"):
@@ -270,6 +271,8 @@ def train_bpe(texts, vocab_size: int, spec: str | None = None) -> HFTokenizer:
 
 
 def _from_path(p: Path, spec: str) -> Tokenizer:
+    if p.is_dir() and (p / META_FILE).is_file():  # a run's or a checkpoint's tokenizer/ folder
+        return load(p)
     if p.is_dir():
         if not (p / HF_FILE).is_file():
             raise DataError(f"data.tokenizer={spec!r}: {p} has no {HF_FILE}; give a tokenizer.json or a Hugging "
@@ -385,9 +388,6 @@ def run_tokenizer(source: str, spec: str = "bytes") -> Tokenizer:
                         "`shardlab data prepare`")
     if not spec.startswith("bpe:"):
         return from_spec(spec)
-    from .corpus import cache_dir  # deferred: the cache folder's rule lives with the corpora
-    from .sources import fingerprint
-
     d = cache_dir() / "tokenizers" / f"{spec.replace(':', '')}-{fingerprint(source)}"
     if (d / META_FILE).is_file():
         return load(d)

@@ -22,9 +22,11 @@ import numpy as np
 from shardlab.errors import ConfigError
 
 from . import tokenizer as tk
-from .corpus import _write_atomic, cache_dir, load_tokens
+from .cache import cache_dir, write_atomic
+from .corpus import load_tokens
 from .dataset import split_train_val
 from .errors import DataError
+from .sources import documents, fingerprint
 
 META = "meta.json"
 PREPARED_FORMAT = 1
@@ -81,10 +83,10 @@ def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05) ->
         return open_prepared(Path(source[len("tokens:"):]), val_fraction, tok)
     if tok.kind == "bytes" or source.startswith("bin:"):
         tokens = load_tokens(source)  # (a bin: file's ids are checked against the model's vocabulary: the CLI)
-        docs = _byte_documents(source)
     else:
         tokens = encoded(source, tok)
-        docs = int(np.count_nonzero(tokens == tok.eos_id))
+    # every document of stdlib / text: ends with EOS; a bin: file's ids are whatever wrote them: one stream
+    docs = 1 if source.startswith("bin:") else int(np.count_nonzero(tokens == tok.eos_id))
     train, val = split_train_val(tokens, val_fraction)
     return Corpus(source, tok, train, val, len(tokens), docs)
 
@@ -100,18 +102,8 @@ def follow_vocab(m, tok: tk.Tokenizer) -> None:
                           f"set it to at least {tok.vocab_size}")
 
 
-def _byte_documents(source: str) -> int:
-    """Files of a bytes stdlib / text: stream (each one document); 1 for a bin: file."""
-    if source.startswith("bin:"):
-        return 1
-    from .sources import files_of
-    return len(files_of(source))
-
-
 def encoded(source: str, tok: tk.Tokenizer) -> np.ndarray:
     """stdlib / text: with a non-bytes tokenizer: every document's ids followed by EOS, cached on disk."""
-    from .sources import documents, fingerprint
-
     kind = "stdlib" if source == "stdlib" else "text"
     key = hashlib.sha256(f"{fingerprint(source)}\0{tok.fingerprint()}".encode()).hexdigest()[:16]
     path = cache_dir() / f"{kind}-{key}-{np.dtype(tok.dtype).name}-v{ENCODED_FORMAT}.bin"
@@ -123,7 +115,7 @@ def encoded(source: str, tok: tk.Tokenizer) -> np.ndarray:
     if not len(tokens):
         raise DataError(f"data.source={source!r} holds no text; give a file or folder with some text in it")
     try:
-        _write_atomic(path, tokens)
+        write_atomic(path, tokens)
     except OSError:  # an unwritable cache: train from memory
         return tokens
     return np.memmap(path, dtype=tok.dtype, mode="r")
