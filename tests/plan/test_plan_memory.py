@@ -155,3 +155,20 @@ def test_logits_are_split_by_tp_without_sp():
     assert activation_bytes_extra(m, b, s, t, sp=False, p=1) == 4 * s * b * h + 4 * s * b * v / t
     assert activation_bytes_extra(m, b, s, t, sp=True, p=1) == pytest.approx(4 * s * b * (h + v) / t)
     assert activation_bytes_extra(m, b, s, 1, sp=False, p=1) == 4 * s * b * (h + v)
+
+
+@pytest.mark.parametrize("arch, tie", [("gpt2", "false"), ("llama", "true"), ("llama", "auto")])
+def test_the_runs_head_tying_reaches_the_planner(arch, tie):
+    """A run's model.tie_embeddings (an imported untied GPT-2, Llama 3.2's tied head) is what the planner
+    counts: its parameters equal the built model's."""
+    pytest.importorskip("torch")
+    from shardlab import config
+    from shardlab.model.gpt import build_model, resolve_model_config
+    from shardlab.plan.from_config import model_spec
+    preset = "llama-tiny" if arch == "llama" else "tiny"
+    cfg = config.load(None, [f"model.preset={preset}", f"model.tie_embeddings={tie}", "train.seq_len=32"])
+    config.validate(cfg, 1)
+    spec = model_spec(cfg)
+    net = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), seed=0)
+    assert spec.tied == (tie == "true" or (tie == "auto" and arch == "gpt2"))
+    assert spec.params == sum(p.numel() for p in net.parameters()) == sum(n for _, n in spec.param_shapes())

@@ -25,9 +25,9 @@ def model_spec(cfg) -> ModelSpec:
     if getattr(m, "arch", "gpt2") == "llama":
         return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
                          vocab=m.vocab_size, seq=cfg.train.seq_len, arch="llama", n_kv_heads=m.n_kv_heads,
-                         ffn=m.intermediate_size or m.ffn_hidden)
+                         ffn=m.intermediate_size or m.ffn_hidden, tied=m.tie_embeddings)
     return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
-                     vocab=m.vocab_size, seq=m.max_seq_len)
+                     vocab=m.vocab_size, seq=m.max_seq_len, tied=m.tie_embeddings)
 
 
 def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:

@@ -30,12 +30,14 @@ class ModelSpec:
     vocab: int  # v
     seq: int  # s (also the size of the learned positional table)
     mlp_ratio: int = 4
-    tied: bool = True  # head shares the embedding matrix (GPT-2); llama: always untied
+    tied: bool | None = None  # the head shares the embedding matrix; None: the arch's default (GPT-2 tied, llama not)
     arch: str = "gpt2"  # gpt2 | llama
     n_kv_heads: int = 0  # llama: key/value heads (0 = n_head)
     ffn: int = 0  # llama: SwiGLU width f (0 = Llama 3's rule, 2/3 x 4h rounded up to a multiple of 256)
 
     def __post_init__(self) -> None:
+        if self.tied is None:
+            object.__setattr__(self, "tied", self.arch != "llama")
         for f in ("n_layer", "d_model", "n_head", "vocab", "seq", "mlp_ratio"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"model.{f} must be positive, got {getattr(self, f)}")
@@ -48,7 +50,6 @@ class ModelSpec:
             if kv < 0 or self.n_head % kv:
                 raise ValueError(f"n_kv_heads {kv} must divide n_head {self.n_head}")
             object.__setattr__(self, "n_kv_heads", kv)
-            object.__setattr__(self, "tied", False)
             if self.ffn <= 0:
                 object.__setattr__(self, "ffn", 256 * -(-int(8 * self.d_model / 3) // 256))
 
@@ -111,7 +112,8 @@ class ModelSpec:
                     (p + "attn.proj.weight", Param(h, h)), (p + "ln_2.weight", Param(h)),
                     (p + "mlp.gate.weight", Param(f, h)), (p + "mlp.up.weight", Param(f, h)),
                     (p + "mlp.down.weight", Param(h, f))]
-        return out + [("ln_f.weight", Param(h)), ("lm_head.weight", Param(v, h))]
+        out.append(("ln_f.weight", Param(h)))
+        return out if self.tied else out + [("lm_head.weight", Param(v, h))]
 
     @property
     def params_per_layer(self) -> int:
@@ -123,8 +125,8 @@ class ModelSpec:
     @property
     def params_embedding(self) -> int:
         """Token + positional embeddings and (untied) head; the final LayerNorm is counted apart."""
-        if self.llama:
-            return 2 * self.vocab * self.d_model  # no position table, untied head
+        if self.llama:  # no position table
+            return self.vocab * (1 if self.tied else 2) * self.d_model
         return (self.vocab * (1 if self.tied else 2) + self.seq) * self.d_model
 
     @property
