@@ -50,6 +50,25 @@ def test_explain_json_shape(traced_run, capsys):
     assert d["what_to_try"] and all("train_args" in t for t in d["what_to_try"])
 
 
+def test_the_run_records_its_core_share_and_explain_uses_it(traced_run, tmp_path, monkeypatch):
+    """summary.json's core_share: the scheduler's run / (run + run-queue wait) over the timed steps, a share
+    of a core in (0, 1]; explain predicts with it (not a probe taken later, at another moment)."""
+    summary = json.loads((traced_run / "summary.json").read_text())
+    if not Path("/proc/self/task").is_dir():
+        assert summary["core_share"] is None
+        return
+    assert 0 < summary["core_share"] <= 1 and summary["core_share_by_rank"] == [summary["core_share"]]
+    _synthetic_profile(tmp_path / "cache", monkeypatch)
+    context = cli.build(traced_run)["context"]
+    assert context["share_from"] == "recorded during the run" and context["share"] == summary["core_share"]
+    from shardlab.observe.core_share import CoreShare
+    share = CoreShare()
+    share.begin()
+    sum(i * i for i in range(200_000))  # busy: on a CPU or waiting for one, never blocked
+    share.end(count=True)
+    assert 0 < share.value <= 1 and share.run > 0
+
+
 def test_explain_text_and_bad_input(traced_run, tmp_path, capsys):
     assert cli.main([str(traced_run), "--cluster", "A100-80G"]) == 0
     text = capsys.readouterr().out
@@ -82,16 +101,21 @@ def test_components_add_up_to_the_step():
 def test_one_heldout_row(tmp_path, monkeypatch):
     """The held-out script's row, end to end on a small synthetic profile (no calibration: the test checks
     the machinery, a prediction and a measurement of the same run, not the planner's accuracy)."""
-    from shardlab.plan.hardware import PRESETS, write_profile
-    from dataclasses import replace
-    cache = tmp_path / "cache"
-    write_profile(replace(PRESETS["A100-80G"], name="this", peak_flops=5e10, peak_flops_fp32=5e10, hbm_bw=5e9,
-                          elementwise_bw=5e9, gemm_efficiency=1.0, measured_world=2, source="synthetic"),
-                  cache / "this.toml")
-    monkeypatch.setenv("SHARDLAB_CACHE", str(cache))
+    _synthetic_profile(tmp_path / "cache", monkeypatch)
     sys.path.insert(0, str(ROOT / "scripts"))
     import explain_heldout
     monkeypatch.setattr(explain_heldout, "SHAPES", {"tiny": ["model.preset=tiny", "train.seq_len=32"]})
     row = explain_heldout.trial(tmp_path, "tiny-single-w1", "tiny", 1, ["train.micro_batch=2"], steps=4)
     assert row["predicted_s"] > 0 and row["measured_s"] > 0 and math.isfinite(row["error"])
     assert "| tiny-single-w1 |" in explain_heldout.table([row])
+
+
+def _synthetic_profile(cache: Path, monkeypatch) -> None:
+    """A `this` cluster profile in a private cache, so nothing calibrates this machine."""
+    from dataclasses import replace
+
+    from shardlab.plan.hardware import PRESETS, write_profile
+    write_profile(replace(PRESETS["A100-80G"], name="this", peak_flops=5e10, peak_flops_fp32=5e10, hbm_bw=5e9,
+                          elementwise_bw=5e9, gemm_efficiency=1.0, measured_world=2, source="synthetic"),
+                  cache / "this.toml")
+    monkeypatch.setenv("SHARDLAB_CACHE", str(cache))

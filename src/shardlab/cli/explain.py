@@ -3,7 +3,7 @@ measured, component by component (docs/explain.md).
 
     shardlab explain runs/x                  # tables: step components, memory per rank, what is off, what to try
     shardlab explain runs/x --json           # one object: {"predicted": {...}, "measured": {...}, ...}
-    shardlab explain runs/x --share 0.8      # the core share the prediction assumes (default: probed now)
+    shardlab explain runs/x --share 0.8      # the core share the prediction assumes (default: the run's)
 
 The prediction uses this machine's calibrated profile (`cluster=this`, ~/.cache/shardlab/this.toml,
 written once by `shardlab plan calibrate` or, when missing, by explain itself on the planner bench's
@@ -77,7 +77,10 @@ def build(run_dir: Path, cluster_name: str = "this", share: float | None = None,
     train, lay = replace(train, flash_attention=True), replace(lay, health_check=True)
     cluster = _cluster(cluster_name)
     how_share = "given"
-    if share is None and cluster.source != "preset":
+    if share is None and cluster.source != "preset" and summary.get("core_share"):
+        # what the ranks had while runnable during the timed steps (the scheduler's count, observe/core_share.py)
+        share, how_share = float(summary["core_share"]), "recorded during the run"
+    if share is None and cluster.source != "preset":  # a run from before core_share, or without /proc
         share, how_share = measure_share(world), "probed at explain time"
     if share is not None:
         cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
@@ -136,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--cluster", default="this", help="planner cluster (default: this machine's profile)")
     ap.add_argument("--share", type=float, default=None,
-                    help="core share per rank the prediction assumes (default: probed now, as the bench does)")
+                    help="core share per rank the prediction assumes (default: the one recorded during the "
+                         "run, summary.json core_share; else probed now)")
     ap.add_argument("--top", type=int, default=3, help="layouts in 'what to try'")
     args = ap.parse_args(argv)
     if args.share is not None and not 0 < args.share <= 64:

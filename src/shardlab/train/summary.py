@@ -14,7 +14,8 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     trainer.peak_mem.__exit__(None, None, None)  # CUDA max-allocated, or CPU peak RSS above the start
     peak, peak_kind = trainer.peak_mem.bytes, trainer.peak_mem.kind
     state_bytes = trainer.strategy.state_bytes(st.optimizer)
-    per_rank = comm.all_gather_object({"peak": peak, "state_bytes": state_bytes})
+    per_rank = comm.all_gather_object({"peak": peak, "state_bytes": state_bytes,
+                                       "core_share": trainer.core_share.value})
     step_time = statistics.median(step_times) if step_times else None
     stats = getattr(trainer, "comm_stats", None) or {}
     doctor = trainer.doctor_result  # the doctor's final bitwise checksum of replicated parameters
@@ -47,7 +48,16 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
         # counted from metrics.jsonl (rank 0) so that they match its event records
         "skipped_steps": 0, "events": {}, **trainer.metrics.counts(),
         "dtype": cfg.train.dtype,
+        # the share of a core each rank had while runnable in the timed steps (observe/core_share.py;
+        # null without Linux's schedstat): explain's prediction turns CPU time into wall time with it
+        "core_share": _mean([r["core_share"] for r in per_rank]),
+        "core_share_by_rank": [r["core_share"] for r in per_rank],
     }
+
+
+def _mean(values):
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
 
 
 def write(run_dir: Path, summary: dict) -> None:

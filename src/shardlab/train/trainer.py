@@ -28,6 +28,7 @@ from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.launch import failure, interrupt, orphans
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
+from shardlab.observe.core_share import CoreShare
 from shardlab.optim import lr_at, set_lr
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, StepLog, plot_losses, print_summary
@@ -70,6 +71,7 @@ class Trainer:
         self.tokens_per_step = t.global_batch * t.seq_len
         # Peak memory is measured from here: model, gradients, optimizer state, activations, buffers.
         self.peak_mem = PeakMemory(self.device).__enter__()
+        self.core_share = CoreShare()  # the core share the ranks had in the timed steps (explain)
 
         self.par = parallel.build(cfg, self.device)  # mesh, model, layers, optimizer (docs/parallel.md)
         self.dims, self.strategy = self.par.dims, self.par.dp
@@ -199,12 +201,14 @@ class Trainer:
             comm.RECORDER.step = st.step
             _sync(self.device)
             t0 = time.perf_counter()
+            self.core_share.begin()
             with timeline.span("step", cat="step", step=st.step):
                 inject.maybe_slow(cfg, self.rank, st.step)  # debug.slow_rank: a straggler on purpose
                 loss_sum, grad_norm, skipped = self.train_step()
             self.moe_log.after_step()
             _sync(self.device)
             dt = time.perf_counter() - t0
+            self.core_share.end(count=st.step + 1 > self.start_step + warmup)  # the steps step_times keeps
             if self.verdict == "stop":
                 raise AnomalyError(self.doctor.last_report["summary"])
             if self.verdict == "rollback":

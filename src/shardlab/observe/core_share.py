@@ -1,0 +1,52 @@
+"""The share of a core a rank got while it had work, from the kernel's scheduler statistics.
+
+On a machine with fewer free cores than ranks (2 cores, 4 ranks; a CI box shared with other jobs) a rank's
+compute takes its CPU time divided by the share of a core it was given. The planner predicts CPU time and
+needs that share to turn it into wall time; probing it before or after the run measures another moment.
+Linux counts, per thread, the nanoseconds spent on a CPU and the nanoseconds spent runnable but waiting on
+a run queue (`/proc/self/task/*/schedstat`, fields 1 and 2): run / (run + wait) over the timed steps is
+the share the rank had while it was not blocked (a rank waiting in a collective or a sleep is in neither).
+Elsewhere (no /proc) the share is None.
+"""
+from __future__ import annotations
+
+import glob
+
+
+def sample() -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting on a run queue), summed over this process's threads; None without /proc."""
+    run = wait = 0
+    found = False
+    for path in glob.glob("/proc/self/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                fields = f.read().split()
+            run, wait, found = run + int(fields[0]), wait + int(fields[1]), True
+        except (OSError, ValueError, IndexError):  # a thread that ended between the glob and the read
+            continue
+    return (run, wait) if found else None
+
+
+class CoreShare:
+    """Sums the scheduler's run and wait time over the steps `end(count=True)` closes."""
+
+    def __init__(self):
+        self.run = self.wait = 0
+        self._start = None
+
+    def begin(self) -> None:
+        self._start = sample()
+
+    def end(self, count: bool) -> None:
+        now = sample()
+        if count and now is not None and self._start is not None:
+            # (a thread that ended inside the step takes its time with it: the sum may step back; skip that)
+            run, wait = now[0] - self._start[0], now[1] - self._start[1]
+            if run >= 0 and wait >= 0:
+                self.run, self.wait = self.run + run, self.wait + wait
+        self._start = None
+
+    @property
+    def value(self) -> float | None:
+        total = self.run + self.wait
+        return self.run / total if total else None
