@@ -122,10 +122,24 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple
 def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
     """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
     with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
+    return list(_tp_replicated(model, pp))
+
+
+@functools.lru_cache(maxsize=256)  # (a search asks it for every layout of one model)
+def _tp_replicated(model: ModelSpec, pp: int) -> tuple:
     layers = stage_layers(model.n_layer, pp)
-    return [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
+    out = [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
             and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
             and (pp == 1 or not name.startswith("ln_f."))]
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=1024)
+def padded_units(model: ModelSpec, tp: int, pp: int, v: int, n: int, padding: str) -> tuple[int, tuple[int, ...]]:
+    """`padded` of all of `units(model, tp, pp, v)` together, and of each unit: the same few layouts come
+    back for every layout a search evaluates, and an 80-layer model has ~700 parameters to pad each time."""
+    us = units(model, tp, pp, v)
+    return padded([x for u in us for x in u], n, padding), tuple(padded(list(u), n, padding) for u in us)
 
 
 def local_params(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> int:
@@ -164,8 +178,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     gb = DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
     pb = train.param_bytes
     s, r = lay.shard, lay.replicate
-    full = padded(numels, s, lay.padding)
-    unit_full = [padded(list(u), s, lay.padding) for u in us]
+    full, unit_full = padded_units(model, lay.tp, lay.pp, lay.v, s, lay.padding)
     k = len(us)
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
@@ -191,7 +204,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
         fwd = pb * full
         # the root unit stays gathered from its forward to its backward (as FSDP2's root does)
-        bwd_units = unit_full[1:] + (unit_full[:1] if lay.root_reshards else [])
+        bwd_units = unit_full[1:] + (unit_full[:1] if lay.root_reshards else ())
         bwd = pb * sum(bwd_units) if lay.reshard_after_forward else 0
         n_bwd = len(bwd_units) if lay.reshard_after_forward else 0
         out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (k + n_bwd) * m, "forward+backward",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .comm import MiB, padded, units
+from .comm import MiB, padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
 
@@ -46,7 +46,7 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
     psi = sum(numels)
     n = lay.shard
-    shard = padded(numels, n, lay.padding) / n
+    shard = padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] / n
     pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes
     z = lay.strategy
     p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"

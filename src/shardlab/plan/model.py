@@ -9,6 +9,7 @@ s = sequence length, v = vocabulary, t = tensor-parallel degree, p = pipeline-pa
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 
@@ -82,6 +83,9 @@ class ModelSpec:
     def param_shapes(self) -> list[tuple[str, "Param"]]:
         """(name, numel) of every parameter in registration order, like model.named_parameters();
         each numel is a `Param` that also knows its dim-0 row size (sharding pads whole rows)."""
+        return list(_param_shapes(self))
+
+    def _param_shapes(self) -> list[tuple[str, "Param"]]:
         if self.llama:
             return self._llama_param_shapes()
         h, f = self.d_model, self.mlp_ratio * self.d_model
@@ -300,3 +304,10 @@ def model_from_args(preset: str | None = None, **dims) -> ModelSpec:
         raise ValueError(f"model needs a preset or all of n_layer, d_model, n_head, vocab, seq "
                          f"(missing: {', '.join(missing)})")
     return ModelSpec(name=dims.pop("name", "custom"), **dims)
+
+
+@functools.lru_cache(maxsize=64)
+def _param_shapes(model: ModelSpec) -> tuple:
+    """ModelSpec.param_shapes, built once per model: a search evaluates thousands of layouts of one model,
+    and an 80-layer model has ~700 parameters to list each time."""
+    return tuple(model._param_shapes())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded,
+from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded_units,
                    tp_pp_collectives, units)
 from .compute import micro_batch_time, optimizer_time
 from .hardware import Cluster
@@ -208,7 +208,8 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
 def _optimizer_step(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> tuple[float, str]:
     """(seconds, formula) of the optimizer on this rank's shard of the states."""
     numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
-    psi_opt = padded(numels, lay.shard, lay.padding) / lay.shard if lay.strategy != "ddp" \
+    psi_opt = padded_units(model, lay.tp, lay.pp, lay.v, lay.shard, lay.padding)[0] / lay.shard \
+        if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp, lay.v)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
     return t_opt / cluster.compute_speed(lay.world), opt_why
