@@ -107,6 +107,10 @@ def cmd_train(argv: list[str]) -> int:
                 raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
             world = args.nproc * args.nnodes
         derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
+        if cfg.parallel.layout == "auto":  # the planner's choice, written into the layout keys before launch
+            from shardlab.cli.auto_layout import resolve as resolve_layout
+            resolve_layout(cfg, world)
+            derived_batch = False  # fixed for every candidate: the start line must not call it derived
         config_mod.validate(cfg, world)
         corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume

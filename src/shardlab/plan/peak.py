@@ -23,13 +23,18 @@ _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-80G"))  # s
 GEMM_N = 1024  # 2 GFLOP per product: long enough to saturate, short enough to repeat
 
 
+def gpu_preset(device_name: str) -> str | None:
+    """The preset of plan/hardware.py a CUDA device's name (torch.cuda.get_device_name) is, or None."""
+    return next((preset for needle, preset in _GPU_NAMES if needle in device_name), None)
+
+
 def gpu_peak(device_name: str, dtype: str) -> tuple[float | None, str]:
     """(peak FLOP/s, where from) for a CUDA device by its name; (None, why) when it is not in the table."""
-    for needle, preset in _GPU_NAMES:
-        if needle in device_name:
-            c = PRESETS[preset]
-            return (c.peak_flops_fp32 if dtype == "fp32" else c.peak_flops), f"spec {preset} ({dtype})"
-    return None, f"no spec for {device_name!r} in plan/hardware.py"
+    preset = gpu_preset(device_name)
+    if preset is None:
+        return None, f"no spec for {device_name!r} in plan/hardware.py"
+    c = PRESETS[preset]
+    return (c.peak_flops_fp32 if dtype == "fp32" else c.peak_flops), f"spec {preset} ({dtype})"
 
 
 def cpu_peak(threads: int) -> tuple[float, str]:
