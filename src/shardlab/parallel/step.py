@@ -25,7 +25,6 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.degrees import DIM_NAMES
 from shardlab.model import moe
 from shardlab.model.loss import cross_entropy
 from shardlab.observe import timeline
@@ -33,7 +32,6 @@ from shardlab.parallel.layer import Layer, the_one
 from shardlab.parallel.mesh import ParallelDims
 from shardlab import precision
 
-DEGREE_NAMES = (*DIM_NAMES, "ep")  # ep borrows dp ranks: not a mesh dimension, still a degree
 _AUTOCAST = {name: precision.autocast_dtype(name) for name in precision.NAMES if name != "fp32"}
 
 
@@ -86,7 +84,7 @@ class Parallel:
 
     def layout(self) -> dict:
         """The layout this step runs (summary.json `layout`): the dp layer, every degree of the mesh."""
-        return {"dp": self.dp.name, **{n: getattr(self.dims, n) for n in DEGREE_NAMES}}
+        return {"dp": self.dp.name, **self.dims.degrees, "ep": self.dims.ep}  # ep borrows dp ranks: no mesh dim
 
     def replica_sets(self) -> list:
         """What the doctor compares, across which ranks (doctor/replicas.py): the dp layer's set first,

@@ -14,6 +14,8 @@ plan/layout.py) are one prediction: the first in the order above is kept, so a t
 from __future__ import annotations
 
 import copy
+import os
+import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -100,6 +102,56 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
 
 def _size(b: float) -> str:
     return f"{b / GiB:.2f} GiB" if b >= GiB else f"{b / 2**20:.1f} MiB"
+
+
+def budget_bytes(mem_budget_gb: float, world: int) -> tuple[float, str]:
+    """Memory per rank a layout must fit, and where the figure came from: parallel.mem_budget_gb, else the
+    GPU's memory, else (CPU) the machine's available memory shared by the ranks."""
+    if mem_budget_gb > 0:
+        return mem_budget_gb * 1e9, f"parallel.mem_budget_gb={mem_budget_gb:g}"
+    import torch  # deferred: the planner is pure Python everywhere else
+
+    if torch.cuda.is_available():
+        return float(torch.cuda.get_device_properties(0).total_memory), "the GPU's memory"
+    avail = _mem_available()
+    return avail / world, f"available memory {avail / 1e9:.1f} GB / {world} ranks"
+
+
+def _mem_available() -> float:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def machine_cluster() -> Cluster:
+    """The planner's cluster for this machine: the GPU's spec preset, or on CPU the calibrated profile
+    (`cluster=this`), calibrated once when missing as `shardlab explain` does (about a minute). Raises
+    ValueError for a GPU the spec table does not have."""
+    import torch
+
+    from .hardware import PRESETS, default_profile_path, load_cluster
+    from .peak import gpu_preset
+
+    if torch.cuda.is_available():
+        name = torch.cuda.get_device_name(0)
+        preset = gpu_preset(name)
+        if preset is None:
+            raise ValueError(f"parallel.layout=auto: no spec of {name!r} in plan/hardware.py to plan with; "
+                             "set the layout by hand")
+        return PRESETS[preset]
+    if not default_profile_path().exists():
+        from .calibrate import calibrate
+        from .validate import CALIBRATION, MODELS
+        print(f"[layout=auto] no profile of this machine yet: calibrating once ({CALIBRATION['models']} at micro "
+              f"batches {CALIBRATION['micro_batches']}, about a minute)...", file=sys.stderr, flush=True)
+        calibrate([MODELS[m] for m in CALIBRATION["models"]], micro_batches=CALIBRATION["micro_batches"],
+                  quick=True, world=CALIBRATION["world"])
+    return load_cluster("this")
 
 
 def lines(ch: Choice, cluster_source: str) -> list[str]:
