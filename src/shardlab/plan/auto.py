@@ -60,13 +60,18 @@ def apply(cfg, overrides: dict) -> None:
         setattr(getattr(cfg, section), name, value)
 
 
+def with_budget(cluster: Cluster, budget_bytes: float, world: int) -> Cluster:
+    """`cluster` as the choice plans on it: `budget_bytes` per rank all usable, `world` ranks on one node."""
+    return replace(cluster, hbm_bytes=budget_bytes, mem_usable_fraction=1.0,
+                   num_gpus=max(cluster.num_gpus, world), gpus_per_node=max(cluster.gpus_per_node, world))
+
+
 def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
            runnable: Callable[[object], bool]) -> Choice:
     """The fastest fitting candidate (and the runner-up). `cfg` is left unchanged; `runnable(cfg)` validates a
     copy with a candidate written in (it may resolve derived values in place). Raises ValueError with one
     line when no candidate fits."""
-    cluster = replace(cluster, hbm_bytes=budget_bytes, mem_usable_fraction=1.0,
-                      num_gpus=max(cluster.num_gpus, world), gpus_per_node=max(cluster.gpus_per_node, world))
+    cluster = with_budget(cluster, budget_bytes, world)
     plans: list[tuple[dict, Plan]] = []
     seen, runs = set(), 0
     for over in candidates(world):
