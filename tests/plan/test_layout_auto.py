@@ -45,6 +45,10 @@ def test_auto_resolves_to_a_concrete_layout_that_fits_and_trains(tmp_path, profi
     lay = summary["layout"]
     assert (lay["dp"], lay["tp"], lay["pp"]) == (p["strategy"], p["tp"], p["pp"]) and summary["steps"] == 2
     assert str(p["tp"]) == chosen.get("parallel.tp", "1") and str(p["pp"]) == chosen.get("parallel.pp", "1")
+    # and `shardlab compare` reads the real run directory (here beside itself: comparable, one layout)
+    from shardlab.cli import compare
+    assert compare.main([str(out), str(out), "--out", str(tmp_path / "cmp")]) == 0
+    assert (tmp_path / "cmp" / "memory.png").is_file()
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -59,3 +63,27 @@ def test_bad_layout_settings_are_one_line_exit_2(tmp_path, capsys, profile, args
     err = capsys.readouterr().err
     assert needle in err and len(err.strip().splitlines()) == 1, err
     assert not out.exists()  # nothing written
+
+
+def test_world_4_candidates_include_the_2d_mixes_and_ties_go_to_the_own_layer(profile):
+    """No training: which layouts the choice weighs at world 4, and that the planner's twins count once."""
+    from shardlab import config
+    from shardlab.cli.auto_layout import runnable
+    from shardlab.plan import auto
+
+    cfg = config.load(None, ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.global_batch=8"])
+    check = runnable(4)
+    seen = []
+    for over in auto.candidates(4):
+        c = config.load(None, ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.global_batch=8"])
+        auto.apply(c, over)
+        if check(c):
+            seen.append((over["parallel.strategy"], over["parallel.tp"], over["parallel.pp"],
+                         over.get("parallel.pp_schedule")))
+    assert ("ddp", 2, 1, None) in seen and ("zero3", 2, 1, None) in seen  # dp 2 x tp 2
+    assert ("ddp", 1, 2, "1f1b") in seen and ("zero1", 1, 2, "zb") in seen  # dp 2 x pp 2
+    assert ("ddp", 2, 2, "1f1b") in seen  # tp 2 x pp 2
+    ch = auto.choose(cfg, 4, auto.machine_cluster(), 8e9, check)
+    assert ch.plan.fits and ch.runnable == len(seen) and ch.distinct < ch.runnable  # fsdp2 = zero3, zb = 1f1b
+    assert ch.overrides["parallel.strategy"] != "torch-fsdp2" and ch.overrides.get("parallel.pp_schedule") != "zb"
+    assert cfg.parallel.layout == "manual" and cfg.parallel.strategy == "ddp"  # the caller's config untouched
