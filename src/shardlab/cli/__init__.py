@@ -169,6 +169,9 @@ def _dry_run(args) -> int:
         if args.world < 1:
             raise config_mod.ConfigError(f"--world {args.world}: must be at least 1")
         cfg = config_mod.load(args.config, args.overrides)
+        if cfg.parallel.layout == "auto":  # the layout the run would train, chosen on this machine's profile
+            from shardlab.cli.auto_layout import resolve as resolve_layout
+            resolve_layout(cfg, args.world)
         config_mod.validate(cfg, args.world)
         from shardlab.simulate.dry_run import run
         return run(cfg, args.world, args.device, args.ranks, args.json)
