@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key}: " + " | ".join(f"{r.name}={v!r}" for r, v in zip(runs, values)))
     out = args.out or runs[0].path / "compare"
     written = compare.plot(runs, out)
-    print(f"\nplots: {', '.join(str(p) for p in written)}" if written else "\nplots skipped: matplotlib is not installed")
+    print(f"\nplots: {', '.join(str(p) for p in written)}" if written
+          else "\nplots skipped: matplotlib is not installed")
     return 2 if why and args.strict else 0
 
 
