@@ -23,11 +23,19 @@ def test_nproc2_writes_run_directory(tmp_path):
                 "exposed_comm_s", "ranks_consistent"):
         assert key in summary, key
     assert summary["world_size"] == 2 and summary["steps"] == 6 and summary["ranks_consistent"] is True
+    # the run named (docs/training.md, additions to DESIGN's minimum): layout, whole and per-rank counts, MFU
+    assert summary["layout"] == {"dp": "torch-ddp", "pp": 1, "dp_replicate": 2, "dp_shard": 1, "cp": 1, "tp": 1,
+                                 "ep": 1, "pp_schedule": None, "sync": "every_step"}
+    assert summary["params_per_rank"] == [summary["params_total"]] * 2 == [summary["params"]] * 2
+    assert 0 < summary["mfu"] < 1 and summary["peak_flops_per_rank"] > 0 and summary["peak_flops_from"]
+    assert len(summary["peak_mem_bytes_per_rank"]) == 2 and max(summary["peak_mem_bytes_per_rank"]) == \
+        summary["peak_mem_bytes"]
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "loss" in r] == [2, 4, 6]
     assert rows[0] == {"step": 0, "val_loss": rows[0]["val_loss"]} and rows[0]["val_loss"] > 5.0
     assert (out / "config.toml").exists() and (out / "loss.png").stat().st_size > 1000
     assert "step      6/6" in res.stdout and "summary:" in res.stdout
+    assert "torch-ddp | dp 2" in res.stdout and "mfu " in res.stdout  # the console's layout and MFU lines
 
 
 def test_two_nodes_c10d_rendezvous(tmp_path):

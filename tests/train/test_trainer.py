@@ -43,3 +43,7 @@ def test_fp16_overflow_skipped_consistently(pool2, tmp_path):
     assert summary["skipped_steps"] == len(skips) == summary["events"]["skip"]
     assert summary["skipped_steps"] < 8 and moved  # the scale came down and training resumed
     assert summary["ranks_consistent"] is True
+    # summary.json names the layout; FSDP2's ranks hold their local shards, which add up to the whole model
+    assert summary["layout"]["dp"] == "torch-fsdp2" and summary["layout"]["dp_shard"] == 2
+    assert sum(summary["params_per_rank"]) == summary["params_total"] and len(summary["params_per_rank"]) == 2
+    assert len(summary["peak_mem_bytes_per_rank"]) == 2 and "mfu" in summary

@@ -24,6 +24,8 @@ SUITES = {
     "checkpoint": ("shardlab.bench.checkpoint", "checkpoint save/load cost"),
     "memory": ("shardlab.bench.memory", "activation recompute: activation bytes, peak memory, step time"),
     "planner": ("shardlab.plan.validate", "planner predictions vs measurements"),
+    "layouts": ("shardlab.bench.layouts", "parallel.layout=auto's choice vs a paired sweep of every layout shardlab "
+                "runs (world 2; and 4 without --quick)"),
     "tp": ("shardlab.bench.tensor_parallel", "data vs tensor vs tensor x data parallelism at world 2 and 4, own vs DTensor"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
     "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "

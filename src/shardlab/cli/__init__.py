@@ -1,4 +1,4 @@
-"""One entry point: shardlab train | data | bench | trace | explain | ckpt | doctor | plan | generate.
+"""One entry point: shardlab train | data | bench | trace | explain | compare | ckpt | doctor | plan | generate.
 
 Bad input anywhere -> one clear line on stderr and exit code 2, with nothing written.
 """
@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "bench": "shardlab.bench.cli",
     "trace": "shardlab.cli.trace",
     "explain": "shardlab.cli.explain",
+    "compare": "shardlab.cli.compare",
     "ckpt": "shardlab.checkpoint.cli",
     "data": "shardlab.data.cli",
     "doctor": "shardlab.cli.doctor",
@@ -25,7 +26,7 @@ SUBCOMMANDS = {
     "lighthouse": "shardlab.launch.lighthouse",
 }
 
-USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,ckpt,doctor,plan,generate,lighthouse} ...
+USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,compare,ckpt,doctor,plan,generate,lighthouse} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
@@ -33,6 +34,7 @@ USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,ckpt,doctor,pl
   bench    run a benchmark suite and write a report           (shardlab bench --help)
   trace    analyse a traced run: overlap, exposed comm, skew  (shardlab trace RUN)
   explain  a run's predicted step and memory beside its measured (shardlab explain RUN)
+  compare  runs side by side: table, plots, config diff      (shardlab compare RUN RUN ...)
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)
   doctor   diagnose hangs and anomalies                       (shardlab doctor --help)
   plan     predict memory, traffic and step time at scale     (shardlab plan --help)
@@ -105,6 +107,10 @@ def cmd_train(argv: list[str]) -> int:
                 raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
             world = args.nproc * args.nnodes
         derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
+        if cfg.parallel.layout == "auto":  # the planner's choice, written into the layout keys before launch
+            from shardlab.cli.auto_layout import resolve as resolve_layout
+            resolve_layout(cfg, world)
+            derived_batch = False  # fixed for every candidate: the start line must not call it derived
         config_mod.validate(cfg, world)
         corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume
@@ -163,6 +169,9 @@ def _dry_run(args) -> int:
         if args.world < 1:
             raise config_mod.ConfigError(f"--world {args.world}: must be at least 1")
         cfg = config_mod.load(args.config, args.overrides)
+        if cfg.parallel.layout == "auto":  # the layout the run would train, chosen on this machine's profile
+            from shardlab.cli.auto_layout import resolve as resolve_layout
+            resolve_layout(cfg, args.world)
         config_mod.validate(cfg, args.world)
         from shardlab.simulate.dry_run import run
         return run(cfg, args.world, args.device, args.ranks, args.json)

@@ -145,6 +145,7 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     p = cfg.parallel
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
+    check_layout_keys(p)
     _choice("parallel.comm_dtype", p.comm_dtype, precision.NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
@@ -155,6 +156,16 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _validate_sync(p)
     _validate_fault_tolerant(cfg, world_size)
     _validate_async(cfg, world_size)
+
+
+def check_layout_keys(p) -> None:
+    """parallel.layout and its budget: checked before layout=auto resolves (cli/auto_layout.py), then with the rest."""
+    _choice("parallel.layout", p.layout, ("manual", "auto"))
+    if not p.mem_budget_gb >= 0:
+        raise ConfigError(f"parallel.mem_budget_gb={p.mem_budget_gb}: must be at least 0 (0 = the device's memory)")
+    if p.layout == "auto" and p.sync != "every_step":
+        raise ConfigError(f"parallel.layout=auto plans every-step layouts only, not parallel.sync={p.sync}: "
+                          "set the layout by hand, or parallel.sync=every_step")
 
 
 def _check_train(cfg: Config, world_size: int) -> None:

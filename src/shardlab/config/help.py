@@ -120,6 +120,12 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                  "docs/training.md", "bool"),
     "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
                           " | ".join(STRATEGIES)),
+    "parallel.layout": ("manual = the layout keys as given; auto = the planner picks the fastest layout shardlab "
+                        "runs at this world that fits parallel.mem_budget_gb (dp layer, tp, pp and its schedule), "
+                        "prints the choice, the runner-up and why, and writes it into those keys; docs/explain.md",
+                        "manual | auto"),
+    "parallel.mem_budget_gb": ("parallel.layout=auto: memory per rank a layout must fit (GB); 0 = the GPU's "
+                               "memory, on CPU the machine's available memory divided by the ranks", "float >= 0"),
     "parallel.backend": ("collective backend; auto = nccl with CUDA, else gloo", "auto | gloo | nccl"),
     "parallel.bucket_mb": ("DDP/ZeRO gradient bucket size (MiB)", "float > 0"),
     "parallel.first_bucket_mb": ("size of the first bucket (MiB), small so communication starts early",

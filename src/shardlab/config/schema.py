@@ -105,6 +105,10 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     wrap: str = "block"  # block | layer | whole
     prefetch: bool = True
+    # manual: the keys below as given; auto: the planner picks the fastest layout that fits mem_budget_gb and
+    # `shardlab train` writes it into these keys before the run starts (plan/auto.py, docs/explain.md)
+    layout: str = "manual"
+    mem_budget_gb: float = 0.0  # layout=auto: memory per rank; 0 = the GPU's, on CPU available memory / ranks
     # Mesh degrees (docs/parallel.md): -1 = fill the world; the product must equal the world size.
     dp_replicate: int = 0  # 0 = let the dp layer decide: replicating layers fill dp_replicate,
     dp_shard: int = 0  # sharding ones dp_shard

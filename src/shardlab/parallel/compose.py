@@ -51,6 +51,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     if model is None:
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
     model = model.to(device)
+    total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
     routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
     # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
@@ -85,8 +86,8 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         from shardlab.parallel.pp.pipeline import PipelineParallel
         stages, schedule = handles[0].impl
         return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
-                                layers=handles)
-    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles)
+                                layers=handles, params_total=total)
+    return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 
 
 def _layer(table: dict, impl: str, dim: str):

@@ -44,8 +44,10 @@ class StepResult:
 
 class Parallel:
     def __init__(self, dims: ParallelDims, model: nn.Module, dp, optimizer, device: torch.device,
-                 dtype: str = "fp32", layers: list[Layer] = ()):
+                 dtype: str = "fp32", layers: list[Layer] = (), params_total: int | None = None):
         self.dims, self.model, self.dp, self.optimizer, self.device = dims, model, dp, optimizer, device
+        # the whole model's parameter count, counted before any layer split it (None: a caller's own build)
+        self.params_total = params_total
         self.dtype = dtype
         self.layers = list(layers)  # the handles of the layers inside the dp layer, in the order applied
         # (logits, targets, reduction) -> loss: cross-entropy unless a layer replaces it (TP: vocab-parallel)
@@ -79,6 +81,10 @@ class Parallel:
         """The whole model's parameter count: the model as this rank holds it, plus what the layers moved
         to other ranks (EP's other experts)."""
         return self.model.num_params() + sum(layer.params_elsewhere for layer in self.layers)
+
+    def layout(self) -> dict:
+        """The layout this step runs (summary.json `layout`): the dp layer, every degree of the mesh."""
+        return {"dp": self.dp.name, **self.dims.degrees, "ep": self.dims.ep}  # ep borrows dp ranks: no mesh dim
 
     def replica_sets(self) -> list:
         """What the doctor compares, across which ranks (doctor/replicas.py): the dp layer's set first,

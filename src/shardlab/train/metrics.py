@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+from shardlab.degrees import Degrees
+
 
 _ARCHIVE_RE = re.compile(r"^metrics\.archived-(\d+)\.jsonl$")
 
@@ -217,16 +219,31 @@ def plot_losses(run_dir: Path) -> Path | None:
 
 def print_summary(summary: dict, file=None) -> None:
     file = file or sys.stdout  # looked up now, not at import (a redirected stdout is honoured)
-    keys = ("strategy", "world_size", "params", "steps", "tokens_per_s", "step_time_s", "final_train_loss",
-            "final_val_loss", "peak_mem_bytes", "ranks_consistent")
+    keys = ("strategy", "layout", "world_size", "params", "params_total", "steps", "tokens_per_s", "step_time_s",
+            "mfu", "final_train_loss", "final_val_loss", "peak_mem_bytes", "ranks_consistent")
     print("\nsummary:", file=file)
     for k in keys:
         v = summary.get(k)
-        if isinstance(v, float):
+        if k == "layout" and isinstance(v, dict):
+            v = describe_layout(v)
+        elif k == "mfu" and isinstance(v, float):
+            v = f"{v:.2%} (peak {summary.get('peak_flops_per_rank') or 0:.3g} FLOP/s per rank)"
+        elif isinstance(v, float):
             v = f"{v:,.4g}"
         elif isinstance(v, int) and not isinstance(v, bool):
             v = f"{v:,}"
         print(f"  {k:<18} {v}", file=file)
+
+
+def describe_layout(lay: dict) -> str:
+    """summary.json's `layout` in one line: `zero3 | dp 2 x tp 2 | pp 1f1b | sync every_step`."""
+    deg = Degrees(**{k: lay.get(k, 1) for k in ("dp_replicate", "dp_shard", "tp", "pp", "cp", "ep")})
+    parts = [str(lay.get("dp")), deg.describe()]
+    if lay.get("pp_schedule"):
+        parts.append(f"pp {lay['pp_schedule']}")
+    if lay.get("sync") not in (None, "every_step"):
+        parts.append(f"sync {lay['sync']}")
+    return " | ".join(parts)
 
 
 class StepLog:

@@ -15,6 +15,7 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     peak, peak_kind = trainer.peak_mem.bytes, trainer.peak_mem.kind
     state_bytes = trainer.strategy.state_bytes(st.optimizer)
     per_rank = comm.all_gather_object({"peak": peak, "state_bytes": state_bytes,
+                                       "params": trainer.strategy.params_held(),
                                        "core_share": trainer.core_share.value})
     step_time = statistics.median(step_times) if step_times else None
     stats = getattr(trainer, "comm_stats", None) or {}
@@ -22,14 +23,19 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     return {
         "strategy": cfg.parallel.strategy,
         "world_size": trainer.world,
-        "params": trainer.n_params,
+        "layout": layout(trainer),
+        "params": trainer.n_params,  # as rank 0 holds it (the stage, the tensor-parallel shard)
+        "params_total": trainer.par.params_total,
+        "params_per_rank": [r["params"] for r in per_rank],
         "steps": st.step,
         "tokens_per_step": trainer.tokens_per_step,
         "tokens_per_s": trainer.tokens_per_step / step_time if step_time else None,
         "step_time_s": step_time,
         "final_train_loss": train_loss,
         "final_val_loss": val_loss,
+        **mfu(trainer, step_time),
         "peak_mem_bytes": max(r["peak"] for r in per_rank),
+        "peak_mem_bytes_per_rank": [r["peak"] for r in per_rank],
         "peak_mem_kind": peak_kind,
         "state_bytes": state_bytes,
         "state_bytes_by_rank": [r["state_bytes"] for r in per_rank],
@@ -58,6 +64,34 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
 def _mean(values):
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
+
+
+def layout(trainer) -> dict:
+    """What runs where: the step's layout (the dp layer, every degree), how the pipeline is scheduled and
+    how replicas synchronise."""
+    p = trainer.cfg.parallel
+    out = trainer.par.layout()
+    return {**out, "pp_schedule": p.pp_schedule if out["pp"] > 1 else None, "sync": p.sync}
+
+
+def mfu(trainer, step_time: float | None) -> dict:
+    """Model FLOPs utilisation (PaLM's: forward + backward FLOPs of the model, no recomputation, per
+    second ÷ the ranks' peak), with the peak per rank and where it came from (plan/peak.py)."""
+    from shardlab.plan.from_config import model_spec
+    from shardlab.plan.peak import cpu_peak, gpu_peak
+
+    import torch
+
+    cfg = trainer.cfg
+    if trainer.rank != 0:  # rank 0 writes the summary; a first measurement on every rank at once would
+        return {}  # share the cores and find a lower peak
+    if trainer.device.type == "cuda":
+        peak, source = gpu_peak(torch.cuda.get_device_name(trainer.device), cfg.train.dtype)
+    else:
+        peak, source = cpu_peak(torch.get_num_threads())
+    flops = model_spec(cfg).model_flops(trainer.tokens_per_step, cfg.train.seq_len)
+    value = flops / step_time / (trainer.world * peak) if step_time and peak else None
+    return {"mfu": value, "model_flops_per_step": flops, "peak_flops_per_rank": peak, "peak_flops_from": source}
 
 
 def write(run_dir: Path, summary: dict) -> None:

@@ -160,6 +160,8 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
         proc = run_cli(["train", *args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
         assert proc.returncode == 0, proc.stderr[-2000:]
         rows[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
+    assert summary["layout"]["cp"] == 2 and summary["params_per_rank"] == [summary["params_total"]] * 2
     losses = {n: [r[k] for r in rows[n] for k in ("loss", "val_loss") if k in r and r["step"] <= 2]
               for n in ("cp", "whole")}
     assert len(losses["cp"]) >= 4  # two training losses, the starting and the step-2 evaluation

@@ -44,6 +44,11 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
                  "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     ref = _losses(pp)
+    summary = json.loads((pp / "summary.json").read_text())
+    assert summary["layout"]["pp"] == 2 and summary["layout"]["pp_schedule"] == "1f1b"
+    per_rank, total = summary["params_per_rank"], summary["params_total"]
+    # two stages: each holds part of the model (the last its head, tied to the first's embedding: held twice)
+    assert len(per_rank) == 2 and all(0 < n < total for n in per_rank) and sum(per_rank) >= total
     # the traced run's bubble is measured per stage beside the formula, and drawn
     t = run_cli(["trace", str(pp)], timeout=120, cwd=ROOT)
     assert t.returncode == 0 and "pipeline bubble" in t.stdout and "analytic 33.3% (1f1b, p=2, m=2)" in t.stdout, t.stdout
@@ -56,6 +61,12 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
         got = _continue(out, pp, over) if nproc == 1 else pool2.run(_continue, out, pp, over, timeout=300)[0]
         for step in (4, 5):  # fp32; the same sums split another way: round-off only
             assert got[step] == pytest.approx(ref[step], rel=1e-5), (layout, step)
+        s = json.loads((out / "summary.json").read_text())
+        name = layout.split("=")[1]
+        assert s["layout"]["dp"] == name and s["layout"]["pp"] == 1 and s["params_total"] == total
+        # zero3 holds its rows of every parameter (no padding counted): the ranks' shares add up to the model
+        assert sum(s["params_per_rank"]) == total if name == "zero3" else s["params_per_rank"] == [total] * nproc
+        assert len(s["peak_mem_bytes_per_rank"]) == nproc and "mfu" in s  # null: 2 steps are all warm-up
     # and back: zero3's step-4 checkpoint (parameters and optimizer state sharded over dp) into two stages
     back = tmp_path / "back"
     over = ["parallel.strategy=ddp", "parallel.pp=2", "train.steps=5", "ckpt.final=false", "trace.enabled=false",

@@ -111,6 +111,12 @@ def test_cli_tp2_equals_single_and_its_checkpoint_resumes_on_one_device(tmp_path
         proc = run_cli(["train", *args, *common, "--out", str(tmp_path / name)], timeout=400)
         assert proc.returncode == 0, proc.stderr[-2000:]
         rows[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+    summary = {n: json.loads((tmp_path / n / "summary.json").read_text()) for n in ("tp", "whole")}
+    assert summary["tp"]["layout"]["tp"] == 2 and summary["whole"]["layout"]["dp"] == "single"
+    total = summary["whole"]["params_total"]
+    assert summary["tp"]["params_total"] == total == summary["whole"]["params_per_rank"][0]
+    # each tp rank holds its halves of the split matrices and a whole copy of the rest
+    assert all(total / 2 <= n < total for n in summary["tp"]["params_per_rank"])
     losses = {n: [r[k] for r in rows[n] for k in ("loss", "val_loss") if k in r and r["step"] <= 2]
               for n in ("tp", "whole")}
     assert len(losses["tp"]) >= 3  # two training losses and at least one evaluation

@@ -265,6 +265,11 @@ class Strategy:
         groups = [{**saved, "params": cur["params"]} for saved, cur in zip(sd["param_groups"], local)]
         set_optimizer_state_dict(self.module, optimizer, {**sd, "param_groups": groups})
 
+    def params_held(self) -> int:
+        """Parameter elements this rank holds at rest (a DTensor's local shard): summary.json's
+        params_per_rank. Replicating layers hold every parameter of their part; sharding ones override."""
+        return sum(_local(p).numel() for p in self.module.parameters())
+
     def state_bytes(self, optimizer) -> dict:
         """Bytes this rank holds for parameters, gradients and optimizer state (what the formulas predict)."""
         def nbytes(ts):

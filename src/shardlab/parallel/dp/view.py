@@ -92,6 +92,9 @@ class DPView:
     def state_bytes(self, optimizer) -> dict:
         return self.dp.state_bytes(optimizer)
 
+    def params_held(self) -> int:
+        return self.dp.params_held()
+
     # --- a periodic synchronisation (parallel/dp/sync.py) and the doctor ---------------------------------
     def replicas_step_alone(self) -> list:
         return self.dp.replicas_step_alone()

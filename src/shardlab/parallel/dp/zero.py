@@ -312,6 +312,15 @@ class _Zero(Strategy):
     def state_bytes(self, optimizer) -> dict:
         return zero_state.state_bytes(self, optimizer)
 
+    def params_held(self) -> int:
+        """zero1/2 keep every parameter whole; zero3 its unpadded rows of each (padding is no parameter),
+        plus whatever the units do not manage (EP's hidden experts)."""
+        if not self.shard_params:
+            return super().params_held()
+        managed = {id(t) for i in self.infos for t in (i.param, i.shard)}  # at rest the modules hold the shards
+        rest = sum(p.numel() for p in self.module.parameters() if id(p) not in managed)
+        return sum(i.local_rows * i.row_numel for i in self.infos) + rest
+
 
 class Zero1(_Zero):
     name = "zero1"

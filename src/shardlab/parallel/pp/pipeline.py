@@ -193,8 +193,9 @@ def _embed_group(dims: ParallelDims, sched, tied: bool = True) -> object | None:
 
 
 class PipelineParallel(Parallel):
-    def __init__(self, dims, model, dp, optimizer, device, dtype, cfg, part, stages, sched, layers=()):
-        super().__init__(dims, model, dp, optimizer, device, dtype=dtype, layers=layers)
+    def __init__(self, dims, model, dp, optimizer, device, dtype, cfg, part, stages, sched, layers=(),
+                 params_total=None):
+        super().__init__(dims, model, dp, optimizer, device, dtype=dtype, layers=layers, params_total=params_total)
         from shardlab.model.loss import cross_entropy
         from shardlab.parallel.pp.engine import PipelineEngine
 
