@@ -4,27 +4,23 @@ On a machine with fewer free cores than ranks (2 cores, 4 ranks; a CI box shared
 compute takes its CPU time divided by the share of a core it was given. The planner predicts CPU time and
 needs that share to turn it into wall time; probing it before or after the run measures another moment.
 Linux counts, per thread, the nanoseconds spent on a CPU and the nanoseconds spent runnable but waiting on
-a run queue (`/proc/self/task/*/schedstat`, fields 1 and 2): run / (run + wait) over the timed steps is
+a run queue (`/proc/thread-self/schedstat`, fields 1 and 2): run / (run + wait) over the timed steps is
 the share the rank had while it was not blocked (a rank waiting in a collective or a sleep is in neither).
-Elsewhere (no /proc) the share is None.
+Only the thread that runs the step counts (one compute thread per rank on CPU): the process's other
+threads (gloo's, the doctor's heartbeat) wake briefly and queue behind busy ranks, and their waits are
+not on the step's path. Elsewhere (no /proc) the share is None.
 """
 from __future__ import annotations
 
-import glob
-
 
 def sample() -> tuple[int, int] | None:
-    """(ns on a CPU, ns waiting on a run queue), summed over this process's threads; None without /proc."""
-    run = wait = 0
-    found = False
-    for path in glob.glob("/proc/self/task/*/schedstat"):
-        try:
-            with open(path) as f:
-                fields = f.read().split()
-            run, wait, found = run + int(fields[0]), wait + int(fields[1]), True
-        except (OSError, ValueError, IndexError):  # a thread that ended between the glob and the read
-            continue
-    return (run, wait) if found else None
+    """(ns on a CPU, ns waiting on a run queue) of the calling thread; None without /proc."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            fields = f.read().split()
+        return int(fields[0]), int(fields[1])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class CoreShare:
@@ -40,7 +36,6 @@ class CoreShare:
     def end(self, count: bool) -> None:
         now = sample()
         if count and now is not None and self._start is not None:
-            # (a thread that ended inside the step takes its time with it: the sum may step back; skip that)
             run, wait = now[0] - self._start[0], now[1] - self._start[1]
             if run >= 0 and wait >= 0:
                 self.run, self.wait = self.run + run, self.wait + wait
