@@ -240,11 +240,14 @@ def test_text_source_file_and_folder(tmp_path):
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "HEAD").write_text("hidden")    # skipped: hidden
     (tmp_path / "d.jsonl").write_text('{"text": "four"}\n{"text": "fi\\u0000ve"}\n')  # a document per line
-    # sorted paths, each document ended by EOS (the NUL byte, id 0); a NUL inside a document is dropped
-    tokens = load_tokens(f"text:{tmp_path}")
+    # the stream (the default run's, as it always was): sorted paths, the files' bytes joined by a blank line
+    stream = '{"text": "four"}\n{"text": "fi\\u0000ve"}\n'
+    assert decode(load_tokens(f"text:{tmp_path}")) == f"first\n\nsecond\n\n{stream}\n\nthird é\n\n"
+    assert decode(load_tokens(f"text:{tmp_path / 'a.py'}")) == "first\n\n"
+    # documents (data.doc_mask): each ended by EOS (the NUL byte, id 0), a .jsonl line each, a NUL inside dropped
+    tokens = load_tokens(f"text:{tmp_path}", documents=True)
     assert bytes(tokens.astype(np.uint8)) == "first\0second\0four\0five\0third é\0".encode()
-    assert decode(tokens) == "firstsecondfourfivethird é"
-    assert bytes(load_tokens(f"text:{tmp_path / 'a.py'}").astype(np.uint8)) == b"first\0"
+    assert bytes(load_tokens(f"text:{tmp_path / 'a.py'}", documents=True).astype(np.uint8)) == b"first\0"
 
 
 def test_bin_source(tmp_path):
@@ -275,7 +278,7 @@ def test_bad_file_contents_raise_clear_errors(tmp_path):
     (tmp_path / "bins").mkdir()
     (tmp_path / "bins" / "x").write_bytes(b"\0\0")
     for source, message in [(f"text:{tmp_path / 'empty.txt'}", "is empty"),
-                            (f"text:{tmp_path / 'bins'}", "has no text, .jsonl, .parquet or .arrow files"),
+                            (f"text:{tmp_path / 'bins'}", "has no text files"),
                             (f"bin:{tmp_path / 'odd.bin'}", "odd size"),
                             (f"bin:{tmp_path / 'empty.bin'}", "is empty")]:
         with pytest.raises(DataError, match=message) as err:

@@ -78,7 +78,10 @@ def test_text_sources_tokenize_on_the_fly_and_cache(tmp_path, monkeypatch):
     assert again.tokenizer.fingerprint() == tok.fingerprint()
     assert np.array_equal(np.concatenate([again.train, again.val]), np.concatenate([first.train, first.val]))
     assert len(list((tmp_path / "cache" / "tokenizers").iterdir())) == 1 and list((tmp_path / "cache").glob("text-*.bin"))
-    # the bytes tokenizer: each file's bytes, then EOS (the NUL byte)
+    # the bytes tokenizer keeps the stream it always had (files joined by a blank line, no EOS), and with
+    # data.doc_mask each file's bytes then EOS (the NUL byte)
     b = open_corpus(f"text:{tmp_path / 't'}", "bytes", 0.05)
-    assert b.tokens == sum(len(d) + 1 for d in docs) and b.documents == 3
-    assert np.count_nonzero(np.concatenate([b.train, b.val]) == tk.BYTES_EOS) == 3
+    assert b.tokens == sum(len(d) + 2 for d in docs) and b.documents == 3
+    d = open_corpus(f"text:{tmp_path / 't'}", "bytes", 0.05, documents=True)
+    assert d.tokens == sum(len(x) + 1 for x in docs) and d.documents == 3
+    assert np.count_nonzero(np.concatenate([d.train, d.val]) == tk.BYTES_EOS) == 3

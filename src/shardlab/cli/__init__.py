@@ -260,7 +260,7 @@ def _check_data(cfg):
     from shardlab.model.gpt import resolve_model_config
 
     try:
-        corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
+        corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction, cfg.data.doc_mask)
         follow_vocab(cfg.model, corpus.tokenizer)
         init_from.check_tokenizer(cfg, corpus.tokenizer)
         if cfg.data.source.startswith("bin:"):  # ids the tokenizer did not write itself: check them all

@@ -26,7 +26,7 @@ from .cache import cache_dir, write_atomic
 from .corpus import load_tokens
 from .dataset import split_train_val
 from .errors import DataError
-from .sources import documents, fingerprint
+from .sources import documents, files_of, fingerprint
 
 META = "meta.json"
 PREPARED_FORMAT = 1
@@ -77,16 +77,23 @@ class Corpus:
     samples: int = 0  # training sequences at the run's seq_len (set by the CLI's check)
 
 
-def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05) -> Corpus:
+def open_corpus(source: str, spec: str = "bytes", val_fraction: float = 0.05, documents: bool = False) -> Corpus:
+    """`documents` (data.doc_mask): the bytes tokenizer's stdlib / text: as EOS-ended documents too, not the
+    stream it has always read (corpus.py); every other tokenizer writes documents whatever it says."""
     tok = tk.run_tokenizer(source, spec)
     if source.startswith("tokens:"):
         return open_prepared(Path(source[len("tokens:"):]), val_fraction, tok)
     if tok.kind == "bytes" or source.startswith("bin:"):
-        tokens = load_tokens(source)  # (a bin: file's ids are checked against the model's vocabulary: the CLI)
+        # (a bin: file's ids are checked against the model's vocabulary: the CLI)
+        tokens = load_tokens(source, documents=documents)
     else:
         tokens = encoded(source, tok)
-    # every document of stdlib / text: ends with EOS; a bin: file's ids are whatever wrote them: one stream
-    docs = 1 if source.startswith("bin:") else int(np.count_nonzero(tokens == tok.eos_id))
+    if source.startswith("bin:"):  # its ids are whatever wrote them: one stream
+        docs = 1
+    elif tok.kind == "bytes" and not documents:  # the stream: a document per file, no EOS
+        docs = len(files_of(source))
+    else:
+        docs = int(np.count_nonzero(tokens == tok.eos_id))
     train, val = split_train_val(tokens, val_fraction)
     return Corpus(source, tok, train, val, len(tokens), docs)
 

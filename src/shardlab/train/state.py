@@ -27,7 +27,7 @@ class TrainState:
 def datasets(cfg: Config) -> tuple[TokenDataset, TokenDataset]:
     """The run's training and validation splits (every trainer reads the corpus the same way); the model's
     vocabulary follows the tokenizer's when model.vocab_size is not set."""
-    corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction)
+    corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction, cfg.data.doc_mask)
     follow_vocab(cfg.model, corpus.tokenizer)  # (the CLI did, before writing config.toml; a trainer built by hand)
     return (TokenDataset(corpus.train, cfg.train.seq_len, name="training split"),
             TokenDataset(corpus.val, cfg.train.seq_len, name="validation split"))
