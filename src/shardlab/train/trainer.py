@@ -94,7 +94,10 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
-        if cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
+        self.ft_every_step = cfg.parallel.fault_tolerant and cfg.parallel.sync == "every_step"
+        if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
+        elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
             self.start_step = self.strategy.found_or_join(self.state, self.start_step)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
@@ -107,6 +110,9 @@ class Trainer:
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
         cfg, st, par = self.cfg, self.state, self.par
         t = cfg.train
+        if self.ft_every_step:  # this step's quorum (a joiner is healed here, before the batch is drawn)
+            comm.set_phase("quorum")
+            self.strategy.begin_step(st)
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
             idx = st.sampler.next_batch()
@@ -242,6 +248,9 @@ class Trainer:
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
+        if self.ft_every_step:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
+            summary["ft"] = self.strategy.ft_summary()
+            summary.update({k: summary["ft"][k] for k in ("restarts", "heals", "quorums", "param_checksum")})
         if self.is_main and self.cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
