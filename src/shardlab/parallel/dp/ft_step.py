@@ -93,6 +93,7 @@ class EveryStepFaultTolerance(DPView):
             raise FaultToleranceError(f"replica {self.rid}: the founding quorum was decided without it (more than "
                                       f"parallel.ft_join_timeout={m.join_timeout:g} s late)")
         self.__dict__["ready_step"] = start_step
+        log_replica(self.rid, f"rank {m.shard} founding member (process {os.getpid()})")
         return start_step
 
     def begin_step(self, train_state) -> None:
@@ -125,6 +126,9 @@ class EveryStepFaultTolerance(DPView):
                 break
             self.manager.broken()
             attempt += 1
+            if attempt > 2 * self.manager.n_replicas:  # each retry drops at least one replica: not reached
+                raise FaultToleranceError(f"replica {self.rid}: step {step}'s gradient average failed {attempt} "
+                                          "times")
             self.__dict__["retries"] = self.retries + 1
             decision = self.manager.quorum(step, attempt)
             if self.rid not in decision["participants"]:  # the others completed the step without us
@@ -142,8 +146,9 @@ class EveryStepFaultTolerance(DPView):
                     offset += g.numel()
 
     def _attempt(self, fn) -> bool:
-        group = self.manager.group
-        if group is None and len(self.manager.members) > 1:
+        if len(self.manager.members) == 1:
+            return True  # alone: nothing to exchange
+        if self.manager.group is None:
             return False  # the group was never formed: a member is gone
         try:
             fn()
