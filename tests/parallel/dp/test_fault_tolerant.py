@@ -150,7 +150,10 @@ FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.repl
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (FT, "use parallel.sync=diloco or local_sgd"),  # sync=every_step: nothing periodic to lose a replica from
+    (FT + ["parallel.sync=async"], "use parallel.sync=every_step, diloco or local_sgd"),
+    (FT + ["parallel.strategy=torch-ddp"], "strategy=torch-ddp"),  # every_step: torch DDP's hooks would reduce
+    (FT + ["parallel.ft_job=a/b"], "parallel.ft_job='a/b'"),
+    (FT + ["debug.ft_absent=1@x"], "debug.ft_absent='1@x'"),
     (FT + ["parallel.sync=diloco", "parallel.replica_id=2"], "parallel.replica_id=2"),
     (FT + ["parallel.sync=diloco", "parallel.ft_store=nowhere"], "parallel.ft_store='nowhere'"),
     (FT + ["parallel.sync=local_sgd", "parallel.ft_timeout=0"], "parallel.ft_timeout=0"),

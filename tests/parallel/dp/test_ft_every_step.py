@@ -1,5 +1,5 @@
 """Every-step fault tolerance (parallel.sync=every_step parallel.fault_tolerant=true, parallel/dp/ft_step.py):
-2 replicas x 2 ranks of zero2, one rank of replica 1 killed mid-run.
+2 replicas x 2 ranks of zero2 (and of torch-fsdp2), one rank of replica 1 killed mid-run.
 
 Replica 0 never restarts and finishes; replica 1's launcher restarts it (--max-restarts 1), it is healed by
 replica 0 shard to shard and ends bitwise equal; and replica 0's loss trajectory is bitwise equal to a
@@ -17,7 +17,7 @@ import pytest
 
 import ft_harness as ft
 
-STEPS = 10
+STEPS = 8
 DEADLINE_S = 420  # both runs, however loaded the machine; a stuck wait fails with the logs
 
 
@@ -32,7 +32,8 @@ def _overrides(port: int, job: str, strategy: str, *extra: str) -> list[str]:
 
 
 @pytest.mark.timeout(DEADLINE_S + 60)
-def test_zero2_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path):
+@pytest.mark.parametrize("strategy", ["zero2", "torch-fsdp2"])
+def test_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path, strategy):
     from shardlab.launch.launcher import free_port
 
     t_end = time.monotonic() + DEADLINE_S
@@ -40,7 +41,7 @@ def test_zero2_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path)
     procs = []
     try:
         procs.append(ft.lighthouse(tmp_path, port, t_end))
-        ov = _overrides(port, "drill", "zero2")
+        ov = _overrides(port, "drill", strategy)
         r0 = ft.replica(tmp_path, "r0", 0, 2, ov, t_end)
         r1 = ft.replica(tmp_path, "r1", 1, 2, ov, t_end, max_restarts=1)
         procs += [r0, r1]
@@ -58,7 +59,7 @@ def test_zero2_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path)
         missed = ft.absent_steps(tmp_path / "r0", 1)
         a, b = missed[0], missed[-1]
         assert missed == list(range(a, b + 1)) and b + 1 < STEPS, missed  # one gap, healed before the end
-        ref = _overrides(port, "reference", "zero2", f"debug.ft_absent=1@{a}-{b}")  # same lighthouse, own keys
+        ref = _overrides(port, "reference", strategy, f"debug.ft_absent=1@{a}-{b}")  # same lighthouse, own keys
         q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
         q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
         procs += [q0, q1]

@@ -175,10 +175,10 @@ class EveryStepFaultTolerance(DPView):
     def _state_tensors(self) -> list[torch.Tensor]:
         """What a heal copies, in one order on every replica: this rank's parameters (shards), then their
         optimizer state, key by key."""
-        out = [p.data for p in self.params]
+        out = [_local(p.data) for p in self.params]  # torch-fsdp2: the DTensors' local shards
         for p in self.params:
             st = self.optimizer.state.get(p, {})
-            out += [st[k] for k in sorted(st) if torch.is_tensor(st[k])]
+            out += [_local(st[k]) for k in sorted(st) if torch.is_tensor(st[k])]
         return out
 
     @torch.no_grad()
