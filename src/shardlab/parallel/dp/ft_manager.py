@@ -62,6 +62,9 @@ class Manager:
         self.qid = 0
         self.group = None  # comm.QuorumGroup of the current quorum (None: alone, or broken)
         self.quorums = 0  # decisions this process took part in
+        self.reconnects = 0  # times the lighthouse came back
+        self._pending: dict[str, str] = {}  # what this rank has posted for the quorum it waits in
+        self._last: tuple[str, str] | None = None  # (key, value) of the last decision it followed
 
     def set_run_dir(self, run_dir) -> None:
         """This replica's quorum log: RUN/quorum.jsonl (rank 0 writes it)."""
@@ -80,7 +83,7 @@ class Manager:
 
     def job_started(self) -> bool:
         """Whether the job has decided a quorum already (a process starting now is a restart: it joins)."""
-        return comm.store_check(self.store, "started")
+        return self._reliably(lambda: comm.store_check(self.store, "started"))
 
     def _has(self, key: str) -> bool:
         return comm.store_check(self.store, key)
@@ -107,62 +110,121 @@ class Manager:
     def quorum(self, step: int, attempt: int, founding: bool = False) -> dict:
         """Post, wait, decide: the decision for (step, attempt), which this rank then follows (a new group
         when the participants changed)."""
-        store, base = self.store, f"s{step}/a{attempt}"
-        comm.store_set(store, f"{base}/post/{self.rid}/{self.shard}", self.incarnation.encode())
+        base = f"s{step}/a{attempt}"
+        self._pending = {f"{base}/post/{self.rid}/{self.shard}": self.incarnation}
         out = self._planned_out(step)
         expected = [j for j in (range(self.n_replicas) if founding else self.members) if j not in out]
-        deadline = time.monotonic() + (self.join_timeout if founding else self.timeout)
-        while not self._has(f"{base}/decision"):
-            complete = [j for j in expected
-                        if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
-            joining = {} if attempt else {j: v for j, v in self._join_requests().items() if j not in out}
-            missing = [j for j in expected if j not in complete or j in joining]
-            late = time.monotonic() > deadline
-            waiting = [j for j in self._planned_in(step) if j not in joining]
-            if (late or all(j in joining for j in missing)) and (late or not waiting):
-                members = [j for j in complete if j not in joining]
-                participants = sorted(set(members) | set(joining))
-                changed = founding or participants != self.members
-                gone = {str(j): ("restarted: its previous processes are gone" if j in joining else
-                                 f"not all its ranks came within {self.timeout:g} s") for j in missing}
-                proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
-                            "members": members, "joiners": {str(j): v for j, v in joining.items()},
-                            "participants": participants, "gone": gone}
-                comm.store_compare_set(store, f"{base}/decision", "", json.dumps(proposal))
-                break
-            time.sleep(_POLL_S)
-        decision = json.loads(comm.store_get(store, f"{base}/decision"))
+        wait_s = self.join_timeout if founding else self.timeout
+        state = {"deadline": time.monotonic() + wait_s}
+
+        def post_and_decide():
+            store = self.store
+            for key, value in self._pending.items():
+                comm.store_set(store, key, value.encode())
+            while not self._has(f"{base}/decision"):
+                complete = [j for j in expected
+                            if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
+                joining = {} if attempt else {j: v for j, v in self._join_requests().items() if j not in out}
+                missing = [j for j in expected if j not in complete or j in joining]
+                late = time.monotonic() > state["deadline"]
+                waiting = [j for j in self._planned_in(step) if j not in joining]
+                if (late or all(j in joining for j in missing)) and (late or not waiting):
+                    members = [j for j in complete if j not in joining]
+                    participants = sorted(set(members) | set(joining))
+                    changed = founding or participants != self.members
+                    gone = {str(j): ("restarted: its previous processes are gone" if j in joining else
+                                     f"not all its ranks came within {self.timeout:g} s") for j in missing}
+                    proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
+                                "members": members, "joiners": {str(j): v for j, v in joining.items()},
+                                "participants": participants, "gone": gone}
+                    comm.store_compare_set(store, f"{base}/decision", "", json.dumps(proposal))
+                    break
+                time.sleep(_POLL_S)
+            return comm.store_get(store, f"{base}/decision")
+
+        raw = self._reliably(post_and_decide, lambda: state.update(deadline=time.monotonic() + wait_s))
+        decision = json.loads(raw)
+        self._last = (f"{base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
         if self.rid in decision["participants"]:
-            for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
-                comm.store_set(store, f"admit/{j}/{self.shard}",
-                               json.dumps({"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
-            if step == 0 or founding:
-                comm.store_set(store, "started", b"1")
+            def admit():
+                for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
+                    comm.store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
+                        {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
+                comm.store_set(self.store, "started", b"1")
+            self._reliably(admit)
             self._follow(decision)
+        self._pending = {}
         return decision
 
     def join(self) -> dict:
         """Ask to join; wait (parallel.ft_join_timeout) to be admitted; follow that quorum's decision."""
-        store = self.store
-        comm.store_set(store, f"join/{self.rid}/{self.shard}", self.incarnation.encode())
+        self._pending = {f"join/{self.rid}/{self.shard}": self.incarnation}
         log_replica(self.rid, f"rank {self.shard} asking to join (process {os.getpid()}; waiting up to "
                               f"{self.join_timeout:g} s)")
         deadline = time.monotonic() + self.join_timeout
         key = f"admit/{self.rid}/{self.shard}"
-        while True:
-            if self._has(key):
-                admit = json.loads(comm.store_get(store, key))
-                if admit["inc"] == self.incarnation:
-                    break
-            if time.monotonic() > deadline:
-                raise FaultToleranceError(f"replica {self.rid}: not admitted within parallel.ft_join_timeout="
-                                          f"{self.join_timeout:g} s; are the other replicas still training?")
-            time.sleep(_POLL_S)
-        decision = json.loads(comm.store_get(store, f"s{admit['step']}/a{admit['attempt']}/decision"))
-        comm.store_delete(store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
+
+        def ask():
+            store = self.store
+            for k, value in self._pending.items():
+                comm.store_set(store, k, value.encode())
+            while True:
+                if self._has(key):
+                    admit = json.loads(comm.store_get(store, key))
+                    if admit["inc"] == self.incarnation:
+                        break
+                if time.monotonic() > deadline:
+                    raise FaultToleranceError(f"replica {self.rid}: not admitted within parallel.ft_join_timeout="
+                                              f"{self.join_timeout:g} s; are the other replicas still training?")
+                time.sleep(_POLL_S)
+            base = f"s{admit['step']}/a{admit['attempt']}"
+            raw = comm.store_get(store, f"{base}/decision")
+            comm.store_delete(store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
+            return base, raw
+
+        base, raw = self._reliably(ask)
+        self._pending = {}
+        self._last = (f"{base}/decision", raw.decode())
+        decision = json.loads(raw)
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # its posts from now on
         self._follow(decision)
         return decision
+
+    # --- a lighthouse that may die --------------------------------------------------------------------
+    def _reliably(self, fn, on_reconnect=None):
+        """fn(), and again after reconnecting when the lighthouse went away (restarted: an empty store).
+        A rank waits for the lighthouse up to parallel.ft_join_timeout; a quorum's wait starts again then."""
+        while True:
+            try:
+                return fn()
+            except FaultToleranceError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused, timeout
+                log_replica(self.rid, f"rank {self.shard}: lost the lighthouse ({type(e).__name__}); reconnecting")
+                self._reconnect()
+                if on_reconnect is not None:
+                    on_reconnect()
+
+    def _reconnect(self) -> None:
+        import torch.distributed as dist
+        deadline = time.monotonic() + self.join_timeout
+        while True:
+            try:
+                client = comm.connect_store(self.address, 2.0)
+                break
+            except Exception:  # noqa: BLE001 - not back yet
+                if time.monotonic() > deadline:
+                    raise FaultToleranceError(f"replica {self.rid}: the lighthouse at {self.address} did not come "
+                                              f"back within parallel.ft_join_timeout={self.join_timeout:g} s") from None
+                time.sleep(0.2)
+        self.store = dist.PrefixStore(self.job, client)
+        self.reconnects += 1
+        # Re-register: the decision this rank followed last first (a rank that is still waiting for it must
+        # find that one, not decide anew), then that the job runs; the posts follow in fn().
+        if self._last is not None:
+            comm.store_compare_set(self.store, self._last[0], "", self._last[1])
+        comm.store_set(self.store, "started", b"1")
+        log_replica(self.rid, f"rank {self.shard}: reconnected to the lighthouse (quorum {self.qid} continues)")
 
     def _follow(self, decision: dict) -> None:
         """Become a participant of `decision`: its group (built anew when the participants changed), its log."""
