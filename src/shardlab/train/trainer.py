@@ -98,7 +98,7 @@ class Trainer:
         if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
             self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
         elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step)
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
                              self.par.replica_sets())
@@ -248,7 +248,7 @@ class Trainer:
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
-        if self.ft_every_step:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
+        if self.cfg.parallel.fault_tolerant:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
             summary["ft"] = self.strategy.ft_summary()
             summary.update({k: summary["ft"][k] for k in ("restarts", "heals", "quorums", "param_checksum")})
         if self.is_main and self.cfg.trace.enabled:

@@ -37,6 +37,12 @@ def log_replica(replica: int, message: str) -> None:
     print(f"[shardlab ft] replica {replica}: {message}", flush=True)
 
 
+def restarts() -> int:
+    """How many times this replica's processes were restarted: torchrun's count, or the lone-replica
+    supervisor's (launch/supervisor.py)."""
+    return max(int(os.environ.get(k, "0") or 0) for k in ("TORCHELASTIC_RESTART_COUNT", "SHARDLAB_FT_RESTARTS"))
+
+
 def parse_absent(text: str) -> tuple[int, int, int] | None:
     """debug.ft_absent "R@A-B": replica R sits out the quorums of steps A..B and is admitted again at B+1
     (a reference run for a failure drill: the same quorums without the failure). None when empty."""
@@ -131,7 +137,8 @@ class Manager:
                 if (late or all(j in joining for j in missing)) and (late or not waiting):
                     members = [j for j in complete if j not in joining]
                     participants = sorted(set(members) | set(joining))
-                    changed = founding or participants != self.members
+                    # a joiner is a new process even where its replica id was a participant: a new group
+                    changed = founding or bool(joining) or participants != self.members
                     gone = {str(j): ("restarted: its previous processes are gone" if j in joining else
                                      f"not all its ranks came within {self.timeout:g} s") for j in missing}
                     proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,

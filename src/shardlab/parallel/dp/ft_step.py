@@ -31,7 +31,7 @@ import torch
 
 from shardlab import comm
 from shardlab.parallel.dp.base import _local
-from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica
+from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
 from shardlab.parallel.dp.view import DPView
 
 
@@ -84,8 +84,7 @@ class EveryStepFaultTolerance(DPView):
         m.set_run_dir(run_dir)
         self.__dict__["train_state"] = train_state
         m.connect()
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0) > 0
-        if restarted or m.job_started():
+        if restarts() > 0 or m.job_started():
             self._rejoin(mid_step=False)
             return train_state.step
         decision = m.quorum(start_step, 0, founding=True)
@@ -249,7 +248,7 @@ class EveryStepFaultTolerance(DPView):
 
     def ft_summary(self) -> dict:
         m = self.manager
-        return {"restarts": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0), "heals": self.heals,
+        return {"restarts": restarts(), "heals": self.heals,
                 "quorums": m.quorums, "quorum_id": m.qid, "retries": self.retries,
                 "param_checksum": self.full_checksum(),
                 "heal_s": [round(x, 3) for x in self.heal_s], "heal_bytes": self.heal_bytes,
