@@ -191,7 +191,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.ft_join_timeout": ("seconds a starting replica waits for the others (founding) or for a peer's "
                                  "state (joining)", "float > 0"),
     "parallel.ft_job": ("the fault-tolerant job's name: its keys in the lighthouse's store are namespaced by it "
-                        "(several jobs may share one lighthouse)", "str"),
+                        "(several jobs may share one lighthouse)", "a name without /"),
     "parallel.ft_job_dir": ("every_step fault tolerance: a directory every replica reaches, for the job's quorum "
                             "log (quorums.jsonl); \"\" = none", "\"\" | path"),
     "parallel.fragments": ("F: streaming DiLoCo (and local SGD): the parameters cut into F contiguous groups of "
