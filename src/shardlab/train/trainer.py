@@ -96,7 +96,8 @@ class Trainer:
         self.start_step = self.ckpt.resume(self.state)
         self.ft_every_step = cfg.parallel.fault_tolerant and cfg.parallel.sync == "every_step"
         if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir,
+                                                          (self._load_step, _committed_steps))
         elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
             self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
@@ -105,6 +106,12 @@ class Trainer:
         self.verdict = "ok"
         self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
         self.comm_steps = 0
+
+    def _load_step(self, step: int) -> int:
+        """A whole fault-tolerant job resumes at `step` (parallel.ft_job_dir): this replica's checkpoint of it."""
+        path = self.ckpt.dir / step_dirname(step)
+        found = self.ckpt.load_first(str(path), self.state)
+        return found[1]
 
     # --- one optimizer step -------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
@@ -263,6 +270,12 @@ class Trainer:
             print_summary(summary)
             print(f"\nrun directory: {self.run_dir}")
         return summary
+
+
+def _committed_steps(run_dir: Path) -> list[int]:
+    """The steps of a run's committed checkpoints (a fault-tolerant job's resume compares its replicas')."""
+    from shardlab.checkpoint import manifest as mf
+    return [c.step for c in mf.list_checkpoints(Path(run_dir) / "checkpoints") if c.committed]
 
 
 def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:

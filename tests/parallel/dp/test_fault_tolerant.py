@@ -235,7 +235,7 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=datetime.timedelta(seconds=30))
-    store = dist.PrefixStore("t", server)  # the job's keys (parallel.ft_job=t)
+    store = dist.PrefixStore("t/e0", server)  # the job's keys (parallel.ft_job=t, its first epoch)
     t_end = time.monotonic() + 60
     seen, errors = {}, []
 

@@ -58,6 +58,7 @@ class Manager:
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
         self.shard, self.n_shards = shard, n_shards
         self.address, self.job = pcfg.ft_store, pcfg.ft_job
+        self.prefix, self.client = f"{self.job}/e0", None
         self.timeout, self.join_timeout = float(pcfg.ft_timeout), float(pcfg.ft_join_timeout)
         self.absent = parse_absent(absent)
         self.job_dir = Path(pcfg.ft_job_dir) if pcfg.ft_job_dir else None
@@ -85,7 +86,21 @@ class Manager:
             raise FaultToleranceError(f"replica {self.rid}: cannot reach the lighthouse at parallel.ft_store="
                                       f"{self.address} ({type(e).__name__}); is `shardlab lighthouse` running "
                                       "there?") from None
-        self.store = dist.PrefixStore(self.job, client)  # keys namespaced per job
+        self.client = client
+        self.store = dist.PrefixStore(self.prefix, client)  # keys namespaced per job (and its epoch)
+
+    def use_epoch(self, epoch: int) -> None:
+        """The job's epoch: a whole-job resume starts a new one (ft_resume.py), with keys of its own."""
+        import torch.distributed as dist
+        self.prefix = f"{self.job}/e{epoch}"
+        self.store = dist.PrefixStore(self.prefix, self.client)
+
+    def alive(self) -> bool:
+        """Whether the job's quorums are still being decided: one within 2 x parallel.ft_timeout (the
+        decisions' proposer stamps the wall clock)."""
+        if not self._has("beat"):
+            return False
+        return time.time() - float(comm.store_get(self.store, "beat").decode()) < 2 * self.timeout
 
     def job_started(self) -> bool:
         """Whether the job has decided a quorum already (a process starting now is a restart: it joins)."""
@@ -158,6 +173,7 @@ class Manager:
                     comm.store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
                         {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
                 comm.store_set(self.store, "started", b"1")
+                comm.store_set(self.store, "beat", str(time.time()).encode())
             self._reliably(admit)
             self._follow(decision)
         self._pending = {}
@@ -224,7 +240,8 @@ class Manager:
                     raise FaultToleranceError(f"replica {self.rid}: the lighthouse at {self.address} did not come "
                                               f"back within parallel.ft_join_timeout={self.join_timeout:g} s") from None
                 time.sleep(0.2)
-        self.store = dist.PrefixStore(self.job, client)
+        self.client = client
+        self.store = dist.PrefixStore(self.prefix, client)
         self.reconnects += 1
         # Re-register: the decision this rank followed last first (a rank that is still waiting for it must
         # find that one, not decide anew), then that the job runs; the posts follow in fn().

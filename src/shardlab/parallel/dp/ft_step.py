@@ -31,6 +31,7 @@ import torch
 
 from shardlab import comm
 from shardlab.parallel.dp.base import _local
+from shardlab.parallel.dp import ft_resume
 from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
 from shardlab.parallel.dp.view import DPView
 
@@ -77,16 +78,38 @@ class EveryStepFaultTolerance(DPView):
         return self.manager.rid
 
     # --- start: found the job or join it ------------------------------------------------------------------
-    def found_or_join(self, train_state, start_step: int, run_dir=None) -> int:
+    def found_or_join(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
         """Called by the trainer before the first step; returns the step to start from. `run_dir`: where
-        this replica's quorum log goes (quorum.jsonl)."""
+        this replica's quorum log goes (quorum.jsonl). `resume`: (load_step(step) -> step, committed_steps(
+        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (ft_resume.py)."""
         m = self.manager
         m.set_run_dir(run_dir)
         self.__dict__["train_state"] = train_state
         m.connect()
-        if restarts() > 0 or m.job_started():
+        job_dir = m.job_dir
+        rec = ft_resume.read_epoch(job_dir) if job_dir is not None else None
+        epoch = rec["epoch"] if rec else 0
+        m.use_epoch(epoch)
+        if job_dir is not None and m.shard == 0 and run_dir is not None:
+            ft_resume.register(job_dir, self.rid, run_dir)
+        if restarts() > 0 or (m.job_started() and (job_dir is None or m.alive())):
             self._rejoin(mid_step=False)
             return train_state.step
+        step = start_step
+        if job_dir is not None and m.job_started():  # the whole job stopped: resume it, in a new epoch
+            step, committed = ft_resume.common_step(job_dir, m.n_replicas, resume[1])
+            epoch += 1
+            ft_resume.write_epoch(job_dir, epoch, step, committed)
+            m.use_epoch(epoch)
+            log_replica(self.rid, f"rank {m.shard}: the job stopped; resuming it at step {step}, the newest every "
+                                  f"replica committed (epoch {epoch})")
+        elif rec is not None:  # a resume another replica opened a moment ago (or the job's first epoch)
+            step = rec["step"]
+        if step != start_step:
+            if step == 0 or resume is None:
+                raise FaultToleranceError(f"replica {self.rid}: the job resumes at step {step} but this replica "
+                                          f"holds step {start_step}; no checkpoint of step {step} to load")
+            start_step = resume[0](step)
         decision = m.quorum(start_step, 0, founding=True)
         if self.rid not in decision["participants"]:
             raise FaultToleranceError(f"replica {self.rid}: the founding quorum was decided without it (more than "
