@@ -2,8 +2,8 @@
 
 A drill is a 2-replica job (every replica its own `shardlab train`, one lighthouse) with one fault: SIGKILL of
 a rank of replica 1 after a random delay (forward, backward, mid all-reduce: wherever it lands), repeated
-deaths (killed again after its first heal), SIGSTOP of replica 1 past parallel.ft_timeout (a straggler), the
-lighthouse killed and started again. After each: the replicas' exit codes, their final parameters (bitwise
+deaths (killed again after its first heal), SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1
+past parallel.ft_timeout (a straggler), the lighthouse killed and started again. After each: the replicas' exit codes, their final parameters (bitwise
 equal?), and replica 0's loss trajectory against a reference run in which replica 1 sits out exactly the steps
 its quorum log says it missed (debug.ft_absent). The quick matrix runs replicas of one `single` rank; the full
 one replicas of 2 zero2 ranks.
@@ -22,6 +22,7 @@ import statistics
 import time
 from pathlib import Path
 
+from shardlab.checkpoint.storage import DELAY_ENV
 from shardlab.testing import ft_drill as ft
 
 STEPS = 12
@@ -36,7 +37,8 @@ def _overrides(port: int, job: str, strategy: str, *extra: str) -> list[str]:
             "parallel.ft_join_timeout=120", "debug.slow_rank=0", "debug.slow_ms=150", *extra]
 
 
-def _job(work: Path, name: str, port: int, strategy: str, nproc: int, fault, extra=(), restarts: int = 0) -> dict:
+def _job(work: Path, name: str, port: int, strategy: str, nproc: int, fault, extra=(), restarts: int = 0,
+         env1: dict | None = None) -> dict:
     """Run replicas 0 and 1 of job `name`; `fault(r0, r1, p0, p1, t_end, row)` does the damage. Returns the row."""
     from shardlab.launch.launcher import free_port  # noqa: F401 - the caller chose the port
 
@@ -46,7 +48,7 @@ def _job(work: Path, name: str, port: int, strategy: str, nproc: int, fault, ext
     row: dict = {"drill": name}
     ov = _overrides(port, name, strategy, *extra)
     r0 = ft.replica(d, "r0", 0, nproc, ov, t_end)
-    r1 = ft.replica(d, "r1", 1, nproc, ov, t_end, max_restarts=restarts)
+    r1 = ft.replica(d, "r1", 1, nproc, ov, t_end, max_restarts=restarts, env=env1)
     try:
         p0, p1 = ft.rank_pids(r0, 0, nproc), ft.rank_pids(r1, 1, nproc)
         if fault is not None:
@@ -103,6 +105,18 @@ def _stop(hold_s: float):
     return fault
 
 
+def _kill_in_save(marker: Path):
+    """SIGKILL while replica 1 writes its checkpoint of step 4 (widened by SHARDLAB_CKPT_DELAY)."""
+    def fault(r0, r1, p0, p1, t_end, row):
+        while not marker.exists():
+            if time.monotonic() > t_end or r1.proc.poll() is not None:
+                raise ft.Deadline(f"replica 1 never reached its widened save:\n{r1.text()[-3000:]}")
+            time.sleep(0.02)
+        ft.signal_ranks([p1[max(p1)]], signal.SIGKILL)
+        _hold_survivor_until_rejoin(r0, r1, p0, 1)
+    return fault
+
+
 def _lighthouse(work: Path, port: int, holder: dict):
     def fault(r0, r1, p0, p1, t_end, row):
         r0.wait_for(r"quorum \d+ for step 3 ")
@@ -153,9 +167,10 @@ def _spans(steps: list[int]) -> list[tuple[int, int]]:
 
 def matrix(quick: bool) -> list[tuple[str, str]]:
     if quick:
-        return [("kill-random", "kill"), ("straggler", "stop"), ("lighthouse", "lighthouse")]
-    return [("kill-early", "kill"), ("kill-random", "kill"), ("kill-twice", "kill2"), ("straggler", "stop"),
-            ("lighthouse", "lighthouse")]
+        return [("kill-random", "kill"), ("kill-in-checkpoint", "save"), ("straggler", "stop"),
+                ("lighthouse", "lighthouse")]
+    return [("kill-early", "kill"), ("kill-random", "kill"), ("kill-twice", "kill2"), ("kill-in-checkpoint", "save"),
+            ("straggler", "stop"), ("lighthouse", "lighthouse")]
 
 
 def run(out_dir: Path, quick: bool) -> dict:
@@ -176,10 +191,16 @@ def run(out_dir: Path, quick: bool) -> dict:
         for name, kind in matrix(quick):
             common.progress(f"faults: {name}")
             fault = {"kill": _kill((0.0, 1.0)), "kill2": _kill((0.0, 0.5), times=2), "stop": _stop(2.0),
-                     "lighthouse": _lighthouse(work, port, holder)}[kind]
+                     "lighthouse": _lighthouse(work, port, holder), "save": None}[kind]
+            extra, env1 = (), None
             if name == "kill-early":
                 fault = _kill((0.0, 0.1))
-            row = _job(work, name, port, strategy, nproc, fault, restarts=2 if kind == "kill2" else 1)
+            if kind == "save":  # checkpoints every 2 steps; replica 1's of step 4 takes 3 s longer
+                marker = work / name / "save-started"
+                fault, extra = _kill_in_save(marker), ("ckpt.every=2", "ckpt.async=false", "ckpt.keep=0")
+                env1 = {DELAY_ENV: f"save@4:3:{marker}"}
+            row = _job(work, name, port, strategy, nproc, fault, extra=extra, restarts=2 if kind == "kill2" else 1,
+                       env1=env1)
             row = _judge(work, row, port, strategy, nproc, baseline_s)
             common.progress(f"  survived={row['survived']} exit={row['exit']} missed={row.get('missed')} "
                             f"heal_s={row['heal_s']} ({row['wall_s']:.1f} s)")

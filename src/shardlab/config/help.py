@@ -192,8 +192,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                  "state (joining)", "float > 0"),
     "parallel.ft_job": ("the fault-tolerant job's name: its keys in the lighthouse's store are namespaced by it "
                         "(several jobs may share one lighthouse)", "a name without /"),
-    "parallel.ft_job_dir": ("every_step fault tolerance: a directory every replica reaches, for the job's quorum "
-                            "log (quorums.jsonl); \"\" = none", "\"\" | path"),
+    "parallel.ft_job_dir": ("every_step fault tolerance: a directory every replica reaches: the job's quorum log, "
+                            "the replicas' run directories and its epoch, so a stopped job resumes at the newest "
+                            "step every replica committed; \"\" = none", "\"\" | path"),
     "parallel.fragments": ("F: streaming DiLoCo (and local SGD): the parameters cut into F contiguous groups of "
                            "blocks, fragment f synced H/F*f steps after fragment 0, so no burst sends the whole "
                            "model (docs/sync.md)", "int in [1, parallel.sync_every]"),

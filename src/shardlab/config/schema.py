@@ -136,7 +136,7 @@ class ParallelConfig:
     ft_timeout: float = 30.0  # seconds an outer step waits for a replica's pseudo-gradient before dropping it
     ft_join_timeout: float = 120.0  # seconds a starting replica waits for its peers (founding) or a peer's state
     ft_job: str = "job"  # the job's name: its keys in the lighthouse's store are namespaced by it
-    ft_job_dir: str = ""  # every_step FT: a directory all replicas reach, for the job's quorum log ("" = none)
+    ft_job_dir: str = ""  # every_step FT: a directory all replicas reach (quorum log, job resume); "" = none
     fragments: int = 1  # F: streaming DiLoCo, F groups of blocks synced at steps staggered H/F apart
     max_staleness: int = 4  # async: τ, the most versions a gradient's parameters may lag when applied
 

@@ -25,11 +25,11 @@ class Deadline(AssertionError):
 class Proc:
     """A command in a session of its own, its output in `log`."""
 
-    def __init__(self, argv: list[str], log: Path, t_end: float):
+    def __init__(self, argv: list[str], log: Path, t_end: float, env: dict | None = None):
         self.log, self.t_end = log, t_end
         self._fh = open(log, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "shardlab", *argv], stdout=self._fh,
-                                     stderr=subprocess.STDOUT, env=ENV, start_new_session=True)
+                                     stderr=subprocess.STDOUT, env={**ENV, **(env or {})}, start_new_session=True)
 
     def text(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
@@ -74,11 +74,11 @@ def lighthouse(tmp: Path, port: int, t_end: float, name: str = "lighthouse") -> 
 
 
 def replica(tmp: Path, name: str, rid: int, nproc: int, overrides: list[str], t_end: float,
-            max_restarts: int = 0) -> Proc:
+            max_restarts: int = 0, env: dict | None = None) -> Proc:
     argv = ["train", "--nproc", str(nproc), "--out", str(tmp / name), *overrides, f"parallel.replica_id={rid}"]
     if max_restarts:
         argv += ["--max-restarts", str(max_restarts)]
-    return Proc(argv, tmp / f"{name}.log", t_end)
+    return Proc(argv, tmp / f"{name}.log", t_end, env)
 
 
 def rank_pids(p: Proc, rid: int, nproc: int) -> dict[int, int]:
