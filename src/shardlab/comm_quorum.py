@@ -8,7 +8,8 @@ gets a new prefix, so a group never meets a member of an older one (torchft's re
 
 Gloo's own timeout bounds every operation: a dead member closes its sockets (the peers fail at once), a
 stopped one lets the timeout expire (`parallel.ft_timeout`). Either way the caller gets an exception and
-abandons the group. The records carry the pseudo-group name (the prefix: "<job>/q<q>/shard<k>") and the members' replica ids.
+abandons the group. The records carry the pseudo-group name (the prefix: "<job>/q<q>/shard<k>") and the
+members' replica ids.
 """
 from __future__ import annotations
 

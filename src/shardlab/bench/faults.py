@@ -1,18 +1,18 @@
 """`shardlab bench faults [--quick]`: chaos drills of every-step fault tolerance (docs/fault_tolerance.md).
 
-A drill is a 2-replica job (every replica its own `shardlab train`, one lighthouse) with one fault: SIGKILL of
-a rank of replica 1 after a random delay (forward, backward, mid all-reduce: wherever it lands), repeated
-deaths (killed again after its first heal), SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1
-past parallel.ft_timeout (a straggler), the lighthouse killed and started again. After each: the replicas' exit codes, their final parameters (bitwise
-equal?), and replica 0's loss trajectory against a reference run in which replica 1 sits out exactly the steps
-its quorum log says it missed (debug.ft_absent). The quick matrix runs replicas of one `single` rank; the full
-one replicas of 2 zero2 ranks.
+A drill is a 2-replica job (every replica its own `shardlab train`, one lighthouse) with one fault: SIGKILL of a
+rank of replica 1 after a random delay (forward, backward, mid all-reduce: wherever it lands), repeated deaths
+(killed again after its first heal), SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1 past
+parallel.ft_timeout (a straggler), the lighthouse killed and started again. After each: the replicas' exit
+codes, their final parameters (bitwise equal?), and replica 0's loss trajectory against a reference run in which
+replica 1 sits out exactly the steps its quorum log says it missed (debug.ft_absent). The quick matrix runs
+replicas of one `single` rank; the full one replicas of 2 zero2 ranks.
 
 Figures: ft_drills, ft_survived (exit 0 everywhere, bitwise equal, the reference's trajectory), ft_divergence
-(drills whose replicas, or whose trajectory and the reference's, differ: goal 0), ft_heal_s (median seconds
-from a join request to the healed state), ft_steps_lost (job steps no replica trained: goal 0),
-ft_throughput_ratio (a fault-free run's wall time over the drill's, median), ft_heal_bytes_ratio (bytes a heal
-moved over the state of one rank: parameters and optimizer state).
+(drills whose replicas, or whose trajectory and the reference's, differ: goal 0), ft_heal_s (median seconds from
+a join request to the healed state), ft_steps_lost (job steps no replica trained: goal 0), ft_throughput_ratio
+(a fault-free run's wall time over the drill's, median), ft_heal_bytes_ratio (bytes a heal moved over the state
+of one rank: parameters and optimizer state).
 """
 from __future__ import annotations
 
