@@ -145,16 +145,19 @@ class Manager:
             while not self._has(f"{base}/decision"):
                 complete = [j for j in expected
                             if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
-                joining = {} if attempt else {j: v for j, v in self._join_requests().items() if j not in out}
-                missing = [j for j in expected if j not in complete or j in joining]
+                # a replica whose every rank asked to join was restarted: not waited for; admitted only at
+                # attempt 0 (a retry redoes a step the joiner has no state for)
+                requests = {j: v for j, v in self._join_requests().items() if j not in out}
+                joining = {} if attempt else requests
+                missing = [j for j in expected if j not in complete or j in requests]
                 late = time.monotonic() > state["deadline"]
                 waiting = [j for j in self._planned_in(step) if j not in joining]
-                if (late or all(j in joining for j in missing)) and (late or not waiting):
-                    members = [j for j in complete if j not in joining]
+                if (late or all(j in requests for j in missing)) and (late or not waiting):
+                    members = [j for j in complete if j not in requests]
                     participants = sorted(set(members) | set(joining))
                     # a joiner is a new process even where its replica id was a participant: a new group
                     changed = founding or bool(joining) or participants != self.members
-                    gone = {str(j): ("restarted: its previous processes are gone" if j in joining else
+                    gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
                                      f"not all its ranks came within {self.timeout:g} s") for j in missing}
                     proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
                                 "members": members, "joiners": {str(j): v for j, v in joining.items()},
