@@ -152,7 +152,10 @@ class Manager:
                 missing = [j for j in expected if j not in complete or j in requests]
                 late = time.monotonic() > state["deadline"]
                 waiting = [j for j in self._planned_in(step) if j not in joining]
-                if (late or all(j in requests for j in missing)) and (late or not waiting):
+                # Never without its own replica: its other ranks are alive (a dead one takes the whole replica
+                # down with it, torchrun's restart) and only later, e.g. all stopped and one woken first.
+                own = self.rid not in expected or self.rid in complete
+                if own and (late or all(j in requests for j in missing)) and (late or not waiting):
                     members = [j for j in complete if j not in requests]
                     participants = sorted(set(members) | set(joining))
                     # a joiner is a new process even where its replica id was a participant: a new group
