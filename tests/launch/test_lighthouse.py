@@ -26,7 +26,7 @@ def test_lighthouse_killed_and_restarted_loses_no_job(tmp_path):
     ov = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.warmup_steps=1", "train.log_every=1",
           "train.eval_every=0", "ckpt.final=false", f"train.steps={STEPS}", "train.threads=1",
           "parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.replicas=2",
-          f"parallel.ft_store=127.0.0.1:{port}", "parallel.ft_job=lh", "parallel.ft_timeout=5",
+          f"parallel.ft_store=127.0.0.1:{port}", "parallel.ft_job=lh", "parallel.ft_timeout=10",
           "parallel.ft_join_timeout=60", "debug.slow_rank=0", "debug.slow_ms=150"]
     procs = []
     try:

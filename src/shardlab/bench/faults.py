@@ -149,6 +149,10 @@ def _judge(work: Path, row: dict, port: int, strategy: str, nproc: int, baseline
             and ft.summary(Path(ref["dir"]) / "r0")["param_checksum"] == s0["param_checksum"]
     elif missed:
         same_trajectory = None  # several gaps: no one-span reference to compare with
+    else:  # replica 1 contributed to every step (restarted before the next quorum decided): the fault-free run
+        base = work / "fault-free"
+        same_trajectory = ft.losses(d / "r0") == ft.losses(base / "r0") and \
+            ft.summary(base / "r0")["param_checksum"] == s0["param_checksum"]
     row["divergent"] = not equal or same_trajectory is False
     row["reference_equal"] = same_trajectory
     row["survived"] = equal and same_trajectory is not False and row["steps_lost"] == 0

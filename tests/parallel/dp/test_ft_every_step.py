@@ -25,7 +25,7 @@ def _overrides(port: int, job: str, strategy: str, *extra: str) -> list[str]:
     return ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.warmup_steps=1",
             "train.log_every=1", "train.eval_every=0", "ckpt.final=false", f"train.steps={STEPS}", "train.threads=1",
             f"parallel.strategy={strategy}", "parallel.fault_tolerant=true", "parallel.replicas=2",
-            f"parallel.ft_store=127.0.0.1:{port}", f"parallel.ft_job={job}", "parallel.ft_timeout=5",
+            f"parallel.ft_store=127.0.0.1:{port}", f"parallel.ft_job={job}", "parallel.ft_timeout=10",
             "parallel.ft_join_timeout=150",
             # 0.2 s per step: a kill lands mid-step, and the survivor is stopped before it could finish
             "debug.slow_rank=0", "debug.slow_ms=200", *extra]
@@ -56,10 +56,15 @@ def test_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path, strat
         assert r0.exitcode() == 0, r0.text()[-4000:]
         assert r1.exitcode() == 0, r1.text()[-4000:]
 
+        # One gap, healed before the end; or none, when the kill fell between a step's all-reduce and the next
+        # quorum and the restarted replica asked to join before that quorum's timeout: admitted at once.
         missed = ft.absent_steps(tmp_path / "r0", 1)
-        a, b = missed[0], missed[-1]
-        assert missed == list(range(a, b + 1)) and b + 1 < STEPS, missed  # one gap, healed before the end
-        ref = _overrides(port, "reference", strategy, f"debug.ft_absent=1@{a}-{b}")  # same lighthouse, own keys
+        plan = []
+        if missed:
+            a, b = missed[0], missed[-1]
+            assert missed == list(range(a, b + 1)) and b + 1 < STEPS, missed
+            plan = [f"debug.ft_absent=1@{a}-{b}"]
+        ref = _overrides(port, "reference", strategy, *plan)  # the same lighthouse, keys of its own
         q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
         q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
         procs += [q0, q1]

@@ -24,7 +24,7 @@ def _ov(port: int, job: str, job_dir, *extra: str) -> list[str]:
             "train.eval_every=0", "ckpt.final=false", f"train.steps={STEPS}", "train.threads=1", "ckpt.every=2",
             "ckpt.async=false", "ckpt.keep=0", "parallel.strategy=single", "parallel.fault_tolerant=true",
             "parallel.replicas=2", f"parallel.ft_store=127.0.0.1:{port}", f"parallel.ft_job={job}",
-            f"parallel.ft_job_dir={job_dir}", "parallel.ft_timeout=2", "parallel.ft_join_timeout=60",
+            f"parallel.ft_job_dir={job_dir}", "parallel.ft_timeout=4", "parallel.ft_join_timeout=60",
             "debug.slow_rank=0", "debug.slow_ms=150", *extra]
 
 
@@ -47,7 +47,7 @@ def test_whole_job_killed_resumes_from_the_newest_common_step(tmp_path):
         r0.wait_for(r"quorum \d+ for step 5 ")  # replica 0 went on alone and committed step 4
         for p in (r0, r1):
             p.kill()  # the whole job is dead
-        time.sleep(4.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
+        time.sleep(8.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
         again = ov + ["ckpt.resume=latest"]
         a0, a1 = ft.replica(tmp_path, "r0", 0, 1, again, t_end), ft.replica(tmp_path, "r1", 1, 1, again, t_end)
         procs += [a0, a1]
