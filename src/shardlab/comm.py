@@ -5,7 +5,8 @@ one is recorded: op, group (a readable name and its members' global ranks), a pe
 number, payload bytes, wire bytes, dtype, launch and completion time, a short stack. The records feed
 three readers: per-step accounting (`summary.json` `comm`), the timeline (trace), and the flight
 recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in comm_record.py; the
-fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, re-exported here.
+fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, and the per-quorum groups across
+replicas (`quorum_*`) in comm_quorum.py, both re-exported here.
 
 Groups. A record's `group` is the name of its process group: "world" for the default group, the mesh
 dimension for a DeviceMesh group ("dp_shard", "tp", ...: torch describes those as `mesh_<dim>`), or
@@ -44,6 +45,8 @@ import torch.distributed as dist
 
 from shardlab.comm_store import (  # noqa: F401 - the TCPStore exchange, re-exported: `comm.store_set` & co.
     connect_store, host_store, store_check, store_compare_set, store_delete, store_get, store_set)
+from shardlab.comm_quorum import (  # noqa: F401 - per-quorum groups across replicas: `comm.quorum_group` & co.
+    QuorumGroup, quorum_all_reduce, quorum_broadcast, quorum_group)
 from shardlab import comm_record
 from shardlab.comm_record import (  # noqa: F401 - re-exported: `comm.RECORDER`, `comm.set_phase` & co.
     RECORDER, GroupCount, Handle, Record, Recorder, set_phase)

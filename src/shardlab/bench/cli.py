@@ -35,6 +35,9 @@ SUITES = {
     "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8, 32; world 2, 4) vs async on equal tokens: bytes per token, loss, staleness"),
     "chaos": ("shardlab.bench.chaos", "SIGINT/SIGTERM/SIGKILL to the launcher, a rank or the process group, mid-step, "
               "during an async save or a resume's load: no orphan, nothing lost, bitwise-equal resume"),
+    "faults": ("shardlab.bench.faults", "fault-tolerant replicas: a rank SIGKILLed (once, twice), a straggler "
+               "SIGSTOPped past the timeout, the lighthouse killed; heal time, bitwise equality, the reference's "
+               "loss trajectory"),
     "data": ("shardlab.bench.data", "data prepare throughput (tokens/s) with 1 and 2 workers"),
     "packing": ("shardlab.bench.packing", "packed documents: the loader's cost per step with document positions, "
                 "and a training step with block-causal masks vs plain causal attention"),

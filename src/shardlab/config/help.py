@@ -183,17 +183,24 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
                              " | ".join(precision.NAMES)),
-    "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train --nproc 1`, "
-                                "the outer step goes through the store at parallel.ft_store with a per-step "
-                                "membership; needs parallel.sync=diloco or local_sgd (docs/sync.md)", "true | false"),
+    "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train`; "
+                                "every_step: any layout inside, gradients averaged over each step's quorum "
+                                "(docs/fault_tolerance.md); diloco/local_sgd: `--nproc 1`, the outer step through "
+                                "the store at parallel.ft_store (docs/sync.md)", "true | false"),
     "parallel.replicas": ("R: the fault-tolerant job's replicas (its data is split R ways)", "int >= 1"),
     "parallel.replica_id": ("this process's replica in a fault-tolerant job", "0 .. parallel.replicas - 1"),
     "parallel.ft_store": ("HOST:PORT of the TCPStore the replicas meet at (`shardlab lighthouse --port P` hosts one)",
                           "HOST:PORT"),
-    "parallel.ft_timeout": ("seconds an outer step waits for a replica's pseudo-gradient before dropping that "
-                            "replica from the step", "float > 0"),
+    "parallel.ft_timeout": ("the bound on a quorum or a cross-replica collective: seconds a quorum waits for a "
+                            "replica (every_step: also the gloo timeout of the quorum's all-reduce; DiLoCo: its "
+                            "pseudo-gradient) before the step goes on without it", "float > 0"),
     "parallel.ft_join_timeout": ("seconds a starting replica waits for the others (founding) or for a peer's "
                                  "state (joining)", "float > 0"),
+    "parallel.ft_job": ("the fault-tolerant job's name: its keys in the lighthouse's store are namespaced by it "
+                        "(several jobs may share one lighthouse)", "a name without /"),
+    "parallel.ft_job_dir": ("every_step fault tolerance: a directory every replica reaches: the job's quorum log, "
+                            "the replicas' run directories and its epoch, so a stopped job resumes at the newest "
+                            "step every replica committed; \"\" = none", "\"\" | path"),
     "parallel.fragments": ("F: streaming DiLoCo (and local SGD): the parameters cut into F contiguous groups of "
                            "blocks, fragment f synced H/F*f steps after fragment 0, so no burst sends the whole "
                            "model (docs/sync.md)", "int in [1, parallel.sync_every]"),
@@ -248,6 +255,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "debug.slow_ms": ("debug: the straggler's delay per step (ms)", "float >= 0"),
     "debug.slow_factor": ("debug: the straggler's compute is this many times slower (it sleeps in proportion "
                           "to its measured compute); 1 = off", "float >= 1"),
+    "debug.ft_absent": ("debug: fault-tolerant replica R sits out the quorums of steps A..B and is healed at B+1 "
+                        "(give it to every replica: a failure drill's reference run)", "\"\" | R@A-B"),
 }
 
 HELP_NOTES = """\

@@ -139,6 +139,8 @@ class ParallelConfig:
     ft_store: str = ""  # HOST:PORT of the TCPStore all replicas meet at (`shardlab lighthouse`)
     ft_timeout: float = 30.0  # seconds an outer step waits for a replica's pseudo-gradient before dropping it
     ft_join_timeout: float = 120.0  # seconds a starting replica waits for its peers (founding) or a peer's state
+    ft_job: str = "job"  # the job's name: its keys in the lighthouse's store are namespaced by it
+    ft_job_dir: str = ""  # every_step FT: a directory all replicas reach (quorum log, job resume); "" = none
     fragments: int = 1  # F: streaming DiLoCo, F groups of blocks synced at steps staggered H/F apart
     max_staleness: int = 4  # async: τ, the most versions a gradient's parameters may lag when applied
 
@@ -189,6 +191,7 @@ class DebugConfig:
     uneven_rank: str = ""  # R@STEP: rank R has no data from STEP on (tests uneven-input handling)
     slow_rank: int = -1
     slow_ms: float = 0.0
+    ft_absent: str = ""  # R@A-B: fault-tolerant replica R sits out the quorums of steps A..B (a drill's reference)
     slow_factor: float = 1.0  # the slow rank's compute this many times slower (sleeps in proportion)
 
 

@@ -3,6 +3,7 @@ parallel.fault_tolerant=true): it restarts the replica's process when it dies; t
 job (parallel/dp/fault_tolerant.py holds the replicas' side, docs/sync.md the design)."""
 from __future__ import annotations
 
+import os
 import sys
 
 from shardlab.parallel.dp.fault_tolerant import log_replica as _log
@@ -19,6 +20,7 @@ def supervise(cfg, run_dir, max_restarts: int, main) -> int:
     rid = cfg.parallel.replica_id
     ctx = mp.get_context("fork")  # the launcher has imported shardlab and run no training: a quick, clean start
     for attempt in range(max_restarts + 1):
+        os.environ["SHARDLAB_FT_RESTARTS"] = str(attempt)  # the child's summary.json says `restarts`
         proc = ctx.Process(target=main, args=(cfg, run_dir))
         proc.start()
         proc.join()

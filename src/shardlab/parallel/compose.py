@@ -81,6 +81,9 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
         group = dims.group("dp_replicate") if dp.shards_within_replica else data_parallel_group(dims)
         dp = sync(dp, cfg.parallel, group, optimizer)
+    elif cfg.parallel.fault_tolerant:  # every step, averaged across the replicas of each step's quorum
+        from shardlab.parallel.dp.ft_step import EveryStepFaultTolerance
+        dp = EveryStepFaultTolerance(dp, cfg.parallel, optimizer, absent=cfg.debug.ft_absent)
     # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
     if dims.pp > 1:
         from shardlab.parallel.pp.pipeline import PipelineParallel

@@ -96,8 +96,12 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
-        if cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step)
+        self.ft_every_step = cfg.parallel.fault_tolerant and cfg.parallel.sync == "every_step"
+        if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir,
+                                                          (self._load_step, _committed_steps))
+        elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
+            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
                              self.par.replica_sets())
@@ -105,10 +109,19 @@ class Trainer:
         self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
         self.comm_steps = 0
 
+    def _load_step(self, step: int) -> int:
+        """A whole fault-tolerant job resumes at `step` (parallel.ft_job_dir): this replica's checkpoint of it."""
+        path = self.ckpt.dir / step_dirname(step)
+        found = self.ckpt.load_first(str(path), self.state)
+        return found[1]
+
     # --- one optimizer step -------------------------------------------------------------------------
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
         cfg, st, par = self.cfg, self.state, self.par
         t = cfg.train
+        if self.ft_every_step:  # this step's quorum (a joiner is healed here, before the batch is drawn)
+            comm.set_phase("quorum")
+            self.strategy.begin_step(st)
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
             idx = st.sampler.next_batch()
@@ -246,6 +259,9 @@ class Trainer:
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
+        if self.cfg.parallel.fault_tolerant:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
+            summary["ft"] = self.strategy.ft_summary()
+            summary.update({k: summary["ft"][k] for k in ("restarts", "heals", "quorums", "param_checksum")})
         if self.is_main and self.cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
@@ -258,6 +274,12 @@ class Trainer:
             print_summary(summary)
             print(f"\nrun directory: {self.run_dir}")
         return summary
+
+
+def _committed_steps(run_dir: Path) -> list[int]:
+    """The steps of a run's committed checkpoints (a fault-tolerant job's resume compares its replicas')."""
+    from shardlab.checkpoint import manifest as mf
+    return [c.step for c in mf.list_checkpoints(Path(run_dir) / "checkpoints") if c.committed]
 
 
 def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:

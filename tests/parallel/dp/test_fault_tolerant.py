@@ -1,6 +1,7 @@
 """Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/dp/fault_tolerant.py): a replica's process
 killed with SIGKILL does not stop the other; the launcher restarts it, it joins with the survivor's state and
-they end equal.
+they end equal. The outer step runs over each quorum's gloo group (the transport of every-step fault
+tolerance, parallel/dp/ft_manager.py): the store carries membership only.
 
 Each replica is what `shardlab train --nproc 1 ...` runs (replica 1 with `--max-restarts 1`: the launcher runs
 the replica in a child process and starts a new one when it dies), started from a forkserver that imported
@@ -135,12 +136,13 @@ def test_killed_diloco_replica_rejoins_with_the_peers_parameters(tmp_path):
         assert "averaged 2 of 2 replicas [0, 1]" in survivor[j] and j in rejoined, (j, r0.text(), r1.text())
         assert _fingerprint(survivor[j]) == _fingerprint(rejoined[j])
     assert _fingerprint(rejoined[1]) == _fingerprint(survivor[1])  # the killed process's only outer step
-    # The outer step's bytes are counted (comm's store records): at the last step each replica sent its
-    # fp32 pseudo-gradient and received the other's.
+    # The outer step's bytes are counted (comm's quorum records): at the last step one all-reduce of the fp32
+    # pseudo-gradient and its weight over the quorum's group; the store carried membership only (0 bytes).
     summary = json.loads((tmp_path / "r0" / "summary.json").read_text())
     sent = summary["comm"]["bytes_per_step"]
-    delta_bytes = 4 * summary["params"]
-    assert sent.get("store_set") == delta_bytes and sent.get("store_get") == delta_bytes, sent
+    assert sent.get("all_reduce") == 4 * (summary["params"] + 1), sent
+    assert not any(sent.get(op) for op in ("store_set", "store_get")), sent
+    assert summary["restarts"] == 0 and json.loads((tmp_path / "r1" / "summary.json").read_text())["heals"] == 1
 
 
 # --- bad input: one line, exit 2, nothing written ------------------------------------------------------------
@@ -150,7 +152,10 @@ FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.repl
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (FT, "use parallel.sync=diloco or local_sgd"),  # sync=every_step: nothing periodic to lose a replica from
+    (FT + ["parallel.sync=async"], "use parallel.sync=every_step, diloco or local_sgd"),
+    (FT + ["parallel.strategy=torch-ddp"], "strategy=torch-ddp"),  # every_step: torch DDP's hooks would reduce
+    (FT + ["parallel.ft_job=a/b"], "parallel.ft_job='a/b'"),
+    (FT + ["debug.ft_absent=1@x"], "debug.ft_absent='1@x'"),
     (FT + ["parallel.sync=diloco", "parallel.replica_id=2"], "parallel.replica_id=2"),
     (FT + ["parallel.sync=diloco", "parallel.ft_store=nowhere"], "parallel.ft_store='nowhere'"),
     (FT + ["parallel.sync=local_sgd", "parallel.ft_timeout=0"], "parallel.ft_timeout=0"),
@@ -204,7 +209,7 @@ def _ft_replica(rid: int, port: int):
     dp.wrap(model)
     pcfg = SimpleNamespace(sync="diloco", sync_every=1, outer_lr=0.7, outer_momentum=0.9, outer_dtype="fp32",
                            replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{port}", ft_timeout=0.3,
-                           ft_join_timeout=30)
+                           ft_join_timeout=30, ft_job="t", ft_job_dir="")
     state = SimpleNamespace(step=0, sampler=GlobalSampler(100, 4, 0, 2, rid))
     return FaultTolerantSync(dp, pcfg, None, opt), state
 
@@ -228,18 +233,19 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     import torch.distributed as dist
 
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=datetime.timedelta(seconds=30))
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+    store = dist.PrefixStore("t/e0", server)  # the job's keys (parallel.ft_job=t, its first epoch)
     t_end = time.monotonic() + 60
     seen, errors = {}, []
 
     def replica0():
-        ft, st = _ft_replica(0, store.port)
+        ft, st = _ft_replica(0, server.port)
         st.step = ft.found_or_join(st, 0)
         _inner_steps(ft, 10)
         ft.synchronise()  # outer step 1: replica 1 posts nothing within 0.3 s, so it is averaged alone
         seen["members1"] = ft.members
-        _wait_key(store, "join/1", t_end)
+        _wait_key(store, "join/1/0", t_end)
         st.step = 1
         _inner_steps(ft, 11)
         ft.synchronise()  # outer step 2: admits replica 1, serves it the state
@@ -250,9 +256,9 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
         seen["final0"] = ft.fingerprint()
 
     def replica1():
-        ft, st = _ft_replica(1, store.port)
+        ft, st = _ft_replica(1, server.port)
         st.step = ft.found_or_join(st, 0)
-        _wait_key(store, "1/decision", t_end)  # late on purpose: the others decided outer step 1 already
+        _wait_key(store, "s1/a0/decision", t_end)  # late on purpose: the others decided outer step 1 already
         _inner_steps(ft, 20)
         ft.synchronise()  # finds itself dropped, joins again, takes the state after outer step 2
         seen["joined"], seen["step1"], seen["sampler1"] = ft.fingerprint(), st.step, st.sampler.step

@@ -63,15 +63,30 @@ def validate_fault_tolerant(cfg, world_size: int) -> None:
     p = cfg.parallel
     if not p.fault_tolerant:
         return
-    if p.sync not in ("local_sgd", "diloco"):
-        raise ConfigError(f"parallel.fault_tolerant=true with parallel.sync={p.sync}: only replicas that synchronise "
-                          "periodically can lose one; use parallel.sync=diloco or local_sgd")
+    if p.sync not in ("every_step", "local_sgd", "diloco"):
+        raise ConfigError(f"parallel.fault_tolerant=true with parallel.sync={p.sync}: use parallel.sync=every_step, "
+                          "diloco or local_sgd")
+    every = p.sync == "every_step"
+    if every and (p.pp != 1 or p.dp_replicate > 1 or p.strategy in ("torch-ddp", "torch-zero1")
+                  or p.compress != "none"):
+        raise ConfigError(f"parallel.fault_tolerant=true with parallel.sync=every_step: the replicas are the "
+                          f"outer dp_replicate; inside one use single, ddp, zero1/2/3 or torch-fsdp2 with "
+                          f"parallel.pp=1, dp_replicate<=1 and no compression (got strategy={p.strategy}, "
+                          f"pp={p.pp}, dp_replicate={p.dp_replicate})")
     if p.fragments != 1:
         raise ConfigError(f"parallel.fault_tolerant=true with parallel.fragments={p.fragments}: this version's "
                           "store exchange sends the whole model per outer step; use parallel.fragments=1")
-    if world_size != 1:
+    if world_size != 1 and not every:
         raise ConfigError(f"parallel.fault_tolerant=true at {world_size} processes: this version runs each replica "
                           "as one process; start every replica with its own `shardlab train --nproc 1`")
+    if not p.ft_job or "/" in p.ft_job:
+        raise ConfigError(f"parallel.ft_job={p.ft_job!r}: a non-empty name without '/' (the job's key prefix)")
+    if cfg.debug.ft_absent:
+        rid, at, span = cfg.debug.ft_absent.partition("@")
+        a, _, b = span.partition("-")
+        if not (at and rid.isdigit() and a.isdigit() and (not b or b.isdigit()) and every):
+            raise ConfigError(f"debug.ft_absent={cfg.debug.ft_absent!r}: expected R@A-B (replica R sits out steps "
+                              "A..B) with parallel.sync=every_step")
     if p.replicas < 1 or not 0 <= p.replica_id < p.replicas:
         raise ConfigError(f"parallel.replicas={p.replicas} parallel.replica_id={p.replica_id}: give the job's "
                           "replica count (>= 1) and this replica's id in 0..replicas-1")

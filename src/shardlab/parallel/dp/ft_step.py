@@ -1,0 +1,278 @@
+"""Every-step training that survives a replica (`parallel.sync=every_step parallel.fault_tolerant=true`,
+docs/fault_tolerance.md).
+
+Each replica is its own torchrun job with any data-parallel layer inside (zero1/2/3, ddp, torch-fsdp2); the
+replicas are the outer dp_replicate dimension of one logical HSDP run. The layer inside reduces the gradient
+within the replica as usual (`replicas_step_alone`: the in-job replicate all-reduce goes); this view then
+averages what each rank's optimizer steps (its gradient shards) across the replicas, rank k with the rank k
+of every other replica, over the group of the step's quorum (ft_manager.py, comm.quorum_group).
+
+Per step s:
+1. `begin_step` (the trainer, before the batch): the quorum of step s. Joiners are healed here: the lowest
+   member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG and step over
+   the new group to the joiners' rank k (shard to shard); the sampler's position follows from the step.
+2. forward and backward inside the replica.
+3. `finish_backward`: the gradient, scaled by this replica's token weight w_i (its tokens over the nominal
+   tokens per replica step: 1.0 at full batches), with w_i appended, is all-reduced over the quorum group:
+   g = Σ w_i g_i / Σ w_i over the replicas that contributed. The replica's ranks vote on success (MIN over the
+   replica); any failure (a dead member closes the sockets, a stopped one outlasts parallel.ft_timeout)
+   abandons the group and the replica quorums again for step s (attempt a+1): the live replicas complete the
+   step from their own gradients, the lost replica's contribution is absent from it.
+4. A replica dropped from a retry (it was the late one) asks to join and is healed at a later step's quorum;
+   the step it was in is abandoned (no update).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import torch
+
+from shardlab import comm
+from shardlab.parallel.dp.base import _local
+from shardlab.parallel.dp import ft_resume
+from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
+from shardlab.parallel.dp.view import DPView
+
+
+def position(sampler, step: int) -> None:
+    """Move the global sampler to the start of optimizer step `step` (the data a joiner trains on next)."""
+    sampler.epoch, k = divmod(step, sampler.steps_per_epoch)
+    sampler.cursor = k * sampler.global_batch
+
+
+def _flat(tensors: list[torch.Tensor]) -> dict[torch.dtype, torch.Tensor]:
+    by = {}
+    for t in tensors:
+        by.setdefault(t.dtype, []).append(t.detach().reshape(-1))
+    return {d: torch.cat(ts) for d, ts in by.items()}
+
+
+def _unflat(tensors: list[torch.Tensor], flats: dict[torch.dtype, torch.Tensor]) -> None:
+    offsets = dict.fromkeys(flats, 0)
+    with torch.no_grad():
+        for t in tensors:
+            o = offsets[t.dtype]
+            t.copy_(flats[t.dtype][o:o + t.numel()].view_as(t))
+            offsets[t.dtype] = o + t.numel()
+
+
+class EveryStepFaultTolerance(DPView):
+    """The dp layer of one replica, its optimizer steps averaged across the replicas of the step's quorum."""
+
+    def host_syncs(self) -> dict[str, int]:
+        # the vote, the quorum's host-side all-reduce (gloo) and the state copies of a heal
+        return {**self.dp.host_syncs(), "shardlab.parallel.dp.ft_step": 3}
+
+    def __init__(self, dp, pcfg, optimizer, absent: str = ""):
+        super().__init__(dp)
+        named = dp.replicas_step_alone()  # HSDP zero: the in-job replicate all-reduce goes (there is none)
+        self.__dict__.update(params=[p for _, p in named], optimizer=optimizer, train_state=None,
+                             manager=Manager(pcfg, comm.rank(), comm.world_size(), absent),
+                             ready_step=None, skip_update=False, heals=0, heal_s=[], heal_bytes=0,
+                             retries=0, absent_steps=0)
+
+    @property
+    def rid(self) -> int:
+        return self.manager.rid
+
+    # --- start: found the job or join it ------------------------------------------------------------------
+    def found_or_join(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """Called by the trainer before the first step; returns the step to start from. `run_dir`: where
+        this replica's quorum log goes (quorum.jsonl). `resume`: (load_step(step) -> step, committed_steps(
+        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (ft_resume.py)."""
+        m = self.manager
+        m.set_run_dir(run_dir)
+        self.__dict__["train_state"] = train_state
+        m.connect()
+        job_dir = m.job_dir
+        rec = ft_resume.read_epoch(job_dir) if job_dir is not None else None
+        epoch = rec["epoch"] if rec else 0
+        m.use_epoch(epoch)
+        if job_dir is not None and m.shard == 0 and run_dir is not None:
+            ft_resume.register(job_dir, self.rid, run_dir)
+        if restarts() > 0 or (m.job_started() and (job_dir is None or m.alive())):
+            self._rejoin(mid_step=False)
+            return train_state.step
+        step = start_step
+        if job_dir is not None and m.job_started():  # the whole job stopped: resume it, in a new epoch
+            step, committed = ft_resume.common_step(job_dir, m.n_replicas, resume[1])
+            epoch += 1
+            ft_resume.write_epoch(job_dir, epoch, step, committed)
+            m.use_epoch(epoch)
+            log_replica(self.rid, f"rank {m.shard}: the job stopped; resuming it at step {step}, the newest every "
+                                  f"replica committed (epoch {epoch})")
+        elif rec is not None:  # a resume another replica opened a moment ago (or the job's first epoch)
+            step = rec["step"]
+        if step != start_step:
+            if step == 0 or resume is None:
+                raise FaultToleranceError(f"replica {self.rid}: the job resumes at step {step} but this replica "
+                                          f"holds step {start_step}; no checkpoint of step {step} to load")
+            start_step = resume[0](step)
+        decision = m.quorum(start_step, 0, founding=True)
+        if self.rid not in decision["participants"]:
+            raise FaultToleranceError(f"replica {self.rid}: the founding quorum was decided without it (more than "
+                                      f"parallel.ft_join_timeout={m.join_timeout:g} s late)")
+        self.__dict__["ready_step"] = start_step
+        log_replica(self.rid, f"rank {m.shard} founding member (process {os.getpid()})")
+        return start_step
+
+    def begin_step(self, train_state) -> None:
+        """The quorum of the step about to run (before its batch is drawn)."""
+        step = train_state.step
+        if self.ready_step == step:  # this step's quorum is behind us (founding, or admitted to it)
+            self.__dict__["ready_step"] = None
+            return
+        if self.rid in self.manager._planned_out(step):
+            self._rejoin(mid_step=False)  # debug.ft_absent: sit out, as a dead replica would
+            return
+        decision = self.manager.quorum(step, 0)
+        if self.rid not in decision["participants"]:
+            self._rejoin(mid_step=False)  # dropped (late): join again
+        elif decision["joiners"]:
+            self._heal(decision, joiner=False)
+
+    # --- the step ---------------------------------------------------------------------------------------
+    def finish_backward(self) -> None:
+        self.dp.finish_backward()
+        self.__dict__["skip_update"] = False
+        grads = [_local(g) for g in self.dp.grad_tensors()]
+        weight = torch.ones(1, dtype=grads[0].dtype if grads else torch.float32, device=self.device)
+        mine = torch.cat([g.reshape(-1) for g in grads] + [weight])  # w_i = 1.0: a full batch's tokens
+        step, attempt = self.train_state.step, 0
+        while True:
+            buf = mine.clone()
+            ok = self._attempt(lambda: comm.quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
+            if self._vote(ok):
+                break
+            self.manager.broken()
+            attempt += 1
+            if attempt > 2 * self.manager.n_replicas:  # each retry drops at least one replica: not reached
+                raise FaultToleranceError(f"replica {self.rid}: step {step}'s gradient average failed {attempt} "
+                                          "times")
+            self.__dict__["retries"] = self.retries + 1
+            decision = self.manager.quorum(step, attempt)
+            if self.rid not in decision["participants"]:  # the others completed the step without us
+                for g in grads:
+                    g.zero_()
+                self.__dict__["skip_update"] = True
+                self._rejoin(mid_step=True)
+                return
+        if len(self.manager.members) > 1:
+            with torch.no_grad():
+                out = buf[:-1].div_(buf[-1])  # Σ w_i g_i / Σ w_i
+                offset = 0
+                for g in grads:
+                    g.copy_(out[offset:offset + g.numel()].view_as(g))
+                    offset += g.numel()
+
+    def _attempt(self, fn) -> bool:
+        if len(self.manager.members) == 1:
+            return True  # alone: nothing to exchange
+        if self.manager.group is None:
+            return False  # the group was never formed: a member is gone
+        try:
+            fn()
+            return True
+        except Exception as e:  # noqa: BLE001 - gloo: a closed connection, a timeout
+            log_replica(self.rid, f"rank {self.manager.shard}: the quorum's collective failed ({type(e).__name__}); "
+                                  "quorum again")
+            return False
+
+    def _vote(self, ok: bool) -> bool:
+        """All ranks of this replica succeeded (a MIN over the replica's own job)."""
+        if comm.world_size() == 1:
+            return ok
+        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self.device)
+        comm.all_reduce(flag, op=comm.ReduceOp.MIN, tag="ft vote")
+        return bool(flag.item())
+
+    def optimizer_step(self, optimizer) -> None:
+        if self.skip_update:  # the step was abandoned: this replica was healed to a later one
+            return
+        self.dp.optimizer_step(optimizer)
+
+    # --- healing --------------------------------------------------------------------------------------
+    def _state_tensors(self) -> list[torch.Tensor]:
+        """What a heal copies, in one order on every replica: this rank's parameters (shards), then their
+        optimizer state, key by key."""
+        out = [_local(p.data) for p in self.params]  # torch-fsdp2: the DTensors' local shards
+        for p in self.params:
+            st = self.optimizer.state.get(p, {})
+            out += [_local(st[k]) for k in sorted(st) if torch.is_tensor(st[k])]
+        return out
+
+    @torch.no_grad()
+    def _heal(self, decision: dict, joiner: bool) -> None:
+        """Over the new quorum's group: the lowest member sends its state, the joiners take it."""
+        m, st, t0 = self.manager, self.train_state, time.perf_counter()
+        if joiner:
+            self.dp.materialize_optimizer(self.optimizer)  # the same tensors as the source's, to receive into
+        tensors = self._state_tensors()
+        flats = {d: t.clone() for d, t in _flat(tensors).items()}
+        lrs = [g["lr"] for g in self.optimizer.param_groups]
+        meta = torch.tensor([float(decision["step"])] + lrs, dtype=torch.float64)
+        rng = torch.get_rng_state()
+        src = decision["participants"].index(min(decision["members"]))
+        moved = 0
+        try:
+            if m.group is None:
+                raise FaultToleranceError("no group")
+            for t in (meta, rng, *flats.values()):
+                comm.quorum_broadcast(t, src, m.group, tag="ft heal")
+                moved += t.numel() * t.element_size()
+        except Exception as e:  # noqa: BLE001
+            if joiner:
+                raise FaultToleranceError(f"replica {self.rid}: the heal from replica {min(decision['members'])} "
+                                          f"failed ({type(e).__name__})") from None
+            m.broken()  # a member's copy is its own state: nothing to undo; the step's collective will fail
+            return
+        if not joiner:
+            return
+        _unflat(tensors, flats)
+        for g, lr in zip(self.optimizer.param_groups, meta[1:].tolist()):
+            g["lr"] = lr
+        torch.set_rng_state(rng)
+        self.dp.params_updated()  # zero1/2: the full parameters gathered again inside the replica
+        step = decision["step"]
+        position(st.sampler, step)
+        st.step = step
+        self.__dict__.update(heals=self.heals + 1, heal_bytes=self.heal_bytes + moved)
+        self.heal_s.append(time.perf_counter() - t0)
+        log_replica(self.rid, f"rank {m.shard} healed at step {step} from replica {min(decision['members'])} "
+                              f"({moved} bytes); parameters {self.checksum()}")
+
+    def _rejoin(self, mid_step: bool) -> None:
+        st, t0 = self.train_state, time.perf_counter()
+        before = st.step
+        decision = self.manager.join()
+        self._heal(decision, joiner=True)
+        self.heal_s[-1] = time.perf_counter() - t0  # from the request: what the replica waited
+        self.__dict__["absent_steps"] = self.absent_steps + decision["step"] - before
+        self.__dict__["ready_step"] = decision["step"]
+        if mid_step:  # the trainer counts the step it is finishing: it ends at the healed step
+            st.step -= 1
+
+    # --- what summary.json reports -------------------------------------------------------------------------
+    def checksum(self) -> str:
+        """sha1 of this rank's parameters (shards): equal on rank k of every replica after each step."""
+        h = hashlib.sha1()
+        for p in self.params:
+            h.update(_local(p.detach()).contiguous().view(torch.uint8).cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def full_checksum(self) -> str:
+        """sha1 of the whole model's parameters (in name order): equal on every replica after a step."""
+        h = hashlib.sha1()
+        for _, t in sorted(self.dp.full_parameters().items()):
+            h.update(_local(t.detach()).contiguous().view(torch.uint8).cpu().numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def ft_summary(self) -> dict:
+        m = self.manager
+        return {"restarts": restarts(), "heals": self.heals,
+                "quorums": m.quorums, "quorum_id": m.qid, "retries": self.retries,
+                "param_checksum": self.full_checksum(),
+                "heal_s": [round(x, 3) for x in self.heal_s], "heal_bytes": self.heal_bytes,
+                "state_bytes": sum(t.numel() * t.element_size() for t in self._state_tensors())}
