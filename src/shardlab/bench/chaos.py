@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from shardlab.checkpoint.storage import DELAY_ENV
+from shardlab.observe.compare import flatten
 
 STEPS, EVERY = 12, 4
 RUN_ARGS = ["--nproc", "2", "model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.eval_every=0",
@@ -125,17 +126,7 @@ def final_params(run: Path) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         dcp_to_torch_save(mf.read_latest(run / "checkpoints"), Path(tmp) / "state.pt")
         state = torch.load(Path(tmp) / "state.pt", weights_only=False)
-    return {k: v for k, v in _flat(state.get("model", state)).items()}
-
-
-def _flat(d, prefix=""):
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
+    return flatten(state.get("model", state))
 
 
 def bitwise_equal(a: dict, b: dict) -> bool:

@@ -63,6 +63,8 @@ def load(path: Path) -> Run:
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested dict as one level of dotted keys ({"train": {"seq_len": 8}} -> {"train.seq_len": 8}):
+    configs to diff, a checkpoint's state dict to compare."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):

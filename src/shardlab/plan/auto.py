@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from .from_config import from_config
-from .hardware import Cluster
+from .hardware import Cluster, meminfo
 from .search import why
 from .step import Plan, evaluate
 
@@ -123,14 +123,8 @@ def budget_bytes(mem_budget_gb: float, world: int) -> tuple[float, str]:
 
 
 def _mem_available() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024.0
-    except OSError:
-        pass
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    avail = meminfo("MemAvailable")
+    return avail if avail is not None else float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
 def machine_cluster() -> Cluster:

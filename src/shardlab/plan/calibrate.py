@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .calibrate_compute import as_a_rank, cpu_share, measure_compute
 from .compute import gemm_shapes
-from .hardware import Cluster, default_profile_path, write_profile
+from .hardware import Cluster, default_profile_path, meminfo, write_profile
 from .model import ModelSpec
 
 SIZES = (4, 2**10, 2**12, 2**14, 2**16, 2**18, 2**20, 2**21, 2**22, 2**23, 2**24)  # payload bytes
@@ -176,14 +176,8 @@ def measure_comm(world: int = 2, quick: bool = False, timeout: float = 300.0, mo
 
 
 def _mem_total() -> float:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 8 * 2**30
+    total = meminfo("MemTotal")
+    return total if total is not None else 8 * 2**30
 
 
 def calibrate(models: list[ModelSpec], micro_batches=(1, 2, 4, 8), out: Path | None = None,

@@ -173,3 +173,15 @@ def _toml(v) -> str:
     if isinstance(v, (int, float)):
         return repr(v)
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def meminfo(field: str) -> float | None:
+    """Bytes of a /proc/meminfo field (`MemTotal`, `MemAvailable`), or None where there is none (not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024.0
+    except OSError:
+        pass
+    return None
