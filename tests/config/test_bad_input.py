@@ -287,3 +287,13 @@ def test_a_closed_pipe_ends_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141, err
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_ctrl_c_before_anything_launches_is_one_line_and_130(monkeypatch, capsys):
+    """Ctrl-C in a command's own work (a calibration, a plan search, a prepare): no traceback, exit 130."""
+    def interrupted(argv):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "_main", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.main(["plan", "search"])
+    assert e.value.code == 130 and capsys.readouterr().err == "shardlab: interrupted\n"

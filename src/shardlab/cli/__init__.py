@@ -286,6 +286,12 @@ def main(argv: list[str] | None = None) -> None:
         # Point stdout at /dev/null so the interpreter's final flush does not raise a second time.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(141)  # 128 + SIGPIPE, what a shell reports for a filter killed by the closed pipe
+    except KeyboardInterrupt:
+        # Ctrl-C before anything launched (a calibration for layout=auto or explain, a plan search, a prepare:
+        # each writes its files whole or not at all): one line and 128 + SIGINT, not a traceback. A launched
+        # run handles its signals itself (launch/: save at a step boundary, exit 130).
+        print("shardlab: interrupted", file=sys.stderr, flush=True)
+        sys.exit(130)
 
 
 def _main(argv: list[str] | None) -> None:
