@@ -110,12 +110,35 @@ def test_one_heldout_row(tmp_path, monkeypatch):
     assert "| tiny-single-w1 |" in explain_heldout.table([row])
 
 
-def _synthetic_profile(cache: Path, monkeypatch) -> None:
-    """A `this` cluster profile in a private cache, so nothing calibrates this machine."""
+def test_the_layouts_miniature_is_measured_once_and_cached(traced_run, tmp_path, monkeypatch):
+    """On a profile calibrated here, explain measures the run's own layout on a miniature (its trainer cost per
+    step, in CPU seconds), uses it as the predicted trainer cost at the run's core share, and caches it: a
+    second explain of the same layout runs nothing."""
+    _synthetic_profile(tmp_path / "cache", monkeypatch, source="calibrated synthetic")
+    d = cli.build(traced_run)
+    over = d["context"]["trainer_overhead"]
+    assert over["from"] == "a miniature of this layout", over
+    assert over["cpu_s"] >= 0 and 0 < over["miniature_share"] <= 1
+    share = d["context"]["share"]
+    assert d["predicted"]["python_overhead"] == pytest.approx(over["cpu_s"] / share)
+    cache = json.loads((tmp_path / "cache" / "explain_calibration.json").read_text())
+    assert cache["profile"] == "calibrated synthetic" and sum(k.startswith("layout/") for k in cache) == 1
+
+    def no_run(*a, **k):
+        raise AssertionError("the miniature ran again")
+    monkeypatch.setattr(subprocess, "run", no_run)
+    assert cli.build(traced_run)["context"]["trainer_overhead"] == over
+    # the profile alone: no per-run measurement
+    assert cli.build(traced_run, per_run=False)["context"]["trainer_overhead"]["from"].startswith("profile")
+
+
+def _synthetic_profile(cache: Path, monkeypatch, source: str = "synthetic") -> None:
+    """A `this` cluster profile in a private cache, so nothing calibrates this machine (a source that does
+    not start with "calibrated" also keeps explain from measuring the run's layout and world)."""
     from dataclasses import replace
 
     from shardlab.plan.hardware import PRESETS, write_profile
     write_profile(replace(PRESETS["A100-80G"], name="this", peak_flops=5e10, peak_flops_fp32=5e10, hbm_bw=5e9,
-                          elementwise_bw=5e9, gemm_efficiency=1.0, measured_world=2, source="synthetic"),
+                          elementwise_bw=5e9, gemm_efficiency=1.0, measured_world=2, source=source),
                   cache / "this.toml")
     monkeypatch.setenv("SHARDLAB_CACHE", str(cache))

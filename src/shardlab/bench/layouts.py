@@ -58,7 +58,7 @@ def _sweep(world: int, quick: bool, size: dict, work: Path) -> tuple[list[dict],
     base = [*common.BASE, *common.model_overrides(quick), f"train.micro_batch={MICRO_BATCH}",
             f"train.global_batch={MICRO_BATCH * world}", f"train.steps={size['steps']}"]
     cfg = config.load(None, base)
-    cluster = auto.machine_cluster()
+    cluster = auto.machine_cluster(world)
     budget, _ = auto.budget_bytes(0, world)
     choice = auto.choose(cfg, world, cluster, budget, _runnable(world))
     planned = auto.with_budget(cluster, budget, world)

@@ -45,7 +45,7 @@ def resolve(cfg, world: int, err=None) -> None:
     fix_global_batch(cfg, world)
     budget, budget_from = auto.budget_bytes(cfg.parallel.mem_budget_gb, world)
     try:
-        cl = auto.machine_cluster()
+        cl = auto.machine_cluster(world)
         choice = auto.choose(cfg, world, cl, budget, runnable(world))
     except ValueError as e:
         raise ConfigError(f"{e} (budget: {budget_from})") from None

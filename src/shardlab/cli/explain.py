@@ -54,27 +54,41 @@ def _cluster(name: str):
     return load_cluster(name)
 
 
-def build(run_dir: Path, cluster_name: str = "this", share: float | None = None, top: int = 3) -> dict:
-    """The explain object of one run directory. Raises ValueError (one line) on what cannot be explained."""
+def _plan_of(run_dir: Path, cluster, share: float | None):
+    """(plan, model, train, lay) of a run directory on `cluster` at core share `share` (None: as is)."""
     from shardlab import config
+    from shardlab.plan.from_config import from_config
+    from shardlab.plan.step import evaluate
+
+    summary = json.loads((run_dir / "summary.json").read_text())
+    world = int(summary["world_size"])
+    model, train, lay = from_config(config.load(run_dir / "config.toml"), world)
+    # shardlab's models attend with fused SDPA; the trainer runs the doctor's per-step check
+    train, lay = replace(train, flash_attention=True), replace(lay, health_check=True)
+    if share is not None:
+        cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
+    cluster = replace(cluster, num_gpus=max(cluster.num_gpus, world))
+    return evaluate(model, train, lay, cluster), model, train, lay
+
+
+def build(run_dir: Path, cluster_name: str = "this", share: float | None = None, top: int = 3,
+          per_run: bool = True) -> dict:
+    """The explain object of one run directory. Raises ValueError (one line) on what cannot be explained.
+    per_run: on a calibrated profile, also measure (once, cached) the collectives at the run's world and
+    the trainer's cost of the run's layout on a miniature (plan/calibrate_run.py); False: the profile alone."""
     from shardlab.observe import analysis
     from shardlab.observe.components import measured_components
+    from shardlab.plan import calibrate_run
     from shardlab.plan import explain as ex
     from shardlab.plan.calibrate_compute import measure_share
     from shardlab.plan.compute import micro_batch_time
-    from shardlab.plan.from_config import from_config
-    from shardlab.plan.step import evaluate
 
     if not (run_dir / "config.toml").is_file():
         raise ValueError(f"{run_dir} has no config.toml: not a shardlab run directory")
     if not (run_dir / "summary.json").is_file():
         raise ValueError(f"{run_dir} has no summary.json: the run has not finished (explain reads its measurement)")
     summary = json.loads((run_dir / "summary.json").read_text())
-    cfg = config.load(run_dir / "config.toml")
     world = int(summary["world_size"])
-    model, train, lay = from_config(cfg, world)
-    # shardlab's models attend with fused SDPA; the trainer runs the doctor's per-step check
-    train, lay = replace(train, flash_attention=True), replace(lay, health_check=True)
     cluster = _cluster(cluster_name)
     how_share = "given"
     if share is None and cluster.source != "preset" and summary.get("core_share"):
@@ -82,15 +96,25 @@ def build(run_dir: Path, cluster_name: str = "this", share: float | None = None,
         share, how_share = float(summary["core_share"]), "recorded during the run"
     if share is None and cluster.source != "preset":  # a run from before core_share, or without /proc
         share, how_share = measure_share(world), "probed at explain time"
-    if share is not None:
-        cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
-    cluster = replace(cluster, num_gpus=max(cluster.num_gpus, world))
-    plan = evaluate(model, train, lay, cluster)
+    overhead = {"from": "profile (ddp/single miniature)"}
+    if per_run and cluster.source.startswith("calibrated"):  # this machine's profile, not a preset or a file
+        cluster = calibrate_run.sync_wait_at_world(calibrate_run.collectives_at(cluster, world), world)
+        got = calibrate_run.layout_overhead(run_dir, world, cluster, lambda d, c, s: _plan_of(d, c, s)[0])
+        if "error" in got:
+            overhead["error"] = got["error"]
+        else:  # the layout's own per-step cost, at this run's core share
+            at_share = got["cpu_s"] / (share or 1.0)
+            cluster = replace(cluster, step_overhead={**cluster.step_overhead, str(world): at_share},
+                              call_overhead={})
+            overhead = {"from": "a miniature of this layout", "cpu_s": got["cpu_s"], "miniature_share": got["share"]}
+    plan, model, train, lay = _plan_of(run_dir, cluster, share)
+    cluster = plan.cluster
     how = micro_batch_time(model, train, lay, cluster).how
     comps = measured_components(analysis.load(run_dir)) if (run_dir / "trace").is_dir() else None
     ctx = {"run": str(run_dir), "cluster": cluster.source, "share": cluster.cpu_share, "share_from": how_share,
            "load_avg_1m": os.getloadavg()[0], "cores": os.cpu_count(), "skew_ms": summary.get("skew_ms_median"),
-           "traced": comps is not None, "model": model.name, "micro_batches": plan.m}
+           "traced": comps is not None, "model": model.name, "micro_batches": plan.m,
+           "collectives_world": cluster.measured_world, "trainer_overhead": overhead}
     return ex.explain(plan, ex.measured(comps, summary, lay), how, ctx, top)
 
 

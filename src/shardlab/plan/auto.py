@@ -127,10 +127,11 @@ def _mem_available() -> float:
     return avail if avail is not None else float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
-def machine_cluster() -> Cluster:
+def machine_cluster(world: int = 0) -> Cluster:
     """The planner's cluster for this machine: the GPU's spec preset, or on CPU the calibrated profile
-    (`cluster=this`), calibrated once when missing as `shardlab explain` does (about a minute). Raises
-    ValueError for a GPU the spec table does not have."""
+    (`cluster=this`), calibrated once when missing as `shardlab explain` does (about a minute), with the
+    collectives and the ranks' sync waits measured at `world` ranks (cached; a few seconds the first time:
+    plan/calibrate_run.py). Raises ValueError for a GPU the spec table does not have."""
     import torch
 
     from .hardware import PRESETS, default_profile_path, load_cluster
@@ -150,7 +151,11 @@ def machine_cluster() -> Cluster:
               f"batches {CALIBRATION['micro_batches']}, about a minute)...", file=sys.stderr, flush=True)
         calibrate([MODELS[m] for m in CALIBRATION["models"]], micro_batches=CALIBRATION["micro_batches"],
                   quick=True, world=CALIBRATION["world"])
-    return load_cluster("this")
+    cluster = load_cluster("this")
+    if world >= 2 and cluster.source.startswith("calibrated"):
+        from .calibrate_run import collectives_at, sync_wait_at_world
+        cluster = sync_wait_at_world(collectives_at(cluster, world), world)
+    return cluster
 
 
 def lines(ch: Choice, cluster_source: str) -> list[str]:

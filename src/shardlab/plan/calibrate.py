@@ -120,6 +120,75 @@ def _sync_time(fn, min_time, dist) -> float:
     return statistics.median(samples)
 
 
+SYNC_SEGMENTS = (0, 2, 8, 32)  # GEMMs of 256^3 between two syncs (about 0.3 ms each on one core)
+
+
+def _sync_worker(rank: int, world: int, port: int, rounds: int, q) -> None:
+    """Each rank computes a segment (the same GEMMs on every rank), then all-reduces 1 KiB; the time in
+    the all-reduce beyond its zero-segment latency is what a rank waits for its peers at a sync point."""
+    as_a_rank()
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    a, w, buf = torch.randn(256, 256), torch.randn(256, 256), torch.ones(256)
+    out = []
+    for reps in SYNC_SEGMENTS:
+        seg, wait = [], []
+        dist.barrier()
+        for _ in range(rounds):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                torch.mm(a, w)
+            t1 = time.perf_counter()
+            dist.all_reduce(buf)
+            seg.append(t1 - t0)
+            wait.append(time.perf_counter() - t1)
+        out.append((statistics.fmean(seg), statistics.fmean(wait)))
+    every = [None] * world
+    dist.all_gather_object(every, out)
+    if rank == 0:
+        q.put(every)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def measure_sync_wait(world: int, rounds: int = 40, timeout: float = 300.0) -> list[tuple[float, float]]:
+    """(segment seconds, mean wait seconds per sync) at `world` ranks: on shared cores ranks that run the
+    same work between two syncs still reach the sync apart (a rank descheduled, a peer's I/O thread on its
+    core), and every sync costs the early ranks that gap. Tensor parallelism syncs every segment of every
+    micro batch (plan/step.py charges it per call); the latency at segment 0 is the collective's own."""
+    import queue
+
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_sync_worker, args=(r, world, port, rounds, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                every = q.get(timeout=0.5)
+                break
+            except queue.Empty:
+                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"sync calibration failed (exit codes {dead})" if dead
+                                       else f"sync calibration timed out after {timeout:.0f} s")
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    # mean over ranks (explain's measured components are means over ranks), the zero segment's latency off
+    seg = [statistics.fmean(r[i][0] for r in every) for i in range(len(SYNC_SEGMENTS))]
+    wait = [statistics.fmean(r[i][1] for r in every) for i in range(len(SYNC_SEGMENTS))]
+    return [(s, max(0.0, w - wait[0])) for s, w in zip(seg, wait)]
+
+
 def fit_alpha_beta(points: list[tuple[int, float]], wire_factor: float) -> tuple[float, float]:
     """t = alpha + wire/bus_bw over (payload, seconds), least squares in relative error (weights
     1/t^2), so that 8-byte and 16 MB calls count alike; returns (alpha, bus_bw)."""

@@ -162,6 +162,10 @@ def cause(row: dict, plan: Plan, how: str, ctx: dict) -> str:
             (f"; α-β fitted at world {plan.cluster.measured_world}, latency scaled by ring steps to {lay.world}"
              if lay.world != plan.cluster.measured_world else "")
     if name.startswith("data"):
+        if ctx.get("trainer_overhead", {}).get("from", "").startswith("a miniature"):
+            return ("the trainer's per-step cost is the residual of a miniature of this very layout (1 dim per head, "
+                    "8 positions): its Python, hooks and each collective's latency and skew, which in the run land "
+                    "in several measured components (exposed comm above all), not in data + Python alone")
         worlds = ", ".join(sorted(plan.cluster.step_overhead)) or "none"
         return (f"the trainer's per-step cost is the residual of a miniature run (ddp/single at world {worlds}): "
                 "whatever the profile does not predict of a near-empty step (Python inside and between the "

@@ -47,6 +47,9 @@ class Cluster:
     overhead: dict = field(default_factory=dict)  # eager framework seconds: layer_fwd, layer_bwd, fixed_fwd, fixed_bwd
     step_overhead: dict = field(default_factory=dict)  # world size (str) -> trainer seconds per step
     call_overhead: dict = field(default_factory=dict)  # strategy -> seconds per collective call
+    # (compute seconds between two syncs, seconds a rank waits at the sync): ranks that reach a sync apart on
+    # shared cores (calibrate.measure_sync_wait; empty: 0, as on a dedicated GPU per rank)
+    sync_wait: tuple = ()
     cpu_share: float = 1.0  # calibrated in CPU seconds: fraction of a core each rank gets (world ranks busy)
     cpu_share_solo: float = 1.0  # the same for a rank alone
     solo_speedup: float = 1.0  # compute measured with `measured_world` ranks at once runs this much
@@ -59,6 +62,18 @@ class Cluster:
         speed-up a rank alone shows then (`solo_speedup`, recorded) is not applied: on a machine
         with other work the neighbouring core is rarely idle, and runs at world 1 bore that out."""
         return self.cpu_share_solo if world < self.measured_world else self.cpu_share
+
+    def sync_wait_at(self, segment_s: float) -> float:
+        """Seconds a rank waits at a sync after `segment_s` of compute: the calibrated points, linear
+        between them, in proportion beyond the last (0 without a calibration)."""
+        pts = sorted(self.sync_wait)
+        if not pts or segment_s <= 0:
+            return 0.0
+        for (s0, w0), (s1, w1) in zip(pts, pts[1:]):
+            if segment_s <= s1:
+                return w0 + (w1 - w0) * (segment_s - s0) / max(s1 - s0, 1e-12)
+        s_last, w_last = pts[-1]
+        return w_last * segment_s / s_last if s_last > 0 else w_last
 
     @property
     def nodes(self) -> int:
@@ -151,7 +166,8 @@ def write_profile(c: Cluster, path: Path) -> None:
     lines = ["# shardlab cluster profile (written by `shardlab plan calibrate`)", "[cluster]"]
     for f in fields(Cluster):
         v = getattr(c, f.name)
-        if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead", "call_overhead"):
+        if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead", "call_overhead",
+                      "sync_wait"):
             continue
         lines.append(f"{f.name} = {_toml(v)}")
     for op, (alpha, bw) in c.collectives.items():

@@ -100,7 +100,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp = _critical_comm(plan.comm)
+    tp_pp = _critical_comm(plan.comm) + _sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster)
     copies = _zero_copies(plan.comm, lay, cluster)
@@ -147,6 +147,21 @@ def _critical_comm(comm: list[CommLine]) -> float:
         if cl.c.group in _CRITICAL:
             cl.exposed = cl.time
     return tp_pp
+
+
+def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
+    """Seconds per step the ranks of tensor- and context-parallel groups wait for each other at their
+    collectives: every call ends a compute segment (the micro batch's passes split among the calls), and
+    on shared cores the members finish the same segment apart (cluster.sync_wait_at; 0 on presets).
+    Added to those collectives' exposed time: that is where the trace counts the wait."""
+    lines = [cl for cl in comm if cl.c.group in ("tp", "cp") and cl.c.calls and cl.time]
+    calls = sum(cl.c.calls for cl in lines)
+    if not calls or not cluster.sync_wait:
+        return 0.0
+    wait = cluster.sync_wait_at(m * (mt.fwd + mt.bwd) / calls)
+    for cl in lines:
+        cl.exposed += wait * cl.c.calls
+    return wait * calls
 
 
 def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster) -> float:
