@@ -3,10 +3,10 @@
 A drill is a 2-replica job (every replica its own `shardlab train`, one lighthouse) with one fault: SIGKILL of a
 rank of replica 1 after a random delay (forward, backward, mid all-reduce: wherever it lands), repeated deaths
 (killed again after its first heal), SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1 past
-parallel.ft_timeout (a straggler), the lighthouse killed and started again. After each: the replicas' exit
-codes, their final parameters (bitwise equal?), and replica 0's loss trajectory against a reference run in which
-replica 1 sits out exactly the steps its quorum log says it missed (debug.ft_absent). The quick matrix runs
-replicas of one `single` rank; the full one replicas of 2 zero2 ranks.
+parallel.ft_timeout (a straggler), the lighthouse killed (the replicas keep their quorum) and started again.
+After each: the replicas' exit codes, their final parameters (bitwise equal?), and replica 0's loss trajectory
+against a reference run in which replica 1 sits out exactly the steps its quorum log says it missed
+(debug.ft_absent). The quick matrix runs replicas of one `single` rank; the full one replicas of 2 zero2 ranks.
 
 Figures: ft_drills, ft_survived (exit 0 everywhere, bitwise equal, the reference's trajectory), ft_divergence
 (drills whose replicas, or whose trajectory and the reference's, differ: goal 0), ft_heal_s (median seconds from
@@ -121,8 +121,14 @@ def _lighthouse(work: Path, port: int, holder: dict):
     def fault(r0, r1, p0, p1, t_end, row):
         r0.wait_for(r"quorum \d+ for step 3 ")
         holder["lh"].kill()
-        time.sleep(1.0)  # the replicas' next quorum finds no lighthouse
-        holder["lh"] = ft.lighthouse(work, port, t_end, name=f"lighthouse-{time.monotonic_ns()}")
+        r0.wait_for(r"keeping quorum")  # no lighthouse: the replicas train on with their last quorum
+        # held while the new one starts (seconds of imports), so they still have steps to take up with it
+        pids = [*p0.values(), *p1.values()]
+        ft.signal_ranks(pids, signal.SIGSTOP)
+        try:
+            holder["lh"] = ft.lighthouse(work, port, t_end, name=f"lighthouse-{time.monotonic_ns()}")
+        finally:
+            ft.signal_ranks(pids, signal.SIGCONT)
     return fault
 
 

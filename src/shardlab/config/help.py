@@ -195,7 +195,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                             "replica (every_step: also the gloo timeout of the quorum's all-reduce; DiLoCo: its "
                             "pseudo-gradient) before the step goes on without it", "float > 0"),
     "parallel.ft_join_timeout": ("seconds a starting replica waits for the others (founding) or for a peer's "
-                                 "state (joining)", "float > 0"),
+                                 "state (joining); also the longest the replicas train on with their last quorum "
+                                 "while the lighthouse cannot be reached", "float > 0"),
     "parallel.ft_job": ("the fault-tolerant job's name: its keys in the lighthouse's store are namespaced by it "
                         "(several jobs may share one lighthouse)", "a name without /"),
     "parallel.ft_job_dir": ("every_step fault tolerance: a directory every replica reaches: the job's quorum log, "

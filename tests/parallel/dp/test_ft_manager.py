@@ -1,25 +1,33 @@
 """The quorum protocol in one process (parallel/dp/ft_manager.py, comm_quorum.py): two replicas' managers on
 threads, one TCPStore. Founding, a replica that does not post dropped at the timeout, a joiner admitted with
-a new quorum id, a planned absence (debug.ft_absent) decided without waiting, and the quorum groups' sums."""
+a new quorum id, a planned absence (debug.ft_absent) decided without waiting, and the quorum groups' sums.
+A lighthouse that cannot be reached (behind a relay the test kills, hangs and starts again): the last quorum
+kept, its bound, and a decision taken at the lighthouse winning over a kept one."""
 from __future__ import annotations
 
+import contextlib
 import datetime
+import json
+import socket
 import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.distributed as dist
 
 from shardlab import comm
-from shardlab.parallel.dp.ft_manager import Manager, parse_absent
+from shardlab.parallel.dp import ft_manager
+from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, parse_absent
 
 TIMEOUT_S = 0.5
 
 
-def _manager(rid: int, port: int, absent: str = "") -> Manager:
-    pcfg = SimpleNamespace(replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{port}", ft_job="unit",
-                           ft_timeout=TIMEOUT_S, ft_join_timeout=20, ft_job_dir="")
+def _manager(rid: int, port: int, absent: str = "", timeout: float = TIMEOUT_S, join_timeout: float = 20,
+             replicas: int = 2) -> Manager:
+    pcfg = SimpleNamespace(replica_id=rid, replicas=replicas, ft_store=f"127.0.0.1:{port}", ft_job="unit",
+                           ft_timeout=timeout, ft_join_timeout=join_timeout, ft_job_dir="")
     m = Manager(pcfg, 0, 1, absent)
     m.connect()
     return m
@@ -77,3 +85,232 @@ def test_quorums_drop_admit_and_plan():
     d = m0.quorum(3, 0)  # debug.ft_absent=1@3-3: replica 1 sits out step 3, decided without waiting for it
     assert time.monotonic() - t0 < TIMEOUT_S and d["participants"] == [0]
     assert parse_absent("1@3-5") == (1, 3, 5) and parse_absent("") is None
+
+
+# --- a lighthouse that cannot be reached -----------------------------------------------------------------
+class Lighthouse:
+    """A TCPStore behind a TCP relay on a fixed port, which a test can kill (connections reset, new ones
+    refused), hang (connections accepted, nothing forwarded: a stopped or partitioned host) and start again on
+    the same port in front of a new, empty store (a restarted lighthouse)."""
+
+    def __init__(self):
+        self.server = self._new_server()
+        self.hung = threading.Event()
+        self.port, self._listener, self._conns = None, None, []
+        self.start()
+
+    @staticmethod
+    def _new_server():
+        return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                             timeout=datetime.timedelta(seconds=30))
+
+    def start(self, fresh: bool = False) -> None:
+        if fresh:
+            self.server = self._new_server()
+        self.hung.clear()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port or 0))
+        sock.listen(64)
+        self.port, self._listener = sock.getsockname()[1], sock
+        threading.Thread(target=self._accept, args=(sock, self.server.port), daemon=True).start()
+
+    def _accept(self, sock, target: int) -> None:
+        while True:
+            try:
+                client, _ = sock.accept()
+            except OSError:
+                return  # killed
+            upstream = socket.create_connection(("127.0.0.1", target))
+            self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src, dst) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                while self.hung.is_set():  # a hung lighthouse: nothing goes through
+                    time.sleep(0.01)
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # stops listening now (close alone waits for accept)
+        self._listener.close()
+        for s in self._conns:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+        self._conns = []
+
+
+def _founded(lh: Lighthouse, run_dir=None, **kw):
+    m0, m1 = _manager(0, lh.port, **kw), _manager(1, lh.port, **kw)
+    m0.set_run_dir(run_dir)
+    d0, d1 = _both(lambda: m0.quorum(0, 0, founding=True), lambda: m1.quorum(0, 0, founding=True))
+    assert d0 == d1 and d0["qid"] == 1 and m0.group is not None
+    return m0, m1
+
+
+def _sum_over(m, value):
+    t = torch.full((3,), float(value))
+    comm.quorum_all_reduce(t, m.group)
+    return t.tolist()
+
+
+def test_lighthouse_gone_keeps_the_quorum_and_a_restarted_one_takes_it_up(tmp_path):
+    lh = Lighthouse()
+    m0, m1 = _founded(lh, tmp_path)
+    group = m0.group
+
+    lh.kill()  # every key with it
+    for step in (1, 2):  # both keep quorum 1: its group needs no lighthouse
+        d0, d1 = _both(lambda: m0.quorum(step, 0), lambda: m1.quorum(step, 0))
+        assert d0 == d1 and d0["kept"] and d0["qid"] == 1 and d0["participants"] == [0, 1]
+        assert m0.group is group and _both(lambda: _sum_over(m0, 1), lambda: _sum_over(m1, 2)) == ([3.0] * 3,) * 2
+    assert m0.kept == m1.kept == 2
+
+    # Started again, empty, while replica 0 already kept step 3: replica 1 reaches it and its first quorum there
+    # keeps the last one too, without waiting for replica 0's post; both train step 3 over quorum 1's group.
+    d0 = m0.quorum(3, 0)
+    lh.start(fresh=True)
+    t0 = time.monotonic()
+    d1 = m1.quorum(3, 0)
+    assert time.monotonic() - t0 < TIMEOUT_S and m1.reconnects == 1 and m1.kept == 2
+    assert d0["kept"] and d1["kept"] and (d0["qid"], d0["participants"]) == (d1["qid"], d1["participants"])
+    assert _both(lambda: _sum_over(m0, 1), lambda: _sum_over(m1, 2)) == ([3.0] * 3,) * 2
+
+    for step in (4, 5):  # replica 0 reaches it too (its first quorum there keeps the last one); then as before
+        d0, d1 = _both(lambda: m0.quorum(step, 0), lambda: m1.quorum(step, 0))
+        assert d0 == d1 and d0["qid"] == 1 and m0.reconnects == 1 and m0.group is group
+    assert not d0.get("kept") and m0.kept == 3
+    rows = [json.loads(line) for line in (tmp_path / "quorum.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2, 3, 4, 5]  # one row per step: the kept ones say so
+    assert [r.get("kept", False) for r in rows[:4]] == [False, True, True, True] and "kept" not in rows[5]
+    assert all(r["participants"] == [0, 1] and r["qid"] == 1 for r in rows)
+
+
+def test_a_hung_lighthouse_is_noticed_within_the_timeout_and_the_quorum_kept():
+    lh = Lighthouse()
+    m0, m1 = _founded(lh, timeout=1.0)
+    lh.hung.set()  # answers nothing: TCPStore's own calls would wait forever
+    t0 = time.monotonic()
+    d0, d1 = _both(lambda: m0.quorum(1, 0), lambda: m1.quorum(1, 0))
+    first = time.monotonic() - t0
+    assert d0["kept"] and d1["kept"] and first < 1.0 + 2 * ft_manager._GRACE_S + 1.0, first
+    t0 = time.monotonic()
+    d0, d1 = _both(lambda: m0.quorum(2, 0), lambda: m1.quorum(2, 0))  # the request still hangs: kept at once
+    assert d0["kept"] and d1["kept"] and time.monotonic() - t0 < 0.5
+    lh.hung.clear()  # answers again: once the hanging request has returned, the next quorum is decided there
+    deadline = time.monotonic() + 10
+    while not (m0.lane._current.done.is_set() and m1.lane._current.done.is_set()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    d0, d1 = _both(lambda: m0.quorum(3, 0), lambda: m1.quorum(3, 0))
+    assert d0 == d1 and d0["qid"] == 1 and (m0.reconnects, m1.reconnects) == (1, 1)
+    d0, d1 = _both(lambda: m0.quorum(4, 0), lambda: m1.quorum(4, 0))
+    assert d0 == d1 and not d0.get("kept")
+
+
+def test_keeping_ends_after_the_join_timeout():
+    lh = Lighthouse()
+    m0 = _manager(0, lh.port, join_timeout=2.0, replicas=1)
+    assert m0.quorum(0, 0, founding=True)["participants"] == [0]
+    lh.kill()
+    assert m0.quorum(1, 0)["kept"]  # alone: kept too
+    time.sleep(2.2)
+    with pytest.raises(FaultToleranceError, match="unreachable for longer than parallel.ft_join_timeout=2 s"):
+        m0.quorum(2, 0)
+
+
+def test_a_decision_taken_at_the_lighthouse_wins_over_a_kept_quorum():
+    """Replica 1 cannot reach the lighthouse (replica 0 can): it keeps step 1 while replica 0 decides it without
+    it. Replica 1's collective over the kept group then fails; reaching the lighthouse for the retry, it finds
+    step 1 decided otherwise and leaves (joins again) instead of deciding a quorum of its own."""
+    lh = Lighthouse()
+    m0, m1 = _founded(lh)
+    m0.address = f"127.0.0.1:{lh.server.port}"  # replica 0 reaches the store behind the relay, which stays up
+    m0.connect()
+    lh.kill()
+    d1 = m1.quorum(1, 0)
+    assert d1["kept"] and d1["qid"] == 1
+    d0 = m0.quorum(1, 0)  # replica 1 never posts: dropped at the timeout, replica 0 alone in quorum 2
+    assert d0["participants"] == [0] and d0["qid"] == 2 and "1" in d0["gone"]
+    with pytest.raises(Exception):  # noqa: B017 - gloo: the peer left the group
+        _sum_over(m1, 2)
+    m1.broken()
+    lh.start()  # the same store: the relay is back
+    d1 = m1.quorum(1, 1)
+    assert d1["participants"] == [] and "decided at the lighthouse as quorum 2 of [0]" in d1["superseded"]
+    jobkeys = dist.PrefixStore("unit/e0", lh.server)
+
+    def quorum_once_asked():
+        while not jobkeys.check(["join/1/0"]):
+            time.sleep(0.01)
+        return m0.quorum(2, 0)
+    d0, d1 = _both(quorum_once_asked, m1.join)  # joins again, admitted by replica 0's next quorum
+    assert d0 == d1 and d0["participants"] == [0, 1] and d0["qid"] == 3 and list(d0["joiners"]) == ["1"]
+
+
+def test_a_retry_of_a_step_another_replica_completed_joins_again():
+    """Rule 2: replica 0 completed step 1 and quorums for step 2; replica 1's retry of step 1 (its side of the
+    collective failed) finds it there and joins again rather than deciding step 1 alone."""
+    lh = Lighthouse()
+    m0, m1 = _founded(lh)
+    d0, d1 = _both(lambda: m0.quorum(1, 0), lambda: m1.quorum(1, 0))
+    assert d0 == d1 and d0["qid"] == 1
+    waiting = threading.Thread(target=lambda: m0.quorum(2, 0), daemon=True)  # posts at/0/0 = 2, waits for 1
+    waiting.start()
+    jobkeys, deadline = dist.PrefixStore("unit/e0", lh.server), time.monotonic() + 10
+    while not (jobkeys.check(["at/0/0"]) and jobkeys.get("at/0/0") == b"2"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    m1.broken()
+    d1 = m1.quorum(1, 1)
+    assert d1["participants"] == [] and d1["superseded"] == "replica 0 is at step 2 already"
+    waiting.join(timeout=10)
+    assert not waiting.is_alive()
+
+
+class _ReplicaMin:
+    """The MIN over a replica's ranks, for ranks on threads (ft_step does it over the replica's own job)."""
+
+    def __init__(self, n: int):
+        self.barrier, self.values = threading.Barrier(n, timeout=10), []
+
+    def __call__(self, values):
+        self.values.append(list(values))
+        self.barrier.wait()
+        out = [min(v) for v in zip(*self.values)]
+        if self.barrier.wait() == 0:
+            self.values.clear()
+        self.barrier.wait()
+        return out
+
+
+def test_the_ranks_of_a_replica_keep_together():
+    """Rank 0 of a replica of two ranks loses the lighthouse, rank 1 does not: both keep (the vote), rather than
+    rank 1 waiting at the lighthouse for a post of rank 0 that never comes while rank 0 trains on."""
+    lh = Lighthouse()
+    agree = _ReplicaMin(2)
+
+    def rank(k, port):
+        pcfg = SimpleNamespace(replica_id=0, replicas=1, ft_store=f"127.0.0.1:{port}", ft_job="unit",
+                               ft_timeout=TIMEOUT_S, ft_join_timeout=20, ft_job_dir="")
+        m = Manager(pcfg, k, 2, agree=agree)
+        m.connect()
+        return m
+    r0, r1 = rank(0, lh.port), rank(1, lh.server.port)  # rank 1 reaches the store behind the relay
+    d0, d1 = _both(lambda: r0.quorum(0, 0, founding=True), lambda: r1.quorum(0, 0, founding=True))
+    assert d0 == d1 and d0["participants"] == [0]
+    lh.kill()
+    d0, d1 = _both(lambda: r0.quorum(1, 0), lambda: r1.quorum(1, 0), t=10)
+    assert d0 == d1 and d0["kept"] and (r0.kept, r1.kept) == (1, 1)

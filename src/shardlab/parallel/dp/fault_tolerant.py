@@ -5,9 +5,10 @@ the outer step, over the same transport as every-step fault tolerance (ft_manage
 step decided in the lighthouse's store (membership only), and a gloo group rebuilt for each quorum over which
 the pseudo-gradient is all-reduced (comm.quorum_all_reduce). The store never carries a tensor.
 
-- **Outer step k.** The quorum of k (its "step" is k). Every participant all-reduces [w·Δ, w] (local SGD: the
-  parameters): a member w = 1, a joiner w = 0 (it has no pseudo-gradient of this period), so the mean is over
-  the members, in the group's fixed reduction order on every participant: bitwise equal results.
+- **Outer step k.** The quorum of k (its "step" is k; the last one kept while the lighthouse cannot be
+  reached, ft_manager.py). Every participant all-reduces [w·Δ, w] (local SGD: the parameters): a member
+  w = 1, a joiner w = 0 (it has no pseudo-gradient of this period), so the mean is over the members, in the
+  group's fixed reduction order on every participant: bitwise equal results.
 - **Dropped.** A collective that fails (a dead member closes the sockets, a stopped one outlasts
   `parallel.ft_timeout`) makes the live replicas quorum again for k (attempt a+1) and redo it without the
   lost one; its inner steps since the last outer step are lost, and so is its share of the data for them.
@@ -202,6 +203,7 @@ class FaultTolerantSync(PeriodicSync):
     def ft_summary(self) -> dict:
         m = self.manager
         return {"restarts": restarts(), "heals": self.heals, "quorums": m.quorums, "quorum_id": m.qid,
+                "kept_quorums": m.kept, "reconnects": m.reconnects,
                 "param_checksum": self.fingerprint(), "heal_bytes": self.heal_bytes,
                 "state_bytes": sum(t.numel() * t.element_size() for t in self._state())}
 

@@ -11,15 +11,27 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   replica reads. So the ranks of one replica, and the replicas, agree on the members.
 - **Joiners** (attempt 0 only): a replica whose every rank posted `join/<i>/<k>` is admitted; it takes the
   state of the lowest member (the caller heals it over the new group) and trains step s with the others.
-- **Quorum id.** It grows by one whenever the participants change; the group of quorum q is built under
-  the prefix `q<q>/shard<k>` (comm.quorum_group), so an abandoned group is never met again.
+- **Quorum id.** It grows by one whenever the participants change, and at every retry; the group of quorum q
+  is built under the prefix `q<q>/shard<k>` (comm.quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
-  makes the replica quorum again for the same step, without joiners; the dead drop out at the timeout.
+  makes the replica quorum again for the same step, without joiners, under a new quorum id; the dead drop out
+  at the timeout.
+- **A lighthouse that cannot be reached** (dead, hung, partitioned): the groups already built need no
+  lighthouse, so a replica keeps its last quorum (same participants, same id, same group) for step s and trains
+  on, for at most parallel.ft_join_timeout of unreachability; its ranks agree on keeping (a MIN over the
+  replica). The first quorum at a lighthouse come back keeps the last quorum too, so a replica that reached it
+  and one that still keeps train the same step over the same group. A retry (attempt a > 0) needs the
+  lighthouse (members change), and a decision taken there wins: a rank that finds step s decided at the
+  lighthouse other than the way it followed, or a replica already past step s, is dropped and joins again.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import queue
+import socket
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -27,10 +39,78 @@ from pathlib import Path
 from shardlab import comm
 
 _POLL_S = 0.01  # how often a waiting rank looks at the store again
+# How long a rank that lost the lighthouse gives one new attempt to reach it before it keeps its quorum: a
+# lighthouse that answers at all connects in milliseconds; an attempt still under way then goes on in the
+# background and a later quorum takes its answer, so a partitioned lighthouse costs this once, not every step.
+_PROBE_S = 2.0
+# An operation past its deadline is given this much more: a process resumed after a SIGSTOP finds every
+# deadline passed although the answer arrived the moment it resumed.
+_GRACE_S = 1.0
+# The replica's ranks vote (MIN) on where the quorum of step s comes from, one of these per rank
+_EXPIRED, _WAIT, _KEEP, _REACHED = 0, 1, 2, 3
 
 
 class FaultToleranceError(RuntimeError):
     """A replica could not reach its peers: no store, no admission, no state within the timeouts."""
+
+
+class _Unreachable(ConnectionError):
+    """The lighthouse did not answer in time, or an earlier operation on it has not returned yet."""
+
+
+class _KeepInstead(Exception):
+    """The lighthouse was lost within a quorum that may keep the last one."""
+
+
+class _Job:
+    def __init__(self, fn):
+        self.fn, self.done, self.outcome = fn, threading.Event(), None
+
+    def run(self) -> None:
+        try:
+            self.outcome = (True, self.fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            self.outcome = (False, e)
+        self.done.set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self.done.wait(timeout_s) or self.done.wait(_GRACE_S)
+
+    def result(self):
+        ok, value = self.outcome
+        if ok:
+            return value
+        raise value
+
+
+class _Lane:
+    """The one thread that talks to the lighthouse, so that an operation that never returns costs its caller a
+    deadline and not the job: TCPStore's check, set and compare_set, and its connect, wait for the answer
+    without any timeout (only get and wait honour the client's), so a stopped or partitioned lighthouse would
+    hold a rank forever. Nothing can interrupt an operation that missed its deadline: it keeps the thread, and
+    until it returns every new one fails at once (the lighthouse still does not answer)."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._current: _Job | None = None
+        threading.Thread(target=self._serve, name="shardlab-lighthouse", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            self._jobs.get().run()
+
+    def submit(self, fn) -> _Job:
+        if self._current is not None and not self._current.done.is_set():
+            raise _Unreachable("an earlier request to the lighthouse has not returned")
+        job = self._current = _Job(fn)
+        self._jobs.put(job)
+        return job
+
+    def call(self, fn, timeout_s: float):
+        job = self.submit(fn)
+        if not job.wait(timeout_s):
+            raise _Unreachable(f"no answer within {timeout_s:g} s")
+        return job.result()
 
 
 def log_replica(replica: int, message: str) -> None:
@@ -54,7 +134,10 @@ def parse_absent(text: str) -> tuple[int, int, int] | None:
 
 
 class Manager:
-    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = ""):
+    """`agree(values)`: the elementwise MIN of `values` over the ranks of this replica (its own job's group);
+    the default, the values themselves, is right for a replica of one process."""
+
+    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None):
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
         self.shard, self.n_shards = shard, n_shards
         self.address, self.job = pcfg.ft_store, pcfg.ft_job
@@ -70,8 +153,15 @@ class Manager:
         self.group = None  # comm.QuorumGroup of the current quorum (None: alone, or broken)
         self.quorums = 0  # decisions this process took part in
         self.reconnects = 0  # times the lighthouse came back
+        self.kept = 0  # quorums kept without the lighthouse
+        self.agree = agree or (lambda values: values)
+        self.lane = _Lane()
         self._pending: dict[str, str] = {}  # what this rank has posted for the quorum it waits in
-        self._last: tuple[str, str] | None = None  # (key, value) of the last decision it followed
+        self._last: tuple[str, str] | None = None  # (key, value) of the last lighthouse decision it followed
+        self._followed: dict[tuple[int, int], tuple] = {}  # (step, attempt) -> (qid, participants), this step
+        self._lost_since: float | None = None  # when this rank found the lighthouse unreachable (None: reached)
+        self._probe: _Job | None = None  # an attempt to reach the lost lighthouse, still under way
+        self._back = False  # reached the lighthouse again since it last followed a decision taken there
 
     def set_run_dir(self, run_dir) -> None:
         """This replica's quorum log: RUN/quorum.jsonl (rank 0 writes it)."""
@@ -80,12 +170,14 @@ class Manager:
     # --- the store ---------------------------------------------------------------------------------------
     def connect(self) -> None:
         import torch.distributed as dist
-        try:
-            client = comm.connect_store(self.address, self.join_timeout)
+        try:  # waits up to parallel.ft_join_timeout for a lighthouse started after the replicas
+            client = self.lane.call(lambda: comm.connect_store(self.address, self.join_timeout), self.join_timeout)
         except Exception as e:  # noqa: BLE001 - torch raises several kinds; one message says what to check
             raise FaultToleranceError(f"replica {self.rid}: cannot reach the lighthouse at parallel.ft_store="
                                       f"{self.address} ({type(e).__name__}); is `shardlab lighthouse` running "
                                       "there?") from None
+        # then every wait for a key (a group's construction) is bounded like the quorum: parallel.ft_timeout
+        client.set_timeout(datetime.timedelta(seconds=self.timeout))
         self.client = client
         self.store = dist.PrefixStore(self.prefix, client)  # keys namespaced per job (and its epoch)
 
@@ -100,14 +192,18 @@ class Manager:
         decisions' proposer stamps the wall clock)."""
         if not self._has("beat"):
             return False
-        return time.time() - float(comm.store_get(self.store, "beat").decode()) < 2 * self.timeout
+        return time.time() - float(self._op(comm.store_get, self.store, "beat").decode()) < 2 * self.timeout
 
     def job_started(self) -> bool:
         """Whether the job has decided a quorum already (a process starting now is a restart: it joins)."""
-        return self._reliably(lambda: comm.store_check(self.store, "started"))
+        return self._reliably(lambda: self._has("started"))
+
+    def _op(self, fn, *args):
+        """fn(*args), an operation on the lighthouse's store, run by the lane within parallel.ft_timeout."""
+        return self.lane.call(lambda: fn(*args), self.timeout)
 
     def _has(self, key: str) -> bool:
-        return comm.store_check(self.store, key)
+        return self._op(comm.store_check, self.store, key)
 
     # --- the quorum -------------------------------------------------------------------------------------
     def _planned_out(self, step: int) -> set[int]:
@@ -125,24 +221,55 @@ class Manager:
         for j in range(self.n_replicas):
             keys = [f"join/{j}/{k}" for k in range(self.n_shards)]
             if all(self._has(k) for k in keys):
-                out[j] = {str(k): comm.store_get(self.store, key).decode() for k, key in enumerate(keys)}
+                out[j] = {str(k): self._op(comm.store_get, self.store, key).decode() for k, key in enumerate(keys)}
         return out
 
     def quorum(self, step: int, attempt: int, founding: bool = False) -> dict:
         """Post, wait, decide: the decision for (step, attempt), which this rank then follows (a new group
-        when the participants changed)."""
+        when the participants changed). At attempt 0 a replica that cannot reach the lighthouse keeps its last
+        quorum instead (`_reach_or_keep`). A rank dropped from the step gets a decision without it, not
+        followed."""
         base = f"s{step}/a{attempt}"
-        self._pending = {f"{base}/post/{self.rid}/{self.shard}": self.incarnation}
+        if attempt == 0:
+            self._followed = {k: v for k, v in self._followed.items() if k[0] == step}
+        # at/<i>/<k>: the step rank k of replica i quorums for, which a retry of an earlier step reads (rule 2 of
+        # `_superseded`)
+        self._pending = {f"{base}/post/{self.rid}/{self.shard}": self.incarnation,
+                         f"at/{self.rid}/{self.shard}": str(step)}
         out = self._planned_out(step)
         expected = [j for j in (range(self.n_replicas) if founding else self.members) if j not in out]
         wait_s = self.join_timeout if founding else self.timeout
-        state = {"deadline": time.monotonic() + wait_s}
+        state = {"deadline": time.monotonic() + wait_s, "posted": False}
+        may_keep = attempt == 0 and not founding
+        if may_keep:
+            code, state["posted"] = self._reach_or_keep()
+            if code == _KEEP:
+                self._pending = {}
+                return self._keep(step)
+            may_keep = code == _REACHED  # every rank of the replica posted, and every one can keep
 
         def post_and_decide():
             store = self.store
-            for key, value in self._pending.items():
-                comm.store_set(store, key, value.encode())
-            while not self._has(f"{base}/decision"):
+            why = self._superseded(step, attempt) if attempt else None
+            if why:  # not even posted: a retry must not count this replica in
+                return None, why
+            if not state["posted"]:
+                self._post()
+                state["posted"] = True
+            while True:
+                why = self._superseded(step, attempt) if attempt else None
+                if why:
+                    return None, why
+                if self._has(f"{base}/decision"):
+                    break
+                # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
+                # posts: replicas still keeping it (they missed the return by a moment) train this step over the
+                # same group, so the outage ends without a drop. Members that died meanwhile fail its collective:
+                # the retry drops them. Joiners wait one quorum more.
+                if may_keep and self._back and not out:
+                    proposal = self._kept_decision(step)
+                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                    continue
                 complete = [j for j in expected
                             if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
                 # a replica whose every rank asked to join was restarted: not waited for; admitted only at
@@ -158,21 +285,47 @@ class Manager:
                 if own and (late or all(j in requests for j in missing)) and (late or not waiting):
                     members = [j for j in complete if j not in requests]
                     participants = sorted(set(members) | set(joining))
-                    # a joiner is a new process even where its replica id was a participant: a new group
-                    changed = founding or bool(joining) or participants != self.members
+                    # A joiner is a new process even where its replica id was a participant: a new group. So is
+                    # a retry's: every participant abandoned the group of the failed attempt, and a group is
+                    # never built twice under one prefix (its old keys would be met).
+                    changed = founding or bool(joining) or attempt > 0 or participants != self.members
                     gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
                                      f"not all its ranks came within {self.timeout:g} s") for j in missing}
                     proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
                                 "members": members, "joiners": {str(j): v for j, v in joining.items()},
                                 "participants": participants, "gone": gone}
-                    comm.store_compare_set(store, f"{base}/decision", "", json.dumps(proposal))
-                    break
+                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                    continue
                 time.sleep(_POLL_S)
-            return comm.store_get(store, f"{base}/decision")
+            return self._op(comm.store_get, store, f"{base}/decision"), None
 
-        raw = self._reliably(post_and_decide, lambda: state.update(deadline=time.monotonic() + wait_s))
-        decision = json.loads(raw)
-        self._last = (f"{base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
+        def again():
+            state.update(deadline=time.monotonic() + wait_s, posted=False)
+
+        try:
+            raw, why = (self._once if may_keep else self._reliably)(post_and_decide, again)
+        except _KeepInstead:
+            # Lost within the quorum, before this rank read its decision: keep. A rank that read it before the
+            # lighthouse went follows it: the same group when the participants did not change; if they did, the
+            # group of the one or the other fails its collective and the retry, at the lighthouse, sorts it out
+            # (a decision taken there wins, `_superseded`).
+            self._pending = {}
+            return self._keep(step)
+        self._pending = {}
+        decision = None if why else json.loads(raw)
+        if decision is not None:
+            self._last = (f"{base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
+            self._back = False
+        if attempt > 0:
+            # The ranks of a replica leave a retry together: one found the step superseded (its own look at the
+            # lighthouse, a moment apart from another's) -> all join again; a lone rank in the group would wait.
+            inside = decision is not None and self.rid in decision["participants"]
+            if not self.agree([int(inside)])[0] and inside:
+                why = "another rank of this replica left the retry"
+        if why:
+            log_replica(self.rid, f"rank {self.shard}: {why}; the lighthouse's decision wins: joining again")
+            return {"step": step, "attempt": attempt, "qid": self.qid, "members": [], "joiners": {},
+                    "participants": [], "gone": {}, "superseded": why}
         if self.rid in decision["participants"]:
             def admit():
                 for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
@@ -180,10 +333,25 @@ class Manager:
                         {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
                 comm.store_set(self.store, "started", b"1")
                 comm.store_set(self.store, "beat", str(time.time()).encode())
-            self._reliably(admit)
+            try:
+                self._op(admit)
+            except FaultToleranceError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the decision is taken: follow it; a joiner not told it was
+                self._lost(e)  # admitted does not come, and the group's collective fails (the retry drops it)
             self._follow(decision)
-        self._pending = {}
         return decision
+
+    def _post(self) -> None:
+        """This rank's pending keys, then one question: a set alone does not wait for an answer (one sent to a
+        lighthouse just killed is lost without an error), the check does."""
+        store, pending = self.store, dict(self._pending)
+
+        def post():
+            for key, value in pending.items():
+                comm.store_set(store, key, value.encode())
+            return comm.store_check(store, "started")
+        self._op(post)
 
     def join(self) -> dict:
         """Ask to join; wait (parallel.ft_join_timeout) to be admitted; follow that quorum's decision."""
@@ -195,11 +363,10 @@ class Manager:
 
         def ask():
             store = self.store
-            for k, value in self._pending.items():
-                comm.store_set(store, k, value.encode())
+            self._post()
             while True:
                 if self._has(key):
-                    admit = json.loads(comm.store_get(store, key))
+                    admit = json.loads(self._op(comm.store_get, store, key))
                     if admit["inc"] == self.incarnation:
                         break
                 if time.monotonic() > deadline:
@@ -207,80 +374,223 @@ class Manager:
                                               f"{self.join_timeout:g} s; are the other replicas still training?")
                 time.sleep(_POLL_S)
             base = f"s{admit['step']}/a{admit['attempt']}"
-            raw = comm.store_get(store, f"{base}/decision")
-            comm.store_delete(store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
+            raw = self._op(comm.store_get, store, f"{base}/decision")
+            self._op(comm.store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
             return base, raw
 
         base, raw = self._reliably(ask)
         self._pending = {}
         self._last = (f"{base}/decision", raw.decode())
+        self._back = False
         decision = json.loads(raw)
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # its posts from now on
         self._follow(decision)
         return decision
 
     # --- a lighthouse that may die --------------------------------------------------------------------
+    def _can_keep(self) -> bool:
+        """Whether this rank could train a step over its last quorum as it stands: a member of it, its group
+        formed (or alone: no group needed)."""
+        return (self._last is not None and self.rid in self.members
+                and (len(self.members) == 1 or self.group is not None))
+
+    def _kept_decision(self, step: int) -> dict:
+        return {"step": step, "attempt": 0, "qid": self.qid, "members": list(self.members), "joiners": {},
+                "participants": list(self.members), "gone": {}, "kept": True}
+
+    def _reach_or_keep(self) -> tuple[int, bool]:
+        """Post for a quorum at attempt 0, or find the lighthouse unreachable; returns the replica's vote and
+        whether this rank posted. The ranks vote (MIN): _REACHED, every rank posted and can keep: decide at the
+        lighthouse; _KEEP, some rank could not reach it and every rank can keep: keep the last quorum; _WAIT,
+        some rank cannot keep (its group was not formed): decide at the lighthouse, waiting for it as long as
+        needed; _EXPIRED, a rank found it unreachable for longer than parallel.ft_join_timeout:
+        FaultToleranceError on every rank. The vote makes the ranks of one replica take one way: a rank at the
+        lighthouse would otherwise wait there for a rank of its own replica that trains on."""
+        reached = self._try_post()
+        if not self._can_keep():
+            code = _WAIT
+        elif reached:
+            code = _REACHED
+        else:
+            code = _KEEP
+        if not reached and time.monotonic() - self._lost_since > self.join_timeout:
+            code = _EXPIRED
+        code = int(self.agree([code])[0])
+        if code == _EXPIRED:
+            msg = (f"the lighthouse at {self.address} has been unreachable for longer than parallel.ft_join_timeout="
+                   f"{self.join_timeout:g} s (quorum {self.qid} kept {self.kept} times meanwhile); stopping")
+            log_replica(self.rid, f"rank {self.shard}: {msg}")
+            raise FaultToleranceError(f"replica {self.rid}: {msg}")
+        return code, reached
+
+    def _keep(self, step: int) -> dict:
+        """Follow the last quorum again for `step`: same participants, same id, the group already built."""
+        decision = self._kept_decision(step)
+        self.kept += 1
+        self._follow(decision, here=True)
+        return decision
+
+    def _try_post(self) -> bool:
+        """Post this rank's keys; False when the lighthouse does not answer (and one attempt to reach it
+        again, `_try_connect`, found it still gone)."""
+        if self._lost_since is None:
+            try:
+                self._post()
+                return True
+            except FaultToleranceError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused; _Unreachable
+                self._lost(e)
+        if not self._try_connect():
+            return False
+        try:
+            self._post()
+            return True
+        except Exception as e:  # noqa: BLE001 - gone again at once
+            self._lost(e)
+            return False
+
+    def _lost(self, e: BaseException) -> None:
+        if self._lost_since is None:
+            self._lost_since = time.monotonic()
+            log_replica(self.rid, f"rank {self.shard}: lost the lighthouse ({type(e).__name__})")
+
+    def _superseded(self, step: int, attempt: int) -> str | None:
+        """Why this rank must not take part in a retry of `step`: the step went on at the lighthouse without
+        the quorum this rank followed. 1. an earlier attempt of the step was decided there with other
+        participants or another id than this rank followed (it kept a quorum the lighthouse did not take);
+        2. a replica quorums for a later step already (it completed this one)."""
+        for a in range(attempt):
+            key = f"s{step}/a{a}/decision"
+            if self._has(key):
+                d = json.loads(self._op(comm.store_get, self.store, key))
+                if self._followed.get((step, a)) != (d["qid"], d["participants"]):
+                    return (f"step {step} (attempt {a}) was decided at the lighthouse as quorum {d['qid']} of "
+                            f"{d['participants']}, not the quorum this replica followed")
+        for j in range(self.n_replicas):
+            key = f"at/{j}/{self.shard}"
+            if j != self.rid and self._has(key):
+                at = int(self._op(comm.store_get, self.store, key))
+                if at > step:
+                    return f"replica {j} is at step {at} already"
+        return None
+
+    def _once(self, fn, on_reconnect=None):
+        """fn(); _KeepInstead when the lighthouse is lost meanwhile (a quorum at attempt 0 that may keep)."""
+        try:
+            return fn()
+        except FaultToleranceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused; _Unreachable
+            self._lost(e)
+            raise _KeepInstead from None
+
     def _reliably(self, fn, on_reconnect=None):
         """fn(), and again after reconnecting when the lighthouse went away (restarted: an empty store).
-        A rank waits for the lighthouse up to parallel.ft_join_timeout; a quorum's wait starts again then."""
+        A rank waits for the lighthouse up to parallel.ft_join_timeout since it was lost; a quorum's wait starts
+        again then."""
         while True:
             try:
                 return fn()
             except FaultToleranceError:
                 raise
-            except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused, timeout
-                log_replica(self.rid, f"rank {self.shard}: lost the lighthouse ({type(e).__name__}); reconnecting")
+            except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused; _Unreachable
+                self._lost(e)
                 self._reconnect()
                 if on_reconnect is not None:
                     on_reconnect()
 
     def _reconnect(self) -> None:
-        import torch.distributed as dist
-        deadline = time.monotonic() + self.join_timeout
-        while True:
-            try:
-                client = comm.connect_store(self.address, 2.0)
-                break
-            except Exception:  # noqa: BLE001 - not back yet
-                if time.monotonic() > deadline:
-                    raise FaultToleranceError(f"replica {self.rid}: the lighthouse at {self.address} did not come "
-                                              f"back within parallel.ft_join_timeout={self.join_timeout:g} s") from None
-                time.sleep(0.2)
-        self.client = client
-        self.store = dist.PrefixStore(self.prefix, client)
-        self.reconnects += 1
-        # Re-register: the decision this rank followed last first (a rank that is still waiting for it must
-        # find that one, not decide anew), then that the job runs; the posts follow in fn().
-        if self._last is not None:
-            comm.store_compare_set(self.store, self._last[0], "", self._last[1])
-        comm.store_set(self.store, "started", b"1")
-        log_replica(self.rid, f"rank {self.shard}: reconnected to the lighthouse (quorum {self.qid} continues)")
+        """Wait for the lighthouse: until parallel.ft_join_timeout has passed since it was lost."""
+        deadline = self._lost_since + self.join_timeout
+        log_replica(self.rid, f"rank {self.shard}: waiting for the lighthouse (at most "
+                              f"{max(0.0, deadline - time.monotonic()):.0f} s more)")
+        while not self._try_connect():
+            if time.monotonic() > deadline:
+                raise FaultToleranceError(f"replica {self.rid}: the lighthouse at {self.address} did not come "
+                                          f"back within parallel.ft_join_timeout={self.join_timeout:g} s") from None
+            time.sleep(0.2)
 
-    def _follow(self, decision: dict) -> None:
-        """Become a participant of `decision`: its group (built anew when the participants changed), its log."""
+    def _try_connect(self) -> bool:
+        """One attempt to reach the lighthouse again (`_connect`, on the lane); True: connected. An attempt that
+        takes longer than _PROBE_S goes on in the background; a later call takes its answer."""
+        if self._probe is not None:
+            if not self._probe.done.is_set():
+                return False
+            job, self._probe = self._probe, None
+            if not job.outcome[0]:
+                return self._try_connect()  # that one failed: a fresh one
+        else:
+            try:
+                job = self.lane.submit(self._connect)
+            except _Unreachable:  # an operation on the old connection still hangs: so does the lighthouse
+                return False
+            if not job.wait(_PROBE_S):
+                self._probe = job
+                return False
+            if not job.outcome[0]:
+                return False
+        self.client, self.store = job.result()
+        self.reconnects += 1
+        self._lost_since, self._back = None, True
+        log_replica(self.rid, f"rank {self.shard}: reconnected to the lighthouse (quorum {self.qid} continues)")
+        return True
+
+    def _connect(self):
+        """Runs on the lane: a new client of the lighthouse and the job's re-registration there."""
+        import torch.distributed as dist
+        host, port = self.address.rsplit(":", 1)
+        # a bare connection first: refused at once, without TCPStore's retries (and their log lines)
+        socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout).close()
+        client = comm.connect_store(self.address, self.timeout)
+        store = dist.PrefixStore(self.prefix, client)
+        # Re-register: the last decision taken at the lighthouse this rank followed first (a rank that is still
+        # waiting for that decision must find it, not decide anew; a kept one is not registered: the lighthouse
+        # holds only its own), then that the job runs and is alive; the posts follow.
+        last = self._last
+        if last is not None:
+            comm.store_compare_set(store, last[0], "", last[1])
+        comm.store_set(store, "started", b"1")
+        comm.store_set(store, "beat", str(time.time()).encode())
+        return client, store
+
+    def _follow(self, decision: dict, here: bool = False) -> None:
+        """Become a participant of `decision`: its group (built anew when the participants changed), its log.
+        `here`: a quorum kept by this replica, without the lighthouse."""
         participants = decision["participants"]
         if self.group is None or decision["qid"] != self.qid or participants != self.members:
             self.group = None  # the old quorum's group is abandoned (its sockets close with it)
             if len(participants) > 1:
-                try:
-                    self.group = comm.quorum_group(self.store, f"q{decision['qid']}/shard{self.shard}",
-                                                   participants.index(self.rid), participants, self.timeout)
+                store, prefix = self.store, f"q{decision['qid']}/shard{self.shard}"
+                try:  # on the lane: the construction meets the members through the lighthouse's store
+                    self.group = self.lane.call(lambda: comm.quorum_group(
+                        store, prefix, participants.index(self.rid), participants, self.timeout), 2 * self.timeout)
                 except Exception as e:  # noqa: BLE001 - a member died before it came: the collective fails
                     log_replica(self.rid, f"rank {self.shard}: the group of quorum {decision['qid']} was not "
                                           f"formed ({type(e).__name__}); the step's collective will fail")
         self.members, self.qid = participants, decision["qid"]
+        self._followed[(decision["step"], decision["attempt"])] = (decision["qid"], participants)
         self.quorums += 1
-        self._log(decision)
+        self._log(decision, here)
 
     def broken(self) -> None:
         """The current group failed: abandon it (the next quorum builds a new one)."""
         self.group = None
 
-    def _log(self, d: dict) -> None:
+    def _log(self, d: dict, here: bool = False) -> None:
         row = {k: d[k] for k in ("step", "attempt", "qid", "members", "participants")}
         row["joiners"], row["gone"] = sorted(int(j) for j in d["joiners"]), d["gone"]
+        if d.get("kept"):
+            row["kept"] = True  # the previous quorum again, not waited for: kept without the lighthouse, or
+            # the first quorum at a lighthouse come back
         if self.shard == 0:
             msg = (f"quorum {d['qid']} for step {d['step']} (attempt {d['attempt']}): members {d['members']}")
+            if here:
+                lost = f" for {time.monotonic() - self._lost_since:.1f} s" if self._lost_since is not None else ""
+                msg += (f"; lighthouse unreachable{lost}; keeping quorum {d['qid']} (for at most "
+                        f"parallel.ft_join_timeout={self.join_timeout:g} s)")
+            elif d.get("kept"):
+                msg += f"; the lighthouse is back: quorum {d['qid']} kept"
             for j, why in sorted(d["gone"].items()):
                 msg += f"; replica {j} gone ({why})"
             if d["joiners"]:

@@ -8,7 +8,8 @@ averages what each rank's optimizer steps (its gradient shards) across the repli
 of every other replica, over the group of the step's quorum (ft_manager.py, comm.quorum_group).
 
 Per step s:
-1. `begin_step` (the trainer, before the batch): the quorum of step s. Joiners are healed here: the lowest
+1. `begin_step` (the trainer, before the batch): the quorum of step s (the last one kept, over the same group,
+   while the lighthouse cannot be reached; the replica's ranks vote on it). Joiners are healed here: the lowest
    member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG and step over
    the new group to the joiners' rank k (shard to shard); the sampler's position follows from the step.
 2. forward and backward inside the replica.
@@ -62,14 +63,15 @@ class EveryStepFaultTolerance(DPView):
     """The dp layer of one replica, its optimizer steps averaged across the replicas of the step's quorum."""
 
     def host_syncs(self) -> dict[str, int]:
-        # the vote, the quorum's host-side all-reduce (gloo) and the state copies of a heal
-        return {**self.dp.host_syncs(), "shardlab.parallel.dp.ft_step": 3}
+        # the two votes (the quorum's: keep or the lighthouse; the step's: all succeeded), the quorum's
+        # host-side all-reduce (gloo) and the state copies of a heal
+        return {**self.dp.host_syncs(), "shardlab.parallel.dp.ft_step": 4}
 
     def __init__(self, dp, pcfg, optimizer, absent: str = ""):
         super().__init__(dp)
         named = dp.replicas_step_alone()  # HSDP zero: the in-job replicate all-reduce goes (there is none)
         self.__dict__.update(params=[p for _, p in named], optimizer=optimizer, train_state=None,
-                             manager=Manager(pcfg, comm.rank(), comm.world_size(), absent),
+                             manager=Manager(pcfg, comm.rank(), comm.world_size(), absent, agree=self._replica_min),
                              ready_step=None, skip_update=False, heals=0, heal_s=[], heal_bytes=0,
                              retries=0, absent_steps=0)
 
@@ -182,11 +184,16 @@ class EveryStepFaultTolerance(DPView):
 
     def _vote(self, ok: bool) -> bool:
         """All ranks of this replica succeeded (a MIN over the replica's own job)."""
+        return bool(self._replica_min([1 if ok else 0], tag="ft vote")[0])
+
+    def _replica_min(self, values: list[int], tag: str = "ft lighthouse vote") -> list[int]:
+        """The elementwise MIN of `values` over this replica's ranks (its own job's group): the ranks of one
+        replica take one way (the manager's vote on keeping a quorum, the step's on success)."""
         if comm.world_size() == 1:
-            return ok
-        flag = torch.tensor([1 if ok else 0], dtype=torch.int32, device=self.device)
-        comm.all_reduce(flag, op=comm.ReduceOp.MIN, tag="ft vote")
-        return bool(flag.item())
+            return list(values)
+        t = torch.tensor(values, dtype=torch.int32, device=self.device)
+        comm.all_reduce(t, op=comm.ReduceOp.MIN, tag=tag)
+        return t.tolist()
 
     def optimizer_step(self, optimizer) -> None:
         if self.skip_update:  # the step was abandoned: this replica was healed to a later one
@@ -273,6 +280,7 @@ class EveryStepFaultTolerance(DPView):
         m = self.manager
         return {"restarts": restarts(), "heals": self.heals,
                 "quorums": m.quorums, "quorum_id": m.qid, "retries": self.retries,
+                "kept_quorums": m.kept, "reconnects": m.reconnects,
                 "param_checksum": self.full_checksum(),
                 "heal_s": [round(x, 3) for x in self.heal_s], "heal_bytes": self.heal_bytes,
                 "state_bytes": sum(t.numel() * t.element_size() for t in self._state_tensors())}
