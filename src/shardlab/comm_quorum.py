@@ -103,7 +103,7 @@ def _nccl_group(store, position: int, size: int, timeout: datetime.timedelta, de
     opts._timeout = timeout * WATCHDOG_FACTOR
     config = getattr(opts, "config", None)
     if config is not None:  # NCCL >= 2.14: a non-blocking communicator, whose init can be aborted
-        config.blocking = False
+        config.blocking = 0
     pg = None
     with _store_timeout(store, timeout):
         try:

@@ -38,7 +38,7 @@ class FakeWork:
 class FakeOptions:
     def __init__(self):
         self._timeout = datetime.timedelta(minutes=10)
-        self.config = SimpleNamespace(blocking=True)
+        self.config = SimpleNamespace(blocking=1)
 
 
 class FakeNCCL:
@@ -115,7 +115,7 @@ def test_the_nccl_group_is_built_to_be_aborted(nccl, store, monkeypatch):
     (pg,) = nccl.made
     assert g.backend == "nccl" and g.pg is pg and (pg.rank, pg.size) == (1, 2)
     assert pg.device == torch.device("cuda")  # the communicator is bound to the replica's device at once
-    assert pg.opts.config.blocking is False  # a non-blocking init: abortable while a member never comes
+    assert pg.opts.config.blocking == 0  # a non-blocking init: abortable while a member never comes
     assert pg.opts._timeout == datetime.timedelta(seconds=8)  # torch's watchdog: the backstop behind the host
     assert pg.env == "2"  # abort-only while this group was constructed (torch reads it then) ...
     assert os.environ[ERROR_HANDLING_ENV] == "3"  # ... and the process's own setting after
