@@ -46,7 +46,7 @@ import torch.distributed as dist
 from shardlab.comm_store import (  # noqa: F401 - the TCPStore exchange, re-exported: `comm.store_set` & co.
     connect_store, host_store, store_check, store_compare_set, store_delete, store_get, store_set)
 from shardlab.comm_quorum import (  # noqa: F401 - per-quorum groups across replicas: `comm.quorum_group` & co.
-    QuorumGroup, quorum_all_reduce, quorum_broadcast, quorum_group)
+    QuorumGroup, quorum_all_reduce, quorum_backend, quorum_broadcast, quorum_group)
 from shardlab import comm_record
 from shardlab.comm_record import (  # noqa: F401 - re-exported: `comm.RECORDER`, `comm.set_phase` & co.
     RECORDER, GroupCount, Handle, Record, Recorder, set_phase)

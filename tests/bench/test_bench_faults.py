@@ -14,5 +14,6 @@ def test_missed_steps_become_spans_for_the_reference():
 def test_the_quick_matrix_is_a_subset_and_the_suite_is_listed():
     quick, full = faults.matrix(True), faults.matrix(False)
     assert set(quick) <= set(full) and len(quick) < len(full)
-    assert {kind for _, kind in full} == {"kill", "kill2", "save", "stop", "lighthouse"}
+    assert {kind for _, kind in full} == {"kill", "kill2", "heal", "save", "stop", "lighthouse"}
+    assert ("kill-in-heal", "heal") in quick  # a kill inside a widened heal: cheap enough for --quick
     assert SUITES["faults"][0] == "shardlab.bench.faults"

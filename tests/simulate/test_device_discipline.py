@@ -113,6 +113,70 @@ def test_fault_tolerant_diloco():
     assert any("parallel/dp/fault_tolerant.py" in site for site in rep["host_sync_sites"])  # the copy to the store
 
 
+class _DoneWork:
+    def is_completed(self) -> bool:
+        return True
+
+    def wait(self, timeout=None) -> bool:
+        return True
+
+
+class _QuorumPG:
+    """A quorum group's process group in simulation: every operation completes at once, nothing moves."""
+
+    def allreduce(self, tensors, opts=None):
+        return _DoneWork()
+
+    def broadcast(self, tensors, opts=None):
+        return _DoneWork()
+
+
+def _simulated_quorum_group(members, position):
+    """The NCCL quorum group a replica on CUDA builds (comm.quorum_backend), without a store or a peer."""
+    from shardlab.comm_quorum import QuorumGroup
+    g = QuorumGroup.__new__(QuorumGroup)
+    g.__dict__.update(name="sim/q1/shard1", position=position, members=tuple(members), size=len(members),
+                      timeout=datetime.timedelta(seconds=5), device=torch.device("meta"), backend="nccl",
+                      aborted=False, pg=_QuorumPG())
+    return g
+
+
+@pytest.mark.parametrize("joiner", [False, True], ids=["sender", "joiner"])
+def test_fault_tolerant_every_step_keeps_its_tensors_on_the_device(joiner):
+    """Every-step fault tolerance on CUDA: the gradient's all-reduce over the quorum group (NCCL there) and a
+    heal at step 1 (the lowest member's rank sends; a joiner's rank receives): every tensor given to a quorum
+    collective lives on the device, the step metadata and the RNG states included."""
+    cfg = _cfg(["parallel.strategy=zero2", "parallel.fault_tolerant=true", "parallel.replicas=2",
+                f"parallel.replica_id={1 if joiner else 0}", "parallel.ft_store=127.0.0.1:1"])
+    config.validate(cfg, 2)
+    me = 1 if joiner else 0
+
+    def hook(par):
+        ft = par.dp
+        m = ft.manager
+        m.members, m.qid, m.group = [0, 1], 1, _simulated_quorum_group([0, 1], me)
+        sampler = SimpleNamespace(epoch=0, cursor=0, steps_per_epoch=100, global_batch=4)
+        ft.__dict__["train_state"] = SimpleNamespace(step=0, sampler=sampler)
+        vote = ft._vote  # its flag's .item() answers 0 in simulation: the replica's ranks agree here
+        ft.__dict__["_vote"] = lambda ok: (vote(ok), ok)[1]
+
+    decision = {"step": 0, "qid": 1, "members": [0], "participants": [0, 1], "joiners": {"1": {"0": "a", "1": "b"}}}
+
+    def heal(par, i):
+        if i == 1:  # the optimizer's state exists after the first step
+            par.dp._heal(dict(decision), joiner=joiner)
+
+    rep = simulate_rank(cfg, 2, 1, hook=hook, before_step=heal)
+    assert rep["comm"]["calls_per_step"].get("all_reduce", 0) >= 1, rep["comm"]
+    if not joiner:
+        assert rep["violations"] == [], "\n".join(rep["violations"])
+    else:  # a joiner reads its new learning rates and RNG state back, and logs the parameters' checksum: host
+        # syncs of a rare event, over the per-step budget; nothing else
+        others = [v for v in rep["violations"] if not v.startswith("host-sync: ")]
+        assert others == [], "\n".join(others)
+        assert all("parallel.dp.ft_step" in v for v in rep["violations"]), rep["violations"]
+
+
 def test_optimizer_offload_on_an_accelerator_is_refused():
     cfg = _cfg(["parallel.strategy=zero2", "parallel.offload=optimizer", "parallel.offload_to=disk"])
     with pytest.raises(ConfigError, match="offload=optimizer .* mix devices"):

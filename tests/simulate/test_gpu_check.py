@@ -29,6 +29,7 @@ def test_the_case_list_covers_every_layer_and_feature():
         assert needle in keys, needle
     assert {c.world for c in cases()} == {1, 2, 4}
     assert any(c.cmd == "generate" and c.world == 2 for c in cases())
+    assert any(c.cmd == "ft" and "debug.ft_absent=1@2-3" in c.keys for c in cases())  # a heal across replicas
 
 
 def test_flops_per_token_is_the_bench_count_for_gpt2():
@@ -74,3 +75,13 @@ def test_cpu_rehearsal_runs_a_staged_case_through_the_cli():
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| dp zero3")]
     assert len(rows) == 1 and "gloo staged" in rows[0] and "| ok " in rows[0], r.stdout
     assert "1 of 1 passed" in r.stdout
+
+
+@pytest.mark.timeout(900)
+def test_cpu_rehearsal_runs_the_fault_tolerance_case():
+    """Two replicas and a lighthouse, replica 1 healed over the quorum group: on a GPU its tensors are CUDA
+    ones on gloo (two NCCL ranks cannot share one GPU); here the same orchestration on CPU."""
+    r = _gpu_check("--device", "cpu", "--only", "ft heal")
+    assert r.returncode == 0, r.stdout + r.stderr
+    rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ft heal")]
+    assert len(rows) == 1 and "| ok " in rows[0] and "replica 1 healed" in rows[0], r.stdout

@@ -2,11 +2,12 @@
 
 A drill is a 2-replica job (every replica its own `shardlab train`, one lighthouse) with one fault: SIGKILL of a
 rank of replica 1 after a random delay (forward, backward, mid all-reduce: wherever it lands), repeated deaths
-(killed again after its first heal), SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1 past
-parallel.ft_timeout (a straggler), the lighthouse killed (the replicas keep their quorum) and started again.
-After each: the replicas' exit codes, their final parameters (bitwise equal?), and replica 0's loss trajectory
-against a reference run in which replica 1 sits out exactly the steps its quorum log says it missed
-(debug.ft_absent). The quick matrix runs replicas of one `single` rank; the full one replicas of 2 zero2 ranks.
+(killed again after its first heal), killed again while it heals (its heal widened by SHARDLAB_HEAL_DELAY),
+SIGKILL while replica 1 writes a checkpoint, SIGSTOP of replica 1 past parallel.ft_timeout (a straggler), the
+lighthouse killed (the replicas keep their quorum) and started again. After each: the replicas' exit codes,
+their final parameters (bitwise equal?), and replica 0's loss trajectory against a reference run in which
+replica 1 sits out exactly the steps its quorum log says it missed (debug.ft_absent). The quick matrix runs
+replicas of one `single` rank; the full one replicas of 2 zero2 ranks.
 
 Figures: ft_drills, ft_survived (exit 0 everywhere, bitwise equal, the reference's trajectory), ft_divergence
 (drills whose replicas, or whose trajectory and the reference's, differ: goal 0), ft_heal_s (median seconds from
@@ -23,10 +24,12 @@ import time
 from pathlib import Path
 
 from shardlab.checkpoint.storage import DELAY_ENV
+from shardlab.parallel.dp.ft_step import HEAL_DELAY_ENV
 from shardlab.testing import ft_drill as ft
 
 STEPS = 12
 DRILL_S = 300  # one drill's deadline
+HEAL_DELAY_S = 3  # the widened heal of replica 1's first restart (below parallel.ft_timeout=4)
 
 
 def _overrides(port: int, job: str, strategy: str, *extra: str) -> list[str]:
@@ -87,6 +90,23 @@ def _kill(delay_s: tuple[float, float], times: int = 1):
             time.sleep(random.uniform(*delay_s))  # forward, backward, the all-reduce: wherever it lands
             ft.signal_ranks([pids[max(pids)]], signal.SIGKILL)  # the replica's last rank
             _hold_survivor_until_rejoin(r0, r1, p0, n + 1)
+    return fault
+
+
+def _kill_in_heal():
+    """SIGKILL a rank of replica 1; its first restart is admitted and its heal paused (SHARDLAB_HEAL_DELAY, that
+    restart only): SIGKILL its last rank again inside the heal, once every rank printed that it heals. The
+    survivor's heal broadcast or the step's all-reduce fails, the step is redone without replica 1, and its
+    second restart is healed at a later step."""
+    def fault(r0, r1, p0, p1, t_end, row):
+        r0.wait_for(r"quorum \d+ for step 2 ")
+        ft.signal_ranks([p1[max(p1)]], signal.SIGKILL)
+        _hold_survivor_until_rejoin(r0, r1, p0, 1)
+        found = r1.wait_for(r"rank (\d+) healing at step (\d+) from replica \d+ \(quorum \d+, process (\d+)\)", len(p1))
+        pids = {int(m.group(1)): int(m.group(3)) for m in found}
+        row["killed_in_heal_at"] = int(found[-1].group(2))
+        ft.signal_ranks([pids[max(pids)]], signal.SIGKILL)
+        _hold_survivor_until_rejoin(r0, r1, p0, 2)
     return fault
 
 
@@ -177,10 +197,10 @@ def _spans(steps: list[int]) -> list[tuple[int, int]]:
 
 def matrix(quick: bool) -> list[tuple[str, str]]:
     if quick:
-        return [("kill-random", "kill"), ("kill-in-checkpoint", "save"), ("straggler", "stop"),
-                ("lighthouse", "lighthouse")]
-    return [("kill-early", "kill"), ("kill-random", "kill"), ("kill-twice", "kill2"), ("kill-in-checkpoint", "save"),
-            ("straggler", "stop"), ("lighthouse", "lighthouse")]
+        return [("kill-random", "kill"), ("kill-in-heal", "heal"), ("kill-in-checkpoint", "save"),
+                ("straggler", "stop"), ("lighthouse", "lighthouse")]
+    return [("kill-early", "kill"), ("kill-random", "kill"), ("kill-twice", "kill2"), ("kill-in-heal", "heal"),
+            ("kill-in-checkpoint", "save"), ("straggler", "stop"), ("lighthouse", "lighthouse")]
 
 
 def run(out_dir: Path, quick: bool) -> dict:
@@ -201,7 +221,7 @@ def run(out_dir: Path, quick: bool) -> dict:
         for name, kind in matrix(quick):
             common.progress(f"faults: {name}")
             fault = {"kill": _kill((0.0, 1.0)), "kill2": _kill((0.0, 0.5), times=2), "stop": _stop(2.0),
-                     "lighthouse": _lighthouse(work, port, holder), "save": None}[kind]
+                     "lighthouse": _lighthouse(work, port, holder), "save": None, "heal": _kill_in_heal()}[kind]
             extra, env1 = (), None
             if name == "kill-early":
                 fault = _kill((0.0, 0.1))
@@ -209,8 +229,10 @@ def run(out_dir: Path, quick: bool) -> dict:
                 marker = work / name / "save-started"
                 fault, extra = _kill_in_save(marker), ("ckpt.every=2", "ckpt.async=false", "ckpt.keep=0")
                 env1 = {DELAY_ENV: f"save@4:3:{marker}"}
-            row = _job(work, name, port, strategy, nproc, fault, extra=extra, restarts=2 if kind == "kill2" else 1,
-                       env1=env1)
+            if kind == "heal":  # the heal of replica 1's first restart, widened
+                env1 = {HEAL_DELAY_ENV: f"{HEAL_DELAY_S}@1"}
+            row = _job(work, name, port, strategy, nproc, fault, extra=extra,
+                       restarts=2 if kind in ("kill2", "heal") else 1, env1=env1)
             row = _judge(work, row, port, strategy, nproc, baseline_s)
             common.progress(f"  survived={row['survived']} exit={row['exit']} missed={row.get('missed')} "
                             f"heal_s={row['heal_s']} ({row['wall_s']:.1f} s)")

@@ -25,10 +25,13 @@ from shardlab.simulate.audit import Audit, audited, emulated_autocast, recompute
 from shardlab.simulate.world import SIM, fake_world
 
 
-def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, hook=None, steps: int = 2) -> dict:
+def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, hook=None, steps: int = 2,
+                  before_step=None) -> dict:
     """The report of `rank`'s step in a world of `world` (see the module docstring). `model`: a module to
     use instead of `cfg.model` (built on the meta device by the caller); `hook(par)`: called after the
-    build, before the step (tests plant violations through it). `steps`: two by default, because the
+    build, before the step (tests plant violations through it); `before_step(par, i)`: called at the start
+    of step i, audited as the step is (what the trainer runs before the batch: a fault-tolerant replica's
+    quorum and heal). `steps`: two by default, because the
     optimizer's state is created in the first and only met (moved, offloaded) in the second; the report's
     comm and peak are the last step's."""
     from shardlab import parallel
@@ -63,7 +66,9 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         norm = None
         try:
             with moe.static_shapes(model):  # routing has no data to go by: capacity-bounded, fixed shapes
-                for _ in range(steps):  # the second step meets the optimizer state the first one created
+                for i in range(steps):  # the second step meets the optimizer state the first one created
+                    if before_step is not None:
+                        before_step(par, i)
                     norm = _step(cfg, par, moe_log, lambda: emulated_autocast(audit, precision))
         except Exception as e:  # noqa: BLE001 - what a GPU would raise here too: a finding, named by its line
             audit.add_error(e)

@@ -9,7 +9,9 @@ collectives for that rank. Inside it shardlab's door to collectives (`comm`) is 
   there is no other rank to ask, and the layouts checked here are symmetric;
 - with `device="cuda"` (NCCL) every collective's tensors must live on the device (NCCL moves device
   memory only: a host tensor on an NCCL group fails there), and the ops NCCL lacks are findings:
-  a receive from any source, bitwise reductions; with `device="cpu"` (gloo), the average reduction.
+  a receive from any source, bitwise reductions; with `device="cpu"` (gloo), the average reduction. A
+  fault-tolerant replica's cross-replica collectives (`comm.quorum_*`) are checked the same way: on CUDA
+  their groups are NCCL (comm.quorum_backend).
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ SIM = torch.device("meta")  # the stand-in for the accelerator
 _NCCL_LACKS_OPS = {dist.ReduceOp.BAND: "BAND", dist.ReduceOp.BOR: "BOR", dist.ReduceOp.BXOR: "BXOR"}
 _GLOO_LACKS_OPS = {dist.ReduceOp.AVG: "AVG"}  # gloo averages nothing itself (divide after a SUM)
 _TENSOR_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all_single", "broadcast", "scatter",
-               "send", "recv", "isend", "irecv")
+               "send", "recv", "isend", "irecv", "quorum_all_reduce", "quorum_broadcast")
 
 
 @contextlib.contextmanager

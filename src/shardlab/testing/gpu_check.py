@@ -11,7 +11,11 @@ Each case is one real CLI run (`shardlab train`, `shardlab generate`) with its o
 - worlds 2 and 4 on gloo with the model on the GPU ("staged": one GPU cannot host two NCCL ranks, and
   gloo takes CUDA tensors only for broadcast and all_reduce, so comm copies the tensors of every other
   op through host memory; `SHARDLAB_BACKEND=gloo-staged`, see comm.py). Layers whose collectives do not
-  go through comm (torch-fsdp2, DTensor, torch's pipelining) cannot be staged and run at world 1 only.
+  go through comm (torch-fsdp2, DTensor, torch's pipelining) cannot be staged and run at world 1 only;
+- fault tolerance: two replicas of one rank on the one GPU and a lighthouse, replica 1 absent for two steps
+  (debug.ft_absent) and healed over the quorum group. Two NCCL ranks cannot share a GPU, so the quorum
+  groups run on gloo with CUDA tensors (SHARDLAB_BACKEND=gloo-staged); the NCCL quorum groups need two
+  GPUs and are checked in simulation only (tests/parallel/dp/test_ft_nccl.py).
 A case passes when the run exits 0 with a finite final loss. Then the gpt2 preset trains a few bf16
 steps on one rank (eager, then compiled): tokens/s from summary.json and MFU = 6N + 12·L·d·T FLOPs per
 token (N without the position table; bench/compile_speed.py's count) x tokens/s / the GPU's spec bf16
@@ -47,6 +51,9 @@ OPTIONAL = {"matplotlib": "loss.png and other plots", "xxhash": "xxh3 checkpoint
 TINY = ["--config", str(REPO / "configs" / "tiny.toml"), "train.steps=6", "train.log_every=2",
         "train.eval_every=0", "train.warmup_steps=1", "ckpt.final=false"]
 PP = ["model.n_layer=4", "train.grad_accum=4"]  # four stages' worth of layers (interleaved: 2 x 2)
+# two replicas of one rank (each its own `shardlab train`), replica 1 sitting out steps 2-3: healed at step 4
+FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.replicas=2", "parallel.ft_job=gpu-check",
+      "parallel.ft_timeout=60", "parallel.ft_join_timeout=120", "debug.ft_absent=1@2-3", "train.steps=6"]
 
 
 @dataclass
@@ -54,7 +61,7 @@ class Case:
     name: str
     world: int
     keys: list[str] = field(default_factory=list)
-    cmd: str = "train"  # or "generate" (from the run of the case named in `source`)
+    cmd: str = "train"  # or "generate" (from the run of the case named in `source`), or "ft" (two replicas)
     source: str = ""
     timeout: float = 240.0
     cuda_only: bool = False  # refused without an accelerator (skipped in the CPU rehearsal)
@@ -108,6 +115,7 @@ def cases() -> list[Case]:
         Case("offload fsdp2 host", 1, ["parallel.strategy=torch-fsdp2", "parallel.offload=params",
                                        "parallel.offload_to=host"], cuda_only=True),
         Case("powersgd", 2, ["parallel.strategy=ddp", "parallel.compress=powersgd"]),
+        Case("ft heal", 2, FT, cmd="ft"),
         Case("gen source", 1, ["parallel.strategy=single", "ckpt.final=true"]),
         Case("generate", 1, [], cmd="generate", source="gen source"),
         Case("generate pp lanes", 2, ["parallel.pp=2"], cmd="generate", source="gen source"),
@@ -151,10 +159,64 @@ def _run(args: list[str], env: dict, timeout: float, cwd: Path) -> tuple[int, st
     return proc.returncode, out, err
 
 
+def run_ft_case(case: Case, device: str, work: Path) -> Result:
+    """A lighthouse and two fault-tolerant replicas (`case.keys`, parallel.replica_id 0 and 1) at once; passes
+    when both exit 0 with a finite loss, replica 1 was healed once, and the replicas end bitwise equal."""
+    from shardlab.launch.launcher import free_port
+
+    t0 = time.perf_counter()
+    env = _env(True, device)  # gloo-staged: the model on the GPU, the quorum groups on gloo with CUDA tensors
+    root = work / case.name.replace(" ", "_")
+    root.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    procs = []
+
+    def start(args, log):
+        fh = open(root / log, "w")
+        procs.append(subprocess.Popen([sys.executable, "-m", "shardlab", *args], stdout=fh, stderr=subprocess.STDOUT,
+                                      env=env, cwd=work, start_new_session=True))
+        fh.close()
+        return procs[-1]
+
+    try:
+        start(["lighthouse", "--port", str(port), "--host", "127.0.0.1"], "lighthouse.log")
+        keys = TINY + case.keys + [f"parallel.ft_store=127.0.0.1:{port}"]
+        replicas = [start(["train", "--nproc", "1", "--out", str(root / f"r{i}"), *keys, f"parallel.replica_id={i}"],
+                          f"r{i}.log") for i in (0, 1)]
+        codes = []
+        for p in replicas:
+            try:
+                codes.append(p.wait(timeout=max(1.0, case.timeout - (time.perf_counter() - t0))))
+            except subprocess.TimeoutExpired:
+                codes.append(124)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, 9)
+                p.wait()
+    took = time.perf_counter() - t0
+    if codes != [0, 0]:
+        log = (root / f"r{codes.index(next(c for c in codes if c != 0))}.log").read_text()
+        return Result(case, "FAIL", seconds=took, note=f"exit {codes}: {_last_line(log)}")
+    try:
+        s0, s1 = (json.loads((root / f"r{i}" / "summary.json").read_text()) for i in (0, 1))
+    except (OSError, ValueError) as e:
+        return Result(case, "FAIL", seconds=took, note=f"no summary.json ({e})")
+    loss = s0.get("final_train_loss")
+    if loss is None or not math.isfinite(loss):
+        return Result(case, "FAIL", loss, seconds=took, note=f"final loss {loss}")
+    if s1.get("heals") != 1 or s0.get("param_checksum") != s1.get("param_checksum"):
+        return Result(case, "FAIL", loss, seconds=took, note=f"heals {s1.get('heals')}, parameters "
+                                                               f"{s0.get('param_checksum')} vs {s1.get('param_checksum')}")
+    return Result(case, "ok", loss, s0.get("tokens_per_s"), took, "replica 1 healed; replicas bitwise equal")
+
+
 def run_case(case: Case, device: str, work: Path, steps: int | None, runs: dict) -> Result:
     t0 = time.perf_counter()
     if case.cuda_only and device != "cuda":
         return Result(case, "skip", note="needs CUDA")
+    if case.cmd == "ft":
+        return run_ft_case(case, device, work)
     env = _env(case.staged, device)
     run_dir = work / case.name.replace(" ", "_").replace("+", "p") / f"w{case.world}"
     if case.cmd == "generate":
@@ -246,6 +308,8 @@ def table(results: list[Result]) -> str:
     rows = [("case", "world", "backend", "result", "final loss", "tokens/s", "s", "note")]
     for r in results:
         backend = "gloo staged" if r.case.staged else ("nccl" if _DEVICE == "cuda" else "gloo")
+        if r.case.cmd == "ft":  # the quorum groups: gloo with the replicas' CUDA tensors
+            backend = "gloo, CUDA tensors" if _DEVICE == "cuda" else "gloo"
         rows.append((r.case.name, str(r.case.world), backend, r.status,
                      "" if r.loss is None else f"{r.loss:.4f}",
                      "" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}", f"{r.seconds:.0f}", r.note))
@@ -305,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     results: list[Result] = []
     jobs = args.jobs or (4 if args.device == "cuda" else 1)
     try:
-        for phase in ("train", "generate"):  # a generate case reads the checkpoint of a train case
+        for phase in ("train", "ft", "generate"):  # a generate case reads the checkpoint of a train case
             todo = [c for c in chosen if c.cmd == phase]
             with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
                 futs = [pool.submit(run_case, c, args.device, work, args.steps or None, runs) for c in todo]

@@ -1,5 +1,6 @@
 """Every-step fault tolerance (parallel.sync=every_step parallel.fault_tolerant=true, parallel/dp/ft_step.py):
-2 replicas x 2 ranks of zero2 (and of torch-fsdp2), one rank of replica 1 killed mid-run.
+2 replicas x 2 ranks of zero2 (and of torch-fsdp2), one rank of replica 1 killed mid-run; and killed again
+while its first restart is being healed (the heal widened by SHARDLAB_HEAL_DELAY).
 
 Replica 0 never restarts and finishes; replica 1's launcher restarts it (--max-restarts 1), it is healed by
 replica 0 shard to shard and ends bitwise equal; and replica 0's loss trajectory is bitwise equal to a
@@ -86,3 +87,77 @@ def test_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path, strat
     # the heal moved this rank's shard of the state, nothing more (parameters, Adam's moments and step)
     state = s1["ft"]["state_bytes"]
     assert state <= s1["ft"]["heal_bytes"] <= state + 64 * 1024, s1["ft"]
+
+
+HEAL_DELAY_S = 5  # the heal of replica 1's first restart pauses this long (below parallel.ft_timeout): the kill
+
+
+def _hold_survivor_until_rejoin(r0, r1, p0, n: int) -> None:
+    """Stop replica 0 once it went on without replica 1 for the n-th time, until replica 1's n-th incarnation
+    asked to join on both ranks: the survivor must not finish before a restarted replica is back."""
+    r0.wait_for(r"replica 1 gone", n)
+    ft.signal_ranks(p0.values(), signal.SIGSTOP)
+    try:
+        r1.wait_for(r"rank \d asking to join", 2 * n)
+    finally:
+        ft.signal_ranks(p0.values(), signal.SIGCONT)
+
+
+@pytest.mark.timeout(DEADLINE_S + 60)
+def test_replica_killed_again_while_it_heals_recovers_and_matches_the_reference(tmp_path):
+    """Rank 1 of replica 1 is SIGKILLed mid-step; torchrun restarts replica 1, which asks to join and is admitted;
+    its heal pauses (SHARDLAB_HEAL_DELAY, first restart only) and its rank 1 is SIGKILLed inside it. The survivor's
+    heal or the step's all-reduce fails, the step is redone without the joiner (a retry at attempt 1), and the
+    second restart joins with a request of its own (not confused by the first's half-done admission), is healed
+    at a later step and ends bitwise equal; replica 0 never restarts and its losses equal the reference run's."""
+    from shardlab.launch.launcher import free_port
+    from shardlab.parallel.dp.ft_step import HEAL_DELAY_ENV
+
+    t_end = time.monotonic() + DEADLINE_S
+    port = free_port()
+    procs = []
+    try:
+        procs.append(ft.lighthouse(tmp_path, port, t_end))
+        ov = _overrides(port, "drill", "zero2")
+        r0 = ft.replica(tmp_path, "r0", 0, 2, ov, t_end)
+        r1 = ft.replica(tmp_path, "r1", 1, 2, ov, t_end, max_restarts=2, env={HEAL_DELAY_ENV: f"{HEAL_DELAY_S}@1"})
+        procs += [r0, r1]
+        p0, p1 = ft.rank_pids(r0, 0, 2), ft.rank_pids(r1, 1, 2)
+        r0.wait_for(r"quorum 1 for step 2 ")
+        ft.signal_ranks([p1[1]], signal.SIGKILL)  # the first death, mid-step
+        _hold_survivor_until_rejoin(r0, r1, p0, 1)
+        # the first restart is admitted; both its ranks enter the (widened) heal: kill its rank 1 there
+        found = r1.wait_for(r"rank (\d) healing at step (\d+) from replica 0 \(quorum \d+, process (\d+)\)", 2)
+        healing = {int(m.group(1)): int(m.group(3)) for m in found}
+        heal_step = int(found[0].group(2))
+        ft.signal_ranks([healing[1]], signal.SIGKILL)
+        _hold_survivor_until_rejoin(r0, r1, p0, 2)
+        r1.wait_for(r"rank \d healed at step", 2)
+        assert r0.exitcode() == 0, r0.text()[-4000:]
+        assert r1.exitcode() == 0, r1.text()[-4000:]
+
+        missed = ft.absent_steps(tmp_path / "r0", 1)
+        a, b = missed[0], missed[-1]
+        assert missed == list(range(a, b + 1)) and a <= heal_step <= b < STEPS - 1, (missed, heal_step)
+        ref = _overrides(port, "reference", "zero2", f"debug.ft_absent=1@{a}-{b}")
+        q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
+        q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
+        procs += [q0, q1]
+        assert q0.exitcode() == 0, q0.text()[-4000:]
+        assert q1.exitcode() == 0, q1.text()[-4000:]
+    finally:
+        for p in procs:
+            p.kill()
+
+    # the killed heal: admitted at attempt 0 of heal_step, then that step was completed without replica 1
+    decisions = [q for q in ft.quorums(tmp_path / "r0") if q["step"] == heal_step]
+    assert decisions[0]["attempt"] == 0 and decisions[0]["joiners"] == [1], decisions
+    assert decisions[-1]["attempt"] >= 1 and decisions[-1]["participants"] == [0], decisions
+    s0, s1 = ft.summary(tmp_path / "r0"), ft.summary(tmp_path / "r1")
+    assert s0["restarts"] == 0 and s0["heals"] == 0
+    assert s1["restarts"] == 2 and s1["heals"] == 1  # the second restart, healed once
+    sums = {ft.summary(tmp_path / r)["param_checksum"] for r in ("r0", "r1", "ref0", "ref1")}
+    assert len(sums) == 1, sums
+    assert ft.absent_steps(tmp_path / "ref0", 1) == missed
+    l0, lref = ft.losses(tmp_path / "r0"), ft.losses(tmp_path / "ref0")
+    assert sorted(l0) == list(range(1, STEPS + 1)) and l0 == lref  # bitwise: floats compared exactly

@@ -314,3 +314,72 @@ def test_the_ranks_of_a_replica_keep_together():
     lh.kill()
     d0, d1 = _both(lambda: r0.quorum(1, 0), lambda: r1.quorum(1, 0), t=10)
     assert d0 == d1 and d0["kept"] and (r0.kept, r1.kept) == (1, 1)
+def _run_all(*fns, t=30.0):
+    out, errors = [None] * len(fns), []
+
+    def run(i, f):
+        try:
+            out[i] = f()
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i, f), daemon=True) for i, f in enumerate(fns)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=t)
+    assert not errors, errors
+    assert not any(th.is_alive() for th in threads), "a manager is still waiting"
+    return out
+
+
+def test_a_join_key_left_by_a_killed_incarnation_does_not_complete_the_next_request():
+    """Replicas of two ranks. Replica 1 is killed right after an admission, before its rank 1 deleted its join
+    key; its next incarnation asks to join with a request id of its own. Its rank 0's request and the stale key
+    of rank 1 are not a request of the whole replica (admitting it would wait for a process that is gone); once
+    the new rank 1 asked too, the replica is admitted with the new processes."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+
+    def manager(rid, shard):
+        pcfg = SimpleNamespace(replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{server.port}", ft_job="stale",
+                               ft_timeout=TIMEOUT_S, ft_join_timeout=20, ft_job_dir="")
+        m = Manager(pcfg, shard, 2)
+        m.connect()
+        return m
+
+    r0 = [manager(0, 0), manager(0, 1)]
+    old = [manager(1, 0), manager(1, 1)]
+    founded = _run_all(*(lambda m=m: m.quorum(0, 0, founding=True) for m in r0 + old))
+    assert all(d["participants"] == [0, 1] for d in founded)
+
+    # replica 1 dies; its rank 1 had not deleted its request of an earlier join (a killed incarnation's key)
+    jobkeys = dist.PrefixStore("stale/e0", server)
+    jobkeys.set("join/1/1", json.dumps({"inc": old[1].incarnation, "req": "earlier"}))
+    new0 = manager(1, 0)
+    joined = {}
+
+    def join0():
+        joined[0] = new0.join("this-one")
+        return joined[0]
+    th = threading.Thread(target=join0, daemon=True)
+    th.start()
+    while not jobkeys.check(["join/1/0"]):
+        time.sleep(0.01)
+    # replica 0 quorums: replica 1 is not a whole request yet, so it is dropped at the timeout, not admitted
+    d = _run_all(lambda: r0[0].quorum(1, 0), lambda: r0[1].quorum(1, 0))
+    assert all(x["participants"] == [0] and x["joiners"] == {} for x in d), d
+    # the new rank 1 asks: the whole replica is admitted at the next quorum, with the new processes
+    new1 = manager(1, 1)
+    incs = {"0": new0.incarnation, "1": new1.incarnation}
+
+    def quorum_once_asked(m):
+        def f():
+            while not (jobkeys.check(["join/1/1"]) and b"this-one" in jobkeys.get("join/1/1")):
+                time.sleep(0.01)
+            return m.quorum(2, 0)
+        return f
+    d0, d1, j1 = _run_all(quorum_once_asked(r0[0]), quorum_once_asked(r0[1]), lambda: new1.join("this-one"))
+    th.join(timeout=30)
+    assert not th.is_alive()
+    assert d0 == d1 == j1 == joined[0] and d0["joiners"] == {"1": incs} and d0["participants"] == [0, 1]

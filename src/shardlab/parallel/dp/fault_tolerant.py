@@ -2,8 +2,9 @@
 
 Each replica is a job of its own (`shardlab train --nproc 1 parallel.replica_id=i`); the replicas meet only at
 the outer step, over the same transport as every-step fault tolerance (ft_manager.py): a quorum per outer
-step decided in the lighthouse's store (membership only), and a gloo group rebuilt for each quorum over which
-the pseudo-gradient is all-reduced (comm.quorum_all_reduce). The store never carries a tensor.
+step decided in the lighthouse's store (membership only), and a group rebuilt for each quorum (gloo; NCCL on
+CUDA: comm.quorum_backend) over which the pseudo-gradient is all-reduced (comm.quorum_all_reduce). The store
+never carries a tensor.
 
 - **Outer step k.** The quorum of k (its "step" is k; the last one kept while the lighthouse cannot be
   reached, ft_manager.py). Every participant all-reduces [w·Δ, w] (local SGD: the parameters): a member
@@ -48,7 +49,7 @@ class FaultTolerantSync(PeriodicSync):
     def __init__(self, dp, pcfg, group, optimizer):
         super().__init__(dp, pcfg, group, optimizer)
         self.__dict__.update(rid=int(pcfg.replica_id), n_replicas=int(pcfg.replicas), train_state=None,
-                             manager=Manager(pcfg, 0, 1), outer_k=0, heals=0, heal_bytes=0)
+                             manager=Manager(pcfg, 0, 1, device=dp.device), outer_k=0, heals=0, heal_bytes=0)
 
     @property
     def members(self) -> list[int]:
@@ -109,7 +110,7 @@ class FaultTolerantSync(PeriodicSync):
                         raise FaultToleranceError("the quorum's group was not formed")
                     comm.quorum_all_reduce(buf, m.group, tag=f"{self.mode} outer step")
                 break
-            except Exception as e:  # noqa: BLE001 - gloo: a closed connection, a timeout
+            except Exception as e:  # noqa: BLE001 - a closed connection, a timeout (gloo's; NCCL's on the host)
                 log_replica(self.rid, f"outer step {k}: the quorum's collective failed ({type(e).__name__}); "
                                       "quorum again")
                 m.broken()
@@ -159,7 +160,7 @@ class FaultTolerantSync(PeriodicSync):
         """The lowest member broadcasts the state after outer step k over the quorum's group."""
         m = self.manager
         src = decision["participants"].index(min(decision["members"]))
-        meta = torch.tensor([k, step, self.inner_step], dtype=torch.int64)
+        meta = torch.tensor([k, step, self.inner_step], dtype=torch.int64, device=self.device)  # NCCL: on the device
         tensors = [meta] + [t.clone() for t in self._state()]
         try:
             for t in tensors:

@@ -9,8 +9,11 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   passed, or each missing one has asked to join again (its old processes are gone). The first rank to get
   there proposes; an atomic compare-and-set makes the first proposal the decision, which every rank of every
   replica reads. So the ranks of one replica, and the replicas, agree on the members.
-- **Joiners** (attempt 0 only): a replica whose every rank posted `join/<i>/<k>` is admitted; it takes the
-  state of the lowest member (the caller heals it over the new group) and trains step s with the others.
+- **Joiners** (attempt 0 only): a replica whose every rank posted `join/<i>/<k>` with the same request id
+  is admitted; it takes the state of the lowest member (the caller heals it over the new group) and trains
+  step s with the others. The request id (one per join, agreed by the replica's ranks) keeps a key left by a
+  previous incarnation (killed between its admission and the deletion of its request) from completing the
+  request of the next one with a process that no longer exists.
 - **Quorum id.** It grows by one whenever the participants change, and at every retry; the group of quorum q
   is built under the prefix `q<q>/shard<k>` (comm.quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
@@ -123,6 +126,16 @@ def restarts() -> int:
     return max(int(os.environ.get(k, "0") or 0) for k in ("TORCHELASTIC_RESTART_COUNT", "SHARDLAB_FT_RESTARTS"))
 
 
+def _parse_join(raw: bytes) -> dict:
+    """A join request's value: {"inc": the rank's incarnation, "req": the replica's request id}."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    try:
+        ask = json.loads(text)
+    except ValueError:
+        ask = None
+    return ask if isinstance(ask, dict) else {"inc": text, "req": ""}
+
+
 def parse_absent(text: str) -> tuple[int, int, int] | None:
     """debug.ft_absent "R@A-B": replica R sits out the quorums of steps A..B and is admitted again at B+1
     (a reference run for a failure drill: the same quorums without the failure). None when empty."""
@@ -135,15 +148,18 @@ def parse_absent(text: str) -> tuple[int, int, int] | None:
 
 class Manager:
     """`agree(values)`: the elementwise MIN of `values` over the ranks of this replica (its own job's group);
-    the default, the values themselves, is right for a replica of one process."""
+    the default, the values themselves, is right for a replica of one process. `device`: where the replica's
+    tensors live (an NCCL quorum group on CUDA, comm.quorum_backend)."""
 
-    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None):
+    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None, device=None):
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
         self.shard, self.n_shards = shard, n_shards
         self.address, self.job = pcfg.ft_store, pcfg.ft_job
         self.prefix, self.client = f"{self.job}/e0", None
         self.timeout, self.join_timeout = float(pcfg.ft_timeout), float(pcfg.ft_join_timeout)
         self.absent = parse_absent(absent)
+        # the quorum groups' backend follows the replica's device (comm.quorum_backend: NCCL with CUDA)
+        self.device, self.backend = device, getattr(pcfg, "backend", "auto")
         self.job_dir = Path(pcfg.ft_job_dir) if pcfg.ft_job_dir else None
         self.log_path = None
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -216,12 +232,15 @@ class Manager:
         return {self.absent[0]} if self.absent is not None and step == self.absent[2] + 1 else set()
 
     def _join_requests(self) -> dict[int, dict[str, str]]:
-        """Replica id -> {shard: incarnation}, for replicas whose every rank asked to join."""
+        """Replica id -> {shard: incarnation}, for replicas whose every rank asked to join in one request (a
+        rank's key from an earlier request, of a previous incarnation of the replica, does not count)."""
         out = {}
         for j in range(self.n_replicas):
             keys = [f"join/{j}/{k}" for k in range(self.n_shards)]
             if all(self._has(k) for k in keys):
-                out[j] = {str(k): self._op(comm.store_get, self.store, key).decode() for k, key in enumerate(keys)}
+                asks = [_parse_join(self._op(comm.store_get, self.store, key)) for key in keys]
+                if len({a["req"] for a in asks}) == 1:
+                    out[j] = {str(k): a["inc"] for k, a in enumerate(asks)}
         return out
 
     def quorum(self, step: int, attempt: int, founding: bool = False) -> dict:
@@ -353,9 +372,10 @@ class Manager:
             return comm.store_check(store, "started")
         self._op(post)
 
-    def join(self) -> dict:
-        """Ask to join; wait (parallel.ft_join_timeout) to be admitted; follow that quorum's decision."""
-        self._pending = {f"join/{self.rid}/{self.shard}": self.incarnation}
+    def join(self, request: str = "") -> dict:
+        """Ask to join; wait (parallel.ft_join_timeout) to be admitted; follow that quorum's decision.
+        `request`: this join's id, the same on every rank of the replica (a fresh one per join)."""
+        self._pending = {f"join/{self.rid}/{self.shard}": json.dumps({"inc": self.incarnation, "req": request})}
         log_replica(self.rid, f"rank {self.shard} asking to join (process {os.getpid()}; waiting up to "
                               f"{self.join_timeout:g} s)")
         deadline = time.monotonic() + self.join_timeout
@@ -559,12 +579,13 @@ class Manager:
         `here`: a quorum kept by this replica, without the lighthouse."""
         participants = decision["participants"]
         if self.group is None or decision["qid"] != self.qid or participants != self.members:
-            self.group = None  # the old quorum's group is abandoned (its sockets close with it)
+            self.broken()  # the old quorum's group is abandoned (NCCL: aborted; gloo: its sockets close with it)
             if len(participants) > 1:
                 store, prefix = self.store, f"q{decision['qid']}/shard{self.shard}"
                 try:  # on the lane: the construction meets the members through the lighthouse's store
                     self.group = self.lane.call(lambda: comm.quorum_group(
-                        store, prefix, participants.index(self.rid), participants, self.timeout), 2 * self.timeout)
+                        store, prefix, participants.index(self.rid), participants, self.timeout,
+                        device=self.device, backend=self.backend), 2 * self.timeout)
                 except Exception as e:  # noqa: BLE001 - a member died before it came: the collective fails
                     log_replica(self.rid, f"rank {self.shard}: the group of quorum {decision['qid']} was not "
                                           f"formed ({type(e).__name__}); the step's collective will fail")
@@ -574,7 +595,10 @@ class Manager:
         self._log(decision, here)
 
     def broken(self) -> None:
-        """The current group failed: abandon it (the next quorum builds a new one)."""
+        """The current group failed: abandon it (the next quorum builds a new one). An NCCL communicator is
+        aborted at once: a collective still waiting on it for a dead peer returns."""
+        if self.group is not None:
+            self.group.abort()
         self.group = None
 
     def _log(self, d: dict, here: bool = False) -> None:

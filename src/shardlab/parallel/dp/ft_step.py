@@ -10,8 +10,10 @@ of every other replica, over the group of the step's quorum (ft_manager.py, comm
 Per step s:
 1. `begin_step` (the trainer, before the batch): the quorum of step s (the last one kept, over the same group,
    while the lighthouse cannot be reached; the replica's ranks vote on it). Joiners are healed here: the lowest
-   member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG and step over
-   the new group to the joiners' rank k (shard to shard); the sampler's position follows from the step.
+   member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG (the host's, and
+   the device's on CUDA) and step over the new group to the joiners' rank k (shard to shard); the sampler's
+   position follows from the step. Every tensor of the heal lives on the replica's device (an NCCL quorum
+   group moves device memory only).
 2. forward and backward inside the replica.
 3. `finish_backward`: the gradient, scaled by this replica's token weight w_i (its tokens over the nominal
    tokens per replica step: 1.0 at full batches), with w_i appended, is all-reduced over the quorum group:
@@ -27,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+import uuid
 
 import torch
 
@@ -35,6 +38,40 @@ from shardlab.parallel.dp.base import _local
 from shardlab.parallel.dp import ft_resume
 from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
 from shardlab.parallel.dp.view import DPView
+
+
+# Drill: "SECONDS[@RESTART]": every heal this process takes part in (as a joiner or as the sender) pauses
+# SECONDS after its first broadcast; with @RESTART only in the processes of that restart (torchrun's count, or
+# the lone-replica supervisor's): the window in which `shardlab bench faults` kills a replica mid-heal. Keep it
+# below parallel.ft_timeout: the peer waits in its own broadcasts meanwhile.
+HEAL_DELAY_ENV = "SHARDLAB_HEAL_DELAY"
+
+
+def injected_heal_delay() -> float:
+    spec = os.environ.get(HEAL_DELAY_ENV, "")
+    if not spec:
+        return 0.0
+    seconds, _, when = spec.partition("@")
+    return float(seconds) if not when or int(when) == restarts() else 0.0
+
+
+def rng_state(device: torch.device) -> torch.Tensor:
+    """What a joiner continues from, as one uint8 host tensor: the host generator's state, then the CUDA
+    generator's of `device` when the replica runs on CUDA (dropout and other sampling on the device)."""
+    parts = [torch.get_rng_state()]
+    if device.type == "cuda":
+        parts.append(torch.cuda.get_rng_state(device))
+    return torch.cat(parts)
+
+
+def set_rng_state(state: torch.Tensor, device: torch.device) -> None:
+    """Install `rng_state`'s layout (received on the device: copied back to the host first)."""
+    host = rng_state(device)  # the right size and a valid state, overwritten by the copy
+    host.copy_(state)
+    n = torch.get_rng_state().numel()
+    torch.set_rng_state(host[:n].clone())
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(host[n:].clone(), device)
 
 
 def position(sampler, step: int) -> None:
@@ -71,7 +108,8 @@ class EveryStepFaultTolerance(DPView):
         super().__init__(dp)
         named = dp.replicas_step_alone()  # HSDP zero: the in-job replicate all-reduce goes (there is none)
         self.__dict__.update(params=[p for _, p in named], optimizer=optimizer, train_state=None,
-                             manager=Manager(pcfg, comm.rank(), comm.world_size(), absent, agree=self._replica_min),
+                             manager=Manager(pcfg, comm.rank(), comm.world_size(), absent, agree=self._replica_min,
+                                             device=dp.device),
                              ready_step=None, skip_update=False, heals=0, heal_s=[], heal_bytes=0,
                              retries=0, absent_steps=0)
 
@@ -177,7 +215,7 @@ class EveryStepFaultTolerance(DPView):
         try:
             fn()
             return True
-        except Exception as e:  # noqa: BLE001 - gloo: a closed connection, a timeout
+        except Exception as e:  # noqa: BLE001 - a closed connection, a timeout (gloo's; NCCL's on the host)
             log_replica(self.rid, f"rank {self.manager.shard}: the quorum's collective failed ({type(e).__name__}); "
                                   "quorum again")
             return False
@@ -212,48 +250,64 @@ class EveryStepFaultTolerance(DPView):
 
     @torch.no_grad()
     def _heal(self, decision: dict, joiner: bool) -> None:
-        """Over the new quorum's group: the lowest member sends its state, the joiners take it."""
+        """Over the new quorum's group: the lowest member sends its state, the joiners take it. Every tensor
+        sent lives on the replica's device (NCCL moves device memory only)."""
         m, st, t0 = self.manager, self.train_state, time.perf_counter()
-        if joiner:
+        step, source = decision["step"], min(decision["members"])
+        if joiner:  # the marker a drill times a kill to (SHARDLAB_HEAL_DELAY widens what follows)
+            log_replica(self.rid, f"rank {m.shard} healing at step {step} from replica {source} "
+                                  f"(quorum {decision['qid']}, process {os.getpid()})")
             self.dp.materialize_optimizer(self.optimizer)  # the same tensors as the source's, to receive into
+        elif self.rid == source:  # the other members take part in the broadcasts, and drop what they receive
+            log_replica(self.rid, f"rank {m.shard} sending its state to replica(s) "
+                                  f"{sorted(int(j) for j in decision['joiners'])} at step {step}")
         tensors = self._state_tensors()
         flats = {d: t.clone() for d, t in _flat(tensors).items()}
         lrs = [g["lr"] for g in self.optimizer.param_groups]
-        meta = torch.tensor([float(decision["step"])] + lrs, dtype=torch.float64)
-        rng = torch.get_rng_state()
-        src = decision["participants"].index(min(decision["members"]))
+        meta = torch.tensor([float(step)] + lrs, dtype=torch.float64, device=self.device)
+        rng = rng_state(self.device).to(self.device)
+        src = decision["participants"].index(source)
+        delay = injected_heal_delay()
         moved = 0
         try:
             if m.group is None:
                 raise FaultToleranceError("no group")
-            for t in (meta, rng, *flats.values()):
+            for i, t in enumerate((meta, rng, *flats.values())):
                 comm.quorum_broadcast(t, src, m.group, tag="ft heal")
                 moved += t.numel() * t.element_size()
+                if i == 0 and delay:
+                    time.sleep(delay)
         except Exception as e:  # noqa: BLE001
             if joiner:
-                raise FaultToleranceError(f"replica {self.rid}: the heal from replica {min(decision['members'])} "
-                                          f"failed ({type(e).__name__})") from None
-            m.broken()  # a member's copy is its own state: nothing to undo; the step's collective will fail
+                raise FaultToleranceError(f"replica {self.rid}: the heal from replica {source} failed "
+                                          f"({type(e).__name__})") from None
+            # A member's copy is its own state: nothing to undo. The group is abandoned, so the step's
+            # collective fails, the replica votes for a retry, and the retry's quorum drops the joiner.
+            log_replica(self.rid, f"rank {m.shard}: the heal at step {step} failed ({type(e).__name__}); the "
+                                  "step is redone without the joiner")
+            m.broken()
             return
         if not joiner:
             return
         _unflat(tensors, flats)
         for g, lr in zip(self.optimizer.param_groups, meta[1:].tolist()):
             g["lr"] = lr
-        torch.set_rng_state(rng)
+        set_rng_state(rng, self.device)
         self.dp.params_updated()  # zero1/2: the full parameters gathered again inside the replica
-        step = decision["step"]
         position(st.sampler, step)
         st.step = step
         self.__dict__.update(heals=self.heals + 1, heal_bytes=self.heal_bytes + moved)
         self.heal_s.append(time.perf_counter() - t0)
-        log_replica(self.rid, f"rank {m.shard} healed at step {step} from replica {min(decision['members'])} "
-                              f"({moved} bytes); parameters {self.checksum()}")
+        log_replica(self.rid, f"rank {m.shard} healed at step {step} from replica {source} ({moved} bytes); "
+                              f"parameters {self.checksum()}")
 
     def _rejoin(self, mid_step: bool) -> None:
         st, t0 = self.train_state, time.perf_counter()
         before = st.step
-        decision = self.manager.join()
+        # one request id for the replica's ranks (rank 0's, over the replica's own group): their join keys
+        # belong together, and a key a killed incarnation left behind does not complete this request
+        request = comm.broadcast_object(uuid.uuid4().hex[:12] if comm.rank() == 0 else None, src=0)
+        decision = self.manager.join(request)
         self._heal(decision, joiner=True)
         self.heal_s[-1] = time.perf_counter() - t0  # from the request: what the replica waited
         self.__dict__["absent_steps"] = self.absent_steps + decision["step"] - before
