@@ -99,7 +99,11 @@ def build(run_dir: Path, cluster_name: str = "this", share: float | None = None,
     overhead = {"from": "profile (ddp/single miniature)"}
     if per_run and cluster.source.startswith("calibrated"):  # this machine's profile, not a preset or a file
         cluster = calibrate_run.sync_wait_at_world(calibrate_run.collectives_at(cluster, world), world)
-        got = calibrate_run.layout_overhead(run_dir, world, cluster, lambda d, c, s: _plan_of(d, c, s)[0])
+        from shardlab import config
+        from shardlab.plan.from_config import model_spec
+        cfg = config.load(run_dir / "config.toml")
+        got = calibrate_run.layout_overhead(run_dir, cfg, model_spec(cfg), world, cluster,
+                                            lambda d, c, s: _plan_of(d, c, s)[0])
         if "error" in got:
             overhead["error"] = got["error"]
         else:  # the layout's own per-step cost, at this run's core share

@@ -121,15 +121,11 @@ def _key(cfg, world: int, model) -> str:
     return "layout/" + json.dumps(d, sort_keys=True, default=str)
 
 
-def layout_overhead(run_dir: Path, world: int, cluster: Cluster, plan_of) -> dict:
+def layout_overhead(run_dir: Path, cfg, model, world: int, cluster: Cluster, plan_of) -> dict:
     """{"cpu_s": the miniature's per-step residual in CPU seconds, "share": its core share, "step_s": its
-    measured step} (cached), or {"error": why} when the miniature could not run.
-    `plan_of(run_dir, cluster, share)` is explain's own Plan of a run directory (the same prediction)."""
-    from shardlab import config
-    from .from_config import model_spec
-
-    cfg = config.load(run_dir / "config.toml")
-    model = model_spec(cfg)
+    measured step} (cached), or {"error": why} when the miniature could not run. `cfg`, `model`: the run's
+    config and the planner's model of it; `plan_of(run_dir, cluster, share)` is explain's own Plan of a run
+    directory (the same prediction)."""
     data, key = _cache(cluster), _key(cfg, world, model)
     if key in data:
         return data[key]
