@@ -19,8 +19,10 @@ def test_retained_memory_is_reused_without_page_faults(monkeypatch):
         monkeypatch.delenv(k)
     assert host_alloc.retain_freed_memory()
     _faults_reallocating(2)  # the first round maps the block once
-    # without retention every round faults in its 1024 pages again (~20,000 faults); with it, none
-    assert _faults_reallocating(20) < 1000
+    # without retention every round faults in its 1024 pages again (20 x 1024 = 20,480 faults); with it, none of
+    # its own. The count is the whole process's: in the full suite, threads earlier tests left behind (gloo's,
+    # a store's) fault meanwhile (1,046 were counted once), so the bound is a fifth of the no-retention count
+    assert _faults_reallocating(20) < 20 * 1024 // 5
 
 
 def test_a_malloc_environment_variable_is_left_alone(monkeypatch):
