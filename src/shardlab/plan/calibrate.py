@@ -153,36 +153,41 @@ def _sync_worker(rank: int, world: int, port: int, rounds: int, q) -> None:
     dist.destroy_process_group()
 
 
-def measure_sync_wait(world: int, rounds: int = 40, timeout: float = 300.0) -> list[tuple[float, float]]:
-    """(segment seconds, mean wait seconds per sync) at `world` ranks: on shared cores ranks that run the
-    same work between two syncs still reach the sync apart (a rank descheduled, a peer's I/O thread on its
-    core), and every sync costs the early ranks that gap. Tensor parallelism syncs every segment of every
-    micro batch (plan/step.py charges it per call); the latency at segment 0 is the collective's own."""
+def _run_ranks(target, world: int, args: tuple, timeout: float, what: str, tail: tuple = ()):
+    """Spawn `world` ranks of `target(rank, world, port, *args, q, *tail)` on a free port; rank 0's result from
+    the queue. Fails fast when a rank dies, and after `timeout`; every process is reaped."""
     import queue
 
     import torch.multiprocessing as mp
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=_sync_worker, args=(r, world, port, rounds, q)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, q, *tail)) for r in range(world)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
-                every = q.get(timeout=0.5)
-                break
+                return q.get(timeout=0.5)
             except queue.Empty:
                 dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
                 if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"sync calibration failed (exit codes {dead})" if dead
-                                       else f"sync calibration timed out after {timeout:.0f} s")
+                    raise RuntimeError(f"{what} workers failed (exit codes {dead})" if dead
+                                       else f"{what} timed out after {timeout:.0f} s")
     finally:
         for p in procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+
+
+def measure_sync_wait(world: int, rounds: int = 40, timeout: float = 300.0) -> list[tuple[float, float]]:
+    """(segment seconds, mean wait seconds per sync) at `world` ranks: on shared cores ranks that run the
+    same work between two syncs still reach the sync apart (a rank descheduled, a peer's I/O thread on its
+    core), and every sync costs the early ranks that gap. Tensor parallelism syncs every segment of every
+    micro batch (plan/step.py charges it per call); the latency at segment 0 is the collective's own."""
+    every = _run_ranks(_sync_worker, world, (rounds,), timeout, "sync calibration")
     # mean over ranks (explain's measured components are means over ranks), the zero segment's latency off
     seg = [statistics.fmean(r[i][0] for r in every) for i in range(len(SYNC_SEGMENTS))]
     wait = [statistics.fmean(r[i][1] for r in every) for i in range(len(SYNC_SEGMENTS))]
@@ -213,31 +218,8 @@ def _mean_compute(every: list[dict]) -> dict:
 def measure_comm(world: int = 2, quick: bool = False, timeout: float = 300.0, models=(),
                  micro_batches=()) -> dict:
     """Collectives (and, given models, compute under `world` concurrent ranks) in spawned processes."""
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_comm_worker, args=(r, world, port, quick, q, tuple(models), tuple(micro_batches)))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    import queue
-    deadline = time.monotonic() + timeout
-    try:
-        while True:  # wait for rank 0's result, but fail fast if a worker died
-            try:
-                res = q.get(timeout=0.5)
-                break
-            except queue.Empty:
-                dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    raise RuntimeError(f"calibration workers failed (exit codes {dead})"
-                                       if dead else f"calibration timed out after {timeout:.0f} s")
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    res = _run_ranks(_comm_worker, world, (quick,), timeout, "calibration",
+                     (tuple(models), tuple(micro_batches)))
     wf = {"all_reduce": 2 * (world - 1) / world, "reduce_scatter": (world - 1) / world,
           "all_gather": (world - 1) / world}
     out = {op: fit_alpha_beta(res[op], wf[op]) for op in wf}
