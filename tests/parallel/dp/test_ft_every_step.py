@@ -32,6 +32,16 @@ def _overrides(port: int, job: str, strategy: str, *extra: str) -> list[str]:
             "debug.slow_rank=0", "debug.slow_ms=200", *extra]
 
 
+
+def _reference(tmp_path, port, strategy, plan, t_end, procs) -> None:
+    """The reference job (the same lighthouse, keys of its own): replica 1 absent exactly as `plan` says."""
+    ref = _overrides(port, "reference", strategy, *plan)
+    q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
+    q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
+    procs += [q0, q1]
+    assert q0.exitcode() == 0, q0.text()[-4000:]
+    assert q1.exitcode() == 0, q1.text()[-4000:]
+
 @pytest.mark.timeout(DEADLINE_S + 60)
 @pytest.mark.parametrize("strategy", ["zero2", "torch-fsdp2"])
 def test_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path, strategy):
@@ -65,18 +75,13 @@ def test_replica_killed_mid_step_heals_and_matches_the_reference(tmp_path, strat
             a, b = missed[0], missed[-1]
             assert missed == list(range(a, b + 1)) and b + 1 < STEPS, missed
             plan = [f"debug.ft_absent=1@{a}-{b}"]
-        ref = _overrides(port, "reference", strategy, *plan)  # the same lighthouse, keys of its own
-        q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
-        q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
-        procs += [q0, q1]
-        assert q0.exitcode() == 0, q0.text()[-4000:]
-        assert q1.exitcode() == 0, q1.text()[-4000:]
+        _reference(tmp_path, port, strategy, plan, t_end, procs)
     finally:
         for p in procs:
             p.kill()
 
     s0, s1 = ft.summary(tmp_path / "r0"), ft.summary(tmp_path / "r1")
-    assert s0["restarts"] == 0 and s0["heals"] == 0 and s0["ft"]["retries"] >= 0
+    assert s0["restarts"] == 0 and s0["heals"] == 0
     assert s1["restarts"] == 1 and s1["heals"] == 1
     # healed and trained on: the replicas end bitwise equal, and equal to the reference's
     sums = {ft.summary(tmp_path / r)["param_checksum"] for r in ("r0", "r1", "ref0", "ref1")}
@@ -139,12 +144,7 @@ def test_replica_killed_again_while_it_heals_recovers_and_matches_the_reference(
         missed = ft.absent_steps(tmp_path / "r0", 1)
         a, b = missed[0], missed[-1]
         assert missed == list(range(a, b + 1)) and a <= heal_step <= b < STEPS - 1, (missed, heal_step)
-        ref = _overrides(port, "reference", "zero2", f"debug.ft_absent=1@{a}-{b}")
-        q0 = ft.replica(tmp_path, "ref0", 0, 2, ref, t_end)
-        q1 = ft.replica(tmp_path, "ref1", 1, 2, ref, t_end)
-        procs += [q0, q1]
-        assert q0.exitcode() == 0, q0.text()[-4000:]
-        assert q1.exitcode() == 0, q1.text()[-4000:]
+        _reference(tmp_path, port, "zero2", [f"debug.ft_absent=1@{a}-{b}"], t_end, procs)
     finally:
         for p in procs:
             p.kill()

@@ -34,22 +34,8 @@ def _manager(rid: int, port: int, absent: str = "", timeout: float = TIMEOUT_S, 
 
 
 def _both(f0, f1, t=30.0):
-    out, errors = {}, []
-
-    def run(i, f):
-        try:
-            out[i] = f()
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(i, f), daemon=True) for i, f in enumerate((f0, f1))]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join(timeout=t)
-    assert not errors, errors
-    assert not any(th.is_alive() for th in threads), "a manager is still waiting"
-    return out[0], out[1]
+    """f0() and f1() on two threads (two managers waiting for each other); both results."""
+    return tuple(_run_all(f0, f1, t=t))
 
 
 def test_quorums_drop_admit_and_plan():

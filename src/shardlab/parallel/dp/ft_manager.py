@@ -438,18 +438,12 @@ class Manager:
 
     def _once(self, fn, on_reconnect=None):
         """fn(); _KeepInstead when the lighthouse is lost meanwhile (a quorum at attempt 0 that may keep)."""
-        try:
-            return fn()
-        except FaultToleranceError:
-            raise
-        except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused; _Unreachable
-            self._lost(e)
-            raise _KeepInstead from None
+        return self._reliably(fn, on_reconnect, keep=True)
 
-    def _reliably(self, fn, on_reconnect=None):
+    def _reliably(self, fn, on_reconnect=None, keep: bool = False):
         """fn(), and again after reconnecting when the lighthouse went away (restarted: an empty store).
         A rank waits for the lighthouse up to parallel.ft_join_timeout since it was lost; a quorum's wait starts
-        again then."""
+        again then. keep: no waiting, _KeepInstead (the caller keeps its last quorum)."""
         while True:
             try:
                 return fn()
@@ -457,6 +451,8 @@ class Manager:
                 raise
             except Exception as e:  # noqa: BLE001 - the store's client: connection reset, refused; _Unreachable
                 self._lost(e)
+                if keep:
+                    raise _KeepInstead from None
                 self._reconnect()
                 if on_reconnect is not None:
                     on_reconnect()
