@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 from shardlab.testing import free_port, run_cli
@@ -162,3 +163,31 @@ def _alive(pid: int) -> bool:
         return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_the_launcher_of_a_multi_rank_run_does_not_load_torch(tmp_path):
+    """The launcher validates the config, checks the data and the resume target, and starts torchrun: none of
+    it needs torch, whose import costs seconds on every launch (and `--help` and bad input answer at once)."""
+    probe = textwrap.dedent(f"""
+        import sys
+        from shardlab.launch import launcher
+        seen = {{}}
+        def agent(cmd, env):  # where torchrun would start: record, and stop there
+            seen["torch"] = "torch" in sys.modules
+            raise SystemExit(0)
+        launcher._run_agent = agent
+        from shardlab.cli import main
+        try:
+            main(["train", "--out", {str(tmp_path / "run")!r}, "--nproc", "2", "model.preset=tiny",
+                  "train.steps=2", "train.seq_len=32", "train.warmup_steps=1", "debug.hang_rank=1@9"])
+        except SystemExit:
+            pass
+        print("torch loaded:", seen.get("torch"))
+        """)
+    res = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "torch loaded: False" in res.stdout, res.stdout + res.stderr[-3000:]
+    for argv in (["--help"], ["train", "model.preset=nope"]):
+        code = f"import sys; from shardlab.cli import main\ntry: main({argv!r})\nexcept SystemExit: pass\n" \
+               "print('torch loaded:', 'torch' in sys.modules)"
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert "torch loaded: False" in res.stdout, (argv, res.stdout, res.stderr[-2000:])

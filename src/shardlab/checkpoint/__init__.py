@@ -7,6 +7,16 @@ import warnings
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized",
                         category=UserWarning)
 
-from shardlab.checkpoint.manager import CheckpointError, CheckpointManager, check_resume
-
 __all__ = ["CheckpointManager", "CheckpointError", "check_resume"]
+
+
+def __getattr__(name):
+    # The manager (and torch) on first use: the launcher reads manifests through this package to verify a
+    # resume before it starts the ranks, and must not spend seconds importing torch for that.
+    if name == "CheckpointManager":
+        from shardlab.checkpoint import manager
+        return manager.CheckpointManager
+    if name in __all__:  # the resume checks read manifests and JSON only
+        from shardlab.checkpoint import resume_path
+        return getattr(resume_path, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -143,15 +143,22 @@ def cmd_train(argv: list[str]) -> int:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)
     from shardlab.launch import notes as launch_notes, runlock
-    # deferred, as every import of torch here: `shardlab --help` and bad input answer without loading it
-    from shardlab.train.trainer import main as train_main
     try:
         if args.node_rank == 0 and not getattr(args, "break_lock", False):
             runlock.refuse_if_held(run_dir)  # a refused run prints its refusal only, not the start lines
         launch_notes.say_before_launch(cfg, args, run_dir, derived_batch, sys.stderr, corpus)  # at once, whatever the ranks take
-        return launch.launch(args, cfg, run_dir, train_main)
+        return launch.launch(args, cfg, run_dir, _train_main)
     except launch.RunLocked as e:
         return fail(str(e))
+
+
+def _train_main(cfg, run_dir) -> None:
+    """The trainer, imported only where this process trains (one process, a lone replica): like every import
+    of torch here it is deferred, so `shardlab --help`, bad input and the launcher of a multi-rank run
+    answer without loading torch (seconds on every launch)."""
+    from shardlab.train.trainer import main
+
+    main(cfg, run_dir)
 
 
 def _dry_run(args) -> int:
@@ -257,7 +264,7 @@ def _check_data(cfg):
     from shardlab.config import ConfigError, init_from
     from shardlab.data import DataError, TokenDataset, check_vocab
     from shardlab.data.tokens import follow_vocab, open_corpus
-    from shardlab.model.gpt import resolve_model_config
+    from shardlab.model.configs import resolve_model_config
 
     try:
         corpus = open_corpus(cfg.data.source, cfg.data.tokenizer, cfg.data.val_fraction, cfg.data.doc_mask)

@@ -100,7 +100,7 @@ def _toml_string(s: str) -> str:
 def validate(cfg: Config, world_size: int) -> None:
     """Check combinations that only make sense together. Resolves derived values in place. The checks run
     in a fixed order (the first problem found is the one reported)."""
-    from shardlab.model.gpt import resolve_model_config
+    from shardlab.model.configs import resolve_model_config
     from shardlab.parallel.mesh import resolve as resolve_dims
 
     t, p, m = cfg.train, cfg.parallel, cfg.model

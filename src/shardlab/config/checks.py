@@ -22,17 +22,17 @@ LLAMA_KEYS = ("n_kv_heads", "rope_theta", "ffn_multiple_of", "ffn_dim_multiplier
 def _validate_arch(m: ModelConfig) -> None:
     """The preset names its family; `model.arch` picks one for model.preset=custom. Resolved in place, so
     config.toml says which family ran."""
-    from shardlab.model import gpt, llama
+    from shardlab.model.configs import LLAMA_PRESETS, PRESETS
 
-    _choice("model.preset", m.preset, tuple(gpt.PRESETS) + tuple(llama.PRESETS) + ("custom",))
+    _choice("model.preset", m.preset, tuple(PRESETS) + tuple(LLAMA_PRESETS) + ("custom",))
     _choice("model.arch", m.arch, ("gpt2", "llama"))
     _choice("model.rope_scaling", m.rope_scaling, ("none", "llama3"))
     _choice("model.tie_embeddings", m.tie_embeddings, ("auto", "true", "false"))
-    if m.preset in llama.PRESETS:
+    if m.preset in LLAMA_PRESETS:
         m.arch = "llama"
     elif m.preset != "custom" and m.arch != "gpt2":
         raise ConfigError(f"model.arch={m.arch} with model.preset={m.preset} (a gpt2 preset): use a llama preset "
-                          f"({', '.join(llama.PRESETS)}) or model.preset=custom with the sizes")
+                          f"({', '.join(LLAMA_PRESETS)}) or model.preset=custom with the sizes")
     if m.arch == "gpt2":
         for key in (*LLAMA_KEYS, "rope_scaling"):
             if getattr(m, key) and getattr(m, key) != "none":

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-import torch.nn as nn
-
-from shardlab import comm
 from shardlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    import torch
+    import torch.nn as nn
+
+# torch and comm are imported inside the three functions that touch tensors or ranks: config validation
+# parses the fault specs (Faults.parse) in the launcher, which must not load torch for that.
 
 
 def _rank_at_step(key: str, text: str, world: int) -> tuple[int, int] | None:
@@ -88,6 +92,8 @@ class Faults:
 
 def attach_nan(model: nn.Module, module_name: str):
     """A forward hook that turns the module's output into NaN. Returns the hook handle (remove() it)."""
+    import torch
+
     def poison(_mod, _inp, out):
         # A new tensor rather than an in-place fill: the autograd graph stays valid.
         return out + float("nan") if torch.is_tensor(out) else out
@@ -96,6 +102,8 @@ def attach_nan(model: nn.Module, module_name: str):
 
 def hang_forever(rank: int, step: int) -> None:
     """The injected hang: this rank stops in data loading; its peers will wait in the next collective."""
+    from shardlab import comm
+
     comm.set_phase("data loading")
     print(f"[shardlab doctor] rank {rank}: injected hang at step {step} (debug.hang_rank)", flush=True)
     while True:  # sleep in short pieces so signals are handled promptly
@@ -104,6 +112,8 @@ def hang_forever(rank: int, step: int) -> None:
 
 def corrupt_parameter(named_params: list[tuple[str, torch.Tensor]]) -> str:
     """Perturb one element of one replicated parameter (the middle one, so it is not a trivial first/last)."""
+    import torch
+
     name, p = named_params[len(named_params) // 2]
     with torch.no_grad():
         flat = p.view(-1) if p.is_contiguous() else p.reshape(-1)

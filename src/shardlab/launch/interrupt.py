@@ -23,7 +23,6 @@ import signal
 import threading
 import time
 
-from shardlab import comm
 
 DUPLICATE_S = 2.0
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -90,6 +89,14 @@ def reset() -> None:
         _cut = None
 
 
+def _vote(signum: int, group):
+    # comm (and torch) only where ranks vote: the launcher installs this module's handler before the
+    # ranks exist, and must not spend seconds importing torch to do so
+    from shardlab import comm
+
+    return comm.Vote(signum, group)
+
+
 class StopVote:
     """The ranks' agreement to stop, read one step after it is started (see the module docstring).
     Inert (always 0, no collective) where the handler is not installed: trainers in a test's or a
@@ -97,20 +104,20 @@ class StopVote:
 
     def __init__(self, group=None):
         self.group = group
-        self.vote = comm.Vote(pending(), group) if installed() else _Done(0)
+        self.vote = _vote(pending(), group) if installed() else _Done(0)
 
     def check(self) -> int:
         if isinstance(self.vote, _Done):
             return self.vote.value
         agreed = self.vote.result()
-        self.vote = comm.Vote(pending(), group=self.group) if not agreed else _Done(agreed)
+        self.vote = _vote(pending(), self.group) if not agreed else _Done(agreed)
         return agreed
 
     def finish(self) -> int:
         """At the end of the run (one blocking vote, once): a signal during the last step or the final save."""
         if isinstance(self.vote, _Done):
             return self.vote.value
-        return self.vote.result() or comm.Vote(pending(), self.group).result()
+        return self.vote.result() or _vote(pending(), self.group).result()
 
 
 class _Done:

@@ -12,70 +12,14 @@ checkpoint written at any split loads into any other (torchtitan's scheme).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from shardlab.errors import ConfigError
 from shardlab.model.documents import block_causal_mask
 from shardlab.model.kv_cache import attend_block, run_blocks
-from shardlab.model.moe import MoEFields, mlp_for, moe_fields
-
-
-@dataclass
-class GPTConfig(MoEFields):  # the moe_* fields: MoEFields (model/moe.py)
-    n_layer: int
-    n_head: int
-    d_model: int
-    vocab_size: int = 256
-    max_seq_len: int = 128
-    dropout: float = 0.0
-    layer_norm_eps: float = 1e-5
-    tie_embeddings: bool = True  # the head's weight is wte's (GPT-2); False: a head of its own
-
-
-PRESETS = {
-    "tiny": dict(n_layer=2, n_head=4, d_model=64, vocab_size=256),  # tests: ~0.1M params
-    "small": dict(n_layer=4, n_head=4, d_model=256, vocab_size=256),  # default run: ~3.2M params
-    "gpt2": dict(n_layer=12, n_head=12, d_model=768, vocab_size=50257),  # GPT-2 124M
-}
-
-
-def arch_of(m) -> str:
-    """The family a `[model]` section asks for: a llama preset names it, otherwise `model.arch`."""
-    from shardlab.model import llama
-
-    if m.preset in llama.PRESETS:
-        return "llama"
-    return getattr(m, "arch", "gpt2")
-
-
-def resolve_model_config(m, seq_len: int):
-    """Merge a `[model]` config section with its preset; raise ConfigError on impossible dimensions.
-    Returns a GPTConfig, or a LlamaConfig for the llama family (model/llama.py)."""
-    if arch_of(m) == "llama":
-        from shardlab.model import llama
-
-        return llama.resolve_model_config(m, seq_len)
-    base = dict(PRESETS.get(m.preset, {}))
-    for key in ("n_layer", "n_head", "d_model", "vocab_size"):
-        if getattr(m, key):
-            base[key] = getattr(m, key)
-    missing = [k for k in ("n_layer", "n_head", "d_model") if not base.get(k)]
-    if missing:
-        raise ConfigError(f"model.preset=custom needs model.{missing[0]} (and n_layer, n_head, d_model) set")
-    base.setdefault("vocab_size", 256)
-    if base["d_model"] % base["n_head"]:
-        raise ConfigError(f"model.n_head={base['n_head']} does not divide model.d_model={base['d_model']}")
-    if base["vocab_size"] < 256:
-        raise ConfigError(f"model.vocab_size={base['vocab_size']}: byte-level data needs at least 256")
-    max_seq = m.max_seq_len or seq_len
-    if seq_len > max_seq:
-        raise ConfigError(f"train.seq_len={seq_len} exceeds model.max_seq_len={max_seq}")
-    return GPTConfig(max_seq_len=max_seq, dropout=m.dropout, layer_norm_eps=getattr(m, "norm_eps", 0.0) or 1e-5,
-                     tie_embeddings=getattr(m, "tie_embeddings", "auto") != "false", **base, **moe_fields(m))
+from shardlab.model.configs import PRESETS, GPTConfig, arch_of, resolve_model_config  # noqa: F401 - re-exported
+from shardlab.model.moe import mlp_for
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float,

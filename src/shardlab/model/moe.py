@@ -37,12 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass, fields
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shardlab.model.configs import MOE_KEYS, MoEFields, moe_fields  # noqa: F401 - re-exported
 from shardlab.model.dtypes import at_least_fp32
 
 
@@ -158,29 +157,6 @@ class MoE(nn.Module):
         tensor (read on the host: the split sizes) or, from the fixed-shape dispatch, a list."""
         chunks = x_sorted.split(counts if isinstance(counts, list) else counts.tolist())
         return torch.cat([expert(c) for expert, c in zip(self.experts, chunks)])
-
-
-@dataclass(kw_only=True)
-class MoEFields:
-    """The mixture-of-experts fields of both families' model configs (GPTConfig and LlamaConfig inherit them;
-    0 experts = dense). Keyword-only, so that a family's own fields keep their positions and may come
-    without defaults after these; `dataclasses.asdict` of a config (checkpoint `model` metadata) still holds
-    them as flat `moe_*` keys."""
-    moe_experts: int = 0
-    moe_top_k: int = 2
-    moe_every: int = 1
-    moe_capacity: float = 1.25
-    moe_aux_weight: float = 0.01
-    moe_z_weight: float = 0.001
-    moe_bias_update: float = 0.0
-
-
-MOE_KEYS = tuple(f.name for f in fields(MoEFields))
-
-
-def moe_fields(m) -> dict:
-    """The mixture-of-experts settings of a `[model]` config section, for either family's config."""
-    return {k: getattr(m, k) for k in MOE_KEYS if hasattr(m, k)}
 
 
 def mlp_for(cfg, index: int, make_mlp) -> nn.Module:

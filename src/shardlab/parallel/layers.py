@@ -55,6 +55,7 @@ CONTEXT_PARALLEL: dict[str, str] = {
 # The data-parallel layers context parallelism composes with: they communicate in the dp_cp group (cp ranks
 # hold replicas, their gradients are summed too). FSDP2 and torch's ZeRO take their mesh or group otherwise.
 CP_WITH_DP = ("ddp", "zero1", "zero2", "zero3", "torch-ddp")
+EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with
 
 # Expert parallelism (`parallel.ep`, borrowing data-parallel ranks): the function that applies it.
 EXPERT_PARALLEL: dict[str, str] = {"own": "shardlab.parallel.ep.layer:apply_expert_parallel"}

@@ -19,7 +19,7 @@ _RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
 
 def model_spec(cfg) -> ModelSpec:
     """The planner's model for `cfg.model` at `cfg.train.seq_len` (dimensions as the trainer resolves them)."""
-    from shardlab.model.gpt import resolve_model_config
+    from shardlab.model.configs import resolve_model_config
 
     m = resolve_model_config(cfg.model, cfg.train.seq_len)
     if getattr(m, "arch", "gpt2") == "llama":

@@ -258,7 +258,7 @@ def spec_peak(name: str) -> float | None:
 def flops_per_token(params: int, seq: int) -> float:
     """Training FLOPs per token of the gpt2 preset: 6N + 12·L·d·T, N without the position table (a
     lookup, not a matmul), as bench/compile_speed.py counts."""
-    from shardlab.model.gpt import PRESETS
+    from shardlab.model.configs import PRESETS
 
     layers, d = PRESETS["gpt2"]["n_layer"], PRESETS["gpt2"]["d_model"]
     return 6 * (params - seq * d) + 12 * layers * d * seq

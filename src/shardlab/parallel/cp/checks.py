@@ -5,11 +5,15 @@ from shardlab.errors import ConfigError, choice as _choice
 from shardlab.parallel import layers
 
 
+def _cuda() -> bool:
+    import torch  # only here: the launcher validates without loading torch where it can
+
+    return torch.cuda.is_available()
+
+
 # Context parallelism (ring attention, zigzag chunks).
 def validate_cp(cfg, dims) -> None:
     """Context parallelism's own conditions, one line each, before launch (docs/context.md)."""
-    import torch
-
     p, t = cfg.parallel, cfg.train
     _choice("parallel.cp_impl", p.cp_impl, tuple(layers.CONTEXT_PARALLEL))
     if dims.cp == 1:
@@ -21,7 +25,7 @@ def validate_cp(cfg, dims) -> None:
         raise ConfigError(f"train.seq_len={t.seq_len} is not divisible by 2 x parallel.cp = {2 * dims.cp} (zigzag "
                           f"context parallelism cuts every sequence into {2 * dims.cp} equal chunks); choose a "
                           f"multiple of {2 * dims.cp}")
-    if p.cp_impl == "torch" and (p.backend == "gloo" or not torch.cuda.is_available()):
+    if p.cp_impl == "torch" and (p.backend == "gloo" or not _cuda()):
         from shardlab.parallel.cp.layer import TORCH_ON_CPU
         raise ConfigError(TORCH_ON_CPU)
     dp = layers.dp_name(p)

@@ -6,6 +6,6 @@
 from __future__ import annotations
 
 from shardlab.parallel.layers import DATA_PARALLEL as REGISTRY
-from shardlab.parallel.dp.base import Strategy
 
-__all__ = ["Strategy", "REGISTRY"]
+__all__ = ["REGISTRY"]  # `base.Strategy` is imported where it is used: config validation reads
+# dp/checks.py through this package, and the launcher must not load torch for that

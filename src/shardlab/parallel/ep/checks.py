@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from shardlab.errors import ConfigError
+from shardlab.parallel.layers import EP_WITH_DP
 
 
 # Mixture of experts and expert parallelism.
 def validate_moe(cfg, dims) -> None:
     """The mixture-of-experts keys and expert parallelism (docs/moe.md)."""
-    from shardlab.parallel.ep.layer import EP_WITH_DP
-
     m, p = cfg.model, cfg.parallel
     E = m.moe_experts
     if E < 0:

@@ -39,7 +39,6 @@ from shardlab.parallel.dp.base import norm_dtype
 from shardlab.parallel.dp.view import DPView
 from shardlab.parallel.layer import Layer
 
-EP_WITH_DP = ("ddp", "torch-ddp")  # the data-parallel layers expert parallelism composes with (config checks this)
 
 
 class _AllToAll(torch.autograd.Function):

@@ -8,7 +8,7 @@ from shardlab.parallel import layers
 # Tensor parallelism (own / DTensor, sequence parallelism).
 def validate_tp(cfg, dims) -> None:
     """Tensor parallelism's own conditions, one line each, before anything starts (docs/tp.md)."""
-    from shardlab.model.gpt import resolve_model_config
+    from shardlab.model.configs import resolve_model_config
 
     p = cfg.parallel
     _choice("parallel.tp_impl", p.tp_impl, tuple(layers.TENSOR_PARALLEL) or ("own",))
