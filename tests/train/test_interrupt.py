@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,12 +139,21 @@ def test_drill(tmp_path, reference, signame, target, moment):
 
 def test_a_second_signal_during_the_save_aborts_and_keeps_latest(tmp_path):
     run, marker = tmp_path / "run", tmp_path / "marker"
-    args = ["train", "--out", str(run), *[a for a in chaos.RUN_ARGS if a != "ckpt.async=true"], "train.steps=40"]
+    # The delay widens the saves from step EVERY + 1 on, meant for the signal's save only. Without slow steps
+    # the ranks (~10 ms a step) reached the periodic save at 2 x EVERY before the first signal stopped them:
+    # its marker was there at once, the second signal followed within a millisecond, and the two SIGTERMs
+    # merged into one pending signal (seen). 250 ms steps stop the ranks well before 2 x EVERY, and the
+    # marker must be younger than the first signal.
+    args = ["train", "--out", str(run), *[a for a in chaos.RUN_ARGS if a != "ckpt.async=true"], "train.steps=40",
+            "debug.slow_rank=0", "debug.slow_ms=250"]
     proc = chaos.start(args, {chaos.DELAY_ENV: f"save@{chaos.EVERY + 1}:30:{marker}"})  # only the signal save
     try:
         assert chaos.wait_until(lambda: chaos.logged_steps(run) >= chaos.EVERY + 1, 240)
+        first = time.time()
         os.kill(proc.pid, signal.SIGTERM)
         assert chaos.wait_until(marker.exists, 120)  # the ranks stopped and are saving (for 30 s)
+        assert marker.stat().st_mtime >= first - 0.05, "the delayed save began before the signal: a periodic one"
+        time.sleep(0.2)  # two signals sent together may arrive as one
         os.kill(proc.pid, signal.SIGTERM)
         code, _, err = chaos.finish(proc, 60)
     finally:
