@@ -11,8 +11,8 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # The floors, bottom first: a room (a package, or a module directly under shardlab/) imports only rooms of
 # lower floors. Kept in step with the table in docs/architecture.md.
 FLOORS = [
-    ("", "errors", "precision", "comm_record", "degrees"),  # "": the package's face, shardlab/__init__.py (its version)
-    ("data", "model", "comm_store", "comm_quorum"),
+    ("", "errors", "precision", "comm_record", "degrees", "lazy"),  # "": the package's face, shardlab/__init__.py (its version)
+    ("data", "model", "comm_store", "comm_quorum", "comm_groups"),
     ("comm", "optim"),
     ("observe", "doctor"),
     ("parallel",),

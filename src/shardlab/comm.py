@@ -5,8 +5,9 @@ one is recorded: op, group (a readable name and its members' global ranks), a pe
 number, payload bytes, wire bytes, dtype, launch and completion time, a short stack. The records feed
 three readers: per-step accounting (`summary.json` `comm`), the timeline (trace), and the flight
 recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in comm_record.py; the
-fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, and the per-quorum groups across
-replicas (`quorum_*`) in comm_quorum.py, both re-exported here.
+fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, the per-quorum groups across
+replicas (`quorum_*`) in comm_quorum.py, and the process groups' names and members (`rank`, `group_info`,
+`name_group`, `new_group`, ...) in comm_groups.py, all re-exported here.
 
 Groups. A record's `group` is the name of its process group: "world" for the default group, the mesh
 dimension for a DeviceMesh group ("dp_shard", "tp", ...: torch describes those as `mesh_<dim>`), or
@@ -37,7 +38,6 @@ import faulthandler
 import os
 import sys
 import time
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +48,8 @@ from shardlab.comm_store import (  # noqa: F401 - the TCPStore exchange, re-expo
 from shardlab.comm_quorum import (  # noqa: F401 - per-quorum groups across replicas: `comm.quorum_group` & co.
     QuorumGroup, quorum_all_reduce, quorum_backend, quorum_broadcast, quorum_group)
 from shardlab import comm_record
+from shardlab.comm_groups import (  # noqa: F401 - who this rank is, and the groups' names: `comm.rank` & co.
+    global_rank, group_info, group_rank, is_initialized, name_group, new_group, rank, world_size)
 from shardlab.comm_record import (  # noqa: F401 - re-exported: `comm.RECORDER`, `comm.set_phase` & co.
     RECORDER, GroupCount, Handle, Record, Recorder, set_phase)
 
@@ -61,10 +63,6 @@ comm_record.SKIP_FILES.add(__file__)  # a record's stack starts at the caller of
 
 
 # --- process group --------------------------------------------------------------------------------
-
-def is_initialized() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
 
 # Staged mode (backend "gloo-staged"): gloo ranks whose tensors live on CUDA, several ranks sharing one
 # GPU (one GPU cannot host two NCCL ranks; `make gpu-check` runs worlds 2 and 4 this way). gloo takes
@@ -122,85 +120,11 @@ def shutdown(clean: bool = True) -> None:
     dist.destroy_process_group()
 
 
-def rank(group=None) -> int:
-    return dist.get_rank(group) if is_initialized() else 0
-
-
-def world_size(group=None) -> int:
-    return dist.get_world_size(group) if is_initialized() else 1
-
-
 def _size(group) -> int:
     return world_size(group)
 
 
-# pg -> readable name; pg -> (name, members). Weak keys: a group that is destroyed takes its entry along.
-_NAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-_INFO: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def name_group(group, name: str) -> None:
-    """Give a process group the name its records carry (a mesh dimension: "dp_shard", "tp", "pp").
-    Name it before its first collective: the sequence numbers count per (name, members). The default
-    group stays "world" (a mesh dimension that spans the world is the default group on gloo)."""
-    if group is None or not is_initialized() or group is dist.GroupMember.WORLD:
-        return
-    _NAMES[group] = name
-    _INFO.pop(group, None)
-
-
-def _derive_name(group) -> str:
-    if group in _NAMES:
-        return _NAMES[group]
-    desc = getattr(group, "group_desc", "") or ""
-    if desc == "default_pg":
-        return "world"
-    if desc.startswith("mesh_"):  # DeviceMesh names its groups mesh_<dim>
-        return desc[len("mesh_"):]
-    return f"group{getattr(group, 'group_name', '')}"  # an unnamed new_group(): torch's id for it
-
-
-def group_info(group) -> tuple[str, tuple[int, ...]]:
-    """(name, member global ranks) of a process group; None is the default group ("world")."""
-    if not is_initialized():
-        return "world", (0,)
-    if group is None:
-        group = dist.GroupMember.WORLD
-    info = _INFO.get(group)  # cached: every record asks
-    if info is None and group is dist.GroupMember.WORLD:
-        info = _INFO[group] = ("world", tuple(range(dist.get_world_size())))
-    if info is None:
-        info = _INFO[group] = (_derive_name(group), tuple(dist.get_process_group_ranks(group)))
-    return info
-
-
-def _group_name(group) -> str:
-    return group_info(group)[0]
-
-
-def global_rank(group, group_rank: int) -> int:
-    """The global rank of position `group_rank` in `group`."""
-    if group is None or not is_initialized():
-        return group_rank
-    return dist.get_global_rank(group, group_rank)
-
-
-def group_rank(group, global_rank: int) -> int:
-    """The position of global rank `global_rank` in `group`."""
-    if group is None or not is_initialized():
-        return global_rank
-    return dist.get_group_rank(group, global_rank)
-
-
-def new_group(ranks: list[int], name: str | None = None, backend: str | None = None):
-    """A process group of `ranks` (every rank must call it, members or not); `name` for its records."""
-    group = dist.new_group(ranks, backend=backend)
-    if name is not None and group is not None and group != dist.GroupMember.NON_GROUP_MEMBER:
-        name_group(group, name)
-    return group
-
-
-# Records name their group by this module's registry (above); the recorder itself knows no process groups.
+# Records name their group by the registry (comm_groups.py); the recorder itself knows no process groups.
 RECORDER.group_info, RECORDER.rank = group_info, rank
 
 

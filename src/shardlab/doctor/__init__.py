@@ -2,12 +2,7 @@
 uneven inputs and fault injection. See docs/doctor.md. The trainer uses `Doctor`; the CLI is
 `shardlab doctor hang|replay` (shardlab.cli.doctor). The names below load core.py (and torch) on first
 use: config validation parses fault specs through this package before any rank exists."""
+from shardlab.lazy import lazy_names
+
 __all__ = ["Doctor", "AnomalyError", "UnevenInputsError"]
-
-
-def __getattr__(name):
-    if name in __all__:
-        from shardlab.doctor import core
-
-        return getattr(core, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, {name: "core" for name in __all__})

@@ -12,6 +12,7 @@ checkpoint written at any split loads into any other (torchtitan's scheme).
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F

@@ -32,7 +32,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _comm_worker(rank: int, world: int, port: int, quick: bool, q, models=(), micro_batches=()) -> None:
+def _comm_worker(rank: int, world: int, port: int, quick: bool, models: tuple, micro_batches: tuple, q) -> None:
     as_a_rank()  # scheduled as torchrun's ranks are (calibrate_compute.as_a_rank)
     import torch
     import torch.distributed as dist
@@ -153,8 +153,8 @@ def _sync_worker(rank: int, world: int, port: int, rounds: int, q) -> None:
     dist.destroy_process_group()
 
 
-def _run_ranks(target, world: int, args: tuple, timeout: float, what: str, tail: tuple = ()):
-    """Spawn `world` ranks of `target(rank, world, port, *args, q, *tail)` on a free port; rank 0's result from
+def _run_ranks(target, world: int, args: tuple, timeout: float, what: str):
+    """Spawn `world` ranks of `target(rank, world, port, *args, q)` on a free port; rank 0's result from
     the queue. Fails fast when a rank dies, and after `timeout`; every process is reaped."""
     import queue
 
@@ -162,7 +162,7 @@ def _run_ranks(target, world: int, args: tuple, timeout: float, what: str, tail:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port = _free_port()
-    procs = [ctx.Process(target=target, args=(r, world, port, *args, q, *tail)) for r in range(world)]
+    procs = [ctx.Process(target=target, args=(r, world, port, *args, q)) for r in range(world)]
     for p in procs:
         p.start()
     deadline = time.monotonic() + timeout
@@ -218,8 +218,7 @@ def _mean_compute(every: list[dict]) -> dict:
 def measure_comm(world: int = 2, quick: bool = False, timeout: float = 300.0, models=(),
                  micro_batches=()) -> dict:
     """Collectives (and, given models, compute under `world` concurrent ranks) in spawned processes."""
-    res = _run_ranks(_comm_worker, world, (quick,), timeout, "calibration",
-                     (tuple(models), tuple(micro_batches)))
+    res = _run_ranks(_comm_worker, world, (quick, tuple(models), tuple(micro_batches)), timeout, "calibration")
     wf = {"all_reduce": 2 * (world - 1) / world, "reduce_scatter": (world - 1) / world,
           "all_gather": (world - 1) / world}
     out = {op: fit_alpha_beta(res[op], wf[op]) for op in wf}
