@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from shardlab.testing.gpu_check import cases, spec_peak
+from shardlab.testing.gpu_check import cases
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -32,24 +32,55 @@ def test_the_case_list_covers_every_layer_and_feature():
     assert any(c.cmd == "ft" and "debug.ft_absent=1@2-3" in c.keys for c in cases())  # a heal across replicas
 
 
-def test_flops_per_token_is_the_bench_count_for_gpt2():
+@pytest.mark.parametrize("name", ["gpt2", "llama-1b"])
+def test_the_mfu_numerator_of_the_performance_runs_is_the_bench_count(name):
+    """The performance runs report summary.json's MFU (plan/model.py's model_flops): for both models of record
+    it is the bench's 6N + 12·L·d·T per token (N without the position table), counted on the built model.
+    The one difference: the bench's N counts the norms' and biases' parameters (6 FLOPs each, as Kaplan's
+    6N does), the planner only the matrices; gpt2's 121,344 such parameters are 0.09% of its FLOPs, hence
+    rel=1e-3 (the llama has no biases and its norms are 0.003%)."""
+    from shardlab import config
     from shardlab.bench.measure import flops_per_token as bench_count
-    from shardlab.model.gpt import GPTConfig, PRESETS, build_model
-    from shardlab.testing.gpu_check import flops_per_token
+    from shardlab.model import build_model
+    from shardlab.model.configs import resolve_model_config
+    from shardlab.plan.from_config import model_spec
+    from shardlab.testing.gpu_check import PERF_MODELS
 
+    keys, micro, seq = PERF_MODELS[name]
+    cfg = config.load(None, [*keys, f"train.seq_len={seq}"])
     with torch.device("meta"):
-        model = build_model(GPTConfig(**PRESETS["gpt2"], max_seq_len=1024), seed=0)
-    params = sum(p.numel() for p in model.parameters())
-    assert flops_per_token(params, 1024) == bench_count(model, 1024)
+        model = build_model(resolve_model_config(cfg.model, seq), seed=0)
+    assert model_spec(cfg).model_flops(seq, seq) == pytest.approx(bench_count(model, seq) * seq, rel=1e-3)
+
+
+def test_every_case_is_a_valid_config_at_its_world():
+    """Each case's keys, as the check passes them (tiny.toml + the case's overrides), validate at its world:
+    a default that moves under the list (tiny.toml's global batch once made the pp cases contradict their
+    grad_accum) fails here, not in the first minutes of a GPU."""
+    from shardlab import config
+    from shardlab.testing.gpu_check import REPO, TINY, PERF_MODELS, perf_cases
+
+    for c in cases():
+        if c.cmd == "generate" or c.cuda_only:  # a cuda_only case is refused here by design (one clear line)
+            continue
+        overrides = TINY[2:] + c.keys + (["parallel.replica_id=0", "parallel.ft_store=127.0.0.1:1"] if c.cmd == "ft" else [])
+        cfg = config.load(REPO / "configs" / "tiny.toml", overrides)
+        config.validate(cfg, 1 if c.cmd == "ft" else c.world)  # ft: two one-process replicas
+    for c in perf_cases(list(PERF_MODELS), {}):
+        config.validate(config.load(None, c.keys), 1)
 
 
 def test_spec_peaks_match_torch_device_names():
-    assert spec_peak("NVIDIA H200") == 989
-    assert spec_peak("NVIDIA H200 NVL") == 835
-    assert spec_peak("NVIDIA H100 80GB HBM3") == 989
-    assert spec_peak("NVIDIA H100 PCIe") == 756
-    assert spec_peak("NVIDIA A100-SXM4-80GB") == 312
-    assert spec_peak("Some Future GPU") is None
+    """summary.json's MFU denominator (plan/peak.py) by torch's device names; a part whose peak is not the
+    table's (NVL, PCIe) gets none rather than the SXM part's."""
+    from shardlab.plan.peak import gpu_peak
+
+    assert gpu_peak("NVIDIA H200", "bf16")[0] == 989e12
+    assert gpu_peak("NVIDIA H100 80GB HBM3", "bf16")[0] == 989e12
+    assert gpu_peak("NVIDIA A100-SXM4-80GB", "bf16")[0] == 312e12
+    assert gpu_peak("NVIDIA H200", "fp32")[0] == 67e12
+    for name in ("NVIDIA H200 NVL", "NVIDIA H100 PCIe", "Some Future GPU"):
+        assert gpu_peak(name, "bf16")[0] is None, name
 
 
 def _gpu_check(*args, timeout=900):

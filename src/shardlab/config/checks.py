@@ -56,6 +56,8 @@ def _check_ranges(cfg: Config, world_size: int) -> None:
             if isinstance(v, float) and not math.isfinite(v):
                 raise ConfigError(f"{section.name}.{_public_name(f.name)}={v}: must be a finite number")
     t, m, c, d = cfg.train, cfg.model, cfg.ckpt, cfg.doctor
+    from shardlab.observe.profile import parse_steps
+    parse_steps(cfg.trace.profile)  # trace.profile=A-B, one line when malformed
     at_least = [("train.global_batch", t.global_batch, 0), ("train.warmup_steps", t.warmup_steps, 0),
                 ("train.eval_every", t.eval_every, 0), ("train.eval_seqs", t.eval_seqs, 1),
                 ("train.seed", t.seed, 0), ("train.grad_clip", t.grad_clip, 0), ("train.weight_decay", t.weight_decay, 0),

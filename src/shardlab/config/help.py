@@ -236,6 +236,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                             "cut, `latest` untouched; keep it under the scheduler's grace (Slurm KillWait, "
                             "Kubernetes terminationGracePeriodSeconds); 0 = no limit", "float >= 0"),
     "trace.enabled": ("record per-rank compute and communication spans into RUN/trace/", "true | false"),
+    "trace.profile": ("torch.profiler over training steps A..B: RUN/profile/rank{R}_top.txt (top kernels by self "
+                      "device time) and a Chrome trace", "A-B, e.g. 10-12; empty = off"),
     "doctor.spike_factor": ("loss spike alarm: loss > factor x running median; 0 = off", "0 | float > 1"),
     "doctor.on_anomaly": ("on a NaN/Inf or spike: stop the run, skip the step everywhere, or roll back to "
                           "the latest checkpoint (needs ckpt.every)", "stop | skip | rollback"),

@@ -170,6 +170,7 @@ class CkptConfig:
 @dataclass
 class TraceConfig:
     enabled: bool = False
+    profile: str = ""  # A-B: torch.profiler over steps A..B -> RUN/profile/ (observe/profile.py)
 
 
 @dataclass

@@ -23,8 +23,14 @@ _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-80G"))  # s
 GEMM_N = 1024  # 2 GFLOP per product: long enough to saturate, short enough to repeat
 
 
+_OTHER_PARTS = ("NVL", "PCIe")  # H100/H200 NVL (835 TFLOP/s bf16) and H100 PCIe (756): not the SXM presets
+
+
 def gpu_preset(device_name: str) -> str | None:
-    """The preset of plan/hardware.py a CUDA device's name (torch.cuda.get_device_name) is, or None."""
+    """The preset of plan/hardware.py a CUDA device's name (torch.cuda.get_device_name) is, or None (then no
+    MFU: the NVL and PCIe parts share the SXM part's name but not its clocks or peak)."""
+    if any(part.lower() in device_name.lower() for part in _OTHER_PARTS):
+        return None
     return next((preset for needle, preset in _GPU_NAMES if needle in device_name), None)
 
 

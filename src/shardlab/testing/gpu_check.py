@@ -16,12 +16,14 @@ Each case is one real CLI run (`shardlab train`, `shardlab generate`) with its o
   (debug.ft_absent) and healed over the quorum group. Two NCCL ranks cannot share a GPU, so the quorum
   groups run on gloo with CUDA tensors (SHARDLAB_BACKEND=gloo-staged); the NCCL quorum groups need two
   GPUs and are checked in simulation only (tests/parallel/dp/test_ft_nccl.py).
-A case passes when the run exits 0 with a finite final loss. Then the gpt2 preset trains a few bf16
-steps on one rank (eager, then compiled): tokens/s from summary.json and MFU = 6N + 12·L·d·T FLOPs per
-token (N without the position table; bench/compile_speed.py's count) x tokens/s / the GPU's spec bf16
-dense peak (SPEC_PEAK_TFLOPS; an unknown GPU gets no MFU, said so).
+A case passes when the run exits 0 with a finite final loss. Then the performance runs of record (PERF_MODELS:
+gpt2 124M and a Llama of Llama 3.2 1B's shape), bf16 on one rank, compiled and eager, one at a time: tokens/s
+and MFU as summary.json reports them (PaLM's model FLOPs, 6N + 12·L·d·T per token, over the GPU's spec bf16
+dense peak), peak memory, `shardlab explain --cluster <the GPU's preset>` (the planner's step and memory
+against the measured ones) and torch.profiler's top kernels over two steps (trace.profile).
 
-One table on stdout; exit 0 when every case passed, 1 otherwise, 2 when there is no CUDA device.
+One table on stdout (and with --out DIR, five files written as the cases finish: a check cut off by a time
+limit keeps what it did); exit 0 when every case passed, 1 otherwise, 2 when there is no CUDA device.
 `--device cpu` rehearses the same cases on CPU (gloo; the staged cases stage CPU tensors), which is
 how the suite keeps this script from rotting: tests/simulate/test_gpu_check.py runs a case that way.
 """
@@ -43,14 +45,11 @@ from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[2]  # .../src
 REPO = SRC.parent
-# bf16 dense tensor-core peaks from the vendors' spec sheets (TFLOPS; with sparsity is twice these)
-SPEC_PEAK_TFLOPS = {"H200 NVL": 835.0, "H200": 989.0, "H100 NVL": 835.0, "H100 PCIe": 756.0, "H100": 989.0,
-                    "A100": 312.0, "L40S": 362.0, "A10G": 70.0, "L4": 121.0}
 OPTIONAL = {"matplotlib": "loss.png and other plots", "xxhash": "xxh3 checkpoint checksums (sha256 instead)",
             "safetensors": "HF export / loading an HF directory"}
 TINY = ["--config", str(REPO / "configs" / "tiny.toml"), "train.steps=6", "train.log_every=2",
         "train.eval_every=0", "train.warmup_steps=1", "ckpt.final=false"]
-PP = ["model.n_layer=4", "train.grad_accum=4"]  # four stages' worth of layers (interleaved: 2 x 2)
+PP = ["model.n_layer=4"]  # four stages' worth of layers (interleaved: 2 x 2); tiny.toml's batch: 8 microbatches at pp=2
 # two replicas of one rank (each its own `shardlab train`), replica 1 sitting out steps 2-3: healed at step 4
 FT = ["parallel.strategy=single", "parallel.fault_tolerant=true", "parallel.replicas=2", "parallel.ft_job=gpu-check",
       "parallel.ft_timeout=60", "parallel.ft_join_timeout=120", "debug.ft_absent=1@2-3", "train.steps=6"]
@@ -131,6 +130,8 @@ class Result:
     tokens_per_s: float | None = None
     seconds: float = 0.0
     note: str = ""
+    log: str = ""  # a failed run's output tail (written to OUT/fail-<case>.txt)
+    extra: dict = field(default_factory=dict)  # a performance run's figures (OUT/perf.json)
 
 
 def _env(case_staged: bool, device: str) -> dict:
@@ -140,6 +141,10 @@ def _env(case_staged: bool, device: str) -> dict:
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a rehearsal: the same cases, nothing on a device
     return env
+
+
+def _tail(text: str, lines: int = 80) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def _last_line(text: str) -> str:
@@ -197,7 +202,7 @@ def run_ft_case(case: Case, device: str, work: Path) -> Result:
     took = time.perf_counter() - t0
     if codes != [0, 0]:
         log = (root / f"r{codes.index(next(c for c in codes if c != 0))}.log").read_text()
-        return Result(case, "FAIL", seconds=took, note=f"exit {codes}: {_last_line(log)}")
+        return Result(case, "FAIL", seconds=took, note=f"exit {codes}: {_last_line(log)}", log=_tail(log))
     try:
         s0, s1 = (json.loads((root / f"r{i}" / "summary.json").read_text()) for i in (0, 1))
     except (OSError, ValueError) as e:
@@ -233,7 +238,8 @@ def run_case(case: Case, device: str, work: Path, steps: int | None, runs: dict)
         rc, out, err = _run(args, env, case.timeout, work)
     took = time.perf_counter() - t0
     if rc != 0:
-        return Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(err) or _last_line(out)}")
+        return Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(err) or _last_line(out)}",
+                      log=_tail(out, 20) + "\n--- stderr ---\n" + _tail(err))
     if case.cmd == "generate":
         return Result(case, "ok", seconds=took, note=f"{len(out.strip())} chars out")
     try:
@@ -247,47 +253,82 @@ def run_case(case: Case, device: str, work: Path, steps: int | None, runs: dict)
     return Result(case, "ok", loss, summary.get("tokens_per_s"), took)
 
 
-def spec_peak(name: str) -> float | None:
-    """The bf16 dense peak (TFLOPS) of a GPU by its torch name, longest matching key first."""
-    for key in sorted(SPEC_PEAK_TFLOPS, key=len, reverse=True):
-        if key.lower() in name.lower():
-            return SPEC_PEAK_TFLOPS[key]
-    return None
+# The performance runs of record (bf16, one rank): name -> (config keys, micro batch, sequence length). The
+# Llama is Llama 3.2 1B's shape (d 2048, 16 layers, GQA 32/8, SwiGLU 8192, tied 128,256-token embedding,
+# 1.24B parameters) at sequence 4096; gpt2 is the 124M preset at 1024. Each runs eager and compiled.
+LLAMA_1B = ["model.preset=custom", "model.arch=llama", "model.n_layer=16", "model.d_model=2048", "model.n_head=32",
+            "model.n_kv_heads=8", "model.vocab_size=128256", "model.intermediate_size=8192",
+            "model.tie_embeddings=true", "model.rope_theta=500000"]
+PERF_MODELS = {"llama-1b": (LLAMA_1B, 4, 4096), "gpt2": (["model.preset=gpt2"], 32, 1024)}
+PERF_STEPS = 20  # the first max(3, steps/10) are warm-up; the profiled ones (PROFILE) are not timed either
+PROFILE = "17-18"
 
 
-def flops_per_token(params: int, seq: int) -> float:
-    """Training FLOPs per token of the gpt2 preset: 6N + 12·L·d·T, N without the position table (a
-    lookup, not a matmul), as bench/compile_speed.py counts."""
-    from shardlab.model.configs import PRESETS
-
-    layers, d = PRESETS["gpt2"]["n_layer"], PRESETS["gpt2"]["d_model"]
-    return 6 * (params - seq * d) + 12 * layers * d * seq
-
-
-def mfu_runs(device: str, work: Path, gpu: str) -> list[Result]:
-    """The gpt2 preset, bf16, one rank on NCCL: tokens/s and MFU, eager then compiled."""
+def perf_cases(names: list[str], micro: dict[str, int]) -> list[Case]:
+    """The performance runs in the order they run: compiled first (the goals are on them), then eager."""
     out = []
-    peak = spec_peak(gpu)
-    seq, micro = 1024, 16
-    for label, extra in (("gpt2 bf16 mfu", []), ("gpt2 bf16 mfu compile", ["train.compile=true"])):
-        case = Case(label, 1, ["model.preset=gpt2", "train.dtype=bf16", f"train.seq_len={seq}",
-                               f"train.micro_batch={micro}", "parallel.strategy=single", *extra], timeout=420)
-        t0 = time.perf_counter()
-        run_dir = work / label.replace(" ", "_")
-        args = ["train", "--nproc", "1", "--out", str(run_dir), "train.steps=30", "train.log_every=5",
-                "train.eval_every=0", "train.warmup_steps=2", "ckpt.final=false", *case.keys]
-        rc, o, e = _run(args, _env(False, device), case.timeout, work)
-        took = time.perf_counter() - t0
-        if rc != 0:
-            out.append(Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(e) or _last_line(o)}"))
-            continue
-        s = json.loads((run_dir / "summary.json").read_text())
-        tps = s.get("tokens_per_s")
-        flops = flops_per_token(s["params"], seq) * (tps or 0)
-        note = (f"MFU {flops / (peak * 1e12):.3f} of {peak:.0f} TFLOPS ({gpu})" if peak and tps
-                else f"no spec peak known for {gpu!r}: MFU not computed")
-        out.append(Result(case, "ok", s.get("final_train_loss"), tps, took, note))
+    for compiled in (True, False):
+        for name in names:
+            keys, mb, seq = PERF_MODELS[name]
+            mb = micro.get(name, mb)
+            out.append(Case(f"{name} bf16{' compile' if compiled else ''}", 1,
+                            [*keys, "train.dtype=bf16", f"train.seq_len={seq}", f"train.micro_batch={mb}",
+                             "parallel.strategy=single", f"train.compile={str(compiled).lower()}",
+                             f"trace.profile={PROFILE}"], timeout=420, cmd="perf"))
     return out
+
+
+def run_perf(case: Case, device: str, work: Path) -> Result:
+    """One performance run: tokens/s and MFU as summary.json reports them, peak memory, the planner's
+    prediction of the run (`shardlab explain --cluster <the GPU's preset>`), the profiler's top kernels
+    (the result's `log`)."""
+    from shardlab.plan.peak import gpu_preset
+
+    t0 = time.perf_counter()
+    run_dir = work / case.name.replace(" ", "_")
+    args = ["train", "--nproc", "1", "--out", str(run_dir), f"train.steps={PERF_STEPS}", "train.log_every=5",
+            "train.eval_every=0", "train.warmup_steps=2", "ckpt.final=false", *case.keys]
+    rc, o, e = _run(args, _env(False, device), case.timeout, work)
+    took = time.perf_counter() - t0
+    if rc != 0:
+        return Result(case, "FAIL", seconds=took, note=f"exit {rc}: {_last_line(e) or _last_line(o)}",
+                      log=_tail(o, 20) + "\n--- stderr ---\n" + _tail(e))
+    s = json.loads((run_dir / "summary.json").read_text())
+    fig = {k: s.get(k) for k in ("tokens_per_s", "mfu", "step_time_s", "peak_mem_bytes", "peak_mem_kind",
+                                 "params", "peak_flops_from", "final_train_loss")}
+    top = run_dir / "profile" / "rank0_top.txt"
+    profile = top.read_text() if top.exists() else ""
+    gpu = _gpu_name(device)
+    preset = gpu_preset(gpu) if device == "cuda" else None
+    if preset:  # the planner's prediction of this run on the GPU's preset
+        rc, eo, ee = _run(["explain", str(run_dir), "--cluster", preset, "--json"], _env(False, device), 120, work)
+        if rc == 0:
+            ex = json.loads(eo)
+            pred, meas = ex["predicted"], ex["measured"]
+            fig.update(predicted_step_s=pred["step_time_s"], step_time_error=ex.get("step_time_error"),
+                       predicted_mem_bytes=pred["memory"]["total"], predicted_fits=pred.get("fits"),
+                       predicted_memory=pred["memory"], measured_memory=meas["memory"])
+            if fig["peak_mem_bytes"] and fig["predicted_mem_bytes"]:
+                fig["mem_error"] = fig["predicted_mem_bytes"] / fig["peak_mem_bytes"] - 1
+            fig["explain"] = {k: ex.get(k) for k in ("layout", "compute_from", "components", "off")}
+        else:
+            fig["explain_error"] = _last_line(ee) or _last_line(eo)
+    mfu = fig.get("mfu")
+    note = (f"MFU {mfu:.3f}" if mfu else "MFU -") + f", step {fig['step_time_s'] or 0:.3f}s"
+    if fig.get("peak_mem_bytes"):
+        note += f", peak {fig['peak_mem_bytes'] / 2**30:.1f} GiB"
+    if "predicted_step_s" in fig:
+        note += (f"; plan: step {fig['predicted_step_s']:.3f}s ({fig['step_time_error']:+.0%}), "
+                 f"memory {fig['predicted_mem_bytes'] / 2**30:.1f} GiB ({fig.get('mem_error', 0):+.0%})")
+    elif "explain_error" in fig:
+        note += f"; explain failed: {fig['explain_error']}"
+    return Result(case, "ok", fig["final_train_loss"], fig["tokens_per_s"], took, note, log=profile, extra=fig)
+
+
+def _gpu_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if device == "cuda" else "cpu (rehearsal)"
 
 
 def environment() -> tuple[list[str], str | None]:
@@ -325,6 +366,37 @@ def table(results: list[Result]) -> str:
 _DEVICE = "cuda"
 
 
+class Sink:
+    """Where results go as they come (--out DIR): progress.txt (a line per finished case), table.md (rewritten
+    after each), fails.txt (each failed run's output tail), perf.json (the performance runs' figures) and
+    profiles.txt (their top kernels); written at once, so a check cut off by a time limit still leaves what it
+    did. Five files whatever the number of cases: a machine that returns only a few files loses none."""
+
+    def __init__(self, out: str, head: str):
+        self.dir = Path(out) if out else None
+        self.head, self.results = head, []
+        if self.dir:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "progress.txt").write_text(head + "\n")
+
+    def add(self, r: Result) -> None:
+        self.results.append(r)
+        line = f"  {r.status:4} {r.case.name} (world {r.case.world}) {r.seconds:.0f}s {r.note}"
+        print(line, flush=True)
+        if not self.dir:
+            return
+        with open(self.dir / "progress.txt", "a") as f:
+            f.write(line + "\n")
+        if r.log:
+            name = "fails.txt" if r.status == "FAIL" else "profiles.txt"
+            with open(self.dir / name, "a") as f:
+                f.write(f"===== {r.case.name} (world {r.case.world}) =====\n{r.log}\n\n")
+        (self.dir / "table.md").write_text(self.head + "\n\n" + table(self.results) + "\n")
+        perf = {x.case.name: x.extra for x in self.results if x.extra}
+        if perf:
+            (self.dir / "perf.json").write_text(json.dumps(perf, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     global _DEVICE
     p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n")[0])
@@ -335,7 +407,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=0, help="training steps per case (default: the list's)")
     p.add_argument("--jobs", type=int, default=0, help="cases run at once (default: 4 on cuda, 1 on cpu)")
     p.add_argument("--list", action="store_true", help="print the case list and exit")
-    p.add_argument("--no-mfu", action="store_true", help="skip the gpt2 MFU runs")
+    p.add_argument("--no-mfu", action="store_true", help="skip the performance runs")
+    p.add_argument("--perf", default="llama-1b,gpt2",
+                   help=f"performance runs, comma-separated of {', '.join(PERF_MODELS)} ('' = none)")
+    p.add_argument("--perf-first", action="store_true", help="the performance runs before the cases")
+    p.add_argument("--micro", default="", help="micro batch per performance model, e.g. llama-1b=8,gpt2=32")
+    p.add_argument("--out", default="", help="write progress.txt, table.md, fails.txt, perf.json, profiles.txt "
+                                             "here as it goes")
     p.add_argument("--keep", default="", help="keep the run directories here (default: a temporary one)")
     args = p.parse_args(argv)
     _DEVICE = args.device
@@ -345,8 +423,15 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [c for c in chosen if c.name in names or f"{c.name} w{c.world}" in names]
     if args.world:
         chosen = [c for c in chosen if c.world == args.world]
+    perf_names = [n.strip() for n in args.perf.split(",") if n.strip()]
+    unknown = [n for n in perf_names if n not in PERF_MODELS]
+    if unknown:
+        print(f"gpu-check: --perf {unknown[0]!r} is not one of {', '.join(PERF_MODELS)}", file=sys.stderr)
+        return 2
+    micro = {k: int(v) for k, _, v in (kv.partition("=") for kv in args.micro.split(",") if kv)}
+    perf = [] if (args.no_mfu or args.device != "cuda") else perf_cases(perf_names, micro)
     if args.list:
-        for c in chosen:
+        for c in chosen + perf:
             print(f"{c.name} w{c.world}: {c.cmd} {' '.join(c.keys)}")
         return 0
     head, stop = environment()
@@ -360,28 +445,34 @@ def main(argv: list[str] | None = None) -> int:
     if stop:
         print(f"gpu-check: {stop}", file=sys.stderr)
         return 2
-    gpu = torch.cuda.get_device_name(0) if args.device == "cuda" else "cpu (rehearsal)"
-    print(f"gpu-check on {gpu}; " + "; ".join(head), flush=True)
+    gpu = _gpu_name(args.device)
+    sink = Sink(args.out, f"gpu-check on {gpu}; " + "; ".join(head))
+    print(sink.head, flush=True)
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     runs: dict[str, Path] = {}
-    results: list[Result] = []
     jobs = args.jobs or (4 if args.device == "cuda" else 1)
+
+    def run_perf_all():  # one at a time, on a GPU nothing else uses
+        for c in perf:
+            sink.add(run_perf(c, args.device, work))
+
     try:
+        if args.perf_first:
+            run_perf_all()
         for phase in ("train", "ft", "generate"):  # a generate case reads the checkpoint of a train case
             todo = [c for c in chosen if c.cmd == phase]
             with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
                 futs = [pool.submit(run_case, c, args.device, work, args.steps or None, runs) for c in todo]
-                for c, f in zip(todo, futs):
-                    r = f.result()
-                    print(f"  {r.status:4} {c.name} (world {c.world}) {r.seconds:.0f}s {r.note}", flush=True)
-                    results.append(r)
-        if args.device == "cuda" and not args.no_mfu and not args.only and not args.world:
-            results += mfu_runs(args.device, work, gpu)
+                for f in concurrent.futures.as_completed(futs):
+                    sink.add(f.result())
+        if not args.perf_first:
+            run_perf_all()
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
+    results = sink.results
     print(table(results))
     failed = [r for r in results if r.status == "FAIL"]
     print(f"{len(results) - len(failed)} of {len(results)} passed in {time.perf_counter() - t0:.0f}s"

@@ -28,6 +28,7 @@ from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
 from shardlab.launch import failure, interrupt, orphans
 from shardlab.observe import analysis, inject, timeline
 from shardlab.observe.memory import PeakMemory
+from shardlab.observe.profile import StepProfiler
 from shardlab.observe.core_share import CoreShare
 from shardlab.optim import lr_at, set_lr
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
@@ -64,6 +65,7 @@ class Trainer:
         self.is_main = self.rank == 0
         if cfg.trace.enabled:
             timeline.enable(self.run_dir, self.rank)
+        self.profiler = StepProfiler(cfg.trace.profile, self.run_dir, self.rank, self.device)  # trace.profile
 
         self.train_ds, self.val_ds = datasets(cfg)
         # packed documents (data.doc_mask, docs/data.md): the EOS id that ends each one; None: no masks
@@ -215,6 +217,7 @@ class Trainer:
             _sync(self.device)
             t0 = time.perf_counter()
             self.core_share.begin()
+            profiled = self.profiler.before_step(st.step)
             with timeline.span("step", cat="step", step=st.step):
                 inject.maybe_slow(cfg, self.rank, st.step)  # debug.slow_rank: a straggler on purpose
                 loss_sum, grad_norm, skipped = self.train_step()
@@ -232,8 +235,9 @@ class Trainer:
             for op, b in self.comm_stats["bytes"].items():  # the run's totals (summary: mean per step)
                 self.comm_total[op] = self.comm_total.get(op, 0) + b
             self.comm_steps += 1
+            self.profiler.after_step(st.step)
             st.step += 1
-            if st.step > self.start_step + warmup:
+            if st.step > self.start_step + warmup and not profiled:  # the profiler slows the steps it records
                 step_times.append(dt)
             verdict = self.doctor.after_step(st.step - 1)  # heartbeat, periodic replica checksums
             if verdict == "stop":
@@ -254,6 +258,7 @@ class Trainer:
         """After the last step: the final save, the doctor's last check, the summary (rank 0 writes it,
         the plots, and prints it)."""
         self.ckpt.close(self.state)
+        self.profiler.close()
         self.doctor_result = self.doctor.close()  # final replica checksum, stops the watchdog
         timeline.finish()  # every rank writes trace/rank{R}.jsonl; rank 0 merges trace.json
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
