@@ -34,6 +34,7 @@ def main(argv: list[str]) -> int:
 
     assert module == torchrun.__name__, module
     _first_signal_only()
+    torchrun_args = shutdown_timeout_compat(torchrun_args, torchrun.get_args_parser())
     try:
         torchrun.run(torchrun.parse_args(torchrun_args))
         return 0
@@ -65,6 +66,31 @@ def _first_signal_only() -> None:
             handler(signum, frame)
 
     api._terminate_process_handler = once  # looked up when torchrun installs its handlers (pcontext.start)
+
+
+def shutdown_timeout_compat(args: list[str], parser) -> list[str]:
+    """torchrun's `--shutdown-timeout` is new in torch 2.12; the torch of a GPU machine may be older (2.11 on
+    the first one: its argument parser exits 2 on the unknown option, and no rank starts). There the option
+    is taken out and its value made the default of PContext.close's timeout, which is what the older agent
+    waits between forwarding a signal and killing the workers (30 s, fixed)."""
+    if any("--shutdown-timeout" in a.option_strings for a in parser._actions):
+        return args
+    out, timeout = [], None
+    for a in args:
+        if a.startswith("--shutdown-timeout=") or a.startswith("--shutdown_timeout="):
+            timeout = int(a.split("=", 1)[1])
+        else:
+            out.append(a)
+    if timeout is not None:
+        from torch.distributed.elastic.multiprocessing import api
+
+        close = api.PContext.close
+
+        def close_with_grace(self, death_sig=None, timeout: int = timeout):
+            return close(self, death_sig, timeout)
+
+        api.PContext.close = close_with_grace
+    return out
 
 
 def _write(path: str, data: dict) -> None:
