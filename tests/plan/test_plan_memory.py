@@ -138,7 +138,9 @@ def test_korthikanti_extra_terms_and_pipeline_in_flight():
     m = GPT3
     s, h, v = m.seq, m.d_model, m.vocab
     sbh = s * h
-    assert activation_bytes_extra(m, 1, s, 8, sp=True, p=1) == pytest.approx(sbh / 8 * (1 + 4 * (1 + v / h)))
+    # the paper's sbh/t(1 + 4(1 + v/h)) for the hidden-size part; the logits at the loss's backward peak as
+    # shardlab's vocab-parallel loss holds them, 8sbv/t (the paper's 4sbv/t counts the fp32 logits alone)
+    assert activation_bytes_extra(m, 1, s, 8, sp=True, p=1) == pytest.approx(sbh / 8 * 5 + 8 * s * v / 8)
     assert activation_bytes_extra(m, 1, s, 8, sp=True, p=8, in_flight=8) == pytest.approx(sbh * 8 / 8)
     # 1F1B: the first stage holds p micro batches of L/p layers = L layers' worth
     assert in_flight(Layout(pp=8, schedule="1f1b"), m=32) == 8
@@ -149,12 +151,13 @@ def test_korthikanti_extra_terms_and_pipeline_in_flight():
 
 def test_logits_are_split_by_tp_without_sp():
     """The vocab-parallel loss keeps only this rank's vocabulary slice of the logits (parallel/tp/loss.py):
-    4sbv/t with or without SP; only the hidden-size part (4sbh) is replicated without SP."""
+    its saved softmax and the gradient cloned from it, 8sbv/t, with or without SP; only the hidden-size part
+    (4sbh) is replicated without SP. At t = 1 F.cross_entropy's three fp32 tensors: 12sbv."""
     m = PRESETS["llama3-70b"]
     s, b, t, h, v = 8192, 2, 8, m.d_model, m.vocab
-    assert activation_bytes_extra(m, b, s, t, sp=False, p=1) == 4 * s * b * h + 4 * s * b * v / t
-    assert activation_bytes_extra(m, b, s, t, sp=True, p=1) == pytest.approx(4 * s * b * (h + v) / t)
-    assert activation_bytes_extra(m, b, s, 1, sp=False, p=1) == 4 * s * b * (h + v)
+    assert activation_bytes_extra(m, b, s, t, sp=False, p=1) == 4 * s * b * h + 8 * s * b * v / t
+    assert activation_bytes_extra(m, b, s, t, sp=True, p=1) == pytest.approx(4 * s * b * (h + 2 * v) / t)
+    assert activation_bytes_extra(m, b, s, 1, sp=False, p=1) == 4 * s * b * h + 12 * s * b * v
 
 
 @pytest.mark.parametrize("arch, tie", [("gpt2", "false"), ("llama", "true"), ("llama", "auto")])

@@ -20,6 +20,8 @@ def test_sp_hint_json(capsys):
     assert cli.main(ARGS + ["--json"]) == 1
     d = json.loads(capsys.readouterr().out)
     h = d["sp_hint"]
-    assert h["fits_sp"] and h["activations_sp"] < h["activations"] / 5  # full recompute: the block input / 8
+    # full recompute: the block inputs / 8 with SP; the loss's logits (8sbv/t, split by vocabulary either way)
+    # are not cut by SP, so the whole is about a fifth
+    assert h["fits_sp"] and h["activations_sp"] < h["activations"] / 4.5
     assert cli.main(ARGS + ["sp=true", "--json"]) == 0
     assert "sp_hint" not in json.loads(capsys.readouterr().out)

@@ -31,6 +31,9 @@ class Cluster:
     pcie_bw: float = 64 * GB  # host link per GPU one direction (offload)
     # ---- assumptions, one value per cluster (never per case) ----
     gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
+    # 16-bit GEMMs with a dimension that is not a multiple of 8 (16 bytes: cuBLAS's tensor-core alignment)
+    # run on slower kernels: their rate relative to an aligned GEMM's (1 = no penalty known)
+    unaligned_gemm_factor: float = 1.0
     mem_usable_fraction: float = 0.95  # what the allocator can hand out (context, fragmentation)
     overlap_efficiency: float = 1.0  # fraction of overlappable comm actually hidden
     op_overhead_s: float = 0.0  # per-op dispatch cost not hidden behind the device (CPU eager)
@@ -84,11 +87,12 @@ class Cluster:
         key = f"{m},{n},{k}"
         if key in self.gemm_table:
             return self.gemm_table[key]
+        slow = 1.0 if fp32 or not (m % 8 or n % 8 or k % 8) else self.unaligned_gemm_factor
         if self.gemm_fit:
             peak, half = self.gemm_fit
             f = 2.0 * m * n * k
-            return peak * f / (f + half)
-        return (self.peak_flops_fp32 if fp32 else self.peak_flops) * self.gemm_efficiency
+            return peak * f / (f + half) * slow
+        return (self.peak_flops_fp32 if fp32 else self.peak_flops) * self.gemm_efficiency * slow
 
 
 def _node(name, gpus_per_node=8, **kw) -> Cluster:
@@ -108,7 +112,7 @@ PRESETS: dict[str, Cluster] = {
     "H200": _node(
         "H200", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB),
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18),
 }
 ALIASES = {"a100": "A100-80G", "h100": "H100-SXM", "h200": "H200"}
 

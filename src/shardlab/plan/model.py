@@ -233,17 +233,23 @@ def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
                            p: int = 1, in_flight: float = 1.0) -> float:
     """Korthikanti et al. 2022 Sec. 4.3, outside the layers (first pipeline stage): the embedding
     dropout mask sbh per micro batch in flight; with p == 1 the same rank also holds the final
-    LayerNorm and output projection inputs, 4sbh, and the cross-entropy's logits, 4sbv. The paper
-    writes 4sbh(1 + v/h)/t for its setting, sequence parallelism; the two parts split differently
-    without it: the hidden-size tensors are replicated across the tensor-parallel ranks (÷t only with
-    SP), while the logits are always this rank's vocabulary slice (the vocab-parallel loss,
-    parallel/tp/loss.py: no rank holds the full tokens x vocab logits), so 4sbv/t at any t."""
+    LayerNorm and output projection inputs, 4sbh, and the loss's logits. The paper writes 4sbh(1 + v/h)/t
+    for its setting, sequence parallelism; the two parts split differently without it: the hidden-size
+    tensors are replicated across the tensor-parallel ranks (÷t only with SP), while the logits are
+    always this rank's vocabulary slice (the vocab-parallel loss, parallel/tp/loss.py), so ÷t at any t.
+
+    The logits term is the loss's peak as shardlab computes it, not the paper's 4sbv (the fp32 logits
+    alone): the peak of a step comes at the loss's backward, when every layer's activations are still
+    held, and there the loss holds fp32 tensors of tokens x vocabulary: F.cross_entropy (t = 1) its saved
+    log-softmax output, the gradient coming into it and the gradient it makes, 12sbv; the vocab-parallel
+    loss its saved softmax and the gradient cloned from it, 8sbv/t. (On an H200 the 4sbv of the paper
+    left gpt2 at micro batch 32 under-predicted by 12 GiB, 41%: docs/cuda.md.)"""
     sbh = s * b * m.d_model
     rep = 0.0 if m.llama else sbh * in_flight  # llama: no embedding dropout
     logits = 0.0
     if p == 1:
         rep += 4 * sbh
-        logits = 4 * s * b * m.vocab / t
+        logits = (12 if t == 1 else 8) * s * b * m.vocab / t
     return rep / (t if sp else 1) + logits
 
 

@@ -286,13 +286,14 @@ PERF_STEPS = 20  # the first max(3, steps/10) are warm-up; the profiled ones (PR
 PROFILE = "17-18"
 
 
-def perf_cases(names: list[str], micro: dict[str, int]) -> list[Case]:
+def perf_cases(names: list[str], micro: dict[str, int], seqs: dict[str, int] | None = None,
+               modes: tuple[bool, ...] = (True, False)) -> list[Case]:
     """The performance runs in the order they run: compiled first (the goals are on them), then eager."""
     out = []
-    for compiled in (True, False):
+    for compiled in modes:
         for name in names:
             keys, mb, seq = PERF_MODELS[name]
-            mb = micro.get(name, mb)
+            mb, seq = micro.get(name, mb), (seqs or {}).get(name, seq)
             out.append(Case(f"{name} bf16{' compile' if compiled else ''}", 1,
                             [*keys, "train.dtype=bf16", f"train.seq_len={seq}", f"train.micro_batch={mb}",
                              "parallel.strategy=single", f"train.compile={str(compiled).lower()}",
@@ -434,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"performance runs, comma-separated of {', '.join(PERF_MODELS)} ('' = none)")
     p.add_argument("--perf-first", action="store_true", help="the performance runs before the cases")
     p.add_argument("--micro", default="", help="micro batch per performance model, e.g. llama-1b=8,gpt2=32")
+    p.add_argument("--seq", default="", help="sequence length per performance model, e.g. llama-1b=8192")
+    p.add_argument("--modes", default="compile,eager", help="performance runs: compile, eager or both")
     p.add_argument("--out", default="", help="write progress.txt, table.md, fails.txt, perf.json, profiles.txt "
                                              "here as it goes")
     p.add_argument("--keep", default="", help="keep the run directories here (default: a temporary one)")
@@ -450,8 +453,10 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"gpu-check: --perf {unknown[0]!r} is not one of {', '.join(PERF_MODELS)}", file=sys.stderr)
         return 2
-    micro = {k: int(v) for k, _, v in (kv.partition("=") for kv in args.micro.split(",") if kv)}
-    perf = [] if (args.no_mfu or args.device != "cuda") else perf_cases(perf_names, micro)
+    micro, seqs = ({k: int(v) for k, _, v in (kv.partition("=") for kv in arg.split(",") if kv)}
+                   for arg in (args.micro, args.seq))
+    modes = tuple(m == "compile" for m in args.modes.split(",") if m in ("compile", "eager"))
+    perf = [] if (args.no_mfu or args.device != "cuda") else perf_cases(perf_names, micro, seqs, modes)
     if args.list:
         for c in chosen + perf:
             print(f"{c.name} w{c.world}: {c.cmd} {' '.join(c.keys)}")
