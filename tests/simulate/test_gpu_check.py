@@ -63,7 +63,8 @@ def test_every_case_is_a_valid_config_at_its_world():
     for c in cases():
         if c.cmd == "generate" or c.cuda_only:  # a cuda_only case is refused here by design (one clear line)
             continue
-        overrides = TINY[2:] + c.keys + (["parallel.replica_id=0", "parallel.ft_store=127.0.0.1:1"] if c.cmd == "ft" else [])
+        ft = ["parallel.replica_id=0", "parallel.ft_store=127.0.0.1:1"] if c.cmd == "ft" else []  # one replica's
+        overrides = TINY[2:] + c.keys + ft
         cfg = config.load(REPO / "configs" / "tiny.toml", overrides)
         config.validate(cfg, 1 if c.cmd == "ft" else c.world)  # ft: two one-process replicas
     for c in perf_cases(list(PERF_MODELS), {}):

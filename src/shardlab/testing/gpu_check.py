@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated case names (as in the table, e.g. 'dp zero3')")
     p.add_argument("--world", type=int, default=0, help="only the cases of this world size")
     p.add_argument("--steps", type=int, default=0, help="training steps per case (default: the list's)")
-    p.add_argument("--jobs", type=int, default=0, help="cases run at once (default: 4 on cuda, 1 on cpu)")
+    p.add_argument("--jobs", type=int, default=0, help="cases run at once (default: 8 on cuda, 1 on cpu)")
     p.add_argument("--list", action="store_true", help="print the case list and exit")
     p.add_argument("--no-mfu", action="store_true", help="skip the performance runs")
     p.add_argument("--perf", default="llama-1b,gpt2",
@@ -479,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     runs: dict[str, Path] = {}
-    jobs = args.jobs or (4 if args.device == "cuda" else 1)
+    jobs = args.jobs or (8 if args.device == "cuda" else 1)  # 8: 225 s for everything on a 16-core H200 machine
 
     def run_perf_all():  # one at a time, on a GPU nothing else uses
         for c in perf:
