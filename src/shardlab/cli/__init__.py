@@ -57,6 +57,8 @@ def train_parser() -> argparse.ArgumentParser:
                                                                  "a restarted job resumes from the latest checkpoint "
                                                                  "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
+    p.add_argument("--oversubscribe", action="store_true", help="start more than 4 ranks per core of this host "
+                   "(refused otherwise; a launch that would not fit the memory is refused either way: docs/training.md)")
     p.add_argument("--break-lock", action="store_true", help="take over the run directory's lock although "
                                                              "it is held from another host (see docs/training.md)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
@@ -115,6 +117,9 @@ def cmd_train(argv: list[str]) -> int:
         corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume
         check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
+        if not launch.under_torchrun():  # ranks this host cannot hold: refused before any starts (launch/fit.py)
+            from shardlab.launch import fit
+            fit.check(cfg, args.nproc, args.nnodes, args.oversubscribe)
     except config_mod.ConfigError as e:
         return fail(str(e))
 
