@@ -77,11 +77,14 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
     from shardlab.launch import interrupt
     from shardlab.launch import launcher as launch
-    from shardlab.launch import orphans
+    from shardlab.launch import failure, orphans, pipes
 
+    pipes.survive_closed_pipes()  # `shardlab train | head`: the run goes on when its reader stops reading
     if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
         orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
         interrupt.install()
+        if orphans.PARENT_ENV in os.environ:  # started by shardlab's launcher, whose verdict names the echoes
+            failure.quiet_echoes()
     try:
         args = train_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
