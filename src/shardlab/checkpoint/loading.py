@@ -53,8 +53,10 @@ class Loading:
         restarted = any(comm.all_gather_object(restarted, group=self.pg))
         if target in ("", "none") and restarted:  # (none: the first attempt started from step 0 on purpose)
             target = "latest"
-            if self.rank == 0:
-                self._note("elastic restart: resuming from the latest checkpoint")
+            if self.rank == 0:  # say what really happens: a job that failed before its first save starts over
+                self._note("elastic restart: resuming from the latest checkpoint" if mf.resume_candidates(self.dir)
+                           else "elastic restart: no checkpoint yet, restarting from step 0"
+                           + (" (ckpt.init_from's weights)" if self.ccfg.init_from else ""))
         found = None if target in ("", "none") else self.load_first(target, state)
         if found is None and self.ccfg.init_from:  # nothing of its own to resume: the given weights, step 0
             self.init_weights(self.ccfg.init_from, state)

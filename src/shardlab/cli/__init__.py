@@ -57,6 +57,8 @@ def train_parser() -> argparse.ArgumentParser:
                                                                  "a restarted job resumes from the latest checkpoint "
                                                                  "(a fault-tolerant replica: restarted alone, rejoins)")
     p.add_argument("--out", help="run directory (default runs/<time>-<strategy>)")
+    p.add_argument("--oversubscribe", action="store_true", help="start more than 4 ranks per core of this host "
+                   "(refused otherwise; a launch that would not fit the memory is refused either way: docs/training.md)")
     p.add_argument("--break-lock", action="store_true", help="take over the run directory's lock although "
                                                              "it is held from another host (see docs/training.md)")
     p.add_argument("--help-keys", action="store_true", help="list every config key: default, allowed values, what it does")
@@ -75,11 +77,14 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab import config as config_mod
     from shardlab.launch import interrupt
     from shardlab.launch import launcher as launch
-    from shardlab.launch import orphans
+    from shardlab.launch import failure, orphans, pipes
 
+    pipes.survive_closed_pipes()  # `shardlab train | head`: the run goes on when its reader stops reading
     if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
         orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
         interrupt.install()
+        if orphans.PARENT_ENV in os.environ:  # started by shardlab's launcher, whose verdict names the echoes
+            failure.quiet_echoes()
     try:
         args = train_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
@@ -115,6 +120,9 @@ def cmd_train(argv: list[str]) -> int:
         corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume
         check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
+        if not launch.under_torchrun():  # ranks this host cannot hold: refused before any starts (launch/fit.py)
+            from shardlab.launch import fit
+            fit.check(cfg, args.nproc, args.nnodes, args.oversubscribe)
     except config_mod.ConfigError as e:
         return fail(str(e))
 

@@ -26,7 +26,7 @@ def main(argv: list[str]) -> int:
     orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
     os.environ[orphans.PARENT_ENV] = str(os.getpid())  # what the ranks check (the same, one level down)
     log_path, failures_path, module, *torchrun_args = argv
-    log = open(log_path, "a", buffering=1)
+    log = _LazyLog(log_path)  # a run with nothing to say leaves no empty launcher.log
     sys.stderr = log  # before torch is imported: its log handlers keep the stream they were created with
 
     import torch.distributed.run as torchrun
@@ -93,7 +93,34 @@ def shutdown_timeout_compat(args: list[str], parser) -> list[str]:
     return out
 
 
+class _LazyLog:
+    """The agent's stderr: LOG, created on the first thing written to it (appended to, as a restarted job's
+    agent writes after the first one's)."""
+
+    def __init__(self, path: str):
+        self.path, self.file = path, None
+
+    def _open(self):
+        if self.file is None:
+            self.file = open(self.path, "a", buffering=1)
+        return self.file
+
+    def write(self, text: str) -> int:
+        return self._open().write(text) if text else 0
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    def fileno(self) -> int:  # someone wants the descriptor itself (faulthandler): the file it is
+        return self._open().fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def _write(path: str, data: dict) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)  # RUN/failures/ exists only when a run failed
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
 

@@ -28,6 +28,34 @@ from pathlib import Path
 CODES = {"crash": 1, "bad input": 2, "hang": 3, "anomaly": 4, "distributed": 5}
 _TERM = 128 + signal.SIGTERM  # a rank the launcher stopped after another failed: a bystander
 
+# What a collective raises on a rank whose peer died (gloo's TCP pair, NCCL's abort): an echo of another rank's
+# failure, not a failure of its own. Such a rank's traceback goes to its record, not to the terminal (one line
+# of the verdict names these ranks), so the rank that failed first, and why, is what the terminal shows.
+ECHOES = ("Connection closed by peer", "Connection reset by peer", "NCCL communicator was aborted",
+          "remote process exited or there was a network error")
+_recorded: set[int] = set()  # id() of the exceptions record() wrote down, as an echo, in this process
+
+
+def is_echo(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in ECHOES)
+
+
+def quiet_echoes() -> None:
+    """On a rank started by shardlab's launcher: an echo that record() wrote down ends the rank without its
+    traceback on the terminal (its record keeps it; the launcher's verdict says it in one line). Anything else,
+    an echo not recorded included, is printed as Python prints it. Installed before the process group, whose
+    excepthook (the `[rankN]:` prefix) wraps this one."""
+    import sys
+
+    previous = sys.excepthook
+
+    def hook(kind, exc, tb):
+        if id(exc) in _recorded:
+            return
+        previous(kind, exc, tb)
+
+    sys.excepthook = hook
+
 
 def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None) -> None:
     """On a rank, as it stops: what went wrong here, for the launcher's verdict."""
@@ -36,6 +64,8 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
     if frames:
         f = frames[-1]
         entry["where"] = f"{f.filename}:{f.lineno} in {f.name}"
+    if kind == "crash" and is_echo(exc):  # kept here, as it is not printed (quiet_echoes)
+        entry.update(echo=True, traceback="".join(traceback.format_exception(exc)))
     report = getattr(doctor, "last_report", None) if doctor is not None else None
     checksum = getattr(doctor, "last_checksum", None) if doctor is not None else None
     if kind == "anomaly" and report and report.get("summary") == str(exc):
@@ -54,8 +84,10 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
         out = Path(run_dir) / "failures"
         out.mkdir(parents=True, exist_ok=True)
         (out / f"rank{rank}.json").write_text(json.dumps(entry, indent=1, default=str))
+        if entry.get("echo"):
+            _recorded.add(id(exc))
     except OSError:
-        pass  # the verdict falls back on exit codes
+        pass  # the verdict falls back on exit codes (and the traceback is printed)
 
 
 def record_interrupted(run_dir: Path, stop) -> None:
@@ -108,6 +140,17 @@ def clear(run_dir: Path, agent_file: Path) -> None:
     for p in (Path(run_dir) / "failures").glob("rank*.json"):
         p.unlink(missing_ok=True)
     Path(agent_file).unlink(missing_ok=True)
+    tidy(run_dir)
+
+
+def tidy(run_dir: Path, log: Path | None = None) -> None:
+    """Remove an empty `failures/` and an empty launcher log: a run leaves them only with something in them."""
+    if log is not None and Path(log).is_file() and Path(log).stat().st_size == 0:
+        Path(log).unlink(missing_ok=True)
+    try:
+        (Path(run_dir) / "failures").rmdir()  # only when empty
+    except OSError:
+        pass
 
 
 def _load(run_dir: Path, agent_file: Path) -> tuple[dict[int, dict], dict]:
@@ -136,7 +179,8 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
     run_dir = Path(run_dir)
     records, agent = _load(run_dir, agent_file or run_dir / "failures" / "launcher.json")
     exits = {int(r): f for r, f in agent.get("failures", {}).items()}
-    tail = [f"launcher messages (torchrun): {log}"] if log is not None else []
+    said = log is not None and Path(log).is_file() and Path(log).stat().st_size > 0
+    tail = [f"launcher messages (torchrun): {log}"] if said else []
 
     anomaly = [r for r in records.values() if r["kind"] == "anomaly"]
     if anomaly:
@@ -177,28 +221,50 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
         return _out([f"FAILED: the ranks disagreed ({_ranks(x['rank'] for x in distributed)} stopped): {first}."]
                     + tail, "distributed")
 
+    echoes = sorted(rank for rank, r in records.items() if r.get("echo"))
+    echo = [_echo_line(run_dir, records, echoes)] if echoes else []
     killed = sorted((rank, f) for rank, f in exits.items() if f.get("signal") and f["signal"] != "SIGTERM")
     if killed:
         rank, f = killed[0]
         hint = " (often the kernel's out-of-memory killer; see dmesg)" if f["signal"] == "SIGKILL" else ""
-        return _out([f"FAILED: rank {rank} was killed by {f['signal']}{hint}; the other ranks were stopped."]
+        return _out(echo + [f"FAILED: rank {rank} was killed by {f['signal']}{hint}; the other ranks were stopped."]
                     + tail, "crash")
 
-    crashed = [r for r in records.values() if r["kind"] == "crash"]
+    crashed = [r for r in records.values() if r["kind"] == "crash" and not r.get("echo")]
     if crashed:
         r = min(crashed, key=lambda r: r["time"])  # the first error; later ones are usually its echoes
         where = f" at {r['where']}" if r.get("where") else ""
-        return _out([f"FAILED: rank {r['rank']} raised {r['error']}{where} (its traceback is above)."] + tail,
-                    "crash")
+        return _out(echo + [f"FAILED: rank {r['rank']} raised {r['error']}{where} (its traceback is above)."]
+                    + tail, "crash")
 
-    own = sorted((rank, f) for rank, f in exits.items() if f.get("exitcode") not in (None, _TERM))
+    own = sorted((rank, f) for rank, f in exits.items()
+                 if f.get("exitcode") not in (None, _TERM) and rank not in echoes)
     if own:
         rank, f = own[0]
         what = f"exited with code {f['exitcode']}" if f["exitcode"] >= 0 else f"was killed by {f['signal']}"
-        return _out([f"FAILED: rank {rank} {what} (its output is above)."] + tail, "crash")
+        return _out(echo + [f"FAILED: rank {rank} {what} (its output is above)."] + tail, "crash")
+    if echoes:  # every failed rank lost a peer: the network, or a rank that died saying nothing
+        r = min((records[rank] for rank in echoes), key=lambda r: r["time"])
+        return _out([f"FAILED: rank {r['rank']} lost its connection to a peer first: {_short(r['error'])} (no rank "
+                     f"reported an error of its own; the ranks' tracebacks: {run_dir}/failures/rank*.json)."]
+                    + tail, "crash")
     if agent.get("agent_error"):
         return _out([f"FAILED: the launcher stopped: {agent['agent_error']}."] + tail, "crash")
     return _out([f"FAILED: the job ended with exit code {returncode}."] + tail, "crash")
+
+
+def _short(error: str) -> str:
+    """`RuntimeError: [.../pair.cc:553] Connection closed by peer [127.0.0.1]:13724. This is ...` -> its marker."""
+    marker = next((m for m in ECHOES if m in error), None)
+    return f"{error.partition(':')[0]}: {marker}" if marker else error.split(". ")[0]
+
+
+def _echo_line(run_dir: Path, records: dict, echoes: list[int]) -> str:
+    """One line for the ranks whose collectives failed because a peer died (their tracebacks are not printed)."""
+    first = records[echoes[0]]["error"]
+    files = f"{run_dir}/failures/rank{echoes[0]}.json" if len(echoes) == 1 else f"{run_dir}/failures/rank*.json"
+    return (f"{_ranks(echoes)} stopped when a peer died ({_short(first)}): an echo of the failure below; "
+            f"traceback{'s' if len(echoes) > 1 else ''} in {files}")
 
 
 def _out(lines: list[str], kind: str) -> tuple[list[str], int]:

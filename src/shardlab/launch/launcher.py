@@ -108,13 +108,13 @@ def _launch(args, cfg, run_dir: Path, main) -> int:
     # reaches the terminal as before, and a failure ends with shardlab's verdict and exit code (launch/failure.py).
     node = "" if args.nnodes == 1 else f"_node{args.node_rank}"  # nodes may share the run directory
     log, failures = run_dir / f"launcher{node}.log", run_dir / "failures" / f"launcher{node}.json"
-    failure.clear(run_dir, failures)
-    failures.parent.mkdir(parents=True, exist_ok=True)
+    failure.clear(run_dir, failures)  # (the agent and the ranks create failures/ when they have a record)
     cmd = torchrun_command(args, run_dir, config_path, cfg.ckpt.signal_grace_s)
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     cmd[1:3] = ["-m", "shardlab.launch.agent", str(log), str(failures), "torch.distributed.run"]
     env[orphans.PARENT_ENV] = str(os.getpid())
     code, forward = _run_agent(cmd, env)
+    failure.tidy(run_dir, log)  # no empty launcher.log or failures/ left behind
     stopped = failure.interrupted(run_dir, forward.signum, forward.aborted)
     if stopped is not None:  # a signal, to this launcher or to a rank: at most 3 lines, exit 130/143
         lines, code = stopped
@@ -175,6 +175,7 @@ def _in_process(cfg, run_dir: Path, train_main) -> int:
         print("\n".join(stopped[0]), file=sys.stderr, flush=True)
         return stopped[1]
     finally:  # a caller in the same process (a test, a notebook) gets its own handlers back
+        failure.tidy(run_dir)
         for s, handler in previous.items():
             signal.signal(s, handler)
         interrupt.reset()
