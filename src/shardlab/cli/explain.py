@@ -63,8 +63,7 @@ def _plan_of(run_dir: Path, cluster, share: float | None):
     summary = json.loads((run_dir / "summary.json").read_text())
     world = int(summary["world_size"])
     model, train, lay = from_config(config.load(run_dir / "config.toml"), world)
-    # shardlab's models attend with fused SDPA; the trainer runs the doctor's per-step check
-    train, lay = replace(train, flash_attention=True), replace(lay, health_check=True)
+    # fused SDPA attention and the doctor's per-step check come with from_config (the trainer's defaults)
     if share is not None:
         cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
     cluster = replace(cluster, num_gpus=max(cluster.num_gpus, world))
