@@ -5,7 +5,8 @@ import json
 from shardlab.plan import cli
 
 ARGS = ["model=llama3-70b", "cluster=H100-SXM", "gpus=64", "tp=8", "dp=8", "strategy=zero3", "micro_batch=16",
-        "global_batch=128", "recompute=full", "train.seq_len=8192", "flash_attention=true"]
+        "global_batch=128", "recompute=full", "train.seq_len=8192", "flash_attention=true",
+        "precision=bf16-mixed"]  # torchtitan: bf16 parameters under FSDP2 (Megatron-style 16-bit weights)
 
 
 def test_sp_hint_in_verdict(capsys):

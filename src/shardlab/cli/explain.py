@@ -63,12 +63,23 @@ def _plan_of(run_dir: Path, cluster, share: float | None):
     summary = json.loads((run_dir / "summary.json").read_text())
     world = int(summary["world_size"])
     model, train, lay = from_config(config.load(run_dir / "config.toml"), world)
-    # shardlab's models attend with fused SDPA; the trainer runs the doctor's per-step check
-    train, lay = replace(train, flash_attention=True), replace(lay, health_check=True)
+    # fused SDPA attention and the doctor's per-step check come with from_config (the trainer's defaults)
     if share is not None:
         cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
     cluster = replace(cluster, num_gpus=max(cluster.num_gpus, world))
     return evaluate(model, train, lay, cluster), model, train, lay
+
+
+def schedule_note(run_dir: Path, lay) -> str | None:
+    """One sentence when the planner models the run's pipeline schedule as another one (None otherwise)."""
+    from shardlab import config
+    from shardlab.parallel.pp import registry
+
+    name = config.load(run_dir / "config.toml").parallel.pp_schedule
+    if lay.pp == 1 or name == lay.schedule:
+        return None
+    return (f"parallel.pp_schedule={name} is planned as {lay.schedule}: the planner models gpipe, 1f1b, "
+            f"interleaved and zb ({', '.join(registry.PLANNED)}); its bubble and memory are {lay.schedule}'s")
 
 
 def build(run_dir: Path, cluster_name: str = "this", share: float | None = None, top: int = 3,
@@ -115,7 +126,7 @@ def build(run_dir: Path, cluster_name: str = "this", share: float | None = None,
     cluster = plan.cluster
     how = micro_batch_time(model, train, lay, cluster).how
     comps = measured_components(analysis.load(run_dir)) if (run_dir / "trace").is_dir() else None
-    ctx = {"run": str(run_dir), "cluster": cluster.source, "share": cluster.cpu_share, "share_from": how_share,
+    ctx = {"run": str(run_dir), "schedule_note": schedule_note(run_dir, lay), "cluster": cluster.source, "share": cluster.cpu_share, "share_from": how_share,
            "load_avg_1m": os.getloadavg()[0], "cores": os.cpu_count(), "skew_ms": summary.get("skew_ms_median"),
            "traced": comps is not None, "model": model.name, "micro_batches": plan.m,
            "collectives_world": cluster.measured_world, "trainer_overhead": overhead}
@@ -127,7 +138,10 @@ def render(d: dict) -> str:
     out = [f"shardlab explain: {c['run']}  ({d['layout']}, world {d['world']}, model {c['model']}, "
            f"{c['micro_batches']} micro batch(es) per step)",
            f"predicted from {c['cluster']} (compute {d['compute_from']}; core share {c['share']:.2f}, "
-           f"{c['share_from']}; load average {c['load_avg_1m']:.1f} on {c['cores']} cores)", ""]
+           f"{c['share_from']}; load average {c['load_avg_1m']:.1f} on {c['cores']} cores)"]
+    if c.get("schedule_note"):
+        out.append(f"note: {c['schedule_note']}")
+    out.append("")
     out.append(f"{'step time':<34}{_ms(p['step_time_s']):>14}{_ms(m['step_time_s']):>14}"
                f"{_err(d['step_time_error']):>8}")
     out.append(f"{'  component':<34}{'predicted':>14}{'measured':>14}{'error':>8}")
@@ -151,13 +165,13 @@ def render(d: dict) -> str:
             out.append(f"  {r['component']} {_err(r['error'])}: {r['cause']}")
     else:
         out.append("no component off by more than 15% (of those at least 1% of the step)")
-    out += ["", f"what to try (plan search, same world {d['world']}, global batch and memory):"]
+    out += ["", f"what to try (plan search, same world {d['world']}, global batch and memory; predicted faster "
+                f"than this run's {_ms(p['step_time_s'])}):"]
     for t in d["what_to_try"]:
-        mark = "  (this run's layout)" if t["this_run"] else ""
-        out.append(f"  {t['layout']:<44}{_ms(t['step_time_s']):>12}  x{t['speedup_vs_predicted']:.2f}{mark}")
+        out.append(f"  {t['layout']:<44}{_ms(t['step_time_s']):>12}  x{t['speedup_vs_predicted']:.2f}")
         out.append(f"      shardlab train ... {t['train_args']}")
     if not d["what_to_try"]:
-        out.append("  (no fitting layout found)")
+        out.append("  (none: no fitting layout is predicted faster than this run's)")
     return "\n".join(out)
 
 
@@ -169,8 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--share", type=float, default=None,
                     help="core share per rank the prediction assumes (default: the one recorded during the "
                          "run, summary.json core_share; else probed now)")
-    ap.add_argument("--top", type=int, default=3, help="layouts in 'what to try'")
+    ap.add_argument("--top", type=int, default=3, help="at most this many layouts in 'what to try' (those predicted faster than the run)")
     args = ap.parse_args(argv)
+    if args.top < 1:
+        return fail(f"shardlab explain: --top must be at least 1, got {args.top}")
     if args.share is not None and not 0 < args.share <= 64:
         return fail(f"--share must be in (0, 64], got {args.share}")
     try:

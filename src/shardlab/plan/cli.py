@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from .from_config import trainer_defaults
 from .hardware import load_cluster
 from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_name
 from .model import model_from_args, resolve_preset
@@ -137,7 +138,8 @@ def build(kv: dict, for_search: bool = False):
         if r <= 0 or dp % r or lay_kw.get("dp_shard", dp // r) != dp // r:
             raise ValueError(f"dp_replicate {r} must divide dp {dp} (and agree with dp_shard)")
         lay_kw["dp_shard"] = dp // r
-    layout = Layout(**lay_kw)
+    defaults = trainer_defaults()  # what `shardlab train` does (attention, precision, ...), unless told otherwise
+    layout = Layout(**{**{k: v for k, v in defaults.items() if k in LAYOUT_KEYS}, **lay_kw})
     seq = kv.get("seq", model.seq)
     b = kv.get("micro_batch", 1)
     if "global_batch_tokens" in kv:
@@ -147,7 +149,7 @@ def build(kv: dict, for_search: bool = False):
     else:
         gbs = kv.get("global_batch", (512 if for_search else b * layout.dp))
     tr_kw = {k: kv[k] for k in TRAIN_KEYS if k in kv and k not in ("global_batch", "global_batch_tokens")}
-    train = TrainSpec(global_batch=gbs, seq=seq, **tr_kw)
+    train = TrainSpec(global_batch=gbs, seq=seq, **{**{k: v for k, v in defaults.items() if k in TRAIN_KEYS}, **tr_kw})
     if kv.get("gpus") is None and not for_search:
         from dataclasses import replace
         cluster = replace(cluster, num_gpus=max(cluster.num_gpus, layout.world))
@@ -197,7 +199,7 @@ def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
 
 
 def _search(args) -> int:
-    from .report import to_dict
+    from .report import mfu_flag, to_dict
     from .search import search, why
     if args.top < 1:
         raise ValueError(f"--top must be at least 1, got {args.top}")
@@ -220,10 +222,16 @@ def _search(args) -> int:
           f"{cluster.name}, global batch {train.global_batch} x {train.seq} tokens, {train.precision}")
     print(f"{len(plans)} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory\n")
     print(f"{'#':>3}  {'layout':<48}{'mb':>4}{'tokens/s':>14}{'MFU':>8}{'step':>12}{'mem/GPU':>12}  bound")
-    for i, p in enumerate(top, 1):
+    flags = [mfu_flag(p) for p in top]
+    for i, (p, flag) in enumerate(zip(top, flags), 1):
+        mark = "*" if flag and flag["above"] else " "
         print(f"{i:>3}  {p.layout.describe():<48}{p.train.micro_batch:>4}{p.tokens_per_s:>14,.0f}"
-              f"{p.mfu:>8.1%}{p.step_time * 1e3:>10.1f}ms{p.mem_total / 2**30:>9.1f}GiB  {p.bound()}")
+              f"{p.mfu:>7.1%}{mark}{p.step_time * 1e3:>10.1f}ms{p.mem_total / 2**30:>9.1f}GiB  {p.bound()}")
     print(f"\nwhy #1: {reason}")
+    above = next((f for f in flags if f and f["above"]), None)
+    if above:
+        print(f"* MFU above every cited measurement on {above['generation']} (highest {above['ceiling']:.1%}: "
+              f"{above['anchor']}; {above['source']}): optimistic (docs/planner.md, 'The MFU ceiling')")
     return 0 if top else 1
 
 

@@ -193,7 +193,8 @@ def train_args(p: Plan) -> str:
 
 
 def what_to_try(plan: Plan, top: int = 3) -> list[dict]:
-    """The fastest fitting layouts `plan search` finds on the same world, global batch and memory."""
+    """The `top` fastest fitting layouts `plan search` finds on the same world, global batch and memory that
+    are predicted faster than the run's own layout (none: the run's is already the fastest it knows)."""
     cluster = replace(plan.cluster, num_gpus=plan.layout.world)
     try:
         found = [q for q in search(plan.model, plan.train, cluster, plan.layout.world) if q.fits]
@@ -203,10 +204,11 @@ def what_to_try(plan: Plan, top: int = 3) -> list[dict]:
     # search's layouts are bare; give them this run's doctor check, as the run itself is planned
     found = [evaluate(q.model, q.train, replace(q.layout, health_check=plan.layout.health_check), cluster)
              for q in found]
+    faster = sorted((q for q in found if q.step_time < plan.step_time and args_of(q) != same),
+                    key=lambda q: q.step_time)
     return [{"layout": q.layout.describe(), "args": args_of(q), "train_args": train_args(q),
              "step_time_s": q.step_time, "tokens_per_s": q.tokens_per_s, "mem_total": q.mem_total,
-             "speedup_vs_predicted": plan.step_time / q.step_time, "this_run": args_of(q) == same}
-            for q in found]
+             "speedup_vs_predicted": plan.step_time / q.step_time} for q in faster[:top]]
 
 
 def explain(plan: Plan, meas: dict, how: str, ctx: dict, top: int = 3) -> dict:

@@ -17,6 +17,16 @@ from .model import ModelSpec
 _RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
 
 
+def trainer_defaults() -> dict:
+    """What `shardlab train` does where the planner has a choice, as the planner's keys: the defaults of
+    `shardlab plan` and of every plan of a run. The precision is train.dtype's default (fp32; train.dtype=bf16
+    is precision=bf16-autocast: the trainer has no Megatron-style 16-bit weights); attention is always fused
+    (the models call F.scaled_dot_product_attention, which never stores the s x s scores); the doctor's
+    per-step check always runs (one all-gather of 8 fp64 signals)."""
+    from shardlab.config.schema import TrainConfig
+    return {"precision": precision.PLANNED_AS[TrainConfig.dtype], "flash_attention": True, "health_check": True}
+
+
 def model_spec(cfg) -> ModelSpec:
     """The planner's model for `cfg.model` at `cfg.train.seq_len` (dimensions as the trainer resolves them)."""
     from shardlab.model.configs import resolve_model_config
@@ -39,12 +49,15 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     dims = resolve(cfg.parallel, world)
     p, t = cfg.parallel, cfg.train
     train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dims.dp, micro_batch=t.micro_batch,
-                      seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype])
+                      seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
+                      flash_attention=trainer_defaults()["flash_attention"])
     schedule = registry.SPECS[p.pp_schedule].planned_as
+    # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
-                                 v=int(p.pp_virtual), recompute=_RECOMPUTE.get(t.recompute, "none"),
+                                 v=int(p.pp_virtual) if schedule == "interleaved" else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),
                                  offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
-                                 reshard_after_forward=bool(p.reshard_after_forward))
+                                 reshard_after_forward=bool(p.reshard_after_forward),
+                                 health_check=trainer_defaults()["health_check"])
     return model_spec(cfg), train, layout

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from .step import Plan
+from . import anchors
+from .step import Plan, pipeline_shape
 
 GiB = 2**30
 
@@ -17,6 +18,11 @@ def _b(x: float) -> str:
 
 def _t(s: float) -> str:
     return f"{s * 1e3:,.3f} ms" if s < 10 else f"{s:,.2f} s"
+
+
+def mfu_flag(p: Plan) -> dict | None:
+    """The plan's MFU against the highest cited measurement on its GPU generation (plan/anchors.py)."""
+    return anchors.check(p.mfu, p.cluster.peak_flops, p.train.mixed)
 
 
 def to_dict(p: Plan) -> dict:
@@ -46,7 +52,8 @@ def to_dict(p: Plan) -> dict:
         "tokens_per_step": p.tokens_per_step,
         "tokens_per_s": p.tokens_per_s,
         "mfu": p.mfu,
-        "bubble_fraction": (p.layout.pp - 1) / ((p.layout.v if p.layout.schedule == "interleaved" else 1) * p.m),
+        "mfu_ceiling": mfu_flag(p),  # null: no cited anchor for this GPU and precision
+        "bubble_fraction": (p.layout.pp - 1) / (pipeline_shape(p.layout)[1] * p.m),
         "bound": p.bound(),
     }
 
@@ -86,6 +93,9 @@ def render(p: Plan, explain: bool = False) -> str:
                f"bound by {p.bound()}" if p.fits else
                f"(if it fitted: step {_t(p.step_time)}, {p.tokens_per_s:,.0f} tokens/s, MFU {p.mfu:.1%}; "
                f"it does not, see the top)")
+    warn = anchors.warning(mfu_flag(p), p.mfu)
+    if warn:
+        out.append(warn)
     if explain:
         out.append("MFU = model FLOPs (3 x forward, no recompute) / (step x GPUs x peak "
                    f"{(c.peak_flops if p.train.mixed else c.peak_flops_fp32):.3g} FLOP/s)")

@@ -2,7 +2,7 @@
 
   t_mb     = forward + backward of one micro batch on the slowest stage
              + its tensor-parallel collectives and pipeline sends (not overlapped)
-  pipeline = m * t_mb + bubble,  bubble = (p-1)/v * t_mb   (fraction (p-1)/(v*m) of the ideal)
+  pipeline = m * t_mb + bubble,  bubble = (p-1)/d * t_mb   (d: v interleaved, 3 zero bubble, else 1)
   exposed  = data-parallel comm not hidden behind compute: bucketed gradient collectives overlap
              the backward pass except the last bucket; ZeRO-3 prefetch overlaps forward and
              backward except the first unit; post-step all-gathers overlap nothing
@@ -104,7 +104,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster)
     copies = _zero_copies(plan.comm, lay, cluster)
-    p, v = _pipeline_shape(lay)
+    p, v = pipeline_shape(lay)
     bubble = (p - 1) / v * t_mb
     t_opt, opt_why = _optimizer_step(model, train, lay, cluster)
 
@@ -135,9 +135,12 @@ def _micro_batches(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Clu
     return m
 
 
-def _pipeline_shape(lay: Layout) -> tuple[int, int]:
-    """(p, v): stages, and virtual stages per rank (1 unless the schedule interleaves)."""
-    return lay.pp, (lay.v if lay.schedule == "interleaved" else 1)
+def pipeline_shape(lay: Layout) -> tuple[int, int]:
+    """(p, d): stages, and what the 1F1B bubble (p-1) x t_mb is divided by: v for the interleaved schedule
+    (each rank's stages are v times shorter), 3 for zero bubble (ZB-H1, Qi et al. 2023: backward split
+    into input and weight gradients, with F = I = W the idle time shrinks to (p-1) x F, a third of 1F1B's;
+    parallel/pp/schedule.py's analytic_bubble), else 1."""
+    return lay.pp, {"interleaved": lay.v, "zb": 3}.get(lay.schedule, 1)
 
 
 def _critical_comm(comm: list[CommLine]) -> float:
@@ -241,7 +244,7 @@ def _trainer_time(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
 def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     """plan.explain: each time's formula, with this plan's numbers."""
     X, m, cluster = plan.explain, plan.m, plan.cluster
-    p, v = _pipeline_shape(plan.layout)
+    p, v = pipeline_shape(plan.layout)
     X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + {
         "in situ": "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass "
                    "measured in situ at this model and micro batch)",
@@ -254,8 +257,8 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
-    X["bubble"] = f"(p-1)/v x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms; fraction (p-1)/(v*m) = " \
-                  f"{(p - 1) / (v * m):.3f}"
+    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, else 1); " \
+                  f"fraction (p-1)/(d*m) = {(p - 1) / (v * m):.3f}"
     X["comm_total"] = "sum of alpha-beta times of every collective"
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
     X["optimizer"] = opt_why

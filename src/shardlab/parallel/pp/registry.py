@@ -26,7 +26,7 @@ _ROWS = (
     ScheduleSpec("gpipe", "own", "gpipe", bubble="gpipe", planned_as="gpipe"),
     ScheduleSpec("1f1b", "own", "1f1b", bubble="1f1b"),
     ScheduleSpec("interleaved", "own", "interleaved", bubble="interleaved", planned_as="interleaved"),
-    ScheduleSpec("zb", "own", "zb", bubble="zb", zero_bubble=True),  # ZB-H1
+    ScheduleSpec("zb", "own", "zb", bubble="zb", planned_as="zb", zero_bubble=True),  # ZB-H1
     ScheduleSpec("torch-gpipe", "torch", "gpipe", torch_class="ScheduleGPipe", bubble="gpipe", planned_as="gpipe"),
     ScheduleSpec("torch-1f1b", "torch", "1f1b", torch_class="Schedule1F1B", bubble="1f1b"),
     ScheduleSpec("torch-interleaved", "torch", "interleaved", virtual="many", torch_class="ScheduleInterleaved1F1B",
