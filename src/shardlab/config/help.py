@@ -113,6 +113,11 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.recompute_every": ("recompute every K-th block (1 = all)", "int >= 1"),
     "train.compile": ("torch.compile (inductor) each block, after tp/recompute, under data parallelism; a compile "
                       "error falls back to eager with one warning; docs/training.md", "bool"),
+    "train.tracker": ("experiment trackers beside metrics.jsonl, fed the same numbers and the resolved config, on "
+                      "rank 0, files under the run directory only (no network): tensorboard (tb/), mlflow "
+                      "(mlflow.db, local SQLite store), wandb (wandb/, offline mode); several comma-separated, "
+                      "e.g. tensorboard,mlflow; pip install 'shardlab[track]'; docs/training.md",
+                      "none | tensorboard | mlflow | wandb[,...]"),
     "train.threads": ("torch threads per rank (one per rank on CPU keeps ranks off each other's cores)", "int >= 1"),
     "train.retain_host_memory": ("CPU runs: glibc keeps the memory it frees instead of returning it, so a step's "
                                  "activations are not page-faulted in afresh every step (a few percent of a step); "

@@ -88,6 +88,7 @@ class TrainConfig:
     recompute: str = "none"  # none | full | selective : activation recompute per block (docs/memory.md)
     recompute_every: int = 1  # recompute every K-th block (blocks K-1, 2K-1, ...)
     compile: bool = False  # torch.compile (inductor) each block; a compile error falls back to eager (docs/training.md)
+    tracker: str = "none"  # none | tensorboard | mlflow | wandb, several comma-separated: rank 0, offline (train/trackers.py)
 
 
 @dataclass

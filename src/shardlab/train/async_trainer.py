@@ -31,7 +31,7 @@ import torch
 
 from shardlab import comm, parallel
 from shardlab.train.state import TrainState, datasets
-from shardlab.config import Config
+from shardlab.config import Config, to_dict
 from shardlab.data import GlobalSampler
 from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.observe import inject
@@ -66,7 +66,8 @@ class AsyncTrainer:
         self.params = async_ps.trainable(self.par.model)
         self.numel = sum(p.numel() for p in self.params)
         self.sampler = GlobalSampler(len(self.train_ds), t.global_batch, t.seed)  # step t's batch, any rank
-        self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
+        self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main, tracker=t.tracker,
+                                  config=to_dict(cfg))
         self.start_step, self.ckpt = 0, None
         server_only = comm.new_group([async_ps.SERVER], name="async server", backend="gloo")  # (collective)
         if self.is_main:

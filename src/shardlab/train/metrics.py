@@ -1,5 +1,6 @@
-"""Metrics: `metrics.jsonl` (one JSON object per logged step), TensorBoard scalars when installed,
-a progress line on rank 0, and the loss plot at the end.
+"""Metrics: `metrics.jsonl` (one JSON object per logged step), the same numbers to the trackers
+`train.tracker` names (TensorBoard, MLflow, W&B: train/trackers.py), a progress line on rank 0, and the loss
+plot at the end.
 
 `metrics.jsonl` is strict JSON (RFC 8259 has no NaN/Infinity): a non-finite value is written as `null` and
 its key listed in the record's `nonfinite`. Each step number appears at most once: a step whose update did
@@ -24,6 +25,7 @@ import time
 from pathlib import Path
 
 from shardlab.degrees import Degrees
+from shardlab.train.trackers import open_trackers
 
 
 _ARCHIVE_RE = re.compile(r"^metrics\.archived-(\d+)\.jsonl$")
@@ -69,16 +71,20 @@ def counts(rows: list[dict]) -> dict:
 
 
 class MetricsLog:
-    def __init__(self, run_dir: Path, total_steps: int, enabled: bool):
+    """On rank 0 (`enabled`): metrics.jsonl and the trackers `tracker` names (train.tracker), opened with the
+    resolved config (`config`: {section: {key: value}}, what config.toml holds)."""
+
+    def __init__(self, run_dir: Path, total_steps: int, enabled: bool, tracker: str = "none",
+                 config: dict | None = None):
         self.enabled = enabled
         self.total = total_steps
         self.t0 = time.perf_counter()
         self.rows: list[dict] = []
-        self.tb = None
+        self.trackers: list = []
         if not enabled:
             return
         self.file = open(run_dir / "metrics.jsonl", "a", buffering=1)
-        self.tb = _tensorboard(run_dir / "tb")
+        self.trackers = open_trackers(tracker, run_dir, config or {})
 
     def log(self, row: dict, start_step: int = 0) -> None:
         if not self.enabled:
@@ -86,10 +92,10 @@ class MetricsLog:
         row = strict(row)
         self.rows.append(row)
         self.file.write(json.dumps(row, allow_nan=False) + "\n")
-        if self.tb is not None:
-            for k, v in row.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self.tb.add_scalar(k, v, row["step"])
+        if self.trackers:
+            scalars = scalars_of(row)
+            for t in self.trackers:
+                t.log(row["step"], scalars)
         if row.get("event"):
             extra = f" (rolled back to step {row['rolled_back_to']})" if "rolled_back_to" in row else ""
             print(f"step {row['step']:>6}/{self.total} | {row['event']}{extra}: {row.get('reason', '')}", flush=True)
@@ -157,27 +163,15 @@ class MetricsLog:
     def close(self) -> None:
         if self.enabled:
             self.file.close()
-            if self.tb is not None:
-                self.tb.close()
+            for t in self.trackers:
+                t.close()
+            self.trackers = []
 
 
-_TB_SAID = False  # the missing-package line, once per process (a bench runs many jobs in one)
-
-
-def _tensorboard(log_dir: Path):
-    """A SummaryWriter when the optional `tensorboard` package is installed (`pip install
-    'shardlab[tensorboard]'`), else None after saying so once; metrics.jsonl is the record either way."""
-    global _TB_SAID
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-        return SummaryWriter(str(log_dir))
-    except Exception as e:  # noqa: BLE001 - missing or broken: training goes on without it
-        if not _TB_SAID:
-            _TB_SAID = True
-            why = "is not installed" if isinstance(e, ImportError) else f"failed ({type(e).__name__}: {e})"
-            print(f"[metrics] TensorBoard scalars off: the tensorboard package {why}; metrics.jsonl has every "
-                  "figure (pip install 'shardlab[tensorboard]' for tb/)", file=sys.stderr, flush=True)
-        return None
+def scalars_of(row: dict) -> dict[str, float]:
+    """What a tracker gets of a metrics.jsonl record: its numbers (a null, a flag, a reason or a list is not one)."""
+    return {k: v for k, v in row.items()
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def _hms(seconds: float) -> str:

@@ -21,7 +21,7 @@ import torch
 from shardlab import comm, parallel, precision
 from shardlab.checkpoint.manifest import step_dirname
 from shardlab.comm import CollectiveMismatchError
-from shardlab.config import Config, ConfigError
+from shardlab.config import Config, ConfigError, to_dict
 from shardlab.data import GlobalSampler
 from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.doctor import AnomalyError, Doctor, UnevenInputsError
@@ -88,7 +88,8 @@ class Trainer:
         from shardlab.train.balance import Balancer
         self.balance = Balancer(cfg, self.dims, sampler, self.rank)  # data.shares: each rank's samples
         self.state = TrainState(cfg, self.strategy, self.par.optimizer, sampler, scaler, balance=self.balance)
-        self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main)
+        self.metrics = MetricsLog(self.run_dir, t.steps, enabled=self.is_main, tracker=t.tracker,
+                                  config=to_dict(cfg))
         from shardlab.train.moe_log import MoELog
         self.moe_log = MoELog(self.par, t.grad_accum)  # routing stats of MoE models (docs/moe.md)
 
