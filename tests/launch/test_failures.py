@@ -126,13 +126,13 @@ def test_an_elastic_restart_before_the_first_checkpoint_says_it_starts_over(tmp_
     """kill -9 under --max-restarts 1 with no checkpoint written yet: the job restarts from step 0 and says so
     (not "resuming from the latest checkpoint"), and finishes."""
     run = tmp_path / "run"
-    proc, out, killed = _kill_rank1_once_training(run, ["--max-restarts", "1", *TINY, "train.steps=30",
+    proc, out, killed = _kill_rank1_once_training(run, ["--max-restarts", "1", *TINY, "train.steps=10",
                                                         "debug.slow_rank=1", "debug.slow_ms=50"])
     assert killed, out[-3000:]
     assert proc.returncode == 0, out[-3000:]
     assert "elastic restart: no checkpoint yet, restarting from step 0" in out, out[-3000:]
     assert "resuming from the latest checkpoint" not in out
-    assert json.loads((run / "summary.json").read_text())["steps"] == 30
+    assert json.loads((run / "summary.json").read_text())["steps"] == 10
 
 
 def test_a_closed_stdout_does_not_stop_the_run_and_a_clean_run_leaves_no_empty_records(tmp_path):
