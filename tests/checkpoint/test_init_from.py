@@ -95,5 +95,22 @@ def test_the_checkpoints_tokenizer_comes_with_its_weights(tmp_path, capsys):
                       f"ckpt.init_from={tmp_path / 'ck'}", f"data.tokenizer={tmp_path / 'other' / 'tokenizer.json'}",
                       "train.seq_len=16"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "is not the one ckpt.init_from=" in err[0] and "vocabulary 900" in err[0], err
+    assert len(err) == 1 and err[0].endswith("drop data.tokenizer (a run from a checkpoint trains with the "
+                                             "checkpoint's tokenizer)"), err
+    assert f"data.tokenizer={tmp_path / 'other' / 'tokenizer.json'} is not the tokenizer ckpt.init_from=" in err[0]
     assert not (tmp_path / "run").exists()  # nothing half-written
+
+    # data prepared with another tokenizer, data.tokenizer never set: the one thing to do is prepare again
+    from shardlab.data import prepare as prep
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "a.txt").write_text("w1 w2 w3 " * 200)
+    prep.prepare(prep.Job(src=f"text:{tmp_path / 'text'}", out=tmp_path / "tok", quiet=True), "bytes")
+    assert cmd_train(["--nproc", "1", "--out", str(tmp_path / "run"), "parallel.strategy=single",
+                      f"ckpt.init_from={tmp_path / 'ck'}", f"data.source=tokens:{tmp_path / 'tok'}",
+                      "train.seq_len=16"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "drop data.tokenizer" not in err[0], err
+    assert f"data.source=tokens:{tmp_path / 'tok'} was prepared with bytes (vocabulary 256)" in err[0]
+    assert (f"prepare the data again with the checkpoint's tokenizer, `shardlab data prepare text:{tmp_path / 'text'} "
+            f"--tokenizer {step / 'tokenizer'} --out {tmp_path / 'tok'}-ck`") in err[0], err
+    assert not (tmp_path / "run").exists()

@@ -230,3 +230,20 @@ def test_a_prepare_killed_with_sigkill_resumes_to_the_same_bytes(bpe, tmp_path):
     for s in clean["splits"]["train"]["shards"]:
         assert (tmp_path / "out" / s["file"]).read_bytes() == (tmp_path / "clean" / s["file"]).read_bytes()
     assert not list((tmp_path / "out").glob("*.tmp"))
+
+
+def test_the_progress_line_is_printed_once_at_the_end(srcs, tmp_path, capsys, monkeypatch):
+    """Off a terminal, a short prepare says `[prepare] N shards, ...` once: the line after the last shard and
+    the final line were the same line twice. A long one prints every 5 s and the final line only if it differs."""
+    prep.prepare(prep.Job(src=str(srcs["folder"]), out=tmp_path / "a", shard_mb=0.0005), "bytes")
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[prepare]")]
+    assert len(lines) == 1 and lines[0].startswith("[prepare] ") and "shards" in lines[0], lines
+    assert int(lines[0].split()[1]) > 1  # several shards: each one did not print a line of its own
+    clock = iter(range(0, 1000, 6))  # 6 s between calls: every shard is due a periodic line
+    monkeypatch.setattr(prep.time, "perf_counter", lambda: next(clock))
+    p = prep.Progress(quiet=False, total_done=0)
+    for _ in range(2):
+        p.add({"train": {"tokens": 10}, "val": {"tokens": 0}})
+    p.add({}, final=True)  # nothing new since the last line: not said again
+    said = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("[prepare]")]
+    assert [ln.split(",")[0] for ln in said] == ["[prepare] 1 shards", "[prepare] 2 shards"], said

@@ -110,11 +110,25 @@ def check_tokenizer(cfg, tok) -> None:
     if d is None:
         return
     theirs = tk.load(d)
-    if theirs.fingerprint() != tok.fingerprint():
-        raise ConfigError(f"the run's tokenizer ({tok.spec}, vocabulary {tok.vocab_size}) is not the one "
-                          f"ckpt.init_from={cfg.ckpt.init_from} was trained with ({theirs.spec}, vocabulary "
-                          f"{theirs.vocab_size}): its ids would name other tokens; drop data.tokenizer, or prepare "
-                          f"the data with `shardlab data prepare SRC --tokenizer {d}`")
+    if theirs.fingerprint() == tok.fingerprint():
+        return
+    ck, source = cfg.ckpt.init_from, cfg.data.source
+    why = (f"ckpt.init_from={ck} was trained with {theirs.spec} (vocabulary {theirs.vocab_size}), and its "
+           "embedding's rows mean that tokenizer's ids")
+    if source.startswith("tokens:"):  # the prepared data carries its tokenizer: what to redo is the prepare
+        prepared = Path(source[len("tokens:"):])
+        try:
+            src = json.loads((prepared / "meta.json").read_text())["source"]
+        except (OSError, ValueError, KeyError, TypeError):
+            src = "SRC"
+        raise ConfigError(f"data.source={source} was prepared with {tok.spec} (vocabulary {tok.vocab_size}), but "
+                          f"{why}: prepare the data again with the checkpoint's tokenizer, `shardlab data prepare "
+                          f"{src} --tokenizer {d} --out {prepared}-ck`, and train with data.source=tokens:"
+                          f"{prepared}-ck")
+    if cfg.data.tokenizer not in ("bytes", str(d)):  # the user named a tokenizer; left alone it is the checkpoint's
+        raise ConfigError(f"data.tokenizer={cfg.data.tokenizer} is not the tokenizer {why}: drop data.tokenizer "
+                          "(a run from a checkpoint trains with the checkpoint's tokenizer)")
+    raise ConfigError(f"the run's tokenizer ({tok.spec}, vocabulary {tok.vocab_size}) is not the one {why}")
 
 
 def _coerce(default, value):

@@ -144,10 +144,14 @@ def start(job: Job, tok_or_spec) -> tuple[tk.Tokenizer, dict, dict]:
 
 
 class Progress:
-    """One line on stderr, rewritten in place on a terminal (every 5 s elsewhere): shards, tokens, tokens/s."""
+    """One line on stderr, rewritten in place on a terminal (every 5 s elsewhere, and once at the end):
+    shards, tokens, tokens/s. Elsewhere a line is never repeated: the final one is left out when the last
+    periodic line already said the same shards and tokens."""
 
     def __init__(self, quiet: bool, total_done: int):
-        self.quiet, self.t0, self.last, self.tokens, self.shards = quiet, time.perf_counter(), 0.0, 0, total_done
+        self.quiet, self.t0, self.tokens, self.shards = quiet, time.perf_counter(), 0, total_done
+        self.last = self.t0  # the first periodic line after 5 s, not at the first shard
+        self.said = None  # (shards, tokens) of the last line printed
         self.tty = sys.stderr.isatty()
 
     def add(self, record: dict, final: bool = False) -> None:
@@ -157,7 +161,9 @@ class Progress:
         now = time.perf_counter()
         if self.quiet or not (final or self.tty or now - self.last >= 5):
             return
-        self.last = now
+        if final and not self.tty and self.said == (self.shards, self.tokens):
+            return
+        self.last, self.said = now, (self.shards, self.tokens)
         rate = self.tokens / max(now - self.t0, 1e-9)
         line = f"[prepare] {self.shards} shards, {self.tokens:,} tokens encoded, {rate:,.0f} tokens/s"
         print(("\r" + line) if self.tty else line, end="\n" if final or not self.tty else "", file=sys.stderr,

@@ -217,16 +217,38 @@ def print_summary(summary: dict, file=None) -> None:
             "mfu", "final_train_loss", "final_val_loss", "peak_mem_bytes", "ranks_consistent")
     print("\nsummary:", file=file)
     for k in keys:
-        v = summary.get(k)
-        if k == "layout" and isinstance(v, dict):
-            v = describe_layout(v)
-        elif k == "mfu" and isinstance(v, float):
-            v = f"{v:.2%} (peak {summary.get('peak_flops_per_rank') or 0:.3g} FLOP/s per rank)"
-        elif isinstance(v, float):
-            v = f"{v:,.4g}"
-        elif isinstance(v, int) and not isinstance(v, bool):
-            v = f"{v:,}"
-        print(f"  {k:<18} {v}", file=file)
+        print(f"  {k:<18} {readable(k, summary.get(k), summary)}", file=file)
+
+
+def readable(key: str, v, summary: dict | None = None) -> str:
+    """One summary.json value as the step lines write it: `12,565 tok/s`, `4.4958`, `0.204 s`,
+    `328,794,112 (313.6 MiB)`; summary.json keeps the raw numbers."""
+    if key == "layout" and isinstance(v, dict):
+        return describe_layout(v)
+    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)):
+        return str(v)
+    if key == "mfu":
+        peak = (summary or {}).get("peak_flops_per_rank")
+        return f"{v:.2%}" + (f" (peak {_si(peak)}FLOP/s per rank)" if peak else "")
+    if key == "tokens_per_s":
+        return f"{v:,.0f} tok/s"
+    if key == "step_time_s":
+        return f"{v:.3g} s"
+    if key.endswith("_loss"):
+        return f"{v:.4f}"
+    if key.endswith("_bytes"):
+        return f"{int(v):,} ({v / 2**20:,.1f} MiB)"
+    if isinstance(v, int) or abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def _si(x: float) -> str:
+    """71,700,000,000 -> '71.7 G' (FLOP/s read in G and T)."""
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}"
+    return f"{x:.3g} "
 
 
 def describe_layout(lay: dict) -> str:

@@ -48,11 +48,15 @@ def check(spec: str) -> list[str]:
     names = parse(spec)
     for n in names:
         module, package = PACKAGES[n]
-        if importlib.util.find_spec(module) is None:
+        if not installed(module):
             raise ConfigError(f"train.tracker={n} needs the {package} package, which is not installed: "
                               f"pip install 'shardlab[track]' (or pip install {package}), or drop {n} from "
                               "train.tracker")
     return names
+
+
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 def open_trackers(spec: str, run_dir: Path, config: dict) -> list:
