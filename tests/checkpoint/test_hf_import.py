@@ -19,11 +19,13 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_harness import CASES, make_hf, prompts, reference_greedy, reference_logits, write_tokenizer  # noqa: E402
+from hf_harness import (CASES, MAPPED, hf_field, make_hf, make_hf_config, prompts, reference_greedy,  # noqa: E402
+                        reference_logits, write_tokenizer)
 from shardlab.checkpoint import cli, manifest as mf  # noqa: E402
 from shardlab.checkpoint.hf import export_hf  # noqa: E402
 from shardlab.generate.engine import Options, generate  # noqa: E402
 from shardlab.generate.load import load_model  # noqa: E402
+from shardlab.model.configs import GPTConfig  # noqa: E402
 from shardlab.testing import assert_float64_equal, in_float64  # noqa: E402
 
 
@@ -57,6 +59,27 @@ def test_imported_logits_equal_transformers_in_float64(imported, case):
     assert_float64_equal(ours, theirs, what=f"{case} logits")
 
 
+def _logits_with_default_eps(ck: Path, ids: torch.Tensor) -> torch.Tensor:
+    model = load_model(ck).double()
+    default = 1e-5 if isinstance(model.cfg, GPTConfig) else 1e-6  # hf_import's fallbacks
+    for m in model.modules():
+        if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm)):
+            m.eps = default
+    with torch.no_grad():
+        return model(ids)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_wrong_epsilon_moves_the_logits_far_beyond_the_tolerance(imported, case):
+    """The float64 comparison above is sensitive to the epsilon: the same weights with the default epsilon
+    (what a misread key falls back to) give logits off by far more than FP64_TOL."""
+    from shardlab.testing.compare import FP64_TOL
+    hf_dir, ck = imported[case]
+    ids = torch.tensor([sum(prompts(CASES[case]["vocab"]), [])])
+    wrong = in_float64(_logits_with_default_eps, ck, ids)
+    assert (wrong - reference_logits(hf_dir, ids)).abs().max() > 1e4 * FP64_TOL
+
+
 def _ours_greedy(ck: Path, max_new: int) -> torch.Tensor:
     model = load_model(ck).double()
     return generate(model, prompts(model.cfg.vocab_size), Options(max_new=max_new))[0]
@@ -71,12 +94,41 @@ def test_imported_greedy_tokens_equal_transformers_generate(imported, case):
         assert ours[i].tolist() == reference_greedy(hf_dir, p, 10), f"{case} prompt {i}"
 
 
+def _record(ck: Path) -> dict:
+    return json.loads((ck / "checkpoints" / "step_000000" / "train_state.json").read_text())["model"]
+
+
+def test_every_mapped_field_is_away_from_its_defaults_in_some_case():
+    """The fixtures themselves: a key misread and replaced by a default goes unseen unless the fixture's
+    value differs from that default (transformers' config class's and shardlab's dataclass's)."""
+    import dataclasses
+
+    import transformers
+
+    from shardlab.model.configs import GPTConfig, LlamaConfig
+    theirs = {"gpt2": transformers.GPT2Config().to_dict(), "llama": transformers.LlamaConfig().to_dict()}
+    ours = {"gpt2": {f.name: f.default for f in dataclasses.fields(GPTConfig)},
+            "llama": {f.name: f.default for f in dataclasses.fields(LlamaConfig)}}
+    for arch, table in MAPPED.items():
+        confs = [make_hf_config(case) for case, c in CASES.items() if c["arch"] == arch]
+        for field, name in table.items():
+            values = [hf_field(conf, field) for conf in confs]
+            assert any(v != hf_field(theirs[arch], field) for v in values), f"{arch} {field}: all at default"
+            assert any(v != ours[arch].get(name) for v in values), f"{arch} {name}: all at shardlab's default"
+        eps = "layer_norm_epsilon" if arch == "gpt2" else "rms_norm_eps"  # the field once misread: every case
+        assert all(conf[eps] not in (1e-5, 1e-6) for conf in confs)
+
+
 def test_import_maps_every_config_field_it_reads(imported):
-    m = {case: json.loads((ck / "checkpoints" / "step_000000" / "train_state.json").read_text())["model"]
-         for case, (_, ck) in imported.items()}
+    for case, (hf_dir, ck) in imported.items():
+        conf, m = json.loads((hf_dir / "config.json").read_text()), _record(ck)
+        for field, name in MAPPED[CASES[case]["arch"]].items():
+            assert m[name] == hf_field(conf, field), f"{case}: {field} -> {name}"
+    m = {case: _record(ck) for case, (_, ck) in imported.items()}
     assert m["gpt2-tied"]["tie_embeddings"] is True and m["gpt2-untied"]["tie_embeddings"] is False
     assert (m["llama-gqa-sharded"]["n_kv_heads"], m["llama-gqa-sharded"]["rope_theta"]) == (2, 5000.0)
-    assert m["llama-gqa-sharded"]["intermediate_size"] == 48 and m["llama-gqa-sharded"]["norm_eps"] == 1e-6
+    assert m["llama-gqa-sharded"]["intermediate_size"] == 48 and m["llama-gqa-sharded"]["norm_eps"] == 1e-2
+    assert m["gpt2-untied"]["layer_norm_eps"] == 2e-2
     assert m["llama3-tied-scaled"]["rope_scaling"] == CASES["llama3-tied-scaled"]["scaling"]
     assert m["llama3-tied-scaled"]["tie_embeddings"] is True and m["llama3-tied-scaled"]["n_kv_heads"] == 1
     assert (imported["llama-gqa-sharded"][0] / "model.safetensors.index.json").is_file()  # it was sharded
@@ -114,6 +166,18 @@ def test_import_without_a_tokenizer_says_so_in_one_line(imported, capsys, tmp_pa
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no tokenizer" in err[0]
     assert not (tmp_path / "ck" / "checkpoints" / "step_000000" / "tokenizer").exists()
+
+
+def test_export_writes_every_mapped_field_and_imports_back_to_the_same_model(imported, tmp_path):
+    """Export's config.json carries each mapped field's value (in transformers 4's spelling, which 5 reads),
+    and importing that export builds the same model record: export's keys and import's are one table."""
+    for case, (hf_dir, ck) in imported.items():
+        out = export_hf(ck / "checkpoints" / "step_000000", tmp_path / case)
+        conf, orig = (json.loads((d / "config.json").read_text()) for d in (out, hf_dir))
+        for field in MAPPED[CASES[case]["arch"]]:
+            assert hf_field(conf, field) == hf_field(orig, field), f"{case}: exported {field}"
+        assert cli.main(["import", "--hf", str(out), "--out", str(tmp_path / f"{case}.ck")]) == 0
+        assert _record(tmp_path / f"{case}.ck") == _record(ck), case
 
 
 @pytest.mark.parametrize("case,dtype", [("llama3-tied-scaled", torch.bfloat16), ("gpt2-untied", torch.float16),

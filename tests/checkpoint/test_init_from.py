@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from hf_harness import init_from_run, make_hf, write_tokenizer  # noqa: E402
+from hf_harness import CASES, init_from_run, make_hf, write_tokenizer  # noqa: E402
 from shardlab import config  # noqa: E402
 from shardlab.checkpoint import cli  # noqa: E402
 from shardlab.generate.load import load_model  # noqa: E402
@@ -45,6 +45,7 @@ def test_single_run_starts_from_the_imported_weights_fresh(ck, case):
     assert single["start"] == 0 and single["fresh_optimizer"]
     assert single["model"].preset == "custom" and single["model"].vocab_size in (1001, 300)
     assert any("initialised the model from" in n for n in single["notes"])
+    assert single["eps"] == [CASES[case]["eps"]]  # the checkpoint's epsilon, not the default (1e-5)
     for name, w in _weights(path).items():
         assert torch.equal(single["before"][name], w), name
     assert all(loss == loss for loss in single["losses"])
@@ -72,7 +73,7 @@ def test_a_model_key_contradicting_the_checkpoint_is_one_line(ck, capsys):
     cfg = config.load(None, [f"ckpt.init_from={path}", "model.dropout=0.0", "train.seq_len=32"])
     config.validate(cfg, 2)  # a training key stays the run's; the shape is the checkpoint's
     assert (cfg.model.arch, cfg.model.n_kv_heads, cfg.model.intermediate_size, cfg.model.norm_eps) == \
-        ("llama", 2, 48, 1e-6)
+        ("llama", 2, 48, CASES["llama-gqa-sharded"]["eps"])
 
 
 def test_the_checkpoints_tokenizer_comes_with_its_weights(tmp_path, capsys):

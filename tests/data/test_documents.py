@@ -1,6 +1,7 @@
 """Packed documents (data/documents.py, model/documents.py, data.doc_mask): the per-token positions, the
 single-device parity (each document of a packed, masked sample has the per-token losses and the gradient
-it has alone), what is refused, and a `shardlab train` run on a corpus of EOS-separated documents.
+it has alone), the validation loss a run computes with the masks (each document of the evaluated sequences
+scored alone), what is refused, and a `shardlab train` run on a corpus of EOS-separated documents.
 The parity under tp+sp, pp and cp: tests/parallel/{tp,pp,cp}/test_*_docmask.py (docmask_harness)."""
 from __future__ import annotations
 
@@ -106,3 +107,30 @@ def test_train_on_eos_separated_documents(tmp_path):
         assert np.isfinite(s["final_train_loss"]) and np.isfinite(s["final_val_loss"])
     assert runs["true"]["final_train_loss"] != runs["false"]["final_train_loss"]
     assert (tmp_path / "true" / "config.toml").read_text().count("doc_mask = true") == 1
+
+
+@pytest.mark.parity
+def test_validation_with_doc_mask_equals_each_document_scored_alone(tmp_path):
+    """data.doc_mask=true's validation loss (train/evaluate.py, as the run computes it) is the token-weighted
+    loss of every document of the evaluated sequences scored alone, in float64 to FP64_TOL (another order of
+    the same sums); without the masks the same sequences score measurably otherwise (so the test can fail)."""
+    from docmask_harness import alone_val_loss, trainer_val_losses, write_documents
+    write_documents(tmp_path / "docs.bin")
+    got = in_float64(trainer_val_losses, tmp_path / "run", tmp_path / "docs.bin", ["parallel.strategy=single"])
+    alone = in_float64(alone_val_loss, tmp_path / "docs.bin")
+    assert_float64_equal([got["masked"]], [alone], "validation loss with document masks")
+    assert abs(got["unmasked"] - alone) > 1e-4  # documents that see their neighbours score otherwise
+
+
+@pytest.mark.parity
+def test_validation_with_doc_mask_at_dp2_and_pp2_equals_each_document_alone(pool2, tmp_path):
+    """The same at world 2: the validation sequences split over two data-parallel ranks, and a pipeline
+    whose evaluation forward hands the positions to each stage (its own eval path)."""
+    from docmask_harness import alone_val_loss, trainer_val_losses, write_documents
+    write_documents(tmp_path / "docs.bin")
+    alone = in_float64(alone_val_loss, tmp_path / "docs.bin")
+    for layout in (["parallel.strategy=ddp", "train.global_batch=4"],
+                   ["parallel.strategy=ddp", "parallel.pp=2", "train.grad_accum=2", "train.global_batch=4"]):
+        for r in pool2.run(in_float64, trainer_val_losses, tmp_path / "run", tmp_path / "docs.bin", layout,
+                           timeout=300):
+            assert_float64_equal([r["masked"]], [alone], f"{layout} validation loss with document masks")

@@ -124,3 +124,59 @@ def assert_layout_parity(pool, arch: str, overrides: list[str]) -> None:
     out = pool.run(in_float64, train_packed, arch, overrides, timeout=300)[0]
     for key in ("losses", "norms", "params"):
         assert_float64_equal(out[key], ref[key], key)
+
+
+# --- validation with packed documents (train/evaluate.py) ------------------------------------------------
+VAL = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.grad_accum=1", "train.eval_seqs=5",
+       "data.doc_mask=true", "ckpt.final=false", "train.seed=3"]
+
+
+def write_documents(path) -> None:
+    """A bin: corpus of EOS-ended documents (EOS = 0, the bytes tokenizer's) of 3 to 40 tokens: every
+    validation sequence of 32 holds several documents, so attending across them would show."""
+    import numpy as np
+
+    gen = np.random.default_rng(0)
+    docs = [np.append(gen.integers(97, 123, int(n)), 0) for n in gen.integers(3, 40, 300)]
+    np.concatenate(docs).astype(np.uint16).tofile(path)
+
+
+def trainer_val_losses(run_dir, source, overrides: list[str]) -> dict:
+    """The validation loss a run computes at its start (train/evaluate.py's val_loss, as the trainer calls
+    it), with the document masks and, for contrast, with them dropped (doc_eos None)."""
+    from shardlab import comm, config
+    from shardlab.train.evaluate import val_loss
+    from shardlab.train.trainer import Trainer
+
+    cfg = config.load(None, VAL + [f"data.source=bin:{source}", *overrides])
+    config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
+    trainer = Trainer(cfg, run_dir)
+    masked = val_loss(trainer)
+    trainer.doc_eos = None
+    return {"masked": masked, "unmasked": val_loss(trainer)}
+
+
+def alone_val_loss(source) -> float:
+    """The same validation loss from first principles: each document of each evaluated validation
+    sequence scored alone (its own sample, positions from 0) on the bare model the run starts from, the
+    token losses summed and divided by the tokens scored."""
+    import torch.nn.functional as F
+
+    from shardlab import config
+    from shardlab.data import val_indices_for_rank
+    from shardlab.data.documents import packed_batch as batch_of
+    from shardlab.model.gpt import build_model, resolve_model_config
+    from shardlab.train.state import datasets
+
+    cfg = config.load(None, VAL + [f"data.source=bin:{source}"])
+    config.validate(cfg, 1)
+    _, val = datasets(cfg)
+    model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed).eval()
+    total, tokens = 0.0, 0
+    with torch.no_grad():
+        for i in val_indices_for_rank(len(val), 1, 0, limit=cfg.train.eval_seqs):  # the evenly spaced set
+            x, y = batch_of(val, [i])
+            for r, s, e in documents(x):
+                total += float(F.cross_entropy(model(x[r:r + 1, s:e])[0], y[r, s:e], reduction="sum"))
+                tokens += e - s
+    return total / tokens

@@ -23,12 +23,38 @@ import torch
 # high_freq_factor, blended between, divided below low_freq_factor) are exercised
 LLAMA3 = {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 0.1, "high_freq_factor": 4.0,
           "original_max_position_embeddings": 32}
+# Every config field the import maps is away from its default (transformers' and shardlab's: MAPPED
+# below) in at least one case, the norm epsilons in every case and far from the defaults (1e-5 / 1e-6):
+# an import or export that reads a wrong key and falls back to a default builds a model whose logits
+# differ (by ~1e-3 for eps: test_a_wrong_epsilon_moves_the_logits_far_beyond_the_tolerance) and fails.
 CASES = {
-    "gpt2-tied": dict(arch="gpt2", vocab=97, tie=True),
-    "gpt2-untied": dict(arch="gpt2", vocab=1001, tie=False),
-    "llama-gqa-sharded": dict(arch="llama", vocab=300, tie=False, kv=2, theta=5000.0, shard="20KB"),
-    "llama3-tied-scaled": dict(arch="llama", vocab=257, tie=True, kv=1, theta=500000.0, scaling=LLAMA3),
+    "gpt2-tied": dict(arch="gpt2", vocab=97, tie=True, eps=3e-3),
+    "gpt2-untied": dict(arch="gpt2", vocab=1001, tie=False, eps=2e-2),
+    "llama-gqa-sharded": dict(arch="llama", vocab=300, tie=False, kv=2, theta=5000.0, shard="20KB", eps=1e-2),
+    "llama3-tied-scaled": dict(arch="llama", vocab=257, tie=True, kv=1, theta=500000.0, scaling=LLAMA3, eps=4e-3),
 }
+# HF config.json field -> shardlab's model record field, for each architecture: what import and export map
+MAPPED = {
+    "gpt2": {"n_layer": "n_layer", "n_head": "n_head", "n_embd": "d_model", "vocab_size": "vocab_size",
+             "n_positions": "max_seq_len", "layer_norm_epsilon": "layer_norm_eps",
+             "tie_word_embeddings": "tie_embeddings"},
+    "llama": {"num_hidden_layers": "n_layer", "num_attention_heads": "n_head", "hidden_size": "d_model",
+              "num_key_value_heads": "n_kv_heads", "vocab_size": "vocab_size",
+              "max_position_embeddings": "max_seq_len", "intermediate_size": "intermediate_size",
+              "rms_norm_eps": "norm_eps", "rope_theta": "rope_theta", "tie_word_embeddings": "tie_embeddings",
+              "rope_scaling": "rope_scaling"},
+}
+
+
+def hf_field(conf: dict, field: str):
+    """A field of a saved config.json, whichever transformers spelling it is in (5 keeps rope_theta and the
+    scaling inside `rope_parameters`, 4 at the top level)."""
+    rope = conf.get("rope_parameters")
+    if field == "rope_theta" and isinstance(rope, dict):
+        return rope["rope_theta"]
+    if field == "rope_scaling" and isinstance(rope, dict):
+        return {k: v for k, v in rope.items() if k != "rope_theta"} if rope.get("rope_type") != "default" else None
+    return conf[field]
 
 
 def make_hf(case: str, out: Path, dtype=torch.float32, std: float = 0.3):
@@ -37,20 +63,9 @@ def make_hf(case: str, out: Path, dtype=torch.float32, std: float = 0.3):
     logits, so equal tokens prove something. Returns the transformers model (float32, eval)."""
     import transformers
 
-    c = CASES[case]
     torch.manual_seed(0)
-    if c["arch"] == "gpt2":
-        conf = transformers.GPT2Config(vocab_size=c["vocab"], n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                       tie_word_embeddings=c["tie"], bos_token_id=None, eos_token_id=None,
-                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-        model = transformers.GPT2LMHeadModel(conf)
-    else:
-        rope = {"rope_type": "default", **(c.get("scaling") or {}), "rope_theta": c["theta"]}
-        conf = transformers.LlamaConfig(vocab_size=c["vocab"], hidden_size=32, intermediate_size=48,
-                                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=c["kv"],
-                                        max_position_embeddings=64, rms_norm_eps=1e-6, rope_parameters=rope,
-                                        tie_word_embeddings=c["tie"], bos_token_id=None, eos_token_id=None)
-        model = transformers.LlamaForCausalLM(conf)
+    conf = hf_config_of(case)
+    model = (transformers.GPT2LMHeadModel if CASES[case]["arch"] == "gpt2" else transformers.LlamaForCausalLM)(conf)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" not in name and "ln_" not in name:
@@ -58,8 +73,30 @@ def make_hf(case: str, out: Path, dtype=torch.float32, std: float = 0.3):
             else:  # norms away from 1 and biases away from 0, so a missed or swapped one shows
                 p.uniform_(0.5, 1.5) if name.endswith("weight") else p.normal_(0.0, 0.1)
     model = model.to(dtype).eval()
-    model.save_pretrained(str(out), **({"max_shard_size": c["shard"]} if "shard" in c else {}))
+    shard = CASES[case].get("shard")
+    model.save_pretrained(str(out), **({"max_shard_size": shard} if shard else {}))
     return model
+
+
+def hf_config_of(case: str):
+    """The case's transformers config (GPT2Config or LlamaConfig)."""
+    import transformers
+
+    c = CASES[case]
+    if c["arch"] == "gpt2":
+        return transformers.GPT2Config(vocab_size=c["vocab"], n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                       layer_norm_epsilon=c["eps"], tie_word_embeddings=c["tie"], bos_token_id=None,
+                                       eos_token_id=None, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    rope = {"rope_type": "default", **(c.get("scaling") or {}), "rope_theta": c["theta"]}
+    return transformers.LlamaConfig(vocab_size=c["vocab"], hidden_size=32, intermediate_size=48,
+                                    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=c["kv"],
+                                    max_position_embeddings=64, rms_norm_eps=c["eps"], rope_parameters=rope,
+                                    tie_word_embeddings=c["tie"], bos_token_id=None, eos_token_id=None)
+
+
+def make_hf_config(case: str) -> dict:
+    """The config.json `make_hf` writes for the case, as a dict (no weights made)."""
+    return hf_config_of(case).to_dict()
 
 
 def write_tokenizer(out: Path, vocab: int, eos: bool = False) -> None:
@@ -137,7 +174,7 @@ def generate_layout(ck: str, tp: int, pp: int, max_new: int) -> torch.Tensor:
 
 def init_from_run(run_dir: Path, ck: str, overrides: list[str], world: int, steps: int = 2) -> dict:
     """A run starting from `ck` (ckpt.init_from): its full parameters before any step, its optimizer's
-    state then, its start step, and the global losses of `steps` steps."""
+    state then, its start step, its norms' epsilons, and the global losses of `steps` steps."""
     from ckpt_harness import BASE, _steps
 
     from shardlab import config
@@ -149,6 +186,8 @@ def init_from_run(run_dir: Path, ck: str, overrides: list[str], world: int, step
     trainer = Trainer(cfg, Path(run_dir))
     before = {k: v.detach().clone() for k, v in trainer.strategy.full_parameters().items()}
     fresh = not any(len(s) for s in trainer.state.optimizer.state.values())
+    # the epsilon of every norm of the model that trained (the import's value must reach it through config)
+    eps = sorted({m.eps for m in trainer.par.model.modules() if isinstance(m, (torch.nn.LayerNorm, torch.nn.RMSNorm))})
     losses = _steps(trainer, steps)
     return {"before": before, "fresh_optimizer": fresh, "start": trainer.start_step, "losses": losses,
-            "notes": trainer.ckpt.notes, "model": cfg.model}
+            "notes": trainer.ckpt.notes, "model": cfg.model, "eps": eps}
