@@ -99,7 +99,9 @@ def _print_rank(rep: dict) -> None:
     coords = " ".join(f"{k}={v}" for k, v in rep["coords"].items()) or "-"
     sb = rep["state_bytes"]
     print(f"rank {rep['rank']}  [{coords}]  param_elems {rep['param_elems']:,}  state params {_mib(sb['params'])} "
-          f"grads {_mib(sb['grads'])} optimizer {_mib(sb['optimizer'])}  peak {_mib(rep['peak_mem_bytes'])} "
+          f"grads {_mib(sb['grads'])} optimizer {_mib(sb['optimizer'])}"
+          + (f" (off the device: {_mib(rep['offloaded_bytes'])})" if rep.get("offloaded_bytes") else "")
+          + f"  peak {_mib(rep['peak_mem_bytes'])} "
           f"(resident before the step {_mib(rep['resident_bytes'])})  "
           f"host_syncs {rep['host_syncs']}  ({rep['sim_s']} s)")
     comm = ", ".join(f"{op} {_mib(b)}" for op, b in sorted(rep["comm"]["bytes_per_step"].items()))

@@ -84,6 +84,7 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         "coords": {d: dims.coord(d) for d in ("pp", "dp_replicate", "dp_shard", "cp", "tp") if dims.size(d) > 1},
         "param_elems": sum(p.numel() for p in _local_params(par)),
         "state_bytes": {k: int(state_after.get(k, state.get(k, 0))) for k in ("params", "grads", "optimizer")},
+        "offloaded_bytes": int(state_after.get("offloaded", 0)),  # parallel.offload: kept off the device
         "peak_mem_bytes": int(audit.peak),
         "resident_bytes": int(resident),
         "comm": {"bytes_per_step": comm_stats["bytes"], "calls_per_step": comm_stats["calls"]},

@@ -9,8 +9,9 @@ from shardlab.errors import ConfigError, choice as _choice
 
 # Memory: which offload (optimizer / params, host / disk) each data-parallel strategy builds.
 def check_offload(p) -> None:
-    """What offload exists (docs/memory.md): optimizer to disk for zero1/2/3; params (with the optimizer) to
-    host or disk for zero3; torch-fsdp2's CPUOffloadPolicy (params to host), which needs an accelerator."""
+    """What offload exists (docs/memory.md): the optimizer (its state and step) to host or disk for zero1/2/3;
+    params (with the optimizer) to host or disk for zero3; torch-fsdp2's CPUOffloadPolicy (params to host),
+    which needs an accelerator."""
     what = f"parallel.offload={p.offload} parallel.offload_to={p.offload_to} with parallel.strategy={p.strategy}"
     if p.offload == "none":
         return
@@ -24,10 +25,9 @@ def check_offload(p) -> None:
                               "none; on a CPU use parallel.strategy=zero3 parallel.offload=params "
                               "parallel.offload_to=disk")
         return
-    if p.offload == "optimizer" and (p.offload_to != "disk" or p.strategy not in ("zero1", "zero2", "zero3")):
-        raise ConfigError(f"{what}: the optimizer is offloaded to disk for zero1/zero2/zero3; use "
-                          "parallel.offload_to=disk with one of them (or parallel.offload=params "
-                          "parallel.offload_to=host with zero3)")
+    if p.offload == "optimizer" and p.strategy not in ("zero1", "zero2", "zero3"):
+        raise ConfigError(f"{what}: the optimizer is offloaded for the sharded layers only (its state is "
+                          "this rank's shards'); use parallel.strategy=zero1, zero2 or zero3")
     if p.offload == "params" and p.strategy != "zero3":
         raise ConfigError(f"{what}: parameter offload needs parameters sharded at rest; use "
                           "parallel.strategy=zero3 (or torch-fsdp2 on CUDA)")

@@ -75,6 +75,26 @@ def tier(name: str):
     return DiskTier() if name == "disk" else HostTier()
 
 
+class _Only:
+    """`with _Only(optimizer, params):` the optimizer's groups hold only `params` (each in its own group, with
+    its group's hyperparameters) until exit: `optimizer.step()` then updates those alone. AdamW's update is
+    per tensor (docs/memory.md), so stepping the parameters in parts is bitwise stepping them together."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer, params):
+        self.optimizer, self.keep = optimizer, {id(p) for p in params}
+
+    def __enter__(self):
+        self.saved = [g["params"] for g in self.optimizer.param_groups]
+        for g, params in zip(self.optimizer.param_groups, self.saved):
+            g["params"] = [p for p in params if id(p) in self.keep]
+        return self.optimizer
+
+    def __exit__(self, *exc):
+        for g, params in zip(self.optimizer.param_groups, self.saved):
+            g["params"] = params
+        return False
+
+
 class DiskOffload:
     def __init__(self, directory: str = ""):
         self.tier = DiskTier(directory)
@@ -95,26 +115,20 @@ class DiskOffload:
                 home.copy_(v)
                 state[key] = home
 
-    def step(self, optimizer: torch.optim.Optimizer) -> None:
-        """`optimizer.step()`, one parameter shard at a time, each shard's state paged in and out."""
-        groups = [g["params"] for g in optimizer.param_groups]
-        try:
-            for g, params in zip(optimizer.param_groups, groups):
-                for p in params:
-                    if p.grad is None:
-                        continue
-                    for other in optimizer.param_groups:
-                        other["params"] = []
-                    g["params"] = [p]
-                    optimizer.step()
-                    state = optimizer.state[p]
-                    self._rehome(p, state)
-                    for key, v in state.items():
-                        if (id(p), key) in self.homes:
-                            _drop_pages(v)
-        finally:
-            for g, params in zip(optimizer.param_groups, groups):
-                g["params"] = params
+    def step(self, optimizer: torch.optim.Optimizer, params=None) -> None:
+        """`optimizer.step()`, one parameter shard at a time, each shard's state paged in and out
+        (`params`: only these of the optimizer's parameters)."""
+        keep = None if params is None else {id(p) for p in params}
+        todo = [p for g in optimizer.param_groups for p in g["params"]
+                if p.grad is not None and (keep is None or id(p) in keep)]
+        for p in todo:
+            with _Only(optimizer, [p]):
+                optimizer.step()
+            state = optimizer.state[p]
+            self._rehome(p, state)
+            for key, v in state.items():
+                if (id(p), key) in self.homes:
+                    _drop_pages(v)
 
     def offloaded_bytes(self) -> int:
         """Bytes of optimizer state kept in files (off the process)."""

@@ -89,6 +89,8 @@ class _Zero(Strategy):
         return [(i.fqn, i.shard) for i in self.infos]
 
     def params_updated(self) -> None:
+        if getattr(self, "host_step", None) is not None:  # the masters follow what was written to the shards
+            self.host_step.refresh()
         if not self.shard_params:  # zero1/2 keep full parameters: the updated shards gathered again
             self._gather_params()
 
@@ -102,23 +104,38 @@ class _Zero(Strategy):
         g = info.shard.grad
         return g if g is not None else self._away_grads.get(info.fqn)
 
+    # Tests: run the accelerator's optimizer offload (host masters, copies both ways: host_step.py) on a CPU,
+    # the CPU standing in for the device, so its arithmetic is checked where no accelerator is.
+    host_step_on_cpu = False
+
     def make_optimizer(self, factory):
-        """The optimizer updates this rank's shards only: that is what shards the optimizer state."""
-        self.offload = None
+        """The optimizer updates this rank's shards only: that is what shards the optimizer state.
+
+        parallel.offload=optimizer: with the parameters on an accelerator, the optimizer steps host master
+        copies of the shards (ZeRO-Offload: host_step.py), its state in host memory or in files; on a CPU
+        the host is the device, so it steps the shards themselves, its state in memory-mapped files
+        (offload_to=disk: offload.py) or where it is (host: nothing to move). With offload=params the
+        optimizer follows the shards it updates (on the host tier Adam's state is created where they are)."""
+        self.offload = self.host_step = None
         offload = getattr(self.pcfg, "offload", "none")
-        # state in memory-mapped files (offload.py); with offload=params the optimizer follows the shards it
-        # updates (on the host tier Adam's state is created where they are)
-        if offload == "optimizer" and self.device.type != "cpu":
-            # the state would live in host files while the shards and their gradients stay on the
-            # accelerator: the (fused) AdamW step cannot take operands on two devices
-            raise ConfigError(f"parallel.offload=optimizer keeps the optimizer state on the host, but the "
-                              f"parameters are on the accelerator ({self.device.type}): the optimizer step would "
-                              f"mix devices; use parallel.offload=params (zero3: shards and state together on the "
-                              f"host tier) or train on CPU")
-        if offload == "optimizer" or (offload == "params" and self.pcfg.offload_to == "disk"):
+        if offload == "optimizer" and (self.device.type != "cpu" or self.host_step_on_cpu):
+            if getattr(self.pcfg, "fault_tolerant", False):
+                # a heal broadcasts the optimizer state over the replicas' (NCCL) group from the device
+                raise ConfigError("parallel.offload=optimizer with parallel.fault_tolerant=true on an accelerator: "
+                                  "a heal sends the optimizer state from the device, and offload keeps it on the "
+                                  "host; use one of them")
+            from shardlab.parallel.dp.host_step import HostStep
+            self.host_step = HostStep(self.units, self.device, self.pcfg.offload_to)
+            return factory([(i.fqn, self.host_step.master[i.fqn]) for i in self.infos])
+        if self.pcfg.offload_to == "disk" and offload in ("optimizer", "params"):
             from shardlab.parallel.dp.offload import DiskOffload
             self.offload = DiskOffload()
         return factory([(i.fqn, i.shard) for i in self.infos])
+
+    def stepped(self, info):
+        """The tensor the optimizer updates for `info`: its host master under ZeRO-Offload on an
+        accelerator, else the shard itself (its optimizer state is keyed by it)."""
+        return self.host_step.master[info.fqn] if getattr(self, "host_step", None) is not None else info.shard
 
     # --- backward: reduce-scatter each unit's gradients as soon as they are all there -------------------
     def set_requires_gradient_sync(self, requires: bool) -> None:
@@ -227,7 +244,9 @@ class _Zero(Strategy):
     def optimizer_step(self, optimizer) -> None:
         if getattr(self, "param_home", None) is not None:
             self._grads_home()
-        if getattr(self, "offload", None) is not None:
+        if getattr(self, "host_step", None) is not None:
+            self.host_step.step(optimizer, self._grad_of)
+        elif getattr(self, "offload", None) is not None:
             self.offload.step(optimizer)
         else:
             optimizer.step()
@@ -276,6 +295,9 @@ class _Zero(Strategy):
             self._attach_full_grads()
             return
         optimizer.zero_grad(set_to_none=True)
+        if getattr(self, "host_step", None) is not None:  # the optimizer's parameters are the host masters:
+            for i in self.infos:  # the device shards' gradients go here
+                i.shard.grad = None
         self._away_grads.clear()
         for unit in self.units:
             unit.grad_shard = None
@@ -298,6 +320,8 @@ class _Zero(Strategy):
 
     def load_model_state_dict(self, sd: dict) -> None:
         zero_state.load_model_state_dict(self, sd)
+        if getattr(self, "host_step", None) is not None:
+            self.host_step.refresh()
         if not self.shard_params:
             self._gather_params()
         for unit in self.units:

@@ -70,7 +70,7 @@ def load_model_state_dict(strategy, sd: dict) -> None:
 
 
 def _param_index(strategy, optimizer) -> list:
-    fqn_of = {id(i.shard): i for i in strategy.infos}
+    fqn_of = {id(strategy.stepped(i)): i for i in strategy.infos}
     return [fqn_of[id(p)] for g in optimizer.param_groups for p in g["params"]]
 
 
@@ -97,7 +97,7 @@ def load_optim_state_dict(strategy, optimizer, sd: dict) -> None:
                              for k, v in st.items()}
     # Hyperparameters from the checkpoint, membership from this optimizer: a checkpoint written by another
     # layout (a pipeline rank's param_groups list only its stage's parameters) still loads group by group.
-    ids = {id(info.shard): k for k, info in enumerate(infos)}
+    ids = {id(strategy.stepped(info)): k for k, info in enumerate(infos)}
     groups = [{**saved, "params": [ids[id(p)] for p in cur["params"]]}
               for saved, cur in zip(sd["param_groups"], optimizer.param_groups)]
     optimizer.load_state_dict({"state": state, "param_groups": groups})
@@ -114,7 +114,9 @@ def state_bytes(strategy, optimizer) -> dict:
     grads      zero1: the padded full gradients; zero2/zero3: the flat gradient shards
     optimizer  every per-element optimizer state tensor (they live on shards in all three stages)
     transient  an upper bound on the working set beyond that (see `transient_bytes`)
-    padding    the part of the above that is padding (rows added so every rank's shard is equally long)
+    padding    the part of these bytes that is padding (rows added so every rank's shard is equally long)
+    offloaded  what parallel.offload keeps off the device instead (not in the columns above): parameter
+               shards, optimizer state, and ZeRO-Offload's host masters and gradient buffers
     """
     n = strategy.world
     el = strategy.infos[0].param.element_size() if strategy.infos else 4
@@ -130,15 +132,28 @@ def state_bytes(strategy, optimizer) -> dict:
     else:
         grads, grads_pad = shard * el, (shard - unpadded_shard) * el
     opt = opt_pad = 0
-    fqn_of = {id(i.shard): i for i in strategy.infos}
+    fqn_of = {id(strategy.stepped(i)): i for i in strategy.infos}
     for p, st in optimizer.state.items():
         info = fqn_of.get(id(p))
         for v in st.values():
             if info is not None and _per_element(info, v):
                 opt += v.numel() * v.element_size()
                 opt_pad += info.padding * v.element_size()
+    # What lives off the device (parallel.offload, docs/memory.md) is counted apart, as `offloaded`: the
+    # device's columns are what the planner predicts for the accelerator. On a CPU the host *is* the device:
+    # only files (the disk tier) are off it.
+    on_accelerator = strategy.device.type != "cpu"
+    home = strategy.param_home
+    off = 0
+    if home is not None and (home.name == "disk" or on_accelerator):  # zero3's shards between uses
+        off, params = off + params, 0
+    host_step = getattr(strategy, "host_step", None)
+    if host_step is not None:  # ZeRO-Offload on an accelerator: masters, gradient buffers and Adam on the host
+        off, opt = off + opt + host_step.nbytes, 0
+    elif getattr(strategy, "offload", None) is not None or (home is not None and on_accelerator):
+        off, opt = off + opt, 0  # Adam's state in files, or next to the shards on the accelerator's host
     return {"params": params, "grads": grads, "optimizer": opt, "transient": transient_bytes(strategy),
-            "padding": params_pad + grads_pad + opt_pad}
+            "padding": params_pad + grads_pad + opt_pad, "offloaded": off}
 
 
 def transient_bytes(strategy) -> int:
