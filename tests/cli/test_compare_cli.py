@@ -6,6 +6,7 @@ import json
 import pytest
 
 from shardlab.cli import compare as cli
+from shardlab.observe import compare
 
 
 def _run(path, strategy="ddp", global_batch=8, seed=1337, steps=4, loss0=5.0, mem=(100, 120)):
@@ -68,3 +69,36 @@ def test_a_path_that_is_not_a_run_is_one_line_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert needle in err and len(err.strip().splitlines()) == 1
     assert not (a / "compare").exists()  # nothing written
+
+
+def _vals(path, points):
+    """Replace a fabricated run's validation records with `points` {step: val_loss}."""
+    rows = [json.loads(ln) for ln in (path / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "val_loss" not in r] + [{"step": s, "val_loss": v} for s, v in points.items()]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_validation_loss_is_compared_at_a_point_every_run_evaluated(tmp_path, capsys):
+    """The issue's case: one run evaluated at step 0 and at its end, the others only at step 0. Each row
+    shows its value at step 0 (the last point all share), never one run's end beside another's start."""
+    a, b, c = (_run(tmp_path / n, steps=4) for n in ("a", "b", "c"))
+    _vals(a, {0: 5.171, 4: 2.846})
+    _vals(b, {0: 5.172})
+    _vals(c, {0: 5.173})
+    rows = compare.table([compare.load(p) for p in (a, b, c)])
+    assert [(r["val_loss"], r["val_tokens"]) for r in rows] == [(5.171, 0), (5.172, 0), (5.173, 0)]
+    assert cli.main([str(a), str(b), str(c)]) == 0
+    out = capsys.readouterr().out
+    assert "val loss at 0 tokens (the last point every run evaluated at)" in out.splitlines()[0]
+    assert "2.846" not in out and "@" not in out
+
+
+def test_validation_loss_without_a_shared_point_is_marked_with_its_tokens(tmp_path, capsys):
+    a, b = _run(tmp_path / "a", steps=4), _run(tmp_path / "b", steps=4)
+    _vals(a, {2: 4.5, 4: 4.2})
+    _vals(b, {3: 4.4})
+    assert cli.main([str(a), str(b)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "no point every run evaluated at" in lines[0]
+    row = {ln.split()[0]: ln for ln in lines[2:4]}
+    assert "4.2 @1,024" in row["a"] and "4.4 @768" in row["b"]  # tokens = step x 8 sequences x 32

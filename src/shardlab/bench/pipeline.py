@@ -110,7 +110,7 @@ def pipeline_step(ranks: list[list[dict]]) -> dict:
 
 def planner_view(name: str, p: int, m: int, v: int) -> dict:
     """The planner's bubble (its share of the pipeline's time) and p2p payload per rank for the emulated
-    layout (the tiny model's shapes, fp32); None for a schedule the planner does not model (zb)."""
+    layout (the tiny model's shapes, fp32); None for a schedule the planner does not model (torch's V ones)."""
     if name not in PLANNED:
         return {"plan_bubble": None, "plan_p2p_bytes": None}
     from shardlab.plan.hardware import load_cluster

@@ -3,8 +3,8 @@
     shardlab compare runs/ddp runs/zero3             # the table, the config diff, plots in runs/ddp/compare/
     shardlab compare runs/a runs/b --out cmp --strict # exit 2 when the runs are not comparable
 
-Prints one table (loss and validation loss at equal tokens, tokens/s, MFU, peak memory per rank,
-communication bytes per step, exposed communication), a warning when the runs' tokens per step, data or
+Prints one table (loss at equal tokens, validation loss at the last point every run evaluated at, tokens/s,
+MFU, peak memory per rank, communication bytes per step, exposed communication), a warning when the runs' tokens per step, data or
 seeds differ (their losses then say nothing about the layouts: exit 0, or 2 with --strict), and every
 resolved config key that differs. Writes loss_vs_tokens.png, loss_vs_time.png, throughput.png and
 memory.png to --out (default: compare/ inside the first run's directory). The reading and the plots are
@@ -43,10 +43,23 @@ def render(rows: list[dict]) -> str:
     cells = [[h for _, h, _ in cols]]
     for r in rows:
         lay = describe_layout(r["layout"]) if isinstance(r["layout"], dict) else _fmt(r["layout"])
-        cells.append([lay if c == "layout" else _fmt(r[c], kind) for c, _, kind in cols])
+        cells.append([lay if c == "layout" else _val(r) if c == "val_loss" else _fmt(r[c], kind)
+                      for c, _, kind in cols])
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
-    return f"at {rows[0]['tokens']:,} tokens (the shortest run's last logged step):\n" + "\n".join(lines)
+    head = f"at {rows[0]['tokens']:,} tokens (the shortest run's last logged step)"
+    if rows[0].get("val_shared"):
+        head += f"; val loss at {rows[0]['val_tokens']:,} tokens (the last point every run evaluated at)"
+    elif any(r.get("val_loss") is not None for r in rows):
+        head += "; val loss: no point every run evaluated at, each run's last marked @ the tokens it was taken at"
+    return head + ":\n" + "\n".join(lines)
+
+
+def _val(row: dict) -> str:
+    """The validation loss cell: marked with its tokens unless every row's is at the same point."""
+    if row.get("val_loss") is None or row.get("val_shared"):
+        return _fmt(row.get("val_loss"))
+    return f"{_fmt(row['val_loss'])} @{row['val_tokens']:,}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -68,6 +68,10 @@ def to_dict(cfg: Config) -> dict:
 
 
 def to_toml(cfg: Config) -> str:
+    """The config as TOML. A [model] key left to the preset (0, auto) keeps its value, so the file loads back to
+    the same config (a preset and explicit values never both set a key), and says in a comment what it resolved
+    to: `n_layer = 0  # resolved: 12`."""
+    resolved = _resolved_model(cfg)
     lines = []
     for section, values in to_dict(cfg).items():
         lines.append(f"[{section}]")
@@ -78,9 +82,37 @@ def to_toml(cfg: Config) -> str:
                 text = _toml_string(v)
             else:
                 text = repr(v)
-            lines.append(f"{k} = {text}")
+            note = resolved.get(k) if section == "model" else None
+            lines.append(f"{k} = {text}" + (f"  # {note}" if note else ""))
         lines.append("")
     return "\n".join(lines)
+
+
+# [model] keys whose resolved value has another name in the model's config (model/configs.py)
+_RESOLVED_AS = {"norm_eps": ("norm_eps", "layer_norm_eps"), "intermediate_size": ("ffn_hidden",)}
+
+
+def _resolved_model(cfg: Config) -> dict:
+    """{[model] key: "resolved: VALUE"} for each key left to the preset (or to train.seq_len) whose resolved
+    value differs from what is written; {} when the model does not resolve (an invalid config shows nothing)."""
+    from shardlab.model.configs import resolve_model_config
+
+    try:
+        m = resolve_model_config(cfg.model, cfg.train.seq_len)
+    except (ConfigError, KeyError, TypeError, ValueError):
+        return {}
+    out = {}
+    for k, v in to_dict(cfg)["model"].items():
+        if not (v in (0, 0.0, "auto") or (k == "arch" and v != getattr(m, "arch", "gpt2"))):
+            continue
+        for name in _RESOLVED_AS.get(k, (k,)):
+            if hasattr(m, name):
+                got = getattr(m, name)
+                if got != v and not isinstance(got, dict):
+                    out[k] = "resolved: " + (("true" if got else "false") if isinstance(got, bool)
+                                             else _toml_string(got) if isinstance(got, str) else repr(got))
+                break
+    return out
 
 
 def _toml_string(s: str) -> str:

@@ -6,7 +6,8 @@ data and the same seeds. Otherwise a loss curve difference says nothing about th
 says why, key by key. `config_diff` lists every resolved key whose value differs.
 
 Loss "at equal tokens": at the most tokens every run reached (the shortest run's end), each run's last
-logged loss (and validation loss) at or before that count. Wall time of a record: the sum of the logged
+logged loss at or before that count; validation loss at the most tokens (up to that count) at which every run
+evaluated, or, when they share no such point, each run's last with the tokens it was taken at. Wall time of a record: the sum of the logged
 step times up to it (each record's `step_time_s` x the steps since the one before), evaluation excluded.
 """
 from __future__ import annotations
@@ -115,9 +116,26 @@ def _at(curve: list, tokens: int):
     return before[-1] if before else None
 
 
+def val_point(runs: list[Run], tokens: int) -> int | None:
+    """The most tokens, at or before `tokens`, at which every run has a validation loss (None: no such point,
+    e.g. runs that evaluate every 10 and every 20 steps with no step in common yet)."""
+    points = [{t for t, _, _ in r.curves["val_loss"] if t <= tokens} for r in runs]
+    shared = set.intersection(*points) if points else set()
+    return max(shared) if shared else None
+
+
+def _val_at(curve: list, tokens: int) -> tuple:
+    """(value, its tokens): the last validation loss at or before `tokens`."""
+    before = [(v, t) for t, _, v in curve if t <= tokens]
+    return before[-1] if before else (None, None)
+
+
 def table(runs: list[Run]) -> list[dict]:
-    """One row per run: loss and validation loss at equal tokens, throughput, MFU, memory, communication."""
+    """One row per run: loss and validation loss at equal tokens, throughput, MFU, memory, communication.
+    Validation compares like with like: at the last point every run evaluated at (`val_tokens`, the same in
+    every row); where there is none, each run's last value with its own `val_tokens`, for the table to mark."""
     common = min((r.curves["loss"][-1][0] if r.curves["loss"] else 0) for r in runs)
+    shared = val_point(runs, common)
     rows = []
     for r in runs:
         s = r.summary
@@ -125,7 +143,9 @@ def table(runs: list[Run]) -> list[dict]:
         lay = s.get("layout")
         rows.append({
             "run": r.name, "layout": lay if lay else s.get("strategy"), "world": s.get("world_size"),
-            "tokens": common, "loss": _at(r.curves["loss"], common), "val_loss": _at(r.curves["val_loss"], common),
+            "tokens": common, "loss": _at(r.curves["loss"], common),
+            **dict(zip(("val_loss", "val_tokens"), _val_at(r.curves["val_loss"], common if shared is None else shared))),
+            "val_shared": shared is not None,
             "tokens_per_s": s.get("tokens_per_s"), "mfu": s.get("mfu"),
             "peak_mem_bytes_per_rank": s.get("peak_mem_bytes_per_rank") or (
                 [s["peak_mem_bytes"]] if s.get("peak_mem_bytes") is not None else None),

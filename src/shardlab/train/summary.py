@@ -21,10 +21,13 @@ def build(trainer, step_times: list[float], train_loss, val_loss) -> dict:
     stats = getattr(trainer, "comm_stats", None) or {}
     doctor = trainer.doctor_result  # the doctor's final bitwise checksum of replicated parameters
     return {
-        "strategy": cfg.parallel.strategy,
+        # the data-parallel layer the step runs: `single` where tp/pp/cp take every rank (parallel/dp/apply.py),
+        # whatever parallel.strategy says (its default, ddp, would name a layer that is not there)
+        "strategy": trainer.strategy.name,
         "world_size": trainer.world,
         "layout": layout(trainer),
-        "params": trainer.n_params,  # as rank 0 holds it (the stage, the tensor-parallel shard)
+        "params": trainer.par.params_total,  # the whole model (counted as built, before any layer splits it)
+        "params_rank0": per_rank[0]["params"],  # what rank 0 holds at rest (its stage, its shards)
         "params_total": trainer.par.params_total,
         "params_per_rank": [r["params"] for r in per_rank],
         "steps": st.step,
