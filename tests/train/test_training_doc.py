@@ -1,5 +1,7 @@
-"""docs/training.md's launcher example is what the launcher prints for that run (the defaults at 64 ranks:
-micro batch 8 x grad accum 1 x 64 data-parallel ranks = global batch 512)."""
+"""docs/training.md's launcher example is what the launcher prints for that run (the defaults at 8 ranks, the most
+the 2-core machine starts without --oversubscribe: micro batch 8 x grad accum 1 x 8 data-parallel ranks = global
+batch 64)."""
+import re
 from pathlib import Path
 
 from shardlab import config
@@ -8,9 +10,13 @@ from shardlab.launch import notes
 DOC = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
 
-def test_the_64_rank_start_line_is_the_launchers():
-    shown = next(line.strip() for line in DOC.read_text().splitlines() if "[launch] starting 64 ranks" in line)
+def test_the_start_line_example_is_the_launchers():
+    shown = next(line.strip() for line in DOC.read_text().splitlines() if "[launch] starting " in line)
+    world = int(re.match(r"\[launch\] starting (\d+) ranks", shown).group(1))
     cfg = config.load()
-    config.validate(cfg, 64)  # train.global_batch=0 is derived here, as the launcher derives it
-    assert cfg.train.global_batch == 512
-    assert shown == notes.start_line(cfg, 64, 1, "runs/x", derived_batch=True)
+    config.validate(cfg, world)  # train.global_batch=0 is derived here, as the launcher derives it
+    assert cfg.train.global_batch == 8 * world
+    assert shown == notes.start_line(cfg, world, 1, "runs/x", derived_batch=True)
+    # and its warning line is the launcher's for those ranks on 2 cores
+    warned = next(line.strip() for line in DOC.read_text().splitlines() if f"{world} ranks x 1 thread on" in line)
+    assert warned == notes.oversubscribed(world, 1, 2)
