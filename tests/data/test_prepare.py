@@ -89,6 +89,35 @@ def test_the_same_bytes_at_any_number_of_workers(srcs, bpe, tmp_path):
         assert (tmp_path / "one" / s["file"]).read_bytes() == (tmp_path / "two" / s["file"]).read_bytes()
 
 
+def test_shards_keep_the_source_order_when_workers_finish_out_of_order(srcs, bpe, tmp_path, monkeypatch):
+    """The shard-order rule without timing: real worker processes, but the prepare's wait for "the first
+    finished" is handed the newest shard of those finished (last in, first out), so shards are collected in a
+    fixed order far from the source's (k, k+1, ... then back down to 0). meta.json and every shard file must
+    still be the one-worker run's: order comes from the shard index, never from which worker finished first."""
+    import concurrent.futures as cf
+
+    real_wait, collected = cf.wait, []
+
+    def newest_first(fs, timeout=None, return_when=cf.ALL_COMPLETED):
+        real_wait(fs)  # every pending shard finished: choose which one "finished first"
+        newest = max(fs, key=lambda f: f.result()["shard"])
+        collected.append(newest.result()["shard"])
+        return {newest}, set(fs) - {newest}
+
+    monkeypatch.setattr(cf, "wait", newest_first)
+    kw = dict(field="body", val_fraction=0.05, shard_mb=0.0005)
+    three = run(srcs["jsonl"], tmp_path / "three", bpe, workers=3, **kw)
+    monkeypatch.undo()
+    one = run(srcs["jsonl"], tmp_path / "one", bpe, workers=1, **kw)
+    n = len(one["splits"]["train"]["shards"])
+    assert n > 6 and sorted(collected) == list(range(n)) and collected != sorted(collected)  # out of order, all
+    assert collected[:2] == [5, 6]  # the window of 2 x 3 pending shards: 0..5 submitted, 5 collected first
+    assert three["splits"] == one["splits"]
+    assert stream(tmp_path / "three") == stream(tmp_path / "one") == expected(bpe, DOCS, 0.05)
+    for s in one["splits"]["train"]["shards"] + one["splits"]["val"]["shards"]:
+        assert (tmp_path / "one" / s["file"]).read_bytes() == (tmp_path / "three" / s["file"]).read_bytes()
+
+
 def test_uint32_shards_for_a_large_vocabulary(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 

@@ -112,6 +112,60 @@ def test_last_lines_after_a_signal(tmp_path):
     assert failure.interrupted(tmp_path / "other") is None
 
 
+# --- a signal during the last step or the final save, in one process (deterministic) -----------------
+# The signal is sent from inside the run at the exact moment (the last step's forward, the final save's
+# write), so no timing decides where it lands. The run must end interrupted, not completed: every rank
+# stopped after the last step, that step's checkpoint written (the final save, not repeated), exit 130/143.
+ONE = ["--nproc", "1", "model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.eval_every=0",
+       "train.log_every=1", "train.warmup_steps=1", "train.steps=4", "train.threads=1", "parallel.strategy=single"]
+
+
+@pytest.mark.parametrize("signame,moment,extra", [
+    ("SIGTERM", "last-step", ["ckpt.every=2", "ckpt.async=false"]),
+    ("SIGINT", "last-step", ["ckpt.every=3", "ckpt.async=true"]),
+    ("SIGTERM", "final-save", ["ckpt.every=3", "ckpt.async=false"]),  # the final save is close()'s own
+    ("SIGINT", "final-save", ["ckpt.every=2", "ckpt.async=true"]),  # the last periodic save, in flight
+])
+def test_a_signal_during_the_last_step_or_the_final_save_ends_interrupted(tmp_path, monkeypatch, capsys,
+                                                                          signame, moment, extra):
+    from shardlab.checkpoint import manifest as mf, storage
+    from shardlab.cli import cmd_train
+    from shardlab.train.trainer import Trainer
+
+    sig, sent = getattr(signal, signame), []
+
+    def send(where: str) -> None:
+        if not sent:
+            sent.append(where)
+            os.kill(os.getpid(), sig)  # the handler only notes it: the run goes on to its next boundary
+
+    train_step, delay = Trainer.train_step, storage.injected_delay
+
+    def last_step(self):
+        if self.state.step == self.cfg.train.steps - 1:
+            send("last step")
+        return train_step(self)
+
+    def final_save(kind: str, step: int = 0) -> None:
+        if kind == "save" and step == 4:
+            send("final save")
+        return delay(kind, step)
+
+    if moment == "last-step":
+        monkeypatch.setattr(Trainer, "train_step", last_step)
+    else:
+        monkeypatch.setattr(storage, "injected_delay", final_save)
+    run = tmp_path / "run"
+    code = cmd_train(["--out", str(run), *ONE, *extra])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("shardlab:")]
+    assert sent, "the signal was never sent: the moment was not reached"
+    assert code == 128 + sig, (code, lines)
+    assert len(lines) == 3 and lines[0] == f"shardlab: interrupted by {signame}: every rank stopped after step 4.", lines
+    assert "checkpoint written" in lines[1] and "step_000004" in lines[1], lines
+    assert mf.read_latest(run / "checkpoints").name == "step_000004"
+    assert json.loads((run / "failures" / "rank0.json").read_text())["kind"] == "interrupted"
+
+
 # --- drills of the chaos matrix -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -135,6 +189,44 @@ def test_drill(tmp_path, reference, signame, target, moment):
         assert row["exit_code"] == (130 if signame == "SIGINT" else 143), row
         assert len(row["stderr_lines"]) == 3 and not row["traceback"], row
         assert row["steps_lost"] == 0 and "checkpoint written" in row["stderr_lines"][1], row
+
+
+END_DRILLS = [("SIGTERM", "rank1", "last-step"), ("SIGINT", "group", "final-save")]
+
+
+@pytest.mark.parametrize("signame,target,moment", END_DRILLS)
+def test_drill_at_the_end(tmp_path, reference, signame, target, moment):
+    """The chaos drills' checks for a signal at the very end of a 2-rank run: during its last step (steps
+    slowed to 1 s, the signal sent once step STEPS - 1 is logged) or during the save of its last step (the
+    write widened and marked as the async-save drill does). Every rank stops after the last step with that
+    step's checkpoint, exit 130/143 in 3 lines, not a completed run; the resume then equals the reference."""
+    run, marker = tmp_path / "run", tmp_path / "marker"
+    args, env = ["train", "--out", str(run), *chaos.RUN_ARGS], {}
+    if moment == "last-step":
+        args += ["debug.slow_rank=0", "debug.slow_ms=1000"]  # a sleep: the same trajectory, a wide last step
+    else:
+        env = {chaos.DELAY_ENV: f"save@{chaos.STEPS}:{chaos.WINDOW_S}:{marker}"}
+    proc = chaos.start(args, env)
+    try:
+        if moment == "last-step":
+            assert chaos.wait_until(lambda: chaos.logged_steps(run) >= chaos.STEPS - 1, 240)
+        else:
+            assert chaos.wait_until(marker.exists, 240)
+        assert chaos._send(proc, run, chaos.SIGNALS[signame], target)
+        code, _, err = chaos.finish(proc, 120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert chaos.wait_until(lambda: not chaos.processes(run), 10)
+    lines = [line for line in err.splitlines() if line.startswith("shardlab:")]
+    assert code == (130 if signame == "SIGINT" else 143), (code, err[-2000:])
+    assert len(lines) == 3 and "Traceback" not in err, err[-2000:]
+    assert lines[0] == f"shardlab: interrupted by {signame}: every rank stopped after step {chaos.STEPS}.", lines
+    assert "checkpoint written" in lines[1] and chaos.latest_step(run) == chaos.STEPS, lines
+    again = chaos.start(["resume", str(run)])
+    rcode, _, rerr = chaos.finish(again, 240)
+    assert rcode == 0, rerr[-2000:]
+    assert chaos.bitwise_equal(chaos.final_params(run), reference)
 
 
 def test_a_second_signal_during_the_save_aborts_and_keeps_latest(tmp_path):
