@@ -91,3 +91,43 @@ def composed_modes(overrides: list[str], steps: int = 5, modes: tuple = MODES) -
                                                       if getattr(b, "recompute", None) == mode],
                      "params": {k: v.detach().clone() for k, v in par.full_parameters().items()}}
     return out
+
+
+def on_cpu_as_accelerator(fn, *args, **kwargs):
+    """`fn(*args, **kwargs)` with the zero layers' accelerator path of optimizer offload (host masters, the
+    gradients copied to the host and the updated shards back: parallel/dp/host_step.py) run on the CPU,
+    the CPU standing in for the device."""
+    from shardlab.parallel.dp.zero import _Zero
+
+    _Zero.host_step_on_cpu = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _Zero.host_step_on_cpu = False
+
+
+def host_offload(name: str, steps: int = 5, to: tuple = ("host", "disk"), **parallel) -> dict:
+    """`offload(name, what="optimizer")` with the accelerator's path (`on_cpu_as_accelerator`)."""
+    return on_cpu_as_accelerator(offload, name, steps=steps, to=to, **parallel)
+
+
+def resumed(name: str, path: str, offload_to: str = "host") -> dict:
+    """Two runs from one checkpoint, two steps on: one without offload, one with the accelerator's optimizer
+    offload (its masters must take the loaded parameters, its host optimizer the loaded state). Each loads
+    the checkpoint `save` wrote after two steps without offload; returns both runs' losses and parameters."""
+    import torch.distributed.checkpoint as dcp
+    from zero_harness import _steps, setup, TINY as kw
+
+    out = {}
+    for tier in ("none", offload_to):
+        extra = {} if tier == "none" else {"offload": "optimizer", "offload_to": tier}
+        par = on_cpu_as_accelerator(setup, name, kw, **extra)
+        _steps(par, kw, 1, seed=7)  # the optimizer state to load into, and parameters the load must replace
+        sd = {"model": par.model_state_dict(), "optim": par.optim_state_dict()}
+        dcp.load(sd, checkpoint_id=path)
+        par.load_model_state_dict(sd["model"])
+        par.load_optim_state_dict(sd["optim"])
+        losses = _steps(par, kw, 2, seed=1)
+        out[tier] = {"losses": losses, "params": {k: v.clone() for k, v in par.full_parameters().items()},
+                     "host_step": par.dp.host_step is not None}
+    return out

@@ -1,4 +1,5 @@
-"""Offload for the own zero layers: the optimizer to disk (parallel.offload=optimizer, offload_to=disk), and
+"""Offload for the own zero layers on a CPU: the optimizer to disk (parallel.offload=optimizer, offload_to=disk;
+with the parameters on an accelerator: tests/parallel/dp/test_offload_host_step.py), and
 zero3's parameter shards with it to disk or host (parallel.offload=params): the same numbers as without it
 (the same arithmetic, only where the tensors live differs: bitwise), checkpoints that load into a layout
 without offload and back, and bad combinations refused in one line."""
@@ -31,9 +32,9 @@ def test_offloaded_checkpoint_loads_without_offload(pool2, tmp_path):
 
 
 @pytest.mark.parametrize("overrides,needle", [
-    (["parallel.offload=optimizer", "parallel.offload_to=host", "parallel.strategy=zero3"],
-     "the optimizer is offloaded to disk for zero1/zero2/zero3"),
-    (["parallel.offload=optimizer", "parallel.strategy=ddp"], "the optimizer is offloaded to disk for zero1"),
+    (["parallel.offload=optimizer", "parallel.strategy=ddp"], "the optimizer is offloaded for the sharded layers"),
+    (["parallel.offload=optimizer", "parallel.offload_to=host", "parallel.strategy=torch-zero1"],
+     "the optimizer is offloaded for the sharded layers"),
     (["parallel.offload=params", "parallel.strategy=zero2"], "parameter offload needs parameters sharded at rest"),
     (["parallel.offload=params", "parallel.offload_to=disk", "parallel.strategy=torch-fsdp2"],
      "FSDP2 offloads parameters (with gradients and optimizer) to the host only"),

@@ -73,3 +73,16 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, says):
     assert cli.cmd_train([*argv, *TINY]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and says in err, err
+
+
+@pytest.mark.parametrize("tier", ["disk", "host"])
+def test_optimizer_offload_passes_with_the_state_off_the_device(capsys, tier):
+    """ZeRO-Offload on CUDA: the dry run passes it, and counts the optimizer state off the device (where
+    the planner, which puts offloaded state at 0, agrees with the device columns)."""
+    code = cli.cmd_train(["--dry-run", "--world", "2", "--json", "--device", "cuda", *TINY,
+                          "parallel.strategy=zero1", "parallel.offload=optimizer", f"parallel.offload_to={tier}"])
+    out = _json(capsys)
+    assert code == 0 and out["ok"], out["violations"]
+    rank = out["ranks"][0]
+    assert rank["state_bytes"]["optimizer"] == 0 and rank["offloaded_bytes"] > 0
+    assert rank["plan_state_bytes"]["optimizer"] == 0 and out["plan_state_err"] == 0.0

@@ -32,6 +32,17 @@ def test_the_case_list_covers_every_layer_and_feature():
     assert any(c.cmd == "ft" and "debug.ft_absent=1@2-3" in c.keys for c in cases())  # a heal across replicas
 
 
+def test_optimizer_offload_trains_on_cuda():
+    """ZeRO-Offload (the optimizer's state and step on the host, parameters on the GPU) is a training case on
+    CUDA, at one rank (NCCL) and staged at two, to disk and to the host; none of it is CPU-only."""
+    off = [c for c in cases() if "parallel.offload=optimizer" in c.keys]
+    assert {c.world for c in off} == {1, 2} and not any(c.cuda_only for c in off)
+    assert {k for c in off for k in c.keys if k.startswith("parallel.offload_to=")} == \
+        {"parallel.offload_to=disk", "parallel.offload_to=host"}
+    assert {k for c in off for k in c.keys if k.startswith("parallel.strategy=")} == \
+        {"parallel.strategy=zero1", "parallel.strategy=zero2", "parallel.strategy=zero3"}
+
+
 @pytest.mark.parametrize("name", ["gpt2", "llama-1b"])
 def test_the_mfu_numerator_of_the_performance_runs_is_the_bench_count(name):
     """The performance runs report summary.json's MFU (plan/model.py's model_flops): for both models of record

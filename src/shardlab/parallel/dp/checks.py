@@ -28,6 +28,11 @@ def check_offload(p) -> None:
     if p.offload == "optimizer" and p.strategy not in ("zero1", "zero2", "zero3"):
         raise ConfigError(f"{what}: the optimizer is offloaded for the sharded layers only (its state is "
                           "this rank's shards'); use parallel.strategy=zero1, zero2 or zero3")
+    if p.offload == "optimizer" and p.fault_tolerant and p.backend != "gloo":
+        import torch
+        if torch.cuda.is_available():  # the layer refuses it too (zero.py), wherever the parameters are
+            raise ConfigError(f"{what} and parallel.fault_tolerant=true on an accelerator: a heal sends the "
+                              "optimizer state from the device, and offload keeps it on the host; use one of them")
     if p.offload == "params" and p.strategy != "zero3":
         raise ConfigError(f"{what}: parameter offload needs parameters sharded at rest; use "
                           "parallel.strategy=zero3 (or torch-fsdp2 on CUDA)")
