@@ -94,7 +94,8 @@ def test_tensorboard_events_read_by_tensorboards_reader(tracked):
 
 
 def test_a_tracker_without_its_package_is_refused_before_the_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(trackers, "installed", lambda module: module != "mlflow")
+    from shardlab.config import trackers as names  # where the check runs (config validation)
+    monkeypatch.setattr(names, "installed", lambda module: module != "mlflow")
     capsys.readouterr()
     assert cmd_train([*ARGS, "--out", str(tmp_path / "run"), "train.tracker=tensorboard,mlflow"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

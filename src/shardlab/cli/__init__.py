@@ -79,7 +79,6 @@ def cmd_train(argv: list[str]) -> int:
     from shardlab.launch import launcher as launch
     from shardlab.launch import failure, orphans, pipes
 
-    pipes.survive_closed_pipes()  # `shardlab train | head`: the run goes on when its reader stops reading
     if launch.under_torchrun():  # a rank: dies with its agent; SIGINT/SIGTERM stop it at a step boundary
         orphans.die_with_parent(os.environ.get(orphans.PARENT_ENV))
         interrupt.install()
@@ -89,11 +88,12 @@ def cmd_train(argv: list[str]) -> int:
         args = train_parser().parse_intermixed_args(argv)
     except SystemExit as e:  # --help (0) or a usage error, already printed as one line (2)
         return e.code if isinstance(e.code, int) else 2
-    if args.help_keys:
+    if args.help_keys:  # a listing, not a run: under `| head` it stops as a filter does (141, main())
         print(config_mod.help_keys())
         return 0
     if args.dry_run or args.world is not None:
         return _dry_run(args)
+    pipes.survive_closed_pipes()  # `shardlab train | head`: the run goes on when its reader stops reading
     resumed = None
     try:
         cfg = config_mod.load(args.config, args.overrides)
