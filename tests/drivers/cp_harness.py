@@ -61,7 +61,7 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
     from shardlab.parallel import build
 
     cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     par = build(cfg, comm.device())
     dims, t = par.dims, cfg.train
     tokens = t.global_batch * t.seq_len

@@ -40,7 +40,7 @@ def _cfg(arch: str, overrides: list[str]):
     from shardlab import comm, config
 
     cfg = config.load(None, BASE + [PRESETS[arch]] + overrides)
-    config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
+    cfg = config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
     return cfg
 
 
@@ -149,7 +149,7 @@ def trainer_val_losses(run_dir, source, overrides: list[str]) -> dict:
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, VAL + [f"data.source=bin:{source}", *overrides])
-    config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
+    cfg = config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
     trainer = Trainer(cfg, run_dir)
     masked = val_loss(trainer)
     trainer.doc_eos = None
@@ -169,7 +169,7 @@ def alone_val_loss(source) -> float:
     from shardlab.train.state import datasets
 
     cfg = config.load(None, VAL + [f"data.source=bin:{source}"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     _, val = datasets(cfg)
     model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed).eval()
     total, tokens = 0.0, 0

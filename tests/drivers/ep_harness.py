@@ -106,7 +106,7 @@ def trainer_run(run_dir: str, overrides: list[str]) -> dict:
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return Trainer(cfg, Path(run_dir)).run()
 

@@ -73,7 +73,7 @@ def composed_modes(overrides: list[str], steps: int = 5, modes: tuple = MODES) -
     for mode in modes:
         torch.manual_seed(0)
         cfg = config.load(None, COMPOSED + overrides + [f"train.recompute={mode}"])
-        config.validate(cfg, comm.world_size())
+        cfg = config.validate(cfg, comm.world_size())
         par = build(cfg, comm.device())
         dims, t = par.dims, cfg.train
         tokens = t.global_batch * t.seq_len

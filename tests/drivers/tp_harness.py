@@ -301,7 +301,7 @@ def composed(overrides: list[str], steps: int = 3, every_rank: bool = False) -> 
     from shardlab.parallel import build
 
     cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     par = build(cfg, comm.device())
     dims, t = par.dims, cfg.train
     tokens = t.global_batch * t.seq_len

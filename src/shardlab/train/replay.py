@@ -71,7 +71,7 @@ def _one_clean_process(cfg, ckpt) -> None:
     for f in ("inject_nan", "hang_rank", "mismatch_rank", "corrupt_rank", "uneven_rank"):
         setattr(cfg.debug, f, "")
     cfg.debug.slow_rank, cfg.debug.corrupt_expert = -1, False
-    config_mod.validate(cfg, world_size=1)
+    cfg = config_mod.validate(cfg, world_size=1)
 
 
 def _replay_steps(cfg, ckpt, step: int) -> tuple[float, float, bool, dict | None]:
