@@ -52,8 +52,7 @@ def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     zero3 = ["model.preset=small", "train.micro_batch=8", "train.global_batch=16", "parallel.strategy=zero3"]
     cfg, offloaded = (config.load(None, zero3 + extra) for extra in
                       ([], ["parallel.offload=params", "parallel.offload_to=host"]))
-    for c in (cfg, offloaded):
-        c = config.validate(c, 2)
+    cfg, offloaded = (config.validate(c, 2) for c in (cfg, offloaded))
     assert fit.planned_bytes(offloaded, 2) == fit.planned_bytes(cfg, 2)
 
 
