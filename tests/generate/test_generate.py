@@ -191,7 +191,7 @@ def _train_tp2(run: Path) -> None:
 
     cfg = config.load(Path(__file__).resolve().parents[2] / "configs" / "tiny.toml",
                       ["parallel.tp=2", "parallel.dp=ddp", "train.steps=2", "train.eval_every=0"])
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     if comm.rank() == 0:
         launch.write_config(run, cfg)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -115,7 +115,7 @@ def test_a_llama_training_checkpoint_generates_as_its_hf_export(tmp_path):
     # a real llama training process is test_llama.py's configs/llama-small.toml run)
     cfg = config.load(None, ["model.preset=llama-tiny", "train.steps=1", "train.eval_every=0", "train.seq_len=32",
                              "parallel.strategy=single"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     launch.write_config(run, cfg)
     with contextlib.redirect_stdout(io.StringIO()):
         Trainer(cfg, run).run()

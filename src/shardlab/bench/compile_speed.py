@@ -45,7 +45,7 @@ def _trainer(preset: str, compiled: bool, steps: int, run_dir: Path):
         "train.seq_len=128", "train.seed=1337", "train.threads=1", f"model.preset={preset}", "train.micro_batch=8",
         f"train.steps={steps}", "parallel.strategy=single", "train.eval_every=0", f"train.compile={str(compiled).lower()}"]
     cfg = config_mod.load(None, overrides)
-    config_mod.validate(cfg, 1)
+    cfg = config_mod.validate(cfg, 1)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     with contextlib.redirect_stdout(io.StringIO()):

@@ -30,8 +30,7 @@ import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from shardlab.parallel.layer import Layer
-
-MODES = ("none", "full", "selective")
+from shardlab.parallel.recompute_spec import MODES  # noqa: F401 - train.recompute's values, declared in the spec
 
 _aten = torch.ops.aten
 # What selective recompute keeps: the outputs that cost FLOPs (matmuls, fused attention) and collectives.
