@@ -63,6 +63,14 @@ class Anatomy:
         """Block `i`'s module name: blocks.i."""
         return f"{self.blocks}.{i}"
 
+    def weight(self, name: str) -> str:
+        """A module's weight key: `wte` -> wte.weight."""
+        return f"{name}.weight"
+
+    def tied_key(self, fqn: str) -> str:
+        """The key a tied head's weight is registered under (the embedding's); any other key as it is."""
+        return self.weight(self.embedding) if fqn == self.weight(self.head) else fqn
+
     def linear_names(self, moe: bool = False) -> list[tuple[str, str]]:
         """(name inside a block, role) of its dense linear layers: attention then MLP. An MoE block's MLP
         linears are inside its experts: they are listed by `expert_linears`."""
