@@ -46,6 +46,7 @@ class Anatomy:
     residual_dropout: str | None = "drop"
     attention: str = "attn"
     attend: str = "attend"  # the attention core: an attribute of the attention module (the seam)
+    rotary_positions: str | None = None  # rotary models: the attention's positions seam (None: from the cache / 0..t-1)
     mlp: str = "mlp"
     # (name inside the attention / the MLP, role); in forward order
     attention_linears: tuple[tuple[str, str], ...] = (("q", COLUMN), ("k", KV), ("v", KV), ("proj", ROW))
@@ -57,6 +58,13 @@ class Anatomy:
     hf_top: dict = field(default_factory=dict)
     hf_block_prefix: str = ""
     hf_block: dict = field(default_factory=dict)
+    hf_prefix: str = ""  # a prefix the export writes and an import may find absent (GPT2Model without its head)
+    bias: bool = True  # the linears and norms have biases
+    hf_transposed: bool = False  # the export stores linear weights (in, out) (GPT-2's Conv1D)
+    hf_buffers: tuple[str, ...] = ()  # suffixes of buffers HF saved beside the weights (recomputed: skipped)
+    # fused name -> its parts, concatenated in order along dim 0 (GPT-2's HF c_attn is q, k, v; shardlab
+    # checkpoints written before q, k, v were split hold the same rows under attn.qkv)
+    fused: dict = field(default_factory=dict)
 
     # --- names --------------------------------------------------------------------------------------------
     def block(self, i) -> str:
@@ -96,6 +104,10 @@ class Anatomy:
         """Block modules every tensor-parallel rank holds whole (their parameters): the norms."""
         return self.norms
 
+    def is_norm(self, name: str) -> bool:
+        """Whether a name inside a block is one of its norms."""
+        return name in self.norms
+
     # --- a model's parts ------------------------------------------------------------------------------------
     def named_blocks(self, model):
         """(key, block) pairs of the model's (or a stage's) blocks, keyed by index in the whole model."""
@@ -104,6 +116,10 @@ class Anatomy:
 
     def attention_of(self, block):
         return getattr(block, self.attention)
+
+    def set_attend(self, block, core) -> None:
+        """Replace block's attention core (the seam: `attend(q, k, v, dropout_p[, doc_pos=...])`)."""
+        setattr(self.attention_of(block), self.attend, core)
 
     def mlp_of(self, block):
         return getattr(block, self.mlp)
@@ -154,18 +170,19 @@ GPT2 = Anatomy(
     hf_top={"wte.weight": "transformer.wte.weight", "wpe.weight": "transformer.wpe.weight",
             "ln_f.weight": "transformer.ln_f.weight", "ln_f.bias": "transformer.ln_f.bias",
             "lm_head.weight": "lm_head.weight"},
-    hf_block_prefix="transformer.h",
+    hf_block_prefix="transformer.h", hf_prefix="transformer.", hf_transposed=True,
+    hf_buffers=(".attn.bias", ".attn.masked_bias"), fused={"attn.qkv": ("attn.q", "attn.k", "attn.v")},
     # GPT-2 fuses q, k, v into one Conv1D, c_attn (checkpoint/hf.py concatenates them in this order)
     hf_block={"ln_1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "ln_2": "ln_2",
               "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"},
 )
 
 LLAMA = Anatomy(
-    arch="llama", positions=None, embed_dropout=None, norm_kind="rmsnorm", residual_dropout=None,
+    arch="llama", positions=None, rotary_positions="rope_positions", bias=False, embed_dropout=None, norm_kind="rmsnorm", residual_dropout=None,
     mlp_linears=(("gate", COLUMN), ("up", COLUMN), ("down", ROW)),
     hf_top={"wte.weight": "model.embed_tokens.weight", "ln_f.weight": "model.norm.weight",
             "lm_head.weight": "lm_head.weight"},
-    hf_block_prefix="model.layers",
+    hf_block_prefix="model.layers", hf_buffers=(".rotary_emb.inv_freq",),
     hf_block={"ln_1": "input_layernorm", "attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj",
               "attn.v": "self_attn.v_proj", "attn.proj": "self_attn.o_proj", "ln_2": "post_attention_layernorm",
               "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj", "mlp.down": "mlp.down_proj"},
@@ -177,4 +194,9 @@ ANATOMIES = {a.arch: a for a in (GPT2, LLAMA)}
 def of(model_or_cfg) -> Anatomy:
     """The anatomy of a model, a stage of one, or a model config (by its `arch`; GPT-2 when it has none)."""
     cfg = getattr(model_or_cfg, "cfg", model_or_cfg)
-    return ANATOMIES[getattr(cfg, "arch", "gpt2") or "gpt2"]
+    return by_arch(getattr(cfg, "arch", None))
+
+
+def by_arch(arch: str | None) -> Anatomy:
+    """The anatomy of a family by name (checkpoint metadata's `arch`; absent: GPT-2, older checkpoints)."""
+    return ANATOMIES[arch or "gpt2"]
