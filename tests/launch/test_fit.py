@@ -36,6 +36,18 @@ def test_memory_is_the_planner_estimate_plus_the_floor_per_rank_against_availabl
     assert "not even one rank fits" in fit.memory_refusal(1, 0.0, floor / 2)
 
 
+def test_the_suggested_count_passes_both_checks():
+    # memory alone would allow 20 ranks, the cores (2, without --oversubscribe) 8: the line suggests 8, so that
+    # following it is not refused by the next check; with --oversubscribe (most=None) the memory's 20
+    floor = fit.RANK_FLOOR_BYTES
+    most = fit.cores_fit(1, 2)
+    assert most == 8 and fit.cores_fit(4, 2) == 2 and fit.cores_fit(16, 2) == 1
+    line = fit.memory_refusal(64, 0.0, 20.5 * floor, most=most)
+    assert "use --nproc 8 or fewer" in line
+    assert fit.cores_refusal(8, 1, 2, oversubscribe=False) is None and fit.memory_refusal(8, 0.0, 20.5 * floor) is None
+    assert "use --nproc 20 or fewer" in fit.memory_refusal(64, 0.0, 20.5 * floor, most=None)
+
+
 def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     from shardlab import config
     from shardlab.plan.from_config import from_config
