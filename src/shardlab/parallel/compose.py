@@ -57,14 +57,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
     # 4. per part: tensor parallel -> context parallel -> expert parallel -> activation recompute -> compile.
     # Each apply returns the layer's handle (parallel/layer.py); the next layer takes its part.
-    handles, part = [], model
-    for dim, table, impl in (("pp", layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule),
-                             ("tp", layers.TENSOR_PARALLEL, cfg.parallel.tp_impl),
-                             ("cp", layers.CONTEXT_PARALLEL, cfg.parallel.cp_impl),  # the ring; positions follow
-                             ("ep", layers.EXPERT_PARALLEL, "own")):  # this rank's experts, by all-to-all
-        if dims.size(dim) > 1:
-            handles.append(_layer(table, impl, dim)(part, cfg, dims))
-            part = handles[-1].part
+    handles, part = _apply_part_layers(model, cfg, dims)
     for apply in (recompute.apply, compile_layer.apply):  # compile after recompute: the checkpoint is traced
         handles.append(apply(part, cfg, dims))
         part = handles[-1].part
@@ -91,6 +84,54 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
                                 layers=handles, params_total=total)
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
+
+
+def _part_layers(cfg) -> tuple:
+    """(mesh dimension, layer table, implementation) of the layers applied to each part, innermost first."""
+    return (("pp", layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule),
+            ("tp", layers.TENSOR_PARALLEL, cfg.parallel.tp_impl),
+            ("cp", layers.CONTEXT_PARALLEL, cfg.parallel.cp_impl),  # the ring; positions follow
+            ("ep", layers.EXPERT_PARALLEL, "own"))  # this rank's experts, by all-to-all
+
+
+# Inference mode: the layers that apply otherwise there (the pipeline: one stage per rank, no schedule) or
+# not at all (None: they split work generation does not do, the sequence of a training batch or its tokens'
+# experts across ranks)
+INFERENCE = {"pp": "shardlab.parallel.pp.stage:split_for_inference", "cp": None, "ep": None}
+
+
+def _apply_part_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple[list, nn.Module]:
+    """Step 3 and 4 of `build`: each layer whose degree is > 1 applied to the part the previous one left."""
+    handles, part = [], model
+    for dim, table, impl in _part_layers(cfg):
+        if dims.size(dim) <= 1:
+            continue
+        if inference and dim in INFERENCE:
+            if INFERENCE[dim] is None:
+                raise ConfigError(f"parallel.{dim}={dims.size(dim)}: not applied at inference (generation); set it to 1")
+            apply = layers.load(INFERENCE[dim])
+        else:
+            apply = _layer(table, impl, dim)
+        handles.append(apply(part, cfg, dims))
+        part = handles[-1].part
+    return handles, part
+
+
+def build_inference(cfg, model: nn.Module, device: torch.device | None = None):
+    """The composition in inference mode (`shardlab generate`): the same mesh and the same per-part layers
+    as `build`, in the same order, on a copy of `model` in eval mode; nothing that only training needs
+    (recompute, compile, the data-parallel layer, the optimizer: an inference replica is a copy). Returns
+    (dims, this rank's part, the layers' handles)."""
+    import copy
+
+    device = device or comm.device()
+    dims = resolve(cfg.parallel, comm.world_size())
+    dims.build_mesh(device.type)
+    part = model.to(device).eval()
+    if any(dims.size(dim) > 1 for dim, _, _ in _part_layers(cfg)):
+        part = copy.deepcopy(part)  # the layers split in place: keep the caller's model whole
+    handles, part = _apply_part_layers(part, cfg, dims, inference=True)
+    return dims, part.eval(), handles
 
 
 def _layer(table: dict, impl: str, dim: str):
