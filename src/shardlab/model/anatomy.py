@@ -110,8 +110,9 @@ class Anatomy:
 
     # --- a model's parts ------------------------------------------------------------------------------------
     def named_blocks(self, model):
-        """(key, block) pairs of the model's (or a stage's) blocks, keyed by index in the whole model."""
-        blocks = getattr(model, self.blocks)
+        """(key, block) pairs of the model's (or a stage's) blocks, keyed by index in the whole model; none
+        for a module without blocks (one a test or a bench brings)."""
+        blocks = getattr(model, self.blocks, None) or {}
         return blocks.items() if hasattr(blocks, "items") else enumerate(blocks)
 
     def attention_of(self, block):
@@ -200,3 +201,12 @@ def of(model_or_cfg) -> Anatomy:
 def by_arch(arch: str | None) -> Anatomy:
     """The anatomy of a family by name (checkpoint metadata's `arch`; absent: GPT-2, older checkpoints)."""
     return ANATOMIES[arch or "gpt2"]
+
+
+def tp_region_tags() -> tuple[str, ...]:
+    """The comm tags own tensor parallelism gives its region collectives ("tp.<module>"), by prefix: the
+    embedding, the head and the blocks of every family."""
+    tags = []
+    for a in ANATOMIES.values():
+        tags += [f"tp.{a.embedding}", f"tp.{a.head}", f"tp.{a.blocks}."]
+    return tuple(dict.fromkeys(tags))
