@@ -28,7 +28,7 @@ from shardlab import comm
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
 from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
-from shardlab.parallel.mesh import resolve_run
+from shardlab.parallel.mesh import resolve, resolve_run
 from shardlab.parallel.step import Parallel
 
 
@@ -57,11 +57,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 4. per part, every layer the run turns on, in the list's order (parallel/layers.py: tensor, context, expert
     # parallel, activation recompute, compile). Each apply returns the layer's handle (parallel/layer.py); the
     # next layer takes its part.
-    handles, part = [], model
-    for spec in layers.LAYERS:
-        if spec.on(dims):
-            handles.append(_layer(spec, spec.chosen(cfg))(part, cfg, dims))
-            part = handles[-1].part
+    handles, part = _apply_layers(model, cfg, dims)
     # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
     # layer decides which: zero gives its shards)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
@@ -85,6 +81,50 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
                                 layers=handles, params_total=total)
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
+
+
+# Inference mode: the layers that apply otherwise there (the pipeline: one stage per rank, no schedule) or
+# not at all (None: context and expert parallelism split work generation does not do, the sequence of a
+# training batch or its tokens' experts across ranks; recompute and compile serve training only and are skipped)
+INFERENCE = {"pp": "shardlab.parallel.pp.stage:split_for_inference", "cp": None, "ep": None,
+             "recompute": None, "compile": None}
+
+
+def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple[list, nn.Module]:
+    """Steps 3 and 4 of `build`: each layer the run turns on, applied to the part the previous one left."""
+    handles, part = [], model
+    for spec in layers.LAYERS:
+        if not spec.on(dims):
+            continue
+        if inference and spec.name in INFERENCE:
+            if INFERENCE[spec.name] is None:
+                if not spec.dim:
+                    continue
+                raise ConfigError(f"parallel.{spec.dim}={dims.size(spec.dim)}: not applied at inference "
+                                  f"(generation); set it to 1")
+            apply = layers.load(INFERENCE[spec.name])
+        else:
+            apply = _layer(spec, spec.chosen(cfg))
+        handles.append(apply(part, cfg, dims))
+        part = handles[-1].part
+    return handles, part
+
+
+def build_inference(cfg, model: nn.Module, device: torch.device | None = None):
+    """The composition in inference mode (`shardlab generate`): the same mesh and the same per-part layers
+    as `build`, in the same order, on a copy of `model` in eval mode; nothing that only training needs
+    (recompute, compile, the data-parallel layer, the optimizer: an inference replica is a copy). Returns
+    (dims, this rank's part, the layers' handles)."""
+    import copy
+
+    device = device or comm.device()
+    dims = resolve(cfg.parallel, comm.world_size())
+    dims.build_mesh(device.type)
+    part = model.to(device).eval()
+    if any(spec.dim and dims.size(spec.dim) > 1 for spec in layers.LAYERS):
+        part = copy.deepcopy(part)  # the layers split in place: keep the caller's model whole
+    handles, part = _apply_layers(part, cfg, dims, inference=True)
+    return dims, part.eval(), handles
 
 
 def _layer(spec, impl: str):
