@@ -38,7 +38,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     builds a whole model that talks to no one although the process group is larger (the asynchronous
     parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.optim import adamw_factory, no_decay_names, router_names
+    from shardlab.optim import factory_for, no_decay_names, router_names
 
     device = device or comm.device()
     # 1. the mesh
@@ -71,7 +71,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
     # layer decides which: zero gives its shards)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
-    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
+    optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
     if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
         from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
         from shardlab.parallel.dp.sync import PeriodicSync
