@@ -138,7 +138,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.last_bucket_mb": ("own DDP: the gradients ready last (embeddings), up to this size, get a bucket of "
                                 "their own so the all-reduce nothing can hide is short; 0 = none; docs/ddp.md",
                                 "float >= 0"),
-    "parallel.comm_dtype": ("precision of gradient communication", " | ".join(precision.NAMES)),
+    "parallel.comm_dtype": ("precision of gradient communication", " | ".join(precision.WIRE_NAMES)),
     "parallel.compress": ("gradient compression: powersgd sends rank-r factors of each gradient matrix with error "
                           "feedback and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",
                           "none | powersgd"),
@@ -187,7 +187,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                "version it was computed on); a worker's pull waits until it holds (0: the workers "
                                "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
-                             " | ".join(precision.NAMES)),
+                             " | ".join(precision.OUTER_NAMES)),
     "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train`; "
                                 "every_step: any layout inside, gradients averaged over each step's quorum "
                                 "(docs/fault_tolerance.md); diloco/local_sgd: `--nproc 1`, the outer step through "

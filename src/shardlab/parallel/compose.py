@@ -3,7 +3,8 @@
 Read top to bottom, this is the order torchtitan applies its layers in:
 
     1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
-    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights)
+    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights),
+       as the precision computes it           precision.py   (a converter's row rewrites modules, before TP)
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first, each `apply(part, cfg, dims) -> Layer` (the contract: parallel/layer.py):
          tensor parallel                      parallel/tp/   (tp > 1)
@@ -12,7 +13,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
-       optimizer over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+       optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
     6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
 
 A layer not built yet (`layers.not_built`) is refused here in one line, as `config.validate` does.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shardlab import comm
+from shardlab import comm, precision
 from shardlab.errors import ConfigError
 from shardlab.parallel import compile as compile_layer, layers, recompute
 from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
@@ -50,7 +51,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 2. the model, whole, on every rank
     if model is None:
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-    model = model.to(device)
+    model = precision.convert(model.to(device), cfg.train.dtype)  # a converter's row rewrites it before any layer
     total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
     routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
