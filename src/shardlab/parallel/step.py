@@ -35,7 +35,8 @@ from shardlab.parallel.layer import Layer, the_one
 from shardlab.parallel.mesh import ParallelDims
 from shardlab import precision
 
-_AUTOCAST = {name: precision.autocast_dtype(name) for name in precision.NAMES if name != "fp32"}
+# the rows that compute through torch.autocast (precision.py); fp32 and converted rows run as they are
+_AUTOCAST = {name: dt for name in precision.NAMES if (dt := precision.autocast_dtype(name)) is not None}
 
 
 @dataclass
