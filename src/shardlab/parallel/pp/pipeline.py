@@ -38,8 +38,9 @@ from shardlab.model.dtypes import at_least_fp32
 from shardlab.parallel.mesh import ParallelDims
 from shardlab.parallel.pp.engine import zero_terms
 from shardlab.parallel.pp.native import LAYOUT, NATIVE
+from shardlab.parallel.pp.placement import StagePlacement
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
-from shardlab.parallel.pp.stage import layer_costs, stage_ranges
+from shardlab.parallel.pp.stage import EMBED, cut, dropped, layer_costs, stage_ranges
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.step import Parallel
 
@@ -123,20 +124,9 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     else:
         costs, points = layer_costs(mc.n_layer, mc.d_model, mc.vocab_size, t.seq_len), _split_points(p.pp_split)
     ranges = stage_ranges(mc.n_layer, n, split=points or None, costs=costs)
-    pp_rank = dims.coord("pp")
-    mine = sched.stages_of(pp_rank)
-    part = copy.deepcopy(model)
-    keep = [str(i) for s in mine for i in ranges[s]]
-    part.blocks = nn.ModuleDict({k: part.blocks[k] for k in keep})
-    first, last = 0 in mine, n - 1 in mine
-    tied = getattr(model, "tied_head", True)
-    if not first and hasattr(part, "wpe"):
-        part.wpe = None
-    if not first and (not last or not tied):
-        part.wte = None  # a tied head's last stage keeps it (its weight); untied (llama), wte marks the first
-    if not last:
-        part.ln_f = part.lm_head = None
-    part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n}
+    mine = sched.stages_of(dims.coord("pp"))
+    part = cut(model, mine, n, ranges)
+    part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n, "all_ranges": ranges}
     return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
 
 
@@ -146,13 +136,10 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     view = copy.copy(part)
     view._modules = dict(part._modules)
     view._modules["blocks"] = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    if stage != 0:
-        if "wpe" in view._modules:
-            view._modules["wpe"] = None
-        if not getattr(part, "tied_head", True):
-            view._modules["wte"] = None  # untied (llama): wte marks the first stage
-    if stage != n_stages - 1:
-        view._modules["ln_f"] = view._modules["lm_head"] = None
+    tied = getattr(part, "tied_head", True)
+    for name in dropped([stage], n_stages, tied):
+        if name in view._modules and not (name == EMBED and tied):  # a tied wte rides along, unused
+            view._modules[name] = None
     return view
 
 
@@ -238,6 +225,9 @@ class PipelineParallel(Parallel):
             self.final_stage = next(i.stage for i in reversed(sched.ranks[dims.coord("pp")])
                                     if i.op in ("B", "W"))
         self.modules = modules
+        # where each module of the whole model runs (the doctor names a culprit's stage and rank by it)
+        self.placement = StagePlacement(sched, part.pipeline["all_ranges"], dims,
+                                        [name for name, _ in model.named_modules() if name])
 
     def _on_last_backward(self, stage: int):
         """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
@@ -254,9 +244,15 @@ class PipelineParallel(Parallel):
         return others + (self.stage_params[stage] if self.split else [])  # the engine skips what W computes
 
     def forward_backward(self, microbatches, loss_weight, after_backward=None):
+        """The schedule over `microbatches`. `after_backward(i, (x, y), loss)` (the doctor's per-microbatch
+        hook) runs once microbatch i's backward on this rank is done, in microbatch order; `loss` is its
+        summed loss on the rank holding the last stage, None on the others (they compute none). Under
+        torch's schedules, which own the loop, the hooks run after it."""
+        microbatches = list(microbatches)
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
+        done = _InOrder(microbatches, after_backward)
         with self.autocast():
-            loss = self.engine.step(list(microbatches), loss_weight)
+            loss = self.engine.step(microbatches, loss_weight, done if after_backward is not None else None)
         if self.handover and self.cfg_native:
             # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
             self.dp.set_requires_gradient_sync(True)
@@ -309,3 +305,20 @@ class PipelineParallel(Parallel):
         if self.group is not None:
             comm.all_reduce(loss, group=self.group, tag="pipeline loss")  # zero on every stage but the last
         return loss
+
+
+class _InOrder:
+    """`after_backward` per microbatch, in microbatch order whatever order the schedule finishes them in."""
+
+    def __init__(self, microbatches: list, after_backward):
+        self.microbatches, self.after_backward = microbatches, after_backward
+        self.ready: dict[int, object] = {}
+        self.next = 0
+
+    def __call__(self, mb: int, loss) -> None:
+        self.ready[mb] = loss
+        while self.next in self.ready:
+            i = self.next
+            x, y = self.microbatches[i][:2]
+            self.after_backward(i, (x, y), self.ready.pop(i))
+            self.next += 1

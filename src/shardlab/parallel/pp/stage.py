@@ -71,17 +71,46 @@ def stage_ranges(n_layer: int, n_stages: int, split: list[int] | None = None, co
     return [range(bounds[k], bounds[k + 1]) for k in range(n_stages)]
 
 
+# The whole model's top-level modules that belong to one end of the pipeline (the rest, the blocks aside,
+# every stage keeps): the positions mark the first stage, the final norm and the head the last; the token
+# embedding is the first stage's lookup, and a tied head's last stage keeps it too, for its weight.
+FIRST = ("wpe",)
+LAST = ("ln_f", "lm_head")
+EMBED = "wte"
+
+
+def dropped(stages, n_stages: int, tied: bool = True) -> list[str]:
+    """The top-level modules a part holding `stages` (of `n_stages`) does without (set to None)."""
+    first, last = 0 in stages, n_stages - 1 in stages
+    out = [] if first else list(FIRST)
+    if not first and (not last or not tied):
+        out.append(EMBED)  # untied (llama): only the first stage embeds
+    return out + ([] if last else list(LAST))
+
+
+def cut(model: nn.Module, stages, n_stages: int, ranges) -> nn.Module:
+    """A copy of `model` holding the blocks of `stages` (`ranges[s]`: stage s's blocks) under their original
+    names, and the ends of the pipeline those stages are: the one way the model is cut into stages."""
+    part = copy.deepcopy(model)
+    part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for s in stages for i in ranges[s]})
+    for name in dropped(stages, n_stages, getattr(model, "tied_head", True)):
+        if hasattr(part, name):
+            setattr(part, name, None)
+    return part
+
+
+def runs_on(module: str, ranges) -> int:
+    """The stage that runs `module` of the whole model (a block's by its index; a pipeline end's at that
+    end; what every stage keeps, first on stage 0)."""
+    top, _, rest = module.partition(".")
+    if top == "blocks" and rest:
+        block = int(rest.split(".")[0])
+        return next(s for s, r in enumerate(ranges) if block in r)
+    return len(ranges) - 1 if top in LAST else 0
+
+
 def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
     """A copy of `model` that runs only `blocks` (and the embedding / head if first / last)."""
-    part = copy.deepcopy(model)
-    first, last = stage == 0, stage == n_stages - 1
-    part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    if not first and hasattr(part, "wpe"):
-        part.wpe = None
-    if not first and (not last or not getattr(model, "tied_head", True)):
-        part.wte = None  # untied (llama): only the first stage embeds
-    if not last:
-        part.ln_f = None
-        part.lm_head = None
+    part = cut(model, [stage], n_stages, {stage: blocks})
     part.pipeline_stage = (stage, n_stages)  # read by the engine and by checkpoints; the forward ignores it
     return part
