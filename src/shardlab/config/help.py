@@ -214,12 +214,17 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                          "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
     "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
                     "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
-    "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
-                             "torch.distributed.pipelining's", " | ".join(pp_registry.NAMES)),
+    "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own "
+                             + "/".join(n + (f" ({pp_registry.SPECS[n].note})" if pp_registry.SPECS[n].note else "")
+                                        for n in pp_registry.OWN)
+                             + ", or torch.distributed.pipelining's", " | ".join(pp_registry.NAMES)),
     "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
                                  "the same microbatches)", "0 | int >= 1"),
-    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs "
-                            "need >= 2, torch-zbv and torch-dualpipev exactly 2)", "int >= 1"),
+    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; "
+                            + " and ".join(n for n, s in pp_registry.SPECS.items() if s.virtual == (2, None))
+                            + " need >= 2, "
+                            + " and ".join(n for n, s in pp_registry.SPECS.items() if s.virtual == (2, 2))
+                            + " exactly 2)", "int >= 1"),
     "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by FLOP cost; "
                           "auto = balanced by measured per-layer forward+backward times",
                           "\"\" | auto | increasing block indices"),

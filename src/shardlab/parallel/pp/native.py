@@ -16,11 +16,8 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.parallel.pp import registry
 
-# Derived from the one table of schedules (registry.py): the torch class of each torch schedule, the stage
-# layout it expects (the own schedule of the same placement, "loop" or "v"), and which take several stages per rank.
+# Derived from the one table of schedules (registry.py): the torch class of each torch schedule.
 NATIVE = {n: registry.SPECS[n].torch_class for n in registry.TORCH}
-LAYOUT = {n: (registry.SPECS[n].order, registry.SPECS[n].layout) for n in registry.TORCH}
-MULTI = tuple(n for n in registry.TORCH if registry.SPECS[n].virtual != "any")  # V >= 2 stages per rank
 
 
 class TorchPipeline:
@@ -40,7 +37,7 @@ class TorchPipeline:
             self.losses.append(loss.detach())  # unweighted, per microbatch, in order (the last stage)
             return loss * self.weight
 
-        single = len(self.torch_stages) == 1 and name not in MULTI
+        single = len(self.torch_stages) == 1 and not registry.many_stages(name)  # torch takes one or a list
         self.schedule = cls(self.torch_stages[0] if single else self.torch_stages, microbatches,
                             loss_fn=weighted, scale_grads=False)
 
