@@ -14,9 +14,11 @@ def no_decay_names(model: torch.nn.Module) -> set[str]:
 
 def router_names(model: torch.nn.Module) -> set[str]:
     """The MoE routers' weights (empty for a dense model). Read on the bare model, like no_decay_names."""
+    from shardlab.model import anatomy
     from shardlab.model.moe import MoE
 
-    return {f"{n}.router.weight" if n else "router.weight" for n, m in model.named_modules() if isinstance(m, MoE)}
+    router = anatomy.of(model).weight(anatomy.of(model).router)
+    return {f"{n}.{router}" if n else router for n, m in model.named_modules() if isinstance(m, MoE)}
 
 
 def _is_dtensor(p: torch.Tensor) -> bool:

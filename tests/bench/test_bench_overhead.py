@@ -12,7 +12,7 @@ def _trainer(tmp_path, name, steps):
     cfg = config_mod.load(None, ["data.source=stdlib", "model.preset=tiny", "train.seq_len=32", "train.threads=1",
                                  "train.eval_every=0", "train.log_every=100", f"train.steps={steps}",
                                  "parallel.strategy=single", "train.micro_batch=2"])
-    config_mod.validate(cfg, 1)
+    cfg = config_mod.validate(cfg, 1)
     with contextlib.redirect_stdout(io.StringIO()):
         return Trainer(cfg, tmp_path / name)
 

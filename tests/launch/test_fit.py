@@ -36,6 +36,18 @@ def test_memory_is_the_planner_estimate_plus_the_floor_per_rank_against_availabl
     assert "not even one rank fits" in fit.memory_refusal(1, 0.0, floor / 2)
 
 
+def test_the_suggested_count_passes_both_checks():
+    # memory alone would allow 20 ranks, the cores (2, without --oversubscribe) 8: the line suggests 8, so that
+    # following it is not refused by the next check; with --oversubscribe (most=None) the memory's 20
+    floor = fit.RANK_FLOOR_BYTES
+    most = fit.cores_fit(1, 2)
+    assert most == 8 and fit.cores_fit(4, 2) == 2 and fit.cores_fit(16, 2) == 1
+    line = fit.memory_refusal(64, 0.0, 20.5 * floor, most=most)
+    assert "use --nproc 8 or fewer" in line
+    assert fit.cores_refusal(8, 1, 2, oversubscribe=False) is None and fit.memory_refusal(8, 0.0, 20.5 * floor) is None
+    assert "use --nproc 20 or fewer" in fit.memory_refusal(64, 0.0, 20.5 * floor, most=None)
+
+
 def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     from shardlab import config
     from shardlab.plan.from_config import from_config
@@ -43,7 +55,7 @@ def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     from shardlab.plan.memory import memory_lines
 
     cfg = config.load(None, ["model.preset=small", "train.micro_batch=8", "train.global_batch=16"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     model, train, lay = from_config(cfg, 2)
     expected = sum(ln.bytes for ln in memory_lines(model, train, lay, grad_accum(train, lay)))
     assert fit.planned_bytes(cfg, 2) == (expected, "") and expected > 100 * MiB  # (171 MiB: the measured 540 MiB
@@ -52,8 +64,7 @@ def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     zero3 = ["model.preset=small", "train.micro_batch=8", "train.global_batch=16", "parallel.strategy=zero3"]
     cfg, offloaded = (config.load(None, zero3 + extra) for extra in
                       ([], ["parallel.offload=params", "parallel.offload_to=host"]))
-    for c in (cfg, offloaded):
-        config.validate(c, 2)
+    cfg, offloaded = (config.validate(c, 2) for c in (cfg, offloaded))
     assert fit.planned_bytes(offloaded, 2) == fit.planned_bytes(cfg, 2)
 
 

@@ -68,7 +68,7 @@ def run(out: Path, quick: bool) -> dict:
         "train.seq_len=128", "train.seed=1337", "train.threads=1", "model.preset=small", "train.micro_batch=8",
         f"train.steps={steps}", "parallel.strategy=single"]
     cfg = config_mod.load(None, overrides)
-    config_mod.validate(cfg, 1)
+    cfg = config_mod.validate(cfg, 1)
     run_dir = out / "runs" / "shardlab"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)

@@ -40,12 +40,17 @@ def _size(b: float) -> str:
     return f"{b / GiB:.1f} GiB" if b >= GiB else f"{b / MiB:.0f} MiB"
 
 
+def cores_fit(threads: int, ncores: int) -> int:
+    """The most ranks of `threads` threads each that the cores check passes without --oversubscribe."""
+    return max(1, OVERSUBSCRIBE_FACTOR * ncores // max(threads, 1))
+
+
 def cores_refusal(nproc: int, threads: int, ncores: int, oversubscribe: bool) -> str | None:
     """The refusal when this host's rank threads exceed OVERSUBSCRIBE_FACTOR x its cores, else None."""
     want, most = nproc * threads, OVERSUBSCRIBE_FACTOR * ncores
     if oversubscribe or want <= most:
         return None
-    fits = max(1, most // max(threads, 1))
+    fits = cores_fit(threads, ncores)
     per = f"{nproc} ranks x train.threads={threads} = {want} threads" if threads > 1 else f"{nproc} ranks"
     return (f"--nproc {nproc}: {per} on {ncores} core{'s' if ncores != 1 else ''} is more than "
             f"{OVERSUBSCRIBE_FACTOR}x the cores (each step about {want / ncores:.0f}x as slow as with a core per "
@@ -53,13 +58,17 @@ def cores_refusal(nproc: int, threads: int, ncores: int, oversubscribe: bool) ->
 
 
 def memory_refusal(nproc: int, planned: float, available: float, gpu: bool = False,
-                   planned_note: str = "") -> str | None:
+                   planned_note: str = "", most: int | None = None) -> str | None:
     """The refusal when nproc ranks of (planned + RANK_FLOOR_BYTES) bytes each exceed `available`, else None.
-    `planned`: the planner's bytes per rank (on the host; 0 with GPUs, where the model's memory is not here)."""
+    `planned`: the planner's bytes per rank (on the host; 0 with GPUs, where the model's memory is not here).
+    `most`: the ranks the cores check allows; the count suggested is the smaller one, so that following the
+    advice is not refused by the next check."""
     per_rank = planned + RANK_FLOOR_BYTES
     if nproc * per_rank <= available:
         return None
     fits = int(available // per_rank)
+    if most is not None and fits >= 1:
+        fits = min(fits, most)
     what = (f"{_size(RANK_FLOOR_BYTES)} a rank process takes; its model's memory is on the GPU" if gpu else
             f"the planner's {_size(planned)} for this model, layout and batch{planned_note} + "
             f"{_size(RANK_FLOOR_BYTES)} a rank process takes")
@@ -118,7 +127,8 @@ def check(cfg, nproc: int, nnodes: int, oversubscribe: bool) -> None:
     if available is not None:
         gpu = has_gpus()
         planned, note = (0.0, "") if gpu else planned_bytes(cfg, nproc * nnodes)
-        refusal = memory_refusal(nproc, planned, available, gpu, note)
+        most = None if oversubscribe else cores_fit(cfg.train.threads, cores())
+        refusal = memory_refusal(nproc, planned, available, gpu, note, most=most)
         if refusal:
             raise ConfigError(refusal)
     refusal = cores_refusal(nproc, cfg.train.threads, cores(), oversubscribe)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from shardlab import precision
 from shardlab.errors import ConfigError, choice as _choice
+from shardlab.parallel import rules
 
 
 # Memory: which offload (optimizer / params, host / disk) each data-parallel strategy builds.
@@ -154,9 +155,7 @@ def validate_powersgd(cfg, dims) -> None:
     if p.comm_dtype != "fp32":
         raise ConfigError(f"parallel.compress={p.compress} with parallel.comm_dtype={p.comm_dtype}: choose one "
                           "compression; set parallel.comm_dtype=fp32")
-    if dims.tp * dims.pp * dims.cp > 1:
-        raise ConfigError(f"parallel.compress={p.compress} with tp/pp/cp > 1: this version compresses pure "
-                          "data parallelism only; set parallel.tp=parallel.pp=parallel.cp=1")
+    rules.check(cfg, dims, "powersgd")  # pure data parallelism only
     if cfg.ckpt.resume not in ("", "none"):
         raise ConfigError(f"ckpt.resume with parallel.compress={p.compress}: checkpoints do not hold PowerSGD's "
                           "per-rank state (error feedback, warm-start Q), so the run would not continue as it "

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
+from shardlab.model import anatomy
 from shardlab.parallel.dp.base import Strategy, _local
 
 
@@ -119,7 +120,7 @@ class TorchFSDP2(Strategy):
         if getattr(self.pcfg, "offload", "none") == "params":  # CUDA only (config refuses it without)
             from torch.distributed.fsdp import CPUOffloadPolicy
             kw["offload_policy"] = CPUOffloadPolicy(pin_memory=True)  # shards, grads, optimizer on the host
-        for block in model.blocks.values():
+        for _, block in anatomy.of(model).named_blocks(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
         self.model = self.module = model

@@ -33,13 +33,14 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.model import anatomy
 from shardlab.model.dtypes import at_least_fp32
 from shardlab.parallel.mesh import ParallelDims
 from shardlab.parallel.pp.engine import zero_terms
 from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.placement import StagePlacement
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
-from shardlab.parallel.pp.stage import EMBED, cut, dropped, layer_costs, stage_ranges
+from shardlab.parallel.pp.stage import layer_costs, stage_ranges
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.step import Parallel
 
@@ -125,8 +126,10 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     else:
         costs, points = layer_costs(mc.n_layer, mc.d_model, mc.vocab_size, t.seq_len), _split_points(p.pp_split)
     ranges = stage_ranges(mc.n_layer, n, split=points or None, costs=costs)
-    mine = sched.stages_of(dims.coord("pp"))
-    part = cut(model, mine, n, ranges)
+    pp_rank = dims.coord("pp")
+    mine = sched.stages_of(pp_rank)
+    keep = [i for s in mine for i in ranges[s]]
+    part = anatomy.of(model).cut(copy.deepcopy(model), keep, 0 in mine, n - 1 in mine)  # stage.build_stage's cut
     part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n, "all_ranges": ranges}
     return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
 
@@ -136,10 +139,11 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     submodules: the parameters are the part's, no copy."""
     view = copy.copy(part)
     view._modules = dict(part._modules)
-    view._modules["blocks"] = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    tied = getattr(part, "tied_head", True)
-    for name in dropped([stage], n_stages, tied):
-        if name in view._modules and not (name == EMBED and tied):  # a tied wte rides along, unused
+    anat = anatomy.of(part)
+    view._modules[anat.blocks] = nn.ModuleDict({str(i): getattr(part, anat.blocks)[str(i)] for i in blocks})
+    tied = anat.tied(part)
+    for name in anat.stage_drops(stage == 0, stage == n_stages - 1, tied):
+        if name in view._modules and not (name == anat.embedding and tied):  # a tied embedding rides along, unused
             view._modules[name] = None
     return view
 
@@ -228,7 +232,7 @@ class PipelineParallel(Parallel):
         self.modules = modules
         # where each module of the whole model runs (the doctor names a culprit's stage and rank by it)
         self.placement = StagePlacement(sched, part.pipeline["all_ranges"], dims,
-                                        [name for name, _ in model.named_modules() if name])
+                                        [name for name, _ in model.named_modules() if name], anatomy.of(model))
 
     def _on_last_backward(self, stage: int):
         """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several

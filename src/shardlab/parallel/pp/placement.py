@@ -12,10 +12,10 @@ from shardlab.parallel.pp.stage import runs_on
 
 
 class StagePlacement:
-    def __init__(self, sched, ranges: list[range], dims, names: list[str]):
+    def __init__(self, sched, ranges: list[range], dims, names: list[str], anat):
         """`sched`: the schedule (its stage -> pipeline coordinate map); `ranges`: every stage's blocks;
-        `dims`: the mesh (global ranks); `names`: the whole model's module names."""
-        self.sched, self.ranges, self.dims = sched, ranges, dims
+        `dims`: the mesh (global ranks); `names`: the whole model's module names; `anat`: its anatomy."""
+        self.sched, self.ranges, self.dims, self.anat = sched, ranges, dims, anat
         self.names = set(names)
         self.group = dims.group("pp")
 
@@ -24,7 +24,7 @@ class StagePlacement:
         the whole model has no such module."""
         if module not in self.names:
             return None
-        return runs_on(module, self.ranges)
+        return runs_on(module, self.ranges, self.anat)
 
     def rank_of(self, stage: int, rank: int) -> int:
         """The global rank holding `stage` in the pipeline `rank` belongs to."""

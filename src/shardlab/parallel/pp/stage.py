@@ -16,6 +16,7 @@ import copy
 
 import torch.nn as nn
 
+from shardlab.model import anatomy
 from shardlab.parallel.pp.schedule import ScheduleError
 
 
@@ -71,46 +72,30 @@ def stage_ranges(n_layer: int, n_stages: int, split: list[int] | None = None, co
     return [range(bounds[k], bounds[k + 1]) for k in range(n_stages)]
 
 
-# The whole model's top-level modules that belong to one end of the pipeline (the rest, the blocks aside,
-# every stage keeps): the positions mark the first stage, the final norm and the head the last; the token
-# embedding is the first stage's lookup, and a tied head's last stage keeps it too, for its weight.
-FIRST = ("wpe",)
-LAST = ("ln_f", "lm_head")
-EMBED = "wte"
-
-
-def dropped(stages, n_stages: int, tied: bool = True) -> list[str]:
-    """The top-level modules a part holding `stages` (of `n_stages`) does without (set to None)."""
-    first, last = 0 in stages, n_stages - 1 in stages
-    out = [] if first else list(FIRST)
-    if not first and (not last or not tied):
-        out.append(EMBED)  # untied (llama): only the first stage embeds
-    return out + ([] if last else list(LAST))
-
-
-def cut(model: nn.Module, stages, n_stages: int, ranges) -> nn.Module:
-    """A copy of `model` holding the blocks of `stages` (`ranges[s]`: stage s's blocks) under their original
-    names, and the ends of the pipeline those stages are: the one way the model is cut into stages."""
-    part = copy.deepcopy(model)
-    part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for s in stages for i in ranges[s]})
-    for name in dropped(stages, n_stages, getattr(model, "tied_head", True)):
-        if hasattr(part, name):
-            setattr(part, name, None)
-    return part
-
-
-def runs_on(module: str, ranges) -> int:
-    """The stage that runs `module` of the whole model (a block's by its index; a pipeline end's at that
-    end; what every stage keeps, first on stage 0)."""
+def runs_on(module: str, ranges, anat) -> int:
+    """The stage that runs `module` of the whole model (`anat`: its anatomy): a block's by its index, the
+    final norm's and the head's on the last stage, the rest (the embedding, which a tied head's last stage
+    also holds for its weight) first on stage 0."""
     top, _, rest = module.partition(".")
-    if top == "blocks" and rest:
+    if top == anat.blocks and rest:
         block = int(rest.split(".")[0])
         return next(s for s, r in enumerate(ranges) if block in r)
-    return len(ranges) - 1 if top in LAST else 0
+    return len(ranges) - 1 if top in (anat.final_norm, anat.head) else 0
 
 
 def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
-    """A copy of `model` that runs only `blocks` (and the embedding / head if first / last)."""
-    part = cut(model, [stage], n_stages, {stage: blocks})
+    """A copy of `model` that runs only `blocks` (and the embedding / head if first / last): the model's
+    anatomy (model/anatomy.py) says which parts a stage at this place holds."""
+    part = anatomy.of(model).cut(copy.deepcopy(model), blocks, stage == 0, stage == n_stages - 1)
     part.pipeline_stage = (stage, n_stages)  # read by the engine and by checkpoints; the forward ignores it
     return part
+
+
+def split_for_inference(model: nn.Module, cfg, dims):
+    """The pipeline layer in the composition's inference mode (compose.build_inference): this rank's one
+    stage, blocks balanced by count (no schedule: generation runs its own request lanes, generate/lanes.py)."""
+    from shardlab.parallel.layer import Layer
+
+    stage, n = dims.coord("pp"), dims.size("pp")
+    part = build_stage(model, stage, n, stage_ranges(model.cfg.n_layer, n)[stage])
+    return Layer("pp", part, norm_groups=("pp",), impl=([stage], None))

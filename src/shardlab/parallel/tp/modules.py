@@ -65,7 +65,7 @@ class VocabParallelEmbedding(nn.Module):
     """Rank r holds rows [r*c, (r+1)*c) of the vocabulary-padded table (c = ceil(V / N)). Ids outside the
     slice look up row 0 and are zeroed; summing over ranks (g, or SP's reduce-scatter) gives the lookup."""
 
-    def __init__(self, emb: nn.Embedding, group, rank: int, size: int, sp: bool, tag: str = "tp.wte"):
+    def __init__(self, emb: nn.Embedding, group, rank: int, size: int, sp: bool, tag: str):
         super().__init__()
         self.vocab_size = emb.num_embeddings
         self.per_rank = -(-self.vocab_size // size)
@@ -93,7 +93,7 @@ class VocabParallelHead(nn.Module):
     the vocab-parallel cross-entropy. Its weight is the embedding's own slice (tied) or, untied, this rank's
     rows of the head's own (vocabulary-padded like the embedding's)."""
 
-    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str = "tp.lm_head", real_rows: int = 0):
+    def __init__(self, weight: nn.Parameter, group, sp: bool, tag: str, real_rows: int = 0):
         super().__init__()
         self.weight = weight
         self.real_rows = real_rows
