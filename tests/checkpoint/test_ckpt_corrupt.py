@@ -27,7 +27,7 @@ GOOD, BAD = "step_000002", "step_000004"
 
 def _cfg(extra):
     cfg = config.load(None, BASE + extra)
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     return cfg
 
 

@@ -71,7 +71,7 @@ def test_a_model_key_contradicting_the_checkpoint_is_one_line(ck, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.n_kv_heads=4 contradicts ckpt.init_from" in err[0]
     cfg = config.load(None, [f"ckpt.init_from={path}", "model.dropout=0.0", "train.seq_len=32"])
-    config.validate(cfg, 2)  # a training key stays the run's; the shape is the checkpoint's
+    cfg = config.validate(cfg, 2)  # a training key stays the run's; the shape is the checkpoint's
     assert (cfg.model.arch, cfg.model.n_kv_heads, cfg.model.intermediate_size, cfg.model.norm_eps) == \
         ("llama", 2, 48, CASES["llama-gqa-sharded"]["eps"])
 
@@ -86,7 +86,7 @@ def test_the_checkpoints_tokenizer_comes_with_its_weights(tmp_path, capsys):
     assert cli.main(["import", "--hf", str(tmp_path / "hf"), "--out", str(tmp_path / "ck")]) == 0
     step = tmp_path / "ck" / "checkpoints" / "step_000000"
     cfg = config.load(None, [f"ckpt.init_from={tmp_path / 'ck'}", "train.seq_len=16"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     assert cfg.data.tokenizer == str(step / "tokenizer")
     assert tk.from_spec(cfg.data.tokenizer).vocab_size == 1001
     (tmp_path / "other").mkdir()

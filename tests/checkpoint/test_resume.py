@@ -45,9 +45,9 @@ def test_resume_keeps_the_runs_config_and_names_differences(tmp_path):
 
 def test_world_size_and_derived_keys_are_named():
     old = config.load(None, ["train.global_batch=8", "train.micro_batch=2"])
-    config.validate(old, 2)
+    old = config.validate(old, 2)
     new = config.load(None, ["parallel.strategy=zero2", "train.lr=1e-3"], base=resume.base_config(old))
-    config.validate(new, 1)
+    new = config.validate(new, 1)
     lines, trajectory = resume.differences(old, new, 2, 1)
     assert lines[0].startswith("world size: 2 -> 1") and "train.global_batch=8" in lines[0]
     assert any(line.startswith("train.grad_accum: 2 -> 4  (derived") for line in lines)

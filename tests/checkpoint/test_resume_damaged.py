@@ -89,7 +89,7 @@ def test_the_ranks_refuse_too_when_the_launcher_did_not_check(run, capsys, monke
     _flip(run / "checkpoints" / "step_000004" / "__0_0.distcp")
     _truncate(run / "checkpoints" / "step_000002" / "__0_0.distcp")
     cfg = config.load(run / "config.toml", ["ckpt.resume=latest"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         trainer.main(cfg, run)

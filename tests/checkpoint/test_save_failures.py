@@ -18,7 +18,7 @@ def _main(run_dir, overrides):
     from shardlab.train.trainer import main
 
     cfg = config.load(None, BASE + overrides)
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     return main(cfg, run_dir)
 
 

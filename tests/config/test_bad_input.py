@@ -118,7 +118,7 @@ def ckpt_run(tmp_path_factory):
 
     run = tmp_path_factory.mktemp("run")
     cfg = config.load(None, CKPT_BASE + ["train.steps=2", "ckpt.every=2"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     Trainer(cfg, run).run()
     return run
 
@@ -233,7 +233,7 @@ def _check_train(argv, capsys, monkeypatch, out):
     assert said[-1].startswith("[launch] starting ") and all(ln.startswith("shardlab: warning: ") for ln in said[:-1]), said
     (args, cfg), = launched
     world = args.nproc * args.nnodes
-    config.validate(cfg, world)  # idempotent on a valid config
+    cfg = config.validate(cfg, world)  # idempotent on a valid config
     assert cfg.train.global_batch == cfg.train.micro_batch * cfg.train.grad_accum * world
     assert config.to_dict(config.load(_write(config.to_toml(cfg)))) == config.to_dict(cfg)
 

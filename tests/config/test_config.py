@@ -47,10 +47,10 @@ def test_toml_round_trip_and_overrides_win(tmp_path):
 
 def test_global_batch_derives_grad_accum():
     cfg = config.load(None, ["train.global_batch=32", "train.micro_batch=4"])
-    config.validate(cfg, world_size=2)
+    cfg = config.validate(cfg, world_size=2)
     assert cfg.train.grad_accum == 4
     cfg = config.load(None, ["train.micro_batch=4", "train.grad_accum=2"])
-    config.validate(cfg, world_size=4)
+    cfg = config.validate(cfg, world_size=4)
     assert cfg.train.global_batch == 32
 
 
@@ -97,5 +97,5 @@ def test_listed_choices_are_the_validated_ones():
             continue  # free-form (paths, numbers, formats)
         cfg = config.load(None, [f"{key}=not-a-choice"])
         with pytest.raises(ConfigError, match="must be one of") as e:
-            config.validate(cfg, 2)
+            cfg = config.validate(cfg, 2)
         assert str(e.value).endswith(", ".join(options)), key

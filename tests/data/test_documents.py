@@ -77,7 +77,7 @@ def test_layouts_that_cannot_carry_document_masks_are_refused(overrides, message
     cfg = config.load(None, ["model.preset=tiny", "train.seq_len=32", "train.grad_accum=2", "data.doc_mask=true",
                              *overrides])
     with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
-        config.validate(cfg, 2)
+        cfg = config.validate(cfg, 2)
 
 
 def test_cli_refuses_torch_ring_with_document_masks_in_one_line(tmp_path):

@@ -21,7 +21,7 @@ class _Stop(Exception):
 
 def make_cfg(overrides: list[str], world: int):
     cfg = config.load(None, BASE + overrides)
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     return cfg
 
 

@@ -57,26 +57,16 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
     (the step cuts them into chunks). The loss weight counts the ranks that saw different tokens (dp x cp),
     as the trainer's. Rank 0 returns the global losses, clipped norms, full parameters, the model state
     dict's shape per name, an eval loss, and every rank's K/V send bytes of the last step by tag."""
-    from shardlab import comm, config
-    from shardlab.parallel import build
+    from shardlab import comm
+    import step_driver as driver
 
-    cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
-    par = build(cfg, comm.device())
-    dims, t = par.dims, cfg.train
+    cfg, par = driver.build(overrides, COMPOSED)
+    t = cfg.train
     tokens = t.global_batch * t.seq_len
-    rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
-    out = {"losses": [], "norms": []}
-    for step in range(steps):
-        gen = torch.Generator().manual_seed(100 + step)
-        data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
-        first = comm.RECORDER.order
-        step_out = par.step([(data[:, :-1], data[:, 1:])], dims.size("dp_cp") / tokens, t.grad_clip)
-        out["norms"].append(step_out.grad_norm)
-        out["losses"].append(float(par.sum_over_data(step_out.loss_sum, "loss")) / tokens)
-    sent = _sent_since(first)
-    gen = torch.Generator().manual_seed(999)
-    data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
+    marks = []  # the recorder's position before each step: the last step's sends are counted
+    out = driver.train(par, cfg, steps, before_step=lambda s: marks.append(comm.RECORDER.order))
+    sent = _sent_since(marks[-1])
+    data = driver.random_batch(0, (t.global_batch, t.seq_len + 1), seed=999)[driver.rows(par, t.micro_batch)]
     ev = par.sum_over_data(par.eval_loss_sum(data[:, :-1], data[:, 1:]).double(), "eval")
     out["eval"] = float(ev) / tokens
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}

@@ -40,7 +40,7 @@ def _cfg(arch: str, overrides: list[str]):
     from shardlab import comm, config
 
     cfg = config.load(None, BASE + [PRESETS[arch]] + overrides)
-    config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
+    cfg = config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
     return cfg
 
 
@@ -86,6 +86,7 @@ def packed_losses(arch: str, overrides: list[str]) -> torch.Tensor | None:
 def train_packed(arch: str, overrides: list[str], steps: int = 3) -> dict | None:
     """`steps` optimizer steps on the packed batch (two microbatches: its rows), the loss weight over the
     ranks that saw different tokens as the trainer's. Rank 0 returns the losses, norms and full parameters."""
+    import step_driver as driver
     from shardlab import comm
     from shardlab.data.documents import doc_positions
     from shardlab.parallel import build
@@ -98,8 +99,8 @@ def train_packed(arch: str, overrides: list[str], steps: int = 3) -> dict | None
     tokens = x.numel()
     out = {"losses": [], "norms": []}
     for _ in range(steps):
-        res = par.step(micro, par.dims.size("dp_cp") / tokens, cfg.train.grad_clip)
-        out["losses"].append(float(par.sum_over_data(res.loss_sum.double(), "loss")) / tokens)
+        res, loss = driver.step(par, micro, tokens, cfg.train.grad_clip, double=True)
+        out["losses"].append(loss)
         out["norms"].append(res.grad_norm)
     mine = {k: v.detach().clone() for k, v in par.full_parameters().items()}
     out["params"] = {}
@@ -149,7 +150,7 @@ def trainer_val_losses(run_dir, source, overrides: list[str]) -> dict:
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, VAL + [f"data.source=bin:{source}", *overrides])
-    config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
+    cfg = config.validate(cfg, comm.world_size() if comm.is_initialized() else 1)
     trainer = Trainer(cfg, run_dir)
     masked = val_loss(trainer)
     trainer.doc_eos = None
@@ -169,7 +170,7 @@ def alone_val_loss(source) -> float:
     from shardlab.train.state import datasets
 
     cfg = config.load(None, VAL + [f"data.source=bin:{source}"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     _, val = datasets(cfg)
     model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed).eval()
     total, tokens = 0.0, 0

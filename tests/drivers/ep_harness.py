@@ -55,7 +55,7 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, a
         x, y = global_batch(step)
         comm.RECORDER.reset_step()
         micro = list(zip(x[rows].tensor_split(accum), y[rows].tensor_split(accum)))
-        loss = par.step(micro, dims.dp_size / n_tokens, 1.0).loss_sum
+        loss = par.step(micro, max_norm=1.0, global_tokens=n_tokens).loss_sum
         stats = comm.RECORDER.step_stats()
         out["bytes"].append(stats["bytes"].get("all_to_all", 0))
         out["wire"].append(stats["wire_bytes"].get("all_to_all", 0))
@@ -106,7 +106,7 @@ def trainer_run(run_dir: str, overrides: list[str]) -> dict:
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return Trainer(cfg, Path(run_dir)).run()
 

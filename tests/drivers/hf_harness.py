@@ -181,7 +181,7 @@ def init_from_run(run_dir: Path, ck: str, overrides: list[str], world: int, step
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, [b for b in BASE if not b.startswith("model.")] + [f"ckpt.init_from={ck}", *overrides])
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, Path(run_dir))
     before = {k: v.detach().clone() for k, v in trainer.strategy.full_parameters().items()}

@@ -66,26 +66,17 @@ def composed_modes(overrides: list[str], steps: int = 5, modes: tuple = MODES) -
     `parallel.build(cfg)` (TP, PP or both layers) with `train.recompute=mode`, the trainer's way: forward
     and backward of the step's microbatches, finish, clip, optimizer step. Every rank returns its own
     (a pipeline stage holds its blocks only). Each mode starts from the same global RNG state."""
-    from shardlab import comm, config
-    from shardlab.parallel import build
+    from shardlab import comm
+    import step_driver as driver
 
     out = {}
     for mode in modes:
         torch.manual_seed(0)
-        cfg = config.load(None, COMPOSED + overrides + [f"train.recompute={mode}"])
-        config.validate(cfg, comm.world_size())
-        par = build(cfg, comm.device())
-        dims, t = par.dims, cfg.train
-        tokens = t.global_batch * t.seq_len
-        rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
-        losses = []
-        for step in range(steps):
-            first = comm.RECORDER.order
-            gen = torch.Generator().manual_seed(100 + step)
-            data = torch.randint(0, 256, (t.grad_accum, t.global_batch // t.grad_accum, t.seq_len + 1),
-                                 generator=gen)[:, rows]
-            loss = par.step([(d[:, :-1], d[:, 1:]) for d in data], dims.dp_size / tokens, t.grad_clip).loss_sum
-            losses.append(float(par.sum_over_data(loss, "loss")) / tokens)
+        cfg, par = driver.build(overrides + [f"train.recompute={mode}"], COMPOSED)
+        marks = []  # the recorder's position before each step: the last step's collectives are listed
+        losses = driver.train(par, cfg, steps, accum=cfg.train.grad_accum,
+                              before_step=lambda s: marks.append(comm.RECORDER.order))["losses"]
+        first = marks[-1]
         ops = [(r.op, r.phase) for r in comm.RECORDER.ring if r.order > first]  # the last step's collectives
         out[mode] = {"losses": losses, "ops": ops, "recomputed": [k for k, b in par.module.blocks.items()
                                                       if getattr(b, "recompute", None) == mode],

@@ -14,6 +14,7 @@ def train(steps: int = 3, accum: int = 4, rows: int = 4, model_kw: dict = TINY4,
     from shardlab import comm, parallel as parallel_mod
     from shardlab.config import Config
     from shardlab.model.gpt import build_model
+    import step_driver as driver
     from zero_harness import model_config
 
     cfg = Config()
@@ -22,16 +23,17 @@ def train(steps: int = 3, accum: int = 4, rows: int = 4, model_kw: dict = TINY4,
     for k, v in parallel.items():
         setattr(cfg.parallel, k, v)
     par = parallel_mod.build(cfg, torch.device("cpu"), build_model(model_config(model_kw), seed=0))
-    dp_size, dp_rank = par.dims.dp_size, par.dims.dp_rank
+    dp_size = par.dims.dp_size
     micro = rows // dp_size
     seq = model_kw["max_seq_len"]
-    weight = 1.0 / (accum * micro * seq)  # this data-parallel rank's token mean; the DP layer averages
+    tokens = accum * rows * seq  # the global batch's: the step weights the loss (par.loss_weight)
+    weight = par.loss_weight(tokens)
     gen = torch.Generator().manual_seed(1234)
     losses = []
     for _ in range(steps):
         batch = torch.randint(0, model_kw["vocab_size"], (accum, rows, seq + 1), generator=gen)
-        mine = batch[:, dp_rank * micro:(dp_rank + 1) * micro]
-        loss = par.step([(r[:, :-1], r[:, 1:]) for r in mine], weight, clip).loss_sum
+        mine = batch[:, driver.rows(par, micro)]
+        loss = par.step([(r[:, :-1], r[:, 1:]) for r in mine], max_norm=clip, global_tokens=tokens).loss_sum
         par.sum_over_data(loss, tag="test")
         losses.append(loss.item() * weight / dp_size)
     return {"losses": losses, "params": {k: v.detach().clone() for k, v in par.full_parameters().items()},

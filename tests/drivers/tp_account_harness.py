@@ -142,7 +142,7 @@ def doctor_stop_run(run_dir: str, corrupt_rank: int, extra: tuple = ()) -> dict:
                              "train.micro_batch=2", "train.steps=3", "train.warmup_steps=1", "train.eval_every=0",
                              "ckpt.final=false", "doctor.hang_timeout_s=0", "parallel.tp=2", "parallel.dp=ddp",
                              "doctor.checksum_every=1", "doctor.on_anomaly=stop", f"debug.corrupt_rank={corrupt_rank}@0", *extra])
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     trainer = Trainer(cfg, run_dir)
     named = checksum_mod.replicated_parameters(trainer.strategy)
     if trainer.dims.size("dp_cp") == 1:  # no data-parallel replica: what TP keeps whole is perturbed

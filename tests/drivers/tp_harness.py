@@ -297,22 +297,12 @@ def composed(overrides: list[str], steps: int = 3, every_rank: bool = False) -> 
     finish, clip, optimizer step) on the same global batches at any layout: each data-parallel rank takes
     its rows. Rank 0 returns the global losses, the clipped gradient norms, the full parameters and what
     the model state dict holds per name (DTensor or not, global shape)."""
-    from shardlab import comm, config
-    from shardlab.parallel import build
+    from shardlab import comm
+    import step_driver as driver
 
-    cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
-    par = build(cfg, comm.device())
-    dims, t = par.dims, cfg.train
-    tokens = t.global_batch * t.seq_len
-    rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
-    out = {"losses": [], "norms": []}
-    for step in range(steps):
-        gen = torch.Generator().manual_seed(100 + step)
-        data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=gen)[rows]
-        step_out = par.step([(data[:, :-1], data[:, 1:])], dims.dp_size / tokens, t.grad_clip)
-        out["norms"].append(step_out.grad_norm)
-        out["losses"].append(float(par.sum_over_data(step_out.loss_sum, "loss")) / tokens)
+    cfg, par = driver.build(overrides, COMPOSED)
+    dims = par.dims
+    out = driver.train(par, cfg, steps)
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
     if every_rank:  # this rank's own pieces and copies, and where it sits on the (dp, tp) mesh
         out["local"] = {k: v.detach().clone() for k, v in par.model.named_parameters()}

@@ -67,9 +67,11 @@ def test_layout_greedy_tokens_equal_single_and_bytes_equal_analytic(pool2, tp, p
         assert measured == r["analytic"], f"rank bytes {measured} != analytic {r['analytic']}"
 
 
-@pytest.mark.parametrize("tp,pp,dp", [(2, 1, 2), (1, 2, 2)])
-def test_layout_with_two_replicas_equals_single(pool4, tp, pp, dp):
-    results = pool4.run(run_layout, tp, pp, dp, 0)
+@pytest.mark.parametrize("tp,pp,dp,lanes", [(2, 1, 2, 0), (1, 2, 2, 0), (2, 2, 1, 1), (2, 2, 1, 2)])
+def test_four_rank_layouts_equal_single(pool4, tp, pp, dp, lanes):
+    # tp x pp: the composition's stage, then tensor parallel on it; activations travel between the same tp
+    # rank of the two stages, and both tp ranks of the last stage pick the same token from gathered logits
+    results = pool4.run(run_layout, tp, pp, dp, lanes)
     for r in results:
         if r["stage"] == 0:
             assert torch.equal(r["tokens"], _single()), f"layout tp={tp} pp={pp} dp={dp}"
@@ -159,6 +161,13 @@ def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     assert "tokens/s" in r.stderr and "KV cache" in r.stderr
 
 
+def test_cli_tp_times_pp_four_ranks_equals_single(hf_dir):
+    r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
+                 "--temperature", "0", "--nproc", "4", "parallel.tp=2", "parallel.pp=2"], timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(line)["tokens"] for line in r.stdout.splitlines()] == _single()[:2].tolist()
+
+
 @pytest.mark.parametrize("args,words", [
     (["/nonexistent/run", "--prompt", "x"], "does not exist"),
     (["HF", "--prompt", "x" * 60, "--max-new", "8"], "max_seq_len"),
@@ -191,7 +200,7 @@ def _train_tp2(run: Path) -> None:
 
     cfg = config.load(Path(__file__).resolve().parents[2] / "configs" / "tiny.toml",
                       ["parallel.tp=2", "parallel.dp=ddp", "train.steps=2", "train.eval_every=0"])
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     if comm.rank() == 0:
         launch.write_config(run, cfg)
     with contextlib.redirect_stdout(io.StringIO()):

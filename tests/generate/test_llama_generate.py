@@ -100,6 +100,14 @@ def test_llama_tp2_greedy_tokens_equal_single_and_bytes_equal_analytic(pool2):
     assert kv_cache_bytes(mqa, Layout(tp=2), PROMPTS, 12) == kv_cache_bytes(mqa, Layout(), PROMPTS, 12)
 
 
+def test_llama_tp2_pp2_greedy_tokens_equal_single_and_bytes_equal_analytic(pool4):
+    results = pool4.run(run_layout, 2, 2, 1, 2, True, 0.0, 12, "llama")
+    for r in results:
+        if r["stage"] == 0:
+            assert torch.equal(r["tokens"], _single())
+        assert {op: b for op, b in r["bytes"].items() if b} == r["analytic"]
+
+
 def test_a_llama_training_checkpoint_generates_as_its_hf_export(tmp_path):
     from shardlab.checkpoint.hf import export_hf
     from shardlab.generate.cli import main
@@ -115,7 +123,7 @@ def test_a_llama_training_checkpoint_generates_as_its_hf_export(tmp_path):
     # a real llama training process is test_llama.py's configs/llama-small.toml run)
     cfg = config.load(None, ["model.preset=llama-tiny", "train.steps=1", "train.eval_every=0", "train.seq_len=32",
                              "parallel.strategy=single"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     launch.write_config(run, cfg)
     with contextlib.redirect_stdout(io.StringIO()):
         Trainer(cfg, run).run()

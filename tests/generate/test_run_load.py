@@ -23,7 +23,7 @@ def _train_zero3(run: Path) -> None:
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(CONFIG, ["parallel.dp=zero3", "train.steps=2", "train.eval_every=0"])
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     if comm.rank() == 0:
         launch.write_config(run, cfg)
     with contextlib.redirect_stdout(io.StringIO()):

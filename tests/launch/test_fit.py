@@ -55,7 +55,7 @@ def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     from shardlab.plan.memory import memory_lines
 
     cfg = config.load(None, ["model.preset=small", "train.micro_batch=8", "train.global_batch=16"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     model, train, lay = from_config(cfg, 2)
     expected = sum(ln.bytes for ln in memory_lines(model, train, lay, grad_accum(train, lay)))
     assert fit.planned_bytes(cfg, 2) == (expected, "") and expected > 100 * MiB  # (171 MiB: the measured 540 MiB
@@ -64,8 +64,7 @@ def test_the_planned_bytes_are_the_planner_memory_lines_of_the_run():
     zero3 = ["model.preset=small", "train.micro_batch=8", "train.global_batch=16", "parallel.strategy=zero3"]
     cfg, offloaded = (config.load(None, zero3 + extra) for extra in
                       ([], ["parallel.offload=params", "parallel.offload_to=host"]))
-    for c in (cfg, offloaded):
-        config.validate(c, 2)
+    cfg, offloaded = (config.validate(c, 2) for c in (cfg, offloaded))
     assert fit.planned_bytes(offloaded, 2) == fit.planned_bytes(cfg, 2)
 
 

@@ -89,12 +89,12 @@ def test_the_start_line_says_when_the_batch_comes_from_the_layout():
     from shardlab.launch.notes import oversubscribed, start_line
 
     cfg = config.load(None, ["train.micro_batch=4", "train.global_batch=0"])
-    config.validate(cfg, 3)
+    cfg = config.validate(cfg, 3)
     line = start_line(cfg, 3, 1, "runs/x", derived_batch=True)
     assert "global batch 12 sequences x 128 tokens, derived from this layout" in line
     assert "micro_batch 4 x grad_accum 1 x 3 data-parallel ranks" in line and "set train.global_batch" in line
     cfg = config.load(None, ["train.micro_batch=4", "train.global_batch=16"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     assert start_line(cfg, 2, 1, "runs/x", derived_batch=False).endswith(
         "global batch 16 sequences x 128 tokens (train.global_batch) = micro_batch 4 x grad_accum 2 x 2 "
         "data-parallel ranks")

@@ -129,13 +129,13 @@ def test_hf_export_is_llama_for_causal_lm_with_equal_logits(tmp_path):
 
 def test_llama_preset_sets_the_arch_and_keys_override_it():
     cfg = config.load(None, ["model.preset=llama-small", "model.n_kv_heads=4", "model.rope_theta=500000"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     assert cfg.model.arch == "llama"
     m = resolve_model_config(cfg.model, cfg.train.seq_len)
     assert (m.n_kv_heads, m.rope_theta, m.ffn_hidden) == (4, 500000.0, 704)
     custom = config.load(None, ["model.preset=custom", "model.arch=llama", "model.n_layer=2", "model.n_head=4",
                                 "model.d_model=64", "model.ffn_multiple_of=16", "model.ffn_dim_multiplier=1.5"])
-    config.validate(custom, 1)
+    custom = config.validate(custom, 1)
     assert resolve_model_config(custom.model, 128).ffn_hidden == ffn_hidden(64, 16, 1.5) == 256
 
 

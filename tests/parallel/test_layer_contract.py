@@ -18,7 +18,7 @@ def _handles(overrides: list[str]) -> dict:
     from shardlab import comm, parallel
 
     cfg = config.load(None, TINY + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     par = parallel.build(cfg, torch.device("cpu"))
     return {"names": [h.name for h in par.layers], "all_layers": all(isinstance(h, Layer) for h in par.layers),
             # the module is the bare model (or this rank's part): no `tp`, `cp`, `ep` handle hangs on it

@@ -62,17 +62,17 @@ def test_layers_not_built_yet_are_named(monkeypatch):
     """A dimension whose layer table is empty is refused in one line (every dimension is built today:
     an empty table is simulated)."""
     assert layers.not_built(dict(tp=2, pp=2, cp=2)) is None  # tensor, pipeline and context parallelism are built
-    monkeypatch.setitem(layers._BY_DIM, "cp", ("context", {}))
+    monkeypatch.setitem(layers.TABLES, "cp", {})
     assert "context parallelism is not implemented yet" in layers.not_built(dict(cp=4))
     assert layers.not_built(dict(tp=1, pp=1, cp=1)) is None
     cfg = config.load(None, ["parallel.cp=2", "parallel.strategy=ddp"])
     with pytest.raises(ConfigError, match="parallel.cp=2"):
-        config.validate(cfg, 4)
+        cfg = config.validate(cfg, 4)
 
 
 def test_global_batch_counts_data_parallel_ranks_only():
     cfg = config.load(None, ["parallel.tp=2", "train.micro_batch=4", "train.grad_accum=2"])
-    config.validate(cfg, 8)
+    cfg = config.validate(cfg, 8)
     assert cfg.train.global_batch == 4 * 2 * 4  # micro x accum x dp (= 8 / tp)
 
 
@@ -134,7 +134,7 @@ def _run(run_dir, overrides):
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, TINY_RUN + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     trainer = Trainer(cfg, run_dir)
     summary = trainer.run()
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()] \

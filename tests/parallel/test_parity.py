@@ -17,7 +17,7 @@ BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.
 
 def train_run(run_dir, overrides, world):
     cfg = config.load(None, BASE + overrides)
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     trainer = Trainer(cfg, run_dir)
     summary = trainer.run()
     params = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}

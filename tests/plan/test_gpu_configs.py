@@ -21,7 +21,7 @@ CONFIGS = [("llama3-8b-8gpu.toml", 8, "zero3", 1), ("llama3-70b-32gpu.toml", 32,
 @pytest.mark.parametrize("name,world,strategy,tp", CONFIGS)
 def test_the_planner_says_it_fits(name, world, strategy, tp):
     cfg = config.load(ROOT / "configs" / name)
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     model, train, lay = from_config(cfg, world)
     assert (lay.strategy, lay.tp, lay.world, train.precision, lay.recompute) == (
         strategy, tp, world, "bf16-autocast", "selective")

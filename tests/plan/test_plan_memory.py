@@ -170,7 +170,7 @@ def test_the_runs_head_tying_reaches_the_planner(arch, tie):
     from shardlab.plan.from_config import model_spec
     preset = "llama-tiny" if arch == "llama" else "tiny"
     cfg = config.load(None, [f"model.preset={preset}", f"model.tie_embeddings={tie}", "train.seq_len=32"])
-    config.validate(cfg, 1)
+    cfg = config.validate(cfg, 1)
     spec = model_spec(cfg)
     net = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), seed=0)
     assert spec.tied == (tie == "true" or (tie == "auto" and arch == "gpt2"))

@@ -90,7 +90,7 @@ def _no_process_group():
 def test_layout_keeps_device_discipline(name):
     world, ranks, keys = LAYOUTS[name]
     cfg = _cfg(keys)
-    config.validate(cfg, world)  # a layout the trainer accepts
+    cfg = config.validate(cfg, world)  # a layout the trainer accepts
     for rank in ranks:
         rep = simulate_rank(cfg, world, rank)
         assert rep["violations"] == [], f"{name} rank {rank}:\n" + "\n".join(rep["violations"])
@@ -158,7 +158,7 @@ def test_fault_tolerant_every_step_keeps_its_tensors_on_the_device(joiner):
     collective lives on the device, the step metadata and the RNG states included."""
     cfg = _cfg(["parallel.strategy=zero2", "parallel.fault_tolerant=true", "parallel.replicas=2",
                 f"parallel.replica_id={1 if joiner else 0}", "parallel.ft_store=127.0.0.1:1"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     me = 1 if joiner else 0
 
     def hook(par):

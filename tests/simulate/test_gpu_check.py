@@ -77,7 +77,7 @@ def test_every_case_is_a_valid_config_at_its_world():
         ft = ["parallel.replica_id=0", "parallel.ft_store=127.0.0.1:1"] if c.cmd == "ft" else []  # one replica's
         overrides = TINY[2:] + c.keys + ft
         cfg = config.load(REPO / "configs" / "tiny.toml", overrides)
-        config.validate(cfg, 1 if c.cmd == "ft" else c.world)  # ft: two one-process replicas
+        cfg = config.validate(cfg, 1 if c.cmd == "ft" else c.world)  # ft: two one-process replicas
     for c in perf_cases(list(PERF_MODELS), {}):
         config.validate(config.load(None, c.keys), 1)
 

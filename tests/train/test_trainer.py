@@ -11,7 +11,7 @@ BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.
 
 def fp16_overflow_run(run_dir, strategy):
     cfg = config.load(None, BASE + [f"parallel.strategy={strategy}", "train.dtype=fp16"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     trainer = Trainer(cfg, run_dir)
     trainer.state.scaler.scale = 2.0 ** 24  # fp16 gradients overflow at this scale: the step must be skipped
     before = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}

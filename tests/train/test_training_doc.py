@@ -14,7 +14,7 @@ def test_the_start_line_example_is_the_launchers():
     shown = next(line.strip() for line in DOC.read_text().splitlines() if "[launch] starting " in line)
     world = int(re.match(r"\[launch\] starting (\d+) ranks", shown).group(1))
     cfg = config.load()
-    config.validate(cfg, world)  # train.global_batch=0 is derived here, as the launcher derives it
+    cfg = config.validate(cfg, world)  # train.global_batch=0 is derived here, as the launcher derives it
     assert cfg.train.global_batch == 8 * world
     assert shown == notes.start_line(cfg, world, 1, "runs/x", derived_batch=True)
     # and its warning line is the launcher's for those ranks on 2 cores

@@ -79,7 +79,7 @@ def paired_fn(overrides: list[str], run_root: str, rounds: int, pairs: int) -> l
     out = []
     for r in range(rounds):
         cfg = config_mod.load(None, overrides)
-        config_mod.validate(cfg, comm.world_size())
+        cfg = config_mod.validate(cfg, comm.world_size())
         run_dir = Path(run_root) / f"paired-r{r}"
         with contextlib.redirect_stdout(io.StringIO()):
             tr = Trainer(cfg, run_dir)

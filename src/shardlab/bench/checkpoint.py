@@ -103,7 +103,7 @@ def _trainer(work: Path, overrides: list[str]):
     from shardlab.train.trainer import Trainer
 
     cfg = config_mod.load(None, common.BASE + overrides)
-    config_mod.validate(cfg, comm.world_size())
+    cfg = config_mod.validate(cfg, comm.world_size())
     run = work / "run"
     shutil.rmtree(run, ignore_errors=True)
     comm.barrier()

@@ -36,6 +36,7 @@ import torch
 from shardlab import config as config_mod
 from shardlab.bench import common, efficiency
 from shardlab.bench.measure import flops_per_token, gemm_peak, gemm_shapes, shardlab_step, timed
+from shardlab.model import anatomy
 
 
 def _trainer(preset: str, compiled: bool, steps: int, run_dir: Path):
@@ -45,7 +46,7 @@ def _trainer(preset: str, compiled: bool, steps: int, run_dir: Path):
         "train.seq_len=128", "train.seed=1337", "train.threads=1", f"model.preset={preset}", "train.micro_batch=8",
         f"train.steps={steps}", "parallel.strategy=single", "train.eval_every=0", f"train.compile={str(compiled).lower()}"]
     cfg = config_mod.load(None, overrides)
-    config_mod.validate(cfg, 1)
+    cfg = config_mod.validate(cfg, 1)
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     with contextlib.redirect_stdout(io.StringIO()):
@@ -73,7 +74,8 @@ def measure(out: Path, preset: str, steps: int, warm: int, profiled: int = 5) ->
         for _ in range(warm):
             shardlab_step(tr)
         warmup[name] = time.perf_counter() - t0
-    fell = compile_layer.fell_back(next(iter(sides["compiled"].par.model.blocks.values())))
+    model = sides["compiled"].par.model
+    fell = compile_layer.fell_back(next(iter(anatomy.of(model).named_blocks(model)))[1])
     if fell:
         raise RuntimeError(f"bench overhead: compiling the {preset} model failed ({fell})")
     times: dict = {"eager": [], "compiled": []}

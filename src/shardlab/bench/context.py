@@ -44,8 +44,7 @@ class _Run:
         self.seqs = 2 if row == "cp1" else 1  # sequences per step (global batch)
 
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        par = self.par
-        par.step([(x, y)], par.dims.size("dp_cp") / (self.seqs * x.shape[1]), max_norm=1.0)
+        self.par.step([(x, y)], max_norm=1.0, global_tokens=self.seqs * x.shape[1])
 
     def activation_bytes(self, x: torch.Tensor) -> int:
         from shardlab.observe.activations import ActivationBytes

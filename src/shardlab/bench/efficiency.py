@@ -155,7 +155,7 @@ def _ddp_rank(run_dir: str, steps: int, warm: int) -> dict:
         f"train.global_batch={8 * world}", f"train.steps={warm + steps}", "parallel.strategy=ddp",
         "train.eval_every=0"]
     cfg = config_mod.load(None, overrides)
-    config_mod.validate(cfg, world)
+    cfg = config_mod.validate(cfg, world)
     with contextlib.redirect_stdout(io.StringIO()):
         tr = Trainer(cfg, Path(run_dir))
     model = tr.par.model

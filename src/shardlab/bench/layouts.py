@@ -38,12 +38,11 @@ def _args(over: dict) -> list[str]:
 def _runnable(world: int):
     from shardlab import config
 
-    def check(c) -> bool:
+    def check(c):  # the resolved copy, or None when the trainer refuses it
         try:
-            config.validate(c, world)
-            return True
+            return config.validate(c, world)
         except config.ConfigError:
-            return False
+            return None
     return check
 
 
@@ -66,7 +65,8 @@ def _sweep(world: int, quick: bool, size: dict, work: Path) -> tuple[list[dict],
     for over in auto.candidates(world):
         c = copy.deepcopy(cfg)
         auto.apply(c, over)
-        if _runnable(world)(c):
+        c = _runnable(world)(c)
+        if c is not None:
             model, train, lay = from_config(c, world)
             cands.append((over, evaluate(model, train, lay, planned).tokens_per_s))
     jobs = []

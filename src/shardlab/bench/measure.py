@@ -12,6 +12,7 @@ import time
 import torch
 
 from shardlab import comm
+from shardlab.model import anatomy
 
 
 def shardlab_step(tr) -> None:
@@ -47,9 +48,10 @@ def timed(fn, *args) -> tuple[float, float]:
 def flops_per_token(model, seq_len: int) -> float:
     """6N + 12·L·d·T (PaLM's count; bench/compile_speed.py's docstring says what N and the terms are)."""
     n = sum(p.numel() for p in model.parameters())  # the tied wte/head counted once
-    wpe = getattr(model, "wpe", None)
-    if wpe is not None:
-        n -= wpe.weight.numel()  # a lookup, not a matmul
+    anat = anatomy.of(model)
+    positions = anat.get(model, anat.positions)
+    if positions is not None:
+        n -= positions.weight.numel()  # a lookup, not a matmul
     c = model.cfg
     return 6 * n + 12 * c.n_layer * c.d_model * seq_len
 

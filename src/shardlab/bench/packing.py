@@ -83,7 +83,7 @@ def run(out: Path, quick: bool) -> dict:
     loader_steps, train_steps, warm = STEPS["quick" if quick else "full"]
     cfg = config_mod.load(None, [o for o in common.BASE if not o.startswith("data.")] + [
         f"model.preset={PRESET}", "train.micro_batch=8", "parallel.strategy=single", "data.doc_mask=true"])
-    config_mod.validate(cfg, 1)
+    cfg = config_mod.validate(cfg, 1)
     torch.set_num_threads(1)
     tokens = document_corpus(2_000_000 if quick else 8_000_000)
     ds = TokenDataset(tokens, cfg.train.seq_len)

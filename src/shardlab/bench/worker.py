@@ -22,7 +22,7 @@ def run_job(job: dict) -> None:
 
     world = int(os.environ.get("WORLD_SIZE", 1))
     cfg = config_mod.load(None, job["overrides"])
-    config_mod.validate(cfg, world)
+    cfg = config_mod.validate(cfg, world)
     run_dir = Path(job["out"])
     if int(os.environ.get("RANK", 0)) == 0:
         launch.write_config(run_dir, cfg)

@@ -5,7 +5,7 @@ the files an imported model brought, as they are. The tensors keep the dtype the
 tensors bit for bit. The import is hf_import.py: this table read backwards.
 
 The llama family (model/llama.py) is written in Hugging Face's layout already (separate q/k/v/o, rotary
-"rotate half" pairing, untied head), so its export is a rename table (`LLAMA_NAMES`) and nothing else.
+"rotate half" pairing, untied head), so its export is a rename table (model/anatomy.py's `hf_top` and `hf_block`) and nothing else.
 
 shardlab's GPT is GPT-2 with different names and separate q, k, v projections (HF fuses them into
 `c_attn`, concatenated in that order; checkpoints written before the split hold the fused `attn.qkv`
@@ -32,6 +32,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from shardlab.checkpoint.state import STATE_FILE
+from shardlab.model import anatomy
 from shardlab.data.tokenizer import VOCAB_SIZE, byte_alphabet as byte_to_unicode  # GPT-2's byte alphabet
 
 
@@ -46,40 +47,33 @@ def load_model_tensors(step_dir: Path) -> dict[str, torch.Tensor]:
 
 
 def to_hf(sd: dict[str, torch.Tensor], n_layer: int, tied: bool = True) -> dict[str, torch.Tensor]:
-    out = {"transformer.wte.weight": sd["wte.weight"], "transformer.wpe.weight": sd["wpe.weight"],
-           "transformer.ln_f.weight": sd["ln_f.weight"], "transformer.ln_f.bias": sd["ln_f.bias"]}
-    ours_to_hf = {"ln_1": "ln_1", "attn.qkv": "attn.c_attn", "attn.proj": "attn.c_proj", "ln_2": "ln_2",
-                  "mlp.fc": "mlp.c_fc", "mlp.proj": "mlp.c_proj"}
-    sd = dict(sd)
-    for i in range(n_layer):
-        p = f"blocks.{i}.attn."
-        if p + "q.weight" in sd:  # HF fuses q, k, v into one c_attn, in that order
-            for kind in ("weight", "bias"):
-                sd[p + "qkv." + kind] = torch.cat([sd[p + z + "." + kind] for z in "qkv"])
-        for ours, theirs in ours_to_hf.items():
-            w, b = sd[f"blocks.{i}.{ours}.weight"], sd[f"blocks.{i}.{ours}.bias"]
-            is_linear = not ours.startswith("ln")
-            out[f"transformer.h.{i}.{theirs}.weight"] = w.t() if is_linear else w  # Conv1D is (in, out)
-            out[f"transformer.h.{i}.{theirs}.bias"] = b
-    if not tied:
-        out["lm_head.weight"] = sd["lm_head.weight"]
-    return {k: v.detach().contiguous() for k, v in out.items()}
-
-
-# shardlab's llama names -> LlamaForCausalLM's (per block: blocks.N.X -> model.layers.N.Y)
-LLAMA_NAMES = {"wte.weight": "model.embed_tokens.weight", "ln_f.weight": "model.norm.weight",
-               "lm_head.weight": "lm_head.weight"}
-LLAMA_BLOCK_NAMES = {"ln_1": "input_layernorm", "attn.q": "self_attn.q_proj", "attn.k": "self_attn.k_proj",
-                     "attn.v": "self_attn.v_proj", "attn.proj": "self_attn.o_proj",
-                     "ln_2": "post_attention_layernorm", "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj",
-                     "mlp.down": "mlp.down_proj"}
+    """GPT-2's export (GPT2LMHeadModel's names)."""
+    return export_tensors(sd, anatomy.GPT2, n_layer, tied)
 
 
 def llama_to_hf(sd: dict[str, torch.Tensor], n_layer: int, tied: bool = False) -> dict[str, torch.Tensor]:
-    out = {theirs: sd[ours] for ours, theirs in LLAMA_NAMES.items() if not (tied and ours == "lm_head.weight")}
+    """Llama's export (LlamaForCausalLM's names)."""
+    return export_tensors(sd, anatomy.LLAMA, n_layer, tied)
+
+
+def export_tensors(sd: dict[str, torch.Tensor], anat, n_layer: int, tied: bool) -> dict[str, torch.Tensor]:
+    """shardlab's state dict -> the family's HF names (the anatomy's `hf_top` and, per block, `hf_block`):
+    fused parts concatenated (GPT-2's c_attn), linear weights transposed where HF stores them (in, out)."""
+    head = anat.weight(anat.head)
+    out = {theirs: sd[ours] for ours, theirs in anat.hf_top.items() if not (tied and ours == head)}
+    kinds = ("weight", "bias") if anat.bias else ("weight",)
+    sd = dict(sd)
     for i in range(n_layer):
-        for ours, theirs in LLAMA_BLOCK_NAMES.items():
-            out[f"model.layers.{i}.{theirs}.weight"] = sd[f"blocks.{i}.{ours}.weight"]
+        b = anat.block(i)
+        for fused, parts in anat.fused.items():
+            if f"{b}.{parts[0]}.weight" in sd:  # fused in the export, in that order
+                for kind in kinds:
+                    sd[f"{b}.{fused}.{kind}"] = torch.cat([sd[f"{b}.{z}.{kind}"] for z in parts])
+        for ours, theirs in anat.hf_block.items():
+            for kind in kinds:
+                v = sd[f"{b}.{ours}.{kind}"]
+                transpose = kind == "weight" and anat.hf_transposed and not anat.is_norm(ours)
+                out[f"{anat.hf_block_prefix}.{i}.{theirs}.{kind}"] = v.t() if transpose else v  # Conv1D: (in, out)
     return {k: v.detach().contiguous() for k, v in out.items()}
 
 
@@ -149,7 +143,7 @@ def export_hf(step_dir: Path, out_dir: Path) -> Path:
         raise ValueError(f"{step_dir} has no model dimensions in {STATE_FILE}; cannot build a GPT-2 config")
     llama = model.get("arch") == "llama"
     tied = bool(model.get("tie_embeddings", not llama))
-    tensors = (llama_to_hf if llama else to_hf)(load_model_tensors(step_dir), model["n_layer"], tied)
+    tensors = export_tensors(load_model_tensors(step_dir), anatomy.by_arch(model.get("arch")), model["n_layer"], tied)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})

@@ -6,7 +6,7 @@ What maps to what (docs/models.md, "Import and export"; export, hf.py, is the sa
   value the model here does not compute (exact GELU, biases on Llama, yarn rope scaling, ...) is refused in
   one line naming it: the import never builds a model that computes something else;
 - the weights, from `model.safetensors` or the shards a `model.safetensors.index.json` names: renamed
-  (hf.LLAMA_NAMES; GPT-2's Conv1D weights transposed and its fused c_attn split into q, k, v), in the dtype
+  (model/anatomy.py's tables; GPT-2's Conv1D weights transposed and its fused c_attn split into q, k, v), in the dtype
   they are stored in (bf16 stays bf16; a run casts them to its own precision when it loads them). Every
   tensor is accounted for: one the model has no place for, a missing one or a wrong shape is one line;
 - the tokenizer files (tokenizer.json, tokenizer_config.json, special_tokens_map.json) are copied into the
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import torch
 
-from shardlab.checkpoint import hf
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
+from shardlab.model import anatomy
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.llama import LlamaConfig
 
@@ -177,9 +177,7 @@ def read_tensors(hf_dir: Path) -> dict[str, torch.Tensor]:
 
 # Buffers older transformers versions saved beside the weights (GPT-2's causal mask, Llama's rotary
 # frequencies): recomputed by the model, so they are skipped, not imported.
-BUFFERS = (".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq")
-GPT2_BLOCK = {"ln_1": "ln_1", "attn.c_proj": "attn.proj", "ln_2": "ln_2", "mlp.c_fc": "mlp.fc",
-              "mlp.c_proj": "mlp.proj"}
+BUFFERS = tuple(suffix for a in anatomy.ANATOMIES.values() for suffix in a.hf_buffers)
 
 
 class _Take:
@@ -196,29 +194,33 @@ class _Take:
         return self.left.pop(theirs)
 
 
-def gpt2_from_hf(take: _Take, cfg: GPTConfig) -> dict[str, torch.Tensor]:
-    """GPT2LMHeadModel's names (with or without the `transformer.` prefix) -> shardlab's: Conv1D (in, out)
-    weights transposed to nn.Linear's (out, in), the fused c_attn cut into q, k, v (its thirds, in order)."""
-    out = {k: take(k, k) for k in ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")}
-    for i in range(cfg.n_layer):
-        h = f"h.{i}."
-        for theirs, ours in GPT2_BLOCK.items():
-            w = take(h + theirs + ".weight", f"blocks.{i}.{ours}.weight")
-            out[f"blocks.{i}.{ours}.weight"] = w if theirs.startswith("ln") else w.t().contiguous()
-            out[f"blocks.{i}.{ours}.bias"] = take(h + theirs + ".bias", f"blocks.{i}.{ours}.bias")
-        w, b = take(h + "attn.c_attn.weight"), take(h + "attn.c_attn.bias")
-        for z, wz, bz in zip("qkv", w.t().chunk(3), b.chunk(3)):
-            out[f"blocks.{i}.attn.{z}.weight"], out[f"blocks.{i}.attn.{z}.bias"] = wz.contiguous(), bz.contiguous()
-            take.origin[f"blocks.{i}.attn.{z}.weight"] = h + "attn.c_attn.weight"
-    return out
-
-
-def llama_from_hf(take: _Take, cfg: LlamaConfig) -> dict[str, torch.Tensor]:
-    """LlamaForCausalLM's names -> shardlab's (hf.LLAMA_NAMES): a rename, no tensor changes."""
-    out = {ours: take(theirs, ours) for ours, theirs in hf.LLAMA_NAMES.items() if ours != "lm_head.weight"}
-    for i in range(cfg.n_layer):
-        for ours, theirs in hf.LLAMA_BLOCK_NAMES.items():
-            out[f"blocks.{i}.{ours}.weight"] = take(f"model.layers.{i}.{theirs}.weight", f"blocks.{i}.{ours}.weight")
+def from_hf(take: _Take, anat, n_layer: int) -> dict[str, torch.Tensor]:
+    """The family's HF names (the anatomy's table; GPT-2's with or without the `transformer.` prefix) ->
+    shardlab's: weights HF stores (in, out) transposed to nn.Linear's (out, in), fused ones (GPT-2's c_attn)
+    cut into their parts (equal thirds, in order). The head is `to_shardlab`'s."""
+    head = anat.weight(anat.head)
+    out = {ours: take(theirs.removeprefix(anat.hf_prefix), ours) for ours, theirs in anat.hf_top.items()
+           if ours != head}
+    kinds = ("weight", "bias") if anat.bias else ("weight",)
+    for i in range(n_layer):
+        h, b = f"{anat.hf_block_prefix}.{i}.".removeprefix(anat.hf_prefix), anat.block(i)
+        for ours, theirs in anat.hf_block.items():
+            if ours in anat.fused:
+                continue
+            for kind in kinds:
+                v = take(h + theirs + "." + kind, f"{b}.{ours}.{kind}")
+                transpose = kind == "weight" and anat.hf_transposed and not anat.is_norm(ours)
+                out[f"{b}.{ours}.{kind}"] = v.t().contiguous() if transpose else v
+        for fused, parts in anat.fused.items():
+            theirs = h + anat.hf_block[fused]
+            w = take(theirs + ".weight")
+            w = w.t() if anat.hf_transposed else w
+            biases = take(theirs + ".bias").chunk(len(parts)) if anat.bias else [None] * len(parts)
+            for z, wz, bz in zip(parts, w.chunk(len(parts)), biases):
+                out[f"{b}.{z}.weight"] = wz.contiguous()
+                if bz is not None:
+                    out[f"{b}.{z}.bias"] = bz.contiguous()
+                take.origin[f"{b}.{z}.weight"] = theirs + ".weight"
     return out
 
 
@@ -226,20 +228,23 @@ def to_shardlab(sd: dict[str, torch.Tensor], cfg) -> dict[str, torch.Tensor]:
     """The model's state dict, exactly the keys and shapes `build_model(cfg).state_dict()` has (a tied head
     under its own name too, as a training checkpoint stores it), in the dtype the weights were stored in."""
     llama = isinstance(cfg, LlamaConfig)
-    sd = {(k if llama else k.removeprefix("transformer.")): v for k, v in sd.items() if not k.endswith(BUFFERS)}
+    anat = anatomy.of(cfg)
+    sd = {k.removeprefix(anat.hf_prefix): v for k, v in sd.items() if not k.endswith(BUFFERS)}
     take = _Take(sd)
-    out = (llama_from_hf if llama else gpt2_from_hf)(take, cfg)
-    head = take.left.pop("lm_head.weight", None)
+    out = from_hf(take, anat, cfg.n_layer)
+    ours, wte = anat.weight(anat.head), anat.weight(anat.embedding)
+    theirs = anat.hf_top[ours]
+    head = take.left.pop(theirs, None)
     if not cfg.tie_embeddings:
         if head is None:
-            raise HFImportError("the weights have no tensor 'lm_head.weight', and config.json says "
+            raise HFImportError(f"the weights have no tensor {theirs!r}, and config.json says "
                                 "tie_word_embeddings=false (the head is its own matrix)")
-        out["lm_head.weight"], take.origin["lm_head.weight"] = head, "lm_head.weight"
-    elif head is not None and not torch.equal(head, out["wte.weight"]):
-        raise HFImportError("lm_head.weight differs from the token embedding, but config.json says "
+        out[ours], take.origin[ours] = head, theirs
+    elif head is not None and not torch.equal(head, out[wte]):
+        raise HFImportError(f"{theirs} differs from the token embedding, but config.json says "
                             "tie_word_embeddings=true; set it to false to import an untied head")
     else:
-        out["lm_head.weight"] = out["wte.weight"]
+        out[ours] = out[wte]
     if take.left:
         raise HFImportError(f"the weights hold {sorted(take.left)[0]!r} (and {len(take.left) - 1} more), which "
                             f"shardlab's {'llama' if llama else 'GPT-2'} has no place for")

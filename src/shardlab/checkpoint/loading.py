@@ -21,6 +21,7 @@ from torch.distributed.checkpoint.api import CheckpointException  # a BaseExcept
 from shardlab import comm
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
+from shardlab.model import anatomy
 from shardlab.checkpoint.reader import Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
@@ -177,7 +178,8 @@ class Loading:
         manifest = mf.read_manifest(path)
         reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
         md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
-        if any(k.endswith(".attn.qkv.weight") for k in md_keys):
+        fused = [f".{name}.weight" for a in anatomy.ANATOMIES.values() for name in a.fused]  # attn.qkv
+        if any(k.endswith(tuple(fused)) for k in md_keys):
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
         # RNG streams are saved per mesh coordinate: the same degrees find this rank's stream wherever

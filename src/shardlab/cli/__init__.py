@@ -116,7 +116,7 @@ def cmd_train(argv: list[str]) -> int:
             from shardlab.cli.auto_layout import resolve as resolve_layout
             resolve_layout(cfg, world)
             derived_batch = False  # fixed for every candidate: the start line must not call it derived
-        config_mod.validate(cfg, world)
+        cfg = config_mod.validate(cfg, world)
         corpus = _check_data(cfg)
         from shardlab.checkpoint import check_resume
         check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
@@ -187,7 +187,7 @@ def _dry_run(args) -> int:
         if cfg.parallel.layout == "auto":  # the layout the run would train, chosen on this machine's profile
             from shardlab.cli.auto_layout import resolve as resolve_layout
             resolve_layout(cfg, args.world)
-        config_mod.validate(cfg, args.world)
+        cfg = config_mod.validate(cfg, args.world)
         from shardlab.simulate.dry_run import run
         return run(cfg, args.world, args.device, args.ranks, args.json)
     except config_mod.ConfigError as e:

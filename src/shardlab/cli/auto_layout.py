@@ -13,15 +13,15 @@ from shardlab.errors import ConfigError
 
 
 def runnable(world: int):
-    """A check of a candidate config: the trainer's own (config.validate; it resolves derived values in place)."""
+    """A check of a candidate config: the trainer's own (config.validate). Returns the resolved copy, or None
+    when the trainer refuses the candidate."""
     from shardlab import config
 
-    def check(c) -> bool:
+    def check(c):
         try:
-            config.validate(c, world)
-            return True
+            return config.validate(c, world)
         except ConfigError:
-            return False
+            return None
     return check
 
 

@@ -6,6 +6,7 @@ the CLI prints it and exits with code 2 before anything is written.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import tomllib
 from dataclasses import fields
@@ -14,12 +15,8 @@ from pathlib import Path
 from shardlab.config.checks import LLAMA_KEYS, _check_ranges, _validate_arch
 from shardlab.config import init_from
 from shardlab.errors import choice as _choice
-from shardlab.parallel.cp.checks import validate_cp as _validate_cp
 from shardlab.parallel.dp.checks import (check_offload as _check_offload, validate_async as _validate_async,
-                                         validate_fault_tolerant as _validate_fault_tolerant,
-                                         validate_powersgd as _validate_powersgd, validate_sync as _validate_sync)
-from shardlab.parallel.ep.checks import validate_moe as _validate_moe
-from shardlab.parallel.tp.checks import validate_tp as _validate_tp
+                                         validate_fault_tolerant as _validate_fault_tolerant, validate_sync as _validate_sync)
 from shardlab.config.schema import (  # noqa: F401 - the public names: `config.Config`, `config.ConfigError`, ...
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
@@ -129,47 +126,38 @@ def _toml_string(s: str) -> str:
     return '"' + "".join(out) + '"'
 
 
-def validate(cfg: Config, world_size: int) -> None:
-    """Check combinations that only make sense together. Resolves derived values in place. The checks run
-    in a fixed order (the first problem found is the one reported)."""
+def validate(cfg: Config, world_size: int) -> Config:
+    """Check combinations that only make sense together, and return a copy of `cfg` with the derived values
+    resolved (the model family, a checkpoint's model keys, train.grad_accum and train.global_batch): `cfg`
+    itself is not changed, so call it as `cfg = config.validate(cfg, world)`. The checks run in a fixed order
+    (the first problem found is the one reported); each layer's run as its spec lists them."""
     from shardlab.model.configs import resolve_model_config
-    from shardlab.parallel.mesh import resolve as resolve_dims
+    from shardlab.parallel.mesh import resolve_run
 
+    cfg = copy.deepcopy(cfg)
     t, p, m = cfg.train, cfg.parallel, cfg.model
     init_from.apply(cfg)  # ckpt.init_from: the checkpoint's model fills [model] before it is checked
     _validate_arch(m)
     _check_parallel_choices(cfg, world_size)
-    world = world_size  # the processes (debug.slow_rank names one of them)
-    if p.sync == "async":  # every rank holds the whole model and each gradient is one global batch:
-        world_size = 1  # the layout and batch checks below are those of one process
-    _check_train(cfg, world_size)
-    dims = resolve_dims(p, world_size)  # raises ConfigError on an impossible layout
-    missing = layers.not_built(dims.degrees)
-    if missing:
-        raise ConfigError(missing)
-    if dims.pp > 1 and p.pp_microbatches:
-        if t.grad_accum not in (1, p.pp_microbatches):
-            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
-                              f"{t.grad_accum}: a step's microbatches are the pipeline's; set only one of them")
-        t.grad_accum = p.pp_microbatches
-    _validate_tp(cfg, dims)
-    _validate_cp(cfg, dims)
-    _validate_powersgd(cfg, dims)
-    _validate_moe(cfg, dims)
-    _resolve_batch(t, dims, world_size)
+    # parallel.sync=async: every rank holds the whole model and each gradient is one global batch, so the
+    # layout and batch checks are those of one process (resolve_run knows it)
+    _check_train(cfg, 1 if p.sync == "async" else world_size)
+    run = resolve_run(cfg, world_size)  # the degrees and the batch, or a one-line ConfigError
+    t.grad_accum, t.global_batch = run.grad_accum, run.global_batch
+    for spec in layers.CHECKED:  # each layer's own conditions and its composition rules (parallel/rules.py)
+        for check in spec.checks:
+            layers.load(check)(cfg, run.dims)
     model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
     if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
         raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
                           f"{model_cfg.n_layer + 2} fragments (embedding, blocks, head); use fewer")
-    if dims.pp > 1:
-        from shardlab.parallel.pp import pipeline
-        pipeline.validate(cfg, dims, model_cfg.n_layer)
     from shardlab.data import shares  # deferred: shardlab.data loads torch, and `shardlab --help` must not
 
-    shares.validate(cfg, dims)  # data.shares, debug.slow_factor
+    shares.validate(cfg, run.dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
-    _check_ranges(cfg, world)
+    _check_ranges(cfg, world_size)
+    return cfg
 
 
 def _check_parallel_choices(cfg: Config, world_size: int) -> None:
@@ -178,7 +166,7 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     check_layout_keys(p)
-    _choice("parallel.comm_dtype", p.comm_dtype, precision.NAMES)
+    _choice("parallel.comm_dtype", p.comm_dtype, precision.WIRE_NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
@@ -235,21 +223,3 @@ def _check_train(cfg: Config, world_size: int) -> None:
     if cfg.debug.corrupt_expert and (p.ep <= 1 or not cfg.debug.corrupt_rank):
         raise ConfigError("debug.corrupt_expert=true perturbs an expert through debug.corrupt_rank under expert "
                           "parallelism: set parallel.ep > 1 and debug.corrupt_rank=R@STEP, or drop it")
-
-
-def _resolve_batch(t, dims, world_size: int) -> None:
-    """train.global_batch and train.grad_accum from each other and the layout's data-parallel size."""
-    per_step = t.micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
-    if not t.global_batch:
-        t.global_batch = per_step * t.grad_accum
-        return
-    if t.global_batch % per_step:
-        what = "world size" if dims.dp_size == world_size else "data-parallel size"
-        raise ConfigError(f"train.global_batch={t.global_batch} is not divisible by {what} x micro batch "
-                          f"= {dims.dp_size} x {t.micro_batch} = {per_step}: this layout cannot train that batch; "
-                          f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
-    accum = t.global_batch // per_step
-    if t.grad_accum not in (1, accum):
-        raise ConfigError(f"train.grad_accum={t.grad_accum} contradicts train.global_batch={t.global_batch} "
-                          f"(which implies grad_accum={accum}); set only one of them")
-    t.grad_accum = accum

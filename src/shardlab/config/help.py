@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from shardlab.config import schema as config
 from shardlab import precision
-from shardlab.config.schema import STRATEGIES
-from shardlab.parallel.pp import registry as pp_registry
+from shardlab.parallel import layers
 
-# key -> (what it does, allowed values)
+# key -> (what it does, allowed values); each layer's keys are declared in its spec (parallel/layers.py)
 KEY_HELP: dict[str, tuple[str, str]] = {
     "model.preset": ("model size: tiny (2 layers, d 64: tests), small (4 layers, d 256, ~3.3M params), "
                      "gpt2 (GPT-2 small, 124M); llama-tiny, llama-small (byte vocabulary, CPU sizes), llama3-8b, "
@@ -108,11 +107,6 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "train.eval_every": ("validation loss every N steps (and at step 0, and at the end); 0 = never", "int >= 0"),
     "train.eval_seqs": ("validation sequences per evaluation, the same set at any world size", "int >= 1"),
     "train.log_every": ("a metrics line every N steps (skips and rollbacks are always logged)", "int >= 1"),
-    "train.recompute": ("activation recompute per block: none, full (keep the block input only) or selective "
-                        "(keep matmul outputs, recompute the cheap ops); docs/memory.md", "none | full | selective"),
-    "train.recompute_every": ("recompute every K-th block (1 = all)", "int >= 1"),
-    "train.compile": ("torch.compile (inductor) each block, after tp/recompute, under data parallelism; a compile "
-                      "error falls back to eager with one warning; docs/training.md", "bool"),
     "train.tracker": ("experiment trackers beside metrics.jsonl, fed the same numbers and the resolved config, on "
                       "rank 0, files under the run directory only (no network): tensorboard (tb/), mlflow "
                       "(mlflow.db, local SQLite store), wandb (wandb/, offline mode); several comma-separated, "
@@ -123,8 +117,6 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                  "activations are not page-faulted in afresh every step (a few percent of a step); "
                                  "the resident set stays at its peak; skipped when a MALLOC_*_ variable is set; "
                                  "docs/training.md", "bool"),
-    "parallel.strategy": ("data-parallel strategy: own single/ddp/zero1/zero2/zero3 or torch-native",
-                          " | ".join(STRATEGIES)),
     "parallel.layout": ("manual = the layout keys as given; auto = the planner picks the fastest layout shardlab "
                         "runs at this world that fits parallel.mem_budget_gb (dp layer, tp, pp and its schedule), "
                         "prints the choice, the runner-up and why, and writes it into those keys; docs/explain.md",
@@ -132,46 +124,6 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.mem_budget_gb": ("parallel.layout=auto: memory per rank a layout must fit (GB); 0 = the GPU's "
                                "memory, on CPU the machine's available memory divided by the ranks", "float >= 0"),
     "parallel.backend": ("collective backend; auto = nccl with CUDA, else gloo", "auto | gloo | nccl"),
-    "parallel.bucket_mb": ("DDP/ZeRO gradient bucket size (MiB)", "float > 0"),
-    "parallel.first_bucket_mb": ("size of the first bucket (MiB), small so communication starts early",
-                                 "float > 0"),
-    "parallel.last_bucket_mb": ("own DDP: the gradients ready last (embeddings), up to this size, get a bucket of "
-                                "their own so the all-reduce nothing can hide is short; 0 = none; docs/ddp.md",
-                                "float >= 0"),
-    "parallel.comm_dtype": ("precision of gradient communication", " | ".join(precision.NAMES)),
-    "parallel.compress": ("gradient compression: powersgd sends rank-r factors of each gradient matrix with error "
-                          "feedback and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",
-                          "none | powersgd"),
-    "parallel.powersgd_rank": ("PowerSGD rank r (parallel.compress=powersgd): r*(rows+cols) numbers per matrix",
-                               "int >= 1"),
-    "parallel.find_unused": ("own DDP: tolerate parameters that get no gradient (slower)", "true | false"),
-    "parallel.rebuild_buckets": ("own DDP: rebuild buckets in the order gradients arrived in step 1",
-                                 "true | false"),
-    "parallel.reshard_after_forward": ("zero3/fsdp2: free gathered parameters after forward "
-                                       "(re-gather in backward)", "true | false"),
-    "parallel.wrap": ("zero3 wrap unit: one transformer block, one layer, or the whole model",
-                      "block | layer | whole"),
-    "parallel.prefetch": ("zero3: gather the next unit's parameters while computing this one", "true | false"),
-    "parallel.dp": ("the data-parallel layer: another name of parallel.strategy", " | ".join(STRATEGIES)),
-    "parallel.dp_replicate": ("mesh degree: data-parallel replicas (sharding layers with > 1: HSDP); 0 = derived "
-                              "from the layer (replicating layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
-    "parallel.dp_shard": ("mesh degree: ranks a sharding layer (zero1/2/3, torch-fsdp2, torch-zero1) shards over; "
-                          "0 = derived from the layer (sharding layers fill it), -1 = fill the world", "0 | -1 | int >= 1"),
-    "parallel.tp": ("mesh degree: tensor parallelism; -1 = fill the world", "-1 | int >= 1"),
-    "parallel.pp": ("mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world", "-1 | int >= 1"),
-    "parallel.cp": ("mesh degree: context parallelism, every sequence split across the ranks in 2 x cp zigzag "
-                    "chunks, attention by the ring (docs/context.md); train.seq_len must be a multiple of 2 x cp; "
-                    "-1 = fill the world", "-1 | int >= 1"),
-    "parallel.ep": ("expert parallelism: the experts split over this many data-parallel ranks, tokens sent to "
-                    "their expert's rank by all-to-all (docs/moe.md); must divide model.moe_experts and the "
-                    "data-parallel size; with ddp or torch-ddp", "int >= 1"),
-    "parallel.cp_impl": ("context parallelism: own ring attention (every K/V transfer through comm, CPU and CUDA) "
-                         "or torch's context_parallel (CUDA only)", "own | torch"),
-    "parallel.offload": ("ZeRO-Offload: the optimizer state and step (own zero1/2/3), or the parameter shards "
-                         "with them between uses (params: zero3, or torch-fsdp2 on CUDA) live off the device "
-                         "(docs/memory.md)", "none | optimizer | params"),
-    "parallel.offload_to": ("where offloaded state lives: memory-mapped files (disk), or pinned CPU memory (host; "
-                            "on a CPU-only machine a no-op)", "host | disk"),
     "parallel.sync": ("how data-parallel replicas stay together: every_step (gradients all-reduced each step), "
                       "local_sgd (each replica steps alone, parameters averaged every parallel.sync_every steps), "
                       "diloco (the averaged pseudo-gradient start - end applied by an outer Nesterov SGD) or async "
@@ -187,7 +139,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                "version it was computed on); a worker's pull waits until it holds (0: the workers "
                                "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
-                             " | ".join(precision.NAMES)),
+                             " | ".join(precision.OUTER_NAMES)),
     "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train`; "
                                 "every_step: any layout inside, gradients averaged over each step's quorum "
                                 "(docs/fault_tolerance.md); diloco/local_sgd: `--nproc 1`, the outer step through "
@@ -210,19 +162,6 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "parallel.fragments": ("F: streaming DiLoCo (and local SGD): the parameters cut into F contiguous groups of "
                            "blocks, fragment f synced H/F*f steps after fragment 0, so no burst sends the whole "
                            "model (docs/sync.md)", "int in [1, parallel.sync_every]"),
-    "parallel.tp_impl": ("tensor parallelism: own Megatron-style layers (every collective through comm) or "
-                         "DTensor's parallelize_module (docs/tp.md)", "own | dtensor"),
-    "parallel.sp": ("sequence parallelism inside tensor parallelism: LayerNorm/dropout regions split along the "
-                    "sequence (needs parallel.tp > 1 and train.seq_len divisible by it)", "true | false"),
-    "parallel.pp_schedule": ("pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or "
-                             "torch.distributed.pipelining's", " | ".join(pp_registry.NAMES)),
-    "parallel.pp_microbatches": ("microbatches per step through the pipeline; 0 = train.grad_accum (they are "
-                                 "the same microbatches)", "0 | int >= 1"),
-    "parallel.pp_virtual": ("stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs "
-                            "need >= 2, torch-zbv and torch-dualpipev exactly 2)", "int >= 1"),
-    "parallel.pp_split": ("first block of pipeline stages 1, 2, ... (e.g. 3,7); \"\" = balanced by FLOP cost; "
-                          "auto = balanced by measured per-layer forward+backward times",
-                          "\"\" | auto | increasing block indices"),
     "ckpt.every": ("save a checkpoint every N steps; 0 = only the final one (ckpt.final)", "int >= 0"),
     "ckpt.final": ("save a checkpoint at the end of the run", "true | false"),
     "ckpt.keep": ("keep the last N checkpoints; 0 = keep all", "int >= 0"),
@@ -266,6 +205,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "debug.ft_absent": ("debug: fault-tolerant replica R sits out the quorums of steps A..B and is healed at B+1 "
                         "(give it to every replica: a failure drill's reference run)", "\"\" | R@A-B"),
 }
+KEY_HELP.update(layers.key_help())  # the keys of every layer: its spec declares them with their help
 
 HELP_NOTES = """\
 Notes:

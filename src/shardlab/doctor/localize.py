@@ -17,6 +17,7 @@ import torch
 import torch.nn as nn
 
 
+from shardlab.model import anatomy
 from shardlab.model.loss import cross_entropy
 
 
@@ -42,8 +43,9 @@ def build_replica(cfg, full_params: dict[str, torch.Tensor], device: torch.devic
     model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), 0).to(device)
     missing, unexpected = model.load_state_dict({k: v.detach().to(device) for k, v in full_params.items()},
                                                 strict=False)
-    if getattr(model, "tied_head", True):
-        missing = [k for k in missing if k != "lm_head.weight"]  # tied to wte.weight: one parameter
+    anat = anatomy.of(model)
+    if anat.tied(model):  # the head's weight is the embedding's: one parameter
+        missing = [k for k in missing if k != anat.weight(anat.head)]
     if missing or unexpected:
         raise RuntimeError(f"doctor: cannot build a replica for localisation: missing {missing[:3]}, "
                            f"unexpected {unexpected[:3]}")

@@ -104,8 +104,6 @@ def resolve(args) -> dict:
         raise BadInput(f"{e} (the model's dimensions)") from None
     if lay.pp > cfg.n_layer:
         raise BadInput(f"parallel.pp={lay.pp} exceeds the model's {cfg.n_layer} layers")
-    if lay.pp > 1 and lay.tp > 1:
-        raise BadInput("parallel.tp with parallel.pp is not implemented for generate yet; use one of them")
     world = args.nproc if args.nproc is not None else lay.world
     if world != lay.world:
         raise BadInput(f"--nproc {world} but tp={lay.tp} x pp={lay.pp} x dp_replicate={lay.dp} = {lay.world}; "

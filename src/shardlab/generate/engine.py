@@ -19,7 +19,6 @@ seeded by (seed, i), so where a prompt runs does not change what it draws.
 """
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ import torch
 
 from shardlab import comm
 from shardlab.degrees import Degrees
-from shardlab.generate.lanes import lane_rows, pipeline_decode, split_stage
+from shardlab.generate.lanes import lane_rows, pipeline_decode
 from shardlab.generate.sampling import Options, Sampler, last_logits, left_pad
 from shardlab.model.kv_cache import KVCache, nbytes as kv_nbytes
 from shardlab.model.moe import dropless
@@ -92,16 +91,30 @@ def decode(forward, pick, ids: torch.Tensor, pad: torch.Tensor, opts: Options, o
     return torch.stack(out, dim=1)
 
 
-def _dims(layout: Layout):
-    from shardlab.parallel.mesh import ParallelDims
+def inference_config(layout: Layout):
+    """The config the composition builds generation's layout from: the layout's degrees, seed 0 (the TP
+    layer seeds the dropout streams from it: p = 0 here, but every rank must draw alike), own TP."""
+    from shardlab.config.schema import Config
 
-    dims = ParallelDims(dp_replicate=layout.dp, tp=layout.tp, pp=layout.pp)
-    if layout.world > 1:
-        if comm.world_size() != layout.world:
-            raise ValueError(f"layout tp={layout.tp} x pp={layout.pp} x dp={layout.dp} needs {layout.world} "
-                             f"ranks, the world has {comm.world_size()}")
-        dims.build_mesh(comm.device().type)
-    return dims
+    cfg = Config()
+    p = cfg.parallel
+    p.tp, p.pp, p.dp_replicate, p.dp_shard = layout.tp, layout.pp, layout.dp, 1
+    cfg.train.seed = 0
+    return cfg
+
+
+def compose(model, layout: Layout):
+    """This rank's part of `model` for `layout`, through the training composition in its inference mode
+    (parallel/compose.py: pipeline stage, then tensor parallel); returns (dims, part, the TP layer's
+    object or None)."""
+    from shardlab.parallel.compose import build_inference
+
+    if layout.world > 1 and comm.world_size() != layout.world:
+        raise ValueError(f"layout tp={layout.tp} x pp={layout.pp} x dp={layout.dp} needs {layout.world} "
+                         f"ranks, the world has {comm.world_size()}")
+    dims, part, handles = build_inference(inference_config(layout), model, comm.device())
+    tp = next((h.impl for h in handles if h.name == "tp"), None)
+    return dims, part, tp
 
 
 def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = Layout(),
@@ -109,24 +122,13 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
     """Every rank calls it with the same prompts and the same bare model. Returns the (n_prompts, max_new)
     generated ids on every rank of pipeline stage 0 (others get an empty tensor) and rank 0's Stats.
     `on_token(prompt_index, token_id)` streams the first prompt's tokens as they come (stage 0 only)."""
-    from shardlab.parallel.tp.own import apply_tp
-
-    dims = _dims(layout)
+    dims, model, tp = compose(model, layout)
     device = comm.device()
     replica = dims.coord("dp_replicate")
     per = -(-len(prompts) // layout.dp)
     rows = list(range(replica * per, min(len(prompts), (replica + 1) * per)))
     stats = Stats(kv_bytes=kv_cache_bytes(model.cfg, layout, prompts, opts.max_new))
-
-    model = model.to(device).eval()
     stage = dims.coord("pp")
-    if layout.pp > 1:
-        model = split_stage(model, stage, layout.pp)
-    tp = None
-    if layout.tp > 1:
-        torch.manual_seed(0)  # TP splits are deterministic; the dropout streams (p = 0 here) want alike seeds
-        tp = apply_tp(copy.deepcopy(model), dims.group("tp"))  # it splits in place: keep the caller's model
-        model = tp.model
 
     def logits_of(y):  # this layout's last-position logits (gathered over tp)
         return last_logits(y, model.cfg.vocab_size, tp)
@@ -177,27 +179,33 @@ def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = La
 def analytic_comm_bytes(cfg, layout: Layout, prompts: list[list[int]], opts: Options, rank_stage: int = 0,
                         lanes: list[list[int]] | None = None) -> dict[str, int]:
     """Payload bytes (comm's convention) one rank of replica 0 sends and receives while generating, by op.
-    TP: (2L + 1) all-reduces of (rows x new positions x d_model) fp32 per forward, and one all-gather of
-    the last position's padded-vocabulary logits per picked token. PP: each forward's hidden states
-    (fp32) from stage s to s + 1, and each picked token (int64) from the last stage back to the first.
-    DP: nothing per token (one all-gather of the ids at the end, not counted here)."""
+    TP: per forward, one all-reduce of (rows x new positions x d_model) fp32 per attention and per MLP of the
+    rank's layers, plus one after the embedding on the first stage, and one all-gather of the last position's
+    padded-vocabulary logits per picked token on the last stage. PP: each forward's hidden states (fp32)
+    from stage s to s + 1, and each picked token (int64) from the last stage back to the first. DP: nothing
+    per token (one all-gather of the ids at the end, not counted here)."""
+    from shardlab.parallel.pp.stage import stage_ranges
+
     rows = prompts[:-(-len(prompts) // layout.dp)]
-    n, longest = opts.max_new, max(len(p) for p in rows)
-    positions = longest + (n - 1) if opts.use_cache else sum(longest + i for i in range(n))
+    n = opts.max_new
+    s, last = rank_stage, layout.pp - 1
+    groups = [list(range(len(rows)))] if layout.pp == 1 else lane_rows(len(rows), opts.lanes or layout.pp)
+    # (rows, positions the forwards see) of each lane: the prompt, then one per step (the whole sequence again
+    # without the cache)
+    work = []
+    for lane in groups:
+        ll = max(len(rows[i]) for i in lane)
+        work.append((len(lane), ll + (n - 1) if opts.use_cache else sum(ll + i for i in range(n))))
     out: dict[str, int] = {}
     if layout.tp > 1:
+        layers = len(stage_ranges(cfg.n_layer, layout.pp)[s])
         vpad = -(-cfg.vocab_size // layout.tp) * layout.tp
-        out["all_reduce"] = (2 * cfg.n_layer + 1) * len(rows) * positions * cfg.d_model * 4
-        out["all_gather"] = n * len(rows) * vpad * 4
+        out["all_reduce"] = sum((2 * layers + (s == 0)) * b * pos * cfg.d_model * 4 for b, pos in work)
+        if s == last:
+            out["all_gather"] = n * len(rows) * vpad * 4
     if layout.pp > 1:
-        hidden = tok = 0
-        for lane in lane_rows(len(rows), opts.lanes or layout.pp):
-            lp = [rows[i] for i in lane]
-            ll = max(len(p) for p in lp)
-            pos = ll + (n - 1) if opts.use_cache else sum(ll + i for i in range(n))
-            hidden += len(lp) * pos * cfg.d_model * 4
-            tok += n * len(lp) * 8
-        s, last = rank_stage, layout.pp - 1
+        hidden = sum(b * pos * cfg.d_model * 4 for b, pos in work)
+        tok = n * len(rows) * 8
         out["send"] = (hidden if s < last else 0) + (tok if s == last else 0)
         out["recv"] = (hidden if s > 0 else 0) + (tok if s == 0 else 0)
     return out

@@ -25,13 +25,6 @@ from shardlab.generate.sampling import Options, Sampler, left_pad
 from shardlab.model.kv_cache import KVCache
 
 
-def split_stage(model, stage: int, n_stages: int):
-    """This stage's part of the bare model (blocks balanced by count, embedding first, head last)."""
-    from shardlab.parallel.pp.stage import build_stage, stage_ranges
-
-    return build_stage(model, stage, n_stages, stage_ranges(model.cfg.n_layer, n_stages)[stage])
-
-
 def lane_rows(n_rows: int, lanes: int) -> list[list[int]]:
     """Contiguous, near-equal lanes of row indices (fewer lanes when there are fewer rows)."""
     lanes = max(1, min(lanes, n_rows))

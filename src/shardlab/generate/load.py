@@ -19,6 +19,7 @@ from shardlab.checkpoint.hf import load_model_tensors
 from shardlab.checkpoint.hf_import import (INDEX, HFImportError, model_config as hf_model_config, read_tensors,
                                            to_shardlab)
 from shardlab.checkpoint.state import STATE_FILE
+from shardlab.model import anatomy
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.llama import LlamaConfig
 from shardlab.model.moe import MOE_KEYS
@@ -81,17 +82,25 @@ def load_model(path: str | Path):
         except HFImportError as e:
             raise LoadError(str(e)) from None
     else:
-        sd = load_model_tensors(step_dir(p))
-        if "blocks.0.attn.qkv.weight" in sd:  # written before q, k, v were split: the same rows, fused
-            for i in range(cfg.n_layer):
-                a = f"blocks.{i}.attn."
-                for kind in ("weight", "bias"):
-                    for z, part in zip("qkv", sd.pop(a + "qkv." + kind).chunk(3)):
-                        sd[a + z + "." + kind] = part
-    if cfg.tie_embeddings:
-        sd.setdefault("lm_head.weight", sd["wte.weight"])  # a tied head is wte (older checkpoints omit it)
+        sd = _unfused(load_model_tensors(step_dir(p)), cfg)
+    anat = anatomy.of(cfg)
+    if cfg.tie_embeddings:  # a tied head is the embedding (older checkpoints omit it)
+        sd.setdefault(anat.weight(anat.head), sd[anat.weight(anat.embedding)])
     model = build_model(cfg, 0)
     missing, unexpected = model.load_state_dict({k: v.float() for k, v in sd.items()}, strict=False)
     if missing or unexpected:
         raise LoadError(f"{path}: weights do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
     return model.eval()
+
+
+def _unfused(sd: dict, cfg) -> dict:
+    """A checkpoint written before q, k, v were split holds them fused (the same rows): cut them apart."""
+    anat = anatomy.of(cfg)
+    for fused, parts in anat.fused.items():
+        if f"{anat.block(0)}.{fused}.weight" not in sd:
+            continue
+        for i in range(cfg.n_layer):
+            for kind in ("weight", "bias"):
+                for z, part in zip(parts, sd.pop(f"{anat.block(i)}.{fused}.{kind}").chunk(len(parts))):
+                    sd[f"{anat.block(i)}.{z}.{kind}"] = part
+    return sd

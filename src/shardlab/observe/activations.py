@@ -31,6 +31,8 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from shardlab.model import anatomy
+
 
 def _ref(t) -> StorageWeakRef | None:
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
@@ -70,7 +72,7 @@ class ActivationBytes:
     """Count per-block activation bytes of the forward run inside the `with` (see the module doc)."""
 
     def __init__(self, model: nn.Module, blocks: dict[str, nn.Module] | None = None):
-        self.blocks = dict(blocks if blocks is not None else getattr(model, "blocks", {}).items())
+        self.blocks = dict(blocks.items() if blocks is not None else anatomy.of(model).named_blocks(model))
         self.saved: dict[str, int] = {}
         self.held: dict[str, int] = {}
         self._current: str | None = None

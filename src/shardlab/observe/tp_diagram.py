@@ -11,7 +11,9 @@ Every rank of the TP group sends the same: the collectives are symmetric.
 """
 from __future__ import annotations
 
-_REGION = ("tp.wte", "tp.lm_head", "tp.blocks.")
+from shardlab.model import anatomy
+
+_REGION = anatomy.tp_region_tags()  # ("tp.wte", "tp.lm_head", "tp.blocks.")
 # (op, phase) -> the operator a region collective implements
 # (op, phase) -> the operator a region collective implements (in the backward pass: its transpose's)
 _ROLE = {("all_reduce", "forward"): "g", ("all_reduce", "backward"): "f",

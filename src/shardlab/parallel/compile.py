@@ -29,6 +29,7 @@ import tempfile
 import torch
 import torch.nn as nn
 
+from shardlab.model import anatomy
 from shardlab.parallel.layer import Layer
 
 BACKEND = "inductor"  # tests replace it with a backend that fails, to check the fallback
@@ -121,7 +122,7 @@ def apply(part: nn.Module, cfg, dims=None) -> Layer:
     unused (the same on every rank); it keeps the layers' common signature."""
     if getattr(cfg.train, "compile", False):
         _separate_cache_per_cpu_capability()
-        for block in (getattr(part, "blocks", None) or {}).values():
+        for _, block in anatomy.of(part).named_blocks(part):
             compile_block(block)
     return Layer("compile", part)
 

@@ -3,30 +3,33 @@
 Read top to bottom, this is the order torchtitan applies its layers in:
 
     1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
-    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights)
+    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights),
+       as the precision computes it           precision.py   (a converter's row rewrites modules, before TP)
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
-    4. per part, innermost first, each `apply(part, cfg, dims) -> Layer` (the contract: parallel/layer.py):
+    4. per part, innermost first, each layer of `layers.LAYERS` the run turns on (its spec's `on(dims)`):
+       `apply(part, cfg, dims) -> Layer` (the contract: parallel/layer.py), today
          tensor parallel                      parallel/tp/   (tp > 1)
          context parallel                     parallel/cp/   (cp > 1: ring attention, zigzag chunks)
          expert parallel                      parallel/ep/   (ep > 1: experts split, all-to-all dispatch)
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
-       optimizer over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+       optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
     6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
 
-A layer not built yet (`layers.not_built`) is refused here in one line, as `config.validate` does.
+The layout is resolved by `mesh.resolve_run`, as config validation, the dry run and the planner resolve it: a
+layer not built yet (`layers.not_built`) is refused there in one line.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn as nn
 
-from shardlab import comm
+from shardlab import comm, precision
 from shardlab.errors import ConfigError
-from shardlab.parallel import compile as compile_layer, layers, recompute
+from shardlab.parallel import layers
 from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
-from shardlab.parallel.mesh import resolve
+from shardlab.parallel.mesh import resolve, resolve_run
 from shardlab.parallel.step import Parallel
 
 
@@ -38,40 +41,28 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     builds a whole model that talks to no one although the process group is larger (the asynchronous
     parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.optim import adamw_factory, no_decay_names, router_names
+    from shardlab.optim import factory_for, no_decay_names, router_names
 
     device = device or comm.device()
-    # 1. the mesh
-    dims = resolve(cfg.parallel, comm.world_size() if world_size is None else world_size)
-    missing = layers.not_built(dims.degrees)
-    if missing:
-        raise ConfigError(missing)
+    # 1. the mesh: the run's layout as config validation resolved it (a dimension no layer builds: refused)
+    dims = resolve_run(cfg, comm.world_size() if world_size is None else world_size).dims
     dims.build_mesh(device.type)
     # 2. the model, whole, on every rank
     if model is None:
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-    model = model.to(device)
+    model = precision.convert(model.to(device), cfg.train.dtype)  # a converter's row rewrites it before any layer
     total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
     routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
     # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
-    # 4. per part: tensor parallel -> context parallel -> expert parallel -> activation recompute -> compile.
-    # Each apply returns the layer's handle (parallel/layer.py); the next layer takes its part.
-    handles, part = [], model
-    for dim, table, impl in (("pp", layers.PIPELINE_PARALLEL, cfg.parallel.pp_schedule),
-                             ("tp", layers.TENSOR_PARALLEL, cfg.parallel.tp_impl),
-                             ("cp", layers.CONTEXT_PARALLEL, cfg.parallel.cp_impl),  # the ring; positions follow
-                             ("ep", layers.EXPERT_PARALLEL, "own")):  # this rank's experts, by all-to-all
-        if dims.size(dim) > 1:
-            handles.append(_layer(table, impl, dim)(part, cfg, dims))
-            part = handles[-1].part
-    for apply in (recompute.apply, compile_layer.apply):  # compile after recompute: the checkpoint is traced
-        handles.append(apply(part, cfg, dims))
-        part = handles[-1].part
+    # 4. per part, every layer the run turns on, in the list's order (parallel/layers.py: tensor, context, expert
+    # parallel, activation recompute, compile). Each apply returns the layer's handle (parallel/layer.py); the
+    # next layer takes its part.
+    handles, part = _apply_layers(model, cfg, dims)
     # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
     # layer decides which: zero gives its shards)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
-    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
+    optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
     if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
         from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
         from shardlab.parallel.dp.sync import PeriodicSync
@@ -93,8 +84,53 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 
 
-def _layer(table: dict, impl: str, dim: str):
-    """The apply function registered for `impl` in a layer table: `apply(part, cfg, dims) -> part`."""
+# Inference mode: the layers that apply otherwise there (the pipeline: one stage per rank, no schedule) or
+# not at all (None: context and expert parallelism split work generation does not do, the sequence of a
+# training batch or its tokens' experts across ranks; recompute and compile serve training only and are skipped)
+INFERENCE = {"pp": "shardlab.parallel.pp.stage:split_for_inference", "cp": None, "ep": None,
+             "recompute": None, "compile": None}
+
+
+def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple[list, nn.Module]:
+    """Steps 3 and 4 of `build`: each layer the run turns on, applied to the part the previous one left."""
+    handles, part = [], model
+    for spec in layers.LAYERS:
+        if not spec.on(dims):
+            continue
+        if inference and spec.name in INFERENCE:
+            if INFERENCE[spec.name] is None:
+                if not spec.dim:
+                    continue
+                raise ConfigError(f"parallel.{spec.dim}={dims.size(spec.dim)}: not applied at inference "
+                                  f"(generation); set it to 1")
+            apply = layers.load(INFERENCE[spec.name])
+        else:
+            apply = _layer(spec, spec.chosen(cfg))
+        handles.append(apply(part, cfg, dims))
+        part = handles[-1].part
+    return handles, part
+
+
+def build_inference(cfg, model: nn.Module, device: torch.device | None = None):
+    """The composition in inference mode (`shardlab generate`): the same mesh and the same per-part layers
+    as `build`, in the same order, on a copy of `model` in eval mode; nothing that only training needs
+    (recompute, compile, the data-parallel layer, the optimizer: an inference replica is a copy). Returns
+    (dims, this rank's part, the layers' handles)."""
+    import copy
+
+    device = device or comm.device()
+    dims = resolve(cfg.parallel, comm.world_size())
+    dims.build_mesh(device.type)
+    part = model.to(device).eval()
+    if any(spec.dim and dims.size(spec.dim) > 1 for spec in layers.LAYERS):
+        part = copy.deepcopy(part)  # the layers split in place: keep the caller's model whole
+    handles, part = _apply_layers(part, cfg, dims, inference=True)
+    return dims, part.eval(), handles
+
+
+def _layer(spec, impl: str):
+    """The apply function registered for `impl` in a layer's table: `apply(part, cfg, dims) -> Layer`."""
+    table = layers.TABLES[spec.name]
     if impl not in table:
-        raise ConfigError(f"parallel.{'pp_schedule' if dim == 'pp' else dim + '_impl'}={impl!r}: must be one of {', '.join(table) or '(none built yet)'}")
+        raise ConfigError(f"{spec.choose}={impl!r}: must be one of {', '.join(table) or '(none built yet)'}")
     return layers.load(table[impl])

@@ -216,3 +216,50 @@ def resolve(pcfg, world_size: int) -> ParallelDims:
         raise ConfigError(f"parallel.ep={dims.ep} must divide the data-parallel size {dims.dp_size} (expert "
                           "parallelism borrows its ranks from the data-parallel ranks)")
     return dims
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run's layout, resolved once from its config: the degrees (`dims`) and the batch they imply. Config
+    validation, the composition, the dry run and the planner all take it from `resolve_run`."""
+    dims: ParallelDims
+    world: int  # processes one layout spans (1 under parallel.sync=async: every rank holds the whole model)
+    grad_accum: int  # microbatches per step on each rank (the pipeline's, with parallel.pp_microbatches)
+    global_batch: int  # sequences per optimizer step over all data-parallel ranks
+
+
+def resolve_run(cfg, world_size: int) -> Run:
+    """The layout of the run `cfg` describes at `world_size` processes, or a one-line ConfigError: the degrees
+    (`resolve`), a dimension no layer builds yet, the microbatches and the global batch. `cfg` is read, not
+    changed; it is idempotent on a config it resolved (`config.validate` writes its values into a copy)."""
+    p, t = cfg.parallel, cfg.train
+    world = 1 if p.sync == "async" else world_size  # the parameter server and each worker: one process's layout
+    dims = resolve(p, world)
+    missing = layers.not_built(dims.degrees)
+    if missing:
+        raise ConfigError(missing)
+    accum = t.grad_accum
+    if dims.pp > 1 and p.pp_microbatches:
+        if accum not in (1, p.pp_microbatches):
+            raise ConfigError(f"parallel.pp_microbatches={p.pp_microbatches} contradicts train.grad_accum="
+                              f"{accum}: a step's microbatches are the pipeline's; set only one of them")
+        accum = p.pp_microbatches
+    accum, global_batch = _batch(t.micro_batch, accum, t.global_batch, dims, world)
+    return Run(dims, world, accum, global_batch)
+
+
+def _batch(micro_batch: int, accum: int, global_batch: int, dims: ParallelDims, world: int) -> tuple[int, int]:
+    """(grad_accum, global_batch), each derived from the other and the layout's data-parallel size."""
+    per_step = micro_batch * dims.dp_size  # ranks of one tp/pp/cp group share their batch
+    if not global_batch:
+        return accum, per_step * accum
+    if per_step < 1 or global_batch % per_step:
+        what = "world size" if dims.dp_size == world else "data-parallel size"
+        raise ConfigError(f"train.global_batch={global_batch} is not divisible by {what} x micro batch "
+                          f"= {dims.dp_size} x {micro_batch} = {per_step}: this layout cannot train that batch; "
+                          f"pick a --nproc or train.micro_batch that divides it, or another train.global_batch")
+    implied = global_batch // per_step
+    if accum not in (1, implied):
+        raise ConfigError(f"train.grad_accum={accum} contradicts train.global_batch={global_batch} "
+                          f"(which implies grad_accum={implied}); set only one of them")
+    return implied, global_batch

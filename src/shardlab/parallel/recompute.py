@@ -29,9 +29,9 @@ import torch
 import torch.nn as nn
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from shardlab.model import anatomy
 from shardlab.parallel.layer import Layer
-
-MODES = ("none", "full", "selective")
+from shardlab.parallel.recompute_spec import MODES  # noqa: F401 - train.recompute's values, declared in the spec
 
 _aten = torch.ops.aten
 # What selective recompute keeps: the outputs that cost FLOPs (matmuls, fused attention) and collectives.
@@ -94,7 +94,7 @@ def apply(part: nn.Module, cfg, dims=None) -> Layer:
     step beyond the wrapped blocks."""
     mode, every = getattr(cfg.train, "recompute", "none"), getattr(cfg.train, "recompute_every", 1)
     if mode != "none":  # a module brought by a test or a bench may have no blocks: nothing to wrap
-        for key, block in (getattr(part, "blocks", None) or {}).items():
+        for key, block in anatomy.of(part).named_blocks(part):
             if recomputed(int(key), every):
                 wrap_block(block, mode)
     return Layer("recompute", part)

@@ -2,7 +2,10 @@
 
 The trainer, every bench suite and the test harnesses take a step through one call:
 
-    out = par.step([(x, y), ...], loss_weight, max_norm)   # -> StepResult(loss_sum, grad_norm, skipped)
+    out = par.step([(x, y), ...], max_norm=clip, global_tokens=N)   # -> StepResult(loss_sum, grad_norm, skipped)
+
+(`global_tokens`: the tokens of the whole global batch; the step weights each microbatch's summed loss so the
+gradient is their mean, `loss_weight`. A caller with its own weight passes it instead, as the second argument.)
 
 (a microbatch is (x, y), or (x, y, doc_pos) with packed documents: `unpack`)
 
@@ -32,7 +35,8 @@ from shardlab.parallel.layer import Layer, the_one
 from shardlab.parallel.mesh import ParallelDims
 from shardlab import precision
 
-_AUTOCAST = {name: precision.autocast_dtype(name) for name in precision.NAMES if name != "fp32"}
+# the rows that compute through torch.autocast (precision.py); fp32 and converted rows run as they are
+_AUTOCAST = {name: dt for name in precision.NAMES if (dt := precision.autocast_dtype(name)) is not None}
 
 
 @dataclass
@@ -135,15 +139,31 @@ class Parallel:
             total += loss
         return total
 
-    def step(self, microbatches: list, loss_weight: float, max_norm: float = 0.0, *,
+    def loss_weight(self, global_tokens: int, factor: float = 1.0) -> float:
+        """The weight of a microbatch's summed token loss that makes the step's gradient the mean over the
+        `global_tokens` tokens of the global batch: the ranks that saw different tokens (dp x cp) each hold a
+        share, which the dp layer averages, hence their count over the tokens. `factor`: a caller's correction
+        (the doctor's for uneven data: W / active ranks, 0 for a shadow step)."""
+        return self.dims.size("dp_cp") / global_tokens * factor
+
+    def step(self, microbatches: list, loss_weight: float | None = None, max_norm: float = 0.0, *,
+             global_tokens: int | None = None, weight_factor: float = 1.0,
              after_backward: Callable | None = None, after_forward_backward: Callable | None = None,
              scaler=None, verdict: Callable | None = None) -> StepResult:
         """One optimizer step over `microbatches` (see the module's docstring for the order).
+        `global_tokens`: the tokens of the global batch; the loss weight is then `loss_weight(global_tokens,
+        weight_factor)`, times the loss scale with a `scaler`. Or `loss_weight` as given (scale included).
         `after_backward(i, (x, y), loss)`: after each microbatch's backward. `after_forward_backward()`: once
         every backward ran, before the gradient collectives finish (the doctor launches its check there, so
         its all-gather travels while the last buckets are reduced). `scaler`: a dynamic loss scaler (fp16):
         gradients are unscaled and checked, an inf skips the update and moves the scale. `verdict(loss_sum,
         grad_norm, found_inf) -> bool`: True skips the update (the same answer on every rank)."""
+        if loss_weight is None:
+            if global_tokens is None:
+                raise TypeError("Parallel.step needs global_tokens (or a loss_weight)")
+            loss_weight = self.loss_weight(global_tokens, weight_factor)
+            if scaler is not None:
+                loss_weight *= scaler.scale
         loss_sum = self.forward_backward(microbatches, loss_weight, after_backward)
         if after_forward_backward is not None:
             after_forward_backward()

@@ -67,9 +67,9 @@ def with_budget(cluster: Cluster, budget_bytes: float, world: int) -> Cluster:
 
 
 def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
-           runnable: Callable[[object], bool]) -> Choice:
-    """The fastest fitting candidate (and the runner-up). `cfg` is left unchanged; `runnable(cfg)` validates a
-    copy with a candidate written in (it may resolve derived values in place). Raises ValueError with one
+           runnable: Callable[[object], object]) -> Choice:
+    """The fastest fitting candidate (and the runner-up). `cfg` is left unchanged; `runnable(c)` validates a
+    copy with a candidate written in and returns it resolved (None: the trainer refuses it). Raises ValueError with one
     line when no candidate fits."""
     cluster = with_budget(cluster, budget_bytes, world)
     plans: list[tuple[dict, Plan]] = []
@@ -78,7 +78,8 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
         c = copy.deepcopy(cfg)
         c.parallel.layout = "manual"
         apply(c, over)
-        if not runnable(c):
+        c = runnable(c)  # the trainer's resolved copy of the candidate, or None: refused
+        if c is None:
             continue
         runs += 1
         try:

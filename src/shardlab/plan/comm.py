@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 
 from shardlab import precision
+from shardlab.model import anatomy
+from shardlab.model.anatomy import KV, ROW
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
@@ -78,13 +80,24 @@ def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[i
     return out + ([cur] if cur else []) + tail
 
 
-# Under tensor parallelism these stay whole on every TP rank (Megatron, and shardlab's own TP): LayerNorms,
-# the row-parallel layers' biases (added after the reduction) and the position table.
-TP_REPLICATED = ("ln_1.", "ln_2.", "ln_f.", "attn.proj.bias", "mlp.proj.bias", "wpe.")
-# Row-parallel weights split their input features (dim 1); every other matrix splits rows (dim 0).
-TP_ROW_WEIGHTS = ("attn.proj.weight", "mlp.proj.weight", "mlp.down.weight")  # llama's SwiGLU: down
-# llama with fewer key/value heads than TP ranks: k and v stay whole on every rank (parallel/tp/own.py)
-TP_KV = ("attn.k.weight", "attn.v.weight")
+def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Name pieces, from model/anatomy.py (every family): what TP leaves whole on every rank (Megatron, and
+    shardlab's own TP: the norms, the row-parallel layers' biases, added after the reduction, and the position
+    table), the row-parallel weights (they split their input features, dim 1; every other matrix splits
+    rows, dim 0), and the key/value weights (whole on every rank with fewer key/value heads than TP ranks)."""
+    replicated, rows, kv = [], [], []
+    for a in anatomy.ANATOMIES.values():
+        replicated += [f"{n}." for n in (*a.norms, a.final_norm)] + ([f"{a.positions}."] if a.positions else [])
+        for name, role in a.linear_names():
+            if role == ROW:
+                rows.append(f"{name}.weight")
+                replicated += [f"{name}.bias"] if a.bias else []
+            elif role == KV:
+                kv.append(f"{name}.weight")
+    return tuple(dict.fromkeys(replicated)), tuple(dict.fromkeys(rows)), tuple(dict.fromkeys(kv))
+
+
+TP_REPLICATED, TP_ROW_WEIGHTS, TP_KV = _tp_tables()
 
 
 def tp_local(name: str, n, tp: int, kv_whole: bool = False):
@@ -106,15 +119,17 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple
     many blocks as the busiest rank holds (`stage_layers`: uneven splits plan for the largest stage).
     Each parameter as one TP rank holds it (`tp_local`)."""
     layers = stage_layers(model.n_layer, pp, v)
+    anat = anatomy.by_arch(model.arch)
+    first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
     root: list[int] = []
     blocks: list[list[int]] = [[] for _ in range(layers)]
     for name, n in model.param_shapes():
         n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
-        if name.startswith("blocks."):
-            i = int(name.split(".", 2)[1])
+        i = _block_index(anat, name)
+        if i is not None:
             if i < layers:
                 blocks[i].append(n)
-        elif pp == 1 or name in ("wte.weight", "wpe.weight"):  # with pp the final LN is on the last stage
+        elif pp == 1 or name in first_stage:  # with pp the final norm is on the last stage
             root.append(n)
     return (tuple(root),) + tuple(tuple(b) for b in blocks)
 
@@ -128,10 +143,18 @@ def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
 @functools.lru_cache(maxsize=256)  # (a search asks it for every layout of one model)
 def _tp_replicated(model: ModelSpec, pp: int) -> tuple:
     layers = stage_layers(model.n_layer, pp)
+    anat = anatomy.by_arch(model.arch)
     out = [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
-            and (not name.startswith("blocks.") or int(name.split(".", 2)[1]) < layers)
-            and (pp == 1 or not name.startswith("ln_f."))]
+            and (_block_index(anat, name) is None or _block_index(anat, name) < layers)
+            and (pp == 1 or not name.startswith(anat.final_norm + "."))]
     return tuple(out)
+
+
+def _block_index(anat, name: str) -> int | None:
+    """The block a parameter name belongs to (blocks.i.*), None for a top-level one."""
+    if not name.startswith(anat.blocks + "."):
+        return None
+    return int(name.split(".", 2)[1])
 
 
 @functools.lru_cache(maxsize=1024)

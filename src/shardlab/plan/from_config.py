@@ -44,12 +44,12 @@ def model_spec(cfg) -> ModelSpec:
 def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     """(model, train, layout) of the run `cfg` describes at `world` ranks. Raises ConfigError (from the
     mesh) on a layout the trainer would refuse; ValueError where the planner has no model of a feature."""
-    from shardlab.parallel.mesh import resolve
+    from shardlab.parallel.mesh import resolve_run
     from shardlab.parallel.pp import registry
 
-    dims = resolve(cfg.parallel, world)
-    p, t = cfg.parallel, cfg.train
-    train = TrainSpec(global_batch=t.micro_batch * t.grad_accum * dims.dp, micro_batch=t.micro_batch,
+    run = resolve_run(cfg, world)  # the layout and batch as config validation and the trainer resolve them
+    dims, p, t = run.dims, cfg.parallel, cfg.train
+    train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       flash_attention=trainer_defaults()["flash_attention"])
     schedule = registry.SPECS[p.pp_schedule].planned_as

@@ -12,6 +12,9 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
+from shardlab.model import anatomy
+from shardlab.model.anatomy import COLUMN, KV, ROW
+
 
 class Param(int):
     """A parameter's element count that remembers its shape as rows x row (torch.chunk shards rows)."""
@@ -86,38 +89,32 @@ class ModelSpec:
         return list(_param_shapes(self))
 
     def _param_shapes(self) -> list[tuple[str, "Param"]]:
-        if self.llama:
-            return self._llama_param_shapes()
-        h, f = self.d_model, self.mlp_ratio * self.d_model
-        out = [("wte.weight", Param(self.vocab, h)), ("wpe.weight", Param(self.seq, h))]
-        for i in range(self.n_layer):
-            p = f"blocks.{i}."
-            out += [
-                (p + "ln_1.weight", Param(h)), (p + "ln_1.bias", Param(h)),
-                *((p + f"attn.{z}.{kind}", Param(h, h) if kind == "weight" else Param(h))
-                  for z in "qkv" for kind in ("weight", "bias")),
-                (p + "attn.proj.weight", Param(h, h)), (p + "attn.proj.bias", Param(h)),
-                (p + "ln_2.weight", Param(h)), (p + "ln_2.bias", Param(h)),
-                (p + "mlp.fc.weight", Param(f, h)), (p + "mlp.fc.bias", Param(f)),
-                (p + "mlp.proj.weight", Param(h, f)), (p + "mlp.proj.bias", Param(h)),
-            ]
-        out += [("ln_f.weight", Param(h)), ("ln_f.bias", Param(h))]
-        if not self.tied:
-            out.append(("lm_head.weight", Param(self.vocab, h)))
-        return out
+        """The model's parameters as model/anatomy.py lays them out: embedding (and positions), per block a
+        norm, the attention's linears, a norm, the MLP's linears; the final norm, the head when untied."""
+        anat = anatomy.by_arch(self.arch)
+        h, v = self.d_model, self.vocab
+        f = self.ffn if self.llama else self.mlp_ratio * h
+        kinds = ("weight", "bias") if anat.bias else ("weight",)
+        shapes = {anat.attention: {COLUMN: (h, h), KV: (self.kv_width, h), ROW: (h, h)},
+                  anat.mlp: {COLUMN: (f, h), ROW: (h, f)}}  # (out, in) by role
 
-    def _llama_param_shapes(self) -> list[tuple[str, "Param"]]:
-        h, f, g, v = self.d_model, self.ffn, self.kv_width, self.vocab
-        out = [("wte.weight", Param(v, h))]
+        def norm(name):
+            return [(f"{name}.{kind}", Param(h)) for kind in kinds]
+
+        def linears(prefix, module, table):
+            return [(f"{prefix}.{module}.{name}.{kind}", Param(*shapes[module][role]) if kind == "weight"
+                     else Param(shapes[module][role][0])) for name, role in table for kind in kinds]
+
+        out = [(anat.weight(anat.embedding), Param(v, h))]
+        if anat.positions:
+            out.append((anat.weight(anat.positions), Param(self.seq, h)))
+        before_attn, before_mlp = anat.norms
         for i in range(self.n_layer):
-            p = f"blocks.{i}."
-            out += [(p + "ln_1.weight", Param(h)), (p + "attn.q.weight", Param(h, h)),
-                    (p + "attn.k.weight", Param(g, h)), (p + "attn.v.weight", Param(g, h)),
-                    (p + "attn.proj.weight", Param(h, h)), (p + "ln_2.weight", Param(h)),
-                    (p + "mlp.gate.weight", Param(f, h)), (p + "mlp.up.weight", Param(f, h)),
-                    (p + "mlp.down.weight", Param(h, f))]
-        out.append(("ln_f.weight", Param(h)))
-        return out if self.tied else out + [("lm_head.weight", Param(v, h))]
+            b = anat.block(i)
+            out += norm(f"{b}.{before_attn}") + linears(b, anat.attention, anat.attention_linears)
+            out += norm(f"{b}.{before_mlp}") + linears(b, anat.mlp, anat.mlp_linears)
+        out += norm(anat.final_norm)
+        return out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
 
     @property
     def params_per_layer(self) -> int:

@@ -60,10 +60,10 @@ def rel_err(a: dict, b: dict) -> float:
 
 
 def run(cfg, world: int, device: str, ranks_text: str | None, as_json: bool) -> int:
-    from shardlab.parallel.mesh import resolve
+    from shardlab.parallel.mesh import resolve_run
     from shardlab.simulate.step import simulate_rank
 
-    dims = resolve(cfg.parallel, world)
+    dims = resolve_run(cfg, world).dims
     ranks = parse_ranks(ranks_text, dims, world)
     reports, errs = [], []
     for r in ranks:

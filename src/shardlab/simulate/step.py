@@ -118,7 +118,7 @@ def _step(cfg, par, moe_log, autocast) -> float:
     x = torch.randint(0, 2, (rows, t.seq_len), device=SIM)
     y = torch.randint(0, 2, (rows, t.seq_len), device=SIM)
     micro = list(zip(x.tensor_split(t.grad_accum), y.tensor_split(t.grad_accum)))
-    weight = par.dims.size("dp_cp") / (rows * t.seq_len * par.dims.size("dp_cp"))
+    weight = par.loss_weight(rows * t.seq_len * par.dims.size("dp_cp"))  # every dp x cp rank holds `rows` rows
     comm.set_phase("forward")
     with autocast():
         par.forward_backward(micro, weight)

@@ -43,7 +43,7 @@ def replay(run: Path, step: int) -> dict:
     if step >= cfg.train.steps:
         raise ConfigError(f"--step {step}: the run has only {cfg.train.steps} steps (0..{cfg.train.steps - 1})")
     ckpt = _checkpoint_before(run, step)
-    _one_clean_process(cfg, ckpt)
+    cfg = _one_clean_process(cfg, ckpt)
     loss, grad_norm, anomaly, mine = _replay_steps(cfg, ckpt, step)
     # A spike is judged against the original run's running median (the replay has no history).
     if not anomaly and original and original.get("kind") == "spike" and original.get("median"):
@@ -59,8 +59,9 @@ def replay(run: Path, step: int) -> dict:
     return result
 
 
-def _one_clean_process(cfg, ckpt) -> None:
-    """The run's config made one process, fp32, nothing injected, nothing written into the original run."""
+def _one_clean_process(cfg, ckpt):
+    """The run's config made one process, fp32, nothing injected, nothing written into the original run
+    (validated: the resolved copy)."""
     cfg.parallel.strategy, cfg.parallel.backend = "single", "auto"
     cfg.parallel.dp_replicate = cfg.parallel.dp_shard = 0  # one process: the layout's degrees do not apply
     cfg.parallel.tp = cfg.parallel.pp = cfg.parallel.cp = 1
@@ -71,7 +72,7 @@ def _one_clean_process(cfg, ckpt) -> None:
     for f in ("inject_nan", "hang_rank", "mismatch_rank", "corrupt_rank", "uneven_rank"):
         setattr(cfg.debug, f, "")
     cfg.debug.slow_rank, cfg.debug.corrupt_expert = -1, False
-    config_mod.validate(cfg, world_size=1)
+    return config_mod.validate(cfg, world_size=1)
 
 
 def _replay_steps(cfg, ckpt, step: int) -> tuple[float, float, bool, dict | None]:

@@ -134,11 +134,6 @@ class Trainer:
                 return torch.zeros((), device=self.device), float("nan"), True
             # (x, y), and with data.doc_mask the per-token document positions, computed before any layer cuts
             batch = [b.to(self.device, non_blocking=True) for b in packed_batch(self.train_ds, idx, self.doc_eos)]
-        # Ranks that saw different tokens (dp x cp): the dp layer averages over them, so this makes the mean
-        # over all tokens of the global batch.
-        loss_weight = self.dims.size("dp_cp") / self.tokens_per_step * self.doctor.loss_weight_factor(action)
-        if st.scaler is not None:
-            loss_weight *= st.scaler.scale
         # grad_accum microbatches on every rank whatever its share (the same collectives everywhere)
         micro = list(zip(*(b.tensor_split(t.grad_accum) for b in batch)))
         shadow = action == "shadow"
@@ -160,7 +155,10 @@ class Trainer:
             self.doctor.launch_check(st.step, shadow=shadow)
 
         try:
-            out = par.step(micro, loss_weight, t.grad_clip, scaler=st.scaler, verdict=verdict,
+            # the mean over all tokens of the global batch (par.loss_weight), the doctor's uneven-data factor,
+            # the loss scale
+            out = par.step(micro, max_norm=t.grad_clip, global_tokens=self.tokens_per_step,
+                           weight_factor=self.doctor.loss_weight_factor(action), scaler=st.scaler, verdict=verdict,
                            after_backward=lambda i, mb, loss: self.doctor.after_backward(st.step, mb, loss),
                            after_forward_backward=after_forward_backward)
         finally:

@@ -26,7 +26,7 @@ def _train(run_dir, overrides, world):
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, TINY_RUN + overrides)
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     trainer = Trainer(cfg, run_dir)
     summary = trainer.run()
     params = {k: v.detach().clone() for k, v in trainer.par.full_parameters().items()}
@@ -153,7 +153,7 @@ def test_staleness_at_world4_is_recorded_per_step_and_bounded_by_tau(world4):
 def test_bad_async_settings_are_one_line_errors(overrides, world, needle):
     cfg = config.load(None, ["parallel.strategy=ddp", "parallel.sync=async"] + overrides)
     with pytest.raises(ConfigError, match=needle) as e:
-        config.validate(cfg, world)
+        cfg = config.validate(cfg, world)
     assert "\n" not in str(e.value)
 
 

@@ -53,12 +53,12 @@ def test_sampler_shares_cut_the_same_global_batch_differently():
 def test_bad_shares_are_one_line_config_errors(overrides, message):
     cfg = config.load(None, BASE + overrides)
     with pytest.raises(ConfigError, match=message):
-        config.validate(cfg, 2)
+        cfg = config.validate(cfg, 2)
 
 
 def train_run(run_dir, overrides, world):
     cfg = config.load(None, BASE + overrides)
-    config.validate(cfg, world)
+    cfg = config.validate(cfg, world)
     trainer = Trainer(cfg, run_dir)
     summary = trainer.run()
     params = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}
@@ -115,7 +115,7 @@ def test_auto_measures_then_follows_drift_beyond_the_threshold(monkeypatch):
     from types import SimpleNamespace
 
     cfg = config.load(None, BASE + ["data.shares=auto", "data.shares_window=2", "data.shares_drift=0.1"])
-    config.validate(cfg, 2)
+    cfg = config.validate(cfg, 2)
     sampler = GlobalSampler(1000, 24, world_size=2, rank=0)
     b = balance.Balancer(cfg, SimpleNamespace(dp_size=2, dp_rank=0), sampler, rank=1)
     truth = {"other": 2.0}

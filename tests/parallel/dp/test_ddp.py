@@ -195,7 +195,7 @@ def _trainer_fn(tmp, strategy):
                  "train.steps=4", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0",
                  f"parallel.strategy={strategy}", "ckpt.final=false"]  # 2 ranks x 2 sequences x 2 microbatches (no_sync)
     cfg = config.load(None, overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     (tmp / strategy).mkdir(parents=True, exist_ok=True)
     trainer = Trainer(cfg, tmp / strategy)
     summary = trainer.run()

@@ -23,7 +23,7 @@ def _train(run_dir, overrides, sgd=False):
 
     with sgd_instead_of_adamw() if sgd else nullcontext():  # SGD for the H = 1 parities (sync_harness.py)
         cfg = config.load(None, TINY_RUN + overrides)
-        config.validate(cfg, comm.world_size())
+        cfg = config.validate(cfg, comm.world_size())
         trainer = Trainer(cfg, run_dir)
         summary = trainer.run()
     return summary, {k: v.detach().clone() for k, v in trainer.par.full_parameters().items()}
@@ -78,7 +78,7 @@ def _bytes_per_step(overrides, steps=4):
     from shardlab import parallel
 
     cfg = config.load(None, TINY_RUN + ["train.grad_clip=0"] + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     par = parallel.build(cfg)
     vocab = par.model.cfg.vocab_size
     gen = torch.Generator().manual_seed(comm.rank())
@@ -135,7 +135,7 @@ def _twin_fn():
     def build(h):
         cfg = config.load(None, TINY_RUN + ["parallel.strategy=ddp", "parallel.sync=local_sgd",
                                             f"parallel.sync_every={h}"])
-        config.validate(cfg, comm.world_size())
+        cfg = config.validate(cfg, comm.world_size())
         return parallel.build(cfg)
 
     ours = _steps(build(2), 6)
@@ -192,5 +192,5 @@ def test_diloco_resumes_exactly_mid_period(pool2, tmp_path):
 def test_bad_sync_settings_are_one_line_errors(overrides, needle):
     cfg = config.load(None, overrides)
     with pytest.raises(ConfigError, match=needle) as e:
-        config.validate(cfg, 2)
+        cfg = config.validate(cfg, 2)
     assert "\n" not in str(e.value)

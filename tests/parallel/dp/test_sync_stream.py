@@ -30,7 +30,7 @@ def _build(overrides, sgd=False):
     from shardlab import parallel
 
     cfg = config.load(None, overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     # an update linear in the gradient: averaging updated replicas = updating with the average
     with sgd_instead_of_adamw(lr=0.05) if sgd else nullcontext():
         return parallel.build(cfg)
@@ -174,7 +174,7 @@ def _train(run_dir, overrides):
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, TINY + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     trainer = Trainer(cfg, run_dir)
     trainer.run()
     return _params(trainer.par)
@@ -252,7 +252,7 @@ def test_hsdp_bytes_split_as_analytic(hsdp, strategy):
 def test_bad_fragment_and_hsdp_settings_are_one_line_errors(overrides, needle):
     cfg = config.load(None, overrides)
     with pytest.raises(ConfigError, match=needle) as e:
-        config.validate(cfg, 4)
+        cfg = config.validate(cfg, 4)
     assert "\n" not in str(e.value)
 
 
@@ -293,7 +293,7 @@ def _doctor_run(run_dir, overrides):
     from shardlab.train.trainer import Trainer
 
     cfg = config.load(None, DOCTOR + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     trainer = Trainer(cfg, run_dir)
     doctor, s = trainer.doctor, trainer.strategy
     checks = []
@@ -371,7 +371,7 @@ def _hsdp_doctor_fn(run_dir):
     cfg = config.load(None, FOUR_BLOCKS + ["parallel.strategy=zero3", "train.global_batch=8", "train.steps=3",
                                            "parallel.sync=diloco", "parallel.sync_every=2", "parallel.fragments=2",
                                            "doctor.checksum_every=1", "debug.corrupt_rank=3@0"] + HSDP)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     trainer = Trainer(cfg, run_dir)
     s = trainer.strategy
     names = [n for f in range(s.n_fragments) for n, _ in s.fragment_parameters(f)]

@@ -29,7 +29,7 @@ def _continue(run_dir: str, pp_run: str, overrides: list[str]) -> dict:
 
     cfg = config.load(ROOT / BASE[1], BASE[2:] + overrides,
                       base=resume.base_config(resume.stored_config(Path(pp_run))))
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     with contextlib.redirect_stdout(io.StringIO()):
         Trainer(cfg, Path(run_dir)).run()
     return _losses(Path(run_dir)) if comm.rank() == 0 else {}

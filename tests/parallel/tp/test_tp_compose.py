@@ -148,5 +148,5 @@ def test_bad_tp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):
 
 def test_tp_keys_validate_in_config():
     cfg = config.load(None, ["model.preset=tiny", "parallel.tp=2", "parallel.sp=true", "train.seq_len=32"])
-    config.validate(cfg, 4)
+    cfg = config.validate(cfg, 4)
     assert cfg.parallel.tp_impl == "own" and cfg.parallel.sp is True and cfg.train.global_batch % 2 == 0

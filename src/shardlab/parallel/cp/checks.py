@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from shardlab.errors import ConfigError, choice as _choice
-from shardlab.parallel import layers
+from shardlab.parallel import layers, rules
 
 
 def _cuda() -> bool:
@@ -28,21 +28,7 @@ def validate_cp(cfg, dims) -> None:
     if p.cp_impl == "torch" and (p.backend == "gloo" or not _cuda()):
         from shardlab.parallel.cp.layer import TORCH_ON_CPU
         raise ConfigError(TORCH_ON_CPU)
-    dp = layers.dp_name(p)
-    if dp not in layers.CP_WITH_DP:
-        raise ConfigError(f"parallel.cp={dims.cp} does not compose with parallel.dp={dp} in this version; use one "
-                          f"of {', '.join(layers.CP_WITH_DP)}")
-    if dims.pp > 1:
-        raise ConfigError(f"parallel.cp={dims.cp} with parallel.pp={dims.pp} is not implemented yet; set one of them to 1")
-    if dims.dp_replicate > 1 and dp not in layers.REPLICATING:
-        raise ConfigError(f"parallel.cp={dims.cp} with HSDP (parallel.dp={dp}, parallel.dp_replicate="
-                          f"{dims.dp_replicate}) is not implemented yet; set parallel.dp_replicate=1 or use ddp")
-    if dims.tp > 1 and p.tp_impl != "own":  # DTensor parameters: the own dp layers over dp_cp take plain tensors
-        raise ConfigError(f"parallel.cp={dims.cp} with parallel.tp_impl={p.tp_impl} is not implemented yet; use "
-                          "parallel.tp_impl=own")
-    if dims.tp > 1 and dp not in layers.REPLICATING:
-        raise ConfigError(f"parallel.cp={dims.cp} with parallel.tp={dims.tp} composes with parallel.dp=ddp only in "
-                          f"this version (got {dp})")
+    rules.check(cfg, dims, "cp")  # the data-parallel layers it composes with, the pairs not built yet
     if p.sp and (t.seq_len // dims.cp) % dims.tp:
         raise ConfigError(f"parallel.sp=true with parallel.cp={dims.cp}: each rank's {t.seq_len // dims.cp} tokens are "
                           f"not divisible by parallel.tp={dims.tp}; choose train.seq_len as a multiple of "

@@ -31,6 +31,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.model import anatomy
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.cp.ring import Ring, expand
 
@@ -124,10 +125,11 @@ def apply_cp(model: nn.Module, group, layout: str = "zigzag", causal: bool = Tru
     if layout not in LAYOUTS:
         raise ValueError(f"context parallelism layout {layout!r}: must be one of {', '.join(LAYOUTS)}")
     size = comm.world_size(group)
+    anat = anatomy.of(model)
     rings = {}
-    for i, block in model.blocks.items():
-        rings[i] = Ring(group, lambda r: chunk_ids(r, size, layout), f"blocks.{i}", causal)
-        block.attn.attend = rings[i]
+    for i, block in anat.named_blocks(model):
+        rings[i] = Ring(group, lambda r: chunk_ids(r, size, layout), anat.block(i), causal)
+        anat.set_attend(block, rings[i])
     return _install(model, ContextParallel(group, layout, rings))
 
 
@@ -158,26 +160,30 @@ def apply_torch_context_parallel(part: nn.Module, cfg, dims) -> Layer:
             return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     cp_attention._enable_context_parallel_dispatcher()
-    for _, block in part.blocks.items():
+    anat = anatomy.of(part)
+    for _, block in anat.named_blocks(part):
         core = parallelize_module(SDPA(), mesh, cp_attention._ContextParallel(
             seq_dim=2, attention_type=cp_attention._ContextParallel.AttentionType.SDPA))
         # GQA: torch's ring dispatches SDPA with equal head counts, so the grouped k/v heads are repeated first
-        block.attn.attend = lambda q, k, v, dropout_p, core=core: core(q, expand(k, q.shape[1]), expand(v, q.shape[1]))
+        anat.set_attend(block, lambda q, k, v, dropout_p, core=core: core(q, expand(k, q.shape[1]), expand(v, q.shape[1])))
     return _install(part, ContextParallel(dims.group("cp"), "zigzag", {}))
 
 
 def _install(model: nn.Module, cp: ContextParallel) -> Layer:
     """Positions follow the chunks (a pre-hook keeps the embedding's parameter name); the step slices each
     batch into this rank's chunks (`shard_batch`)."""
-    if getattr(model, "wpe", None) is not None:
-        model.wpe.register_forward_pre_hook(lambda mod, args: (cp.positions(args[0]), *args[1:]))
-    attns = [b.attn for b in model.blocks.values() if hasattr(b.attn, "rope_positions")]
+    anat = anatomy.of(model)
+    table = anat.get(model, anat.positions)
+    if table is not None:
+        table.register_forward_pre_hook(lambda mod, args: (cp.positions(args[0]), *args[1:]))
+    seam = anat.rotary_positions
+    attns = [anat.attention_of(b) for _, b in anat.named_blocks(model)] if seam else []
     if attns:  # rotary positions (llama): the model's input is this rank's chunks, (b, local_len[, d])
 
         def rope_positions(mod, args):
             pos = cp.positions(torch.arange(args[0].shape[1], device=args[0].device))
             for attn in attns:
-                attn.rope_positions = pos
+                setattr(attn, seam, pos)
 
         model.register_forward_pre_hook(rope_positions)
     return Layer("cp", model, shard_batch=cp.shard_batch, impl=cp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from shardlab import precision
 from shardlab.errors import ConfigError, choice as _choice
+from shardlab.parallel import rules
 
 
 # Memory: which offload (optimizer / params, host / disk) each data-parallel strategy builds.
@@ -42,7 +43,7 @@ def check_offload(p) -> None:
 def validate_sync(p) -> None:
     """parallel.sync and its keys: what this version builds (docs/sync.md)."""
     _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco", "async"))
-    _choice("parallel.outer_dtype", p.outer_dtype, precision.NAMES)
+    _choice("parallel.outer_dtype", p.outer_dtype, precision.OUTER_NAMES)
     if p.sync_every < 1:
         raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:
@@ -154,9 +155,7 @@ def validate_powersgd(cfg, dims) -> None:
     if p.comm_dtype != "fp32":
         raise ConfigError(f"parallel.compress={p.compress} with parallel.comm_dtype={p.comm_dtype}: choose one "
                           "compression; set parallel.comm_dtype=fp32")
-    if dims.tp * dims.pp * dims.cp > 1:
-        raise ConfigError(f"parallel.compress={p.compress} with tp/pp/cp > 1: this version compresses pure "
-                          "data parallelism only; set parallel.tp=parallel.pp=parallel.cp=1")
+    rules.check(cfg, dims, "powersgd")  # pure data parallelism only
     if cfg.ckpt.resume not in ("", "none"):
         raise ConfigError(f"ckpt.resume with parallel.compress={p.compress}: checkpoints do not hold PowerSGD's "
                           "per-rank state (error feedback, warm-start Q), so the run would not continue as it "

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.model import anatomy
 
 MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # zero2/3: bounds the memory of packed gradient buffers during backward
 
@@ -235,11 +236,11 @@ def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
     out = [("", model)]
     if policy == "whole":
         return out
-    blocks = getattr(model, "blocks", [])
-    for i, block in (blocks.items() if isinstance(blocks, nn.ModuleDict) else enumerate(blocks)):
-        out.append((f"blocks.{i}", block))
+    anat = anatomy.of(model)
+    for i, block in anat.named_blocks(model):
+        out.append((anat.block(i), block))
         if policy == "layer":
-            out += [(f"blocks.{i}.{c}", getattr(block, c)) for c in ("attn", "mlp") if hasattr(block, c)]
+            out += [(f"{anat.block(i)}.{c}", getattr(block, c)) for c in (anat.attention, anat.mlp) if hasattr(block, c)]
     return out
 
 

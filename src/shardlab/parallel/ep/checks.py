@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shardlab.errors import ConfigError
-from shardlab.parallel.layers import EP_WITH_DP
+from shardlab.parallel import rules
 
 
 # Mixture of experts and expert parallelism.
@@ -26,13 +26,7 @@ def validate_moe(cfg, dims) -> None:
                           "learn at train.lr)")
     if E and not 1 <= m.moe_top_k <= E:
         raise ConfigError(f"model.moe_top_k={m.moe_top_k}: must be between 1 and model.moe_experts={E}")
-    if E and max(dims.pp, dims.cp) > 1:
-        raise ConfigError(f"model.moe_experts={E} with parallel.pp={dims.pp} parallel.cp={dims.cp}: this version "
-                          "runs MoE models under data, expert and tensor parallelism only; set pp=cp=1")
-    if E and dims.tp > 1 and (p.tp_impl != "own" or p.sp):
-        raise ConfigError(f"model.moe_experts={E} with parallel.tp={dims.tp}: MoE layers compose with own tensor "
-                          "parallelism without SP only (they stay whole per tp rank); use parallel.tp_impl=own "
-                          "parallel.sp=false")
+    rules.check(cfg, dims, "moe")  # the layers an MoE model runs under
     if p.ep < 1:
         raise ConfigError(f"parallel.ep={p.ep}: must be a positive degree (1 = no expert parallelism)")
     if p.ep == 1:
@@ -46,9 +40,4 @@ def validate_moe(cfg, dims) -> None:
     if dims.dp_size % p.ep:
         raise ConfigError(f"parallel.ep={p.ep} must divide the data-parallel size {dims.dp_size} (expert "
                           "parallelism borrows its ranks from the data-parallel ranks)")
-    if p.strategy not in EP_WITH_DP:
-        raise ConfigError(f"parallel.ep={p.ep} with parallel.dp={p.strategy}: expert parallelism composes with "
-                          f"{', '.join(EP_WITH_DP)} in this version")
-    if p.compress != "none" or p.sync != "every_step":
-        raise ConfigError(f"parallel.ep={p.ep} with parallel.compress={p.compress} parallel.sync={p.sync}: "
-                          "expert parallelism needs plain per-step gradient reduction; use the defaults")
+    rules.check(cfg, dims, "ep")  # the data-parallel layers it composes with (its spec), plain reduction

@@ -34,6 +34,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.model import anatomy
 from shardlab.model.dtypes import at_least_fp32
 from shardlab.parallel.mesh import ParallelDims
 from shardlab.parallel.pp.engine import zero_terms
@@ -125,17 +126,8 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     ranges = stage_ranges(mc.n_layer, n, split=points or None, costs=costs)
     pp_rank = dims.coord("pp")
     mine = sched.stages_of(pp_rank)
-    part = copy.deepcopy(model)
-    keep = [str(i) for s in mine for i in ranges[s]]
-    part.blocks = nn.ModuleDict({k: part.blocks[k] for k in keep})
-    first, last = 0 in mine, n - 1 in mine
-    tied = getattr(model, "tied_head", True)
-    if not first and hasattr(part, "wpe"):
-        part.wpe = None
-    if not first and (not last or not tied):
-        part.wte = None  # a tied head's last stage keeps it (its weight); untied (llama), wte marks the first
-    if not last:
-        part.ln_f = part.lm_head = None
+    keep = [i for s in mine for i in ranges[s]]
+    part = anatomy.of(model).cut(copy.deepcopy(model), keep, 0 in mine, n - 1 in mine)  # stage.build_stage's cut
     part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n}
     return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
 

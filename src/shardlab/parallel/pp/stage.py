@@ -16,6 +16,7 @@ import copy
 
 import torch.nn as nn
 
+from shardlab.model import anatomy
 from shardlab.parallel.pp.schedule import ScheduleError
 
 
@@ -72,16 +73,18 @@ def stage_ranges(n_layer: int, n_stages: int, split: list[int] | None = None, co
 
 
 def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
-    """A copy of `model` that runs only `blocks` (and the embedding / head if first / last)."""
-    part = copy.deepcopy(model)
-    first, last = stage == 0, stage == n_stages - 1
-    part.blocks = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    if not first and hasattr(part, "wpe"):
-        part.wpe = None
-    if not first and (not last or not getattr(model, "tied_head", True)):
-        part.wte = None  # untied (llama): only the first stage embeds
-    if not last:
-        part.ln_f = None
-        part.lm_head = None
+    """A copy of `model` that runs only `blocks` (and the embedding / head if first / last): the model's
+    anatomy (model/anatomy.py) says which parts a stage at this place holds."""
+    part = anatomy.of(model).cut(copy.deepcopy(model), blocks, stage == 0, stage == n_stages - 1)
     part.pipeline_stage = (stage, n_stages)  # read by the engine and by checkpoints; the forward ignores it
     return part
+
+
+def split_for_inference(model: nn.Module, cfg, dims):
+    """The pipeline layer in the composition's inference mode (compose.build_inference): this rank's one
+    stage, blocks balanced by count (no schedule: generation runs its own request lanes, generate/lanes.py)."""
+    from shardlab.parallel.layer import Layer
+
+    stage, n = dims.coord("pp"), dims.size("pp")
+    part = build_stage(model, stage, n, stage_ranges(model.cfg.n_layer, n)[stage])
+    return Layer("pp", part, norm_groups=("pp",), impl=([stage], None))

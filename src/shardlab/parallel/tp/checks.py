@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from shardlab.errors import ConfigError, choice as _choice
-from shardlab.parallel import layers
+from shardlab.parallel import layers, rules
 
 
 # Tensor parallelism (own / DTensor, sequence parallelism).
@@ -35,9 +35,4 @@ def validate_tp(cfg, dims) -> None:
     if p.sp and cfg.train.seq_len % dims.tp:
         raise ConfigError(f"parallel.sp=true with parallel.tp={dims.tp}: train.seq_len={cfg.train.seq_len} is not "
                           f"divisible by the degree; choose train.seq_len as a multiple of parallel.tp")
-    dp = layers.dp_name(p) if dims.dp_size > 1 else "single"
-    ok = layers.TP_WITH_DP.get(p.tp_impl, ())
-    if dp not in ok:
-        raise ConfigError(f"parallel.tp_impl={p.tp_impl} does not compose with parallel.dp={dp} in this version; "
-                          f"use one of {', '.join(ok)} (or parallel.tp_impl="
-                          f"{'dtensor' if p.tp_impl == 'own' else 'own'})")
+    rules.check(cfg, dims, "tp")  # the data-parallel layers it composes with (its spec)

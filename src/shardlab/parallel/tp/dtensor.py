@@ -20,6 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from shardlab.model import anatomy
+from shardlab.model.anatomy import ROW
 from shardlab.parallel.tp.own import check_divisible
 
 
@@ -47,44 +49,39 @@ def _positions_style():
 
 
 def tp_plan(model: nn.Module, sp: bool) -> dict:
-    """The parallelize_module plan: module FQN -> ParallelStyle."""
+    """The parallelize_module plan: module FQN -> ParallelStyle, from the model's anatomy (model/anatomy.py):
+    column- and key/value-role linears colwise, row-role rowwise, the embedding and the head by vocabulary."""
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInput, RowwiseParallel,
                                                    SequenceParallel)
 
+    anat = anatomy.of(model)
     between = Shard(1) if sp else Replicate()  # the residual stream's layout between TP regions
+
+    def style(role):
+        if role == ROW:
+            return RowwiseParallel(output_layouts=between, use_local_output=not sp)
+        return ColwiseParallel()
+
     plan = {
-        "wte": RowwiseParallel(input_layouts=Replicate(), output_layouts=between, use_local_output=not sp),
-        "lm_head": ColwiseParallel(input_layouts=between, output_layouts=Shard(-1), use_local_output=False),
+        anat.embedding: RowwiseParallel(input_layouts=Replicate(), output_layouts=between, use_local_output=not sp),
+        anat.head: ColwiseParallel(input_layouts=between, output_layouts=Shard(-1), use_local_output=False),
     }
     if sp:
-        if getattr(model, "wpe", None) is not None:
-            plan["wpe"] = _positions_style()
-        plan["ln_f"] = SequenceParallel()
-    from shardlab.parallel.tp.own import _named_blocks
-
-    for i, _ in _named_blocks(model):
-        b = f"blocks.{i}"
+        if anat.get(model, anat.positions) is not None:
+            plan[anat.positions] = _positions_style()
+        plan[anat.final_norm] = SequenceParallel()
+    for i, block in anat.named_blocks(model):
+        b = anat.block(i)
         enter = PrepareModuleInput(input_layouts=(between,), desired_input_layouts=(Replicate(),),
                                    use_local_output=False)
-        plan.update({
-            f"{b}.attn": enter,
-            f"{b}.attn.q": ColwiseParallel(),
-            f"{b}.attn.k": ColwiseParallel(),
-            f"{b}.attn.v": ColwiseParallel(),
-            f"{b}.attn.proj": RowwiseParallel(output_layouts=between, use_local_output=not sp),
-            f"{b}.mlp": enter,
-        })
-        if hasattr(model.blocks[str(i)].mlp, "fc"):
-            plan[f"{b}.mlp.fc"] = ColwiseParallel()
-            plan[f"{b}.mlp.proj"] = RowwiseParallel(output_layouts=between, use_local_output=not sp)
-        else:  # llama's SwiGLU
-            plan[f"{b}.mlp.gate"] = ColwiseParallel()
-            plan[f"{b}.mlp.up"] = ColwiseParallel()
-            plan[f"{b}.mlp.down"] = RowwiseParallel(output_layouts=between, use_local_output=not sp)
+        plan[f"{b}.{anat.attention}"] = enter
+        plan.update({f"{b}.{anat.attention}.{name}": style(role) for name, role in anat.attention_linears})
+        plan[f"{b}.{anat.mlp}"] = enter
+        if not anat.is_moe(anat.mlp_of(block)):
+            plan.update({f"{b}.{anat.mlp}.{name}": style(role) for name, role in anat.mlp_linears})
         if sp:
-            plan[f"{b}.ln_1"] = SequenceParallel()
-            plan[f"{b}.ln_2"] = SequenceParallel()
+            plan.update({f"{b}.{norm}": SequenceParallel() for norm in anat.norms})
     return plan
 
 
@@ -103,8 +100,9 @@ def apply_tp(model: nn.Module, tp_mesh, sp: bool = False) -> "DTensorTP":
                          "replicated key/value heads are built in the own implementation only; use "
                          "parallel.tp_impl=own or parallel.tp <= model.n_kv_heads")
     parallelize_module(model, mesh, tp_plan(model, sp))
-    if getattr(model, "tied_head", True):
-        model.lm_head.weight = model.wte.weight
+    anat = anatomy.of(model)
+    if anat.tied(model):
+        anat.get(model, anat.head).weight = anat.get(model, anat.embedding).weight
     return DTensorTP(model, mesh, sp)
 
 
@@ -125,6 +123,7 @@ class DTensorTP:
     """The same interface as tp.OwnTP."""
 
     impl = "dtensor"
+    optimizer_hands = "DTensor shards of each split matrix (DTensor TP)"  # optim/serving.py
 
     def __init__(self, model, mesh, sp):
         self.model, self.mesh, self.sp = model, mesh, sp

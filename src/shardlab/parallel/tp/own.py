@@ -32,7 +32,8 @@ import torch
 import torch.nn as nn
 
 from shardlab import comm
-from shardlab.model.moe import MoE
+from shardlab.model import anatomy
+from shardlab.model.anatomy import COLUMN, KV, ROW
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.tp import ops as tp_ops
 from shardlab.parallel.tp.loss import vocab_parallel_cross_entropy
@@ -96,71 +97,81 @@ def _vocab_rows(weight: torch.Tensor, rank: int, size: int) -> tuple[torch.Tenso
 def apply_tp(model: nn.Module, tp, sp: bool = False) -> "OwnTP":
     """Split the GPT across the TP group in place (every rank passes the same initial model); returns the
     layer's object (`.model` is the split model). `tp` is a process group, a 1-D DeviceMesh or a mesh with a
-    "tp" dimension."""
+    "tp" dimension. What is split and how is read from the model's anatomy (model/anatomy.py): its linear
+    layers by role, the embedding and the head by vocabulary rows."""
     group, mesh = resolve_group(tp)
     rank, size = comm.rank(group), comm.world_size(group)
     cfg = model.cfg
+    anat = anatomy.of(model)
     n_kv = getattr(cfg, "n_kv_heads", cfg.n_head)
     check_divisible(cfg.n_head, cfg.d_model, size, n_kv_heads=n_kv, ffn_hidden=getattr(cfg, "ffn_hidden", None))
 
     full_shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    _split_vocab(model, group, rank, size, sp)
-    for i, block in _named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
-        _split_attention(block.attn, f"tp.blocks.{i}.attn", group, rank, size, sp, n_kv)
-        if not isinstance(block.mlp, MoE):  # a routed MLP stays whole on every tp rank: replicated, like a LayerNorm
-            _split_mlp(block.mlp, f"tp.blocks.{i}.mlp", group, rank, size, sp)
+    _split_vocab(model, anat, group, rank, size, sp)
+    for i, block in anat.named_blocks(model):  # a ModuleDict: a pipeline stage keeps its blocks' names
+        tag = f"tp.{anat.block(i)}"
+        _split_attention(anat, anat.attention_of(block), f"{tag}.{anat.attention}", group, rank, size, sp, n_kv)
+        mlp = anat.mlp_of(block)
+        if not anat.is_moe(mlp):  # a routed MLP stays whole on every tp rank: replicated, like a LayerNorm
+            _split_mlp(anat, mlp, f"{tag}.{anat.mlp}", group, rank, size, sp)
     if getattr(cfg, "dropout", 0.0) > 0:
         rng = ShardedRegionRNG(rank)
-        for _, block in _named_blocks(model):
-            rng.install(block.attn)  # dropout on this rank's heads
-            if sp:
-                rng.install(block.drop)  # sequence-split residual branches
-        if sp:
-            rng.install(model.drop)
+        for _, block in anat.named_blocks(model):
+            rng.install(anat.attention_of(block))  # dropout on this rank's heads
+            if sp and anat.residual_dropout:
+                rng.install(getattr(block, anat.residual_dropout))  # sequence-split residual branches
+        if sp and anat.embed_dropout:
+            rng.install(getattr(model, anat.embed_dropout))
     return OwnTP(model, group, mesh, rank, size, sp, _shard_specs(model, full_shapes))
 
 
-def _split_vocab(model: nn.Module, group, rank: int, size: int, sp: bool) -> None:
+def _split_vocab(model: nn.Module, anat, group, rank: int, size: int, sp: bool) -> None:
     """The embedding and the head by vocabulary rows; under SP the position table by sequence."""
-    # A pipeline stage may lack some of these (parallel/pp/pipeline.py): the middle stages hold neither the
-    # embedding nor the head, GPT-2's last holds `wte` only as its tied head's weight.
-    if model.wte is not None:
-        model.wte = VocabParallelEmbedding(model.wte, group, rank, size, sp)
-    if model.lm_head is not None:
-        if getattr(model, "tied_head", True):
-            model.lm_head = VocabParallelHead(model.wte.weight, group, sp)  # tied: the same Parameter object
+    # A pipeline stage may lack some of these (anatomy.stage_drops): the middle stages hold neither the
+    # embedding nor the head, a tied last stage holds the embedding only as its head's weight.
+    wte, head = anat.get(model, anat.embedding), anat.get(model, anat.head)
+    if wte is not None:
+        wte = VocabParallelEmbedding(wte, group, rank, size, sp, tag=f"tp.{anat.embedding}")
+        anat.set(model, anat.embedding, wte)
+    if head is not None:
+        if anat.tied(model):
+            anat.set(model, anat.head, VocabParallelHead(wte.weight, group, sp, tag=f"tp.{anat.head}"))  # tied: the same Parameter
         else:
-            local, real = _vocab_rows(model.lm_head.weight, rank, size)
-            model.lm_head = VocabParallelHead(nn.Parameter(local, model.lm_head.weight.requires_grad), group, sp,
-                                              real_rows=real)
-    if sp and getattr(model, "wpe", None) is not None:
-        model.wpe = SequenceParallelPositions(model.wpe, rank, size)
+            local, real = _vocab_rows(head.weight, rank, size)
+            anat.set(model, anat.head, VocabParallelHead(nn.Parameter(local, head.weight.requires_grad), group, sp,
+                                                          tag=f"tp.{anat.head}", real_rows=real))
+    positions = anat.get(model, anat.positions)
+    if sp and positions is not None:
+        anat.set(model, anat.positions, SequenceParallelPositions(positions, rank, size))
 
 
-def _split_attention(attn: nn.Module, tag: str, group, rank: int, size: int, sp: bool, n_kv: int) -> None:
-    """q, k, v by whole heads (column-parallel; replicated key/value heads when there are fewer than ranks),
-    the output projection row-parallel; f (enter) before the block's attention."""
-    attn.q = ColumnParallelLinear(attn.q, group, rank, size, sp, tag, enter=False)
-    for name in ("k", "v"):
-        if n_kv >= size:
-            setattr(attn, name, ColumnParallelLinear(getattr(attn, name), group, rank, size, sp, tag, enter=False))
-        else:  # this rank's query heads all use key/value head rank // (size / n_kv)
-            setattr(attn, name, KVHeadLinear(getattr(attn, name), rank // (size // n_kv), attn.head_dim))
-    attn.proj = RowParallelLinear(attn.proj, group, rank, size, sp, tag)
+def _split_attention(anat, attn: nn.Module, tag: str, group, rank: int, size: int, sp: bool, n_kv: int) -> None:
+    """Column-parallel projections by whole heads (replicated key/value heads when there are fewer than
+    ranks), the output projection row-parallel; f (enter) before the block's attention."""
+    for name, role in anat.attention_linears:
+        lin = getattr(attn, name)
+        if role == ROW:
+            setattr(attn, name, RowParallelLinear(lin, group, rank, size, sp, tag))
+        elif role == KV and n_kv < size:  # this rank's query heads all use key/value head rank // (size / n_kv)
+            setattr(attn, name, KVHeadLinear(lin, rank // (size // n_kv), attn.head_dim))
+        else:
+            setattr(attn, name, ColumnParallelLinear(lin, group, rank, size, sp, tag, enter=False))
     attn.register_forward_pre_hook(lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
 
 
-def _split_mlp(mlp: nn.Module, tag: str, group, rank: int, size: int, sp: bool) -> None:
-    """GPT's fc/proj, or Llama's SwiGLU (gate and up split alike: silu(gate) * up is elementwise, one f for
-    both), column-parallel in and row-parallel out."""
-    if hasattr(mlp, "fc"):
-        mlp.fc = ColumnParallelLinear(mlp.fc, group, rank, size, sp, tag)
-        mlp.proj = RowParallelLinear(mlp.proj, group, rank, size, sp, tag)
-        return
-    mlp.gate = ColumnParallelLinear(mlp.gate, group, rank, size, sp, tag, enter=False)
-    mlp.up = ColumnParallelLinear(mlp.up, group, rank, size, sp, tag, enter=False)
-    mlp.down = RowParallelLinear(mlp.down, group, rank, size, sp, tag)
-    mlp.register_forward_pre_hook(lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
+def _split_mlp(anat, mlp: nn.Module, tag: str, group, rank: int, size: int, sp: bool) -> None:
+    """Column-parallel in, row-parallel out. One column-parallel linear (GPT's fc) enters the region itself;
+    several (Llama's SwiGLU gate and up: silu(gate) * up is elementwise) share one f, a pre-hook on the MLP."""
+    columns = anat.mlp_role_names(COLUMN)
+    shared = len(columns) > 1
+    for name, role in anat.mlp_linears:
+        lin = getattr(mlp, name)
+        if role == ROW:
+            setattr(mlp, name, RowParallelLinear(lin, group, rank, size, sp, tag))
+        else:
+            setattr(mlp, name, ColumnParallelLinear(lin, group, rank, size, sp, tag, enter=not shared))
+    if shared:
+        mlp.register_forward_pre_hook(lambda mod, args, tag=tag: (tp_ops.enter(args[0], group, sp, tag), *args[1:]))
 
 
 def _shard_specs(model: nn.Module, full_shapes: dict) -> dict:
@@ -178,12 +189,6 @@ def _shard_specs(model: nn.Module, full_shapes: dict) -> dict:
         real = owner.real_rows if vocab else (p.shape[dim] if dim is not None else 0)
         specs[fqn] = ShardSpec(dim, full_shapes[fqn], real)
     return specs
-
-
-def _named_blocks(model: nn.Module):
-    """(name, block) pairs of `model.blocks`, a ModuleDict keyed by the block's index in the whole model."""
-    blocks = model.blocks
-    return blocks.items() if isinstance(blocks, nn.ModuleDict) else enumerate(blocks)
 
 
 def seed_alike(cfg) -> None:
@@ -208,7 +213,8 @@ def tp_layer(tp, dims) -> Layer:
     from shardlab.parallel.tp.dp_view import TensorParallelDP
 
     return Layer("tp", tp.model, loss_fn=tp.loss_fn, loss_context=tp.loss_context, norm_groups=("tp",),
-                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp"), dims.ranks("tp")), impl=tp)
+                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp"), dims.ranks("tp")),
+                 optimizer_hands=tp.optimizer_hands, impl=tp)
 
 
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
@@ -221,6 +227,8 @@ class OwnTP:
     """What a TP model offers the composition (the same interface as tp_dtensor.DTensorTP)."""
 
     impl = "own"
+    # what the optimizer steps of a split matrix (optim/serving.py refuses a whole-matrix optimizer with it)
+    optimizer_hands = "its column or row slice of each split matrix (own TP)"
 
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
@@ -341,9 +349,10 @@ class OwnTP:
         """The model state for DCP, keyed by the bare model's FQNs (the tied head under its own name too,
         like torch's state_dict), sharded parameters as DTensors over tp: loads at any tp degree."""
         params = dict(self.model.named_parameters())
+        anat = anatomy.of(self.model)
         out = {}
         for fqn in self.model.state_dict(keep_vars=True):
-            key = fqn if fqn in params else "wte.weight"  # a tied head is registered once, as wte.weight
+            key = fqn if fqn in params else anat.tied_key(fqn)  # a tied head is registered once, as the embedding's
             out[fqn] = self.to_dtensor(key, params[key].detach())
         return out
 

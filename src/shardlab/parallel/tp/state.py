@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import torch
 
+from shardlab.model import anatomy
+
 
 def _contiguous_stride(shape) -> tuple:
     return torch.empty(shape, device="meta").stride()
@@ -67,8 +69,9 @@ def _infos(strategy) -> dict:
 def model_state_dict(strategy, tp) -> dict:
     sd = strategy.model_state_dict()
     infos = _infos(strategy)
+    anat = anatomy.of(tp.model)
     for fqn, value in sd.items():
-        key = "wte.weight" if fqn == "lm_head.weight" else fqn  # the tied head: the embedding's value
+        key = anat.tied_key(fqn)  # the tied head: the embedding's value
         if key in infos and tp.is_sharded(key):
             sd[fqn] = to_block(tp, infos[key], key, value)
     return sd
