@@ -3,7 +3,7 @@ import torch
 import torch.nn as nn
 
 from shardlab import config
-from shardlab.fp8 import Float8Linear, convert, mxfp8, tensorwise
+from shardlab.fp8 import RECIPES, Float8Linear, convert, mxfp8, tensorwise
 from shardlab.model.configs import resolve_model_config
 from shardlab.model.gpt import build_model
 
@@ -81,3 +81,21 @@ def test_converting_twice_changes_nothing_and_the_output_stays_close():
     # the logits at initialisation through 12 e4m3 GEMMs: measured 3.7% (tensorwise 3.6%, mxfp8 4.3%), about
     # one GEMM's cast error (the residual stream carries the embeddings past the blocks' errors)
     assert float((y - ref).norm() / ref.norm()) < 0.1
+
+
+def test_matmul_takes_a_piece_of_the_weight():
+    """What a column-parallel module does with a converted linear: `matmul` with this rank's rows of W. Rowwise
+    scales W per row (per output feature) in the forward, so a piece gives exactly its slice of the full
+    output; tensorwise takes one amax over the piece, so the pieces agree with one rank only once the amax is
+    reduced over the tensor-parallel group (the integration's part)."""
+    lin = nn.Linear(64, 96, bias=False)
+    with torch.no_grad():
+        lin.weight[0, 0] = 1.0  # the tensor's amax, outside the piece taken below
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(0))
+    for name, exact in (("rowwise", True), ("tensorwise", False)):
+        f8 = Float8Linear.from_linear(lin, RECIPES[name])
+        with torch.no_grad():
+            full = f8(x)
+            piece = f8.matmul(x, lin.weight[48:])
+        assert torch.equal(piece, full[:, 48:]) == exact
+        assert float((piece - full[:, 48:]).norm() / full[:, 48:].norm()) < 0.1
