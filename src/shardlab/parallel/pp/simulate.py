@@ -71,6 +71,20 @@ def _check_channels(s: Schedule) -> None:
                              "order than they are sent")
 
 
+def _check_local_handoff(s: Schedule, r: int, ins, done: set) -> None:
+    """A hand-off between two stages of one rank is no message (the V's tip): the producer must simply
+    have run before on this rank — the forward of the stage before, the backward of the stage after."""
+    if ins.op == "F" and ins.stage > 0 and s.local(ins.stage, ins.stage - 1):
+        before = [("F", ins.stage - 1, ins.mb)]
+    elif ins.op in ("B", "I") and ins.stage < s.n_stages - 1 and s.local(ins.stage, ins.stage + 1):
+        before = [(op, ins.stage + 1, ins.mb) for op in ("B", "I")]
+    else:
+        return
+    if not any(b in done for b in before):
+        op, st, mb = before[0]
+        raise ValueError(f"{s.name}: rank {r} runs {ins} before {op}{mb}@s{st}, which hands it over on the rank")
+
+
 def peak_activations(s: Schedule) -> list[int]:
     """Per rank, the most microbatches whose forward has run and whose backward has not finished (B, or
     W for a split backward): what a rank must keep in memory, in units of one stage's activations."""
@@ -120,6 +134,7 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
                     needs = {"B": "F", "I": "F", "W": "I"}.get(ins.op)
                     if needs and (needs, ins.stage, ins.mb) not in done_local:
                         raise ValueError(f"{s.name}: rank {r} runs {ins} before {needs}{ins.mb}@s{ins.stage}")
+                    _check_local_handoff(s, r, ins, done_local)
                     start = clock[r]
                     clock[r] += dur[ins.op]
                     timing.spans[r].append((ins, start, clock[r]))
