@@ -175,3 +175,20 @@ def test_v_placed_programs_post_in_an_order_nccl_completes():
             assert check_all(p2p_plans(s)) == sends
             n += 1
     assert n == sum(3 * pp for pp in range(2, 9))
+
+
+def test_v_schedules_post_in_an_order_nccl_completes():
+    """ZB-V and DualPipeV at p = 2..8, every valid m up to 3p: the posting plan completes under both stream
+    models, each message into the buffer meant for it (147 schedules: 105 ZB-V, 42 DualPipeV)."""
+    n = 0
+    for name in ("zbv", "dualpipev"):
+        for pp in range(2, 9):
+            for m in range(1, 3 * pp + 1):
+                try:
+                    s = build(name, pp, m)
+                except ScheduleError:
+                    continue
+                sends = sum(i.op.startswith("SEND") for r in s.ranks for i in r)
+                assert check_all(p2p_plans(s)) == sends == 2 * m * (2 * pp - 2), f"{name} pp={pp} m={m}"
+                n += 1
+    assert n == 147

@@ -218,3 +218,47 @@ def test_v_placed_program_equals_one_device_in_float64(pool2, m):
         merged.update(grads)
     assert merged.keys() == ref.keys()
     assert_float64_equal(merged, ref)
+
+
+V_SCHEDULES = ("zbv", "dualpipev")
+
+
+@pytest.mark.parametrize("name", V_SCHEDULES)
+def test_v_schedules_are_complete_and_their_bubble_is_the_formula(name):
+    """ZB-V and DualPipeV (run without DualPipe's overlap) over p = 2..8 and every valid m up to 3p: complete,
+    ordered, deadlock-free, the tip local; with F = I = W per chunk the bubble is (p-1)/(6m+p-1) from m = 2p."""
+    runs = 0
+    for pp in range(2, 9):
+        for m in range(1, 3 * pp + 1):
+            try:
+                s = build(name, pp, m)
+            except ScheduleError:
+                assert name == "dualpipev" and m < 2 * pp
+                continue
+            assert s.layout == "v" and s.stages_of(0) == [0, 2 * pp - 1]
+            t = simulate(s, f=1, b=2)
+            runs += 1
+            if m >= 2 * pp:
+                assert max(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, 2), abs=1e-9)
+                assert min(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, 2), abs=1e-9)
+    assert runs == {"zbv": 105, "dualpipev": 42}[name]
+
+
+def test_zbv_bubble_is_under_a_third_of_1f1bs_at_p4_m8():
+    zbv = simulate(build("zbv", 4, 8), f=1, b=2).mean_bubble
+    one = simulate(build("1f1b", 4, 8), f=1, b=2).mean_bubble
+    assert zbv <= one / 3 and zbv == pytest.approx(3 / 51)
+
+
+@pytest.mark.parametrize("name,m", [("zbv", 2), ("zbv", 4), ("dualpipev", 4), ("dualpipev", 5)])
+def test_v_schedules_equal_one_device_in_float64(pool2, name, m):
+    from shardlab.parallel.pp.testing import pipeline_grads, single_grads
+    from shardlab.testing import assert_float64_equal, in_float64
+
+    ref_loss, ref = in_float64(single_grads, m)
+    merged = {}
+    for loss, grads in pool2.run(in_float64, pipeline_grads, name, m, 2):
+        assert_float64_equal([loss], [ref_loss], f"{name} loss")
+        merged.update(grads)
+    assert merged.keys() == ref.keys()
+    assert_float64_equal(merged, ref)

@@ -144,6 +144,8 @@ class PipelineEngine:
                 extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
                     extra = self.on_last_backward(ins.stage)
+                if ins.op == "B" and key in stores:  # a whole B in a split schedule: weights in it too
+                    stores.pop(key).full = True
                 with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
                                    micro=ins.mb, stage=ins.stage):
                     self._backward(ins.op, outputs.pop(key), grads.pop(key, None), zero_terms(extra or ()))

@@ -182,6 +182,104 @@ def _zero_bubble_h1(pp: int, m: int, r: int) -> list[tuple]:
     return out + [("W", 0, i) for i in range(w_next, m)]
 
 
+def _zero_bubble_v(pp: int, m: int, r: int, v: int = 2) -> list[tuple]:
+    """ZB-V (Qi et al., 2024, "Pipeline Parallelism with Controllable Memory", section 6), on the V
+    placement: chunk 0 is stage r (down), chunk 1 stage 2p-1-r (back up). Warm-up: 2(p-r)-1 forwards of
+    chunk 0, then r pairs of (chunk 1, chunk 0) forwards, then p-r rounds of chunk 1's F, I, W; the steady
+    state alternates F, I, W on chunk 0 and on chunk 1; the cool-down runs the I's first (chunk 0 and 1
+    interleaved, then chunk 0's with their W's) and the remaining W's last. With F = I = W the bubble is
+    about zero once m >= 2p, at 1F1B's peak activation memory (2p chunks of half a stage on rank 0). The
+    program written as torch.distributed.pipelining's ScheduleZBVZeroBubble writes it: planned for at
+    least 2p - 1 microbatches, the ones beyond m dropped."""
+    n = max(2 * pp - 1, m)
+    out: list[tuple] = []
+    cnt = {"F0": 0, "F1": 0, "B0": 0, "B1": 0}
+
+    def f(c):
+        out.append(("F", c, cnt[f"F{c}"]))
+        cnt[f"F{c}"] += 1
+
+    def iw(c, w=True):
+        out.append(("I", c, cnt[f"B{c}"]))
+        if w:
+            out.append(("W", c, cnt[f"B{c}"]))
+        cnt[f"B{c}"] += 1
+
+    for _ in range(2 * (pp - r) - 1):
+        f(0)
+    for _ in range(r):
+        f(1), f(0)
+    for _ in range(pp - r):
+        f(1), iw(1)
+    while cnt["F1"] < cnt["F0"] or cnt["F0"] < n:
+        if cnt["F0"] < n:
+            f(0)
+        iw(0)
+        f(1), iw(1)
+    w0, w1 = cnt["B0"], cnt["B1"]
+    for _ in range(r):
+        iw(0, w=False), iw(1, w=False)
+    for _ in range(pp - r):
+        iw(0, w=False)
+        out.append(("W", 0, w0))
+        w0 += 1
+    out += [("W", 1, i) for i in range(w1, cnt["B1"])] + [("W", 0, i) for i in range(w0, cnt["B0"])]
+    return [a for a in out if a[2] < m]
+
+
+def _dualpipe_v(pp: int, m: int, r: int, v: int = 2) -> list[tuple]:
+    """DualPipeV (DeepSeek-V3's DualPipe folded onto the V placement, as DeepSeek's DualPipe repository
+    and torch.distributed.pipelining's ScheduleDualPipeV write it; needs m >= 2p). Chunk 0 is stage r,
+    chunk 1 stage 2p-1-r. After a warm-up of forwards, the main phase pairs a forward of one chunk with a
+    full backward of the other (F0 with B1, F1 with B0: in DualPipe the two run overlapped, so one's
+    all-to-all hides under the other's compute; here they run one after the other, which keeps the order
+    and the bubble's shape), then the drain splits the second half of the backwards into I and W and fills
+    the tail with the W's. The pairs are the paper's; the overlap itself is not done here."""
+    out: list[tuple] = []
+    cnt: dict[tuple, int] = {}  # (chunk, F | I | W) -> next microbatch
+    weights: list[tuple] = []  # (chunk, mb) whose W is pending, oldest first
+
+    def act(c, op):
+        key = (c, "I" if op in ("B", "I") else op)
+        i = cnt.get(key, 0)
+        out.append((op, c, i))
+        cnt[key] = i + 1
+        if op == "I":
+            weights.append((c, i))
+
+    def w_pending():
+        if weights:
+            c, i = weights.pop(0)
+            out.append(("W", c, i))
+
+    for _ in range((pp - r - 1) * 2):
+        act(0, "F")
+    for _ in range(r + 1):
+        act(0, "F"), act(1, "F")
+    for _ in range(pp - r - 1):
+        act(1, "I"), w_pending(), act(1, "F")
+    for _ in range(m - 2 * pp + r + 1):
+        act(0, "F"), act(1, "B")
+        act(1, "F"), act(0, "B")
+    for _ in range(pp - r - 1):
+        act(1, "B")
+        act(1, "F"), act(0, "B")
+    zb = False
+    for i in range(r + 1):
+        if i == (r + 1) // 2 and r % 2 == 1:
+            zb = True
+        act(1, "I" if zb else "B")
+        if i == (r + 1) // 2 and r % 2 == 0:
+            zb = True
+        act(0, "I" if zb else "B")
+    for _ in range(pp - r - 1):
+        w_pending()
+        act(0, "I" if zb else "B")
+    for _ in range(r + 1):
+        w_pending()
+    return out
+
+
 # --- communication derived from the compute order ------------------------------------------------------
 def _with_comm(order: list[tuple], n_stages: int, remote) -> list[Instr]:
     """The compute order (stages placed) with its messages; `remote(a, b)`: stages a and b are on two
@@ -212,6 +310,8 @@ _ORDERS = {
     "1f1b": lambda p, m, r, v: _one_f_one_b(p, m, r),
     "interleaved": _interleaved,
     "zb": lambda p, m, r, v: _zero_bubble_h1(p, m, r),
+    "zbv": _zero_bubble_v,
+    "dualpipev": _dualpipe_v,
 }
 
 
