@@ -138,7 +138,7 @@ def test_docs_show_the_diagrams_the_code_draws():
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "pipeline.md").read_text()
     found = re.findall(r"<!-- diagram (\w+) pp=(\d+) m=(\d+) v=(\d+) -->\n```\n(.*?)\n```", text, re.S)
-    assert len(found) == 4
+    assert len(found) == 6
     for name, pp, m, v, shown in found:
         assert shown == text_diagram(build(name, int(pp), int(m), int(v))), f"docs/pipeline.md: {name} is stale"
 
