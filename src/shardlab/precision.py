@@ -1,39 +1,97 @@
-"""The precisions shardlab knows, defined once. `train.dtype` names what the step computes in (torch.autocast
-over fp32 weights, gradients and Adam state), `parallel.comm_dtype` what the data-parallel layers send
-gradients in, `parallel.outer_dtype` what DiLoCo sends pseudo-gradients in. The config's choices, the step's
-autocast, the doctor's replay, the loss scaler, the layers' wire formats and the planner all read this table:
-a new precision is a row here (and, where torch has no autocast for it, the converter that runs it).
+"""The precisions shardlab knows, defined once, one row each, and the roles each row may play:
+
+    compute  how `train.dtype=name` computes: "none" (the parameters' own dtype, fp32), "autocast"
+             (torch.autocast over fp32 weights, gradients and optimizer state: the step enters it,
+             parallel/step.py) or "converter" (a module converter rewrites the single-device model before
+             any parallel layer splits it: `CONVERTERS`, applied by `convert` in the composition)
+    wire     what `parallel.comm_dtype=name` sends gradients in: "own" (the gradient's own dtype, never
+             narrowed), "cast" (cast to this dtype for the collective), None (not a wire format)
+    outer    whether `parallel.outer_dtype=name` may carry DiLoCo's pseudo-gradients
+    loss_scaled  a dynamic loss scaler guards it (train/scaler.py): fp16's 5-bit exponent underflows
+             small gradients
+
+The config's choices, the step's autocast, the doctor's replay, the loss scaler, the layers' wire formats
+and the planner all read these rows: a new precision is a row here, and where torch has no autocast for it a
+converter (a function nn.Module -> nn.Module, registered by name in `CONVERTERS`).
 
 Pure data at import (torch loads on the first dtype asked): `shardlab.config` reads the names at start-up.
 """
 from __future__ import annotations
 
+import importlib
 import sys
+from dataclasses import dataclass
 
-NAMES = ("fp32", "bf16", "fp16")
-BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}  # bytes an element (the planner's traffic formulas)
-_TORCH = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-# How the planner models a training dtype (plan/layout.py PRECISIONS): autocast keeps fp32 weights and states
-PLANNED_AS = {"fp32": "fp32", "bf16": "bf16-autocast", "fp16": "fp16-autocast"}
-# fp16's 5-bit exponent underflows small gradients: a dynamic loss scaler guards it (train/scaler.py)
-LOSS_SCALED = ("fp16",)
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    bytes: int  # bytes an element (the planner's traffic formulas)
+    torch: str  # the torch dtype's name
+    compute: str  # "none" | "autocast" | "converter"
+    planned_as: str  # how the planner models it as a training dtype (plan/layout.py PRECISIONS)
+    wire: str | None = "cast"  # "own" | "cast" | None
+    outer: bool = True
+    loss_scaled: bool = False
+    converter: str = ""  # the `CONVERTERS` key, for compute="converter"
+
+
+ROWS = (
+    Precision("fp32", 4, "float32", compute="none", planned_as="fp32", wire="own"),
+    # autocast keeps fp32 weights and states: the planner's *-autocast
+    Precision("bf16", 2, "bfloat16", compute="autocast", planned_as="bf16-autocast"),
+    Precision("fp16", 2, "float16", compute="autocast", planned_as="fp16-autocast", loss_scaled=True),
+)
+ROW = {r.name: r for r in ROWS}
+NAMES = tuple(ROW)  # `train.dtype`'s choices: every row computes one way or another
+WIRE_NAMES = tuple(r.name for r in ROWS if r.wire is not None)  # `parallel.comm_dtype`'s choices
+OUTER_NAMES = tuple(r.name for r in ROWS if r.outer)  # `parallel.outer_dtype`'s choices
+BYTES = {r.name: r.bytes for r in ROWS}
+PLANNED_AS = {r.name: r.planned_as for r in ROWS}
+LOSS_SCALED = tuple(r.name for r in ROWS if r.loss_scaled)
+
+# Module converters: name -> "module:function", the function nn.Module -> nn.Module (it may convert in
+# place and return its argument), imported on first use. They run on the single-device model, before tensor
+# parallelism: own TP's modules take their matmul from the linear they wrap (parallel/tp/modules.py), so a
+# converted linear stays converted under TP.
+CONVERTERS: dict[str, str] = {}
+
+
+def register(row: Precision, converter: str = "") -> Precision:
+    """Add a row at run time (and its converter, "module:function", under `row.converter`): the tests' toy
+    precisions. A precision of shardlab's own is a line in `ROWS` (the config's choices are read from it)."""
+    ROW[row.name] = row
+    if converter:
+        CONVERTERS[row.converter] = converter
+    return row
 
 
 def torch_dtype(name: str):
     import torch
 
-    return getattr(torch, _TORCH[name])
+    return getattr(torch, ROW[name].torch)
 
 
 def autocast_dtype(name: str):
-    """What torch.autocast computes in for `train.dtype=name`; None for fp32 (no autocast)."""
-    return None if name == "fp32" else torch_dtype(name)
+    """What torch.autocast computes in for `train.dtype=name`; None where the row computes otherwise (fp32:
+    no autocast; a converter's row: the converted modules)."""
+    return torch_dtype(name) if ROW[name].compute == "autocast" else None
 
 
 def wire_dtype(name: str):
-    """What a gradient travels in for `parallel.comm_dtype=name`; None for fp32: the gradient's own dtype
-    (fp32, or float64 for a float64 model: widening never narrows)."""
-    return None if name == "fp32" else torch_dtype(name)
+    """What a gradient travels in for `parallel.comm_dtype=name`; None for the gradient's own dtype (fp32:
+    fp32, or float64 for a float64 model: widening never narrows)."""
+    return None if ROW[name].wire == "own" else torch_dtype(name)
+
+
+def convert(model, name: str):
+    """The single-device model as `train.dtype=name` computes it: its row's converter applied (the
+    composition calls this before any parallel layer); the model itself for autocast and fp32 rows."""
+    row = ROW[name]
+    if row.compute != "converter":
+        return model
+    module, _, attr = CONVERTERS[row.converter].partition(":")
+    return getattr(importlib.import_module(module), attr)(model)
 
 
 # Advice: fp16 on CPU is correct but an order of magnitude slower than fp32. CPUs have no fast fp16 matrix

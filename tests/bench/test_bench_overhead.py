@@ -57,7 +57,7 @@ def test_cpu_mfu_breakdown_rows_add_up_to_the_step_and_unwrap_the_trainer(tmp_pa
     from shardlab.bench import efficiency
     from shardlab.bench.measure import shardlab_step
     tr = _trainer(tmp_path, "bd", 4)
-    assert all(g["fused"] for g in tr.state.optimizer.param_groups)  # optim.py: one pass per tensor
+    assert all(g["fused"] for g in tr.state.optimizer.param_groups)  # optim/adamw.py: one pass per tensor
     shardlab_step(tr)
     b = efficiency.breakdown(lambda: shardlab_step(tr), tr, 2, peak=1e11, gemm_flops=1e8, attn_flops=1e7)
     rows = b["rows_ms"]

@@ -8,7 +8,7 @@ import torch
 
 
 def sgd_factory(lr: float | None = None):
-    """A stand-in for `optim.adamw_factory(cfg, no_decay, routers)`: plain SGD at `lr` (default the run's
+    """A stand-in for `optim.adamw_factory(cfg, no_decay, routers)` (optim/registry.py's factories): plain SGD at `lr` (default the run's
     train.lr). Its update is linear in the gradient, so averaging the replicas' updated parameters equals
     updating with the averaged gradient. (AdamW's update is not linear, and its state stays per replica:
     with it, H = 1 is a different algorithm, not ddp.)"""
@@ -20,14 +20,23 @@ def sgd_factory(lr: float | None = None):
     return make
 
 
+_LR: list = [None]  # the lr of the block being run (sgd_instead_of_adamw)
+
+
+def _plain_sgd(cfg, no_decay, routers=frozenset()):
+    return sgd_factory(_LR[0])(cfg, no_decay, routers)
+
+
 @contextmanager
 def sgd_instead_of_adamw(lr: float | None = None):
-    """Within the block, whatever builds the optimizer (Trainer, parallel.build) gets `sgd_factory(lr)`'s."""
-    from shardlab import optim
+    """Within the block, whatever builds the optimizer (Trainer, parallel.build) gets `sgd_factory(lr)`'s: a
+    row of the optimizer registry, the run's default while the block lasts."""
+    from shardlab.optim import registry
 
-    real = optim.adamw_factory
-    optim.adamw_factory = sgd_factory(lr)
+    registry.register(registry.OptimizerRow("plain-sgd", states=0, factory="sync_harness:_plain_sgd"))
+    real, registry.DEFAULT, _LR[0] = registry.DEFAULT, "plain-sgd", lr
     try:
         yield
     finally:
-        optim.adamw_factory = real
+        registry.DEFAULT = real
+        registry.unregister("plain-sgd")

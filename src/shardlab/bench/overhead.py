@@ -40,7 +40,7 @@ class PlainLoop:
         self.model = build_model(resolve_model_config(cfg.model, t.seq_len), t.seed)
         decay = [p for p in self.model.parameters() if p.dim() >= 2]
         no_decay = [p for p in self.model.parameters() if p.dim() < 2]
-        # fused, as the trainer's (optim.py): the ratio measures the trainer, not a choice of kernel
+        # fused, as the trainer's (optim/adamw.py): the ratio measures the trainer, not a choice of kernel
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": t.weight_decay},
                                       {"params": no_decay, "weight_decay": 0.0}], lr=t.lr, betas=(t.beta1, t.beta2),
                                      fused=True)

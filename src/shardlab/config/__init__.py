@@ -167,7 +167,7 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _choice("parallel.strategy", p.strategy, STRATEGIES)
     _choice("parallel.backend", p.backend, ("auto", "gloo", "nccl"))
     check_layout_keys(p)
-    _choice("parallel.comm_dtype", p.comm_dtype, precision.NAMES)
+    _choice("parallel.comm_dtype", p.comm_dtype, precision.WIRE_NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
     _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))

@@ -139,7 +139,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                                "version it was computed on); a worker's pull waits until it holds (0: the workers "
                                "take turns)", "int >= 0"),
     "parallel.outer_dtype": ("precision DiLoCo averages the pseudo-gradient in (bf16/fp16 halve its bytes)",
-                             " | ".join(precision.NAMES)),
+                             " | ".join(precision.OUTER_NAMES)),
     "parallel.fault_tolerant": ("replicas that may die and rejoin: each replica is its own `shardlab train`; "
                                 "every_step: any layout inside, gradients averaged over each step's quorum "
                                 "(docs/fault_tolerance.md); diloco/local_sgd: `--nproc 1`, the outer step through "

@@ -3,7 +3,8 @@
 Read top to bottom, this is the order torchtitan applies its layers in:
 
     1. degrees -> named mesh                  mesh.py        (pp, dp_replicate, dp_shard, cp, tp)
-    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights)
+    2. the single-device model                model/         (gpt.py or llama.py; same seed -> same weights),
+       as the precision computes it           precision.py   (a converter's row rewrites modules, before TP)
     3. pipeline split -> model parts          parallel/pp/   (pp > 1; without it one part, the model)
     4. per part, innermost first, each layer of `layers.LAYERS` the run turns on (its spec's `on(dims)`):
        `apply(part, cfg, dims) -> Layer` (the contract: parallel/layer.py), today
@@ -13,7 +14,7 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
-       optimizer over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+       optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
     6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
 
 The layout is resolved by `mesh.resolve_run`, as config validation, the dry run and the planner resolve it: a
@@ -24,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shardlab import comm
+from shardlab import comm, precision
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
 from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
@@ -40,7 +41,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     builds a whole model that talks to no one although the process group is larger (the asynchronous
     parameter server's ranks each hold one: train/async_trainer.py)."""
     from shardlab.model.gpt import build_model, resolve_model_config
-    from shardlab.optim import adamw_factory, no_decay_names, router_names
+    from shardlab.optim import factory_for, no_decay_names, router_names
 
     device = device or comm.device()
     # 1. the mesh: the run's layout as config validation resolved it (a dimension no layer builds: refused)
@@ -49,7 +50,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 2. the model, whole, on every rank
     if model is None:
         model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-    model = model.to(device)
+    model = precision.convert(model.to(device), cfg.train.dtype)  # a converter's row rewrites it before any layer
     total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
     no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
     routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
@@ -61,7 +62,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
     # layer decides which: zero gives its shards)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
-    optimizer = dp.make_optimizer(adamw_factory(cfg, no_decay, routers))
+    optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
     if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
         from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
         from shardlab.parallel.dp.sync import PeriodicSync

@@ -24,6 +24,10 @@ A field left at its default contributes nothing, so a layer declares only what i
                    shardlab.simulate; anything not declared has a budget of 0). Each entry says why it is worth it
     params_elsewhere  parameters of the whole model this layer moved to other ranks and no rank's part
                    counts twice (EP: the experts the other ep ranks hold): the model's parameter count
+    optimizer_hands  what the optimizer steps of each matrix this layer splits, in words ("its column or row
+                   slice of each split matrix"); None: whole matrices. The dp layer asks the one rule
+                   (optim/serving.py) with it before building the optimizer: a whole-matrix optimizer is refused
+                   in one line where a layer hands it parts
     impl           the layer's own object (OwnTP, ContextParallel, ExpertParallel, the pipeline stages), for
                    the tools that study that layer alone
 """
@@ -48,6 +52,7 @@ class Layer:
     dp_view: Callable | None = None
     host_syncs: dict[str, int] = field(default_factory=dict)
     params_elsewhere: int = 0
+    optimizer_hands: str | None = None
     impl: Any = None
 
 

@@ -11,7 +11,7 @@ import statistics
 import time
 
 from .comm import units
-from .calibrate_insitu import adamw_step, measure_in_situ
+from .calibrate_insitu import make_optimizer_step, measure_in_situ
 from .compute import gemm_shapes
 from .model import ModelSpec
 
@@ -282,7 +282,7 @@ def _adam_time(numels: list[int], mt: float) -> tuple[int, int, float]:
               if getattr(n, "row", 1) > 1 else torch.zeros(n, requires_grad=True) for n in numels]
     for p in params:
         p.grad = torch.randn_like(p)
-    step = adamw_step(params, zero_grad=False)  # the grads stay: the same step, timed again
+    step = make_optimizer_step(params, zero_grad=False)  # the grads stay: the same step, timed again
     return len(numels), sum(numels), _timeit(step, mt)
 
 

@@ -104,7 +104,7 @@ def measure_in_situ(model: ModelSpec, b: int, steps: int = 2,
     net = build_model(GPTConfig(n_layer=model.n_layer, n_head=model.n_head, d_model=model.d_model,
                                 vocab_size=model.vocab, max_seq_len=model.seq), seed=0)
     params = list(net.parameters())
-    optimizer_step = adamw_step(params)
+    optimizer_step = make_optimizer_step(params)
     g = torch.Generator().manual_seed(0)
     x = torch.randint(0, model.vocab, (b, model.seq), generator=g)
     y = torch.randint(0, model.vocab, (b, model.seq), generator=g)
@@ -190,15 +190,20 @@ def _add_remainders(table: dict, model: ModelSpec, b: int, mean: dict) -> None:
         table["hooks:" + rk] = max(0.0, mean["bwd_hooked"] - mean["bwd"])
 
 
-def adamw_step(params: list, zero_grad: bool = True):
-    """The optimizer step as shardlab's trainer runs it, for timing: per-tensor grad norm, clip, AdamW
-    (fused, as optim.py builds it; matrices decayed, 1-D tensors not, as optim.py groups them: the decay is a
-    pass over the weights of its own), then grads set to None unless `zero_grad=False`."""
+def make_optimizer_step(params: list, zero_grad: bool = True, optimizer: str = "adamw"):
+    """The optimizer step as shardlab's trainer runs it, for timing: per-tensor grad norm, clip, the
+    optimizer built by its registry row's factory (optim/registry.py: AdamW fused, matrices decayed, 1-D
+    tensors not, as the trainer groups them: the decay is a pass over the weights of its own), then grads
+    set to None unless `zero_grad=False`."""
+    from types import SimpleNamespace
+
     import torch
-    decay = [p for p in params if p.dim() >= 2]
-    rest = [p for p in params if p.dim() < 2]
-    groups = [g for g in ({"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}) if g["params"]]
-    opt = torch.optim.AdamW(groups, lr=1e-4, fused=True)
+
+    from shardlab.optim import factory_for
+    hyper = SimpleNamespace(train=SimpleNamespace(lr=1e-4, weight_decay=0.1, beta1=0.9, beta2=0.999),
+                            model=SimpleNamespace())
+    named = [(str(i), p) for i, p in enumerate(params)]
+    opt = factory_for(hyper, {n for n, p in named if p.dim() < 2}, name=optimizer)(named)
 
     def step():
         sq = torch.zeros(1)

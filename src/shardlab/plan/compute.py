@@ -327,7 +327,8 @@ def _line_at(xs: list[int], ys: list[float], x: float) -> float:
 
 def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
                    tensors: int = 0) -> tuple[float, str]:
-    """Adam reads param, grad, m, v and writes param, m, v: 28 B per fp32 parameter (+2 B for the
+    """Adam reads param, grad, m, v and writes param, m, v: 28 B per fp32 parameter (the registry row's
+    `step_bytes`; SGD with momentum 20) (+2 B for the
     16-bit copy under mixed precision), memory-bound; or calibrated seconds per parameter.
     Offloaded: CPU Adam at an assumed per-node rate plus grads down / params up over PCIe."""
     if lay.offload != "none":
@@ -339,6 +340,6 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
         return (psi_opt * c.adam_s_per_param + tensors * c.adam_s_per_tensor,
                 f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s + {tensors} tensors x "
                 f"{c.adam_s_per_tensor:.3g} s (calibrated, grad-norm clip included)")
-    per = (28 if train.optimizer == "adam" else 20) + (2 if train.mixed else 0)
+    per = train.optimizer_row.step_bytes + (2 if train.mixed else 0)  # the registry row's traffic
     bw = c.elementwise_bw or c.hbm_bw
     return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from shardlab import precision
 from shardlab.degrees import Degrees
+from shardlab.optim import registry as optimizers
+from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.registry import PLANNED as SCHEDULES  # the schedules the planner models
 
 from .model import ModelSpec
@@ -14,7 +16,7 @@ from .model import ModelSpec
 # torch.autocast, what `shardlab train` does with train.dtype=bf16|fp16 (fp32 weights, gradients and Adam
 # state; matrix products and the activations they save in 16 bits)
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-autocast", "fp16-autocast")
-OPTIMIZERS = ("adam", "sgd")
+OPTIMIZERS = tuple(optimizers.planned())  # the registry's rows, by the planner's names: adam, sgd
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 # `shardlab train`'s names (parallel.strategy) and common ones, as the planner models them: the
 # torch-native layers move the same bytes as the own ones (tests/plan/test_plan_vs_strategies.py checks
@@ -65,9 +67,15 @@ class TrainSpec:
 
     @property
     def optimizer_bytes(self) -> int:
-        """K in (2 + 2 + K)Psi: fp32 master copy (mixed only) + Adam m, v (or SGD momentum)."""
-        states = 8 if self.optimizer == "adam" else 4
+        """K in (2 + 2 + K)Psi: fp32 master copy (mixed only) + the optimizer's states (its registry row:
+        Adam m, v; SGD momentum)."""
+        states = self.optimizer_row.bytes_per_param
         return states + (4 if self.mixed and not self.autocast else 0)  # autocast: the weights are the master
+
+    @property
+    def optimizer_row(self):
+        """The optimizer's row in the registry (optim/registry.py)."""
+        return optimizers.planned()[self.optimizer]
 
     @property
     def act_bytes_scale(self) -> float:
@@ -84,7 +92,7 @@ class Layout:
     sp: bool = False  # sequence parallelism (needs tp > 1 to matter)
     pp: int = 1
     cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
-    schedule: str = "1f1b"
+    schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"
     offload: str = "none"
@@ -139,7 +147,7 @@ class Layout:
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         if self.comm_dtype is not None:
-            _one_of("comm_dtype", self.comm_dtype, precision.NAMES)
+            _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
@@ -149,8 +157,8 @@ class Layout:
             kv = f" (and n_kv_heads {model.n_kv_heads} must divide it or be divisible by it, and it must divide " \
                  f"the SwiGLU width {model.ffn})" if model.llama else ""
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
-        if self.v > 1 and self.schedule != "interleaved":
-            raise ValueError("v > 1 needs schedule=interleaved")
+        if self.v > 1 and not registry.many_stages(self.schedule):
+            raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")

@@ -37,6 +37,7 @@ def apply_data_parallel(part: nn.Module, pcfg, dims: ParallelDims, device: torch
         name = "single"
     layer = layers.load(layers.DATA_PARALLEL[name])(pcfg, dims, device)
     layer.group = data_parallel_group(dims)
+    layer.inner_hands = tuple((handle.name, handle.optimizer_hands) for handle in inner)  # optim/serving.py
     with contextlib.ExitStack() as hidden:
         for handle in inner:
             hidden.enter_context(handle.hidden())

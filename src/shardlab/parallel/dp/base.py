@@ -26,6 +26,7 @@ from torch.distributed.tensor import DTensor
 
 from shardlab import comm
 from shardlab.doctor.replicas import ReplicaSet
+from shardlab.optim.serving import serve
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
@@ -59,7 +60,20 @@ class Strategy:
         self.model = self.module = model
         return self.module
 
+    # What the optimizer steps of each matrix (optim/serving.py): None, whole matrices (the replicating
+    # layers); a sharding layer says which part. `inner_hands`: (name, hands) of the layers applied inside
+    # this one (parallel/layer.py `optimizer_hands`), set by the composition (apply.py).
+    optimizer_hands: str | None = None
+    inner_hands: tuple = ()
+
+    def serve_optimizer(self, factory: OptimizerFactory) -> None:
+        """Ask the one rule whether this layer, and each layer inside it, can serve the optimizer `factory`
+        builds; refused in one line (ConfigError) before any state is allocated."""
+        for layer, hands in ((self.name, self.optimizer_hands), *self.inner_hands):
+            serve(factory, layer, hands)
+
     def make_optimizer(self, factory: OptimizerFactory) -> torch.optim.Optimizer:
+        self.serve_optimizer(factory)
         return factory(list(self.model.named_parameters()))
 
     # --- one step -----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ def check_offload(p) -> None:
 def validate_sync(p) -> None:
     """parallel.sync and its keys: what this version builds (docs/sync.md)."""
     _choice("parallel.sync", p.sync, ("every_step", "local_sgd", "diloco", "async"))
-    _choice("parallel.outer_dtype", p.outer_dtype, precision.NAMES)
+    _choice("parallel.outer_dtype", p.outer_dtype, precision.OUTER_NAMES)
     if p.sync_every < 1:
         raise ConfigError(f"parallel.sync_every={p.sync_every}: must be an integer >= 1 (inner steps per sync)")
     if p.outer_lr <= 0 or not 0 <= p.outer_momentum < 1:

@@ -64,8 +64,11 @@ class TorchZero1(TorchDDP):
     name = "torch-zero1"
 
     def make_optimizer(self, factory):
+        """Each rank steps whole parameters (ZeroRedundancyOptimizer partitions the list, not the tensors):
+        an optimizer that needs whole matrices is served as it is."""
         from torch.distributed.optim import ZeroRedundancyOptimizer
 
+        self.serve_optimizer(factory)
         template = factory(list(self.model.named_parameters()))  # to learn the class, groups, defaults
         groups = [{k: v for k, v in g.items()} for g in template.param_groups]
         first, rest = groups[0], groups[1:]
@@ -106,6 +109,7 @@ class TorchFSDP2(Strategy):
     """FSDP2: one unit per transformer block plus the root (embeddings, final norm, tied head).
     With parallel.dp_replicate > 1, HSDP on the (dp_replicate, dp_shard) mesh."""
     name = "torch-fsdp2"
+    optimizer_hands = "DTensor dim-0 shards of each matrix (FSDP2)"  # optim/serving.py
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import fully_shard

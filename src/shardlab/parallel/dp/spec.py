@@ -52,7 +52,7 @@ SPEC = Spec(
             'float >= 0'),
         Key("parallel.comm_dtype",
             'precision of gradient communication',
-            " | ".join(precision.NAMES)),
+            " | ".join(precision.WIRE_NAMES)),
         Key("parallel.compress",
             'gradient compression: powersgd sends rank-r factors of each gradient matrix with error feedback '
             "and warm start (ddp: own; torch-ddp: torch's powerSGD_hook); docs/ddp.md",

@@ -38,6 +38,7 @@ from shardlab import precision
 
 class _Zero(Strategy):
     shard_params = False  # zero3: parameters sharded at rest
+    optimizer_hands = "dim-0 row shards of each matrix (flat ZeRO shards)"  # optim/serving.py
     keep_full_grads = False  # zero1: full gradients live (and accumulate) until the step
 
     def wrap(self, model: nn.Module) -> nn.Module:
@@ -116,6 +117,7 @@ class _Zero(Strategy):
         the host is the device, so it steps the shards themselves, its state in memory-mapped files
         (offload_to=disk: offload.py) or where it is (host: nothing to move). With offload=params the
         optimizer follows the shards it updates (on the host tier Adam's state is created where they are)."""
+        self.serve_optimizer(factory)
         self.offload = self.host_step = None
         offload = getattr(self.pcfg, "offload", "none")
         if offload == "optimizer" and (self.device.type != "cpu" or self.host_step_on_cpu):

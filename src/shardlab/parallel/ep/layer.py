@@ -256,5 +256,6 @@ def apply_expert_parallel(part: nn.Module, cfg, dims) -> Layer:
     # the fixed-shape dispatch, which needs none: that cost is the routing's, not counted here.)
     # the whole model's parameter count: this rank's part, plus the experts the other ep ranks hold
     elsewhere = (ep.ep - 1) * sum(p.numel() for p in ep.expert_params)
+    # optimizer_hands stays None: each rank steps its own experts' matrices whole (optim/serving.py)
     return Layer("ep", part, hidden=ep.experts_hidden, dp_view=lambda dp: ExpertParallelDP(dp, ep),
                  host_syncs={"shardlab.parallel.ep": 1}, params_elsewhere=elsewhere, impl=ep)

@@ -123,6 +123,7 @@ class DTensorTP:
     """The same interface as tp.OwnTP."""
 
     impl = "dtensor"
+    optimizer_hands = "DTensor shards of each split matrix (DTensor TP)"  # optim/serving.py
 
     def __init__(self, model, mesh, sp):
         self.model, self.mesh, self.sp = model, mesh, sp

@@ -10,6 +10,11 @@ they know their TP group and tag but nothing of the model around them. Every col
   attention with fewer key/value heads than ranks);
 - SequenceParallelPositions: SP's position lookup for this rank's part of the sequence;
 - ShardedRegionRNG: the two dropout streams (replicated regions draw alike, sharded ones per rank).
+
+The linear modules take their matmul from the linear they wrap: a plain nn.Linear's is F.linear; a module
+that a precision converter put in its place (precision.py `CONVERTERS`, run before TP) declares its own,
+`matmul(x, weight, bias)`, which is then called with this rank's piece of the weight, so a converted linear
+stays converted under TP.
 """
 from __future__ import annotations
 
@@ -21,6 +26,26 @@ from shardlab.parallel.tp import ops as tp_ops
 
 
 # --- layers --------------------------------------------------------------------------------------------
+
+def converted(linear: nn.Module) -> nn.Module | None:
+    """The wrapped linear when it declares its own `matmul(x, weight, bias)` (a precision converter's
+    module), emptied of its weight and bias (the TP module holds this rank's piece, under the same names)
+    and kept as a child, so what else it holds (scales, counters) moves and saves with the model; None for
+    a plain linear (F.linear). Call after the TP module has taken its piece of the weight."""
+    if not callable(getattr(linear, "matmul", None)):
+        return None
+    for name in ("weight", "bias"):
+        if name in linear._parameters:
+            linear.register_parameter(name, None)
+    return linear
+
+
+def product(module: nn.Module, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """x W^T + b the way the wrapped linear computes it (`module.converted`: see `converted`)."""
+    if module.converted is None:
+        return F.linear(x, weight, bias)
+    return module.converted.matmul(x, weight, bias)
+
 
 class ColumnParallelLinear(nn.Module):
     """Y = X A + b with A split by output features: rank r holds rows A_r (and b_r) and computes Y_r.
@@ -35,11 +60,12 @@ class ColumnParallelLinear(nn.Module):
         self.bias = (nn.Parameter(linear.bias.detach()[sl].clone(), linear.bias.requires_grad)
                      if linear.bias is not None else None)
         self.group, self.sp, self.tag, self.enter = group, sp, tag, enter
+        self.converted = converted(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.enter:
             x = tp_ops.enter(x, self.group, self.sp, self.tag)
-        return F.linear(x, self.weight, self.bias)
+        return product(self, x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):
@@ -55,9 +81,10 @@ class RowParallelLinear(nn.Module):
         self.bias = (nn.Parameter(linear.bias.detach().clone(), linear.bias.requires_grad)
                      if linear.bias is not None else None)
         self.group, self.sp, self.tag = group, sp, tag
+        self.converted = converted(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = tp_ops.leave(F.linear(x, self.weight), self.group, self.sp, self.tag)
+        y = tp_ops.leave(product(self, x, self.weight), self.group, self.sp, self.tag)
         return y if self.bias is None else y + self.bias
 
 
@@ -113,9 +140,10 @@ class KVHeadLinear(nn.Module):
         super().__init__()
         self.weight = linear.weight
         self.rows = slice(head * head_dim, (head + 1) * head_dim)
+        self.converted = converted(linear)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight[self.rows])
+        return product(self, x, self.weight[self.rows])
 
 
 class SequenceParallelPositions(nn.Module):

@@ -213,7 +213,8 @@ def tp_layer(tp, dims) -> Layer:
     from shardlab.parallel.tp.dp_view import TensorParallelDP
 
     return Layer("tp", tp.model, loss_fn=tp.loss_fn, loss_context=tp.loss_context, norm_groups=("tp",),
-                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp"), dims.ranks("tp")), impl=tp)
+                 dp_view=lambda dp: TensorParallelDP(dp, tp, dims.group("tp"), dims.ranks("tp")),
+                 optimizer_hands=tp.optimizer_hands, impl=tp)
 
 
 def _sp_partial(fqn: str, owner: nn.Module) -> bool:
@@ -226,6 +227,8 @@ class OwnTP:
     """What a TP model offers the composition (the same interface as tp_dtensor.DTensorTP)."""
 
     impl = "own"
+    # what the optimizer steps of a split matrix (optim/serving.py refuses a whole-matrix optimizer with it)
+    optimizer_hands = "its column or row slice of each split matrix (own TP)"
 
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
