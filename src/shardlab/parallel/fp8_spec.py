@@ -35,6 +35,7 @@ SPEC = Spec(
             "emulated on CPU)",
             " | ".join(i.name for i in IMPLS)),
     ),
+    inference=None,  # training only: generation runs the fp32 master weights under autocast
     checks=("shardlab.parallel.fp8_spec:validate",),
     cost={"flops": "shardlab.fp8.cost:gemm_time", "bytes": "shardlab.fp8.cost:all_gather_bytes",
           "memory": "shardlab.fp8.cost:scale_bytes"},
