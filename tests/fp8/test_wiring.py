@@ -64,3 +64,18 @@ def test_unaligned_dimensions_convert_what_they_can(capsys):
     compose.build(cfg)
     line = capsys.readouterr().out
     assert "0 linears converted" in line and "blocks.0.mlp.fc (72x288 features are not multiples of 16)" in line
+
+
+def test_metrics_carry_the_casts_and_the_doctor_names_the_first_nonfinite_scale(tmp_path):
+    """Logged steps hold each converted layer's amax, scale, underflow and saturation per operand; a NaN
+    planted in blocks.0.mlp.fc's output reaches the float8 casts first as blocks.0.mlp.proj's input."""
+    out = subprocess.run([sys.executable, "-m", "shardlab", "train", "--out", str(tmp_path / "run"), *TINY,
+                          "train.steps=4", "train.log_every=2", "train.eval_every=0", "train.dtype=bf16",
+                          "train.fp8=tensorwise", "debug.inject_nan=2:0:blocks.0.mlp.fc"],
+                         capture_output=True, text=True, timeout=300)
+    assert "The first float8 layer whose scale went non-finite: blocks.0.mlp.proj input" in out.stderr
+    import json
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    fp8 = next(r["fp8"] for r in rows if r.get("step") == 2)
+    assert len(fp8) == 12 and set(fp8["blocks.1.mlp.fc"]) == {"input", "weight", "grad"}
+    assert set(fp8["blocks.1.mlp.fc"]["grad"]) == {"amax", "scale", "underflow", "saturated"}
