@@ -62,7 +62,8 @@ def script(b: Batch, command_line: str) -> str:
         node += ["--iface", shlex.quote(r.iface)]
     train = ["--nproc", str(r.nproc), "--out", '"$RUN"', *(["--config", shlex.quote(r.config)] if r.config else []),
              "ckpt.resume=latest", '"${attempt[@]}"', *(shlex.quote(o) for o in r.overrides)]
-    cpus = ' --cpus-per-task="$SLURM_CPUS_PER_TASK"' if b.cpus_per_node else ""
+    # (srun does not inherit sbatch's --cpus-per-task since Slurm 22.05; an salloc without -c sets none)
+    cpus = f' --cpus-per-task="${{SLURM_CPUS_PER_TASK:-{b.cpus_per_node}}}"' if b.cpus_per_node else ""
     env = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in r.env.items())
     lines = [
         "#!/bin/bash",
