@@ -6,8 +6,8 @@ Before anything starts it checks what otherwise hangs: the interface (`--iface`)
 address, and on the other nodes the head node's rendezvous port answers from that interface's address within
 `--timeout` seconds (the head's store comes up when its launcher has started its agent: the probe retries).
 Either failing is one line and exit code 2. Then GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name the interface
-(the ranks' own connections go through it, not through whatever the host name resolves to), the rendezvous
-waits at most `--timeout` for every node to join (SHARDLAB_RDZV_JOIN_TIMEOUT, read by the launcher), and this
+and its address is torchrun's --local-addr (the ranks' connections and their store go through it, not through
+whatever the host name resolves to), the rendezvous waits at most `--timeout` for every node to join (SHARDLAB_RDZV_JOIN_TIMEOUT, read by the launcher), and this
 process becomes `shardlab train --nnodes N --node-rank R --master-addr ADDR --master-port PORT TRAIN ARGS`
 (exec: the scheduler's signals reach shardlab's launcher itself, docs/training.md "When a run is interrupted").
 """
@@ -86,7 +86,9 @@ def prepare(nnodes: int, rank: int, head: str, iface: str | None, timeout_s: flo
     source = None
     if iface:
         source = interface_address(iface)
-        env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface)
+        # PET_LOCAL_ADDR is torchrun's --local-addr: node 0 tells the ranks this address for their store, not
+        # its host name (which may resolve to another network, or to nothing, on the other nodes)
+        env.update(GLOO_SOCKET_IFNAME=iface, NCCL_SOCKET_IFNAME=iface, PET_LOCAL_ADDR=source)
     if rank > 0:
         reach_head(host, port, source, timeout_s)
     env[JOIN_TIMEOUT_ENV] = str(int(timeout_s))
