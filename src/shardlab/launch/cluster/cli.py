@@ -59,13 +59,18 @@ def _common(args, cfg_name: str = "") -> tuple[job.Run, object, str]:
     nproc = args.nproc or args.gpus_per_node
     if not nproc:
         raise ConfigError("--nproc N (ranks per node) or --gpus-per-node G is needed")
-    config = str(Path(args.config).resolve()) if args.config else None
+    config = args.config
+    if config and not getattr(args, "keep_out", False):  # (a pod reads it in its image or on the shared volume)
+        config = str(Path(config).resolve())
     env = {**job.env_pairs(args.nccl, "NCCL_"), **job.env_pairs(args.env)}
     run = job.Run(nodes=args.nodes, nproc=nproc, out="", config=config, overrides=list(args.overrides),
                   iface=args.iface, env=env, timeout_s=args.timeout, python=args.python)
     cfg = job.check(run)
     name = args.name or f"shardlab-{cfg.parallel.strategy}"
-    run.out = args.out if getattr(args, "keep_out", False) else str(Path(args.out or f"runs/{name}").resolve())
+    if getattr(args, "keep_out", False):  # a path in the pods, under the shared volume's mount
+        run.out = args.out or f"{args.mount.rstrip('/')}/runs/{name}"
+    else:
+        run.out = str(Path(args.out or f"runs/{name}").resolve())
     return run, cfg, name
 
 
@@ -118,7 +123,6 @@ def cmd_k8s(argv: list[str]) -> int:
     args = p.parse_intermixed_args(argv)
     try:
         args.keep_out = True  # a path inside the pods (the shared volume's mount), not on this host
-        args.out = args.out or f"{args.mount}/runs/{args.name or 'shardlab'}"
         run, cfg, name = _common(args)
         text = k8s.manifest(args.kind, run, name, args, cfg)
     except ConfigError as e:
