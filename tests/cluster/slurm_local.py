@@ -1,4 +1,4 @@
-"""A private one-node Slurm for the tests (and `scripts/slurm_test.sh`): munge with its own key and socket,
+"""A private one-node Slurm for the tests (`make cluster-test` runs it: scripts/cluster_test.sh): munge with its own key and socket,
 slurmctld and slurmd with a short slurm.conf, their own ports, state and spool directories, all under one
 temporary directory; stopped (and the directory left to the caller) by `stop()`.
 
