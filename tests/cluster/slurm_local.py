@@ -1,6 +1,6 @@
 """A private one-node Slurm for the tests (`make cluster-test` runs them: scripts/cluster_test.sh): munge with
-its own key and socket,slurmctld and slurmd with a short slurm.conf, their own ports, state and spool directories, all under one
-temporary directory; stopped (and the directory left to the caller) by `stop()`.
+its own key and socket, slurmctld and slurmd with a short slurm.conf, their own ports, state and spool
+directories, all under one temporary directory; stopped (and the directory left to the caller) by `stop()`.
 
     cluster = LocalSlurm.start(tmp_dir)   # raises Unavailable (the reason) when it cannot
     env = cluster.env                     # SLURM_CONF for sbatch / squeue / scancel / salloc
