@@ -37,3 +37,78 @@ def test_ulysses_cp2_equals_single(pool2, arch):
     out = pool2.run(in_float64, composed, [*base, "parallel.cp=2", "parallel.cp_impl=ulysses"], STEPS,
                     timeout=300)[0]
     _assert_equal(out, arch)
+
+
+def _a2a_per_layer(arch: str, cp: int, u: int, tp: int = 1, recompute: bool = False, batch: int = 4) -> dict:
+    """cost.py's bytes of one layer and microbatch (float64), by tag (the hybrid's ring included)."""
+    from shardlab.parallel.cp.cost import comm_bytes
+
+    heads, kv = (4 // tp, max(2 // tp, 1)) if arch == "llama" else (4 // tp, 4 // tp)
+    impl = "ulysses" if u == cp else "hybrid"
+    return comm_bytes(impl, batch, 32, heads, kv, 16, cp, u, 8, 1, recompute)
+
+
+def _assert_bytes(out: dict, expected: dict) -> None:
+    for sent in out["sent"]:
+        for i in ("0", "1"):
+            assert {t: sent[f"{t}:blocks.{i}"] for t in expected} == expected, sent
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_ulysses_cp2_recompute_and_bytes_equal_the_formula(pool2, recompute):
+    out = pool2.run(in_float64, composed, [*GPT, "parallel.cp=2", "parallel.cp_impl=ulysses",
+                                           f"train.recompute={recompute}"], STEPS, timeout=300)[0]
+    _assert_equal(out, "gpt2")
+    # per layer and pass: q, k, v, out of (b 4, heads 4, s/cp 16, d 16) x 8 B = 16 KiB each
+    expected = _a2a_per_layer("gpt2", 2, 2, recompute=recompute == "full")
+    assert expected["cp.a2a_bwd"] == 4 * 4 * 4 * 16 * 16 * 8
+    _assert_bytes(out, expected)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("arch,overrides", [
+    ("gpt2", ["parallel.cp=2", "parallel.dp=ddp", "train.micro_batch=2"]),  # cp x dp
+    ("gpt2", ["parallel.cp=2", "parallel.dp=zero3", "train.micro_batch=2"]),  # zero3 over dp_cp
+    ("gpt2", ["parallel.cp=2", "parallel.tp=2"]),  # heads split twice: 4 / tp 2 / cp 2
+    ("gpt2", ["parallel.cp=2", "parallel.tp=2", "parallel.sp=true"]),
+    ("llama", ["parallel.cp=4"]),  # 2 K/V heads < 4 ranks: replicated 2 ways
+    ("llama", ["parallel.cp=2", "parallel.tp=2"]),  # 1 K/V head per tp rank: replicated over cp
+], ids=["cp2xddp2", "cp2xzero3", "cp2xtp2", "cp2xtp2sp", "llama-cp4-kvrep", "llama-cp2xtp2-kvrep"])
+def test_ulysses_world4_equals_single(pool4, arch, overrides):
+    base = LLAMA if arch == "llama" else GPT
+    out = pool4.run(in_float64, composed, [*base, *overrides, "parallel.cp_impl=ulysses"], STEPS, timeout=400)[0]
+    _assert_equal(out, arch)
+    cp, tp = (4, 1) if "parallel.cp=4" in overrides else (2, 2 if "parallel.tp=2" in overrides else 1)
+    batch = 2 if "train.micro_batch=2" in overrides else 4
+    _assert_bytes(out, _a2a_per_layer(arch, cp, cp, tp, batch=batch))
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_hybrid_cp4_ulysses2_equals_single_and_bytes(pool4, arch):
+    base = LLAMA if arch == "llama" else GPT
+    out = pool4.run(in_float64, composed, [*base, "parallel.cp=4", "parallel.cp_impl=hybrid",
+                                           "parallel.cp_ulysses=2"], STEPS, timeout=400)[0]
+    _assert_equal(out, arch)
+    expected = _a2a_per_layer(arch, 4, 2)
+    assert set(expected) == {"cp.a2a", "cp.a2a_bwd", "cp.kv", "cp.kv_bwd", "cp.dkv"}
+    _assert_bytes(out, expected)
+
+
+@pytest.mark.parity
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_ulysses_packed_documents_cp2_equal_each_document_alone(pool2, arch):
+    """The positions travel with the sequence shard; attention sees the whole sequence's document mask."""
+    assert_layout_parity(pool2, arch, ["parallel.cp=2", "parallel.cp_impl=ulysses"])
+
+
+@pytest.mark.parity
+def test_hybrid_packed_documents_cp4_equal_each_document_alone(pool4):
+    assert_layout_parity(pool4, "llama", ["parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2"])
+
+
+@pytest.mark.parity
+def test_ulysses_packed_documents_cp2_x_tp2_sp(pool4):
+    assert_layout_parity(pool4, "gpt2", ["parallel.cp=2", "parallel.tp=2", "parallel.sp=true",
+                                         "parallel.cp_impl=ulysses"])

@@ -111,9 +111,9 @@ class DocPositions:
     def gather(self, local: torch.Tensor) -> torch.Tensor:
         if local is not self._local:
             u = comm.world_size(self.group)
-            out = torch.empty((u, *local.shape), dtype=local.dtype, device=local.device)
-            comm.all_gather(out, local.contiguous(), group=self.group, tag="cp.doc_pos")
-            self._local, self._full = local, torch.cat(out.unbind(0), dim=1)
+            out = torch.empty((u * local.shape[0], local.shape[1]), dtype=local.dtype, device=local.device)
+            comm.all_gather(out, local.contiguous(), group=self.group, tag="cp.doc_pos")  # rank-major rows
+            self._local, self._full = local, torch.cat(out.chunk(u), dim=1)
         return self._full
 
 
