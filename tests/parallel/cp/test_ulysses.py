@@ -112,3 +112,46 @@ def test_hybrid_packed_documents_cp4_equal_each_document_alone(pool4):
 def test_ulysses_packed_documents_cp2_x_tp2_sp(pool4):
     assert_layout_parity(pool4, "gpt2", ["parallel.cp=2", "parallel.tp=2", "parallel.sp=true",
                                          "parallel.cp_impl=ulysses"])
+
+
+# --- one line, exit 2, before anything starts -------------------------------------------------------------
+
+@pytest.mark.parametrize("args,world,needle", [
+    (["parallel.cp=3", "parallel.cp_impl=ulysses", "train.seq_len=48"], 3,
+     "parallel.cp_impl=ulysses: parallel.cp=3 must divide the query heads of each rank, model.n_head=4 = 4"),
+    (["parallel.cp=2", "parallel.tp=4", "parallel.cp_impl=ulysses"], 8,
+     "parallel.cp=2 must divide the query heads of each rank, model.n_head=4 / parallel.tp=4 = 1"),
+    (["model.preset=llama-tiny", "parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=3"], 4,
+     "parallel.cp_impl=hybrid needs parallel.cp_ulysses"),
+    (["parallel.cp=4", "parallel.cp_impl=ulysses", "train.seq_len=30"], 4,
+     "train.seq_len=30 is not divisible by 4 (Ulysses cuts every sequence into 4 contiguous pieces)"),
+    (["parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2", "train.seq_len=34"], 4,
+     "train.seq_len=34 is not divisible by 4 (the hybrid cuts every sequence into 4 zigzag chunks"),
+])
+def test_bad_ulysses_settings_are_one_line(args, world, needle):
+    from shardlab import config
+
+    preset = [] if any(a.startswith("model.preset=") for a in args) else ["model.preset=tiny"]
+    cfg = config.load(None, [*preset, "train.seq_len=32", *args])
+    with pytest.raises(config.ConfigError) as e:
+        config.validate(cfg, world)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_ulysses_seq_len_needs_cp_not_2cp():
+    """Ulysses' pieces are contiguous: seq_len % cp, where the ring's zigzag needs seq_len % 2cp."""
+    from shardlab import config
+
+    cfg = config.load(None, ["model.preset=tiny", "train.seq_len=36", "parallel.cp=4", "parallel.cp_impl=ulysses"])
+    config.validate(cfg, 4)
+    with pytest.raises(config.ConfigError):
+        config.validate(config.load(None, ["model.preset=tiny", "train.seq_len=36", "parallel.cp=4"]), 4)
+
+
+def test_kv_heads_replicate_below_the_degree_and_split_above():
+    from shardlab.parallel.cp.checks import heads_refusal
+    from shardlab.parallel.cp.cost import kv_heads
+
+    assert kv_heads(8, 4) == 8 and kv_heads(2, 4) == 4 and kv_heads(1, 2) == 2
+    assert heads_refusal(32, 8, 1, 16) is None  # llama3-8b at 16: 8 K/V heads replicated twice
+    assert heads_refusal(12, 4, 1, 6) is not None  # 4 and 6: neither divides the other
