@@ -155,3 +155,35 @@ def test_kv_heads_replicate_below_the_degree_and_split_above():
     assert kv_heads(8, 4) == 8 and kv_heads(2, 4) == 4 and kv_heads(1, 2) == 2
     assert heads_refusal(32, 8, 1, 16) is None  # llama3-8b at 16: 8 K/V heads replicated twice
     assert heads_refusal(12, 4, 1, 6) is not None  # 4 and 6: neither divides the other
+
+
+# --- checkpoints --------------------------------------------------------------------------------------
+
+COMMON = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.micro_batch=4",
+          "train.warmup_steps=1", "train.log_every=1", "doctor.hang_timeout_s=0", "train.eval_every=0"]
+
+
+def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path):
+    """Parameters are replicated over cp whatever the implementation: a ulysses cp=2 checkpoint resumes at
+    cp=1 and under the ring at cp=2, and the next step's loss equals an uninterrupted single-device run's."""
+    import json
+
+    from shardlab.testing.cli import run_cli
+
+    ckpt = tmp_path / "uly" / "checkpoints" / "step_000002"
+    runs = {"uly": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=ulysses", "train.steps=2",
+                    "ckpt.final=true"],
+            "whole": ["parallel.strategy=single", "train.steps=3"],
+            "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
+                       f"ckpt.resume={ckpt}"],
+            "ring": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=own", "train.steps=3", f"ckpt.resume={ckpt}"]}
+    last = {}
+    for name, args in runs.items():  # in order: the resumes read the ulysses run's checkpoint
+        proc = run_cli(["train", *args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        last[name] = [r for r in rows if "loss" in r][-1]
+    for name in ("uly", "single", "ring"):
+        assert last[name]["step"] == (2 if name == "uly" else 3)
+    assert last["single"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
+    assert last["ring"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
