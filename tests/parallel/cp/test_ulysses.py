@@ -187,3 +187,39 @@ def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path
         assert last[name]["step"] == (2 if name == "uly" else 3)
     assert last["single"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
     assert last["ring"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
+
+
+# --- the planner ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("impl,cp,u", [("ulysses", 2, 2), ("hybrid", 4, 2)])
+def test_planner_all_to_all_bytes_equal_the_recorded(pool4, impl, cp, u):
+    """The planner's cp traffic (the spec's cost hook) equals what comm recorded in one fp32 step: the
+    all-to-alls' payload and, under the hybrid, the ring's sends."""
+    from shardlab.plan.comm import tp_pp_collectives
+    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.model import model_from_args
+
+    model = model_from_args("tiny", seq=32)
+    train = TrainSpec(global_batch=4, micro_batch=4, precision="fp32")
+    lay = Layout(dp=1, cp=cp, cp_impl=impl, cp_ulysses=u)
+    planned = [c for c in tp_pp_collectives(model, train, lay, 1) if c.group == "cp"]
+    out = pool4.run(composed, [*GPT, f"parallel.cp={cp}", f"parallel.cp_impl={impl}", f"parallel.cp_ulysses={u}",
+                               "parallel.dp=ddp", f"train.global_batch={4 * 4 // cp}"], 1, timeout=300)[0]
+    for sent in out["sent"][:cp]:
+        a2a = sum(b for t, b in sent.items() if t.startswith("cp.a2a"))
+        ring = sum(b for t, b in sent.items() if t.split(":")[0] in ("cp.kv", "cp.kv_bwd", "cp.dkv"))
+        assert a2a == planned[0].payload and planned[0].op == "all_to_all"
+        assert ring == (planned[1].payload if len(planned) > 1 else 0)
+
+
+def test_planner_refuses_non_dividing_heads_with_trainings_line():
+    from shardlab import config
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.model import model_from_args
+
+    cfg = config.load(None, ["model.preset=tiny", "train.seq_len=48", "parallel.cp=3", "parallel.cp_impl=ulysses"])
+    with pytest.raises(config.ConfigError) as trained:
+        config.validate(cfg, 3)
+    with pytest.raises(ValueError) as planned:
+        Layout(cp=3, cp_impl="ulysses").check(model_from_args("tiny", seq=48))
+    assert str(planned.value) == str(trained.value)
