@@ -387,9 +387,9 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp}[group]
+              "pp": lay.tp * lay.dp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
     n = {"tp": lay.tp, "dp": lay.dp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
-         "pp": lay.pp}[group]
+         "pp": lay.pp, "cp": lay.cp}[group]
     g = cluster.gpus_per_node
     if stride >= g:
         return 1
@@ -446,6 +446,6 @@ def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float
                          else (cluster.intra_latency, cluster.intra_bw))
         t = c.calls * alpha + c.payload / bw
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
-    local = group_placement(c.group, lay, cluster)
+    local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
     t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
     return t * c.calls, wi * c.calls, wo * c.calls
