@@ -212,7 +212,8 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     assert f["cp_act_mem_ratio"] <= 0.55
     assert f["cp_comm_exact"] == 1.0 and f["ranks_consistent"] is True
     assert f["cp_flops_balance"] == 1.0 and f["cp_flops_balance_contiguous"] > 2.5
-    assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio"} <= f.keys()
+    assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio", "cp_ulysses_step_ratio"} <= f.keys()
+    assert f["cp_a2a_exact"] == 1.0  # the ring's sends and Ulysses' all-to-alls equal parallel/cp/cost.py
     rows = [x for x in doc["rows"] if "config" in x]
     assert {x["config"] for x in rows} == {"cp1", "cp2"} and len(rows) == 2 * len({x["seq_len"] for x in rows})
 
