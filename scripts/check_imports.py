@@ -13,8 +13,8 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 FLOORS = [
     ("", "errors", "precision", "comm_record", "degrees", "lazy"),  # "": the package's face, shardlab/__init__.py (its version)
     ("data", "model", "comm_store", "comm_quorum", "comm_groups"),
-    ("comm", "optim"),
-    ("observe", "doctor"),
+    ("comm",),
+    ("observe", "doctor", "optim"),
     ("parallel",),
     ("config", "plan"),
     ("checkpoint",),
