@@ -31,6 +31,7 @@ MUON = ["train.optimizer=muon", "train.muon_lr=0.02"]
 
 LAYOUTS = {
     "ddp": ["parallel.strategy=ddp"],
+    "torch-zero1": ["parallel.strategy=torch-zero1"],
     "zero1": ["parallel.strategy=zero1"],
     "zero2": ["parallel.strategy=zero2"],
     "zero3": ["parallel.strategy=zero3"],

@@ -41,13 +41,22 @@ def hidden_matrices(a, fqns) -> set[str]:
 
 class MuonAdamW(torch.optim.AdamW):
     """AdamW (fused, as the `adamw` row) over its groups; Muon over the groups marked `muon`. `matrices`:
-    exchange.Matrix per Muon parameter (how the layers cut it); `ns_dtype`: where Newton-Schulz runs (None:
-    the parameters' dtype; torch.optim.Muon's is bfloat16)."""
+    exchange.Matrix per Muon parameter (how the layers cut it); None: every Muon parameter whole (how
+    ZeroRedundancyOptimizer rebuilds it over each rank's partition: `type(opt)(groups, lr=..., ...)`).
+    `ns_dtype`: where Newton-Schulz runs (None: the parameters' dtype; torch.optim.Muon's is bfloat16)."""
 
-    def __init__(self, groups, muon_groups, matrices, lr: float, betas, eps: float):
-        super().__init__(groups + muon_groups, lr=lr, betas=betas, eps=eps, fused=True)
-        self.matrices = matrices
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 1e-2, matrices=None):
+        self.matrices = list(matrices or [])
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
         self.ns_dtype = None
+
+    def add_param_group(self, param_group: dict) -> None:
+        super().add_param_group(param_group)
+        known = {id(m.param) for m in self.matrices}
+        if param_group.get("muon"):  # whole matrices (no layer described them): no exchange
+            self.matrices += [exchange.Matrix("", p, [], tuple(p.shape)) for p in param_group["params"]
+                              if id(p) not in known]
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -104,7 +113,7 @@ def muon_factory(cfg, no_decay: set[str], routers: set[str] = frozenset()):
         groups = param_groups([(n, p) for n, p in named if n not in hidden], t, no_decay, routers, scale)
         muon = [{"params": [p for _, p in mats], "muon": True, "lr": muon_lr, "lr_scale": muon_lr / t.lr,
                  "weight_decay": t.weight_decay, "momentum": MOMENTUM, "nesterov": NESTEROV}] if mats else []
-        return MuonAdamW(groups, muon, exchange.matrices(mats, pieces), lr=t.lr, betas=(t.beta1, t.beta2),
-                         eps=1e-8)
+        return MuonAdamW(groups + muon, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8,
+                         matrices=exchange.matrices(mats, pieces))
 
     return factory
