@@ -84,26 +84,19 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 
 
-# Inference mode: the layers that apply otherwise there (the pipeline: one stage per rank, no schedule) or
-# not at all (None: context and expert parallelism split work generation does not do, the sequence of a
-# training batch or its tokens' experts across ranks; recompute and compile serve training only and are skipped)
-INFERENCE = {"pp": "shardlab.parallel.pp.stage:split_for_inference", "cp": None, "ep": None,
-             "recompute": None, "compile": None}
-
-
 def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple[list, nn.Module]:
     """Steps 3 and 4 of `build`: each layer the run turns on, applied to the part the previous one left."""
     handles, part = [], model
     for spec in layers.LAYERS:
         if not spec.on(dims):
             continue
-        if inference and spec.name in INFERENCE:
-            if INFERENCE[spec.name] is None:
+        if inference and spec.inference != "":  # the spec says how (or whether) it applies at inference
+            if spec.inference is None:
                 if not spec.dim:
                     continue
                 raise ConfigError(f"parallel.{spec.dim}={dims.size(spec.dim)}: not applied at inference "
                                   f"(generation); set it to 1")
-            apply = layers.load(INFERENCE[spec.name])
+            apply = layers.load(spec.inference)
         else:
             apply = _layer(spec, spec.chosen(cfg))
         handles.append(apply(part, cfg, dims))
