@@ -30,7 +30,7 @@ def _wsd(step: int, t) -> float:
     if step < start or decay <= 0:
         return t.lr
     progress = min(1.0, (step - start + 1) / decay)
-    return t.lr + (t.min_lr - t.lr) * progress
+    return t.min_lr + (t.lr - t.min_lr) * (1 - progress)
 
 
 def set_lr(optimizer, lr: float) -> None:

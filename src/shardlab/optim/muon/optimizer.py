@@ -51,6 +51,13 @@ class MuonAdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
         self.ns_dtype = None
 
+    def __setstate__(self, state: dict) -> None:
+        """Loading a state dict: Adam's fix-ups expect a `step` in every state; Muon's hold the momentum only."""
+        muon = {id(p) for g in state["param_groups"] if g.get("muon") for p in g["params"]}
+        kept = {p: state["state"].pop(p) for p in list(state["state"]) if id(p) in muon}
+        super().__setstate__(state)
+        self.state.update(kept)
+
     def add_param_group(self, param_group: dict) -> None:
         super().add_param_group(param_group)
         known = {id(m.param) for m in self.matrices}
