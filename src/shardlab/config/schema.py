@@ -76,6 +76,10 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 30
+    lr_schedule: str = "cosine"  # cosine | wsd : warm-up, then cosine, or stable then a linear decay (optim/schedule.py)
+    decay_fraction: float = 0.2  # wsd: the last share of train.steps, decaying linearly to min_lr
+    optimizer: str = "adamw"  # one of optim/registry.py's rows: adamw | sgd | muon (docs/optim.md)
+    muon_lr: float = 0.0  # muon: the matrices' peak learning rate; 0 = train.lr
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
