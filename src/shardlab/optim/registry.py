@@ -62,6 +62,14 @@ class OptimizerRow:
         module, _, attr = self.factory.partition(":")
         return getattr(importlib.import_module(module), attr)
 
+    def plan_cost(self, model, train, lay) -> dict | None:
+        """The row's cost hook on a plan (model, train, layout): {"state_bytes_per_param", "ns_flops",
+        "muon.gather", "muon.scatter", ...} (optim/muon/cost.py), or None for an elementwise optimizer."""
+        if not self.cost:
+            return None
+        module, _, attr = self.cost.partition(":")
+        return getattr(importlib.import_module(module), attr)(model, train, lay)
+
 
 OPTIMIZERS: dict[str, OptimizerRow] = {}
 
@@ -81,7 +89,8 @@ register(OptimizerRow("adamw", states=2, factory="shardlab.optim.adamw:adamw_fac
 register(OptimizerRow("sgd", states=1, factory="shardlab.optim.sgd:sgd_factory", planned_as="sgd"))
 # Muon on the blocks' matrices (one momentum buffer), AdamW on the rest (optim/muon/: docs/optim.md)
 register(OptimizerRow("muon", states=1, factory="shardlab.optim.muon.optimizer:muon_factory", whole_matrix=True,
-                      gathers=True, state_dtypes=("fp32", "bf16")))
+                      gathers=True, state_dtypes=("fp32", "bf16"), planned_as="muon",
+                      cost="shardlab.optim.muon.cost:plan"))
 
 
 SCHEDULES = ("cosine", "wsd")  # optim/schedule.py

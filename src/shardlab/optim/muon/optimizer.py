@@ -20,24 +20,8 @@ import torch
 from shardlab.optim import bf16_state
 from shardlab.optim.groups import param_groups
 from shardlab.optim.muon import exchange
+from shardlab.optim.muon.cost import hidden_matrices  # noqa: F401 - torch-free (the planner reads it)
 from shardlab.optim.muon.newton_schulz import MOMENTUM, NESTEROV, rms_scale
-
-
-def hidden_matrices(a, fqns) -> set[str]:
-    """The FQNs of `fqns` that are the blocks' linear weights (dense or an expert's; not the router)."""
-    dense = {n for n, _ in a.linear_names()}
-    expert = {n for n, _ in a.mlp_linears}
-    out = set()
-    for fqn in fqns:
-        parts = fqn.split(".")
-        if len(parts) < 4 or parts[0] != a.blocks or parts[-1] != "weight":
-            continue
-        inner = parts[2:-1]
-        is_expert = (len(inner) == 4 and inner[:2] == [a.mlp, a.experts] and inner[2].isdigit()
-                     and inner[3] in expert)
-        if ".".join(inner) in dense or is_expert:
-            out.add(fqn)
-    return out
 
 
 class MuonAdamW(torch.optim.AdamW):
