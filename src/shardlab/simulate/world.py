@@ -10,8 +10,8 @@ collectives for that rank. Inside it shardlab's door to collectives (`comm`) is 
 - with `device="cuda"` (NCCL) every collective's tensors must live on the device (NCCL moves device
   memory only: a host tensor on an NCCL group fails there), and the ops NCCL lacks are findings:
   a receive from any source, bitwise reductions; with `device="cpu"` (gloo), the average reduction. A
-  fault-tolerant replica's cross-replica collectives (`comm.quorum_*`) are checked the same way: on CUDA
-  their groups are NCCL (comm.quorum_backend).
+  fault-tolerant replica's cross-replica collectives (parallel/ft/quorum.py) are checked the same way: on CUDA
+  their groups are NCCL (quorum_backend).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The training loop of `parallel.sync=async` (docs/sync.md): a parameter server on rank 0, workers on the
-other ranks (the protocol: parallel/dp/async_ps.py).
+other ranks (the protocol: parallel/sync/async_ps.py).
 
 Not the synchronous `Trainer`: there is no step all ranks take together. Every rank builds the whole
 model as `single` (no data-parallel group). The server owns the master parameters, the optimizer, the
@@ -36,7 +36,7 @@ from shardlab.data import GlobalSampler
 from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.observe import inject
 from shardlab.observe.memory import PeakMemory
-from shardlab.parallel.dp import async_ps
+from shardlab.parallel.sync import async_ps
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
 from shardlab.optim import lr_at, set_lr

@@ -1,4 +1,4 @@
-"""The asynchronous parameter server (parallel.sync=async, parallel/dp/async_ps.py): one worker with τ = 0 is
+"""The asynchronous parameter server (parallel.sync=async, parallel/sync/async_ps.py): one worker with τ = 0 is
 `single`, the bytes per applied gradient are the analytic ones, staleness appears with more workers and
 never exceeds τ, the server's checkpoint resumes exactly, bad settings are one line. The tiny model, a few
 steps, the shared pools."""

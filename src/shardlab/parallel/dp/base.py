@@ -211,7 +211,7 @@ class Strategy:
         for p, grad in zip(params, grads):
             p.grad = grad
 
-    # --- under a periodic synchronisation (local SGD / DiLoCo: parallel/dp/sync.py) ----------------------
+    # --- under a periodic synchronisation (local SGD / DiLoCo: parallel/sync/periodic.py) ----------------------
     shards_within_replica = False  # own ZeRO: a replica is a shard group (HSDP), synchronised shard by shard
 
     def replicas_step_alone(self) -> list[tuple[str, torch.Tensor]]:
@@ -259,7 +259,7 @@ class Strategy:
 
     def sync_state_dict(self) -> dict | None:
         """State a periodic synchronisation keeps beside the model and optimizer (local SGD / DiLoCo:
-        parallel/dp/sync.py); None: this layer keeps none."""
+        parallel/sync/periodic.py); None: this layer keeps none."""
         return None
 
     def optim_state_dict(self, optimizer) -> dict:

@@ -95,7 +95,7 @@ class DPView:
     def params_held(self) -> int:
         return self.dp.params_held()
 
-    # --- a periodic synchronisation (parallel/dp/sync.py) and the doctor ---------------------------------
+    # --- a periodic synchronisation (parallel/sync/periodic.py) and the doctor ---------------------------------
     def replicas_step_alone(self) -> list:
         return self.dp.replicas_step_alone()
 

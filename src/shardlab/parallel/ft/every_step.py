@@ -5,7 +5,7 @@ Each replica is its own torchrun job with any data-parallel layer inside (zero1/
 replicas are the outer dp_replicate dimension of one logical HSDP run. The layer inside reduces the gradient
 within the replica as usual (`replicas_step_alone`: the in-job replicate all-reduce goes); this view then
 averages what each rank's optimizer steps (its gradient shards) across the replicas, rank k with the rank k
-of every other replica, over the group of the step's quorum (ft_manager.py, comm.quorum_group).
+of every other replica, over the group of the step's quorum (manager.py, quorum.quorum_group).
 
 Per step s:
 1. `begin_step` (the trainer, before the batch): the quorum of step s (the last one kept, over the same group,
@@ -35,8 +35,9 @@ import torch
 
 from shardlab import comm
 from shardlab.parallel.dp.base import _local
-from shardlab.parallel.dp import ft_resume
-from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
+from shardlab.parallel.ft import resume as ft_resume
+from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts
+from shardlab.parallel.ft.quorum import quorum_all_reduce, quorum_broadcast
 from shardlab.parallel.dp.view import DPView
 
 
@@ -102,7 +103,7 @@ class EveryStepFaultTolerance(DPView):
     def host_syncs(self) -> dict[str, int]:
         # the two votes (the quorum's: keep or the lighthouse; the step's: all succeeded), the quorum's
         # host-side all-reduce (gloo) and the state copies of a heal
-        return {**self.dp.host_syncs(), "shardlab.parallel.dp.ft_step": 4}
+        return {**self.dp.host_syncs(), "shardlab.parallel.ft.every_step": 4}
 
     def __init__(self, dp, pcfg, optimizer, absent: str = ""):
         super().__init__(dp)
@@ -121,7 +122,7 @@ class EveryStepFaultTolerance(DPView):
     def found_or_join(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
         """Called by the trainer before the first step; returns the step to start from. `run_dir`: where
         this replica's quorum log goes (quorum.jsonl). `resume`: (load_step(step) -> step, committed_steps(
-        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (ft_resume.py)."""
+        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (resume.py)."""
         m = self.manager
         m.set_run_dir(run_dir)
         self.__dict__["train_state"] = train_state
@@ -183,7 +184,7 @@ class EveryStepFaultTolerance(DPView):
         step, attempt = self.train_state.step, 0
         while True:
             buf = mine.clone()
-            ok = self._attempt(lambda: comm.quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
+            ok = self._attempt(lambda: quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
             if self._vote(ok):
                 break
             self.manager.broken()
@@ -273,7 +274,7 @@ class EveryStepFaultTolerance(DPView):
             if m.group is None:
                 raise FaultToleranceError("no group")
             for i, t in enumerate((meta, rng, *flats.values())):
-                comm.quorum_broadcast(t, src, m.group, tag="ft heal")
+                quorum_broadcast(t, src, m.group, tag="ft heal")
                 moved += t.numel() * t.element_size()
                 if i == 0 and delay:
                     time.sleep(delay)

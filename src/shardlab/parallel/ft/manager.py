@@ -15,11 +15,11 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   previous incarnation (killed between its admission and the deletion of its request) from completing the
   request of the next one with a process that no longer exists.
 - **Quorum id.** It grows by one whenever the participants change, and at every retry; the group of quorum q
-  is built under the prefix `q<q>/shard<k>` (comm.quorum_group), so an abandoned group is never met again.
+  is built under the prefix `q<q>/shard<k>` (quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
   makes the replica quorum again for the same step, without joiners, under a new quorum id; the dead drop out
   at the timeout.
-- **A lighthouse that cannot be reached** (dead, hung, partitioned; ft_lighthouse.py): the groups already built need no
+- **A lighthouse that cannot be reached** (dead, hung, partitioned; lighthouse.py): the groups already built need no
   lighthouse, so a replica keeps its last quorum (same participants, same id, same group) for step s and trains
   on, for at most parallel.ft_join_timeout of unreachability; its ranks agree on keeping (a MIN over the
   replica). The first quorum at a lighthouse come back keeps the last quorum too, so a replica that reached it
@@ -36,9 +36,10 @@ import time
 import uuid
 from pathlib import Path
 
-from shardlab import comm
-from shardlab.parallel.dp.ft_lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
-from shardlab.parallel.dp.ft_lighthouse import (  # noqa: F401 - FaultToleranceError, log_replica: re-exported
+from shardlab.parallel.ft.lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
+from shardlab.parallel.ft.quorum import quorum_group
+from shardlab.parallel.ft.store import connect_store, store_check, store_compare_set, store_delete, store_get, store_set
+from shardlab.parallel.ft.lighthouse import (  # noqa: F401 - FaultToleranceError, log_replica: re-exported
     _KEEP, _REACHED, FaultToleranceError, LighthouseLoss, _KeepInstead, log_replica)
 
 _POLL_S = 0.01  # how often a waiting rank looks at the store again
@@ -73,7 +74,7 @@ def parse_absent(text: str) -> tuple[int, int, int] | None:
 class Manager(LighthouseLoss):
     """`agree(values)`: the elementwise MIN of `values` over the ranks of this replica (its own job's group);
     the default, the values themselves, is right for a replica of one process. `device`: where the replica's
-    tensors live (an NCCL quorum group on CUDA, comm.quorum_backend)."""
+    tensors live (an NCCL quorum group on CUDA, quorum.quorum_backend)."""
 
     def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None, device=None):
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
@@ -82,7 +83,7 @@ class Manager(LighthouseLoss):
         self.prefix, self.client = f"{self.job}/e0", None
         self.timeout, self.join_timeout = float(pcfg.ft_timeout), float(pcfg.ft_join_timeout)
         self.absent = parse_absent(absent)
-        # the quorum groups' backend follows the replica's device (comm.quorum_backend: NCCL with CUDA)
+        # the quorum groups' backend follows the replica's device (quorum.quorum_backend: NCCL with CUDA)
         self.device, self.backend = device, getattr(pcfg, "backend", "auto")
         self.job_dir = Path(pcfg.ft_job_dir) if pcfg.ft_job_dir else None
         self.log_path = None
@@ -90,7 +91,7 @@ class Manager(LighthouseLoss):
         self.store = None
         self.members: list[int] = []  # the participants of the current quorum
         self.qid = 0
-        self.group = None  # comm.QuorumGroup of the current quorum (None: alone, or broken)
+        self.group = None  # quorum.QuorumGroup of the current quorum (None: alone, or broken)
         self.quorums = 0  # decisions this process took part in
         self.reconnects = 0  # times the lighthouse came back
         self.kept = 0  # quorums kept without the lighthouse
@@ -111,7 +112,7 @@ class Manager(LighthouseLoss):
     def connect(self) -> None:
         import torch.distributed as dist
         try:  # waits up to parallel.ft_join_timeout for a lighthouse started after the replicas
-            client = self.lane.call(lambda: comm.connect_store(self.address, self.join_timeout), self.join_timeout)
+            client = self.lane.call(lambda: connect_store(self.address, self.join_timeout), self.join_timeout)
         except Exception as e:  # noqa: BLE001 - torch raises several kinds; one message says what to check
             raise FaultToleranceError(f"replica {self.rid}: cannot reach the lighthouse at parallel.ft_store="
                                       f"{self.address} ({type(e).__name__}); is `shardlab lighthouse` running "
@@ -122,7 +123,7 @@ class Manager(LighthouseLoss):
         self.store = dist.PrefixStore(self.prefix, client)  # keys namespaced per job (and its epoch)
 
     def use_epoch(self, epoch: int) -> None:
-        """The job's epoch: a whole-job resume starts a new one (ft_resume.py), with keys of its own."""
+        """The job's epoch: a whole-job resume starts a new one (resume.py), with keys of its own."""
         import torch.distributed as dist
         self.prefix = f"{self.job}/e{epoch}"
         self.store = dist.PrefixStore(self.prefix, self.client)
@@ -132,7 +133,7 @@ class Manager(LighthouseLoss):
         decisions' proposer stamps the wall clock)."""
         if not self._has("beat"):
             return False
-        return time.time() - float(self._op(comm.store_get, self.store, "beat").decode()) < 2 * self.timeout
+        return time.time() - float(self._op(store_get, self.store, "beat").decode()) < 2 * self.timeout
 
     def job_started(self) -> bool:
         """Whether the job has decided a quorum already (a process starting now is a restart: it joins)."""
@@ -143,7 +144,7 @@ class Manager(LighthouseLoss):
         return self.lane.call(lambda: fn(*args), self.timeout)
 
     def _has(self, key: str) -> bool:
-        return self._op(comm.store_check, self.store, key)
+        return self._op(store_check, self.store, key)
 
     # --- the quorum -------------------------------------------------------------------------------------
     def _planned_out(self, step: int) -> set[int]:
@@ -162,7 +163,7 @@ class Manager(LighthouseLoss):
         for j in range(self.n_replicas):
             keys = [f"join/{j}/{k}" for k in range(self.n_shards)]
             if all(self._has(k) for k in keys):
-                asks = [_parse_join(self._op(comm.store_get, self.store, key)) for key in keys]
+                asks = [_parse_join(self._op(store_get, self.store, key)) for key in keys]
                 if len({a["req"] for a in asks}) == 1:
                     out[j] = {str(k): a["inc"] for k, a in enumerate(asks)}
         return out
@@ -211,7 +212,7 @@ class Manager(LighthouseLoss):
                 # the retry drops them. Joiners wait one quorum more.
                 if may_keep and self._back and not out:
                     proposal = self._kept_decision(step)
-                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                    self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
                     continue
                 complete = [j for j in expected
                             if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
@@ -237,10 +238,10 @@ class Manager(LighthouseLoss):
                     proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
                                 "members": members, "joiners": {str(j): v for j, v in joining.items()},
                                 "participants": participants, "gone": gone}
-                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                    self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
                     continue
                 time.sleep(_POLL_S)
-            return self._op(comm.store_get, store, f"{base}/decision"), None
+            return self._op(store_get, store, f"{base}/decision"), None
 
         def again():
             state.update(deadline=time.monotonic() + wait_s, posted=False)
@@ -272,10 +273,10 @@ class Manager(LighthouseLoss):
         if self.rid in decision["participants"]:
             def admit():
                 for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
-                    comm.store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
+                    store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
                         {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
-                comm.store_set(self.store, "started", b"1")
-                comm.store_set(self.store, "beat", str(time.time()).encode())
+                store_set(self.store, "started", b"1")
+                store_set(self.store, "beat", str(time.time()).encode())
             try:
                 self._op(admit)
             except FaultToleranceError:
@@ -292,8 +293,8 @@ class Manager(LighthouseLoss):
 
         def post():
             for key, value in pending.items():
-                comm.store_set(store, key, value.encode())
-            return comm.store_check(store, "started")
+                store_set(store, key, value.encode())
+            return store_check(store, "started")
         self._op(post)
 
     def join(self, request: str = "") -> dict:
@@ -310,7 +311,7 @@ class Manager(LighthouseLoss):
             self._post()
             while True:
                 if self._has(key):
-                    admit = json.loads(self._op(comm.store_get, store, key))
+                    admit = json.loads(self._op(store_get, store, key))
                     if admit["inc"] == self.incarnation:
                         break
                 if time.monotonic() > deadline:
@@ -318,8 +319,8 @@ class Manager(LighthouseLoss):
                                               f"{self.join_timeout:g} s; are the other replicas still training?")
                 time.sleep(_POLL_S)
             base = f"s{admit['step']}/a{admit['attempt']}"
-            raw = self._op(comm.store_get, store, f"{base}/decision")
-            self._op(comm.store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
+            raw = self._op(store_get, store, f"{base}/decision")
+            self._op(store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
             return base, raw
 
         base, raw = self._reliably(ask)
@@ -340,7 +341,7 @@ class Manager(LighthouseLoss):
             if len(participants) > 1:
                 store, prefix = self.store, f"q{decision['qid']}/shard{self.shard}"
                 try:  # on the lane: the construction meets the members through the lighthouse's store
-                    self.group = self.lane.call(lambda: comm.quorum_group(
+                    self.group = self.lane.call(lambda: quorum_group(
                         store, prefix, participants.index(self.rid), participants, self.timeout,
                         device=self.device, backend=self.backend), 2 * self.timeout)
                 except Exception as e:  # noqa: BLE001 - a member died before it came: the collective fails
