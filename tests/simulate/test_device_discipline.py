@@ -118,7 +118,7 @@ def test_fault_tolerant_diloco():
     cfg = _cfg(["parallel.strategy=single", "parallel.sync=diloco", "parallel.sync_every=1",
                 "parallel.fault_tolerant=true", "parallel.replicas=1", "parallel.replica_id=0",
                 f"parallel.ft_store=127.0.0.1:{store.port}"])
-    rep = simulate_rank(cfg, 1, 0, hook=lambda par: par.dp.found_or_join(SimpleNamespace(step=0), 0))
+    rep = simulate_rank(cfg, 1, 0, hook=lambda par: par.dp.on_start(SimpleNamespace(step=0), 0))
     assert rep["violations"] == []
     assert any("parallel/ft/periodic.py" in site for site in rep["host_sync_sites"])  # the copy to the store
 

@@ -79,8 +79,8 @@ class Trainer:
         self.dims, self.strategy = self.par.dims, self.par.dp
         # the whole model's count (under expert parallelism a rank holds only its experts)
         self.n_params = self.par.num_params()
-        # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
-        reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
+        # This job's slice of the run's global batch (fault-tolerant replicas: replica i of R, an R-times larger one)
+        reps, rid = self.strategy.data_slice()
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
                                 rid * self.dims.dp_size + self.dims.dp_rank)
         scaler = LossScaler() if t.dtype in precision.LOSS_SCALED else None
@@ -99,12 +99,9 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
-        self.ft_every_step = cfg.parallel.fault_tolerant and cfg.parallel.sync == "every_step"
-        if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir,
-                                                          (self._load_step, _committed_steps))
-        elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
+        # the layers' start (fault-tolerant replicas: found the job with the others, or join it healed by a peer)
+        self.start_step = self.strategy.on_start(self.state, self.start_step, self.run_dir,
+                                                 (self._load_step, _committed_steps))
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
                              self.par.replica_sets())
@@ -122,9 +119,7 @@ class Trainer:
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
         cfg, st, par = self.cfg, self.state, self.par
         t = cfg.train
-        if self.ft_every_step:  # this step's quorum (a joiner is healed here, before the batch is drawn)
-            comm.set_phase("quorum")
-            self.strategy.begin_step(st)
+        self.strategy.before_step(st)  # the layers' hook (every-step fault tolerance: this step's quorum)
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
             idx = st.sampler.next_batch()
@@ -236,6 +231,7 @@ class Trainer:
             self.comm_steps += 1
             self.profiler.after_step(st.step)
             st.step += 1
+            self.strategy.after_step(st)  # the layers' hook (a no-op for every layer today)
             if st.step > self.start_step + warmup and not profiled:  # the profiler slows the steps it records
                 step_times.append(dt)
             verdict = self.doctor.after_step(st.step - 1)  # heartbeat, periodic replica checksums
@@ -263,9 +259,7 @@ class Trainer:
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
-        if self.cfg.parallel.fault_tolerant:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
-            summary["ft"] = self.strategy.ft_summary()
-            summary.update({k: summary["ft"][k] for k in ("restarts", "heals", "quorums", "param_checksum")})
+        summary.update(self.strategy.summary())  # the layers' keys (fault tolerance: ft, restarts, heals, ...)
         if self.is_main and self.cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:

@@ -241,7 +241,7 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     def replica0():
         ft, st = _ft_replica(0, server.port)
-        st.step = ft.found_or_join(st, 0)
+        st.step = ft.on_start(st, 0)
         _inner_steps(ft, 10)
         ft.synchronise()  # outer step 1: replica 1 posts nothing within 0.3 s, so it is averaged alone
         seen["members1"] = ft.members
@@ -257,7 +257,7 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     def replica1():
         ft, st = _ft_replica(1, server.port)
-        st.step = ft.found_or_join(st, 0)
+        st.step = ft.on_start(st, 0)
         _wait_key(store, "s1/a0/decision", t_end)  # late on purpose: the others decided outer step 1 already
         _inner_steps(ft, 20)
         ft.synchronise()  # finds itself dropped, joins again, takes the state after outer step 2

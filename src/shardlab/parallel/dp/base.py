@@ -293,6 +293,29 @@ class Strategy:
                 "grads": nbytes(p for p in self.module.parameters() if p.requires_grad),
                 "optimizer": nbytes(opt)}
 
+    # --- the run's lifecycle: what the trainer calls on every layer, whatever it is ------------------------
+    # No-ops here; a view that keeps state across steps or across replica jobs fills them in (fault-tolerant
+    # replicas: parallel/ft/). The trainer calls them unconditionally, so it never asks which layer it has.
+    def data_slice(self) -> tuple[int, int]:
+        """(n, i): this job trains slice i of n of an n-times larger global batch (one fault-tolerant replica
+        of n); (1, 0) for a job that is the whole run."""
+        return 1, 0
+
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """Before the first step, after the checkpoint resume: returns the step to start from. `resume`:
+        (load_step(step) -> step, committed_steps(run_dir) -> [step, ...]), the trainer's checkpoint hooks."""
+        return start_step
+
+    def before_step(self, train_state) -> None:
+        """Before step `train_state.step` draws its batch."""
+
+    def after_step(self, train_state) -> None:
+        """After the step (its optimizer step taken, `train_state.step` advanced), before any save."""
+
+    def summary(self) -> dict:
+        """Keys this layer adds to summary.json."""
+        return {}
+
 
 def norm_dtype(tensors) -> torch.dtype:
     """The dtype gradient norms are summed in: fp32 for fp32 and narrower gradients (bf16/fp16 squares

@@ -8,7 +8,7 @@ averages what each rank's optimizer steps (its gradient shards) across the repli
 of every other replica, over the group of the step's quorum (manager.py, quorum.quorum_group).
 
 Per step s:
-1. `begin_step` (the trainer, before the batch): the quorum of step s (the last one kept, over the same group,
+1. `before_step` (the trainer's hook, before the batch): the quorum of step s (the last one kept, over the same group,
    while the lighthouse cannot be reached; the replica's ranks vote on it). Joiners are healed here: the lowest
    member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG (the host's, and
    the device's on CUDA) and step over the new group to the joiners' rank k (shard to shard); the sampler's
@@ -36,6 +36,7 @@ import torch
 from shardlab import comm
 from shardlab.parallel.dp.base import _local
 from shardlab.parallel.ft import resume as ft_resume
+from shardlab.parallel.ft.hooks import ReplicaHooks
 from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts
 from shardlab.parallel.ft.quorum import quorum_all_reduce, quorum_broadcast
 from shardlab.parallel.dp.view import DPView
@@ -97,7 +98,7 @@ def _unflat(tensors: list[torch.Tensor], flats: dict[torch.dtype, torch.Tensor])
             offsets[t.dtype] = o + t.numel()
 
 
-class EveryStepFaultTolerance(DPView):
+class EveryStepFaultTolerance(ReplicaHooks, DPView):
     """The dp layer of one replica, its optimizer steps averaged across the replicas of the step's quorum."""
 
     def host_syncs(self) -> dict[str, int]:
@@ -119,8 +120,9 @@ class EveryStepFaultTolerance(DPView):
         return self.manager.rid
 
     # --- start: found the job or join it ------------------------------------------------------------------
-    def found_or_join(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
-        """Called by the trainer before the first step; returns the step to start from. `run_dir`: where
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """The trainer's hook before the first step: found the job with the other replicas, or join it healed by
+        a peer; returns the step to start from. `run_dir`: where
         this replica's quorum log goes (quorum.jsonl). `resume`: (load_step(step) -> step, committed_steps(
         run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (resume.py)."""
         m = self.manager
@@ -159,8 +161,9 @@ class EveryStepFaultTolerance(DPView):
         log_replica(self.rid, f"rank {m.shard} founding member (process {os.getpid()})")
         return start_step
 
-    def begin_step(self, train_state) -> None:
-        """The quorum of the step about to run (before its batch is drawn)."""
+    def before_step(self, train_state) -> None:
+        """The quorum of the step about to run (before its batch is drawn: a joiner is healed here)."""
+        comm.set_phase("quorum")
         step = train_state.step
         if self.ready_step == step:  # this step's quorum is behind us (founding, or admitted to it)
             self.__dict__["ready_step"] = None

@@ -29,6 +29,7 @@ import os
 
 import torch
 
+from shardlab.parallel.ft.hooks import ReplicaHooks
 from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts  # noqa: F401
 from shardlab.parallel.ft.quorum import quorum_all_reduce, quorum_broadcast
 from shardlab.parallel.sync.periodic import PeriodicSync
@@ -38,7 +39,7 @@ def _to_bytes(t: torch.Tensor) -> bytes:
     return t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
 
 
-class FaultTolerantSync(PeriodicSync):
+class FaultTolerantSync(ReplicaHooks, PeriodicSync):
     """PeriodicSync whose outer step runs over each outer step's quorum group."""
 
     def host_syncs(self) -> dict[str, int]:
@@ -57,8 +58,9 @@ class FaultTolerantSync(PeriodicSync):
         return self.manager.members
 
     # --- start: found the job or join it ------------------------------------------------------------------
-    def found_or_join(self, train_state, start_step: int, run_dir=None) -> int:
-        """Called by the trainer before the first step; returns the step to start from."""
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """The trainer's hook before the first step: found the job with the other replicas, or join it with a
+        peer's state; returns the step to start from. (`resume`: a whole-job resume is every-step only.)"""
         m = self.manager
         self.__dict__["train_state"] = train_state
         m.set_run_dir(run_dir)
