@@ -99,6 +99,18 @@ def test_schedules_are_defined_once():
     assert config_help.KEY_HELP["parallel.pp_schedule"][1] == " | ".join(registry.NAMES)
 
 
+def test_no_schedule_name_is_spelled_outside_its_package():
+    """Every property of a schedule is on its row (parallel/pp/registry.py): nothing outside parallel/pp/
+    compares with, or lists, a schedule's name as a string."""
+    from shardlab.parallel.pp import registry
+
+    names = set(registry.NAMES) | set(registry.PLANNED)
+    found = [f"{f.relative_to(SRC.parent)}:{n.lineno}: {n.value}" for f in SRC.parent.rglob("*.py")
+             if "parallel/pp/" not in str(f.relative_to(SRC.parent)).replace("\\", "/")
+             for n in ast.walk(ast.parse(f.read_text())) if isinstance(n, ast.Constant) and n.value in names]
+    assert found == []
+
+
 def test_imports_keep_the_floors():
     """docs/architecture.md's import rules: no circle between modules, no import up the floors."""
     import subprocess

@@ -26,8 +26,10 @@ import torch
 from shardlab.bench import common
 from shardlab.parallel.pp import registry
 
-# every own schedule (parallel/pp/registry.py), the interleaved one with two stages per rank
-SCHEDULES = [(name, 2 if name == "interleaved" else 1) for name in registry.OWN]
+# every own schedule (parallel/pp/registry.py), those that take several stages per rank with two
+SCHEDULES = [(name, 2 if registry.many_stages(name) else 1) for name in registry.OWN]
+BASELINE = registry.DEFAULT  # 1F1B: the gains are of the idle time against it, the own/torch pair is it
+TORCH_TWIN = next(n for n in registry.TORCH if registry.SPECS[n].order == BASELINE)  # torch's run of it
 PLANNED = registry.PLANNED  # the schedules the planner models
 MICRO, SEQ, D_MODEL = 1, 16, 32  # the emulated activations: one sequence of 16 positions, width 32, fp32
 # the real model for activation memory: 8 layers, so p = 4 with V = 2 still has a layer per stage
@@ -133,8 +135,8 @@ def own_vs_torch(rounds: int, m: int = 4) -> list[tuple[float, float, float, flo
     from shardlab import comm
     from shardlab.parallel.pp.testing import TINY4, batch, pipeline_engine
 
-    own = pipeline_engine("1f1b", m, 1, TINY4)
-    native = pipeline_engine("torch-1f1b", m, 1, TINY4)
+    own = pipeline_engine(BASELINE, m, 1, TINY4)
+    native = pipeline_engine(TORCH_TWIN, m, 1, TINY4)
     mbs = batch(m)
     weight = 1.0 / sum(y.numel() for _, y in mbs)
     out = []
@@ -205,7 +207,8 @@ def _emulated_rows(p: int, ms: tuple, steps: int, f_s: float, b_s: float) -> lis
     """Every schedule at `p` stages and each m in `ms` (interleaved only where p divides m), emulated."""
     from shardlab.launch.workers import WorkerPool
 
-    configs = [(name, v, m) for name, v in SCHEDULES for m in ms if not (name == "interleaved" and m % p)]
+    configs = [(name, v, m) for name, v in SCHEDULES for m in ms
+               if not (registry.SPECS[name].microbatch_multiple == "p" and m % p)]
     rows = []
     with WorkerPool(p, timeout=600) as pool:
         runs, latency = _emulated_rounds(pool, configs, steps, f_s, b_s)
@@ -224,11 +227,12 @@ def _figures(rows: list[dict], m_ref: int, ratios: list[float]) -> tuple[dict, d
         """Idle time of the step (mean over ranks): what the formulas' gains compare."""
         return next((r["idle_s"] for r in rows if r["schedule"] == name and r["pp"] == p and r["m"] == m), None)
 
+    # the formula's error where it is exact (1F1B's bubble undivided); the gain of every schedule dividing it
     errs = [abs(r["bubble_measured"] - r["bubble_analytic"]) / r["bubble_analytic"] for r in rows
-            if r["schedule"] in ("gpipe", "1f1b")]
+            if registry.SPECS[r["schedule"]].bubble == "1"]
     figures = {"pp_bubble_err_max": max(errs),
-               "pp_interleaved_gain": idle("1f1b", 4, m_ref) / idle("interleaved", 4, m_ref),
-               "pp_zb_gain": idle("1f1b", 4, m_ref) / idle("zb", 4, m_ref),
+               **{f"pp_{name}_gain": idle(BASELINE, 4, m_ref) / idle(name, 4, m_ref) for name, v in SCHEDULES
+                  if (registry.bubble_divisor(name, v) or 1) > 1},
                "pp_own_vs_torch_step_ratio": statistics.median(ratios)}
     own_torch = common.median_ci(ratios, 1.05, "<=")  # the must; the goal is 1.00
     figures["pp_own_vs_torch_step_ratio_ci90"] = own_torch["ci90"]
@@ -313,7 +317,7 @@ def run(out: Path, quick: bool) -> dict:
         png_diagram(simulated_spans(build(name, 4, 8, v)), out / f"pipeline_{name}.png",
                     f"{name}: p=4, m=8" + (f", V={v}" if v > 1 else "") + " (simulated, backward = 2 x forward)")
     tables = _tables(rows)  # the emulated rows only: before own_vs_torch's joins them
-    rows.append({"kind": "own_vs_torch", "schedule": "1f1b", "pp": 2, "pairs_own_torch_s": [p[:2] for p in pairs],
+    rows.append({"kind": "own_vs_torch", "schedule": BASELINE, "pp": 2, "pairs_own_torch_s": [p[:2] for p in pairs],
                  "pairs_own_torch_cpu_s": [p[2:] for p in pairs], "own_over_torch": own_torch,
                  "own_over_torch_cpu": common.median_ci(cpu_ratios)})
     common.write_results(out, "pipeline", figures, rows)

@@ -78,8 +78,10 @@ def schedule_note(run_dir: Path, lay) -> str | None:
     name = config.load(run_dir / "config.toml").parallel.pp_schedule
     if lay.pp == 1 or name == lay.schedule:
         return None
-    return (f"parallel.pp_schedule={name} is planned as {lay.schedule}: the planner models gpipe, 1f1b, "
-            f"interleaved and zb ({', '.join(registry.PLANNED)}); its bubble and memory are {lay.schedule}'s")
+    planned = registry.PLANNED
+    return (f"parallel.pp_schedule={name} is planned as {lay.schedule}: the planner models "
+            f"{', '.join(planned[:-1])} and {planned[-1]} ({', '.join(planned)}); its bubble and memory are "
+            f"{lay.schedule}'s")
 
 
 def build(run_dir: Path, cluster_name: str = "this", share: float | None = None, top: int = 3,

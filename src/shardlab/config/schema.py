@@ -9,6 +9,7 @@ from typing import Any
 
 from shardlab.errors import ConfigError  # noqa: F401 - re-exported: `config.ConfigError` is the public name
 from shardlab.parallel import layers
+from shardlab.parallel.pp import registry as pp_registry
 
 STRATEGIES = tuple(layers.DATA_PARALLEL)  # the data-parallel layer names (parallel/layers.py is the list)
 
@@ -118,7 +119,7 @@ class ParallelConfig:
     cp: int = 1
     ep: int = 1  # expert parallelism: experts split over this many of the data-parallel ranks (docs/moe.md)
     # Pipeline parallelism (docs/pipeline.md)
-    pp_schedule: str = "1f1b"  # one of parallel/pp/registry.py NAMES
+    pp_schedule: str = pp_registry.DEFAULT  # one of parallel/pp/registry.py NAMES
     pp_microbatches: int = 0  # 0 = train.grad_accum (the step's microbatches are the pipeline's)
     pp_virtual: int = 1  # stages per pipeline rank (interleaved schedules)
     pp_split: str = ""  # "" = balanced by cost; auto = by measured times; "3,7" = first block of stages 1, 2, ...

@@ -52,8 +52,12 @@ def _autocast(dtype: str, device: torch.device):
 
 class Doctor:
     def __init__(self, cfg, run_dir, strategy, rank: int, world: int, device: torch.device | None = None,
-                 replica_sets: list | None = None):
+                 replica_sets: list | None = None, placement=None):
         self.cfg, self.run_dir, self.strategy = cfg, Path(run_dir), strategy
+        # Under a pipeline, where each module of the whole model runs (parallel/pp/placement.py): a planted
+        # fault is checked against the whole model, the replay gathers it, and a culprit is named with
+        # its stage and the rank holding it. None: this rank runs the whole model.
+        self.placement = placement
         # what must stay bitwise equal across which ranks, as the layers declare it (doctor/replicas.py); the
         # data-parallel layer seen through every layer's view knows them all
         self.replica_sets = replica_sets if replica_sets is not None else strategy.replica_sets()
@@ -61,7 +65,7 @@ class Doctor:
         self.device = device or comm.device()
         self.policy = cfg.doctor.on_anomaly
         self.faults = inject.Faults.parse(cfg.debug, world)
-        self.faults.check_module(strategy.model)
+        self.faults.check_module(strategy.model, placement)
         self.monitor = anomaly_mod.LocalGradMonitor(list(strategy.model.named_parameters()), self.device)
         self.spike = anomaly_mod.SpikeDetector(cfg.doctor.spike_factor)
         self.watchdog = None
@@ -140,10 +144,13 @@ class Doctor:
 
     # --- during the step -------------------------------------------------------------------------------
     def after_backward(self, step: int, microbatch, loss: torch.Tensor) -> None:
-        """After each microbatch's backward. `loss` is its summed (unscaled) cross-entropy. Keeps the
+        """After each microbatch's backward. `loss` is its summed (unscaled) cross-entropy, None on a pipeline
+        rank without the last stage (it computes no loss: the last stage's rank reports it). Keeps the
         inputs for a possible replay; no host sync."""
         x, y = microbatch
         self._micro.append((x, y))
+        if loss is None:
+            return
         self._losses.append(loss.detach().float().reshape(()))
         self._tokens += y.numel()
 
@@ -213,11 +220,13 @@ class Doctor:
         if self.watchdog:
             self.watchdog.beat()
         full = self.strategy.full_parameters()  # collective for sharded strategies: every rank calls it
+        if self.placement is not None:  # the other stages' parameters too (a collective over the pipeline)
+            full = self.placement.whole_parameters(full)
         loc = None
         if self.rank in found["ranks"] and self._micro:
             replica = build_replica(self.cfg, full, self.device)
             handle = None
-            if self.faults.nan_here(step, self.rank):  # the fault is part of what we replay
+            if self._planted(step):  # the fault is part of what we replay
                 handle = inject.attach_nan(replica, self.faults.nan[2])
             per = len(self._micro[0][0])
             chunks = [self._indices[i * per:(i + 1) * per] for i in range(len(self._micro))]
@@ -225,6 +234,8 @@ class Doctor:
             if handle:
                 handle.remove()
             del replica
+            if self.placement is not None and loc.get("module"):  # which stage runs it, on which rank
+                loc.update(self.placement.locate(loc["module"], self.rank) or {})
         mine = {"rank": self.rank, "signals": rows[self.rank], "localisation": loc,
                 "local_grad_norms": self.monitor.per_param(), "sample_indices": self._indices}
         everyone = comm.all_gather_object(mine)
@@ -240,6 +251,13 @@ class Doctor:
             out.write_text(json.dumps(report, indent=1, default=str))
             if self.policy != "stop":  # with stop, the trainer's error message is this summary
                     print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
+
+    def _planted(self, step: int) -> bool:
+        """Whether an injected NaN fired in what this rank replays: on this rank, or under a pipeline on any
+        rank of its pipeline (the replica runs every stage)."""
+        if self.placement is None or self.faults.nan is None:
+            return self.faults.nan_here(step, self.rank)
+        return self.faults.nan[0] == step and self.faults.nan[1] in self.placement.ranks(self.rank)
 
     # --- after the step --------------------------------------------------------------------------------
     def after_step(self, step: int) -> str:
@@ -403,7 +421,7 @@ def summarize(report: dict, run_dir: Path) -> str:
         if loc["found"] and loc["module"]:
             parts.append(f"Replaying rank {r}'s microbatch {loc['micro']} (samples {samples}) on a single-device "
                          f"replica: the first non-finite value appears in the {loc['where']} of module "
-                         f"{loc['module']} (its inputs were finite).")
+                         f"{loc['module']}{where_in_pipeline(loc)} (its inputs were finite).")
         elif loc["found"]:
             parts.append(f"Replaying rank {r}'s microbatch {loc['micro']} (samples {samples}): the loss itself "
                          "is non-finite although every module output was finite.")
@@ -423,3 +441,8 @@ def summarize(report: dict, run_dir: Path) -> str:
     parts.append(f"Details: {run_dir}/anomalies/step_{step}.json. To tell numerics from a distributed or "
                  f"transient fault: shardlab doctor replay {run_dir} --step {step}.")
     return " ".join(parts)
+
+
+def where_in_pipeline(loc: dict) -> str:
+    """ " (pipeline stage S, on rank R)" for a localisation under a pipeline, else "". """
+    return f" (pipeline stage {loc['stage']}, on rank {loc['stage_rank']})" if "stage" in loc else ""

@@ -67,11 +67,17 @@ class Faults:
         f.uneven = _rank_at_step("debug.uneven_rank", getattr(debug, "uneven_rank", ""), world)
         return f
 
-    def check_module(self, model: nn.Module) -> None:
-        """Fail before training if the NaN target does not exist (with the nearest names as a hint)."""
+    def check_module(self, model: nn.Module, placement=None) -> None:
+        """Fail before training if the NaN target does not exist (with the nearest names as a hint). Under a
+        pipeline (`placement`: parallel/pp/placement.py) the whole model's names count, and the target
+        rank must hold the stage that runs the module."""
         if self.nan is None:
             return
-        names = [n for n, _ in model.named_modules() if n]
+        names = [n for n, _ in model.named_modules() if n] if placement is None else sorted(placement.names)
+        where = placement.locate(self.nan[2], self.nan[1]) if placement is not None and self.nan[2] in names else None
+        if where is not None and where["stage_rank"] != self.nan[1]:
+            raise ConfigError(f"debug.inject_nan: module {self.nan[2]!r} runs on pipeline stage {where['stage']}, "
+                              f"held by rank {where['stage_rank']}, not by rank {self.nan[1]}")
         if self.nan[2] not in names:
             import difflib
             hint = difflib.get_close_matches(self.nan[2], names, n=3)

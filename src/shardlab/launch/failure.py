@@ -74,7 +74,8 @@ def record(run_dir: Path, rank: int, kind: str, exc: BaseException, doctor=None)
         loc = (report.get("per_rank", {}).get(str(report["ranks"][0]), {}) or {}).get("localisation") \
             if report["ranks"] else None
         if loc and loc.get("module"):
-            entry["module"] = f"the {loc['where']} of module {loc['module']}"
+            stage = f" (pipeline stage {loc['stage']}, on rank {loc['stage_rank']})" if "stage" in loc else ""
+            entry["module"] = f"the {loc['where']} of module {loc['module']}{stage}"
     elif kind == "anomaly" and checksum and not checksum.get("consistent", True):
         first = checksum.get("first") or {}
         entry.update(step=checksum["step"], ranks=first.get("ranks", []),

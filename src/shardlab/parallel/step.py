@@ -72,6 +72,8 @@ class Parallel:
         # reported loss), and their stats add up over the step's microbatches (model/moe.py).
         self.moe_layers = moe.moe_layers(model)
         self.moe_step: dict | None = None
+        # Where the stages of a pipeline run each module (parallel/pp/placement.py); None: one stage, here.
+        self.placement = None
 
     def host_syncs(self) -> dict[str, int]:
         """Host syncs a step may make, by module prefix: the dp layer's (through its views) and every layer's
@@ -114,8 +116,8 @@ class Parallel:
                          after_backward: Callable | None = None) -> torch.Tensor:
         """Forward and backward of every microbatch; gradients are synchronised in the last backward.
         Each microbatch's loss is its summed token loss; backward runs on `loss * loss_weight`.
-        `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor).
-        Returns the summed loss."""
+        `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor;
+        under a pipeline, None on the ranks that do not hold the last stage). Returns the summed loss."""
         total = torch.zeros((), device=self.device)
         self.moe_step = None
         last = len(microbatches) - 1

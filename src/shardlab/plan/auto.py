@@ -19,13 +19,15 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from shardlab.parallel.pp import registry
+
 from .from_config import from_config
 from .hardware import Cluster, meminfo
 from .search import why
 from .step import Plan, evaluate
 
 DP_LAYERS = ("ddp", "zero1", "zero2", "zero3", "torch-fsdp2")
-PP_SCHEDULES = ("1f1b", "zb")
+PP_SCHEDULES = tuple(n for n, v in registry.SEARCHED if v == 1)  # the searched ones that need no pp_virtual
 GiB = 2**30
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from shardlab import precision
 from shardlab.degrees import Degrees
 from shardlab.optim import registry as optimizers
+from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.registry import PLANNED as SCHEDULES  # the schedules the planner models
 
 from .model import ModelSpec
@@ -91,7 +92,7 @@ class Layout:
     sp: bool = False  # sequence parallelism (needs tp > 1 to matter)
     pp: int = 1
     cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
-    schedule: str = "1f1b"
+    schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"
     offload: str = "none"
@@ -156,8 +157,8 @@ class Layout:
             kv = f" (and n_kv_heads {model.n_kv_heads} must divide it or be divisible by it, and it must divide " \
                  f"the SwiGLU width {model.ffn})" if model.llama else ""
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
-        if self.v > 1 and self.schedule != "interleaved":
-            raise ValueError("v > 1 needs schedule=interleaved")
+        if self.v > 1 and not registry.many_stages(self.schedule):
+            raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardlab.parallel.pp import registry
+
 from .comm import MiB, padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
@@ -72,14 +74,9 @@ def in_flight(lay: Layout, m: int) -> float:
     """Micro batches whose activations the first pipeline stage holds at peak, in units of one
     micro batch through L/p layers. GPipe: all m. 1F1B: min(m, p). Interleaved (Narayanan et al.
     2021; Korthikanti et al. 2022 Sec. 4.2.3): p * (1 + (p-1)/(p*v))."""
-    p = lay.pp
-    if p == 1:
+    if lay.pp == 1:
         return 1.0
-    if lay.schedule == "gpipe":
-        return float(m)
-    if lay.schedule == "interleaved" and lay.v > 1:
-        return p * (1 + (p - 1) / (p * lay.v))
-    return float(min(m, p))
+    return registry.in_flight(lay.schedule, lay.pp, m, lay.v)  # the schedule's row says which
 
 
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
+from shardlab.parallel.pp import registry
+
 from .hardware import Cluster
 from .layout import Layout, TrainSpec
 from .model import ModelSpec
@@ -25,7 +27,7 @@ def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
                 continue
             per_rank = train.global_batch // dp
             mbs = [b for b in (1, 2, 4, 8, 16, 32) if per_rank % b == 0 and per_rank // b >= pp]
-            scheds = [("1f1b", 1)] if pp == 1 else [("1f1b", 1), ("zb", 1), ("interleaved", 2)]
+            scheds = [(registry.DEFAULT, 1)] if pp == 1 else list(registry.SEARCHED)
             scheds = [(s, v) for s, v in scheds if pp * v <= model.n_layer]
             strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
             for strat, (sched, v), rec, sp, b in itertools.product(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from shardlab.parallel.pp import registry
+
 from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded_units,
                    tp_pp_collectives, units)
 from .compute import micro_batch_time, optimizer_time
@@ -140,7 +142,7 @@ def pipeline_shape(lay: Layout) -> tuple[int, int]:
     (each rank's stages are v times shorter), 3 for zero bubble (ZB-H1, Qi et al. 2023: backward split
     into input and weight gradients, with F = I = W the idle time shrinks to (p-1) x F, a third of 1F1B's;
     parallel/pp/schedule.py's analytic_bubble), else 1."""
-    return lay.pp, {"interleaved": lay.v, "zb": 3}.get(lay.schedule, 1)
+    return lay.pp, registry.bubble_divisor(lay.schedule, lay.v)
 
 
 def _critical_comm(comm: list[CommLine]) -> float:

@@ -73,6 +73,7 @@ def cases() -> list[Case]:
     """The check list: (name, world, config keys). World 1 runs on NCCL, 2 and 4 staged on gloo."""
     from shardlab.parallel.layers import DATA_PARALLEL
     from shardlab.parallel.pp import SCHEDULES
+    from shardlab.parallel.pp.registry import DEFAULT, many_stages
 
     out = []
     for dp in DATA_PARALLEL:
@@ -85,11 +86,11 @@ def cases() -> list[Case]:
         Case("tp+sp x ddp", 4, ["parallel.tp=2", "parallel.sp=true", "parallel.strategy=ddp"]),
     ]
     for sched in SCHEDULES:
-        extra = ["parallel.pp_virtual=2"] if sched == "interleaved" else []
+        extra = ["parallel.pp_virtual=2"] if many_stages(sched) else []
         out.append(Case(f"pp {sched}", 2, PP + ["parallel.pp=2", f"parallel.pp_schedule={sched}",
                                                 "parallel.strategy=ddp"] + extra))
     out += [
-        Case("pp 1f1b x ddp", 4, PP + ["parallel.pp=2", "parallel.strategy=ddp"]),
+        Case(f"pp {DEFAULT} x ddp", 4, PP + ["parallel.pp=2", "parallel.strategy=ddp"]),
         Case("cp ring", 2, ["parallel.cp=2", "parallel.strategy=ddp"]),
         Case("moe", 1, ["model.moe_experts=4", "parallel.strategy=ddp"]),
         Case("moe ep", 2, ["model.moe_experts=4", "parallel.ep=2", "parallel.strategy=ddp"]),

@@ -104,7 +104,7 @@ class Trainer:
                                                  (self._load_step, _committed_steps))
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
-                             self.par.replica_sets())
+                             self.par.replica_sets(), placement=self.par.placement)
         self.verdict = "ok"
         self.comm_total: dict[str, int] = {}  # bytes by op over the steps this process ran
         self.comm_steps = 0

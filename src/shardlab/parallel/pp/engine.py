@@ -85,19 +85,27 @@ class PipelineEngine:
         self.split = any(i.op in ("I", "W") for i in self.instrs)
         self.linears = {s: split_backward(m) for s, m in stages.items()} if self.split and emulate is None else {}
         self._last_bwd = {}  # stage -> index of its last backward instruction (B, or W when split)
+        self._mb_done = {}  # microbatch -> index of its last compute on this rank (its backward there is done)
         for k, ins in enumerate(self.instrs):
             if ins.op in ("B", "W"):
                 self._last_bwd[ins.stage] = k
+            if ins.op in ("B", "I", "W"):
+                self._mb_done[ins.mb] = k
+        self._mb_done = {k: mb for mb, k in self._mb_done.items()}  # instruction index -> microbatch
 
     # --- one step ---------------------------------------------------------------------------------------
-    def step(self, microbatches: list[tuple[torch.Tensor, ...]], loss_weight: float) -> torch.Tensor:
+    def step(self, microbatches: list[tuple[torch.Tensor, ...]], loss_weight: float,
+             after_microbatch: Callable[[int, torch.Tensor | None], None] | None = None) -> torch.Tensor:
         """Run the schedule on `microbatches` [(x, y)] or [(x, y, doc_pos)] (packed documents: every stage's
         forward of microbatch m takes its doc_pos, the pipeline's side input, which every rank has from the
         batch: it never travels between stages nor is it recomputed from hidden states); returns the
         summed (unweighted) loss of this rank's last-stage microbatches (zero on other ranks). Gradients
-        are left accumulated in the stages."""
+        are left accumulated in the stages. `after_microbatch(m, loss)` is called once microbatch m's last
+        backward on this rank ran (its B, or W when split, of the rank's lowest stage), `loss` its
+        summed (unweighted) loss when this rank holds the last stage, else None."""
         assert len(microbatches) == self.schedule.microbatches, "one (x, y) per scheduled microbatch"
         inputs, outputs, grads, stores, sends = {}, {}, {}, {}, []
+        self.losses = {}  # microbatch -> its summed loss (the last stage's rank only)
         loss_sum = torch.zeros((), device=self.device)
         posted: dict[int, tuple] = {}  # receive instruction index -> (handle, buffer)
         held = self.activations if self.emulate is None else None
@@ -121,7 +129,7 @@ class PipelineEngine:
                     # side inputs (packed documents' positions) reach every stage from the batch itself
                     outputs[key] = self._forward(ins.stage, x if ins.stage == 0 else inputs[key], stores, key, side)
                     if ins.stage == self.n_stages - 1 and self.emulate is None:
-                        outputs[key] = self._score(outputs[key], y, loss_weight, loss_sum)
+                        outputs[key] = self._score(outputs[key], y, loss_weight, loss_sum, ins.mb)
                 if held is not None:
                     held.sample()
             elif ins.op in ("B", "I"):
@@ -147,6 +155,8 @@ class PipelineEngine:
                     h.wait()
                 sends.clear()
                 self._reduce_tied()
+            if after_microbatch is not None and k in self._mb_done:
+                after_microbatch(ins.mb, self.losses.get(ins.mb))
         return loss_sum
 
     # --- point to point ---------------------------------------------------------------------------------
@@ -175,9 +185,10 @@ class PipelineEngine:
         return sends
 
     # --- the compute instructions -----------------------------------------------------------------------
-    def _score(self, logits: torch.Tensor, y: torch.Tensor, loss_weight: float, loss_sum: torch.Tensor):
+    def _score(self, logits: torch.Tensor, y: torch.Tensor, loss_weight: float, loss_sum: torch.Tensor, mb: int):
         """The last stage's loss, weighted: the root its backward starts from (added to loss_sum too)."""
         loss = self.loss_fn(logits, y)
+        self.losses[mb] = loss.detach()
         loss_sum += loss.detach()
         return loss * loss_weight
 

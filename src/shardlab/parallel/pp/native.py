@@ -16,11 +16,8 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.parallel.pp import registry
 
-# Derived from the one table of schedules (registry.py): the torch class of each torch schedule, the stage
-# layout it expects (the own schedule of the same placement, "loop" or "v"), and which take several stages per rank.
+# Derived from the one table of schedules (registry.py): the torch class of each torch schedule.
 NATIVE = {n: registry.SPECS[n].torch_class for n in registry.TORCH}
-LAYOUT = {n: (registry.SPECS[n].order, registry.SPECS[n].layout) for n in registry.TORCH}
-MULTI = tuple(n for n in registry.TORCH if registry.SPECS[n].virtual != "any")  # V >= 2 stages per rank
 
 
 class TorchPipeline:
@@ -30,19 +27,26 @@ class TorchPipeline:
 
         self.stages, self.n_stages, self.embed_group = stages, n_stages, embed_group
         self.weight = 1.0
+        self.losses: list[torch.Tensor] = []
         self.torch_stages = [pipelining.PipelineStage(m, s, n_stages, device, group=group)
                              for s, m in sorted(stages.items())]
         cls = getattr(pipelining, NATIVE[name])
 
         def weighted(logits, y):
-            return loss_fn(logits, y) * self.weight
+            loss = loss_fn(logits, y)
+            self.losses.append(loss.detach())  # unweighted, per microbatch, in order (the last stage)
+            return loss * self.weight
 
-        single = len(self.torch_stages) == 1 and name not in MULTI
+        single = len(self.torch_stages) == 1 and not registry.many_stages(name)  # torch takes one or a list
         self.schedule = cls(self.torch_stages[0] if single else self.torch_stages, microbatches,
                             loss_fn=weighted, scale_grads=False)
 
-    def step(self, microbatches: list[tuple[torch.Tensor, torch.Tensor]], loss_weight: float) -> torch.Tensor:
+    def step(self, microbatches: list[tuple[torch.Tensor, torch.Tensor]], loss_weight: float,
+             after_microbatch: Callable | None = None) -> torch.Tensor:
+        """torch's schedule over the step; `after_microbatch(m, loss)` (see PipelineEngine.step) runs for
+        every microbatch once it is over: torch owns the loop and calls nothing in between."""
         self.weight = loss_weight
+        self.losses = []
         x = torch.cat([x for x, _ in microbatches])
         y = torch.cat([y for _, y in microbatches])
         holds = set(self.stages)
@@ -52,6 +56,11 @@ class TorchPipeline:
         self.schedule.step(*args, target=target, losses=losses if target is not None else None)
         if self.embed_group is not None:
             self._reduce_tied()
+        if after_microbatch is not None:
+            # (torch's first step also scores a microbatch to infer shapes: the step's own are the last ones)
+            mine = self.losses[-len(microbatches):] if target is not None else [None] * len(microbatches)
+            for m, loss in enumerate(mine):
+                after_microbatch(m, loss)
         return sum((loss.detach() / loss_weight for loss in losses), torch.zeros(()))
 
     def _reduce_tied(self) -> None:

@@ -27,7 +27,6 @@ rank of neighbouring stages (the `pp` group of the rank's tp/dp coordinate), spl
 from __future__ import annotations
 
 import copy
-import dataclasses
 
 import torch
 import torch.nn as nn
@@ -38,20 +37,20 @@ from shardlab.model import anatomy
 from shardlab.model.dtypes import at_least_fp32
 from shardlab.parallel.mesh import ParallelDims
 from shardlab.parallel.pp.engine import zero_terms
-from shardlab.parallel.pp.native import LAYOUT, NATIVE
+from shardlab.parallel.pp import registry
+from shardlab.parallel.pp.placement import StagePlacement
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.step import Parallel
 
-NATIVE_SCHEDULES = tuple(NATIVE)
 
 
 def schedule_of(pcfg, microbatches: int):
     """The own schedule (also the stage layout of a torch one) for this config, or a ConfigError."""
-    own, layout = LAYOUT.get(pcfg.pp_schedule, (pcfg.pp_schedule, "loop"))
+    row = registry.spec(pcfg.pp_schedule)
     try:
-        return dataclasses.replace(build_schedule(own, pcfg.pp, microbatches, pcfg.pp_virtual), layout=layout)
+        return build_schedule(row.order, pcfg.pp, microbatches, pcfg.pp_virtual, layout=row.layout)
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
 
@@ -70,20 +69,23 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
         raise ConfigError(f"parallel.pp={p.pp} with parallel.tp_impl={p.tp_impl}: DTensor's plan shards an embedding "
                           "and head a pipeline stage may not hold, and its loss_parallel must span a backward the "
                           "schedule runs later; use parallel.tp_impl=own")
-    if p.pp_schedule in ("torch-zb", "torch-looped-bfs") and p.pp_virtual < 2:
+    row = registry.spec(p.pp_schedule)
+    least, most = row.virtual
+    if most is None and p.pp_virtual < least:
         raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} runs several stages per rank: it needs "
-                          "parallel.pp_virtual >= 2")
-    if p.pp_schedule in ("torch-zbv", "torch-dualpipev") and p.pp_virtual != 2:
+                          f"parallel.pp_virtual >= {least}")
+    if least == most and least > 1 and p.pp_virtual != least:
         raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} places exactly two stages per rank (the V "
-                          f"layout): set parallel.pp_virtual=2 (got {p.pp_virtual})")
-    if p.pp_schedule == "torch-dualpipev" and cfg.train.grad_accum < 2 * p.pp:
-        raise ConfigError(f"parallel.pp_schedule=torch-dualpipev at pp={p.pp} needs at least {2 * p.pp} microbatches "
+                          f"layout): set parallel.pp_virtual={least} (got {p.pp_virtual})")
+    need = registry.least_microbatches(p.pp_schedule, p.pp)
+    if need > registry.least_microbatches(row.order, p.pp) and cfg.train.grad_accum < need:
+        raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} at pp={p.pp} needs at least {need} microbatches "
                           f"(one per stage; got {cfg.train.grad_accum}); raise train.grad_accum")
-    if p.pp_schedule in NATIVE_SCHEDULES and cfg.data.doc_mask:
+    if row.runner == "torch" and cfg.data.doc_mask:
         raise ConfigError(f"data.doc_mask=true with parallel.pp_schedule={p.pp_schedule}: torch's schedules hand "
                           "side inputs to the first stage only, and every stage needs the document positions; use "
-                          "an own schedule (gpipe, 1f1b, interleaved, zb)")
-    own = LAYOUT.get(p.pp_schedule, (p.pp_schedule, "loop"))[0]
+                          f"an own schedule ({', '.join(registry.OWN)})")
+    own = row.order
     try:
         check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
         if p.pp_split and p.pp_split != "auto":  # auto: measured at start-up (pp/measure.py)
@@ -99,10 +101,10 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
         raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=torch-fsdp2: FSDP2 makes the rank's "
                           "whole part its root unit, which virtual stages cannot share; use ddp, zero1 or zero2, or "
                           "parallel.pp_virtual=1")
-    if p.pp_schedule == "zb" and dp == "torch-fsdp2":
-        raise ConfigError("parallel.pp_schedule=zb with parallel.dp=torch-fsdp2: FSDP2 reduces gradients in hooks of "
-                          "its modules' backward, which zb's weight-gradient halves run outside of; use ddp, zero1, "
-                          "zero2 or zero3, or another schedule")
+    for layer, why in row.refuses_dp:
+        if dp == layer:
+            raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} with parallel.dp={layer}: "
+                              + why.format(name=p.pp_schedule))
 
 
 def _split_points(text: str) -> list[int]:
@@ -128,7 +130,7 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     mine = sched.stages_of(pp_rank)
     keep = [i for s in mine for i in ranges[s]]
     part = anatomy.of(model).cut(copy.deepcopy(model), keep, 0 in mine, n - 1 in mine)  # stage.build_stage's cut
-    part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n}
+    part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n, "all_ranges": ranges}
     return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
 
 
@@ -137,14 +139,12 @@ def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn
     submodules: the parameters are the part's, no copy."""
     view = copy.copy(part)
     view._modules = dict(part._modules)
-    view._modules["blocks"] = nn.ModuleDict({str(i): part.blocks[str(i)] for i in blocks})
-    if stage != 0:
-        if "wpe" in view._modules:
-            view._modules["wpe"] = None
-        if not getattr(part, "tied_head", True):
-            view._modules["wte"] = None  # untied (llama): wte marks the first stage
-    if stage != n_stages - 1:
-        view._modules["ln_f"] = view._modules["lm_head"] = None
+    anat = anatomy.of(part)
+    view._modules[anat.blocks] = nn.ModuleDict({str(i): getattr(part, anat.blocks)[str(i)] for i in blocks})
+    tied = anat.tied(part)
+    for name in anat.stage_drops(stage == 0, stage == n_stages - 1, tied):
+        if name in view._modules and not (name == anat.embedding and tied):  # a tied embedding rides along, unused
+            view._modules[name] = None
     return view
 
 
@@ -212,13 +212,13 @@ class PipelineParallel(Parallel):
         self.split = any(i.op == "W" for i in sched.ranks[dims.coord("pp")])  # zb: backward as I then W
         # Whether gradients are handed to the dp layer in one backward (module docstring); torch's stages
         # reduce FSDP2's gradients themselves, at their last backward.
+        self.cfg_native = registry.spec(cfg.parallel.pp_schedule).runner == "torch"
         self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
-                         and (len(stages) > 1 or self.split or cfg.parallel.pp_schedule in NATIVE_SCHEDULES))
+                         and (len(stages) > 1 or self.split or self.cfg_native))
 
         def loss_fn(logits, y):
             return self.loss_fn(logits, y, reduction="sum")
 
-        self.cfg_native = cfg.parallel.pp_schedule in NATIVE_SCHEDULES
         if self.cfg_native:
             from shardlab.parallel.pp.native import TorchPipeline
             self.engine = TorchPipeline(cfg.parallel.pp_schedule, modules, n, sched.microbatches, loss_fn,
@@ -230,6 +230,9 @@ class PipelineParallel(Parallel):
             self.final_stage = next(i.stage for i in reversed(sched.ranks[dims.coord("pp")])
                                     if i.op in ("B", "W"))
         self.modules = modules
+        # where each module of the whole model runs (the doctor names a culprit's stage and rank by it)
+        self.placement = StagePlacement(sched, part.pipeline["all_ranges"], dims,
+                                        [name for name, _ in model.named_modules() if name], anatomy.of(model))
 
     def _on_last_backward(self, stage: int):
         """Before `stage`'s last backward of the step. One stage per rank: switch gradient sync on. Several
@@ -246,9 +249,15 @@ class PipelineParallel(Parallel):
         return others + (self.stage_params[stage] if self.split else [])  # the engine skips what W computes
 
     def forward_backward(self, microbatches, loss_weight, after_backward=None):
+        """The schedule over `microbatches`. `after_backward(i, (x, y), loss)` (the doctor's per-microbatch
+        hook) runs once microbatch i's backward on this rank is done, in microbatch order; `loss` is its
+        summed loss on the rank holding the last stage, None on the others (they compute none). Under
+        torch's schedules, which own the loop, the hooks run after it."""
+        microbatches = list(microbatches)
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
+        done = _InOrder(microbatches, after_backward)
         with self.autocast():
-            loss = self.engine.step(list(microbatches), loss_weight)
+            loss = self.engine.step(microbatches, loss_weight, done if after_backward is not None else None)
         if self.handover and self.cfg_native:
             # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
             self.dp.set_requires_gradient_sync(True)
@@ -301,3 +310,20 @@ class PipelineParallel(Parallel):
         if self.group is not None:
             comm.all_reduce(loss, group=self.group, tag="pipeline loss")  # zero on every stage but the last
         return loss
+
+
+class _InOrder:
+    """`after_backward` per microbatch, in microbatch order whatever order the schedule finishes them in."""
+
+    def __init__(self, microbatches: list, after_backward):
+        self.microbatches, self.after_backward = microbatches, after_backward
+        self.ready: dict[int, object] = {}
+        self.next = 0
+
+    def __call__(self, mb: int, loss) -> None:
+        self.ready[mb] = loss
+        while self.next in self.ready:
+            i = self.next
+            x, y = self.microbatches[i][:2]
+            self.after_backward(i, (x, y), self.ready.pop(i))
+            self.next += 1

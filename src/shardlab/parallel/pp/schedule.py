@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.registry import OWN as SCHEDULES  # the own schedules (registry.py lists every one)
 
 COMPUTE = ("F", "B", "I", "W")  # I = backward for the input only, W = backward for the weights only
@@ -73,10 +74,10 @@ class ScheduleError(ValueError):
 
 
 def min_microbatches(name: str, pp: int) -> int:
-    """The fewest microbatches a schedule accepts. GPipe runs with any; 1F1B and ZB-H1 with fewer than
-    p microbatches degenerate into GPipe with a longer bubble, so they ask for at least p; interleaved
-    needs a multiple of p (its forward order walks microbatches in groups of p)."""
-    return 1 if name == "gpipe" else pp
+    """The fewest microbatches a schedule accepts (its row's min_microbatches). GPipe runs with any; 1F1B
+    and ZB-H1 with fewer than p microbatches degenerate into GPipe with a longer bubble, so they ask for at
+    least p; interleaved needs a multiple of p (its forward order walks microbatches in groups of p)."""
+    return registry.least_microbatches(name, pp)
 
 
 def check(name: str, pp: int, microbatches: int, virtual: int = 1, n_layer: int | None = None) -> None:
@@ -84,14 +85,17 @@ def check(name: str, pp: int, microbatches: int, virtual: int = 1, n_layer: int 
         raise ScheduleError(f"parallel.pp_schedule={name!r}: must be one of {', '.join(SCHEDULES)}")
     if pp < 1 or microbatches < 1 or virtual < 1:
         raise ScheduleError(f"pp={pp}, microbatches={microbatches}, virtual={virtual}: each must be at least 1")
-    if virtual > 1 and name != "interleaved":
-        raise ScheduleError(f"parallel.pp_virtual={virtual} needs parallel.pp_schedule=interleaved")
+    row = registry.spec(name)
+    if virtual > 1 and not registry.many_stages(name):
+        several = " or ".join(n for n in SCHEDULES if registry.many_stages(n))
+        raise ScheduleError(f"parallel.pp_virtual={virtual} needs parallel.pp_schedule={several}")
     need = min_microbatches(name, pp)
     if microbatches < need:
         raise ScheduleError(f"parallel.pp_schedule={name} at pp={pp} needs at least {need} microbatches "
-                            f"(parallel.pp_microbatches={microbatches}); use more, or pp_schedule=gpipe")
-    if name == "interleaved" and microbatches % pp:
-        raise ScheduleError(f"parallel.pp_schedule=interleaved needs parallel.pp_microbatches to be a multiple "
+                            f"(parallel.pp_microbatches={microbatches}); use more, or pp_schedule="
+                            f"{next(n for n in SCHEDULES if registry.least_microbatches(n, pp) == 1)}")
+    if row.microbatch_multiple == "p" and microbatches % pp:
+        raise ScheduleError(f"parallel.pp_schedule={name} needs parallel.pp_microbatches to be a multiple "
                             f"of pp={pp} (got {microbatches})")
     if n_layer is not None and pp * virtual > n_layer:
         raise ScheduleError(f"{pp * virtual} pipeline stages (pp={pp} x pp_virtual={virtual}) but the model has "
@@ -197,28 +201,24 @@ _ORDERS = {
 }
 
 
-def build(name: str, pp: int, microbatches: int, virtual: int = 1) -> Schedule:
+def build(name: str, pp: int, microbatches: int, virtual: int = 1, layout: str | None = None) -> Schedule:
+    """The own schedule `name` as data; `layout` (default: its row's) places its stages on the ranks."""
     check(name, pp, microbatches, virtual)
-    v = virtual if name == "interleaved" else 1
+    v = virtual if registry.many_stages(name) else 1
     ranks = []
     for r in range(pp):
         order = _ORDERS[name](pp, microbatches, r, v)
         ranks.append(tuple(_with_comm(order, pp * v)))
-    return Schedule(name, pp, microbatches, v, tuple(ranks))
+    return Schedule(name, pp, microbatches, v, tuple(ranks), layout or registry.spec(name).layout)
 
 
 def analytic_bubble(name: str, pp: int, microbatches: int, virtual: int = 1) -> float:
-    """The bubble as a fraction of the step (idle ÷ total), equal stage times, free communication:
-    GPipe and 1F1B (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v); ZB-H1 with F = I = W:
-    (p-1)/(3m+p-1), a third of 1F1B's idle time."""
-    p, m = pp, microbatches
-    if name in ("gpipe", "1f1b"):
-        return (p - 1) / (m + p - 1)
-    if name == "interleaved":
-        return ((p - 1) / virtual) / (m + (p - 1) / virtual)
-    if name == "zb":
-        return (p - 1) / (3 * m + p - 1)
-    raise ScheduleError(f"no analytic bubble for schedule {name!r}")
+    """The bubble as a fraction of the step (idle ÷ total), equal stage times, free communication: the
+    closed form of the schedule's row (registry.analytic_bubble); an error where it has none."""
+    got = registry.analytic_bubble(name, pp, microbatches, virtual) if name in registry.SPECS else None
+    if got is None:
+        raise ScheduleError(f"no analytic bubble for schedule {name!r}")
+    return got
 
 
 def format_schedule(schedule: Schedule) -> str:

@@ -30,16 +30,18 @@ SPEC = Spec(
             'mesh degree: pipeline stages (times parallel.pp_virtual); -1 = fill the world',
             '-1 | int >= 1'),
         Key("parallel.pp_schedule",
-            'pipeline schedule (docs/pipeline.md): own gpipe/1f1b/interleaved/zb (ZB-H1), or '
-            "torch.distributed.pipelining's",
+            "pipeline schedule (docs/pipeline.md): own "
+            + "/".join(n + (f" ({registry.SPECS[n].note})" if registry.SPECS[n].note else "") for n in registry.OWN)
+            + ", or torch.distributed.pipelining's",
             " | ".join(registry.NAMES)),
         Key("parallel.pp_microbatches",
             'microbatches per step through the pipeline; 0 = train.grad_accum (they are the same '
             'microbatches)',
             '0 | int >= 1'),
         Key("parallel.pp_virtual",
-            'stages per pipeline rank (interleaved schedules; torch-zb and torch-looped-bfs need >= 2, '
-            'torch-zbv and torch-dualpipev exactly 2)',
+            "stages per pipeline rank (interleaved schedules; "
+            + " and ".join(n for n, s in registry.SPECS.items() if s.virtual == (2, None)) + " need >= 2, "
+            + " and ".join(n for n, s in registry.SPECS.items() if s.virtual == (2, 2)) + " exactly 2)",
             'int >= 1'),
         Key("parallel.pp_split",
             'first block of pipeline stages 1, 2, ... (e.g. 3,7); "" = balanced by FLOP cost; auto = balanced '

@@ -72,6 +72,17 @@ def stage_ranges(n_layer: int, n_stages: int, split: list[int] | None = None, co
     return [range(bounds[k], bounds[k + 1]) for k in range(n_stages)]
 
 
+def runs_on(module: str, ranges, anat) -> int:
+    """The stage that runs `module` of the whole model (`anat`: its anatomy): a block's by its index, the
+    final norm's and the head's on the last stage, the rest (the embedding, which a tied head's last stage
+    also holds for its weight) first on stage 0."""
+    top, _, rest = module.partition(".")
+    if top == anat.blocks and rest:
+        block = int(rest.split(".")[0])
+        return next(s for s, r in enumerate(ranges) if block in r)
+    return len(ranges) - 1 if top in (anat.final_norm, anat.head) else 0
+
+
 def build_stage(model: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
     """A copy of `model` that runs only `blocks` (and the embedding / head if first / last): the model's
     anatomy (model/anatomy.py) says which parts a stage at this place holds."""

@@ -7,6 +7,7 @@ import torch
 from shardlab import comm
 from shardlab.model.gpt import GPTConfig, build_model
 from shardlab.model.loss import cross_entropy
+from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.engine import PipelineEngine
 from shardlab.parallel.pp.schedule import build
 from shardlab.parallel.pp.stage import build_stage, stage_ranges
@@ -37,15 +38,15 @@ def pipeline_engine(name: str, m: int, virtual: int = 1, kw: dict = TINY4):
     """This rank's engine (own, or torch's for a `torch-` name) over its stages of a fresh tiny GPT;
     pp = world size, the tied embedding summed by the engine itself."""
     pp, rank = comm.world_size(), comm.rank()
-    sched = build(name.removeprefix("torch-").replace("zb", "interleaved") if name.startswith("torch-") else name,
-                  pp, m, virtual)  # the stage layout (torch-zb is interleaved zero bubble)
+    row = registry.spec(name)
+    sched = build(row.order, pp, m, virtual, layout=row.layout)  # a torch row's stage layout is its order's
     model = build_model(GPTConfig(**kw), seed=0)
     n = sched.n_stages
     ranges = stage_ranges(kw["n_layer"], n)
     stages = {s: build_stage(model, s, n, ranges[s]) for s in sched.stages_of(rank)}
     ends = sorted({sched.rank_of(0), sched.rank_of(n - 1)})
     embed_group = comm.new_group(ends) if len(ends) > 1 else None
-    if name.startswith("torch-"):
+    if row.runner == "torch":
         from shardlab.parallel.pp.native import TorchPipeline
         return TorchPipeline(name, stages, n, m, cross_entropy, torch.device("cpu"), embed_group=embed_group)
     return PipelineEngine(sched, stages, stage_rank=sched.rank_of, pp_rank=rank, loss_fn=cross_entropy,

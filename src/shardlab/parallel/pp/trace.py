@@ -52,19 +52,18 @@ def measure(traces: dict) -> dict | None:
 def analytic(run_dir: Path) -> tuple[str, float] | None:
     """(schedule description, analytic bubble) from the run's config.toml."""
     from shardlab.parallel.pp import registry
-    from shardlab.parallel.pp.schedule import analytic_bubble
 
     cfg = tomllib.loads((Path(run_dir) / "config.toml").read_text())
     p, t = cfg.get("parallel", {}), cfg.get("train", {})
     if p.get("pp", 1) <= 1:
         return None
-    name = p.get("pp_schedule", "1f1b")
-    own = registry.SPECS[name].bubble if name in registry.SPECS else ""  # the own schedule whose formula applies
+    name = p.get("pp_schedule", registry.DEFAULT)
     v = p.get("pp_virtual", 1)
     m = t.get("grad_accum", 1)
-    if not own:
+    bubble = registry.analytic_bubble(name, p["pp"], m, v) if name in registry.SPECS else None
+    if bubble is None:  # no closed form for this schedule
         return None
-    return f"{name}, p={p['pp']}, m={m}" + (f", V={v}" if v > 1 else ""), analytic_bubble(own, p["pp"], m, v)
+    return f"{name}, p={p['pp']}, m={m}" + (f", V={v}" if v > 1 else ""), bubble
 
 
 def report(run_dir: Path, traces: dict) -> dict | None:

@@ -1,0 +1,30 @@
+"""The float8 casts' numerics, read from the converted layers: per layer and operand the amax, the scale,
+and the sampled fractions of elements that underflow (cast to 0) or saturate (clamped at the format's
+largest value). Reading them syncs the device once per call: metrics decide how often."""
+from __future__ import annotations
+
+import math
+
+import torch.nn as nn
+
+from shardlab.fp8.linear import Float8Linear
+
+
+def collect(model: nn.Module) -> dict[str, dict[str, dict[str, float]]]:
+    """{layer name: {"input"|"weight"|"grad": {"amax", "scale", "underflow", "saturated"}}} for every
+    converted layer that has run (the gradient's once a backward has)."""
+    out = {}
+    for name, m in model.named_modules():
+        if isinstance(m, Float8Linear) and m.fp8_stats:
+            out[name] = {op: {k: float(v) for k, v in s.items()} for op, s in m.fp8_stats.items()}
+    return out
+
+
+def first_nonfinite(model: nn.Module) -> str | None:
+    """'layer operand' of the first converted layer (in the model's order) whose last scale is not a finite
+    positive number (an inf/nan amax makes it 0 or nan), or None."""
+    for name, ops in collect(model).items():
+        for op, s in ops.items():
+            if not (math.isfinite(s["scale"]) and s["scale"] > 0 and math.isfinite(s["amax"])):
+                return f"{name} {op}"
+    return None
