@@ -176,16 +176,16 @@ class AsyncTrainer:
             "dtype": cfg.train.dtype,
         }
 
-
-def main(trainer: AsyncTrainer) -> dict:
-    clean = False
-    try:
-        summary = trainer.run()
-        clean = True
-    finally:
-        comm.shutdown(clean)
-    if summary.get("ckpt_failed_saves"):  # as the synchronous trainer: a save the user asked for is missing
-        print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
-              f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
-        raise SystemExit(1)
-    return summary
+    def main(self) -> dict:
+        """`run`, then the process group left (shardlab.train.main calls it)."""
+        clean = False
+        try:
+            summary = self.run()
+            clean = True
+        finally:
+            comm.shutdown(clean)
+        if summary.get("ckpt_failed_saves"):  # as the synchronous trainer: a save the user asked for is missing
+            print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+                  f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return summary

@@ -43,15 +43,12 @@ def _sync(device: torch.device) -> None:
 
 
 class Trainer:
-    def __new__(cls, cfg: Config, run_dir: Path):
-        # parallel.sync=async is another program (a server and workers, no common step): every caller
-        # (the CLI, the bench worker, tests) constructs a Trainer, so construction hands it over here.
-        if cls is Trainer and getattr(cfg.parallel, "sync", "every_step") == "async":
-            from shardlab.train.async_trainer import AsyncTrainer
-            return AsyncTrainer(cfg, run_dir)  # not a Trainer: __init__ below is not called on it
-        return super().__new__(cls)
+    """The synchronous loop (`shardlab.train.make_trainer` picks it for every parallel.sync but async)."""
 
     def __init__(self, cfg: Config, run_dir: Path):
+        if cfg.parallel.sync == "async":  # refused, not trained as every_step: that run has no common step
+            raise ValueError("parallel.sync=async runs the parameter server's trainer: use "
+                             "shardlab.train.make_trainer(cfg, run_dir)")
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t = cfg.train
@@ -273,6 +270,50 @@ class Trainer:
             print(f"\nrun directory: {self.run_dir}")
         return summary
 
+    # --- the run as a rank's program -------------------------------------------------------------------------
+    def main(self) -> dict:
+        """`run`, then the process group left; a failure recorded (run directory's failure record, the doctor's
+        flight record) and turned into the exit code the launcher reports (shardlab.train.main calls it)."""
+        clean = False
+        try:
+            summary = self.run()
+            signum = self.stop.finish()  # a signal during the last step or the final save
+            if signum:
+                raise self.save_on_signal(signum)
+            clean = True
+        except interrupt.Interrupted as e:  # every rank is here, at the same step: leave together, exit 130/143
+            if self.is_main:
+                failure.record_interrupted(self.run_dir, e)
+            clean = True
+            code = interrupt.exit_code(e.signum)
+            restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+            if restarts > 0 and orphans.PARENT_ENV in os.environ:
+                code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
+            raise SystemExit(code) from None
+        except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
+            failure.record(self.run_dir, self.rank, kind, e, self.doctor)
+            if self.is_main or isinstance(e, CollectiveMismatchError):
+                print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(failure.CODES[kind]) from None
+        except ConfigError as e:  # a rollback that found no intact checkpoint
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            raise bad_input(self.run_dir, e) from None
+        except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            if not isinstance(e, (SystemExit, KeyboardInterrupt)):
+                failure.record(self.run_dir, self.rank, "crash", e)
+            raise
+        finally:
+            comm.shutdown(clean)
+        if summary["ckpt_failed_saves"]:  # training finished, but a checkpoint the user asked for is missing
+            if self.is_main:
+                print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+                      f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return summary
+
 
 def _committed_steps(run_dir: Path) -> list[int]:
     """The steps of a run's committed checkpoints (a fault-tolerant job's resume compares its replicas')."""
@@ -280,7 +321,7 @@ def _committed_steps(run_dir: Path) -> list[int]:
     return [c.step for c in mf.list_checkpoints(Path(run_dir) / "checkpoints") if c.committed]
 
 
-def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
+def bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
     """Bad input the ranks found themselves (a checkpoint damaged since the launcher checked it, a plain
     `torchrun` run, an elastic restart): one line, exit 2, as when the launcher finds it."""
     from shardlab.errors import one_line
@@ -290,52 +331,3 @@ def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
         print(f"shardlab: error: {one_line(str(e))}", file=sys.stderr, flush=True)
     comm.shutdown(False)
     return SystemExit(failure.CODES["bad input"])
-
-
-def main(cfg: Config, run_dir: Path) -> dict:
-    try:
-        trainer = Trainer(cfg, run_dir)
-    except ConfigError as e:  # e.g. no intact checkpoint to resume from (shardlab.checkpoint)
-        raise _bad_input(run_dir, e) from None
-    if not isinstance(trainer, Trainer):  # parallel.sync=async
-        from shardlab.train import async_trainer
-        return async_trainer.main(trainer)
-    clean = False
-    try:
-        summary = trainer.run()
-        signum = trainer.stop.finish()  # a signal during the last step or the final save
-        if signum:
-            raise trainer.save_on_signal(signum)
-        clean = True
-    except interrupt.Interrupted as e:  # every rank is here, at the same step: leave together, exit 130/143
-        if trainer.is_main:
-            failure.record_interrupted(run_dir, e)
-        clean = True
-        code = interrupt.exit_code(e.signum)
-        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
-        if restarts > 0 and orphans.PARENT_ENV in os.environ:
-            code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
-        raise SystemExit(code) from None
-    except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
-        failure.record(run_dir, trainer.rank, kind, e, trainer.doctor)
-        if trainer.is_main or isinstance(e, CollectiveMismatchError):
-            print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(failure.CODES[kind]) from None
-    except ConfigError as e:  # a rollback that found no intact checkpoint
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        raise _bad_input(run_dir, e) from None
-    except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        if not isinstance(e, (SystemExit, KeyboardInterrupt)):
-            failure.record(run_dir, trainer.rank, "crash", e)
-        raise
-    finally:
-        comm.shutdown(clean)
-    if summary["ckpt_failed_saves"]:  # training finished, but a checkpoint the user asked for is missing
-        if trainer.is_main:
-            print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
-                  f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
-        raise SystemExit(1)
-    return summary

@@ -23,11 +23,11 @@ def _rows(run_dir):
 
 
 def _train(run_dir, overrides, world):
-    from shardlab.train.trainer import Trainer
+    from shardlab.train import make_trainer
 
     cfg = config.load(None, TINY_RUN + overrides)
     cfg = config.validate(cfg, world)
-    trainer = Trainer(cfg, run_dir)
+    trainer = make_trainer(cfg, run_dir)
     summary = trainer.run()
     params = {k: v.detach().clone() for k, v in trainer.par.full_parameters().items()}
     sent = {op: b for op, b in comm.RECORDER.step_stats()["bytes"].items() if b}  # (the end's gather: 0 B)
