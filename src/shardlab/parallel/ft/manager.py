@@ -34,6 +34,7 @@ import json
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from shardlab.parallel.ft.lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
@@ -69,6 +70,27 @@ def parse_absent(text: str) -> tuple[int, int, int] | None:
     rid, _, span = text.partition("@")
     a, _, b = span.partition("-")
     return int(rid), int(a), int(b or a)
+
+
+@dataclass
+class _Round:
+    """One (step, attempt) of `Manager.quorum`: whom it waits for and until when, what this rank did."""
+    step: int
+    attempt: int
+    founding: bool
+    out: set  # debug.ft_absent: sitting this step out
+    expected: list
+    wait_s: float
+    may_keep: bool = False  # may keep the last quorum (the lighthouse lost at attempt 0)
+    posted: bool = False
+    deadline: float = 0.0
+
+    def __post_init__(self):
+        self.deadline = time.monotonic() + self.wait_s
+
+    @property
+    def base(self) -> str:
+        return f"s{self.step}/a{self.attempt}"
 
 
 class Manager(LighthouseLoss):
@@ -173,81 +195,29 @@ class Manager(LighthouseLoss):
         when the participants changed). At attempt 0 a replica that cannot reach the lighthouse keeps its last
         quorum instead (`_reach_or_keep`). A rank dropped from the step gets a decision without it, not
         followed."""
-        base = f"s{step}/a{attempt}"
         if attempt == 0:
             self._followed = {k: v for k, v in self._followed.items() if k[0] == step}
+        out = self._planned_out(step)
+        r = _Round(step, attempt, founding, out,
+                   expected=[j for j in (range(self.n_replicas) if founding else self.members) if j not in out],
+                   wait_s=self.join_timeout if founding else self.timeout)
         # at/<i>/<k>: the step rank k of replica i quorums for, which a retry of an earlier step reads (rule 2 of
         # `_superseded`)
-        self._pending = {f"{base}/post/{self.rid}/{self.shard}": self.incarnation,
+        self._pending = {f"{r.base}/post/{self.rid}/{self.shard}": self.incarnation,
                          f"at/{self.rid}/{self.shard}": str(step)}
-        out = self._planned_out(step)
-        expected = [j for j in (range(self.n_replicas) if founding else self.members) if j not in out]
-        wait_s = self.join_timeout if founding else self.timeout
-        state = {"deadline": time.monotonic() + wait_s, "posted": False}
-        may_keep = attempt == 0 and not founding
-        if may_keep:
-            code, state["posted"] = self._reach_or_keep()
+        r.may_keep = attempt == 0 and not founding
+        if r.may_keep:
+            code, r.posted = self._reach_or_keep()
             if code == _KEEP:
                 self._pending = {}
                 return self._keep(step)
-            may_keep = code == _REACHED  # every rank of the replica posted, and every one can keep
-
-        def post_and_decide():
-            store = self.store
-            why = self._superseded(step, attempt) if attempt else None
-            if why:  # not even posted: a retry must not count this replica in
-                return None, why
-            if not state["posted"]:
-                self._post()
-                state["posted"] = True
-            while True:
-                why = self._superseded(step, attempt) if attempt else None
-                if why:
-                    return None, why
-                if self._has(f"{base}/decision"):
-                    break
-                # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
-                # posts: replicas still keeping it (they missed the return by a moment) train this step over the
-                # same group, so the outage ends without a drop. Members that died meanwhile fail its collective:
-                # the retry drops them. Joiners wait one quorum more.
-                if may_keep and self._back and not out:
-                    proposal = self._kept_decision(step)
-                    self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
-                    continue
-                complete = [j for j in expected
-                            if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
-                # a replica whose every rank asked to join was restarted: not waited for; admitted only at
-                # attempt 0 (a retry redoes a step the joiner has no state for)
-                requests = {j: v for j, v in self._join_requests().items() if j not in out}
-                joining = {} if attempt else requests
-                missing = [j for j in expected if j not in complete or j in requests]
-                late = time.monotonic() > state["deadline"]
-                waiting = [j for j in self._planned_in(step) if j not in joining]
-                # Never without its own replica: its other ranks are alive (a dead one takes the whole replica
-                # down with it, torchrun's restart) and only later, e.g. all stopped and one woken first.
-                own = self.rid not in expected or self.rid in complete
-                if own and (late or all(j in requests for j in missing)) and (late or not waiting):
-                    members = [j for j in complete if j not in requests]
-                    participants = sorted(set(members) | set(joining))
-                    # A joiner is a new process even where its replica id was a participant: a new group. So is
-                    # a retry's: every participant abandoned the group of the failed attempt, and a group is
-                    # never built twice under one prefix (its old keys would be met).
-                    changed = founding or bool(joining) or attempt > 0 or participants != self.members
-                    gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
-                                     f"not all its ranks came within {self.timeout:g} s") for j in missing}
-                    proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
-                                "members": members, "joiners": {str(j): v for j, v in joining.items()},
-                                "participants": participants, "gone": gone}
-                    self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
-                    continue
-                time.sleep(_POLL_S)
-            return self._op(store_get, store, f"{base}/decision"), None
+            r.may_keep = code == _REACHED  # every rank of the replica posted, and every one can keep
 
         def again():
-            state.update(deadline=time.monotonic() + wait_s, posted=False)
+            r.deadline, r.posted = time.monotonic() + r.wait_s, False
 
         try:
-            raw, why = (self._once if may_keep else self._reliably)(post_and_decide, again)
+            raw, why = (self._once if r.may_keep else self._reliably)(lambda: self._decide(r), again)
         except _KeepInstead:
             # Lost within the quorum, before this rank read its decision: keep. A rank that read it before the
             # lighthouse went follows it: the same group when the participants did not change; if they did, the
@@ -256,9 +226,70 @@ class Manager(LighthouseLoss):
             self._pending = {}
             return self._keep(step)
         self._pending = {}
+        return self._settle(r, raw, why)
+
+    def _decide(self, r: _Round) -> tuple[bytes | None, str | None]:
+        """Post this rank's keys, then wait for the decision of (step, attempt), proposing one as soon as the
+        posts allow (the first proposal wins: compare-and-set). (the decision, None), or (None, why) when a
+        retry finds itself superseded."""
+        store, base = self.store, r.base
+        why = self._superseded(r.step, r.attempt) if r.attempt else None
+        if why:  # not even posted: a retry must not count this replica in
+            return None, why
+        if not r.posted:
+            self._post()
+            r.posted = True
+        while True:
+            why = self._superseded(r.step, r.attempt) if r.attempt else None
+            if why:
+                return None, why
+            if self._has(f"{base}/decision"):
+                break
+            # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
+            # posts: replicas still keeping it (they missed the return by a moment) train this step over the
+            # same group, so the outage ends without a drop. Members that died meanwhile fail its collective:
+            # the retry drops them. Joiners wait one quorum more.
+            proposal = self._kept_decision(r.step) if r.may_keep and self._back and not r.out else self._proposal(r)
+            if proposal is not None:
+                self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                continue
+            time.sleep(_POLL_S)
+        return self._op(store_get, store, f"{base}/decision"), None
+
+    def _proposal(self, r: _Round) -> dict | None:
+        """The decision the posts seen so far allow, or None: wait for more."""
+        complete = [j for j in r.expected if all(self._has(f"{r.base}/post/{j}/{k}") for k in range(self.n_shards))]
+        # a replica whose every rank asked to join was restarted: not waited for; admitted only at attempt 0 (a
+        # retry redoes a step the joiner has no state for)
+        requests = {j: v for j, v in self._join_requests().items() if j not in r.out}
+        joining = {} if r.attempt else requests
+        missing = [j for j in r.expected if j not in complete or j in requests]
+        late = time.monotonic() > r.deadline
+        waiting = [j for j in self._planned_in(r.step) if j not in joining]
+        # Never without its own replica: its other ranks are alive (a dead one takes the whole replica down with
+        # it, torchrun's restart) and only later, e.g. all stopped and one woken first.
+        own = self.rid not in r.expected or self.rid in complete
+        if not (own and (late or all(j in requests for j in missing)) and (late or not waiting)):
+            return None
+        members = [j for j in complete if j not in requests]
+        participants = sorted(set(members) | set(joining))
+        # A joiner is a new process even where its replica id was a participant: a new group. So is a retry's:
+        # every participant abandoned the group of the failed attempt, and a group is never built twice under one
+        # prefix (its old keys would be met).
+        changed = r.founding or bool(joining) or r.attempt > 0 or participants != self.members
+        gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
+                         f"not all its ranks came within {self.timeout:g} s") for j in missing}
+        return {"step": r.step, "attempt": r.attempt, "qid": self.qid + 1 if changed else self.qid,
+                "members": members, "joiners": {str(j): v for j, v in joining.items()},
+                "participants": participants, "gone": gone}
+
+    def _settle(self, r: _Round, raw, why: str | None) -> dict:
+        """The decision read (or the reason there is none for this rank): the ranks of a retry agree, a
+        participant tells the joiners where they were admitted and follows it."""
+        step, attempt = r.step, r.attempt
         decision = None if why else json.loads(raw)
         if decision is not None:
-            self._last = (f"{base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
+            self._last = (f"{r.base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
             self._back = False
         if attempt > 0:
             # The ranks of a replica leave a retry together: one found the step superseded (its own look at the
@@ -271,20 +302,24 @@ class Manager(LighthouseLoss):
             return {"step": step, "attempt": attempt, "qid": self.qid, "members": [], "joiners": {},
                     "participants": [], "gone": {}, "superseded": why}
         if self.rid in decision["participants"]:
-            def admit():
-                for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
-                    store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
-                        {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
-                store_set(self.store, "started", b"1")
-                store_set(self.store, "beat", str(time.time()).encode())
-            try:
-                self._op(admit)
-            except FaultToleranceError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the decision is taken: follow it; a joiner not told it was
-                self._lost(e)  # admitted does not come, and the group's collective fails (the retry drops it)
+            self._admit(decision, step, attempt)
             self._follow(decision)
         return decision
+
+    def _admit(self, decision: dict, step: int, attempt: int) -> None:
+        """Tell each joiner's rank k where it was admitted; mark the job started and beating."""
+        def admit():
+            for j, incs in decision["joiners"].items():
+                store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
+                    {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
+            store_set(self.store, "started", b"1")
+            store_set(self.store, "beat", str(time.time()).encode())
+        try:
+            self._op(admit)
+        except FaultToleranceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the decision is taken: follow it; a joiner not told it was
+            self._lost(e)  # admitted does not come, and the group's collective fails (the retry drops it)
 
     def _post(self) -> None:
         """This rank's pending keys, then one question: a set alone does not wait for an answer (one sent to a
