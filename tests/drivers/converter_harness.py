@@ -44,22 +44,21 @@ def register_toy():
 def converted_steps(overrides: list[str], steps: int = 2) -> dict | None:
     """`steps` steps of the composition with the toy precision: the global losses, how many modules are
     converted after the layers applied and how many of them ran a product, on rank 0."""
+    import step_driver as driver
     from shardlab import comm, config
     from shardlab.parallel import build
 
     register_toy()
     cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     cfg.train.dtype = TOY
     par = build(cfg, comm.device())
-    dims, t = par.dims, cfg.train
+    t = cfg.train
     tokens = t.global_batch * t.seq_len
     losses = []
     for step in range(steps):
-        data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1),
-                             generator=torch.Generator().manual_seed(100 + step))
-        out = par.step([(data[:, :-1], data[:, 1:])], dims.dp_size / tokens, t.grad_clip)
-        losses.append(float(par.sum_over_data(out.loss_sum, "loss")) / tokens)
+        data = driver.random_batch(step, (t.global_batch, t.seq_len + 1))
+        losses.append(driver.step(par, [(data[:, :-1], data[:, 1:])], tokens, t.grad_clip)[1])
     counting = [m for m in par.model.modules() if isinstance(m, CountingLinear)]
     wrappers = [type(m).__name__ for m in par.model.modules() if getattr(m, "converted", None) is not None]
     return {"losses": losses, "converted": len(counting), "ran": sum(m.calls > 0 for m in counting),

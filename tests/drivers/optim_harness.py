@@ -40,24 +40,25 @@ def register_toy():
 def build_with_toy(overrides: list[str]) -> str:
     """Build the layout of `overrides` with the toy optimizer named by the config and take one step:
     "served" (with the loss) or "refused: <the line>"."""
+    import step_driver as driver
     from shardlab import comm, config
     from shardlab.errors import ConfigError
     from shardlab.parallel import build
 
     register_toy()
     cfg = config.load(None, COMPOSED + overrides)
-    config.validate(cfg, comm.world_size())
+    cfg = config.validate(cfg, comm.world_size())
     cfg.train.optimizer = TOY  # the entry named by the config (registry.training_name)
     try:
         par = build(cfg, comm.device())
     except ConfigError as e:
         return f"refused: {e}"
-    dims, t = par.dims, cfg.train
-    rows = slice(dims.dp_rank * t.micro_batch, (dims.dp_rank + 1) * t.micro_batch)
-    data = torch.randint(0, 256, (t.global_batch, t.seq_len + 1), generator=torch.Generator().manual_seed(0))[rows]
-    out = par.step([(data[:, :-1], data[:, 1:])], dims.dp_size / (t.global_batch * t.seq_len), t.grad_clip)
+    t = cfg.train
+    tokens = t.global_batch * t.seq_len
+    data = driver.random_batch(0, (t.global_batch, t.seq_len + 1), seed=0)[driver.rows(par, t.micro_batch)]
+    out = par.step([(data[:, :-1], data[:, 1:])], max_norm=t.grad_clip, global_tokens=tokens)
     assert isinstance(par.optimizer, NormalisedSGD) or type(par.optimizer).__name__ == "ZeroRedundancyOptimizer"
     before = {n: p.detach().clone() for n, p in par.model.named_parameters()}
-    par.step([(data[:, :-1], data[:, 1:])], dims.dp_size / (t.global_batch * t.seq_len), t.grad_clip)
+    par.step([(data[:, :-1], data[:, 1:])], max_norm=t.grad_clip, global_tokens=tokens)
     moved = any(not torch.equal(before[n], p) for n, p in par.model.named_parameters())
     return "served" if torch.isfinite(out.loss_sum) and moved else f"served, but no step: {out}"

@@ -39,7 +39,7 @@ def test_every_spec_is_listed_once_in_the_composition_order():
 def test_entries_checks_and_cost_hooks_resolve(spec):
     for impl in spec.impls:
         assert callable(load(impl.entry)), impl
-    for entry in (*spec.checks, *spec.cost.values()):
+    for entry in (*spec.checks, *spec.cost.values(), *([spec.inference] if spec.inference else [])):
         assert callable(load(entry)), entry
     if spec.choose:  # the key that picks the implementation is a config key, and its choices are the impls
         assert spec.choose in schema.all_keys()

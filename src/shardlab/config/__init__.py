@@ -21,7 +21,7 @@ from shardlab.config.schema import (  # noqa: F401 - the public names: `config.C
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
 from shardlab import precision
-from shardlab.parallel import layers
+from shardlab.parallel import layers, rules
 
 __all__ = ["LLAMA_KEYS", "STRATEGIES", "CkptConfig", "Config", "ConfigError", "DataConfig", "DebugConfig",
            "DoctorConfig", "ModelConfig", "ParallelConfig", "TraceConfig", "TrainConfig", "all_keys", "get_key",
@@ -147,6 +147,7 @@ def validate(cfg: Config, world_size: int) -> Config:
     for spec in layers.CHECKED:  # each layer's own conditions and its composition rules (parallel/rules.py)
         for check in spec.checks:
             layers.load(check)(cfg, run.dims)
+    rules.check(cfg, run.dims)  # every row of the table, those no layer's checks placed among its own too
     model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
     if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
         raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "

@@ -6,6 +6,7 @@ from shardlab.parallel.spec import Impl, Key, Spec
 
 SPEC = Spec(
     "compile", "compile", (Impl("inductor", "shardlab.parallel.compile:apply"),),
+    inference=None,  # training only
     keys=(
         Key("train.compile",
             'torch.compile (inductor) each block, after tp/recompute, under data parallelism; a compile error '

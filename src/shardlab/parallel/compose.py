@@ -16,7 +16,8 @@ Read top to bottom, this is the order torchtitan applies its layers in:
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
        optimizer (optim/registry.py) over this rank's parameters, and the run's sync in front of it
        (local SGD / DiLoCo, fault-tolerant replicas)  parallel/sync/, parallel/ft/
-    6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
+    6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups, the
+       executor that runs the microbatches: the pipeline's schedule)                          step.py
 
 The layout is resolved by `mesh.resolve_run`, as config validation, the dry run and the planner resolve it: a
 layer not built yet (`layers.not_built`) is refused there in one line.
@@ -67,20 +68,8 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
     # local SGD / DiLoCo, fault-tolerant replicas: a view in front of the layer (parallel/sync/, parallel/ft/)
     dp = sync.wrap(dp, cfg, dims, optimizer)
-    # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
-    if dims.pp > 1:
-        from shardlab.parallel.pp.pipeline import PipelineParallel
-        stages, schedule = handles[0].impl
-        return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
-                                layers=handles, params_total=total)
+    # 6. the step: the plain microbatch loop, or a layer's executor (the pipeline's schedule) when one has it
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
-
-
-# Inference mode: the layers that apply otherwise there (the pipeline: one stage per rank, no schedule) or
-# not at all (None: context and expert parallelism split work generation does not do, the sequence of a
-# training batch or its tokens' experts across ranks; recompute and compile serve training only and are skipped)
-INFERENCE = {"pp": "shardlab.parallel.pp.stage:split_for_inference", "cp": None, "ep": None,
-             "recompute": None, "compile": None}
 
 
 def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple[list, nn.Module]:
@@ -89,13 +78,13 @@ def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple
     for spec in layers.LAYERS:
         if not spec.on(dims):
             continue
-        if inference and spec.name in INFERENCE:
-            if INFERENCE[spec.name] is None:
+        if inference and spec.inference != "":  # the spec says how (or whether) it applies at inference
+            if spec.inference is None:
                 if not spec.dim:
                     continue
                 raise ConfigError(f"parallel.{spec.dim}={dims.size(spec.dim)}: not applied at inference "
                                   f"(generation); set it to 1")
-            apply = layers.load(INFERENCE[spec.name])
+            apply = layers.load(spec.inference)
         else:
             apply = _layer(spec, spec.chosen(cfg))
         handles.append(apply(part, cfg, dims))

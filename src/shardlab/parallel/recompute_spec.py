@@ -19,5 +19,6 @@ SPEC = Spec(
             'recompute every K-th block (1 = all)',
             'int >= 1'),
     ),
+    inference=None,  # training only
     cost={"memory": "shardlab.plan.memory:activation_lines", "flops": "shardlab.plan.compute:micro_batch_time"},
 )

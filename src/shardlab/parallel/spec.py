@@ -13,6 +13,9 @@ everything the code around it needs to know without importing it:
     composes_with  other layer -> the implementations of it this layer composes with (the rules table,
                    parallel/rules.py, turns them into one-line refusals)
     checks_last    its checks run after every other layer's (the pipeline's stage split assumes the rest holds)
+    inference      how `shardlab generate`'s composition applies it: "" as in training, an entry of its own
+                   (the pipeline: one stage per rank, no schedule), or None: not at all (a feature is skipped, a
+                   mesh dimension > 1 refused)
 
 `parallel/layers.py` lists the specs in the order the composition applies them; `compose.build`, config
 validation, the help text and the planner iterate over that list. Pure data: importing a spec never loads
@@ -50,6 +53,7 @@ class Spec:
     cost: dict[str, str] = field(default_factory=dict)
     composes_with: dict[str, tuple[str, ...]] = field(default_factory=dict)
     checks_last: bool = False  # its checks run after every other layer's (they assume the rest holds)
+    inference: str | None = ""  # at inference: "" = as in training, "module:attribute" = that apply, None = not
 
     @property
     def names(self) -> tuple[str, ...]:

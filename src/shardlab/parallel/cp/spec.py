@@ -31,4 +31,5 @@ SPEC = Spec(
     checks=("shardlab.parallel.cp.checks:validate_cp",),
     cost={"bytes": "shardlab.plan.comm:cp_ring"},
     composes_with={"dp": ("ddp", "zero1", "zero2", "zero3", "torch-ddp")},
+    inference=None,  # generation does not split a batch's sequence or tokens' experts across ranks
 )

@@ -22,4 +22,5 @@ SPEC = Spec(
     cost={"bytes": "shardlab.plan.moe:expected", "memory": "shardlab.plan.moe:expert_state_bytes",
           "flops": "shardlab.plan.moe:flops_per_token"},
     composes_with={"dp": ("ddp", "torch-ddp")},
+    inference=None,  # generation does not split a batch's sequence or tokens' experts across ranks
 )

@@ -49,6 +49,7 @@ SPEC = Spec(
             '"" | auto | increasing block indices'),
     ),
     checks=("shardlab.parallel.pp.spec:check",), checks_last=True,
+    inference="shardlab.parallel.pp.stage:split_for_inference",  # this rank's stage, no schedule
     cost={"bytes": "shardlab.plan.comm:tp_pp_collectives", "memory": "shardlab.plan.memory:in_flight",
           "bubble": "shardlab.parallel.pp.schedule:analytic_bubble"},
 )
