@@ -38,7 +38,7 @@ from shardlab.parallel.dp.base import _local
 from shardlab.parallel.ft import resume as ft_resume
 from shardlab.parallel.ft.hooks import ReplicaHooks
 from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts
-from shardlab.parallel.ft.quorum import quorum_all_reduce, quorum_broadcast
+from shardlab.parallel.ft import quorum  # called through the module: the simulated world watches its ops
 from shardlab.parallel.dp.view import DPView
 
 
@@ -187,7 +187,7 @@ class EveryStepFaultTolerance(ReplicaHooks, DPView):
         step, attempt = self.train_state.step, 0
         while True:
             buf = mine.clone()
-            ok = self._attempt(lambda: quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
+            ok = self._attempt(lambda: quorum.quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
             if self._vote(ok):
                 break
             self.manager.broken()
@@ -277,7 +277,7 @@ class EveryStepFaultTolerance(ReplicaHooks, DPView):
             if m.group is None:
                 raise FaultToleranceError("no group")
             for i, t in enumerate((meta, rng, *flats.values())):
-                quorum_broadcast(t, src, m.group, tag="ft heal")
+                quorum.quorum_broadcast(t, src, m.group, tag="ft heal")
                 moved += t.numel() * t.element_size()
                 if i == 0 and delay:
                     time.sleep(delay)

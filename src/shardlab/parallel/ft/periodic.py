@@ -31,7 +31,7 @@ import torch
 
 from shardlab.parallel.ft.hooks import ReplicaHooks
 from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts  # noqa: F401
-from shardlab.parallel.ft.quorum import quorum_all_reduce, quorum_broadcast
+from shardlab.parallel.ft import quorum  # called through the module: the simulated world watches its ops
 from shardlab.parallel.sync.periodic import PeriodicSync
 
 
@@ -110,7 +110,7 @@ class FaultTolerantSync(ReplicaHooks, PeriodicSync):
                 if len(m.members) > 1:
                     if m.group is None:
                         raise FaultToleranceError("the quorum's group was not formed")
-                    quorum_all_reduce(buf, m.group, tag=f"{self.mode} outer step")
+                    quorum.quorum_all_reduce(buf, m.group, tag=f"{self.mode} outer step")
                 break
             except Exception as e:  # noqa: BLE001 - a closed connection, a timeout (gloo's; NCCL's on the host)
                 log_replica(self.rid, f"outer step {k}: the quorum's collective failed ({type(e).__name__}); "
@@ -166,7 +166,7 @@ class FaultTolerantSync(ReplicaHooks, PeriodicSync):
         tensors = [meta] + [t.clone() for t in self._state()]
         try:
             for t in tensors:
-                quorum_broadcast(t, src, m.group, tag="fault-tolerant state")
+                quorum.quorum_broadcast(t, src, m.group, tag="fault-tolerant state")
         except Exception as e:  # noqa: BLE001
             if joiner:
                 raise FaultToleranceError(f"replica {self.rid}: the state from replica {min(decision['members'])} "

@@ -2,8 +2,8 @@
 
 Fault tolerance's own transport, beside store.py; recorded through comm_record as comm's collectives are.
 A replica is its own torchrun job, so the replicas share no default process group: the cross-replica group of
-quorum q is built directly over the lighthouse's TCPStore, under a prefix that names the job, the quorum and the shard position
-(rank k of every replica: HSDP's dp_replicate group for shard k). A new quorum gets a new prefix, so a group
+quorum q is built directly over the lighthouse's TCPStore, under a prefix that names the job, the quorum and the
+shard position (rank k of every replica: HSDP's dp_replicate group for shard k). A new quorum gets a new prefix, so a group
 never meets a member of an older one (torchft's reconfigurable group).
 
 **The backend** (`quorum_backend`): NCCL when the replica's tensors are on CUDA and NCCL is available, unless
