@@ -28,7 +28,9 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
-RECOMPUTE = ("none", "selective", "selective-attn", "full")  # selective: shardlab's; selective-attn: Megatron's
+# selective: shardlab's; selective-attn: Megatron's; selective-op: torchtitan's op-level policy (every matmul and
+# the attention kernel kept but every second matmul of a block, the rest recomputed)
+RECOMPUTE = ("none", "selective", "selective-attn", "full", "selective-op")
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
 
