@@ -161,6 +161,10 @@ class Layout:
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
         if self.v > 1 and not registry.many_stages(self.schedule):
             raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
+        lo, hi = registry.spec(self.schedule).virtual
+        if self.v < lo or (hi is not None and self.v > hi):
+            raise ValueError(f"schedule {self.schedule} runs {lo}{'' if hi == lo else f' to {hi}'} stages per rank "
+                             f"(v={lo} for its V placement), got v={self.v}")
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")

@@ -255,16 +255,21 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                    "measured in situ at this model and micro batch)",
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
-    }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
+    }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
+        + _gpu_terms(cluster, plan.train.mixed)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
-    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, else 1); " \
+    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, 6 zbv/dualpipev, else 1); " \
                   f"fraction (p-1)/(d*m) = {(p - 1) / (v * m):.3f}"
-    X["comm_total"] = "sum of alpha-beta times of every collective"
+    X["comm_total"] = "sum of alpha-beta times of every collective" + (
+        f" (per call {cluster.call_latency * 1e6:.1f} us + ring steps x alpha + wire / achieved bus bandwidth: "
+        f"NVLink {cluster.intra_bw * cluster.busbw_eff_intra / 1e9:.0f} GB/s rings, "
+        f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce; network "
+        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "")
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
     hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
@@ -273,6 +278,23 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
+
+
+def _gpu_terms(c: Cluster, mixed: bool) -> str:
+    """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
+    if c.gemm_table or c.gemm_fit:
+        return ""
+    out = []
+    if c.clock_factor < 1:
+        out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
+    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak")
+    if c.gemm_roofline:
+        out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
+    if c.attention and mixed:
+        from .attention import efficiency
+        f, b = efficiency(c.attention, c.peak_flops)
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.0%} of peak forward, 2.5x at {b:.0%} backward")
+    return "; " + ", ".join(out)
 
 
 def trainer_step_overhead(cluster: Cluster, world: int) -> float:
