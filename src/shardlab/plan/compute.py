@@ -162,8 +162,11 @@ def _gemm_time(op: Op, c: Cluster, kind: str, mnk: tuple, fp32: bool) -> float:
     guide: a GEMM whose arithmetic intensity is below the GPU's FLOP:byte ratio is memory-bound, as the k/v
     projections of width g/t = 128 under TP 8 are)."""
     m, n, k = mnk
-    t = op.flops / _gemm_rate(c, kind, m, n, k, fp32)
-    if c.gemm_roofline and f"{kind}:{m},{n},{k}" not in c.gemm_table:
+    # a batched GEMM (attention heads) runs its count x tiles in one launch: its waves are over all of them
+    rows = m * op.count if c.gemm_roofline and f"{kind}:{m},{n},{k}" not in c.gemm_table else m
+    t = op.flops / _gemm_rate(c, kind, rows, n, k, fp32)
+    # (not the fused attention kernel: it never writes the s x s scores its shape describes)
+    if c.gemm_roofline and op.name != "attention" and f"{kind}:{m},{n},{k}" not in c.gemm_table:
         t = max(t, op.count * (m * k + k * n + m * n) * (4 if fp32 else 2) / c.hbm_bw)
     return t
 
