@@ -128,6 +128,7 @@ class ParallelConfig:
     tp_impl: str = "own"  # own (parallel/tp/own.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
     cp_impl: str = "own"  # own (ring attention, parallel/cp/layer.py) | torch (context_parallel, CUDA only)
+    cp_ulysses: int = 0  # cp_impl=hybrid: the Ulysses degree inside the ring (parallel/cp/spec.py)
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
     # Synchronisation across data-parallel replicas (docs/sync.md, parallel/dp/sync.py)
