@@ -123,9 +123,7 @@ class FlatParamUnit:
                 empty = materialize.is_unallocated(p)
                 full = torch.empty if empty and self.shard_at_rest else torch.zeros
                 full = full((self.world * info.chunk, *info.shape[1:]), dtype=p.dtype, device=self.device)
-                if empty and self.shard_at_rest:
-                    full.untyped_storage().resize_(0)  # zero3: allocated when first gathered
-                elif not empty:
+                if not empty:
                     full[: info.rows].copy_(p.detach())
                 info.full = full
                 if empty:  # a meta tensor takes no data in place: a new parameter, wherever it is registered
@@ -139,6 +137,8 @@ class FlatParamUnit:
                     if not empty:
                         view.copy_(full[info.start: info.start + info.chunk])
                     info.shard = nn.Parameter(view, requires_grad=p.requires_grad)
+                    if empty:  # zero3: the full storage comes when first gathered (one parameter's worth at a time)
+                        full.untyped_storage().resize_(0)
                 else:
                     info.shard = nn.Parameter(full[info.start: info.start + info.chunk], requires_grad=p.requires_grad)
             if self.shard_at_rest:
