@@ -127,7 +127,10 @@ class FlatParamUnit:
                     full[: info.rows].copy_(p.detach())
                 info.full = full
                 if empty:  # a meta tensor takes no data in place: a new parameter, wherever it is registered
-                    p = info.param = nn.Parameter(full[: info.rows], requires_grad=p.requires_grad)
+                    # (`.data =`, as below: the parameter keeps its own version counter, not the storage's,
+                    # so an all-gather into `full` does not invalidate what autograd saved of it)
+                    p = info.param = nn.Parameter(full.new_empty(0), requires_grad=p.requires_grad)
+                    p.data = full[: info.rows]
                     for module, attr, _ in info.registrations:
                         module._parameters[attr] = p
                 else:
