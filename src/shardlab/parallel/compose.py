@@ -77,7 +77,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
         materialize.allocate(part, device)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
     if on_meta:
-        materialize.allocate(part, device)
+        materialize.allocate(part, device, move=False)
         if device.type != "meta":  # the simulation's device holds no values to draw
             from shardlab.parallel import init_shards
             init_shards.initialise(dp, rules, buffers, cfg.train.seed, model)

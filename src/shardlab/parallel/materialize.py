@@ -50,9 +50,9 @@ def is_unallocated(t: torch.Tensor | None) -> bool:
     return t is not None and unallocated(local(t))
 
 
-def allocate(module: nn.Module, device: torch.device) -> int:
-    """Give every unallocated parameter and buffer of `module` empty storage on `device`, and move the
-    allocated ones there. A meta tensor cannot take another device's data in place, so an unallocated
+def allocate(module: nn.Module, device: torch.device, move: bool = True) -> int:
+    """Give every unallocated parameter and buffer of `module` empty storage on `device`, and (`move`) move
+    the allocated ones there (after a data-parallel layer: not; it put its shards where they live). A meta tensor cannot take another device's data in place, so an unallocated
     parameter is replaced by a new one in every module that registers it (a tied head stays the
     embedding's). Returns the bytes allocated."""
     done: dict[int, nn.Parameter] = {}
@@ -67,13 +67,13 @@ def allocate(module: nn.Module, device: torch.device) -> int:
                         new = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
                         total += local(new).numel() * new.element_size()
                     else:
-                        if p.device != device:
+                        if move and p.device != device:
                             p.data = p.data.to(device)
                         new = p
                     done[id(p)] = new
                 mod._parameters[name] = done[id(p)]
             for name, b in mod._buffers.items():
-                if b is not None and (is_unallocated(b) or b.device != device):
+                if b is not None and (is_unallocated(b) or (move and b.device != device)):
                     mod._buffers[name] = torch.empty_like(b, device=device) if is_unallocated(b) else b.to(device)
     return total
 
