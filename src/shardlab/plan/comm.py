@@ -23,7 +23,7 @@ from shardlab.model import anatomy
 from shardlab.model.anatomy import KV, ROW
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, stage_layers
+from .layout import Layout, TrainSpec, first_rank_layers, stage_layers
 from .model import ModelSpec
 
 DTYPE_BYTES = precision.BYTES
@@ -116,9 +116,9 @@ def tp_local(name: str, n, tp: int, kv_whole: bool = False):
 @functools.lru_cache(maxsize=256)
 def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
     """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
-    many blocks as the busiest rank holds (`stage_layers`: uneven splits plan for the largest stage).
-    Each parameter as one TP rank holds it (`tp_local`)."""
-    layers = stage_layers(model.n_layer, pp, v)
+    many blocks as the composition puts on that rank (`first_rank_layers`: the pipeline's cost-balanced
+    split). Each parameter as one TP rank holds it (`tp_local`)."""
+    layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
     anat = anatomy.by_arch(model.arch)
     first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
     root: list[int] = []

@@ -2,6 +2,8 @@
 dp_replicate x dp_shard x tp x pp, innermost tp, as in Megatron-LM's rank order)."""
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 from shardlab import precision
@@ -210,6 +212,22 @@ def stage_layers(n_layer: int, pp: int, v: int = 1) -> int:
     q, extra = divmod(n_layer, n)
     sizes = [q + (1 if s < extra else 0) for s in range(n)]
     return max(sum(sizes[r::pp]) for r in range(pp))
+
+
+@functools.lru_cache(maxsize=1024)  # (a search asks it for every layout of one model)
+def first_rank_layers(n_layer: int, pp: int, v: int, d_model: int, vocab: int, seq: int) -> int:
+    """Blocks on the first pipeline rank (stages 0, pp, 2pp, ...) as the composition cuts them: stages
+    balanced by cost with the embedding and the head counted (parallel/pp/split.py), so uneven splits
+    (Llama 3 405B's 126 layers over 16 stages) put as many blocks there as the built model has."""
+    if pp * v == 1:
+        return n_layer
+    from shardlab.parallel.pp.split import layer_costs, stage_ranges
+
+    try:
+        ranges = stage_ranges(n_layer, pp * v, costs=layer_costs(n_layer, d_model, vocab, seq))
+    except ValueError:  # more stages than layers: the layout check refuses it; plan as the even split
+        return stage_layers(n_layer, pp, v)
+    return sum(len(r) for r in ranges[0::pp])
 
 
 def grad_accum(train: TrainSpec, layout: Layout) -> int:

@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model import anatomy
+from shardlab.parallel import materialize
 
 MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # zero2/3: bounds the memory of packed gradient buffers during backward
 
@@ -81,7 +82,7 @@ class FlatParamUnit:
     """
 
     def __init__(self, name: str, module: nn.Module, params: list[tuple[str, nn.Parameter, list]],
-                 group, shard_at_rest: bool, home=None):
+                 group, shard_at_rest: bool, home=None, device=None):
         self.name, self.module, self.group = name, module, group
         self.rank, self.world = comm.rank(group), comm.world_size(group)
         self.infos: list[ShardedParam] = []
@@ -99,14 +100,19 @@ class FlatParamUnit:
         self.grad_shard: torch.Tensor | None = None  # zero2/zero3: the reduced gradient shard
         self.unsharded = not shard_at_rest
         self._gather: tuple | None = None  # (handle, buffer) of an all-gather in flight
-        self._init_storage()
+        self._init_storage(device)
 
     # --- layout ---------------------------------------------------------------------------------------
-    def _init_storage(self) -> None:
+    def _init_storage(self, device=None) -> None:
+        """The shards and the padded full storage. A parameter with no storage yet (a meta-built model:
+        parallel/materialize.py) gets its storage here, on `device`, with no values (they are drawn into the
+        shards afterwards): zero3 allocates only its flat shard (the full storage starts freed), zero1/zero2
+        the full parameters they keep anyway."""
+        p0 = self.infos[0].param if self.infos else None
+        self.device = device if p0 is not None and materialize.is_unallocated(p0) and device is not None \
+            else (p0.device if p0 is not None else None)
         with torch.no_grad():
             if self.shard_at_rest:
-                p0 = self.infos[0].param if self.infos else None
-                self.device = p0.device if p0 is not None else None
                 if self.home is not None and p0 is not None:
                     self.flat_shard = self.home.empty(self.shard_numel, p0.dtype).zero_()
                 else:
@@ -114,14 +120,28 @@ class FlatParamUnit:
                                                   device=self.device)
             for info in self.infos:
                 p = info.param
-                full = p.new_zeros((self.world * info.chunk, *info.shape[1:]))
-                full[: info.rows].copy_(p.detach())
+                empty = materialize.is_unallocated(p)
+                full = torch.empty if empty and self.shard_at_rest else torch.zeros
+                full = full((self.world * info.chunk, *info.shape[1:]), dtype=p.dtype, device=self.device)
+                if not empty:
+                    full[: info.rows].copy_(p.detach())
                 info.full = full
-                p.data = full[: info.rows]  # the model's parameter is now a view of the padded storage
+                if empty:  # a meta tensor takes no data in place: a new parameter, wherever it is registered
+                    # (`.data =`, as below: the parameter keeps its own version counter, not the storage's,
+                    # so an all-gather into `full` does not invalidate what autograd saved of it)
+                    p = info.param = nn.Parameter(full.new_empty(0), requires_grad=p.requires_grad)
+                    p.data = full[: info.rows]
+                    for module, attr, _ in info.registrations:
+                        module._parameters[attr] = p
+                else:
+                    p.data = full[: info.rows]  # the model's parameter is now a view of the padded storage
                 if self.shard_at_rest:
                     view = self.flat_shard[info.offset: info.offset + info.numel].view(info.chunk, *info.shape[1:])
-                    view.copy_(full[info.start: info.start + info.chunk])
+                    if not empty:
+                        view.copy_(full[info.start: info.start + info.chunk])
                     info.shard = nn.Parameter(view, requires_grad=p.requires_grad)
+                    if empty:  # zero3: the full storage comes when first gathered (one parameter's worth at a time)
+                        full.untyped_storage().resize_(0)
                 else:
                     info.shard = nn.Parameter(full[info.start: info.start + info.chunk], requires_grad=p.requires_grad)
             if self.shard_at_rest:
@@ -244,7 +264,8 @@ def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=None) -> list[FlatParamUnit]:
+def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=None,
+                device=None) -> list[FlatParamUnit]:
     """Give every parameter to the innermost unit module that contains it (FSDP's rule). A parameter
     registered twice (the tied embedding/head) is one parameter, kept under its first name (wte.weight)."""
     mods = unit_modules(model, policy)
@@ -257,5 +278,5 @@ def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=
     for fqn, p in model.named_parameters():
         owner = max((name for name, _ in mods if name == "" or fqn.startswith(name + ".")), key=len)
         owned[owner].append((fqn, p, regs[id(p)]))
-    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest, home)
+    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest, home, device)
             for name, mod in mods if owned[name]]
