@@ -107,3 +107,13 @@ def test_rowwise_gathers_as_before(pool2):
     out = pool2.run(run, "rowwise", steps=1)[0]
     assert not out["coded"] and not out["agree"]
     assert all(":" not in t[3:] for t, _ in out["gathers"])
+
+
+def test_hsdp_gathers_float8_in_the_shard_group(pool4):
+    """HSDP (dp_replicate 2 x dp_shard 2): the float8 gather and its amax agreement run in the shard group
+    (the replicas hold the same shards), and the losses are the fp32-gather run's bits."""
+    coded4 = pool4.run(run, "tensorwise", steps=2, dp_replicate=2)
+    plain4 = pool4.run(run, "tensorwise", encode=False, steps=2, dp_replicate=2)
+    for a, b in zip(coded4, plain4):
+        assert a["losses"] == b["losses"]
+    assert any(t.endswith(":fp8") for t, _ in coded4[0]["gathers"])
