@@ -417,20 +417,32 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
         alpha *= ring_steps(op, n) / ring_steps(op, mw)
         return alpha + wire / busbw, wire, 0.0
     nodes = max(1, n // max(1, local))
+    base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
+    intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
     if nodes == 1:
-        return _ring(op, size, n, cluster.intra_latency, cluster.intra_bw), wire, 0.0
+        return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
     if local == 1:
-        return _ring(op, size, n, cluster.inter_latency, cluster.inter_bw), 0.0, wire
+        return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
     # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
-    t_in, w_in = 0.0, 0.0
+    t_in, w_in = base, 0.0
     phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
               "all_gather": ("all_gather",)}.get(op, ())
     for ph in phases:
-        t_in += _ring(ph, size, local, cluster.intra_latency, cluster.intra_bw)
+        t_in += _ring(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
         w_in += wire_factor(ph, local) * size
     inner = size / local
-    t_out = _ring(op, inner, nodes, cluster.inter_latency, cluster.inter_bw)
+    t_out = _ring(op, inner, nodes, cluster.inter_latency, inter_bw)
     return t_in + t_out, w_in, wire_factor(op, nodes) * inner
+
+
+def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:
+    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL's rings
+    achieve (nccl-tests' busbw; docs/planner.md, "The GPU terms"). With the per-call and per-step latencies
+    this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small messages."""
+    if inter:
+        return cluster.inter_bw * cluster.busbw_eff_inter
+    eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
+    return cluster.intra_bw * eff
 
 
 def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
@@ -444,8 +456,8 @@ def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float
         if "p2p" in cluster.collectives:
             alpha, bw = cluster.collectives["p2p"]
         else:
-            alpha, bw = ((cluster.inter_latency, cluster.inter_bw) if inter
-                         else (cluster.intra_latency, cluster.intra_bw))
+            alpha = (cluster.inter_latency if inter else cluster.intra_latency) + cluster.call_latency
+            bw = achieved_bw("p2p", cluster, inter)
         t = c.calls * alpha + c.payload / bw
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
     local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks

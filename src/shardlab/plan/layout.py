@@ -28,7 +28,9 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
-RECOMPUTE = ("none", "selective", "selective-attn", "full")  # selective: shardlab's; selective-attn: Megatron's
+# selective: shardlab's; selective-attn: Megatron's; selective-op: torchtitan's op-level policy (every matmul and
+# the attention kernel kept but every second matmul of a block, the rest recomputed)
+RECOMPUTE = ("none", "selective", "selective-attn", "full", "selective-op")
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
 
@@ -170,6 +172,10 @@ class Layout:
                 raise ValueError(line)
         if self.v > 1 and not registry.many_stages(self.schedule):
             raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
+        lo, hi = registry.spec(self.schedule).virtual
+        if self.v < lo or (hi is not None and self.v > hi):
+            raise ValueError(f"schedule {self.schedule} runs {lo}{'' if hi == lo else f' to {hi}'} stages per rank "
+                             f"(v={lo} for its V placement), got v={self.v}")
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")

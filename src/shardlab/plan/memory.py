@@ -90,10 +90,12 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl) * train.act_bytes_scale
     one = per_layer * layers
     form = {"none": "sbh(34 + 5as/h)", "selective-attn": "sbh*34", "full": "2sbh",
-            "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)"}[lay.recompute]
-    if model.llama and lay.recompute in ("none", "selective"):  # shardlab's policy, counted as measured
+            "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)",
+            "selective-op": "as selective (torchtitan's op policy: counted for llama only)"}[lay.recompute]
+    if model.llama and lay.recompute in ("none", "selective", "selective-op"):  # shardlab's policy, counted as measured
         form = {"none": "llama 2sb(8h + 2g + 4f + 2) + 2abs + 4sd",
-                "selective": "llama 2sb(5h + 2g + 2f) + 2abs"}[lay.recompute] + (f", t={lay.tp}" if lay.tp > 1 else "")
+                "selective": "llama 2sb(5h + 2g + 2f) + 2abs",
+                "selective-op": "llama 2sb(4h + g + f) + 4abs (torchtitan's op policy)"}[lay.recompute] + (f", t={lay.tp}" if lay.tp > 1 else "")
     elif lay.tp > 1 and lay.recompute in ("none", "selective-attn"):
         form = ("sbh/t(34 + 5as/h)" if lay.sp else "sbh(10 + 24/t + 5as/(ht))") \
             if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")

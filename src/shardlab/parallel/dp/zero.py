@@ -85,7 +85,7 @@ class _Zero(Strategy):
     shards_within_replica = True
 
     def replicas_step_alone(self) -> list:
-        """HSDP under local SGD / DiLoCo (parallel/dp/sync.py): each replica group steps on its own gradient,
+        """HSDP under local SGD / DiLoCo (parallel/sync/periodic.py): each replica group steps on its own gradient,
         so the per-step all-reduce across replicas goes and the reduce-scatter averages over the shard group
         only; the replicas meet in the periodic outer synchronisation instead, on this rank's shards (what its
         optimizer steps)."""
