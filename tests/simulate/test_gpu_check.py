@@ -82,6 +82,21 @@ def test_every_case_is_a_valid_config_at_its_world():
         config.validate(config.load(None, c.keys), 1)
 
 
+def test_fp8_cases_run_on_a_gpu_only_and_are_valid_configs():
+    """FP8 (tensorwise, rowwise, zero3's float8 all-gather at 2 staged ranks): native torch._scaled_mm on an
+    H100/H200, skipped in the CPU rehearsal (the suite checks the emulated float8 on CPU); valid configs at
+    their world all the same, so a GPU's minutes are not spent on a refusal."""
+    from shardlab import config
+    from shardlab.testing.gpu_check import REPO, TINY
+
+    fp8 = [c for c in cases() if any(k.startswith("train.fp8=") for k in c.keys)]
+    assert {k for c in fp8 for k in c.keys if k.startswith(("train.fp8=", "parallel.strategy="))} == \
+        {"train.fp8=tensorwise", "train.fp8=rowwise", "parallel.strategy=ddp", "parallel.strategy=zero3"}
+    assert all(c.cuda_only for c in fp8) and {c.world for c in fp8} == {1, 2}
+    for c in fp8:
+        config.validate(config.load(REPO / "configs" / "tiny.toml", TINY[2:] + c.keys), c.world)
+
+
 def test_spec_peaks_match_torch_device_names():
     """summary.json's MFU denominator (plan/peak.py) by torch's device names; a part whose peak is not the
     table's (NVL, PCIe) gets none rather than the SXM part's."""

@@ -22,6 +22,7 @@ from shardlab import precision
 from shardlab.model import anatomy
 from shardlab.model.anatomy import KV, ROW
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
+from . import fp8
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, first_rank_layers, stage_layers
 from .model import ModelSpec
@@ -225,10 +226,11 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
         out.append(Collective("all_gather", sg, s, pb * full, k, "none",
                               f"{pb}*Psi_padded updated parameters after the step, one call per unit"))
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
-        fwd = pb * full
+        f8 = fp8.all_gather_saving(model, train, lay, pb)  # the converted weights gathered in float8
+        fwd = pb * full - f8
         # the root unit stays gathered from its forward to its backward (as FSDP2's root does)
         bwd_units = unit_full[1:] + (unit_full[:1] if lay.root_reshards else ())
-        bwd = pb * sum(bwd_units) if lay.reshard_after_forward else 0
+        bwd = pb * sum(bwd_units) - f8 if lay.reshard_after_forward else 0
         n_bwd = len(bwd_units) if lay.reshard_after_forward else 0
         out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (k + n_bwd) * m, "forward+backward",
                               f"({pb}*Psi_padded before forward + {bwd:,.0f} B re-gathered before backward)"

@@ -12,7 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
-from . import attention
+from . import attention, fp8
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
@@ -216,8 +216,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     block = layer_ops(model, b, s, t, e, train.flash_attention)
 
-    def ops_time(ops, backward):
-        return sum(_op_time(o, c, fp32, backward) for o in ops)
+    def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
+        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e)

@@ -29,6 +29,7 @@ class Cluster:
     inter_bw: float  # network (InfiniBand NIC) per GPU one direction, bytes/s
     inter_latency: float  # s per ring step across nodes
     pcie_bw: float = 64 * GB  # host link per GPU one direction (offload)
+    peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s per GPU (train.fp8's GEMMs); 0: none
     # ---- assumptions, one value per cluster (never per case) ----
     gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
     # 16-bit GEMMs with a dimension that is not a multiple of 8 (16 bytes: cuBLAS's tensor-core alignment)
@@ -153,7 +154,7 @@ PRESETS: dict[str, Cluster] = {
         inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB,
         **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8),
     "H100-SXM": _node(
-        "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=80 * GB,
+        "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER),
     # Meta's Grand Teton H100s (torchtitan docs/performance.md): the SXM part with 96 GB of HBM2e at
@@ -163,7 +164,7 @@ PRESETS: dict[str, Cluster] = {
         hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER, power_w=500.0),
     "H200": _node(
-        "H200", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=141 * GB,
+        "H200", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18, **_HOPPER),
 }

@@ -46,6 +46,7 @@ class TrainSpec:
     optimizer: str = "adam"
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
+    fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

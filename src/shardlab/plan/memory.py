@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from shardlab.parallel.pp import registry
 
+from . import fp8
 from .comm import MiB, padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
@@ -106,6 +107,9 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
              f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
              f"{extra:,.0f} B (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
+    if train.fp8 != "none":
+        sb = fp8.scale_line_bytes(model, train, lay)
+        lines.append(Line("fp8 scales", sb, f"{train.fp8} scales of one micro batch's casts (fp8/cost.py)"))
     if fl > 1:
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))

@@ -106,6 +106,12 @@ def cases() -> list[Case]:
         Case("compile ddp", 2, ["train.compile=true", "parallel.strategy=ddp"], timeout=420),
         Case("bf16", 1, ["train.dtype=bf16", "parallel.strategy=ddp"]),
         Case("bf16 zero2", 2, ["train.dtype=bf16", "parallel.strategy=zero2"]),
+        # FP8: H100/H200 run torch._scaled_mm natively (a CPU emulates it: the suite tests that, not this);
+        # zero3 at 2 (staged) gathers the tensorwise weights in float8 (fp8/gather.py)
+        *(Case(f"fp8 {r}", 1, ["train.dtype=bf16", f"train.fp8={r}", "parallel.strategy=ddp"], cuda_only=True)
+          for r in ("tensorwise", "rowwise")),
+        Case("fp8 zero3 all-gather", 2, ["train.dtype=bf16", "train.fp8=tensorwise", "parallel.strategy=zero3"],
+             cuda_only=True),
         # ZeRO-Offload: the optimizer's state and step on the host, parameters and gradients on the GPU,
         # copies both ways through pinned buffers (parallel/dp/host_step.py, docs/memory.md)
         Case("offload optimizer disk", 1, ["parallel.strategy=zero1", "parallel.offload=optimizer",

@@ -12,6 +12,11 @@ That is exactly the input of a reduce-scatter and the output of an all-gather, s
 (a transformer block, say) costs one collective, not one per parameter. Parameters themselves are kept
 as *padded full* tensors (N * chunk rows; the model's parameter is a view of the first `rows`), so a
 shard is a plain view `full[r*chunk:(r+1)*chunk]` and packing to/from the flat layout is one copy.
+
+A parameter may bring its own **gather encoding** (`param.gather_encoding`, the `GatherEncoding` protocol
+below): a zero3 unit gathering for compute then sends what the encoding makes of the shard (float8 weights
+with an agreed scale, say) instead of its elements, as bytes, and the encoding writes the full values back.
+Gathers whose values must be exact (zero1/zero2's parameters, checkpoints, `full_parameters`) never encode.
 """
 from __future__ import annotations
 
@@ -71,6 +76,24 @@ def scatter_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst[full_rows, :rest].copy_(flat[full_rows * n:])
         dst[full_rows, rest:].zero_()
         dst[full_rows + 1:].zero_()
+
+
+class GatherEncoding:
+    """What a parameter that brings its own all-gather encoding provides (duck-typed: `param.gather_encoding`).
+
+    For one gather: `agree(shard)` gives a small fp32 vector that is max-reduced over the shard group in one
+    collective for the whole unit (a statistic every rank must encode with, e.g. the amax of the whole
+    tensor); `encode(shard, agreed)` the bytes this rank sends (a uint8 tensor of `nbytes(shard.numel())`
+    bytes); `decode(rows, full)` writes the full (padded) tensor from the gathered bytes, `rows` (world,
+    nbytes). `release()`: the full values go away (reshard) or were written exactly by a plain gather.
+    `label` names the encoding in the collectives' tags."""
+    label = "encoded"
+
+    def agree(self, shard: torch.Tensor) -> torch.Tensor: ...
+    def nbytes(self, numel: int) -> int: ...
+    def encode(self, shard: torch.Tensor, agreed: torch.Tensor) -> torch.Tensor: ...
+    def decode(self, rows: torch.Tensor, full: torch.Tensor) -> None: ...
+    def release(self) -> None: ...
 
 
 class FlatParamUnit:
@@ -186,30 +209,79 @@ class FlatParamUnit:
             return self.flat_shard
         return torch.cat([i.full[i.start: i.start + i.chunk].reshape(-1) for i in self.infos])
 
-    def start_all_gather(self) -> None:
-        """Launch the unit's all-gather (no-op when already unsharded or in flight)."""
+    def encodings(self, exact: bool) -> list:
+        """Each parameter's gather encoding (None: its elements as they are); all None for an exact gather
+        and where parameters live whole (zero1/zero2: the gathered values are the parameters)."""
+        if exact or not self.shard_at_rest:
+            return [None] * len(self.infos)
+        return [getattr(i.param, "gather_encoding", None) for i in self.infos]
+
+    def start_all_gather(self, exact: bool = False) -> None:
+        """Launch the unit's all-gather (no-op when already unsharded or in flight). `exact`: every
+        parameter's own elements, even where one brings an encoding."""
         if self.unsharded or self._gather is not None or not self.infos:
             return
         inp = self.pack_shards()
+        codecs = self.encodings(exact)
+        if any(c is not None for c in codecs):
+            self._gather = self._start_encoded(inp, codecs)
+            return
         buf = inp.new_empty(self.world * self.shard_numel)
         handle = comm.all_gather(buf, inp, group=self.group, async_op=True, tag=f"ag:{self.name}")
-        self._gather = (handle, buf)
+        self._gather = (handle, buf, None)
+
+    def _start_encoded(self, inp: torch.Tensor, codecs: list) -> tuple:
+        """One max all-reduce of what the encodings must agree on, then one all-gather of bytes: each
+        parameter's encoded shard, or its raw bytes where it has no encoding. Returns (handle, buffer, layout)."""
+        shards = [inp[i.offset: i.offset + i.numel].view(i.chunk, *i.shape[1:]) for i in self.infos]
+        label = next(c.label for c in codecs if c is not None)
+        agreed = [c.agree(s) if c is not None else None for c, s in zip(codecs, shards)]
+        sizes = [a.numel() for a in agreed if a is not None]
+        if sizes:
+            flat = torch.cat([a.reshape(-1).float() for a in agreed if a is not None])
+            comm.all_reduce(flat, op=comm.ReduceOp.MAX, group=self.group, tag=f"ag:{self.name}:{label} agree")
+            parts = iter(flat.split(sizes))
+            agreed = [next(parts) if a is not None else None for a in agreed]
+        pieces, layout, offset = [], [], 0
+        with torch.no_grad():
+            for c, s, a in zip(codecs, shards, agreed):
+                b = c.encode(s, a) if c is not None else s.reshape(-1).view(torch.uint8)
+                pieces.append(b.reshape(-1))
+                layout.append((c, offset, b.numel()))
+                offset += b.numel()
+        inp8 = torch.cat(pieces)
+        buf = inp8.new_empty(self.world * offset)
+        handle = comm.all_gather(buf, inp8, group=self.group, async_op=True, tag=f"ag:{self.name}:{label}")
+        return handle, buf, layout
 
     def finish_all_gather(self) -> None:
-        """Wait for the all-gather and copy each parameter out of the flat buffer into its full storage."""
-        handle, buf = self._gather
+        """Wait for the all-gather and copy each parameter out of the flat buffer into its full storage
+        (an encoded gather: each encoding decodes its parameter's bytes)."""
+        handle, buf, layout = self._gather
         self._gather = None
         handle.wait()
         self._alloc_full()
+        if layout is not None:
+            rows = buf.view(self.world, -1)
+            with torch.no_grad():
+                for info, (c, off, n) in zip(self.infos, layout):
+                    cols = rows[:, off: off + n]
+                    if c is None:
+                        info.full.view(self.world, info.numel).view(torch.uint8).copy_(cols)
+                    else:
+                        c.decode(cols, info.full)
+            return
         rows = buf.view(self.world, self.shard_numel)
         with torch.no_grad():
-            for info in self.infos:
+            for info, c in zip(self.infos, self.encodings(False)):
                 info.full.view(self.world, info.numel).copy_(rows[:, info.offset: info.offset + info.numel])
+                if c is not None:  # exact values now: what an earlier encoded gather decoded is gone
+                    c.release()
 
-    def unshard(self) -> None:
+    def unshard(self, exact: bool = False) -> None:
         if self.unsharded:
             return
-        self.start_all_gather()
+        self.start_all_gather(exact)
         if self._gather is not None:
             self.finish_all_gather()
         self._register(shard=False)
@@ -220,6 +292,9 @@ class FlatParamUnit:
             return
         self._register(shard=True)
         self._free_full()
+        for c in self.encodings(False):
+            if c is not None:
+                c.release()
         self.unsharded = False
 
     # --- gradients: reduce-scatter -------------------------------------------------------------------

@@ -436,7 +436,7 @@ class Zero3(_Zero):
         out = {}
         for unit in self.units:
             was = unit.unsharded
-            unit.unshard()
+            unit.unshard(exact=True)  # the parameters themselves, never a gather encoding's values
             out.update({i.fqn: i.param.detach().clone() for i in unit.infos})
             if not was:
                 unit.reshard()
