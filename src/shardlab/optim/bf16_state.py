@@ -93,13 +93,14 @@ def adamw_step(optimizer, groups) -> None:
                 continue
             st, w, g = optimizer.state[p], local(p), local(p.grad)
             step, seed, k = next_step(st), group["sr_seed"], where[id(p)]
-            m = bf16_state(st, "exp_avg", w).to(work_dtype(w)).lerp_(g, 1 - b1)
-            v = bf16_state(st, "exp_avg_sq", w).to(work_dtype(w)).mul_(b2).addcmul_(g, g, value=1 - b2)
+            # the states are shaped like p (a DTensor's are DTensors, as the layers' state dicts expect)
+            m = local(bf16_state(st, "exp_avg", p)).to(work_dtype(w)).lerp_(g, 1 - b1)
+            v = local(bf16_state(st, "exp_avg_sq", p)).to(work_dtype(w)).mul_(b2).addcmul_(g, g, value=1 - b2)
             w.mul_(1 - lr * wd)
             denom = (v.sqrt() / math.sqrt(1 - b2 ** step)).add_(eps)
             w.addcdiv_(m.to(w.dtype), denom.to(w.dtype), value=-lr / (1 - b1 ** step))
-            st["exp_avg"].copy_(stochastic_round(m, noise_seed(seed, step, k, 0)))
-            st["exp_avg_sq"].copy_(stochastic_round(v, noise_seed(seed, step, k, 1)))
+            local(st["exp_avg"]).copy_(stochastic_round(m, noise_seed(seed, step, k, 0)))
+            local(st["exp_avg_sq"]).copy_(stochastic_round(v, noise_seed(seed, step, k, 1)))
 
 
 class AdamWBF16(torch.optim.AdamW):
