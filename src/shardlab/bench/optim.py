@@ -3,7 +3,9 @@
     loss vs tokens        one rank, the same data, lr and schedule for every run; the curve is each step's
                           training loss, smoothed over a trailing window (one batch a step is noisy)
     token efficiency      tokens AdamW needs to reach Muon's final smoothed loss / Muon's tokens (linear
-                          interpolation on AdamW's smoothed curve; a lower bound where AdamW never gets there)
+                          interpolation on AdamW's smoothed curve; a lower bound where AdamW never gets there),
+                          and from the other side, which a short run can always measure: AdamW's tokens / the
+                          tokens Muon needs to reach AdamW's final smoothed loss
     optimizer step time   in one process, on the same gradients: AdamW's and Muon's step timed alternately
                           (A B A B ...), the paired ratios' median and interval
     bytes per step        Muon's gather / scatter bytes comm records on rank 0 of a 2-rank zero1 and zero3
@@ -64,6 +66,12 @@ def efficiency(adamw: dict, muon: dict) -> tuple[float, bool]:
     return (adamw["tokens"][-1] if need is None else need) / muon["tokens"][-1], need is not None
 
 
+def converse_efficiency(adamw: dict, muon: dict) -> float | None:
+    """AdamW's tokens / the tokens Muon needs to reach AdamW's final smoothed loss (None: it never does)."""
+    need = tokens_to_reach(muon, adamw["final_smoothed"])
+    return None if need is None else adamw["tokens"][-1] / need
+
+
 def step_times(preset: str, pairs: int) -> dict:
     """Paired optimizer step times (s): AdamW and Muon (fp32), each on its own copy of the model with the
     same gradients, stepped alternately so the machine's load falls on both alike."""
@@ -89,6 +97,16 @@ def step_times(preset: str, pairs: int) -> dict:
             opt.step()
             times[name].append(time.perf_counter() - t0)
     return {k: v[1:] for k, v in times.items()}
+
+
+def ns_flops(preset: str) -> int:
+    """Newton-Schulz FLOPs of one step on one rank holding every matrix (newton_schulz.flops)."""
+    from shardlab.optim.muon import cost
+    from shardlab.optim.muon.newton_schulz import flops
+    from shardlab.plan.from_config import model_spec
+
+    return sum(flops(s) for s, _ in cost.matrices_of(model_spec(config.validate(
+        config.load(None, _overrides(preset, 10)), 1))))
 
 
 def exchanged(out: Path) -> list[dict]:
@@ -132,13 +150,18 @@ def run(out: Path, quick: bool) -> dict:
         rows.append(one(out, name, opt, dtype, preset, steps))
     by = {r["run"]: r for r in rows}
     ratio, exact = efficiency(by["adamw"], by["muon"])
+    converse = converse_efficiency(by["adamw"], by["muon"])
     common.progress("optim: paired optimizer step times")
     times = step_times(preset, pairs)
     overhead = common.paired_ratios(times["adamw"], times["muon"])
+    ns = ns_flops(preset)
+    extra = sorted(m - a for a, m in zip(times["adamw"], times["muon"]))[pairs // 2]
     common.progress("optim: Muon's bytes under zero1 and zero3")
     bytes_rows = exchanged(out)
     load = os.getloadavg()[0]
     figures = {"token_efficiency_ratio": ratio, "token_efficiency_exact": exact,
+               "token_efficiency_ratio_at_adamw_final_loss": converse,
+               "ns_flops_per_step": ns, "ns_flops_per_s_measured": ns / extra if extra > 0 else None,
                "optimizer_step_time_ratio_muon_over_adamw": overhead,
                "final_smoothed_loss": {r["run"]: r["final_smoothed"] for r in rows},
                "bf16_state_loss_gap": {o: by[f"{o}-bf16"]["final_smoothed"] - by[o]["final_smoothed"]
@@ -155,10 +178,14 @@ def run(out: Path, quick: bool) -> dict:
                         [[r["run"], f"{r['final_smoothed']:.4f}", f"{r['step_time_s']:.3f}",
                           f"{r['optimizer_state_bytes']:,}"] for r in rows]),
         f"Token-efficiency ratio (tokens AdamW needs to reach Muon's final loss / Muon's tokens): "
-        f"{'' if exact else '>= '}{ratio:.2f}" + ("" if exact else " (AdamW never reached it: a lower bound)"),
+        f"{'' if exact else '>= '}{ratio:.2f}" + ("" if exact else " (AdamW never reached it: a lower bound)")
+        + "; from the other side (AdamW's tokens / the tokens Muon needs to reach AdamW's final loss): "
+        + ("Muon never reached it" if converse is None else f"{converse:.2f}"),
         f"Optimizer step time, Muon / AdamW (fp32, one thread, paired A B x {pairs}): "
         f"{common.fmt_stats(overhead)}; medians AdamW {sorted(times['adamw'])[pairs // 2] * 1e3:.1f} ms, "
-        f"Muon {sorted(times['muon'])[pairs // 2] * 1e3:.1f} ms",
+        f"Muon {sorted(times['muon'])[pairs // 2] * 1e3:.1f} ms; Newton-Schulz {ns / 1e9:.2f} GFLOP a step "
+        f"(the formula), so the paired extra time runs it at "
+        f"{(ns / extra / 1e9) if extra > 0 else float('nan'):.1f} GFLOP/s on one thread",
         "bf16 states' effect on the final smoothed loss (bf16 - fp32): "
         + ", ".join(f"{k} {v:+.4f}" for k, v in figures["bf16_state_loss_gap"].items()),
         "Muon's bytes per step on rank 0 of 2 (small model, fp32 U), measured by comm against the formula:",
