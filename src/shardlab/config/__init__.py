@@ -170,7 +170,7 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _choice("parallel.comm_dtype", p.comm_dtype, precision.WIRE_NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
-    _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
+    _choice("parallel.pp_schedule", str(p.pp_schedule).split(":", 1)[0], tuple(layers.PIPELINE_PARALLEL))
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)

@@ -52,7 +52,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       flash_attention=trainer_defaults()["flash_attention"])
-    schedule = registry.SPECS[p.pp_schedule].planned_as
+    schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
                                  v=int(p.pp_virtual) if registry.many_stages(schedule) else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),
