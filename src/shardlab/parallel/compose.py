@@ -14,7 +14,8 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
-       optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+       optimizer (optim/registry.py) over this rank's parameters, and the run's sync in front of it
+       (local SGD / DiLoCo, fault-tolerant replicas)  parallel/sync/, parallel/ft/
     6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups, the
        executor that runs the microbatches: the pipeline's schedule)                          step.py
 
@@ -29,7 +30,8 @@ import torch.nn as nn
 from shardlab import comm, precision
 from shardlab.errors import ConfigError
 from shardlab.parallel import layers
-from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
+from shardlab.parallel import sync
+from shardlab.parallel.dp.apply import apply_data_parallel
 from shardlab.parallel.mesh import resolve, resolve_run
 from shardlab.parallel.step import Parallel
 
@@ -64,18 +66,8 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # layer decides which: zero gives its shards)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
     optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
-    if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
-        from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
-        from shardlab.parallel.dp.sync import PeriodicSync
-
-        # replicas that may die: the outer step via a store
-        sync = FaultTolerantSync if cfg.parallel.fault_tolerant else PeriodicSync
-        # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
-        group = dims.group("dp_replicate") if dp.shards_within_replica else data_parallel_group(dims)
-        dp = sync(dp, cfg.parallel, group, optimizer)
-    elif cfg.parallel.fault_tolerant:  # every step, averaged across the replicas of each step's quorum
-        from shardlab.parallel.dp.ft_step import EveryStepFaultTolerance
-        dp = EveryStepFaultTolerance(dp, cfg.parallel, optimizer, absent=cfg.debug.ft_absent)
+    # local SGD / DiLoCo, fault-tolerant replicas: a view in front of the layer (parallel/sync/, parallel/ft/)
+    dp = sync.wrap(dp, cfg, dims, optimizer)
     # 6. the step: the plain microbatch loop, or a layer's executor (the pipeline's schedule) when one has it
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 

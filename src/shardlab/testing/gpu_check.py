@@ -413,8 +413,7 @@ class Sink:
             (self.dir / "perf.json").write_text(json.dumps(perf, indent=1) + "\n")
 
 
-def main(argv: list[str] | None = None) -> int:
-    global _DEVICE
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpu-check", description=__doc__.split("\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                    help="cpu: rehearse the cases on CPU (gloo; staged cases stage CPU tensors), no MFU")
@@ -433,7 +432,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="", help="write progress.txt, table.md, fails.txt, perf.json, profiles.txt "
                                              "here as it goes")
     p.add_argument("--keep", default="", help="keep the run directories here (default: a temporary one)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _DEVICE
+    args = parser().parse_args(argv)
     _DEVICE = args.device
     chosen = cases()
     if args.only:
@@ -468,9 +472,21 @@ def main(argv: list[str] | None = None) -> int:
     gpu = _gpu_name(args.device)
     sink = Sink(args.out, f"gpu-check on {gpu}; " + "; ".join(head))
     print(sink.head, flush=True)
+    t0 = time.perf_counter()
+    run_all(args, chosen, perf, sink)
+    results = sink.results
+    print(table(results))
+    failed = [r for r in results if r.status == "FAIL"]
+    print(f"{len(results) - len(failed)} of {len(results)} passed in {time.perf_counter() - t0:.0f}s"
+          + (f"; FAILED: {', '.join(f'{r.case.name} w{r.case.world}' for r in failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+def run_all(args, chosen: list[Case], perf: list[Case], sink: Sink) -> None:
+    """The cases, phase by phase (`--jobs` at once), and the performance runs one at a time, before or after
+    them; each result to `sink` as it comes."""
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpu-check-"))
     work.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
     runs: dict[str, Path] = {}
     jobs = args.jobs or (8 if args.device == "cuda" else 1)  # 8: 225 s for everything on a 16-core H200 machine
 
@@ -492,12 +508,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    results = sink.results
-    print(table(results))
-    failed = [r for r in results if r.status == "FAIL"]
-    print(f"{len(results) - len(failed)} of {len(results)} passed in {time.perf_counter() - t0:.0f}s"
-          + (f"; FAILED: {', '.join(f'{r.case.name} w{r.case.world}' for r in failed)}" if failed else ""))
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
