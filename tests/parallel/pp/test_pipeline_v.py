@@ -132,10 +132,7 @@ def test_v_checkpoint_reshards_to_and_from_1f1b(pool2, tmp_path, saver, loader):
     the same sums: round-off only)."""
     from ckpt_harness import continue_from, train_quick
 
-    def save(run_dir):
-        return train_quick(run_dir, CKPT + V_CKPT[saver] + ["ckpt.every=2"], 2)
-
-    ref = pool2.run(save, tmp_path / "saver", timeout=400)[0]
+    ref = pool2.run(train_quick, tmp_path / "saver", CKPT + V_CKPT[saver] + ["ckpt.every=2"], 2, timeout=400)[0]
     path = tmp_path / "saver" / "checkpoints" / "step_000002"
     got = pool2.run(continue_from, [path], CKPT + V_CKPT[loader], 2, steps=2, timeout=400)[0][str(path)]
     assert got == pytest.approx(ref[2:], rel=1e-5)
