@@ -17,6 +17,7 @@ Three measurements, all within one run:
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -311,6 +312,10 @@ def _report(out: Path, f_s: float, b_s: float, steps: int, tables: tuple[str, st
         f"model, p = 2, median of {len(pairs)} alternated pairs, min–max {min(ratios):.2f}–{max(ratios):.2f}, "
         f"{common.fmt_ci(own_torch)}; goal ≤ 1.00: {common.goal_verdict(own_torch['ci90'], 1.00, '<=')}; must ≤ 1.05: "
         f"{own_torch['goal']['verdict']}); CPU seconds per step own ÷ torch {common.fmt_stats(cpu, digits=3)}.",
+        "**The V schedules** (ZB-V, DualPipeV: two stages per rank, emulated; load average "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} when written): pp_v_bubble_err_max = "
+        f"{_fmt(figures.get('pp_v_bubble_err_max'))} (|measured - formula| over their rows, goal ≤ 0.05), "
+        f"pp_zbv_over_1f1b_bubble = {_fmt(figures.get('pp_zbv_over_1f1b_bubble'))} (p = 4, goal ≤ 1/3).",
         *[f"![{name}](pipeline_{name}.png)" for name, _ in SCHEDULES],
     ])
 
