@@ -255,8 +255,9 @@ def v_figures(rows: list[dict], m_ref: int = 8) -> dict:
     if v_rows:
         out["pp_v_bubble_err_max"] = max(abs(r["bubble_measured"] - r["bubble_analytic"]) for r in v_rows)
     at = {r["schedule"]: r["bubble_measured"] for r in rows if r["pp"] == 4 and r["m"] == m_ref}
-    if "zbv" in at and BASELINE in at:
-        out["pp_zbv_over_1f1b_bubble"] = at["zbv"] / at[BASELINE]
+    for name in at:  # pp_zbv_over_1f1b_bubble, pp_dualpipev_over_1f1b_bubble
+        if registry.SPECS[name].layout == "v" and BASELINE in at:
+            out[f"pp_{name}_over_{BASELINE}_bubble"] = at[name] / at[BASELINE]
     return out
 
 

@@ -55,7 +55,7 @@ _ROWS = (
                  zero_bubble=True, min_microbatches="2p", refuses_dp=(_FSDP2_SPLIT,), note="DualPipeV"),
     # a schedule written as a table of actions per rank (parallel.pp_schedule=file:PATH, table.py), run by the
     # own engine on the placement the table gives (loop or V)
-    ScheduleSpec("file", "file", "file", virtual=(1, None), min_microbatches="1",
+    ScheduleSpec("file:", "file", "file:", virtual=(1, None), min_microbatches="1",
                  note="file:PATH: a table of actions per rank, docs/pipeline.md"),
     ScheduleSpec("torch-gpipe", "torch", "gpipe", torch_class="ScheduleGPipe", bubble="1", planned_as="gpipe",
                  min_microbatches="1", in_flight="m"),
@@ -85,12 +85,12 @@ PLANNED = tuple(dict.fromkeys(s.planned_as for s in _ROWS))  # the schedules the
 SEARCHED = tuple(sorted(((s.name, s.search) for s in _ROWS if s.search), key=lambda nv: nv[1]))
 
 
-FILE = "file:"  # parallel.pp_schedule=file:PATH picks the row "file"
+FILE = "file:"  # parallel.pp_schedule=file:PATH picks the row "file:"
 
 
 def row_name(value: str) -> str:
-    """The row a value of parallel.pp_schedule picks: file:PATH is the row "file"."""
-    return "file" if str(value).startswith(FILE) else value
+    """The row a value of parallel.pp_schedule picks: file:PATH is the row "file:"."""
+    return FILE if str(value).startswith(FILE) else value
 
 
 def spec(name: str) -> ScheduleSpec:
