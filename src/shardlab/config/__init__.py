@@ -172,7 +172,9 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _choice("parallel.comm_dtype", p.comm_dtype, precision.WIRE_NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
-    _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
+    # a value KIND:ARGUMENT (file:PATH) is checked by its kind, as the composition picks it (Spec.chosen)
+    _choice("parallel.pp_schedule", next(s for s in layers.SPECS if s.name == "pp").chosen(cfg),
+            tuple(layers.PIPELINE_PARALLEL))
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)

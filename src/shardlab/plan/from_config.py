@@ -55,7 +55,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
                       flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8)
-    schedule = registry.SPECS[p.pp_schedule].planned_as
+    schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
                                  v=int(p.pp_virtual) if registry.many_stages(schedule) else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),
