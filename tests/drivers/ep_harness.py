@@ -10,7 +10,10 @@ GLOBAL_BATCH = 8  # sequences per step, split over the data-parallel ranks
 
 
 def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: int = 2, tp: int = 1,
-          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None):
+          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None,
+          meta: bool = False):
+    """`meta`: the composition builds the model from `cfg.model` itself (on the meta device, each rank
+    allocating and drawing what it holds: the trainer's path) instead of taking a whole one."""
     from shardlab.config import Config
     from shardlab.model.gpt import GPTConfig, build_model
     from shardlab.parallel import build as build_parallel
@@ -20,8 +23,13 @@ def build(ep: int, capacity: float, dp: str = "ddp", experts: int = 4, top_k: in
     cfg.parallel.strategy, cfg.parallel.ep, cfg.parallel.tp = dp, ep, tp
     for k, v in (train_kw or {}).items():  # e.g. dtype, recompute, compile
         setattr(cfg.train, k, v)
-    model = build_model(GPTConfig(**TINY, moe_experts=experts, moe_top_k=top_k, moe_capacity=capacity,
-                                  moe_bias_update=bias_update, **(model_kw or {})), seed=0)
+    moe = dict(moe_experts=experts, moe_top_k=top_k, moe_capacity=capacity, moe_bias_update=bias_update)
+    if meta:
+        cfg.model.preset, cfg.train.seed = "custom", 0
+        for k, v in {**TINY, **moe, **(model_kw or {})}.items():
+            setattr(cfg.model, k, v)
+        return build_parallel(cfg, torch.device("cpu"))
+    model = build_model(GPTConfig(**TINY, **moe, **(model_kw or {})), seed=0)
     return build_parallel(cfg, torch.device("cpu"), model)
 
 
@@ -32,16 +40,20 @@ def global_batch(step: int):
 
 
 def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, accum: int = 1, tp: int = 1,
-          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None) -> dict:
+          bias_update: float = 0.0, train_kw: dict | None = None, model_kw: dict | None = None,
+          meta: bool = False) -> dict:
     """`steps` optimizer steps; per step the global loss, dropped slots, this rank's tokens per expert per
     layer and all-to-all bytes; the MoE outputs of step 0 for this rank's sequences; the final parameters.
     `accum`: this rank's sequences in that many microbatches (gradients accumulated, synchronised once).
     `bias_update`: auxiliary-loss-free balancing on (each layer's final `expert_bias` comes back too).
-    `train_kw`: `[train]` keys set on the config (dtype, recompute, compile); `model_kw`: GPTConfig fields."""
+    `train_kw`: `[train]` keys set on the config (dtype, recompute, compile); `model_kw`: GPTConfig fields;
+    `meta`: built on the meta device from the config (`build`). Each rank's dense parameters come back too
+    (`dense`: what the data-parallel layer holds as replicas), to compare across ranks."""
     from shardlab import comm
     from shardlab.model.moe import moe_layers
 
-    par = build(ep, capacity, dp, tp=tp, bias_update=bias_update, train_kw=train_kw, model_kw=model_kw)
+    par = build(ep, capacity, dp, tp=tp, bias_update=bias_update, train_kw=train_kw, model_kw=model_kw,
+                meta=meta)
     dims = par.dims
     per = GLOBAL_BATCH // dims.dp_size
     rows = slice(dims.dp_rank * per, (dims.dp_rank + 1) * per)
@@ -71,6 +83,9 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, a
     full = par.full_parameters()
     out["params"] = {n: p.clone() for n, p in full.items()} if comm.rank() == 0 else None
     out["state_keys"] = sorted(par.model_state_dict())
+    out["dense"] = {n: p.detach().clone() for n, p in par.dp.replicated_parameters()}
+    out["expert_params_held"] = (all(any(p is q for q in par.model.parameters()) for p in par.dp.ep.expert_params)
+                                 if ep > 1 else None)
     out["expert_bias"] = [None if m.expert_bias is None else m.expert_bias.clone() for m in moe_layers(par.model)]
     return out
 

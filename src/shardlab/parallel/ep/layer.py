@@ -123,11 +123,22 @@ class ExpertParallel:
             module.experts = nn.ModuleDict({str(j): module.experts[j] for j in keep})
             module.run_experts = ExpertDispatch(module, name, self.ep, self.group)
             self.layers.append(module)
-        self.expert_params = [p for m in self.layers for p in m.experts.parameters()]
-        self._ids = {id(p) for p in self.expert_params}
+        # the experts' containers, not their parameters: the composition builds on the meta device and
+        # allocation replaces each meta parameter by a new object (parallel/materialize.py), so a list of
+        # parameters taken here would name tensors the model no longer holds
+        self.expert_dicts = [m.experts for m in self.layers]
+
+    @property
+    def expert_params(self) -> list[nn.Parameter]:
+        """The experts' parameters as the model holds them now (read through their modules each time)."""
+        return [p for d in self.expert_dicts for p in d.parameters()]
+
+    def expert_ids(self) -> set[int]:
+        """`id` of each expert parameter now held: a membership test for one pass over the model."""
+        return {id(p) for p in self.expert_params}
 
     def is_expert(self, p: torch.Tensor) -> bool:
-        return id(p) in self._ids
+        return id(p) in self.expert_ids()
 
     @contextlib.contextmanager
     def experts_hidden(self):
@@ -178,12 +189,12 @@ class ExpertParallelDP(DPView):
         `TensorParallelDP`."""
         tp_group, is_split = replicated if replicated is not None else (None, lambda fqn: False)
         sq = torch.zeros(3, device=self.dp.device, dtype=norm_dtype(p for p in self.dp.model.parameters()))
-        grads = []
+        grads, experts = [], self.ep.expert_ids()
         for fqn, p in self.dp.model.named_parameters():
             if p.grad is None:
                 continue
             grads.append(p.grad)
-            slot = 2 if self.ep.is_expert(p) else (0 if is_split(fqn) else 1)
+            slot = 2 if id(p) in experts else (0 if is_split(fqn) else 1)
             sq[slot] += p.grad.detach().to(sq.dtype).pow(2).sum()
         if self.ep.group is not None:
             experts = sq[2:].clone()
@@ -207,11 +218,13 @@ class ExpertParallelDP(DPView):
     def replicated_parameters(self):
         """What the doctor's replica checksum compares over dp: the dense parameters (experts differ by
         ep rank by design)."""
-        return [(n, p) for n, p in self.dp.model.named_parameters() if not self.ep.is_expert(p) and p.numel()]
+        experts = self.ep.expert_ids()
+        return [(n, p) for n, p in self.dp.model.named_parameters() if id(p) not in experts and p.numel()]
 
     def expert_parameters(self):
         """The experts this rank holds, under their global names."""
-        return [(n, p) for n, p in self.dp.model.named_parameters() if self.ep.is_expert(p) and p.numel()]
+        experts = self.ep.expert_ids()
+        return [(n, p) for n, p in self.dp.model.named_parameters() if id(p) in experts and p.numel()]
 
     def replica_sets(self, seen=None) -> list[ReplicaSet]:
         """The dp layer's sets (over the dense parameters: `replicated_parameters`), and the experts over
@@ -226,7 +239,8 @@ class ExpertParallelDP(DPView):
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter's full value on every rank (a collective over ep): the experts all-gathered."""
-        out = {n: p.detach() for n, p in self.dp.model.named_parameters() if not self.ep.is_expert(p)}
+        experts = self.ep.expert_ids()
+        out = {n: p.detach() for n, p in self.dp.model.named_parameters() if id(p) not in experts}
         prefix = {id(m): n for n, m in self.dp.model.named_modules()}
         for m in self.ep.layers:
             local = list(m.experts.items())  # (global index, expert), the same shapes on every ep rank
