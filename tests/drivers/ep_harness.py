@@ -84,8 +84,9 @@ def train(ep: int = 1, capacity: float = 0.0, dp: str = "ddp", steps: int = 5, a
     out["params"] = {n: p.clone() for n, p in full.items()} if comm.rank() == 0 else None
     out["state_keys"] = sorted(par.model_state_dict())
     out["dense"] = {n: p.detach().clone() for n, p in par.dp.replicated_parameters()}
-    out["expert_params_held"] = (all(any(p is q for q in par.model.parameters()) for p in par.dp.ep.expert_params)
-                                 if ep > 1 else None)
+    held, experts = {id(p) for p in par.model.parameters()}, [h.impl for h in par.layers if h.name == "ep"]
+    out["expert_params_held"] = (all(id(p) in held for p in experts[0].expert_params) and
+                                 len(experts[0].expert_params) > 0) if experts else None
     out["expert_bias"] = [None if m.expert_bias is None else m.expert_bias.clone() for m in moe_layers(par.model)]
     return out
 
