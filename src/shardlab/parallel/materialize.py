@@ -12,6 +12,10 @@ this rank holds, by whichever comes first:
   before the layer wraps it;
 - what the data-parallel layer never sees (expert parallelism's experts, hidden from it) is allocated after.
 
+An unallocated parameter is replaced by a new object (a meta tensor cannot take storage in place): a layer
+holding parameter objects from the meta phase would hold ones the model no longer has, so layers find
+theirs through their modules (parallel/ep/layer.py `expert_params`).
+
 The values come last, from the per-parameter seeded draw (parallel/init_shards.py). A tensor is
 "unallocated" while it is on the meta device (`unallocated`); the simulation, whose device is the meta
 device itself, swaps that test for its allocation trace (simulate/step.py) and pauses the trace while the
