@@ -196,6 +196,7 @@ def _check_train(cfg: Config, world_size: int) -> None:
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
+    _choice("ckpt.format", cfg.ckpt.format, ("dcp", "hf"))
     from shardlab.config.trackers import check as check_trackers  # torch-free: finds packages, imports none
 
     check_trackers(t.tracker)  # a tracker without its package: refused here, before any rank starts
