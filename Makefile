@@ -4,14 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-portable setup clean gpu-check
+.PHONY: run test test-portable cluster-test setup clean gpu-check
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,fp8]'
 	touch $(STAMP)
 
 run: setup
@@ -24,6 +24,11 @@ test: setup
 # of `make test` (it runs the parity selection several times): docs/testing.md.
 test-portable: setup
 	$(BIN)/python scripts/test_portable.py
+
+# Slurm and two-host tests with what they need (root: installs slurm-wlm and munge when missing); `make test`
+# runs the same tests and skips them with the reason where Slurm or root is missing (docs/cluster.md).
+cluster-test: setup
+	PY=$(BIN)/python scripts/cluster_test.sh
 
 # On a GPU machine as it is: no setup (it would fetch the pinned CPU torch), shardlab from src/ with the
 # torch found there (docs/cuda.md). Exit 0 all passed, 1 a case failed, 2 no CUDA device.

@@ -14,6 +14,7 @@ FLOORS = [
     ("", "errors", "precision", "comm_record", "degrees", "lazy"),  # "": the package's face, shardlab/__init__.py (its version)
     ("data", "model", "comm_store", "comm_quorum", "comm_groups"),
     ("comm", "optim"),
+    ("fp8",),
     ("observe", "doctor"),
     ("parallel",),
     ("config", "plan"),

@@ -13,7 +13,7 @@ from shardlab.config import schema
 from shardlab.parallel import layers, rules
 from shardlab.parallel.spec import load
 
-SPEC_MODULES = ["shardlab.parallel.dp.spec", "shardlab.parallel.tp.spec", "shardlab.parallel.cp.spec",
+SPEC_MODULES = ["shardlab.parallel.dp.spec", "shardlab.parallel.fp8_spec", "shardlab.parallel.tp.spec", "shardlab.parallel.cp.spec",
                 "shardlab.parallel.ep.spec", "shardlab.parallel.pp.spec", "shardlab.parallel.recompute_spec",
                 "shardlab.parallel.compile_spec", "shardlab.parallel.layers", "shardlab.parallel.rules"]
 
@@ -28,7 +28,7 @@ def test_specs_import_without_torch():
 
 def test_every_spec_is_listed_once_in_the_composition_order():
     names = [s.name for s in layers.SPECS]
-    assert names == ["pp", "tp", "cp", "ep", "recompute", "compile", "dp"] and len(set(names)) == len(names)
+    assert names == ["pp", "fp8", "tp", "cp", "ep", "recompute", "compile", "dp"] and len(set(names)) == len(names)
     assert [s.name for s in layers.CHECKED][-1] == "pp"  # the stage split is checked last
     assert tuple(layers.DATA_PARALLEL) == schema.STRATEGIES
     assert layers.REPLICATING == ("single", "ddp", "torch-ddp")

@@ -41,6 +41,8 @@ SUITES = {
     "data": ("shardlab.bench.data", "data prepare throughput (tokens/s) with 1 and 2 workers"),
     "packing": ("shardlab.bench.packing", "packed documents: the loader's cost per step with document positions, "
                 "and a training step with block-causal masks vs plain causal attention"),
+    "fp8": ("shardlab.bench.fp8", "bf16 vs float8 tensorwise / rowwise (own, torchao) / mxfp8 (emulated): loss vs "
+            "tokens, final-loss gap, step time ratio (emulated on CPU), all-gather bytes ratio"),
     "moe": ("shardlab.bench.moe", "dense vs MoE (E=4, top-1, ep=world) at equal active params, world 2 and 4: "
             "loss, step time, all-to-all bytes, load imbalance with and without the aux loss"),
 }

@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "plan": "shardlab.plan.cli",
     "generate": "shardlab.generate.cli",
     "lighthouse": "shardlab.launch.lighthouse",
+    "launch": "shardlab.launch.cluster.cli",
 }
 
 USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,compare,ckpt,doctor,plan,generate,lighthouse} ...

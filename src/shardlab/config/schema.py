@@ -81,6 +81,8 @@ class TrainConfig:
     beta2: float = 0.95
     grad_clip: float = 1.0  # 0 disables clipping (the norm is still measured)
     dtype: str = "fp32"  # fp32 | bf16 | fp16
+    fp8: str = "none"  # none | tensorwise | rowwise | mxfp8 : float8 block linears (shardlab/fp8, docs/precision.md)
+    fp8_impl: str = "own"  # own | torchao
     eval_every: int = 100
     eval_seqs: int = 64  # validation sequences per evaluation, split across ranks (same set at any world size)
     log_every: int = 10

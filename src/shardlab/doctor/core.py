@@ -241,7 +241,9 @@ class Doctor:
         everyone = comm.all_gather_object(mine)
         if self.watchdog:
             self.watchdog.beat()
+        from shardlab.fp8.stats import first_nonfinite  # float8 layers: the first scale that went non-finite
         report = {"step": step, **found, "loss_scale": loss_scale, "policy": self.policy,
+                  "fp8_first_nonfinite_scale": first_nonfinite(self.strategy.model),
                   "local_grad_hooks": bool(rows[0]["hooks_fired"]), "per_rank": {str(e["rank"]): e for e in everyone}}
         report["summary"] = summarize(report, self.run_dir)
         self.last_report = report
@@ -432,6 +434,9 @@ def summarize(report: dict, run_dir: Path) -> str:
                          f"(loss {loc['per_sample_loss'][worst]:.4g}).")
         else:
             parts.append(f"The replay on rank {r} did not reproduce it (a transient or distributed fault?).")
+    if report.get("fp8_first_nonfinite_scale"):
+        parts.append(f"The first float8 layer whose scale went non-finite: {report['fp8_first_nonfinite_scale']} "
+                     "(its amax was inf or nan).")
     if report.get("loss_scale"):
         parts.append(f"Loss scale {report['loss_scale']:g}.")
     action = {"stop": "The run stops here (doctor.on_anomaly=stop).",

@@ -19,7 +19,7 @@ import contextlib
 import torch
 
 from shardlab.fp8.recipes import Recipe
-from shardlab.fp8.scaling import Quantized, mx_qdq, quantize
+from shardlab.fp8.scaling import Quantized, mx_qdq, quantize, tensor_amax
 
 
 @contextlib.contextmanager
@@ -61,9 +61,10 @@ def scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, rowwise: boo
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, fmt_a: str, fmt_b: str, recipe: Recipe, out_dtype,
-         record: tuple = (None, None), stats: dict | None = None) -> torch.Tensor:
+         record: tuple = (None, None), stats: dict | None = None, amax: tuple = (None, None)) -> torch.Tensor:
     """a (M, K) @ b (K, N) with both operands cast per `recipe`; `record` names the operands whose cast
-    statistics go into `stats` (None: not recorded)."""
+    statistics go into `stats` (None: not recorded); `amax` the tensorwise amaxes agreed over a group
+    (None: each operand's own)."""
     if 0 in (a.shape[0], a.shape[1], b.shape[1]):  # an expert without tokens
         return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     want_a, want_b = stats is not None and record[0], stats is not None and record[1]
@@ -74,34 +75,54 @@ def gemm(a: torch.Tensor, b: torch.Tensor, fmt_a: str, fmt_b: str, recipe: Recip
                 stats[name] = s
         return (da @ db).to(out_dtype)
     row = recipe.granularity == "row"
-    qa = quantize(a, fmt_a, 1 if row else None, recipe.pow2_scales, bool(want_a))
-    qb = quantize(b, fmt_b, 0 if row else None, recipe.pow2_scales, bool(want_b))
+    qa = quantize(a, fmt_a, 1 if row else None, recipe.pow2_scales, bool(want_a), amax[0])
+    qb = quantize(b, fmt_b, 0 if row else None, recipe.pow2_scales, bool(want_b), amax[1])
     for want, q, name in ((want_a, qa, record[0]), (want_b, qb, record[1])):
         if want:
             stats[name] = q.stats
     return scaled_mm(qa, qb, out_dtype, row)
 
 
+def agreed_amax(group, *tensors: torch.Tensor) -> tuple:
+    """The tensorwise amaxes of `tensors` as one rank holding the whole tensors would find them: each
+    rank's amax of its piece, max-reduced over `group` in one collective (tensor parallelism: a weight split
+    by rows or columns, an activation or gradient split by features). (None, ...) without a group: each
+    GEMM takes its operands' own amax."""
+    if group is None:
+        return (None,) * len(tensors)
+    from shardlab import comm
+
+    amax = torch.stack([tensor_amax(t) for t in tensors])
+    comm.all_reduce(amax, op=comm.ReduceOp.MAX, group=group, tag="fp8 amax")
+    return tuple(amax.unbind())
+
+
 class Float8Matmul(torch.autograd.Function):
     """y = x W^T with the forward, input-gradient and weight-gradient GEMMs in float8. x is 2-D; W stays
     the fp32 master (cast afresh in every GEMM: nothing float8 is kept between forward and backward, so
-    recompute sees the same casts). Autocast is off inside: the recipe decides every dtype here."""
+    recompute sees the same casts). Autocast is off inside: the recipe decides every dtype here. `group`
+    (tensorwise under tensor parallelism): the amaxes are agreed over it, two collectives a linear (x and W
+    in the forward, the output gradient in the backward); rowwise and MX slices never cross a split."""
 
     @staticmethod
-    def forward(ctx, x, weight, recipe: Recipe, out_dtype, stats: dict | None):
+    def forward(ctx, x, weight, recipe: Recipe, out_dtype, stats: dict | None, group=None):
+        group = group if recipe.granularity == "tensor" else None
+        ax, aw = agreed_amax(group, x, weight)
         ctx.save_for_backward(x, weight)
-        ctx.recipe, ctx.stats = recipe, stats
+        ctx.recipe, ctx.stats, ctx.group, ctx.amax = recipe, stats, group, (ax, aw)
         with torch.autocast(x.device.type, enabled=False):
-            return gemm(x, weight.t(), recipe.input, recipe.weight, recipe, out_dtype, ("input", "weight"), stats)
+            return gemm(x, weight.t(), recipe.input, recipe.weight, recipe, out_dtype, ("input", "weight"), stats,
+                        (ax, aw))
 
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
         r, dx, dw = ctx.recipe, None, None
+        (ag,), (ax, aw) = agreed_amax(ctx.group, g), ctx.amax
         with torch.autocast(x.device.type, enabled=False):
             if ctx.needs_input_grad[0]:
-                dx = gemm(g, weight, r.grad, r.weight, r, x.dtype, ("grad", None), ctx.stats)
+                dx = gemm(g, weight, r.grad, r.weight, r, x.dtype, ("grad", None), ctx.stats, (ag, aw))
             if ctx.needs_input_grad[1]:  # records g's cast when dx was not asked for
                 record = (None if ctx.needs_input_grad[0] else "grad", None)
-                dw = gemm(g.t(), x, r.grad, r.input, r, weight.dtype, record, ctx.stats)
-        return dx, dw, None, None, None
+                dw = gemm(g.t(), x, r.grad, r.input, r, weight.dtype, record, ctx.stats, (ag, ax))
+        return dx, dw, None, None, None, None

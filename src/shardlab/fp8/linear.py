@@ -29,12 +29,14 @@ class Float8Linear(nn.Linear):
         new.__dict__.update({k: v for k, v in linear.__dict__.items() if not k.startswith("_")})
         new.weight, new.bias = linear.weight, linear.bias  # the same Parameters: nothing is copied
         new.recipe, new.fp8_stats = recipe, {}
+        new.amax_group = None  # tensor parallelism: the group a tensorwise amax is agreed over (layer.py)
         return new
 
     def matmul(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         kind = x.device.type
         out_dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
-        y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), weight, self.recipe, out_dtype, self.fp8_stats)
+        y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), weight, self.recipe, out_dtype, self.fp8_stats,
+                                self.amax_group)
         y = y.reshape(*x.shape[:-1], weight.shape[0])
         return y if bias is None else y + bias.to(y.dtype)
 

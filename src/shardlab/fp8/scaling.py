@@ -33,16 +33,23 @@ def fmax(fmt: str) -> float:
     return torch.finfo(FORMATS[fmt]).max
 
 
+def tensor_amax(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().abs().amax().float()
+
+
 def scale_of(amax: torch.Tensor, fmt: str, pow2: bool) -> torch.Tensor:
     """fmax / amax in float64 (so eager and compiled agree), then fp32; rounded down to 2^k when `pow2`."""
     s = (fmax(fmt) / amax.double().clamp(min=EPS)).float()
     return torch.exp2(torch.floor(torch.log2(s))) if pow2 else s
 
 
-def quantize(t: torch.Tensor, fmt: str, dim: int | None, pow2: bool = False, stats: bool = False) -> Quantized:
+def quantize(t: torch.Tensor, fmt: str, dim: int | None, pow2: bool = False, stats: bool = False,
+             amax: torch.Tensor | None = None) -> Quantized:
     """`t` (2-D) in float8 format `fmt`: one scale for the whole tensor (dim=None) or one per slice along
-    `dim` (the amax is taken over `dim`, keepdim: a (M, K) operand with dim=1 gets (M, 1) scales)."""
-    a = t.abs().amax() if dim is None else t.abs().amax(dim=dim, keepdim=True)
+    `dim` (the amax is taken over `dim`, keepdim: a (M, K) operand with dim=1 gets (M, 1) scales). `amax`
+    given: the tensorwise amax of the whole tensor `t` is a piece of (tensor parallelism: reduced over the
+    group, so every rank casts with the scale one rank holding the whole tensor would)."""
+    a = amax if amax is not None else t.abs().amax() if dim is None else t.abs().amax(dim=dim, keepdim=True)
     scale = scale_of(a.float(), fmt, pow2)
     scaled = t.float() * scale
     data = scaled.clamp(-fmax(fmt), fmax(fmt)).to(FORMATS[fmt])

@@ -21,10 +21,15 @@ def collect(model: nn.Module) -> dict[str, dict[str, dict[str, float]]]:
 
 
 def first_nonfinite(model: nn.Module) -> str | None:
-    """'layer operand' of the first converted layer (in the model's order) whose last scale is not a finite
-    positive number (an inf/nan amax makes it 0 or nan), or None."""
-    for name, ops in collect(model).items():
-        for op, s in ops.items():
-            if not (math.isfinite(s["scale"]) and s["scale"] > 0 and math.isfinite(s["amax"])):
-                return f"{name} {op}"
+    """'layer operand' of the first cast, in the order the step made them, whose last scale is not a finite
+    positive number (an inf/nan amax makes it 0 or nan), or None: the forward's operands (input, weight) in
+    the model's order, then the gradients in the backward's order (the model's, reversed). A non-finite
+    value spreads to every later cast; the first one is where it entered the float8 layers."""
+    layers = list(collect(model).items())
+    order = [(n, op) for n, ops in layers for op in ("input", "weight") if op in ops]
+    order += [(n, "grad") for n, ops in reversed(layers) if "grad" in ops]
+    for name, op in order:
+        s = dict(layers)[name][op]
+        if not (math.isfinite(s["scale"]) and s["scale"] > 0 and math.isfinite(s["amax"])):
+            return f"{name} {op}"
     return None

@@ -67,11 +67,18 @@ def torchrun_command(args, run_dir: Path, config_path: Path, grace_s: float = 25
                 f"--rdzv-endpoint={args.master_addr}:{args.master_port}", f"--rdzv-id=shardlab-{args.master_port}",
                 # Say which node hosts the store: on one machine every node looks like the endpoint's host,
                 # and two launchers racing to host it can deadlock the rendezvous.
-                f"--rdzv-conf=is_host={'true' if args.node_rank == 0 else 'false'}"]
+                f"--rdzv-conf=is_host={'true' if args.node_rank == 0 else 'false'}" + _join_timeout()]
     else:
         cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{args.master_port or free_port()}",
                 "--nnodes=1"]
     return cmd + ["-m", "shardlab", "train", "--out", str(run_dir), "--config", str(config_path)]
+
+
+def _join_timeout() -> str:
+    # `shardlab launch node --timeout S` (launch/cluster/node.py): a node that never joins ends the rendezvous
+    # after S s with the launcher's verdict, not after torchrun's 600 s
+    seconds = os.environ.get("SHARDLAB_RDZV_JOIN_TIMEOUT", "")
+    return f",join_timeout={seconds}" if seconds.isdigit() else ""
 
 
 def launch(args, cfg, run_dir: Path, main) -> int:

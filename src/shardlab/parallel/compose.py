@@ -15,7 +15,8 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
        optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
-    6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups)   step.py
+    6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups, the
+       executor that runs the microbatches: the pipeline's schedule)                          step.py
 
 The layout is resolved by `mesh.resolve_run`, as config validation, the dry run and the planner resolve it: a
 layer not built yet (`layers.not_built`) is refused there in one line.
@@ -75,12 +76,7 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     elif cfg.parallel.fault_tolerant:  # every step, averaged across the replicas of each step's quorum
         from shardlab.parallel.dp.ft_step import EveryStepFaultTolerance
         dp = EveryStepFaultTolerance(dp, cfg.parallel, optimizer, absent=cfg.debug.ft_absent)
-    # 6. the step: a pipeline schedule owns it when there are stages, else the plain microbatch loop
-    if dims.pp > 1:
-        from shardlab.parallel.pp.pipeline import PipelineParallel
-        stages, schedule = handles[0].impl
-        return PipelineParallel(dims, model, dp, optimizer, device, cfg.train.dtype, cfg, part, stages, schedule,
-                                layers=handles, params_total=total)
+    # 6. the step: the plain microbatch loop, or a layer's executor (the pipeline's schedule) when one has it
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 
 

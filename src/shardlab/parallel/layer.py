@@ -28,6 +28,10 @@ A field left at its default contributes nothing, so a layer declares only what i
                    slice of each split matrix"); None: whole matrices. The dp layer asks the one rule
                    (optim/serving.py) with it before building the optimizer: a whole-matrix optimizer is refused
                    in one line where a layer hands it parts
+    executor       (par) -> the object that runs the step's microbatches for `Parallel` (the pipeline's
+                   schedule): its forward_backward, finish, clip_grad_norm_ and eval_loss_sum replace the plain
+                   microbatch loop's; `placement` (where each module runs) for the doctor. Built by `Parallel`
+                   once the data-parallel layer and the optimizer exist
     impl           the layer's own object (OwnTP, ContextParallel, ExpertParallel, the pipeline stages), for
                    the tools that study that layer alone
 """
@@ -53,6 +57,7 @@ class Layer:
     host_syncs: dict[str, int] = field(default_factory=dict)
     params_elsewhere: int = 0
     optimizer_hands: str | None = None
+    executor: Callable | None = None
     impl: Any = None
 
 

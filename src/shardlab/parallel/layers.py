@@ -14,7 +14,7 @@ another's run. A mesh dimension whose table is empty is accepted by the mesh but
 """
 from __future__ import annotations
 
-from shardlab.parallel import compile_spec, recompute_spec
+from shardlab.parallel import compile_spec, fp8_spec, recompute_spec
 from shardlab.parallel.cp import spec as cp_spec
 from shardlab.parallel.dp import spec as dp_spec
 from shardlab.parallel.ep import spec as ep_spec
@@ -22,10 +22,10 @@ from shardlab.parallel.pp import spec as pp_spec
 from shardlab.parallel.spec import Spec, load  # noqa: F401 - `layers.load`, the entries' importer
 from shardlab.parallel.tp import spec as tp_spec
 
-# Per part, in this order: the pipeline split first (it makes the parts), then innermost first; compile
-# after recompute (the checkpoint is traced).
-LAYERS: tuple[Spec, ...] = (pp_spec.SPEC, tp_spec.SPEC, cp_spec.SPEC, ep_spec.SPEC, recompute_spec.SPEC,
-                            compile_spec.SPEC)
+# Per part, in this order: the pipeline split first (it makes the parts), the float8 converter (on whole
+# linears, before TP splits them), then innermost first; compile after recompute (the checkpoint is traced).
+LAYERS: tuple[Spec, ...] = (pp_spec.SPEC, fp8_spec.SPEC, tp_spec.SPEC, cp_spec.SPEC, ep_spec.SPEC,
+                            recompute_spec.SPEC, compile_spec.SPEC)
 DATA: Spec = dp_spec.SPEC  # the data-parallel layer, over what the layers leave (parallel/dp/apply.py)
 SPECS: tuple[Spec, ...] = LAYERS + (DATA,)
 BY_NAME: dict[str, Spec] = {s.name: s for s in SPECS}

@@ -14,8 +14,8 @@ in-flight gradient collectives), the loss scaler's unscale and inf check, `clip_
 group sharding gradients), the caller's verdict (the doctor's), `optimizer_step` unless the step is
 skipped, `zero_grad`. The pieces stay public for the code that studies one of them alone.
 
-Layers replace pieces of it rather than the trainer: a pipeline schedule replaces `forward_backward`
-(and `eval_loss_sum`), a vocab-parallel loss replaces `loss_fn`, tensor parallelism adds its group to
+Layers replace pieces of it rather than the trainer: a pipeline schedule is the step's executor (the
+layer handle's `executor`: it runs `forward_backward`, `finish`, the norm and `eval_loss_sum`), a vocab-parallel loss replaces `loss_fn`, tensor parallelism adds its group to
 `grad_norm_groups`. Everything else delegates to the data-parallel layer (`self.dp`).
 """
 from __future__ import annotations
@@ -72,8 +72,12 @@ class Parallel:
         # reported loss), and their stats add up over the step's microbatches (model/moe.py).
         self.moe_layers = moe.moe_layers(model)
         self.moe_step: dict | None = None
-        # Where the stages of a pipeline run each module (parallel/pp/placement.py); None: one stage, here.
-        self.placement = None
+        # The step's executor, when a layer runs the microbatches itself (the pipeline's schedule: parallel/pp/
+        # pipeline.py), built last: it reads the above. Its placement says where each module runs (the doctor
+        # names a stage and a rank by it); None: one stage, here.
+        make = the_one(self.layers, "executor")
+        self.executor = make(self) if make is not None else None
+        self.placement = self.executor.placement if self.executor is not None else None
 
     def host_syncs(self) -> dict[str, int]:
         """Host syncs a step may make, by module prefix: the dp layer's (through its views) and every layer's
@@ -117,7 +121,10 @@ class Parallel:
         """Forward and backward of every microbatch; gradients are synchronised in the last backward.
         Each microbatch's loss is its summed token loss; backward runs on `loss * loss_weight`.
         `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor;
-        under a pipeline, None on the ranks that do not hold the last stage). Returns the summed loss."""
+        under a pipeline, None on the ranks that do not hold the last stage). Returns the summed loss. A
+        layer's executor (the pipeline's schedule) runs them instead, when there is one."""
+        if self.executor is not None:
+            return self.executor.forward_backward(microbatches, loss_weight, after_backward)
         total = torch.zeros((), device=self.device)
         self.moe_step = None
         last = len(microbatches) - 1
@@ -200,6 +207,8 @@ class Parallel:
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor, doc_pos: torch.Tensor | None = None) -> torch.Tensor:
         """Summed token loss of one batch (this rank's chunks under cp), no gradients (evaluation, in the
         parameters' precision). `doc_pos`: packed documents' positions, as in a microbatch."""
+        if self.executor is not None:
+            return self.executor.eval_loss_sum(x, y, doc_pos)
         mb = (x, y) if doc_pos is None else (x, y, doc_pos)
         if self.shard_batch is not None:
             mb = self.shard_batch(*mb)
@@ -208,12 +217,16 @@ class Parallel:
             return _plain(self.loss_fn(self.module(x, **side), y, reduction="sum"))
 
     def finish(self) -> None:
+        if self.executor is not None:
+            return self.executor.finish()
         self.dp.finish_backward()
 
     def unscale_and_check(self, inv_scale: float) -> bool:
         return self.dp.unscale_and_check(inv_scale)
 
     def clip_grad_norm_(self, max_norm: float) -> float:
+        if self.executor is not None:
+            return self.executor.clip_grad_norm_(max_norm)
         return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups)
 
     def optimizer_step(self) -> None:

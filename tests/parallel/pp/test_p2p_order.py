@@ -161,3 +161,34 @@ def test_generation_lanes_post_in_an_order_nccl_completes_and_the_old_one_hangs(
     assert n == 112
     with pytest.raises(P2PDeadlock):
         check(old_lanes(2, 2, 3), "pair")
+
+
+def test_v_placed_programs_post_in_an_order_nccl_completes():
+    """On the V placement the tip's hand-off is local: the posting plan carries no message to the rank
+    itself, and the checker completes every message at p = 2..8."""
+    n = 0
+    for pp in range(2, 9):
+        for m in range(1, 3 * pp + 1):
+            s = build("gpipe", pp, m, layout="v")
+            sends = sum(i.op.startswith("SEND") for r in s.ranks for i in r)
+            assert sends == 2 * m * (2 * pp - 2)  # 2p - 1 boundaries, one of them local, two ways each
+            assert check_all(p2p_plans(s)) == sends
+            n += 1
+    assert n == sum(3 * pp for pp in range(2, 9))
+
+
+def test_v_schedules_post_in_an_order_nccl_completes():
+    """ZB-V and DualPipeV at p = 2..8, every valid m up to 3p: the posting plan completes under both stream
+    models, each message into the buffer meant for it (147 schedules: 105 ZB-V, 42 DualPipeV)."""
+    n = 0
+    for name in ("zbv", "dualpipev"):
+        for pp in range(2, 9):
+            for m in range(1, 3 * pp + 1):
+                try:
+                    s = build(name, pp, m)
+                except ScheduleError:
+                    continue
+                sends = sum(i.op.startswith("SEND") for r in s.ranks for i in r)
+                assert check_all(p2p_plans(s)) == sends == 2 * m * (2 * pp - 2), f"{name} pp={pp} m={m}"
+                n += 1
+    assert n == 147

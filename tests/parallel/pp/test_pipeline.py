@@ -138,7 +138,7 @@ def test_docs_show_the_diagrams_the_code_draws():
 
     text = (Path(__file__).resolve().parents[3] / "docs" / "pipeline.md").read_text()
     found = re.findall(r"<!-- diagram (\w+) pp=(\d+) m=(\d+) v=(\d+) -->\n```\n(.*?)\n```", text, re.S)
-    assert len(found) == 4
+    assert len(found) == 6
     for name, pp, m, v, shown in found:
         assert shown == text_diagram(build(name, int(pp), int(m), int(v))), f"docs/pipeline.md: {name} is stale"
 
@@ -174,3 +174,91 @@ def test_staged_comm_gives_the_same_step_bit_for_bit(pool2):
         assert loss_a == loss_b
         assert grads_a.keys() == grads_b.keys()
         assert all(torch.equal(grads_a[n], grads_b[n]) for n in grads_a)
+
+
+# --- the V placement: two stages per rank, the tip's hand-off on the rank --------------------------------
+def test_v_placement_keeps_the_tip_on_the_rank():
+    """Rank r holds stages r and 2p-1-r; no message crosses p-1 -> p (the tip) and the simulator accepts
+    the local hand-off only after its producer ran on the rank."""
+    for pp in range(2, 9):
+        for m in (1, pp, 2 * pp + 1):
+            s = build("gpipe", pp, m, layout="v")
+            assert s.n_stages == 2 * pp and [s.stages_of(r) for r in range(pp)][0] == [0, 2 * pp - 1]
+            assert all(s.rank_of(i.peer) != r for r, instrs in enumerate(s.ranks) for i in instrs
+                       if i.op.startswith(("SEND", "RECV")))
+            simulate(s)
+    tip = [i for i in build("gpipe", 2, 1, layout="v").ranks[1] if i.op in ("F", "B")]
+    assert [str(i) for i in tip] == ["F0@s1", "F0@s2", "B0@s2", "B0@s1"]  # no RECV / SEND between them
+
+
+def test_a_v_program_reading_its_tip_too_early_is_refused():
+    from shardlab.parallel.pp.schedule import Instr, Schedule
+
+    good = build("gpipe", 2, 1, layout="v")
+    r1 = list(good.ranks[1])
+    f1, f2 = r1.index(Instr("F", 1, 0)), r1.index(Instr("F", 2, 0))
+    r1[f1], r1[f2] = r1[f2], r1[f1]
+    bad = Schedule("gpipe", 2, 1, 2, (good.ranks[0], tuple(r1)), "v")
+    with pytest.raises(ValueError, match="hands it over on the rank"):
+        simulate(bad)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_v_placed_program_equals_one_device_in_float64(pool2, m):
+    """GPipe's program on the V placement (rank 0: stages 0 and 3, with the tied embedding twice; rank 1:
+    stages 1 and 2, handed over locally) gives one device's loss and gradients in float64."""
+    from shardlab.parallel.pp.testing import TINY4, pipeline_grads, single_grads
+    from shardlab.testing import assert_float64_equal, in_float64
+
+    ref_loss, ref = in_float64(single_grads, m)
+    results = pool2.run(in_float64, pipeline_grads, "gpipe", m, 1, TINY4, "v")
+    merged = {}
+    for loss, grads in results:
+        assert_float64_equal([loss], [ref_loss], "V loss")
+        merged.update(grads)
+    assert merged.keys() == ref.keys()
+    assert_float64_equal(merged, ref)
+
+
+V_SCHEDULES = ("zbv", "dualpipev")
+
+
+@pytest.mark.parametrize("name", V_SCHEDULES)
+def test_v_schedules_are_complete_and_their_bubble_is_the_formula(name):
+    """ZB-V and DualPipeV (run without DualPipe's overlap) over p = 2..8 and every valid m up to 3p: complete,
+    ordered, deadlock-free, the tip local; with F = I = W per chunk the bubble is (p-1)/(6m+p-1) from m = 2p."""
+    runs = 0
+    for pp in range(2, 9):
+        for m in range(1, 3 * pp + 1):
+            try:
+                s = build(name, pp, m)
+            except ScheduleError:
+                assert name == "dualpipev" and m < 2 * pp
+                continue
+            assert s.layout == "v" and s.stages_of(0) == [0, 2 * pp - 1]
+            t = simulate(s, f=1, b=2)
+            runs += 1
+            if m >= 2 * pp:
+                assert max(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, 2), abs=1e-9)
+                assert min(t.bubble) == pytest.approx(analytic_bubble(name, pp, m, 2), abs=1e-9)
+    assert runs == {"zbv": 105, "dualpipev": 42}[name]
+
+
+def test_zbv_bubble_is_under_a_third_of_1f1bs_at_p4_m8():
+    zbv = simulate(build("zbv", 4, 8), f=1, b=2).mean_bubble
+    one = simulate(build("1f1b", 4, 8), f=1, b=2).mean_bubble
+    assert zbv <= one / 3 and zbv == pytest.approx(3 / 51)
+
+
+@pytest.mark.parametrize("name,m", [("zbv", 2), ("zbv", 4), ("dualpipev", 4), ("dualpipev", 5)])
+def test_v_schedules_equal_one_device_in_float64(pool2, name, m):
+    from shardlab.parallel.pp.testing import pipeline_grads, single_grads
+    from shardlab.testing import assert_float64_equal, in_float64
+
+    ref_loss, ref = in_float64(single_grads, m)
+    merged = {}
+    for loss, grads in pool2.run(in_float64, pipeline_grads, name, m, 2):
+        assert_float64_equal([loss], [ref_loss], f"{name} loss")
+        merged.update(grads)
+    assert merged.keys() == ref.keys()
+    assert_float64_equal(merged, ref)

@@ -38,7 +38,7 @@ def _check(results, ref, what):
         assert_float64_equal(r["losses"], ref["losses"], f"{what} losses")
     assert_float64_equal(_merged(results), ref["params"])
 
-SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb", 1),
+SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb", 1), ("zbv", 2), ("dualpipev", 2),
              ("torch-gpipe", 1), ("torch-1f1b", 1), ("torch-interleaved", 2), ("torch-zb", 2),
              ("torch-looped-bfs", 2), ("torch-zbv", 2), ("torch-dualpipev", 2)]
 
@@ -77,7 +77,9 @@ def test_own_and_torch_schedules_agree(pool2, own, v):
                                            ("torch-fsdp2", "1f1b", 1), ("ddp", "zb", 1), ("zero1", "zb", 1),
                                            ("ddp", "interleaved", 2), ("zero1", "interleaved", 2),
                                            ("zero2", "interleaved", 2),
-                                           ("ddp", "torch-1f1b", 1), ("zero1", "torch-zbv", 2)])
+                                           ("ddp", "torch-1f1b", 1), ("zero1", "torch-zbv", 2),
+                                           ("ddp", "zbv", 2), ("zero1", "zbv", 2), ("zero2", "zbv", 2),
+                                           ("ddp", "dualpipev", 2), ("zero2", "dualpipev", 2)])
 def test_pipeline_composes_with_data_parallel(pool4, reference, dp, schedule, v):
     """World 4 = pp 2 x dp 2: each stage's gradients reduced over its data-parallel pair, once a step. With
     two virtual stages per rank both chunks' gradients are reduced, in the rank's last backward; with zb
@@ -87,7 +89,8 @@ def test_pipeline_composes_with_data_parallel(pool4, reference, dp, schedule, v)
 
 
 @pytest.mark.parity
-@pytest.mark.parametrize("schedule,v,sp", [("1f1b", 1, False), ("interleaved", 2, True), ("torch-1f1b", 1, False)])
+@pytest.mark.parametrize("schedule,v,sp", [("1f1b", 1, False), ("interleaved", 2, True), ("torch-1f1b", 1, False),
+                                           ("zbv", 2, True), ("dualpipev", 2, False)])
 def test_pipeline_composes_with_tensor_parallel(pool4, reference, schedule, v, sp):
     """World 4 = pp 2 x tp 2: each stage's part split over its tp pair (the vocabulary-parallel embedding on
     the first stage, head and loss on the last); activations go between the same tp rank of the two stages,

@@ -5,7 +5,9 @@
     B       backward of that microbatch through the stage (from the loss, or from the received gradient)
     I / W   the two halves of B for zero-bubble schedules (see zero_bubble.py)
     SEND_*  hand the activation (F) or the input's gradient (B) to the neighbouring stage, asynchronously
-    RECV_*  receive it, blocking until it is there
+    RECV_*  receive it, blocking until it is there (between two stages of one rank, the V's tip, there
+            is no message: the forward takes the stage before's output, detached, as its input, and the
+            backward reads that input's gradient back)
     REDUCE  sum the tied embedding's gradient between the first and the last stage; wait for sends
     STEP    nothing here: the optimizer step belongs to the caller (the data-parallel layer steps it)
 
@@ -124,6 +126,10 @@ class PipelineEngine:
             elif ins.op in ("SEND_F", "SEND_B"):
                 pass  # posted with its round's batch (self.before), right after the compute that made it
             elif ins.op == "F":
+                if ins.stage > 0 and self.schedule.local(ins.stage, ins.stage - 1):
+                    # the V's tip: the stage before is on this rank; its output is this stage's input, cut
+                    # from its graph as a received one is (its gradient is read back at the backward below)
+                    inputs[key] = outputs[(ins.stage - 1, ins.mb)].detach().requires_grad_(self.emulate is None)
                 with timeline.span("forward", cat="compute", micro=ins.mb, stage=ins.stage), \
                         (held.saving(key) if held is not None else contextlib.nullcontext()):
                     # side inputs (packed documents' positions) reach every stage from the batch itself
@@ -133,9 +139,13 @@ class PipelineEngine:
                 if held is not None:
                     held.sample()
             elif ins.op in ("B", "I"):
+                if ins.stage < self.n_stages - 1 and self.schedule.local(ins.stage, ins.stage + 1):
+                    grads[key] = _input_grad(inputs.pop((ins.stage + 1, ins.mb)))  # handed over on the rank
                 extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
                     extra = self.on_last_backward(ins.stage)
+                if ins.op == "B" and key in stores:  # a whole B in a split schedule: weights in it too
+                    stores.pop(key).full = True
                 with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
                                    micro=ins.mb, stage=ins.stage):
                     self._backward(ins.op, outputs.pop(key), grads.pop(key, None), zero_terms(extra or ()))

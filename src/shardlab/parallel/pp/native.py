@@ -1,7 +1,9 @@
 """The torch-native twin: the same stages run by `torch.distributed.pipelining`'s schedules.
 
 shardlab builds the stages (stage.py) and hands them to `PipelineStage`; torch's schedule then owns
-the forwards, backwards and point-to-point transfers (its own, not recorded by comm). What torch does
+the forwards, backwards and point-to-point transfers (its own, not recorded by comm). The step's
+microbatches go to the schedule's microbatch loop as they are (`_run`), not concatenated for its `step`
+to split again. What torch does
 not do is the tied embedding: the first and last stages' copies are summed here after the step, as the
 own engine's REDUCE does. torch scales gradients by 1/microbatches by default; shardlab's loss is
 already weighted by the global token count, so that scaling is switched off.
@@ -47,21 +49,28 @@ class TorchPipeline:
         every microbatch once it is over: torch owns the loop and calls nothing in between."""
         self.weight = loss_weight
         self.losses = []
-        x = torch.cat([x for x, _ in microbatches])
-        y = torch.cat([y for _, y in microbatches])
         holds = set(self.stages)
-        args = (x,) if 0 in holds else ()
-        target = y if self.n_stages - 1 in holds else None
+        # the step's microbatches as they are, handed over once (no concatenation for torch to split again)
+        args = [(x,) for x, _ in microbatches] if 0 in holds else None
+        targets = [y for _, y in microbatches] if self.n_stages - 1 in holds else None
         losses: list[torch.Tensor] = []  # the last stage's weighted loss per microbatch, filled by torch
-        self.schedule.step(*args, target=target, losses=losses if target is not None else None)
+        self._run(args, targets, losses if targets is not None else None)
         if self.embed_group is not None:
             self._reduce_tied()
         if after_microbatch is not None:
             # (torch's first step also scores a microbatch to infer shapes: the step's own are the last ones)
-            mine = self.losses[-len(microbatches):] if target is not None else [None] * len(microbatches)
+            mine = self.losses[-len(microbatches):] if targets is not None else [None] * len(microbatches)
             for m, loss in enumerate(mine):
                 after_microbatch(m, loss)
         return sum((loss.detach() / loss_weight for loss in losses), torch.zeros(()))
+
+    def _run(self, arg_mbs, target_mbs, losses) -> None:
+        """torch's `schedule.step` from its split onwards: what step does before its microbatch loop (each
+        stage told it runs backward, its per-step state cleared), then the loop over microbatches as given."""
+        for stage in self.torch_stages:
+            stage.has_backward = self.schedule._has_backward
+            stage.clear_runtime_states()
+        self.schedule._step_microbatches(arg_mbs, None, target_mbs, losses, return_outputs=False)
 
     def _reduce_tied(self) -> None:
         if self.embed_group is None:

@@ -4,8 +4,9 @@
 stage(s) under their original names, the embedding on the first stage, the head on the last. The rest
 of the composition (tensor parallel, data parallel) is applied to that part as to a whole model.
 
-`PipelineParallel` replaces `Parallel.forward_backward` with the schedule (parallel/pp/engine.py or
-torch.distributed.pipelining), so the trainer still just hands it the step's microbatches. Data-parallel
+Its handle's `executor` (`PipelineExecutor`) runs the step's microbatches through the schedule
+(parallel/pp/engine.py or torch.distributed.pipelining) for `Parallel`, so the trainer still just hands
+`Parallel.step` the step's microbatches and the composition has no pipeline branch. Data-parallel
 gradient sync is switched on before each stage's last backward only, so the DP layer reduces once per
 step. The loss of the step lives on the last stage; it is summed over the pipeline group so every rank
 reports the same figure.
@@ -42,8 +43,6 @@ from shardlab.parallel.pp.placement import StagePlacement
 from shardlab.parallel.pp.schedule import ScheduleError, build as build_schedule, check
 from shardlab.parallel.pp.stage import layer_costs, stage_ranges
 from shardlab.parallel.layer import Layer
-from shardlab.parallel.step import Parallel
-
 
 
 def schedule_of(pcfg, microbatches: int):
@@ -131,7 +130,8 @@ def split(model: nn.Module, cfg, dims: ParallelDims):
     keep = [i for s in mine for i in ranges[s]]
     part = anatomy.of(model).cut(copy.deepcopy(model), keep, 0 in mine, n - 1 in mine)  # stage.build_stage's cut
     part.pipeline = {"stages": mine, "ranges": {s: ranges[s] for s in mine}, "n_stages": n, "all_ranges": ranges}
-    return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched))
+    return Layer("pp", part, norm_groups=("pp",), impl=(mine, sched),
+                 executor=lambda par: PipelineExecutor(par, cfg, mine, sched))
 
 
 def _chunk_view(part: nn.Module, stage: int, n_stages: int, blocks: range) -> nn.Module:
@@ -184,13 +184,18 @@ def _embed_group(dims: ParallelDims, sched, tied: bool = True) -> object | None:
     return mine
 
 
-class PipelineParallel(Parallel):
-    def __init__(self, dims, model, dp, optimizer, device, dtype, cfg, part, stages, sched, layers=(),
-                 params_total=None):
-        super().__init__(dims, model, dp, optimizer, device, dtype=dtype, layers=layers, params_total=params_total)
-        from shardlab.model.loss import cross_entropy
+class PipelineExecutor:
+    """The pipeline's step executor: `Parallel` hands it the step's microbatches (forward_backward), and
+    asks it to finish the gradients, clip their norm and evaluate; it reads the rest (the data-parallel
+    layer, the loss, autocast) from the `Parallel` it serves. Built by `Parallel` through the pp layer's
+    handle (`split`'s `executor`), so the composition has no pipeline branch."""
+
+    def __init__(self, par, cfg, stages, sched):
         from shardlab.parallel.pp.engine import PipelineEngine
 
+        dims, model, dp, device = par.dims, par.model, par.dp, par.device
+        part = par.layers[-1].part  # this rank's part as the last layer inside the dp layer left it
+        self.par, self.dims, self.dp, self.device = par, dims, dp, device
         self.sched, self.stage_ids = sched, stages
         self.group = dims.group("pp")
         n = sched.n_stages
@@ -217,7 +222,7 @@ class PipelineParallel(Parallel):
                          and (len(stages) > 1 or self.split or self.cfg_native))
 
         def loss_fn(logits, y):
-            return self.loss_fn(logits, y, reduction="sum")
+            return par.loss_fn(logits, y, reduction="sum")
 
         if self.cfg_native:
             from shardlab.parallel.pp.native import TorchPipeline
@@ -256,7 +261,7 @@ class PipelineParallel(Parallel):
         microbatches = list(microbatches)
         self.dp.set_requires_gradient_sync(False)  # on again before each stage's last backward
         done = _InOrder(microbatches, after_backward)
-        with self.autocast():
+        with self.par.autocast():
             loss = self.engine.step(microbatches, loss_weight, done if after_backward is not None else None)
         if self.handover and self.cfg_native:
             # torch's schedule ran every backward with sync off: hand the accumulated gradients over now
@@ -279,7 +284,7 @@ class PipelineParallel(Parallel):
 
     def clip_grad_norm_(self, max_norm: float) -> float:
         dup = ("wte.weight",) if self.embed_group is not None and self.is_last and not self.is_first else ()
-        return self.dp.clip_grad_norm_(max_norm, self.grad_norm_groups, exclude=dup)
+        return self.dp.clip_grad_norm_(max_norm, self.par.grad_norm_groups, exclude=dup)
 
     @torch.no_grad()
     def eval_loss_sum(self, x, y, doc_pos=None):
@@ -302,7 +307,7 @@ class PipelineParallel(Parallel):
                 if rank_of(s + 1) != me:
                     comm.send(out.contiguous(), rank_of(s + 1), group=self.group, tag=f"eval act {s}->{s + 1}")
             else:
-                loss = self.loss_fn(out, y, reduction="sum")
+                loss = self.par.loss_fn(out, y, reduction="sum")
         return self._share(loss)
 
     def _share(self, loss: torch.Tensor) -> torch.Tensor:

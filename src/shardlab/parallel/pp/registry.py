@@ -22,7 +22,8 @@ class ScheduleSpec:
     torch_class: str = ""  # the torch.distributed.pipelining class (runner "torch")
     # the bubble's closed form (equal stage times, free communication): 1F1B's idle (p-1) stage-steps divided
     # by s against m microbatches, (p-1)/s / (m + (p-1)/s): "1" (GPipe, 1F1B), "v" (interleaved: stages
-    # are v times shorter), "3" (ZB-H1 with F = I = W); "" = no closed form here
+    # are v times shorter), "3" (ZB-H1 with F = I = W), "6" (ZB-V and DualPipeV without the overlap, F = I = W
+    # per chunk: p - 1 chunk-forwards idle against 6m busy, simulate.py's figure); "" = no closed form here
     bubble: str = ""
     planned_as: str = "1f1b"  # how the planner models it (a row whose planned_as is itself)
     zero_bubble: bool = False  # splits backward into input and weight gradients (I / W)
@@ -46,6 +47,11 @@ _ROWS = (
                  microbatch_multiple="p", in_flight="p(1+(p-1)/(pv))", search=2),
     ScheduleSpec("zb", "own", "zb", bubble="3", planned_as="zb", zero_bubble=True, refuses_dp=(_FSDP2_SPLIT,),
                  search=1, note="ZB-H1"),
+    # the V placement (rank r holds stages r and 2p-1-r), split backward
+    ScheduleSpec("zbv", "own", "zbv", layout="v", virtual=(2, 2), bubble="6", planned_as="zb", zero_bubble=True,
+                 min_microbatches="1", refuses_dp=(_FSDP2_SPLIT,), note="ZB-V"),
+    ScheduleSpec("dualpipev", "own", "dualpipev", layout="v", virtual=(2, 2), bubble="6", planned_as="zb",
+                 zero_bubble=True, min_microbatches="2p", refuses_dp=(_FSDP2_SPLIT,), note="DualPipeV"),
     ScheduleSpec("torch-gpipe", "torch", "gpipe", torch_class="ScheduleGPipe", bubble="1", planned_as="gpipe",
                  min_microbatches="1", in_flight="m"),
     ScheduleSpec("torch-1f1b", "torch", "1f1b", torch_class="Schedule1F1B", bubble="1"),

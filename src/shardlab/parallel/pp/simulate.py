@@ -3,7 +3,8 @@
 `simulate` plays every rank's instruction list against the others: a compute instruction takes its
 duration, a send never blocks (the engine sends asynchronously), a receive waits for its send. It
 checks that every stage runs each microbatch's forward once and its backward once (B, or I and W), that
-each receive has exactly one send, and that the ranks cannot deadlock; it returns when each
+each receive has exactly one send, that the ranks cannot deadlock and that every pair of ranks posts its
+messages in one order on both sides (the posting plan's); it returns when each
 instruction ran, the bubble of every rank and the activations each rank holds at its peak.
 """
 from __future__ import annotations
@@ -54,21 +55,41 @@ def _check_coverage(s: Schedule) -> None:
 
 
 def _check_channels(s: Schedule) -> None:
-    """Point-to-point messages between two ranks are matched in the order they were posted (NCCL has no
+    """Point-to-point messages between two ranks are matched in the order they are posted (NCCL has no
     tags), so on every directed pair of ranks the sender's order of sends must be the receiver's order of
-    receives; otherwise an activation would land in a gradient's buffer."""
+    receives; otherwise an activation would land in a gradient's buffer. The order is the posting plan's
+    (posting.py: what the engine posts, by exchange round), not the instruction lists': on the V placement
+    a rank's receives from one neighbour interleave two streams (activations down, gradients back up), which
+    the rounds order alike on both sides."""
+    from shardlab.parallel.pp.posting import plan
+
     sends: dict[tuple, list] = {}
     recvs: dict[tuple, list] = {}
     for r, instrs in enumerate(s.ranks):
-        for i in instrs:
+        for j in [j for batches in plan(s, r) for batch in batches for j in batch]:
+            i = instrs[j]
             if i.op.startswith("SEND"):
                 sends.setdefault((r, s.rank_of(i.peer)), []).append((i.op[-1], i.stage, i.peer, i.mb))
-            elif i.op.startswith("RECV"):
+            else:
                 recvs.setdefault((s.rank_of(i.peer), r), []).append((i.op[-1], i.peer, i.stage, i.mb))
     for pair in set(sends) | set(recvs):
         if sends.get(pair, []) != recvs.get(pair, []):
             raise ValueError(f"{s.name}: messages from rank {pair[0]} to rank {pair[1]} are received in another "
                              "order than they are sent")
+
+
+def _check_local_handoff(s: Schedule, r: int, ins, done: set) -> None:
+    """A hand-off between two stages of one rank is no message (the V's tip): the producer must simply
+    have run before on this rank — the forward of the stage before, the backward of the stage after."""
+    if ins.op == "F" and ins.stage > 0 and s.local(ins.stage, ins.stage - 1):
+        before = [("F", ins.stage - 1, ins.mb)]
+    elif ins.op in ("B", "I") and ins.stage < s.n_stages - 1 and s.local(ins.stage, ins.stage + 1):
+        before = [(op, ins.stage + 1, ins.mb) for op in ("B", "I")]
+    else:
+        return
+    if not any(b in done for b in before):
+        op, st, mb = before[0]
+        raise ValueError(f"{s.name}: rank {r} runs {ins} before {op}{mb}@s{st}, which hands it over on the rank")
 
 
 def peak_activations(s: Schedule) -> list[int]:
@@ -91,7 +112,6 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
              latency: float = 0.0) -> Timing:
     """Durations: f (forward), b (full backward), i and w (its two halves; default b/2 each)."""
     _check_coverage(s)
-    _check_channels(s)
     i = b / 2 if i is None else i
     w = b / 2 if w is None else w
     dur = {"F": f, "B": b, "I": i, "W": w}
@@ -120,6 +140,7 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
                     needs = {"B": "F", "I": "F", "W": "I"}.get(ins.op)
                     if needs and (needs, ins.stage, ins.mb) not in done_local:
                         raise ValueError(f"{s.name}: rank {r} runs {ins} before {needs}{ins.mb}@s{ins.stage}")
+                    _check_local_handoff(s, r, ins, done_local)
                     start = clock[r]
                     clock[r] += dur[ins.op]
                     timing.spans[r].append((ins, start, clock[r]))
@@ -133,6 +154,7 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
             raise ScheduleDeadlock(f"{s.name}: deadlock: " + "; ".join(stuck))
     if sent:
         raise ValueError(f"{s.name}: sends nobody receives: {sorted(sent)[:3]}")
+    _check_channels(s)  # after the play: a schedule that deadlocks has no posting plan
     timing.makespan = max(clock)
     timing.peak_activations = peak_activations(s)
     return timing

@@ -34,12 +34,13 @@ def single_grads(m: int, kw: dict = TINY4) -> tuple[float, dict]:
     return total * weight, {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
-def pipeline_engine(name: str, m: int, virtual: int = 1, kw: dict = TINY4):
+def pipeline_engine(name: str, m: int, virtual: int = 1, kw: dict = TINY4, layout: str | None = None):
     """This rank's engine (own, or torch's for a `torch-` name) over its stages of a fresh tiny GPT;
-    pp = world size, the tied embedding summed by the engine itself."""
+    pp = world size, the tied embedding summed by the engine itself. `layout`: place the stages other than
+    the row says ("v": any own program on the V placement)."""
     pp, rank = comm.world_size(), comm.rank()
     row = registry.spec(name)
-    sched = build(row.order, pp, m, virtual, layout=row.layout)  # a torch row's stage layout is its order's
+    sched = build(row.order, pp, m, virtual, layout=layout or row.layout)  # a torch row's stage layout is its order's
     model = build_model(GPTConfig(**kw), seed=0)
     n = sched.n_stages
     ranges = stage_ranges(kw["n_layer"], n)
@@ -54,16 +55,21 @@ def pipeline_engine(name: str, m: int, virtual: int = 1, kw: dict = TINY4):
                           embed_group=embed_group)
 
 
-def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4) -> tuple[float, dict]:
+def pipeline_grads(name: str, m: int, virtual: int = 1, kw: dict = TINY4,
+                   layout: str | None = None) -> tuple[float, dict]:
     """One step of schedule `name` over the world (pp = world size); every rank returns the loss (from
-    the last stage) and the gradients of the parameters its stages hold."""
-    engine = pipeline_engine(name, m, virtual, kw)
+    the last stage) and the gradients of the parameters its stages hold (a parameter two of its stages
+    hold, the tied embedding of a V's first and last stage: the two copies' gradients summed)."""
+    engine = pipeline_engine(name, m, virtual, kw, layout)
     mbs = batch(m, kw=kw)
     weight = 1.0 / sum(y.numel() for _, y in mbs)
     loss = engine.step(mbs, weight) * weight
     comm.all_reduce(loss)  # only the last stage's rank holds it
-    grads = {nm: p.grad.clone() for st in engine.stages.values() for nm, p in st.named_parameters()
-             if p.grad is not None}
+    grads: dict = {}
+    for st in engine.stages.values():
+        for nm, p in st.named_parameters():
+            if p.grad is not None:
+                grads[nm] = grads[nm] + p.grad if nm in grads else p.grad.clone()
     return loss.item(), grads
 
 

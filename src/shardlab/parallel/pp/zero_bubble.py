@@ -20,6 +20,9 @@ class WeightGradStore:
 
     def __init__(self):
         self.pending: list = []
+        # True: the backward running now is a whole B (DualPipeV mixes B with I / W): the weight gradients
+        # are computed in it, as nn.Linear's would be, rather than queued
+        self.full = False
 
     def params(self) -> list[torch.Tensor]:
         """The weights and biases whose gradients `run` computes."""
@@ -65,6 +68,11 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, gy):
         x, weight = ctx.saved_tensors
+        if ctx.store.full:
+            x2, gy2 = x.reshape(-1, x.shape[-1]), gy.reshape(-1, gy.shape[-1])
+            dw = (gy2.t() @ x2.to(gy2.dtype)).to(weight.dtype)
+            db = gy2.sum(0).to(weight.dtype) if ctx.bias is not None else None
+            return gy @ weight.to(gy.dtype), dw, db, None
         ctx.store.pending.append((weight, ctx.bias, x.detach(), gy.detach()))
         return gy @ weight.to(gy.dtype), None, None, None
 
