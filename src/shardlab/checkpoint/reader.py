@@ -22,6 +22,7 @@ import os
 import pickle
 import struct
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -33,6 +34,7 @@ from torch.futures import Future
 from shardlab.checkpoint import manifest as mf
 
 SCRATCH = 8 << 20  # bytes hashed per read between the records we load
+THREADS = 4  # files read at once per rank
 HASH_CHUNK = 1 << 20  # bytes read, then hashed at once while in the CPU cache (1 MiB beat 256 KiB and 4 MiB)
 
 
@@ -224,8 +226,9 @@ class Reader(FileSystemReader):
     """DCP's file reader that reads whole same-layout chunks straight into their targets and verifies the
     shard files named in `verify` while reading them. `direct_bytes` counts what took the direct path."""
 
-    def __init__(self, path: Path, verify: dict[str, dict] | None = None):
+    def __init__(self, path: Path, verify: dict[str, dict] | None = None, threads: int = THREADS):
         super().__init__(str(path))
+        self.threads = threads
         self.verify = dict(verify or {})
         self.problems: list[str] = []
         self.direct_bytes = 0
@@ -245,15 +248,26 @@ class Reader(FileSystemReader):
         per_file: dict[str, list] = {}
         for req in plan.items:
             per_file.setdefault(self.storage_data[req.storage_index].relative_path, []).append(req)
-        for name in sorted(set(per_file) | set(self.verify)):
-            reqs = sorted(per_file.get(name, []), key=lambda r: self.storage_data[r.storage_index].offset)
-            self._read_file(name, reqs, planner)
+        names = sorted(set(per_file) | set(self.verify))
+        jobs = [(n, sorted(per_file.get(n, []), key=lambda r: self.storage_data[r.storage_index].offset))
+                for n in names]
+        # One thread per file (up to THREADS): the reads (readinto) and the hashing (xxhash) release the GIL,
+        # so the files of one rank stream concurrently; the items of one file stay in order (one pass).
+        if len(jobs) > 1 and self.threads > 1:
+            with ThreadPoolExecutor(min(self.threads, len(jobs)), thread_name_prefix="ckpt-read") as pool:
+                direct = list(pool.map(lambda job: self._read_file(*job, planner), jobs))
+        else:
+            direct = [self._read_file(*job, planner) for job in jobs]
+        self.direct_bytes += sum(direct)
         fut: Future = Future()
         fut.set_result(None)
         return fut
 
-    def _read_file(self, name: str, reqs: list, planner) -> None:
+    def _read_file(self, name: str, reqs: list, planner) -> int:
+        """Read `reqs` from file `name` in one forward pass (hashing it when it is to be verified); returns
+        the bytes read straight into their targets."""
         path = Path(self.path) / name
+        direct = 0
         entry = self.verify.get(name)
         algo = mf.entry_algo(entry) if entry is not None else None
         hasher = mf.new_hasher(algo) if algo is not None else None
@@ -261,7 +275,7 @@ class Reader(FileSystemReader):
             walk = _Walk(f, hasher)
             try:
                 for req in reqs:
-                    self._read_item(f, walk, req, planner)
+                    direct += self._read_item(f, walk, req, planner)
                 walk.finish()
             except Exception:
                 if hasher is None:
@@ -277,8 +291,9 @@ class Reader(FileSystemReader):
                        else None)
             if problem is not None:
                 self.problems.append(problem)
+        return direct
 
-    def _read_item(self, f, walk: _Walk, req, planner) -> None:
+    def _read_item(self, f, walk: _Walk, req, planner) -> int:
         md = self.storage_data[req.storage_index]
         forward = md.offset >= walk.pos  # else a second request for bytes already passed (read them again)
         if forward:
@@ -296,9 +311,8 @@ class Reader(FileSystemReader):
                     else:
                         f.seek(md.offset + at)
                         _Walk(f, None).readinto(view)
-                    self.direct_bytes += view.nbytes
                     planner.commit_tensor(req, target)
-                    return
+                    return view.nbytes
         # DCP's path (FileSystemReader.read_data), on the item's bytes read once.
         data = bytearray(md.length)
         if forward:
@@ -310,7 +324,7 @@ class Reader(FileSystemReader):
         raw = io.BytesIO(stream.read(-1))
         if req.type == LoadItemType.BYTE_IO:
             planner.load_bytes(req, raw)
-            return
+            return 0
         tensor = narrow_tensor_by_index(torch.load(raw, map_location="cpu", weights_only=True),
                                         req.storage_offsets, req.lengths)
         target = planner.resolve_tensor(req).detach()
@@ -318,3 +332,4 @@ class Reader(FileSystemReader):
             raise AssertionError(f"req {req.storage_index} mismatch sizes {target.size()} vs {tensor.size()}")
         target.copy_(tensor)
         planner.commit_tensor(req, target)
+        return 0
