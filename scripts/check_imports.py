@@ -13,9 +13,9 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 FLOORS = [
     ("", "errors", "precision", "comm_record", "degrees", "lazy"),  # "": the package's face, shardlab/__init__.py (its version)
     ("data", "model", "comm_store", "comm_quorum", "comm_groups"),
-    ("comm", "optim"),
+    ("comm",),
     ("fp8",),
-    ("observe", "doctor"),
+    ("observe", "doctor", "optim"),
     ("parallel",),
     ("config", "plan"),
     ("checkpoint",),

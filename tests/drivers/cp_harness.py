@@ -79,12 +79,13 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
 
 
 def _sent_since(first: int) -> dict[str, int]:
-    """Bytes this rank sent by the ring since record number `first`, by tag (sends only: a receive's
-    record carries the same payload, and a pair's transfer is counted once)."""
+    """Bytes this rank sent by context parallelism since record number `first`, by tag: the ring's sends (a
+    receive's record carries the same payload, and a pair's transfer is counted once) and Ulysses'
+    all-to-alls and document-position gathers (comm's payload)."""
     from shardlab import comm
 
     sent: dict[str, int] = {}
     for rec in comm.RECORDER.ring:
-        if rec.order > first and rec.op == "send" and rec.tag.startswith("cp."):
+        if rec.order > first and rec.op in ("send", "all_to_all", "all_gather") and rec.tag.startswith("cp."):
             sent[rec.tag] = sent.get(rec.tag, 0) + rec.bytes
     return sent

@@ -52,7 +52,7 @@ def test_spec_keys_are_config_keys_and_declared_once():
     assert len(keys) == len(set(keys)) and set(keys) <= set(schema.all_keys())
     from shardlab.config.help import KEY_HELP
     assert all(KEY_HELP[k] == v for k, v in layers.key_help().items())
-    assert KEY_HELP["parallel.cp_impl"][1] == "own | torch" and KEY_HELP["parallel.tp_impl"][1] == "own | dtensor"
+    assert KEY_HELP["parallel.cp_impl"][1] == "own | torch | ulysses | hybrid" and KEY_HELP["parallel.tp_impl"][1] == "own | dtensor"
 
 
 @pytest.mark.parametrize("overrides, world, needle", [

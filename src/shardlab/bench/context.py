@@ -24,13 +24,14 @@ MODEL = dict(n_layer=2, n_head=4, d_model=64)  # the tiny preset
 SIZES = {"quick": dict(seqs=[128, 256, 512], rounds=5, warm=1, attn_seq=1024, attn_reps=15),
          "full": dict(seqs=[256, 512, 1024, 2048], rounds=12, warm=2, attn_seq=2048, attn_reps=25)}
 ROWS = ("cp1", "cp2")
+FAMILIES = ("own", "ulysses")  # the ring and Ulysses at cp = 2 (docs/context.md, "Two families")
 
 
 class _Run:
     """One configuration built by the composition the trainer uses; a step = forward, loss, backward,
     gradient sync, clip, AdamW on one sequence per cp group."""
 
-    def __init__(self, row: str, seq: int):
+    def __init__(self, row: str, seq: int, impl: str = "own"):
         from shardlab.config import Config
         from shardlab.model.gpt import GPTConfig, build_model
         from shardlab.parallel import build
@@ -39,6 +40,7 @@ class _Run:
         cfg.train.seq_len, cfg.train.grad_clip, cfg.ckpt.final = seq, 1.0, False
         cfg.parallel.strategy = "ddp"
         cfg.parallel.cp = 2 if row == "cp2" else 1
+        cfg.parallel.cp_impl = impl
         model = build_model(GPTConfig(vocab_size=256, max_seq_len=seq, **MODEL), seed=1337)
         self.par = build(cfg, torch.device("cpu"), model)
         self.seqs = 2 if row == "cp1" else 1  # sequences per step (global batch)
@@ -113,8 +115,33 @@ def _sweep(size: dict) -> dict:
         del live
         release()
     out["balance"] = _balance(size["attn_seq"], size["attn_reps"])
+    out["families"] = _families(size)
     gathered = comm.all_gather_object(out)
     return gathered if rank == 0 else None
+
+
+def _families(size: dict) -> dict:
+    """cp2 by the ring against cp2 by Ulysses (all-to-all over heads) at every length: the bytes each
+    records in one step (sends; all-to-all payloads) and paired step times (the order alternating)."""
+    from shardlab import comm
+
+    out = {}
+    for seq in size["seqs"]:
+        live = {impl: _Run("cp2", seq, impl) for impl in FAMILIES}
+        res = {"bytes": {}, "times": {impl: [] for impl in FAMILIES}}
+        for impl in FAMILIES:
+            first = comm.RECORDER.order
+            live[impl].step(*_batch(seq, -3, "cp2", comm.rank()))
+            res["bytes"][impl] = sum(rec.bytes for rec in comm.RECORDER.ring if rec.order > first
+                                     and rec.op in ("send", "all_to_all") and rec.tag.startswith("cp."))
+        for r in range(size["rounds"]):
+            for impl in (FAMILIES if r % 2 == 0 else FAMILIES[::-1]):
+                comm.barrier()
+                t0 = time.perf_counter()
+                live[impl].step(*_batch(seq, r, "cp2", comm.rank()))
+                res["times"][impl].append(time.perf_counter() - t0)
+        out[seq] = res
+    return out
 
 
 def _balance(seq: int, reps: int) -> dict:
@@ -234,6 +261,7 @@ def measure(quick: bool = True) -> dict:
         spread = common.stats([max(ts) / min(ts) for ts in rounds])
         return {"median": max(med) / min(med), "min": spread["min"], "max": spread["max"]}
 
+    fams = families(ranks, size)
     replayed = replay(size["attn_seq"], size["attn_reps"])
     zig, con = balance(replayed["zigzag"]), balance(replayed["contiguous"])
     step = by[(longest, "cp2")]["step_ratio_cp2_cp1"]
@@ -250,10 +278,34 @@ def measure(quick: bool = True) -> dict:
         "cp_step_ratio": step["median"], "cp_step_ratio_min": step["min"], "cp_step_ratio_max": step["max"],
         "cp_step_ratio_ci90": step["ci90"], "cp_step_ratio_load_avg": step["load_avg"],
         "ranks_consistent": all(consistent),
+        "cp_a2a_exact": 1.0 if all(r["exact"] for r in fams) else 0.0,
+        "cp_ulysses_step_ratio": fams[-1]["step_ratio_ulysses_ring"]["median"],
     }
     balance = [{"rank": i, **{f"{lay}_flops": d["flops"] for lay, d in b.items()},
                 **{f"{lay}_attn_s": common.stats(d["attn_s"]) for lay, d in b.items()}} for i, b in enumerate(bal)]
-    return {"suite": "context", "figures": figures, "rows": rows, "balance": balance, "size": size}
+    return {"suite": "context", "figures": figures, "rows": rows, "balance": balance, "size": size,
+            "families": fams}
+
+
+def families(ranks: list, size: dict) -> list[dict]:
+    """Rows of the ring-vs-Ulysses study: recorded bytes per rank against cost.py's formulas (the ring's sends,
+    Ulysses' all-to-all payloads), step times and the paired ratio Ulysses / ring."""
+    from shardlab.bench import common
+    from shardlab.parallel.cp.cost import comm_bytes
+
+    warm, out = size["warm"], []
+    h, d = MODEL["n_head"], MODEL["d_model"] // MODEL["n_head"]
+    for seq in size["seqs"]:
+        per = [r["families"][seq] for r in ranks]
+        formula = {impl: sum(comm_bytes(impl, 1, seq, h, h, d, 2, 2, 4, MODEL["n_layer"]).values())
+                   for impl in FAMILIES}
+        t = per[0]["times"]
+        pairs = [b / a for a, b in zip(t["own"][warm:], t["ulysses"][warm:])]
+        out.append({"seq_len": seq, "bytes": per[0]["bytes"], "formula": formula,
+                    "exact": all(p["bytes"] == formula for p in per),
+                    "step_s": {impl: common.stats(t[impl][warm:]) for impl in FAMILIES},
+                    "step_ratio_ulysses_ring": common.median_ci(pairs)})
+    return out
 
 
 def run(out, quick: bool) -> dict:
@@ -276,6 +328,13 @@ def run(out, quick: bool) -> dict:
         [[b["rank"], f"{b['zigzag_flops'] / 1e9:.3f}", common.fmt_stats(b["zigzag_attn_s"], 1e3, 1),
           f"{b['contiguous_flops'] / 1e9:.3f}", common.fmt_stats(b["contiguous_attn_s"], 1e3, 1)]
          for b in doc["balance"]])
+    fam = common.md_table(
+        ["seq len", "ring bytes/rank/step (formula)", "ulysses bytes/rank/step (formula)", "ring step ms",
+         "ulysses step ms", "ulysses ÷ ring, paired"],
+        [[r["seq_len"], f"{r['bytes']['own']:,} ({r['formula']['own']:,})",
+          f"{r['bytes']['ulysses']:,} ({r['formula']['ulysses']:,})", common.fmt_stats(r["step_s"]["own"], 1e3, 1),
+          common.fmt_stats(r["step_s"]["ulysses"], 1e3, 1), common.fmt_stats(r["step_ratio_ulysses_ring"], 1, 3)]
+         for r in doc["families"]])
     f = doc["figures"]
     common.write_report(out, "Context parallelism: cp = 1 vs cp = 2 (world 2, tiny model)", [
         "cp1: own ddp, each rank one whole sequence of length T. cp2: `parallel.cp=2`, the two ranks share one "
@@ -294,6 +353,12 @@ def run(out, quick: bool) -> dict:
         "the two ranks compete for the cores with each other and any other load (cp_balance_live: max ÷ min of "
         "the per-rank medians).",
         bal,
+        "Two families at cp = 2: the ring (K/V blocks travel, p2p sends) and Ulysses (all-to-alls turn the "
+        "sequence shard into a head shard; comm's all-to-all payload, this rank's own piece included), the bytes "
+        "each rank recorded in one step against parallel/cp/cost.py, and step times alternating the two.",
+        fam,
+        f"cp_a2a_exact = {f['cp_a2a_exact']:.0f}, cp_ulysses_step_ratio = {f['cp_ulysses_step_ratio']:.3f} "
+        "(at the longest length).",
         f"**Figures**: cp_act_mem_ratio = {f['cp_act_mem_ratio']:.3f} (goal ≤ 0.55), cp_balance = "
         f"{f['cp_balance']:.3f} (per round {f['cp_balance_round_min']:.3f}–{f['cp_balance_round_max']:.3f}; goal ≤ 1.05; contiguous "
         f"chunks: {f['cp_balance_contiguous']:.3f}; live ring {f['cp_balance_live']:.3f} vs "

@@ -76,6 +76,10 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 30
+    lr_schedule: str = "cosine"  # cosine | wsd : warm-up, then cosine, or stable then a linear decay (optim/schedule.py)
+    decay_fraction: float = 0.2  # wsd: the last share of train.steps, decaying linearly to min_lr
+    optimizer: str = "adamw"  # one of optim/registry.py's rows: adamw | sgd | muon (docs/optim.md)
+    muon_lr: float = 0.0  # muon: the matrices' peak learning rate; 0 = train.lr
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -128,6 +132,7 @@ class ParallelConfig:
     tp_impl: str = "own"  # own (parallel/tp/own.py, every collective through comm) | dtensor (parallelize_module)
     sp: bool = False  # sequence parallelism inside tensor parallelism (needs train.seq_len % parallel.tp == 0)
     cp_impl: str = "own"  # own (ring attention, parallel/cp/layer.py) | torch (context_parallel, CUDA only)
+    cp_ulysses: int = 0  # cp_impl=hybrid: the Ulysses degree inside the ring (parallel/cp/spec.py)
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
     # Synchronisation across data-parallel replicas (docs/sync.md, parallel/dp/sync.py)

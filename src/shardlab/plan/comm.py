@@ -34,7 +34,7 @@ def wire_factor(op: str, n: int) -> float:
     if n <= 1:
         return 0.0
     return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n, "p2p": 1.0}[op]
+            "all_gather": (n - 1) / n, "p2p": 1.0, "all_to_all": (n - 1) / n}[op]
 
 
 def ring_steps(op: str, n: int) -> int:
@@ -317,7 +317,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
                               f"2 x {layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
                               f"n_kv_heads {model.n_kv_heads} < t)"))
     if lay.cp > 1:
-        out.append(cp_ring(model, train, lay, m))
+        out += [cp_ring(model, train, lay, m)] if lay.cp_impl in ("own", "torch") else cp_a2a(model, train, lay, m)
     if lay.pp > 1:
         sends = 2 * m * lay.v
         b = act / (lay.tp if lay.sp else 1)
@@ -344,6 +344,32 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
                       f"x {layers} layers x {m} micro batches", per_micro=True)
 
 
+def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
+    """Ulysses' all-to-alls (and the hybrid's ring) per rank, from context parallelism's cost hook
+    (parallel/cp/cost.py via its spec): per layer and micro batch q, k, v and the output forward, their
+    gradients backward, each (b, heads/t, s/cp, d); full recompute repeats the forward's."""
+    from shardlab.parallel import layers as registry_
+
+    spec = registry_.BY_NAME["cp"]
+    e = 2 if train.mixed else 4
+    u = lay.cp if lay.cp_impl == "ulysses" else lay.cp_ulysses
+    heads, kv = model.n_head // lay.tp, max((model.n_kv_heads or model.n_head) // lay.tp, 1)
+    layers, full = model.n_layer // lay.pp, lay.recompute == "full"
+    tags = registry_.load(spec.cost["bytes"])(lay.cp_impl, train.micro_batch, train.seq or model.seq, heads, kv,
+                                              model.d_model // model.n_head, lay.cp, u, e, layers, full)
+    a2a = (tags["cp.a2a"] + tags["cp.a2a_bwd"]) * m
+    calls = 4 * layers * (3 if full else 2) * m
+    out = [Collective("all_to_all", "cp", u, a2a, calls, "none",
+                      f"q, k, v, out: b*(s/cp)*d*(2h+2g)/t*{e} x ({'2' if full else '1'} fwd + 1 bwd) x {layers} layers "
+                      f"x {m} micro batches (Ulysses over {u})", per_micro=True)]
+    if "cp.kv" in tags:
+        ring = (tags["cp.kv"] + tags["cp.kv_bwd"] + tags["cp.dkv"]) * m
+        r = lay.cp // u
+        out.append(Collective("p2p", "cp", r, ring, ((2 if full else 1) * (r - 1) + 2 * r - 1) * layers * m, "none",
+                              f"the ring over {r} Ulysses groups on h/U heads", per_micro=True))
+    return out
+
+
 def tp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 1) -> dict:
     """op -> payload bytes per rank per step of the tensor-parallel collectives: comparable with the
     comm recorder's bytes on the tp group."""
@@ -361,9 +387,9 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp}[group]
+              "pp": lay.tp * lay.dp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
     n = {"tp": lay.tp, "dp": lay.dp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
-         "pp": lay.pp}[group]
+         "pp": lay.pp, "cp": lay.cp}[group]
     g = cluster.gpus_per_node
     if stride >= g:
         return 1
@@ -420,6 +446,6 @@ def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float
                          else (cluster.intra_latency, cluster.intra_bw))
         t = c.calls * alpha + c.payload / bw
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
-    local = group_placement(c.group, lay, cluster)
+    local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
     t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
     return t * c.calls, wi * c.calls, wo * c.calls

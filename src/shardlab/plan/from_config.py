@@ -56,7 +56,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
                                  v=int(p.pp_virtual) if registry.many_stages(schedule) else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),
-                                 offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
+                                 cp_impl=p.cp_impl, cp_ulysses=p.cp_ulysses, offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
                                  reshard_after_forward=bool(p.reshard_after_forward),

@@ -92,6 +92,8 @@ class Layout:
     sp: bool = False  # sequence parallelism (needs tp > 1 to matter)
     pp: int = 1
     cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
+    cp_impl: str = "own"  # own | torch (the ring) | ulysses (all-to-all over heads) | hybrid (both, parallel/cp/)
+    cp_ulysses: int = 0  # hybrid: the Ulysses degree inside the ring
     schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"
@@ -157,6 +159,14 @@ class Layout:
             kv = f" (and n_kv_heads {model.n_kv_heads} must divide it or be divisible by it, and it must divide " \
                  f"the SwiGLU width {model.ffn})" if model.llama else ""
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
+        if self.cp > 1 and self.cp_impl in ("ulysses", "hybrid"):  # the line training refuses the heads with
+            from shardlab.parallel.cp.checks import heads_refusal, ulysses_degree
+
+            u = ulysses_degree(self.cp_impl, self.cp, self.cp_ulysses)
+            line = heads_refusal(model.n_head, model.n_kv_heads or model.n_head, self.tp, u, self.cp_impl) \
+                if u >= 1 and self.cp % u == 0 else f"cp_ulysses {self.cp_ulysses} must divide cp {self.cp}"
+            if line:
+                raise ValueError(line)
         if self.v > 1 and not registry.many_stages(self.schedule):
             raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
         if self.pp * self.v > model.n_layer:
@@ -174,7 +184,8 @@ class Layout:
         if self.tp > 1:
             parts.append(f"tp={self.tp}" + ("+sp" if self.sp else ""))
         if self.cp > 1:
-            parts.append(f"cp={self.cp}")
+            parts.append(f"cp={self.cp}" + ("" if self.cp_impl in ("own", "torch") else f" {self.cp_impl}")
+                         + (f" U={self.cp_ulysses}" if self.cp_impl == "hybrid" else ""))
         if self.pp > 1:
             parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
         if self.recompute != "none":

@@ -173,7 +173,7 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
 @pytest.mark.parametrize("args,needle", [
     (["parallel.cp=2", "train.seq_len=30"], "train.seq_len=30 is not divisible by 2 x parallel.cp = 4"),
     (["parallel.cp=2", "parallel.cp_impl=torch"], "runs only with CUDA attention kernels"),
-    (["parallel.cp=2", "parallel.cp_impl=ring"], "parallel.cp_impl='ring': must be one of own, torch"),
+    (["parallel.cp=2", "parallel.cp_impl=ring"], "parallel.cp_impl='ring': must be one of own, torch, ulysses, hybrid"),
     (["parallel.cp=2", "parallel.dp=torch-fsdp2"], "does not compose with parallel.dp=torch-fsdp2"),
     (["parallel.cp=2", "model.dropout=0.1"], "set model.dropout=0"),
     (["parallel.cp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "--nproc", "4"], "use parallel.tp_impl=own"),
@@ -212,7 +212,8 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     assert f["cp_act_mem_ratio"] <= 0.55
     assert f["cp_comm_exact"] == 1.0 and f["ranks_consistent"] is True
     assert f["cp_flops_balance"] == 1.0 and f["cp_flops_balance_contiguous"] > 2.5
-    assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio"} <= f.keys()
+    assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio", "cp_ulysses_step_ratio"} <= f.keys()
+    assert f["cp_a2a_exact"] == 1.0  # the ring's sends and Ulysses' all-to-alls equal parallel/cp/cost.py
     rows = [x for x in doc["rows"] if "config" in x]
     assert {x["config"] for x in rows} == {"cp1", "cp2"} and len(rows) == 2 * len({x["seq_len"] for x in rows})
 

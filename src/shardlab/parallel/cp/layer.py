@@ -91,10 +91,15 @@ class ContextParallel:
         self.group, self.layout, self.rings = group, layout, rings
         self.rank, self.size = comm.rank(group), comm.world_size(group)
 
+    def index(self, seq_len: int, device=None) -> torch.Tensor:
+        """The global positions of this rank's tokens of a `seq_len` sequence, in local order."""
+        check_divisible(seq_len, self.size, self.layout)
+        return token_index(seq_len, self.rank, self.size, self.layout, device)
+
     def shard_batch(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """This rank's chunks of a batch's inputs, targets and (packed documents) per-token positions, all cut
         alike (sequence = dim 1): each token keeps its target and its position inside its document."""
-        return tuple(shard_sequence(t, self.rank, self.size, self.layout) for t in tensors)
+        return tuple(t.index_select(1, self.index(t.shape[1], t.device)) for t in tensors)
 
     def positions(self, pos: torch.Tensor) -> torch.Tensor:
         """Local positions 0..L-1 (what the model asks the position embedding for) -> global positions.
@@ -102,8 +107,7 @@ class ContextParallel:
         already the right ones: they pass as they are."""
         if pos.dim() > 1:
             return pos
-        index = token_index(pos.shape[0] * self.size, self.rank, self.size, self.layout, pos.device)
-        return index[pos]
+        return self.index(pos.shape[0] * self.size, pos.device)[pos]
 
     def attention_stats(self) -> dict:
         """This rank's attention work summed over blocks: FLOPs and seconds (forward, backward)."""

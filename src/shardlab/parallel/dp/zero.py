@@ -29,6 +29,7 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.optim.serving import Pieces, Split
 from shardlab.parallel.dp.base import Strategy
 from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.parallel.dp import zero_state
@@ -60,6 +61,9 @@ class _Zero(Strategy):
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params,
                                                       self.param_home)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
+        rows = {i.fqn: i.rows for i in self.infos}  # what the optimizer is handed: rows of these, described
+        self.optimizer_hands = Pieces(type(self).optimizer_hands, lambda fqn: None if fqn not in rows else
+                                      Split(self.group, 0, rows[fqn]))  # (optim/serving.py)
         self.rs_dtype = precision.wire_dtype(self.pcfg.comm_dtype)  # fp32: the gradient's own dtype
         self._sync = True  # reduce gradients in the next backward
         self._last = True  # that backward is the step's last: HSDP all-reduces the shards after it

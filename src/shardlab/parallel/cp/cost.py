@@ -1,0 +1,60 @@
+"""What context parallelism sends, as formulas: the one place the planner (plan/comm.py), the bench and the
+tests take its bytes from (docs/context.md). Pure arithmetic: no torch import.
+
+Ring (parallel/cp/ring.py), per rank, layer and microbatch: forward cp-1 K/V blocks, backward cp-1 blocks and
+cp dK/dV accumulators (fp32 or wider), a block being 2 x b x (s/cp) x (K/V width) elements; a full recompute
+repeats the forward ring.
+
+Ulysses (parallel/cp/ulysses.py), per rank, layer and microbatch, on comm's convention (an all-to-all's
+`bytes` is its whole input, this rank's own piece included; the wire carries (U-1)/U of it): forward q, k, v
+and the output, each (b, heads, s/cp, d) locally; backward the same four; a full recompute repeats the
+forward's. q and the output carry h = n_head/tp heads, k and v g = max(n_kv_heads/tp, 1) heads, or U when
+g < U (replicated). Constant in U for a fixed s/cp: the family's point.
+
+The hybrid: Ulysses over U ranks (the formula above with U) and the ring over R = cp/U groups on h/U query
+heads and kv_heads(g, U)/U key/value heads of the group's s/R tokens.
+"""
+from __future__ import annotations
+
+
+def kv_heads(kv: int, degree: int) -> int:
+    """K/V heads that enter the all-to-all: `kv` when the degree divides it, else `degree` (replicated)."""
+    return kv if kv % degree == 0 else degree
+
+
+def a2a_bytes(batch: int, seq: int, heads: int, kv: int, head_dim: int, degree: int, cp: int, elem: int,
+              layers: int, recompute: bool = False) -> dict[str, int]:
+    """Payload bytes per rank per microbatch of Ulysses' all-to-alls by tag (`cp.a2a` forward, `cp.a2a_bwd`
+    backward): `heads`, `kv` per tensor-parallel rank, `degree` = U, `cp` ranks share each sequence."""
+    per = batch * (seq // cp) * head_dim * elem * (2 * heads + 2 * kv_heads(kv, degree))
+    return {"cp.a2a": per * layers * (2 if recompute else 1), "cp.a2a_bwd": per * layers}
+
+
+def ring_bytes(batch: int, seq: int, kv_width: int, ring: int, elem: int, layers: int, recompute: bool = False,
+               acc_elem: int = 4) -> dict[str, int]:
+    """Send bytes per rank per microbatch of the ring over `ring` ranks by tag, each holding seq/ring tokens
+    (`kv_width` = K/V heads x head_dim it carries): forward cp.kv, backward cp.kv_bwd and cp.dkv."""
+    block = 2 * batch * (seq // ring) * kv_width
+    fwd = (ring - 1) * block * elem * layers
+    return {"cp.kv": fwd * (2 if recompute else 1), "cp.kv_bwd": fwd,
+            "cp.dkv": ring * block * max(acc_elem, elem) * layers}
+
+
+def hybrid_bytes(batch: int, seq: int, heads: int, kv: int, head_dim: int, cp: int, u: int, elem: int,
+                 layers: int, recompute: bool = False) -> dict[str, int]:
+    """Ulysses over `u` ranks plus the ring over cp/u groups, by tag (sends and all-to-all payloads)."""
+    out = a2a_bytes(batch, seq, heads, kv, head_dim, u, cp, elem, layers, recompute)
+    if cp // u > 1:
+        out |= ring_bytes(batch, seq, kv_heads(kv, u) // u * head_dim, cp // u, elem, layers, recompute)
+    return out
+
+
+def comm_bytes(impl: str, batch: int, seq: int, heads: int, kv: int, head_dim: int, cp: int, u: int, elem: int,
+               layers: int, recompute: bool = False) -> dict[str, int]:
+    """The spec's cost hook: bytes per rank per microbatch by tag of implementation `impl` (own and torch:
+    the ring over cp; ulysses: all-to-all over cp; hybrid: both, Ulysses over `u`)."""
+    if impl == "ulysses":
+        return a2a_bytes(batch, seq, heads, kv, head_dim, cp, cp, elem, layers, recompute)
+    if impl == "hybrid":
+        return hybrid_bytes(batch, seq, heads, kv, head_dim, cp, u, elem, layers, recompute)
+    return ring_bytes(batch, seq, kv * head_dim, cp, elem, layers, recompute)
