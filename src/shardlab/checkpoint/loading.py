@@ -23,7 +23,7 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
-from shardlab.checkpoint.reader import Reader
+from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
 from shardlab.config.init_from import TRAINING_KEYS, is_hf_dir
@@ -224,7 +224,7 @@ class Loading:
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load(tensors, storage_reader=reader, no_dist=True)
+                dcp.load(tensors, storage_reader=reader, planner=Planner(), no_dist=True)
             failure = None
         except (Exception, CheckpointException) as e:  # a corrupt file may break the parse: the hashes say
             failure = _inner(e)                         # which; every rank reaches the exchange below

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index  # (where DCP's reader takes it from)
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint.planner import LoadItemType
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint.default_planner import create_default_local_load_plan
+from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 from torch.futures import Future
 
 from shardlab.checkpoint import manifest as mf
@@ -333,3 +335,27 @@ class Reader(FileSystemReader):
         target.copy_(tensor)
         planner.commit_tensor(req, target)
         return 0
+
+
+class Planner(DefaultLoadPlanner):
+    """DCP's load planner, with the read items of whole plain tensors made directly. A plain tensor whose
+    checkpoint entry is one chunk of the same size (a DDP state, or any state saved and loaded at the
+    same layout that is not a DTensor) is read as one item from offset 0; DCP's general overlap search
+    (create_read_items_for_chunk_list) gives the same item at ~0.2 ms each, ~0.15 s of a gpt2 load's
+    ~800 items. Everything else (DTensors, resharding, bytes) goes through DCP's planning unchanged."""
+
+    def create_local_plan(self) -> LoadPlan:
+        md = self.metadata.state_dict_metadata
+        fast, rest = [], {}
+        for fqn, obj in self.state_dict.items():
+            m = md.get(fqn)
+            if (type(obj) is torch.Tensor and isinstance(m, TensorStorageMetadata) and len(m.chunks) == 1
+                    and obj.size() == m.size == m.chunks[0].sizes and not any(m.chunks[0].offsets)):
+                zeros = torch.Size([0] * obj.dim())
+                fast.append(ReadItem(type=LoadItemType.TENSOR, dest_index=MetadataIndex(fqn, zeros),
+                                     dest_offsets=zeros, storage_index=MetadataIndex(fqn, zeros),
+                                     storage_offsets=zeros, lengths=m.size))
+            else:
+                rest[fqn] = obj
+        plan = create_default_local_load_plan(rest, self.metadata, not self.allow_partial_load)
+        return LoadPlan(fast + plan.items, plan.storage_data, plan.planner_data)
