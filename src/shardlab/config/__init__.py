@@ -158,6 +158,9 @@ def validate(cfg: Config, world_size: int) -> Config:
     shares.validate(cfg, run.dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
+    if cfg.doctor.on_anomaly == "rollback" and cfg.ckpt.format == "hf":
+        raise ConfigError("doctor.on_anomaly=rollback needs resumable checkpoints: ckpt.format=hf saves the model "
+                          "alone; use ckpt.format=dcp")
     _check_ranges(cfg, world_size)
     return cfg
 
