@@ -194,6 +194,7 @@ def save(mgr, state) -> Path | None:
     import shutil
 
     import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
     from shardlab import comm
     from shardlab.checkpoint import hf, manifest as mf
@@ -211,7 +212,7 @@ def save(mgr, state) -> Path | None:
         views = hf_state(state.strategy.model_state_dict(), model_cfg, for_write=True)
         dcp.save(views, storage_writer=Writer(tmp), planner=SavePlanner(), process_group=mgr.pg,
                  no_dist=not comm.is_initialized())
-    except Exception as e:  # noqa: BLE001 (any failure abandons this save, never the run)
+    except (Exception, CheckpointException) as e:  # noqa: BLE001 (any failure abandons this save, never the run)
         error = f"rank {mgr.rank}: {type(e).__name__}: {e}"
     errors = [e for e in comm.all_gather_object(error, group=mgr.pg) if e is not None]
     outcome = None
