@@ -70,6 +70,9 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", default=None, help="--dry-run: all, or r,r,... (default: rank 0 and one rank of "
                    "every pipeline stage)")
     p.add_argument("--json", action="store_true", help="--dry-run: the last stdout line is one JSON object")
+    p.add_argument("--device-memory", default=None, help="--dry-run: the device's memory (bytes, 80GB, 80GiB, or "
+                   "a cluster preset: H100-SXM, A100-80G, H200); a rank whose build or step peak exceeds it is a "
+                   "violation")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -215,7 +218,7 @@ def _dry_run(args) -> int:
             resolve_layout(cfg, args.world)
         cfg = config_mod.validate(cfg, args.world)
         from shardlab.simulate.dry_run import run
-        return run(cfg, args.world, args.device, args.ranks, args.json)
+        return run(cfg, args.world, args.device, args.ranks, args.json, args.device_memory)
     except config_mod.ConfigError as e:
         return fail(str(e))
 
