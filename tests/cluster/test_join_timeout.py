@@ -24,3 +24,17 @@ def test_node_0_alone_ends_with_one_line_after_the_timeout(tmp_path):
     assert took < 60, took  # the timeout and the launcher's start, not torchrun's 600 s
     assert not (out / "checkpoints").exists()
     print(f"\n[join timeout] node 0 alone, --timeout 5: one line after {took:.1f} s: {lines[1]!r}")
+
+
+def test_a_node_whose_agent_was_killed_says_so_not_another_nodes_records(tmp_path):
+    """The run directory is shared: a record there may be another node's; the agent's own end comes first."""
+    import json
+
+    from shardlab.launch import failure
+
+    (tmp_path / "failures").mkdir()
+    (tmp_path / "failures" / "rank0.json").write_text(json.dumps(  # node 0's rank, which lost its peer
+        {"rank": 0, "kind": "crash", "error": "RuntimeError: Connection closed by peer", "echo": True, "time": 1}))
+    lines, code = failure.verdict(tmp_path, -9)
+    assert code == 1 and len(lines) == 1
+    assert lines[0].startswith("shardlab: FAILED: this node's torchrun agent was killed by SIGKILL"), lines
