@@ -12,10 +12,10 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 # lower floors. Kept in step with the table in docs/architecture.md.
 FLOORS = [
     ("", "errors", "precision", "comm_record", "degrees", "lazy"),  # "": the package's face, shardlab/__init__.py (its version)
-    ("data", "model", "comm_store", "comm_quorum", "comm_groups"),
-    ("comm", "optim"),
+    ("data", "model", "comm_groups"),
+    ("comm",),
     ("fp8",),
-    ("observe", "doctor"),
+    ("observe", "doctor", "optim"),
     ("parallel",),
     ("config", "plan"),
     ("checkpoint",),

@@ -4,10 +4,11 @@ Every collective and point-to-point transfer of shardlab's own code goes through
 one is recorded: op, group (a readable name and its members' global ranks), a per-group sequence
 number, payload bytes, wire bytes, dtype, launch and completion time, a short stack. The records feed
 three readers: per-step accounting (`summary.json` `comm`), the timeline (trace), and the flight
-recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in comm_record.py; the
-fault-tolerant exchange through a TCPStore (`store_*`) in comm_store.py, the per-quorum groups across
-replicas (`quorum_*`) in comm_quorum.py, and the process groups' names and members (`rank`, `group_info`,
-`name_group`, `new_group`, ...) in comm_groups.py, all re-exported here.
+recorder (a ring buffer the hang watchdog dumps). The bookkeeping lives in comm_record.py and the process
+groups' names and members (`rank`, `group_info`, `name_group`, `new_group`, ...) in comm_groups.py, both
+re-exported here. Fault tolerance's own transport, the TCPStore exchange and the groups rebuilt per quorum
+across replicas that may die, lives with it (parallel/ft/store.py, parallel/ft/quorum.py) and records through
+comm_record the same way.
 
 Groups. A record's `group` is the name of its process group: "world" for the default group, the mesh
 dimension for a DeviceMesh group ("dp_shard", "tp", ...: torch describes those as `mesh_<dim>`), or
@@ -43,10 +44,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from shardlab.comm_store import (  # noqa: F401 - the TCPStore exchange, re-exported: `comm.store_set` & co.
-    connect_store, host_store, store_check, store_compare_set, store_delete, store_get, store_set)
-from shardlab.comm_quorum import (  # noqa: F401 - per-quorum groups across replicas: `comm.quorum_group` & co.
-    QuorumGroup, quorum_all_reduce, quorum_backend, quorum_broadcast, quorum_group)
 from shardlab import comm_record
 from shardlab.comm_groups import (  # noqa: F401 - who this rank is, and the groups' names: `comm.rank` & co.
     global_rank, group_info, group_rank, is_initialized, name_group, new_group, rank, world_size)

@@ -101,7 +101,7 @@ class Recorder:
         """One record. `peer` (point-to-point only, global rank) makes the sequence number count the
         channel sender -> receiver instead of the group's collectives."""
         stack = _short_stack() if self.capture_stack else []
-        # A (name, members) pair instead of a process group: traffic through a store (comm_store.py)
+        # A (name, members) pair instead of a process group: traffic through a store (parallel/ft/store.py)
         name, ranks = group if isinstance(group, tuple) else self.group_info(group)
         key = (name, ranks, None, None)
         if peer is not None:

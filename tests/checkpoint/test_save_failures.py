@@ -15,7 +15,7 @@ BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "train.
 
 
 def _main(run_dir, overrides):
-    from shardlab.train.trainer import main
+    from shardlab.train import main
 
     cfg = config.load(None, BASE + overrides)
     cfg = config.validate(cfg, 1)

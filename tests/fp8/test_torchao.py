@@ -56,3 +56,17 @@ def test_losses_agree_over_50_steps(recipe):
     print(recipe, f"max gap over {STEPS} steps {max(gaps):.4f} nats, final {own[-1]:.4f} vs {tao[-1]:.4f}")
     assert own[-1] < own[0] - 1.0 and tao[-1] < tao[0] - 1.0
     assert max(gaps) < 0.02
+
+
+def test_fsdp_float8_all_gather_needs_nccl():
+    """torchao's float8 all-gather under torch-fsdp2: tensorwise on CUDA (NCCL) only; on gloo FSDP2's float8
+    all-gather fails ("Invalid scalar type"), so it is off there with one line saying so."""
+    from shardlab.fp8.torchao_impl import fsdp_float8_all_gather
+
+    cuda = torch.device("cuda", 0)
+    assert fsdp_float8_all_gather("tensorwise", True, cuda, False) == (True, "")
+    assert fsdp_float8_all_gather("rowwise", True, cuda, False) == (False, "")
+    assert fsdp_float8_all_gather("tensorwise", False, cuda, False) == (False, "")
+    on, note = fsdp_float8_all_gather("tensorwise", True, torch.device("cpu"), False)
+    assert not on and "gloo" in note and "\n" not in note
+    assert not fsdp_float8_all_gather("tensorwise", True, cuda, True)[0]  # gloo-staged

@@ -1,4 +1,4 @@
-"""A lighthouse that may die (launch/lighthouse.py, parallel/dp/ft_manager.py): killed with SIGKILL mid-run and
+"""A lighthouse that may die (launch/lighthouse.py, parallel/ft/manager.py): killed with SIGKILL mid-run and
 not started again for several steps, it stops nothing: both replicas (every-step fault tolerance, one process
 each) keep their last quorum and train on over the group it built. Started again on its port, it loses no job:
 the replicas reconnect and the quorum id continues. No replica restarts or heals, the quorum log has one row

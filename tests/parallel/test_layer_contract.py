@@ -28,12 +28,14 @@ def _handles(overrides: list[str]) -> dict:
             "norm_groups": len(par.grad_norm_groups)}
 
 
+# fp8, recompute and compile are features: each hands back a handle (a no-op one when train.fp8=none,
+# train.recompute=none, train.compile=false), in the composition's order (fp8 after the pipeline split)
 @pytest.mark.parametrize("overrides,names,norm_groups", [
-    (["parallel.tp=2"], ["tp", "recompute", "compile"], 1),
-    (["parallel.tp=2", "parallel.tp_impl=dtensor"], ["tp", "recompute", "compile"], 1),
-    (["parallel.pp=2", "train.grad_accum=2"], ["pp", "recompute", "compile"], 1),
-    (["parallel.cp=2", "parallel.strategy=ddp"], ["cp", "recompute", "compile"], 0),
-    (["parallel.ep=2", "model.moe_experts=2", "parallel.strategy=ddp"], ["ep", "recompute", "compile"], 0),
+    (["parallel.tp=2"], ["fp8", "tp", "recompute", "compile"], 1),
+    (["parallel.tp=2", "parallel.tp_impl=dtensor"], ["fp8", "tp", "recompute", "compile"], 1),
+    (["parallel.pp=2", "train.grad_accum=2"], ["pp", "fp8", "recompute", "compile"], 1),
+    (["parallel.cp=2", "parallel.strategy=ddp"], ["fp8", "cp", "recompute", "compile"], 0),
+    (["parallel.ep=2", "model.moe_experts=2", "parallel.strategy=ddp"], ["fp8", "ep", "recompute", "compile"], 0),
 ])
 def test_every_layer_hands_back_a_handle(pool2, overrides, names, norm_groups):
     got = pool2.run(_handles, overrides)[0]

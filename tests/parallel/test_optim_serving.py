@@ -7,7 +7,7 @@ import pytest
 
 from shardlab.errors import ConfigError
 from shardlab.optim import registry
-from shardlab.optim.serving import Factory, serve
+from shardlab.optim.serving import Factory, Pieces, serve
 from optim_harness import build_with_toy
 
 # layout -> what the rule answers at 2 gloo ranks
@@ -42,9 +42,24 @@ def test_whole_matrix_optimizer_served_or_refused_in_one_line(pool2, name):
 
 def test_elementwise_rows_are_served_everywhere():
     for row in registry.OPTIMIZERS.values():
-        assert not row.whole_matrix
+        if row.whole_matrix:
+            assert row.gathers, row  # only an optimizer that assembles matrices itself (muon)
+            continue
         serve(Factory(row, lambda named: None), "zero3", "dim-0 row shards")  # no refusal
     serve(lambda named: None, "zero3", "dim-0 row shards")  # a bare callable: elementwise
+
+
+def test_an_optimizer_that_gathers_is_handed_the_pieces_a_layer_describes():
+    muon = registry.get("muon")
+    pieces = Pieces("dim-0 row shards", lambda fqn: None)
+    factory = Factory(muon, lambda named, pieces=(): pieces)
+    serve(factory, "zero2", pieces)
+    assert factory([]) == [pieces]
+    with pytest.raises(ConfigError, match="optimizer muon needs whole matrices, and torch-fsdp2 hands it DTensor"):
+        serve(factory, "torch-fsdp2", "DTensor dim-0 shards of each matrix (FSDP2)")
+    toy = registry.OptimizerRow("muon-like", states=1, factory="x:y", whole_matrix=True)  # does not gather
+    with pytest.raises(ConfigError, match="zero2 hands it dim-0 row shards"):
+        serve(Factory(toy, None), "zero2", pieces)
 
 
 def test_refusal_names_both_sides():

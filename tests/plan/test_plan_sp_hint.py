@@ -14,7 +14,10 @@ def test_sp_hint_in_verdict(capsys):
     out = capsys.readouterr().out
     hint = out.splitlines()[1]
     assert hint.startswith("sequence parallelism is off: sp=true") and hint.endswith("fits)")
-    assert "sp=true" in out.split("fits with (same layout):")[1].splitlines()[1]  # the fastest fix
+    # among the fixes (with NCCL's achieved bus bandwidth, SP's all-gather/reduce-scatter rings run below the
+    # NVLink SHARP all-reduce, so a smaller micro batch can rank first)
+    fixes = out.split("fits with (same layout):")[1].split("best fitting")[0]
+    assert "sp=true" in fixes
 
 
 def test_sp_hint_json(capsys):

@@ -118,9 +118,9 @@ def test_fault_tolerant_diloco():
     cfg = _cfg(["parallel.strategy=single", "parallel.sync=diloco", "parallel.sync_every=1",
                 "parallel.fault_tolerant=true", "parallel.replicas=1", "parallel.replica_id=0",
                 f"parallel.ft_store=127.0.0.1:{store.port}"])
-    rep = simulate_rank(cfg, 1, 0, hook=lambda par: par.dp.found_or_join(SimpleNamespace(step=0), 0))
+    rep = simulate_rank(cfg, 1, 0, hook=lambda par: par.dp.on_start(SimpleNamespace(step=0), 0))
     assert rep["violations"] == []
-    assert any("parallel/dp/fault_tolerant.py" in site for site in rep["host_sync_sites"])  # the copy to the store
+    assert any("parallel/ft/periodic.py" in site for site in rep["host_sync_sites"])  # the copy to the store
 
 
 class _DoneWork:
@@ -142,8 +142,8 @@ class _QuorumPG:
 
 
 def _simulated_quorum_group(members, position):
-    """The NCCL quorum group a replica on CUDA builds (comm.quorum_backend), without a store or a peer."""
-    from shardlab.comm_quorum import QuorumGroup
+    """The NCCL quorum group a replica on CUDA builds (quorum.quorum_backend), without a store or a peer."""
+    from shardlab.parallel.ft.quorum import QuorumGroup
     g = QuorumGroup.__new__(QuorumGroup)
     g.__dict__.update(name="sim/q1/shard1", position=position, members=tuple(members), size=len(members),
                       timeout=datetime.timedelta(seconds=5), device=torch.device("meta"), backend="nccl",
@@ -184,7 +184,7 @@ def test_fault_tolerant_every_step_keeps_its_tensors_on_the_device(joiner):
         # syncs of a rare event, over the per-step budget; nothing else
         others = [v for v in rep["violations"] if not v.startswith("host-sync: ")]
         assert others == [], "\n".join(others)
-        assert all("parallel.dp.ft_step" in v for v in rep["violations"]), rep["violations"]
+        assert all("parallel.ft.every_step" in v for v in rep["violations"]), rep["violations"]
 
 
 @pytest.mark.parametrize("name", ["zero1", "zero2", "zero3"])

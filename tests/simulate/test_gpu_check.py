@@ -35,7 +35,7 @@ def test_the_case_list_covers_every_layer_and_feature():
 def test_optimizer_offload_trains_on_cuda():
     """ZeRO-Offload (the optimizer's state and step on the host, parameters on the GPU) is a training case on
     CUDA, at one rank (NCCL) and staged at two, to disk and to the host; none of it is CPU-only."""
-    off = [c for c in cases() if "parallel.offload=optimizer" in c.keys]
+    off = [c for c in cases() if "parallel.offload=optimizer" in c.keys and not c.name.startswith("meta build")]
     assert {c.world for c in off} == {1, 2} and not any(c.cuda_only for c in off)
     assert {k for c in off for k in c.keys if k.startswith("parallel.offload_to=")} == \
         {"parallel.offload_to=disk", "parallel.offload_to=host"}
@@ -80,6 +80,21 @@ def test_every_case_is_a_valid_config_at_its_world():
         cfg = config.validate(cfg, 1 if c.cmd == "ft" else c.world)  # ft: two one-process replicas
     for c in perf_cases(list(PERF_MODELS), {}):
         config.validate(config.load(None, c.keys), 1)
+
+
+def test_fp8_cases_run_on_a_gpu_only_and_are_valid_configs():
+    """FP8 (tensorwise, rowwise, zero3's float8 all-gather at 2 staged ranks): native torch._scaled_mm on an
+    H100/H200, skipped in the CPU rehearsal (the suite checks the emulated float8 on CPU); valid configs at
+    their world all the same, so a GPU's minutes are not spent on a refusal."""
+    from shardlab import config
+    from shardlab.testing.gpu_check import REPO, TINY
+
+    fp8 = [c for c in cases() if any(k.startswith("train.fp8=") for k in c.keys)]
+    assert {k for c in fp8 for k in c.keys if k.startswith(("train.fp8=", "parallel.strategy="))} == \
+        {"train.fp8=tensorwise", "train.fp8=rowwise", "parallel.strategy=ddp", "parallel.strategy=zero3"}
+    assert all(c.cuda_only for c in fp8) and {c.world for c in fp8} == {1, 2}
+    for c in fp8:
+        config.validate(config.load(REPO / "configs" / "tiny.toml", TINY[2:] + c.keys), c.world)
 
 
 def test_spec_peaks_match_torch_device_names():
@@ -128,3 +143,10 @@ def test_cpu_rehearsal_runs_the_fault_tolerance_case():
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith("| ft heal")]
     assert len(rows) == 1 and "| ok " in rows[0] and "replica 1 healed" in rows[0], r.stdout
+
+
+def test_a_model_too_big_for_one_copy_per_rank_is_built_sharded():
+    """The meta-build case: four staged ranks on one GPU, a model four whole copies of which exceed 80 GB,
+    zero3 (each rank allocates only its shards); CUDA only (too big to rehearse on a CPU)."""
+    (big,) = [c for c in cases() if c.name.startswith("meta build")]
+    assert big.world == 4 and big.cuda_only and "parallel.strategy=zero3" in big.keys

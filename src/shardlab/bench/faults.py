@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from shardlab.checkpoint.storage import DELAY_ENV
-from shardlab.parallel.dp.ft_step import HEAL_DELAY_ENV
+from shardlab.parallel.ft.every_step import HEAL_DELAY_ENV
 from shardlab.testing import ft_drill as ft
 
 STEPS = 12

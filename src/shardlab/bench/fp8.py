@@ -1,7 +1,8 @@
 """The `fp8` suite: loss vs tokens of bf16 and of every float8 recipe (own; torchao where installed;
 MXFP8 emulated) on one rank for a short run, the final-loss gap to bf16, the step-time ratio (on CPU an
-emulation cost, labelled so) and the weights' all-gather bytes of float8 against bf16 (fp8/cost.py's
-formula: own zero3's float8 all-gather is not built yet)."""
+emulation cost, labelled so) and the weights' all-gather bytes of float8 against bf16: by fp8/cost.py's
+formula, and measured (comm's bytes by tag) in two one-step own zero3 runs on 2 ranks, tensorwise (float8
+all-gather) against bf16 (own zero3 gathers the fp32 master under autocast: bf16's bytes are half of them)."""
 from __future__ import annotations
 
 import importlib.util
@@ -29,6 +30,18 @@ def one(out: Path, name: str, fp8: str, impl: str, preset: str, steps: int) -> d
     return {"run": name, "final_loss": curve[-1][1], "step_time_s": summary["step_time_s"], "curve": curve}
 
 
+def gathered_bytes(out: Path, preset: str) -> dict:
+    """Measured all-gather bytes a step of the block units (tags ag:blocks.*: the float8 gathers and their
+    amax agreement, or the fp32 gathers), own zero3 on 2 ranks, bf16 and tensorwise."""
+    over = [f"model.preset={preset}", "parallel.strategy=zero3", "train.dtype=bf16", "train.steps=2",
+            "train.log_every=1", "train.eval_every=0", "ckpt.final=false", "train.seq_len=64", "train.micro_batch=4"]
+    jobs = [{"name": n, "overrides": over + [f"train.fp8={f}"], "out": str(out / f"zero3-{n}")}
+            for n, f in (("bf16", "none"), ("tensorwise", "tensorwise"))]
+    done = common.run_jobs(jobs, 2, out / "zero3-jobs")
+    return {j["name"]: sum(v for k, v in r["summary"]["comm"]["bytes_by_tag"].items() if k.startswith("ag:blocks"))
+            for j, r in zip(jobs, done)}
+
+
 def run(out: Path, quick: bool) -> dict:
     from shardlab.fp8.cost import all_gather_bytes
 
@@ -52,11 +65,17 @@ def run(out: Path, quick: bool) -> dict:
     figures = {"fp8_loss_gap": {r["run"]: r["loss_gap"] for r in rows[1:]},
                "fp8_step_time_ratio_emulated_on_cpu": {r["run"]: r["step_time_ratio_emulated_on_cpu"] for r in rows[1:]},
                "fp8_all_gather_bytes_ratio_formula": f8 / hp}
+    got = gathered_bytes(out, preset)
+    measured = 2 * got["tensorwise"] / got["bf16"]  # against bf16's bytes: half the fp32 gather's
+    figures["fp8_all_gather_bytes_ratio_measured"] = measured
     sections = [f"{preset} model, {steps} steps, one rank; on CPU every float8 GEMM is emulated, so the step "
                 "time ratio is an emulation cost, not a speed-up.",
              common.md_table(["run", "final loss", "gap to bf16", "step time ratio (emulated on CPU)"],
                              [[r["run"], f"{r['final_loss']:.4f}", f"{r['loss_gap']:+.2%}",
                                f"{r['step_time_ratio_emulated_on_cpu']:.2f}"] for r in rows]),
-             f"All-gather bytes of the block weights, float8 + scales vs bf16 (formula, fp8/cost.py): {f8 / hp:.3f}"]
+             f"All-gather bytes of the block weights, float8 + scales vs bf16 (formula, fp8/cost.py): {f8 / hp:.3f}",
+             f"Measured (own zero3, 2 ranks, one step's block-unit gathers: weights in float8 plus their amax "
+             f"agreement, norms and biases as they are; against the fp32 gather halved): {measured:.3f} "
+             f"({got['tensorwise']:,} B against {got['bf16']:,} B fp32)"]
     common.write_report(out, "FP8 training: bf16 vs float8 recipes", sections)
     return common.write_results(out, "fp8", figures, rows)

@@ -18,7 +18,7 @@ from shardlab.launch import launcher as launch
 
 
 def run_job(job: dict) -> None:
-    from shardlab.train.trainer import Trainer
+    from shardlab.train import make_trainer
 
     world = int(os.environ.get("WORLD_SIZE", 1))
     cfg = config_mod.load(None, job["overrides"])
@@ -28,7 +28,7 @@ def run_job(job: dict) -> None:
         launch.write_config(run_dir, cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     with open(run_dir / f"log.rank{comm.rank()}.txt", "w") as log, contextlib.redirect_stdout(log):
-        Trainer(cfg, run_dir).run()
+        make_trainer(cfg, run_dir).run()
 
 
 def main(argv: list[str]) -> int:

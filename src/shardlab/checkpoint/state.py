@@ -102,7 +102,7 @@ def tensor_state(state) -> dict:
     tensors = {"model": state.strategy.model_state_dict(),
                "optim": optim_state_dict(state.strategy, state.optimizer),
                "rng": {rng_key(state.strategy.dims): rng_tensor()}}
-    sync = state.strategy.sync_state_dict()  # local SGD / DiLoCo (parallel/dp/sync.py); None for the others.
+    sync = state.strategy.sync_state_dict()  # local SGD / DiLoCo (parallel/sync/periodic.py); None for the others.
     if sync is not None:  # after optim's materialisation, so the inner state is there
         tensors["sync"] = sync
     return tensors

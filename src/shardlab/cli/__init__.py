@@ -70,6 +70,9 @@ def train_parser() -> argparse.ArgumentParser:
     p.add_argument("--ranks", default=None, help="--dry-run: all, or r,r,... (default: rank 0 and one rank of "
                    "every pipeline stage)")
     p.add_argument("--json", action="store_true", help="--dry-run: the last stdout line is one JSON object")
+    p.add_argument("--device-memory", default=None, help="--dry-run: the device's memory (bytes, 80GB, 80GiB, or "
+                   "a cluster preset: H100-SXM, A100-80G, H200); a rank whose build or step peak exceeds it is a "
+                   "violation")
     p.add_argument("overrides", nargs="*", metavar="key=value")
     return p
 
@@ -95,49 +98,73 @@ def cmd_train(argv: list[str]) -> int:
     if args.dry_run or args.world is not None:
         return _dry_run(args)
     pipes.survive_closed_pipes()  # `shardlab train | head`: the run goes on when its reader stops reading
-    resumed = None
     try:
-        cfg = config_mod.load(args.config, args.overrides)
-        intact = _verify_resume(cfg, args)  # a damaged checkpoint is named before anything is written
-        resumed = _resume_base(cfg, args, intact)  # resuming a run: its config.toml is the base, overrides on top
-        if resumed is not None:
-            cfg = resumed["cfg"]
-        if launch.under_torchrun():
-            world = int(os.environ["WORLD_SIZE"])
-        else:
-            if args.nproc is None:
-                args.nproc = 1 if cfg.parallel.strategy == "single" else 2
-            if args.nproc < 1 or args.nnodes < 1 or args.max_restarts < 0:
-                raise config_mod.ConfigError("--nproc and --nnodes must be at least 1, --max-restarts at least 0")
-            if args.nnodes > 1 and not args.master_port:
-                raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
-            world = args.nproc * args.nnodes
-        derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
-        if cfg.parallel.layout == "auto":  # the planner's choice, written into the layout keys before launch
-            from shardlab.cli.auto_layout import resolve as resolve_layout
-            resolve_layout(cfg, world)
-            derived_batch = False  # fixed for every candidate: the start line must not call it derived
-        cfg = config_mod.validate(cfg, world)
-        corpus = _check_data(cfg)
-        from shardlab.checkpoint import check_resume
-        check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
-        if not launch.under_torchrun():  # ranks this host cannot hold: refused before any starts (launch/fit.py)
-            from shardlab.launch import fit
-            fit.check(cfg, args.nproc, args.nnodes, args.oversubscribe)
+        cfg, resumed, derived_batch, corpus = _train_config(args)
     except config_mod.ConfigError as e:
         return fail(str(e))
-
     if launch.under_torchrun():
-        interrupt.install(cfg.ckpt.signal_grace_s)
-        run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
-        if resumed is not None:
-            _announce(resumed, cfg, int(os.environ["WORLD_SIZE"]), run_dir)
-        if int(os.environ.get("RANK", 0)) == 0:
-            launch.write_config(run_dir, cfg)
-        run_dir.mkdir(parents=True, exist_ok=True)
-        from shardlab.train.trainer import main as train_main
-        train_main(cfg, run_dir)
-        return 0
+        return _train_rank(args, cfg, resumed)
+    return _launch_train(args, cfg, resumed, derived_batch, corpus)
+
+
+def _train_config(args) -> tuple:
+    """The run's config, resolved and validated for its world, the data and the resume checked: (cfg, the
+    resumed run or None, whether the global batch was derived from the layout, the corpus). Bad input raises
+    ConfigError, before anything is written."""
+    from shardlab import config as config_mod
+    from shardlab.launch import launcher as launch
+
+    cfg = config_mod.load(args.config, args.overrides)
+    intact = _verify_resume(cfg, args)  # a damaged checkpoint is named before anything is written
+    resumed = _resume_base(cfg, args, intact)  # resuming a run: its config.toml is the base, overrides on top
+    if resumed is not None:
+        cfg = resumed["cfg"]
+    if launch.under_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+    else:
+        if args.nproc is None:
+            args.nproc = 1 if cfg.parallel.strategy == "single" else 2
+        if args.nproc < 1 or args.nnodes < 1 or args.max_restarts < 0:
+            raise config_mod.ConfigError("--nproc and --nnodes must be at least 1, --max-restarts at least 0")
+        if args.nnodes > 1 and not args.master_port:
+            raise config_mod.ConfigError("--nnodes > 1 needs --master-addr and --master-port of node 0")
+        world = args.nproc * args.nnodes
+    derived_batch = cfg.train.global_batch == 0  # (validate fills it in from the layout)
+    if cfg.parallel.layout == "auto":  # the planner's choice, written into the layout keys before launch
+        from shardlab.cli.auto_layout import resolve as resolve_layout
+        resolve_layout(cfg, world)
+        derived_batch = False  # fixed for every candidate: the start line must not call it derived
+    cfg = config_mod.validate(cfg, world)
+    corpus = _check_data(cfg)
+    from shardlab.checkpoint import check_resume
+    check_resume(cfg, corpus.samples)  # a bad ckpt.resume=PATH is bad input too
+    if not launch.under_torchrun():  # ranks this host cannot hold: refused before any starts (launch/fit.py)
+        from shardlab.launch import fit
+        fit.check(cfg, args.nproc, args.nnodes, args.oversubscribe)
+    return cfg, resumed, derived_batch, corpus
+
+
+def _train_rank(args, cfg, resumed) -> int:
+    """A rank torchrun started: the run directory, then the trainer."""
+    from shardlab.launch import interrupt
+    from shardlab.launch import launcher as launch
+
+    interrupt.install(cfg.ckpt.signal_grace_s)
+    run_dir = Path(args.out) if args.out else launch.default_run_dir(cfg.parallel.strategy)
+    if resumed is not None:
+        _announce(resumed, cfg, int(os.environ["WORLD_SIZE"]), run_dir)
+    if int(os.environ.get("RANK", 0)) == 0:
+        launch.write_config(run_dir, cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    from shardlab.train import main as train_main
+    train_main(cfg, run_dir)
+    return 0
+
+
+def _launch_train(args, cfg, resumed, derived_batch: bool, corpus) -> int:
+    """The launcher: the run directory (its lock), the start lines, then the ranks (launch/launcher.py)."""
+    from shardlab.launch import launcher as launch
+
     if args.out:
         run_dir = Path(args.out)
     elif args.nnodes > 1:  # every node's launcher must pick the same name without talking
@@ -165,7 +192,7 @@ def _train_main(cfg, run_dir) -> None:
     """The trainer, imported only where this process trains (one process, a lone replica): like every import
     of torch here it is deferred, so `shardlab --help`, bad input and the launcher of a multi-rank run
     answer without loading torch (seconds on every launch)."""
-    from shardlab.train.trainer import main
+    from shardlab.train import main
 
     main(cfg, run_dir)
 
@@ -190,7 +217,7 @@ def _dry_run(args) -> int:
             resolve_layout(cfg, args.world)
         cfg = config_mod.validate(cfg, args.world)
         from shardlab.simulate.dry_run import run
-        return run(cfg, args.world, args.device, args.ranks, args.json)
+        return run(cfg, args.world, args.device, args.ranks, args.json, args.device_memory)
     except config_mod.ConfigError as e:
         return fail(str(e))
 

@@ -21,6 +21,7 @@ from shardlab.config.schema import (  # noqa: F401 - the public names: `config.C
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
 from shardlab import precision
+from shardlab.optim import registry as optim_registry
 from shardlab.parallel import layers, rules
 
 __all__ = ["LLAMA_KEYS", "STRATEGIES", "CkptConfig", "Config", "ConfigError", "DataConfig", "DebugConfig",
@@ -194,6 +195,7 @@ def _check_train(cfg: Config, world_size: int) -> None:
     t, p = cfg.train, cfg.parallel
     _choice("train.dtype", t.dtype, precision.NAMES)
     _choice("train.recompute", t.recompute, ("none", "full", "selective"))
+    optim_registry.check(t)  # train.optimizer, train.lr_schedule and their keys (optim/registry.py)
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
     from shardlab.config.trackers import check as check_trackers  # torch-free: finds packages, imports none

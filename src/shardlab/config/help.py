@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from shardlab.config import schema as config
 from shardlab import precision
+from shardlab.optim import registry as optim_registry
 from shardlab.parallel import layers
 
 # key -> (what it does, allowed values); each layer's keys are declared in its spec (parallel/layers.py)
@@ -206,6 +207,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                         "(give it to every replica: a failure drill's reference run)", "\"\" | R@A-B"),
 }
 KEY_HELP.update(layers.key_help())  # the keys of every layer: its spec declares them with their help
+KEY_HELP.update(optim_registry.KEYS)  # the optimizers' and the schedule's keys: optim/registry.py declares them
 
 HELP_NOTES = """\
 Notes:

@@ -76,6 +76,10 @@ class TrainConfig:
     lr: float = 3e-3
     min_lr: float = 3e-4
     warmup_steps: int = 30
+    lr_schedule: str = "cosine"  # cosine | wsd : warm-up, then cosine, or stable then a linear decay (optim/schedule.py)
+    decay_fraction: float = 0.2  # wsd: the last share of train.steps, decaying linearly to min_lr
+    optimizer: str = "adamw"  # one of optim/registry.py's rows: adamw | sgd | muon (docs/optim.md)
+    muon_lr: float = 0.0  # muon: the matrices' peak learning rate; 0 = train.lr
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -131,13 +135,13 @@ class ParallelConfig:
     cp_ulysses: int = 0  # cp_impl=hybrid: the Ulysses degree inside the ring (parallel/cp/spec.py)
     offload: str = "none"  # none | optimizer (own zero1/2/3) | params (zero3, torch-fsdp2 on CUDA): docs/memory.md
     offload_to: str = "disk"  # disk (memory-mapped files) | host (pinned CPU memory; a no-op without CUDA)
-    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/dp/sync.py)
-    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/dp/async_ps.py)
+    # Synchronisation across data-parallel replicas (docs/sync.md, parallel/sync/periodic.py)
+    sync: str = "every_step"  # every_step | local_sgd | diloco | async (parameter server, parallel/sync/async_ps.py)
     sync_every: int = 8  # H: inner steps between two synchronisations (local_sgd, diloco)
     outer_lr: float = 0.7  # DiLoCo's outer learning rate (Nesterov SGD on the averaged pseudo-gradient)
     outer_momentum: float = 0.9  # DiLoCo's outer Nesterov momentum (0 = plain SGD)
     outer_dtype: str = "fp32"  # fp32 | bf16 | fp16: precision the pseudo-gradient is averaged in
-    # Fault-tolerant replicas: each its own `shardlab train`, meeting at a store (parallel/dp/fault_tolerant.py)
+    # Fault-tolerant replicas: each its own `shardlab train`, meeting at a store (parallel/ft/periodic.py)
     fault_tolerant: bool = False
     replicas: int = 0  # R: the job's replicas (replica_id 0..R-1)
     replica_id: int = -1  # this process's replica

@@ -1,8 +1,11 @@
-"""The planner's formulas for float8 training (the spec's cost hooks): torch-free arithmetic.
+"""The planner's formulas for float8 training (the spec's cost hooks, read by plan/fp8.py): torch-free arithmetic.
 
-- GEMM time: a converted linear's three GEMMs run at the device's FP8 dense peak instead of its bf16 one
-  (H100 SXM: 1979 vs 989 TFLOP/s dense; H200 the same chip), plus the casts, memory-bound: each operand read
-  in high precision and written in float8 once per GEMM it enters (rowwise casts x, W and g twice).
+- GEMM time: a converted linear's three GEMMs run at the device's FP8 dense peak instead of its 16-bit one
+  (the cluster profiles' `peak_flops_fp8`: H100 SXM and H200 1979 against 989 TFLOP/s dense, NVIDIA's
+  datasheets), so the 16-bit estimate scales by peak_16 / peak_fp8, plus the casts, memory-bound: an operand
+  is read in high precision and written in float8 for every GEMM it enters (nothing float8 is kept from the
+  forward to the backward), x and W in the forward, x, W and twice g in the backward; a weight gathered in
+  float8 (zero3's float8 all-gather) is not cast again.
 - all-gather bytes: a float8 all-gather of the weights (zero3 / FSDP) moves 1 byte an element plus one fp32
   scale per tensor (tensorwise) or per row (rowwise), against 2 (bf16) or 4 (fp32) bytes an element.
 - scale memory: the scales a step holds: one fp32 per operand (tensorwise), one per row or column of each
@@ -10,25 +13,22 @@
 """
 from __future__ import annotations
 
-PEAK_TFLOPS = {  # dense, no sparsity: (bf16, fp8)
-    "h100": (989.0, 1979.0), "h200": (989.0, 1979.0), "b200": (2250.0, 4500.0), "cpu": (0.105, 0.105),
-}
+
+def gemm_time(seconds_16bit: float, peak_16bit: float, peak_fp8: float, cast_bytes: float = 0.0,
+              mem_bw: float = 3.35e12) -> float:
+    """Seconds of converted GEMMs that take `seconds_16bit` at the 16-bit peak: the same fraction of the FP8
+    peak (no FP8 peak, 0: the 16-bit rate, as on a CPU where the float8 GEMMs are emulated), plus the casts'
+    memory traffic `cast_bytes` at `mem_bw` bytes/s (elementwise: bandwidth-bound)."""
+    return seconds_16bit * (peak_16bit / peak_fp8 if peak_fp8 else 1.0) + cast_bytes / mem_bw
 
 
-def gemm_time(flops: float, device: str = "h100", fp8: bool = True, cast_bytes: float = 0.0,
-              mem_gbps: float = 3350.0) -> float:
-    """Seconds for `flops` of converted GEMMs at the device's FP8 (or bf16) peak, plus the casts'
-    memory traffic `cast_bytes` at `mem_gbps` (the casts are elementwise: bandwidth-bound)."""
-    bf16, f8 = PEAK_TFLOPS[device]
-    return flops / ((f8 if fp8 else bf16) * 1e12) + cast_bytes / (mem_gbps * 1e9)
-
-
-def cast_bytes(tokens: int, k: int, n: int, recipe: str = "tensorwise") -> float:
-    """Bytes the casts of one linear (tokens x k by n) move in a forward and backward: each operand read
-    in bf16 (x, g) or fp32 (W) and written in float8, once per GEMM it enters (tensorwise: once)."""
-    x, w, g = tokens * k, n * k, tokens * n
-    once = x * (2 + 1) + w * (4 + 1) + g * (2 + 1)
-    return once * (2 if recipe in ("rowwise", "mxfp8") else 1)
+def cast_bytes(tokens: int, k: int, n: int, phase: str = "both", weight_gathered: bool = False) -> float:
+    """Bytes the casts of one linear (tokens x k in-features, n out) move: each operand read in bf16 (x, g)
+    or fp32 (W) and written in float8 (1 B), once per GEMM it enters; `phase` forward (x, W), backward (x, W,
+    g twice) or both. `weight_gathered`: W arrives in float8 (the float8 all-gather): no cast of it."""
+    x, w, g = tokens * k * 3, 0 if weight_gathered else n * k * 5, tokens * n * 3
+    fwd, bwd = x + w, x + w + 2 * g
+    return {"forward": fwd, "backward": bwd, "both": fwd + bwd}[phase]
 
 
 def all_gather_bytes(shapes: list[tuple[int, int]], recipe: str = "tensorwise", dtype_bytes: int = 2) -> tuple[float, float]:

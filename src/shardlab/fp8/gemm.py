@@ -61,10 +61,11 @@ def scaled_mm(qa: Quantized, qb: Quantized, out_dtype: torch.dtype, rowwise: boo
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, fmt_a: str, fmt_b: str, recipe: Recipe, out_dtype,
-         record: tuple = (None, None), stats: dict | None = None, amax: tuple = (None, None)) -> torch.Tensor:
+         record: tuple = (None, None), stats: dict | None = None, amax: tuple = (None, None),
+         qb: Quantized | None = None) -> torch.Tensor:
     """a (M, K) @ b (K, N) with both operands cast per `recipe`; `record` names the operands whose cast
     statistics go into `stats` (None: not recorded); `amax` the tensorwise amaxes agreed over a group
-    (None: each operand's own)."""
+    (None: each operand's own); `qb`: b already cast (tensorwise: a float8 all-gather's weight)."""
     if 0 in (a.shape[0], a.shape[1], b.shape[1]):  # an expert without tokens
         return torch.zeros(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
     want_a, want_b = stats is not None and record[0], stats is not None and record[1]
@@ -76,7 +77,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, fmt_a: str, fmt_b: str, recipe: Recip
         return (da @ db).to(out_dtype)
     row = recipe.granularity == "row"
     qa = quantize(a, fmt_a, 1 if row else None, recipe.pow2_scales, bool(want_a), amax[0])
-    qb = quantize(b, fmt_b, 0 if row else None, recipe.pow2_scales, bool(want_b), amax[1])
+    if qb is None:
+        qb = quantize(b, fmt_b, 0 if row else None, recipe.pow2_scales, bool(want_b), amax[1])
     for want, q, name in ((want_a, qa, record[0]), (want_b, qb, record[1])):
         if want:
             stats[name] = q.stats
@@ -102,27 +104,33 @@ class Float8Matmul(torch.autograd.Function):
     the fp32 master (cast afresh in every GEMM: nothing float8 is kept between forward and backward, so
     recompute sees the same casts). Autocast is off inside: the recipe decides every dtype here. `group`
     (tensorwise under tensor parallelism): the amaxes are agreed over it, two collectives a linear (x and W
-    in the forward, the output gradient in the backward); rowwise and MX slices never cross a split."""
+    in the forward, the output gradient in the backward); rowwise and MX slices never cross a split.
+    `held` (tensorwise): a callable giving W already in float8 (a float8 all-gather's, cast with W's
+    tensorwise scale: the same bits) or None; asked in the forward and again in the backward, after the
+    backward's gather."""
 
     @staticmethod
-    def forward(ctx, x, weight, recipe: Recipe, out_dtype, stats: dict | None, group=None):
+    def forward(ctx, x, weight, recipe: Recipe, out_dtype, stats: dict | None, group=None, held=None):
         group = group if recipe.granularity == "tensor" else None
-        ax, aw = agreed_amax(group, x, weight)
+        held = held if recipe.granularity == "tensor" else None
+        qw = held() if held is not None else None
+        ax, aw = agreed_amax(group, x, weight)  # (a float8 all-gather's weight comes without TP: no group)
         ctx.save_for_backward(x, weight)
-        ctx.recipe, ctx.stats, ctx.group, ctx.amax = recipe, stats, group, (ax, aw)
+        ctx.recipe, ctx.stats, ctx.group, ctx.amax, ctx.held = recipe, stats, group, (ax, aw), held
         with torch.autocast(x.device.type, enabled=False):
             return gemm(x, weight.t(), recipe.input, recipe.weight, recipe, out_dtype, ("input", "weight"), stats,
-                        (ax, aw))
+                        (ax, aw), None if qw is None else Quantized(qw.data.t(), qw.inv_scale, qw.stats))
 
     @staticmethod
     def backward(ctx, g):
         x, weight = ctx.saved_tensors
         r, dx, dw = ctx.recipe, None, None
         (ag,), (ax, aw) = agreed_amax(ctx.group, g), ctx.amax
+        qw = ctx.held() if ctx.held is not None else None
         with torch.autocast(x.device.type, enabled=False):
             if ctx.needs_input_grad[0]:
-                dx = gemm(g, weight, r.grad, r.weight, r, x.dtype, ("grad", None), ctx.stats, (ag, aw))
+                dx = gemm(g, weight, r.grad, r.weight, r, x.dtype, ("grad", None), ctx.stats, (ag, aw), qw)
             if ctx.needs_input_grad[1]:  # records g's cast when dx was not asked for
                 record = (None if ctx.needs_input_grad[0] else "grad", None)
                 dw = gemm(g.t(), x, r.grad, r.input, r, weight.dtype, record, ctx.stats, (ag, ax))
-        return dx, dw, None, None, None, None
+        return dx, dw, None, None, None, None, None

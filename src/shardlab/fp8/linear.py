@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from shardlab.fp8.gather import gathered_weight
 from shardlab.fp8.gemm import Float8Matmul
 from shardlab.fp8.recipes import Recipe, recipe as recipe_named
 
@@ -35,8 +36,9 @@ class Float8Linear(nn.Linear):
     def matmul(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         kind = x.device.type
         out_dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
+        held = (lambda: gathered_weight(self, weight)) if hasattr(weight, "gather_encoding") else None
         y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), weight, self.recipe, out_dtype, self.fp8_stats,
-                                self.amax_group)
+                                self.amax_group, held)
         y = y.reshape(*x.shape[:-1], weight.shape[0])
         return y if bias is None else y + bias.to(y.dtype)
 

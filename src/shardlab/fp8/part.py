@@ -1,6 +1,7 @@
 """What the float8 layer does to one model part (parallel/fp8_spec.py calls it in the composition, after the
 pipeline split and before tensor parallelism): convert the part's block linears by the rule, give each
-converted linear the tensor-parallel group its tensorwise amaxes are agreed over, and say what was done for
+converted linear the tensor-parallel group its tensorwise amaxes are agreed over (without TP: a tensorwise
+weight's float8 all-gather encoding, which own zero3 and HSDP use), and say what was done for
 the whole model (under a pipeline each rank converts its stages' blocks; the start-up line lists them all).
 """
 from __future__ import annotations
@@ -10,6 +11,7 @@ import sys
 import torch.nn as nn
 
 from shardlab import comm
+from shardlab.fp8.gather import Float8WeightGather
 from shardlab.fp8.linear import Conversion, Float8Linear, convert
 from shardlab.fp8.recipes import recipe as recipe_named
 
@@ -18,10 +20,15 @@ def convert_part(part: nn.Module, name: str, tp_group=None) -> Conversion:
     """Own float8 linears in `part` (recipe `name`); under tensor parallelism (`tp_group`: the TP ranks'
     group, or None) each converted linear agrees its tensorwise amaxes over it: own TP splits its weight and
     its activations or gradients by features, and every rank must cast with the scale of the whole tensor."""
-    done = convert(part, recipe_named(name))
+    recipe = recipe_named(name)
+    done = convert(part, recipe)
     for m in part.modules():
         if isinstance(m, Float8Linear):
             m.amax_group = tp_group
+            if tp_group is None and recipe.granularity == "tensor":
+                # sharded data parallelism gathers this weight in float8 (gather.py); a TP piece is gathered
+                # as it is (its module owns another parameter)
+                m.weight.gather_encoding = Float8WeightGather(recipe.weight)
     return done
 
 

@@ -20,10 +20,24 @@ def emulated(device: torch.device) -> bool:
     return device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9)
 
 
-def convert_torchao(part: nn.Module, name: str, device: torch.device) -> Conversion:
+def fsdp_float8_all_gather(name: str, fsdp: bool, device: torch.device, staged: bool) -> tuple[bool, str]:
+    """(on, why not): torchao's float8 all-gather under torch-fsdp2 (`enable_fsdp_float8_all_gather`, what
+    torchtitan turns on): tensorwise only, and NCCL only. FSDP2 gathers the float8 bytes in a float8 dtype,
+    which gloo refuses ("Invalid scalar type", measured with torch 2.13 and torchao 0.18 on CPU), so on gloo
+    torch-fsdp2 gathers the weights as they are and says so in one line."""
+    if not fsdp or name != "tensorwise":
+        return False, ""
+    if device.type != "cuda" or staged:
+        return False, ("fp8: torchao's float8 all-gather is off: gloo has no float8 dtype for FSDP2's "
+                       "all-gather (NCCL only); torch-fsdp2 gathers the fp32 weights")
+    return True, ""
+
+
+def convert_torchao(part: nn.Module, name: str, device: torch.device, fsdp_gather: bool = False) -> Conversion:
     """torchao's Float8Linear in place of every linear the own rule converts (the same modules: the rule is
     asked for each, the filter only answers it). Returns the Conversion, its recipe labelled "(torchao,
-    emulated)" where torchao emulates."""
+    emulated)" where torchao emulates. `fsdp_gather`: torch-fsdp2 gathers the weights in float8 (torchao's
+    float8 all-gather, amax all-reduced over the mesh in the pre-all-gather hook)."""
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     recipe = recipe_named(name)
@@ -33,6 +47,7 @@ def convert_torchao(part: nn.Module, name: str, device: torch.device) -> Convers
             why = default_rule(fqn, module, recipe)
             (done.skipped.__setitem__(fqn, why) if why else done.converted.append(fqn))
     keep = set(done.converted)
-    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(name), emulate=emulated(device))
+    config = dataclasses.replace(Float8LinearConfig.from_recipe_name(name), emulate=emulated(device),
+                                 enable_fsdp_float8_all_gather=fsdp_gather)
     convert_to_float8_training(part, config=config, module_filter_fn=lambda m, fqn: fqn in keep)
     return done

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 import time
 
-from shardlab import comm
+from shardlab.parallel.ft.store import host_store
 from shardlab.errors import OneLineParser
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str]) -> int:
 
 def serve(port: int, host: str = "0.0.0.0") -> None:
     """`shardlab lighthouse`: host the store the replicas of a fault-tolerant job meet at, until stopped."""
-    store = comm.host_store(host, port)
+    store = host_store(host, port)
     print(f"[shardlab lighthouse] store at {host}:{store.port}; replicas use parallel.ft_store=HOST:{store.port}",
           flush=True)
     while True:

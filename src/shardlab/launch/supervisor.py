@@ -1,12 +1,12 @@
 """The supervisor of a fault-tolerant replica run alone (`shardlab train --nproc 1 --max-restarts K` with
 parallel.fault_tolerant=true): it restarts the replica's process when it dies; the new process rejoins the
-job (parallel/dp/fault_tolerant.py holds the replicas' side, docs/sync.md the design)."""
+job (parallel/ft/periodic.py holds the replicas' side, docs/sync.md the design)."""
 from __future__ import annotations
 
 import os
 import sys
 
-from shardlab.parallel.dp.fault_tolerant import log_replica as _log
+from shardlab.parallel.ft.periodic import log_replica as _log
 
 
 def supervise(cfg, run_dir, max_restarts: int, main) -> int:

@@ -11,7 +11,7 @@ checkpoint written at any split loads into any other (torchtitan's scheme).
 """
 from __future__ import annotations
 
-import math
+import contextlib
 
 import torch
 import torch.nn as nn
@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from shardlab.model.documents import block_causal_mask
 from shardlab.model.kv_cache import attend_block, run_blocks
 from shardlab.model.configs import PRESETS, GPTConfig, arch_of, resolve_model_config  # noqa: F401 - re-exported
+from shardlab.model.init import initialise, parameters_on_meta, standard_rules
 from shardlab.model.moe import mlp_for
 
 
@@ -100,9 +101,10 @@ class Block(nn.Module):
 class GPT(nn.Module):
     tied_head = True  # read by the pipeline split: the last stage keeps `wte` as its head's weight
 
-    def __init__(self, cfg: GPTConfig):
+    def __init__(self, cfg: GPTConfig, seed: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.init_seed = seed  # the draw of every parameter is seeded from it and the parameter's name
         self.tied_head = cfg.tie_embeddings  # (an untied head is its own parameter, as llama's)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_seq_len, cfg.d_model)
@@ -114,19 +116,14 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight  # tied: one parameter, registered once (as wte.weight)
         self.reset_parameters()
 
+    def init_rules(self) -> dict:
+        """GPT-2 init as rules (model/init.py): std 0.02, residual projections scaled by 1/sqrt(2 n_layer),
+        the position table 0.01, LayerNorms one and zero."""
+        return standard_rules(self, self.cfg.n_layer, lambda mod: 0.02 if mod is self.wte else 0.01)
+
     def reset_parameters(self) -> None:
-        std = 0.02
-        for name, mod in self.named_modules():
-            if isinstance(mod, nn.Linear):
-                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(mod, "residual_scaled", False) else 1.0
-                nn.init.normal_(mod.weight, mean=0.0, std=std * scale)
-                if mod.bias is not None:
-                    nn.init.zeros_(mod.bias)
-            elif isinstance(mod, nn.Embedding):
-                nn.init.normal_(mod.weight, mean=0.0, std=std if mod is self.wte else 0.01)
-            elif isinstance(mod, nn.LayerNorm):
-                nn.init.ones_(mod.weight)
-                nn.init.zeros_(mod.bias)
+        """Each parameter drawn from its own seeded generator (model/init.py): any shard can redraw its part."""
+        initialise(self, self.init_rules(), self.init_seed)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -153,13 +150,14 @@ class GPT(nn.Module):
         return x
 
 
-def build_model(cfg, seed: int) -> nn.Module:
+def build_model(cfg, seed: int, meta: bool = False) -> nn.Module:
     """Same seed -> the same initial weights on every rank, at any world size. `cfg` is a GPTConfig or a
-    LlamaConfig (model/llama.py): the model of that family."""
-    with torch.random.fork_rng(devices=[]):
+    LlamaConfig (model/llama.py): the model of that family. `meta`: the parameters on the meta device
+    (nothing allocated, nothing drawn; buffers real): the composition allocates and draws each rank's part."""
+    with torch.random.fork_rng(devices=[]), (parameters_on_meta() if meta else contextlib.nullcontext()):
         torch.manual_seed(seed)
         if getattr(cfg, "arch", "gpt2") == "llama":
             from shardlab.model.llama import Llama
 
-            return Llama(cfg)
-        return GPT(cfg)
+            return Llama(cfg, seed)
+        return GPT(cfg, seed)

@@ -35,6 +35,7 @@ from shardlab.model.kv_cache import attend_block, run_blocks
 from shardlab.model.configs import (  # noqa: F401 - re-exported: the family's config lives in configs.py
     LLAMA3_SCALING, LLAMA_PRESETS as PRESETS, ROPE_KEYS, LlamaConfig, ffn_hidden, resolve_llama_config as resolve_model_config,
     rope_scaling_of)
+from shardlab.model.init import initialise, standard_rules
 from shardlab.model.moe import mlp_for
 
 
@@ -177,9 +178,10 @@ class LlamaBlock(nn.Module):
 class Llama(nn.Module):
     tied_head = False  # read by the pipeline split: the last stage needs no embedding
 
-    def __init__(self, cfg: LlamaConfig):
+    def __init__(self, cfg: LlamaConfig, seed: int = 0):
         super().__init__()
         self.cfg = cfg
+        self.init_seed = seed  # the draw of every parameter is seeded from it and the parameter's name
         self.tied_head = cfg.tie_embeddings  # tied: the pipeline's last stage keeps `wte` (its head's weight)
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.blocks = nn.ModuleDict({str(i): LlamaBlock(cfg, i) for i in range(cfg.n_layer)})
@@ -189,16 +191,14 @@ class Llama(nn.Module):
             self.lm_head.weight = self.wte.weight  # one parameter, registered once (as wte.weight)
         self.reset_parameters()
 
+    def init_rules(self) -> dict:
+        """GPT-2's scheme as rules (model/init.py): std 0.02, residual projections scaled by 1/sqrt(2 n_layer),
+        RMSNorm gains 1."""
+        return standard_rules(self, self.cfg.n_layer, lambda mod: 0.02)
+
     def reset_parameters(self) -> None:
-        """GPT-2's scheme (std 0.02, residual projections scaled by 1/sqrt(2 n_layer)), RMSNorm gains 1."""
-        for mod in self.modules():
-            if isinstance(mod, nn.Linear):
-                scale = 1 / math.sqrt(2 * self.cfg.n_layer) if getattr(mod, "residual_scaled", False) else 1.0
-                nn.init.normal_(mod.weight, mean=0.0, std=0.02 * scale)
-            elif isinstance(mod, nn.Embedding):
-                nn.init.normal_(mod.weight, mean=0.0, std=0.02)
-            elif isinstance(mod, nn.RMSNorm):
-                nn.init.ones_(mod.weight)
+        """Each parameter drawn from its own seeded generator (model/init.py): any shard can redraw its part."""
+        initialise(self, self.init_rules(), self.init_seed)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

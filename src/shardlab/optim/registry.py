@@ -7,6 +7,8 @@ A row says what the rest of shardlab must know about an optimizer without runnin
     whole_matrix  whether the update of a matrix needs all of it (an orthogonalisation, as Muon's), or is
                   elementwise (AdamW, SGD: any shard of a tensor is updated alone, bitwise alike). A sharding
                   layer serves a whole-matrix optimizer only if it hands it whole matrices (optim/serving.py)
+    gathers       a whole-matrix optimizer that assembles each matrix itself from the pieces a sharding layer
+                  describes (`serving.Pieces`): such layers serve it, and its factory's build takes `pieces=`
     factory       "module:function", (cfg, no_decay, routers) -> factory(named_params) -> torch optimizer,
                   imported on first use (this table is pure data: config and the planner read it torch-free)
     planned_as    the planner's name for it (`shardlab plan ... optimizer=adam`)
@@ -18,7 +20,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-# What a run uses when nothing names another (the training config has no key for it yet)
+# What a run uses when nothing names another (`train.optimizer`'s default)
 DEFAULT = "adamw"
 
 
@@ -28,6 +30,7 @@ class OptimizerRow:
     states: int
     factory: str
     whole_matrix: bool = False
+    gathers: bool = False
     state_bytes: int = 4  # fp32 states, whatever the compute precision (autocast keeps fp32 weights)
     planned_as: str = ""
 
@@ -62,6 +65,36 @@ def unregister(name: str) -> None:
 
 register(OptimizerRow("adamw", states=2, factory="shardlab.optim.adamw:adamw_factory", planned_as="adam"))
 register(OptimizerRow("sgd", states=1, factory="shardlab.optim.sgd:sgd_factory", planned_as="sgd"))
+# Muon on the blocks' matrices (one momentum buffer), AdamW on the rest (optim/muon/: docs/optim.md)
+register(OptimizerRow("muon", states=1, factory="shardlab.optim.muon.optimizer:muon_factory", whole_matrix=True,
+                      gathers=True))
+
+
+SCHEDULES = ("cosine", "wsd")  # optim/schedule.py
+# The [train] keys of the optimizers and the schedule: help line and allowed values (config/help.py reads them)
+KEYS: dict[str, tuple[str, str]] = {
+    "train.optimizer": ("adamw (every parameter), sgd (momentum train.beta1), muon (Muon on the blocks' "
+                        "matrices, AdamW on the rest: docs/optim.md); muon needs layers that keep or gather "
+                        "whole matrices", " | ".join(OPTIMIZERS)),
+    "train.muon_lr": ("muon: the matrices' peak learning rate, on train.lr_schedule (the update is scaled by "
+                      "0.2 sqrt(max(m, n)) to AdamW's RMS, as Moonlight); 0 = train.lr", "float >= 0"),
+    "train.lr_schedule": ("after the linear warm-up: cosine decay to min_lr, or wsd (warm-up, stable at lr, "
+                          "then linear decay to min_lr over the last train.decay_fraction of the steps)",
+                          " | ".join(SCHEDULES)),
+    "train.decay_fraction": ("wsd: the share of train.steps spent decaying to min_lr", "0 < float <= 1"),
+}
+
+
+def check(t) -> None:
+    """The keys above on a config's [train] section (config validation calls it)."""
+    from shardlab.errors import ConfigError, choice
+
+    choice("train.optimizer", t.optimizer, tuple(OPTIMIZERS))
+    choice("train.lr_schedule", t.lr_schedule, SCHEDULES)
+    if not t.muon_lr >= 0:
+        raise ConfigError(f"train.muon_lr={t.muon_lr}: must be at least 0 (0 = train.lr)")
+    if not 0 < t.decay_fraction <= 1:
+        raise ConfigError(f"train.decay_fraction={t.decay_fraction}: must be in (0, 1]")
 
 
 def get(name: str) -> OptimizerRow:

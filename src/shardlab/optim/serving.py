@@ -1,28 +1,55 @@
 """The one rule between optimizers and the layers that shard parameters: serve or refuse, in one line.
 
 Every layer that decides which tensors the optimizer steps declares what it hands it of each matrix
-(`optimizer_hands`: None for whole matrices, else a phrase such as "dim-0 row shards"). Before it builds the
-optimizer it asks `serve`. An elementwise optimizer (AdamW, SGD) is served by any layer: each shard is
-updated alone, bitwise as the whole. An optimizer whose update needs the whole matrix (its row says
-`whole_matrix`) is served where the layer hands whole matrices (or gathers them first and declares None);
-anywhere else the run stops here, before any state is allocated, with one line naming both sides.
+(`optimizer_hands`: None for whole matrices; a phrase such as "dim-0 row shards" for parts; or `Pieces`:
+that phrase and, per parameter, how its pieces make the whole). Before it builds the optimizer it asks `serve`.
+An elementwise optimizer (AdamW, SGD) is served by any layer: each shard is updated alone, bitwise as the
+whole. An optimizer whose update needs the whole matrix (its row says `whole_matrix`) is served where the
+layer hands whole matrices, or where it declares `Pieces` and the optimizer assembles matrices itself (its row
+says `gathers`: Muon, optim/muon/exchange.py); the `Pieces` are handed to its factory. Anywhere else the run
+stops here, before any state is allocated, with one line naming both sides.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from shardlab.errors import ConfigError
 from shardlab.optim.registry import OptimizerRow
 
 
+@dataclass(frozen=True)
+class Split:
+    """How the pieces of one parameter make the tensor a layer was handed: the pieces of `group`'s ranks,
+    equally long along `dim`, concatenated in group-rank order, the first `length` kept (the rest is padding)."""
+    group: object
+    dim: int
+    length: int
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """A layer's `optimizer_hands` when it hands parts it can describe: `split(fqn) -> Split`, or None for a
+    parameter it holds whole. Reads as its phrase (the refusal line names it)."""
+    phrase: str
+    split: Callable
+
+    def __str__(self) -> str:
+        return self.phrase
+
+
 @dataclass
 class Factory:
-    """An optimizer factory that knows its registry row: `factory(named_params) -> optimizer`."""
+    """An optimizer factory that knows its registry row: `factory(named_params) -> optimizer`. `pieces`: the
+    layers' `Pieces` (outermost layer first: the order in which they are undone), handed to the build of an
+    optimizer that gathers."""
     row: OptimizerRow
     build: Callable
+    pieces: dict = field(default_factory=dict)
 
     def __call__(self, named_params):
+        if getattr(self.row, "gathers", False):
+            return self.build(named_params, pieces=list(self.pieces.values()))
         return self.build(named_params)
 
 
@@ -33,10 +60,13 @@ def serve(factory, layer: str, hands: str | None) -> None:
     row = getattr(factory, "row", None)
     if row is None or not row.whole_matrix or hands is None:
         return
+    if isinstance(hands, Pieces) and getattr(row, "gathers", False):
+        factory.pieces[layer] = hands  # the optimizer gathers each matrix from these pieces
+        return
+    able = "ddp, torch-ddp, torch-zero1" + (", zero1/2/3, own tp" if getattr(row, "gathers", False) else "")
     raise ConfigError(f"optimizer {row.name} needs whole matrices, and {layer} hands it {hands}: "
-                      "choose a layer that keeps whole matrices (ddp, torch-ddp, torch-zero1) or an "
+                      f"choose a layer that keeps whole matrices or describes its pieces ({able}) or an "
                       "elementwise optimizer")
-
 
 def factory_for(cfg, no_decay: set[str], routers: set[str] = frozenset(), name: str | None = None) -> Factory:
     """The factory of the optimizer the run names (`registry.training_name`), carrying its row."""

@@ -14,7 +14,8 @@ Read top to bottom, this is the order torchtitan applies its layers in:
          activation recompute                 recompute.py   (train.recompute)
          compile                              compile.py     (train.compile: each block, inductor)
     5. data parallel over what they left      parallel/dp/   (seen through the layers' dp views), the
-       optimizer (optim/registry.py) over this rank's parameters (+ local SGD / DiLoCo: parallel/dp/sync.py)
+       optimizer (optim/registry.py) over this rank's parameters, and the run's sync in front of it
+       (local SGD / DiLoCo, fault-tolerant replicas)  parallel/sync/, parallel/ft/
     6. `Parallel`, which owns the step and asks the handles (loss, batch slicing, norm groups, the
        executor that runs the microbatches: the pipeline's schedule)                          step.py
 
@@ -23,13 +24,15 @@ layer not built yet (`layers.not_built`) is refused there in one line.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn as nn
 
 from shardlab import comm, precision
 from shardlab.errors import ConfigError
-from shardlab.parallel import layers
-from shardlab.parallel.dp.apply import apply_data_parallel, data_parallel_group
+from shardlab.parallel import layers, materialize, sync
+from shardlab.parallel.dp.apply import apply_data_parallel
 from shardlab.parallel.mesh import resolve, resolve_run
 from shardlab.parallel.step import Parallel
 
@@ -48,34 +51,40 @@ def build(cfg, device: torch.device | None = None, model: nn.Module | None = Non
     # 1. the mesh: the run's layout as config validation resolved it (a dimension no layer builds: refused)
     dims = resolve_run(cfg, comm.world_size() if world_size is None else world_size).dims
     dims.build_mesh(device.type)
-    # 2. the model, whole, on every rank
-    if model is None:
-        model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-    model = precision.convert(model.to(device), cfg.train.dtype)  # a converter's row rewrites it before any layer
-    total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
-    no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
-    routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
-    # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
-    # 4. per part, every layer the run turns on, in the list's order (parallel/layers.py: tensor, context, expert
-    # parallel, activation recompute, compile). Each apply returns the layer's handle (parallel/layer.py); the
-    # next layer takes its part.
-    handles, part = _apply_layers(model, cfg, dims)
+    # 2. the single-device model on the meta device: its shape, no storage (model/init.py); each rank
+    # allocates and draws only what it holds, after the layers (step 5). A module the caller brings is
+    # whole already: it goes to the device as it is.
+    on_meta = model is None
+    if on_meta:
+        with materialize.meta_phase():
+            model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed, meta=True)
+        rules, buffers = model.init_rules(), {n: b.detach().clone() for n, b in model.named_buffers()}
+    else:
+        model = model.to(device)
+    with materialize.meta_phase() if on_meta else contextlib.nullcontext():
+        model = precision.convert(model, cfg.train.dtype)  # a converter's row rewrites it before any layer
+        total = sum(p.numel() for p in model.parameters())  # whole here; the layers below split it
+        no_decay = no_decay_names(model)  # read before any layer renames or wraps parameters
+        routers = router_names(model)  # MoE routers: their own optimizer group (empty for a dense model)
+        # 3. pipeline split: this rank's part (its stages' blocks, names unchanged); without pp, the model.
+        # 4. per part, every layer the run turns on, in the list's order (parallel/layers.py: tensor, context,
+        # expert parallel, activation recompute, compile). Each apply returns the layer's handle
+        # (parallel/layer.py); the next layer takes its part.
+        handles, part = _apply_layers(model, cfg, dims)
     # 5. data parallel, seen through the layers inside it; the optimizer over this rank's parameters (the
-    # layer decides which: zero gives its shards)
+    # layer decides which: zero gives its shards). A sharding layer allocates its shards itself; before a
+    # replicating one the part gets its storage; what no layer allocated (experts hidden from it) after.
+    if on_meta and not layers.builds_on_meta(cfg.parallel, dims):
+        materialize.allocate(part, device)
     dp = apply_data_parallel(part, cfg.parallel, dims, device, inner=handles)
+    if on_meta:
+        materialize.allocate(part, device, move=False)
+        if device.type != "meta":  # the simulation's device holds no values to draw
+            from shardlab.parallel import init_shards
+            init_shards.initialise(dp, rules, buffers, cfg.train.seed, model)
     optimizer = dp.make_optimizer(factory_for(cfg, no_decay, routers))  # the registry's row (optim/registry.py)
-    if cfg.parallel.sync in ("local_sgd", "diloco"):  # they replace the per-step gradient all-reduce
-        from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
-        from shardlab.parallel.dp.sync import PeriodicSync
-
-        # replicas that may die: the outer step via a store
-        sync = FaultTolerantSync if cfg.parallel.fault_tolerant else PeriodicSync
-        # across whole replicas: the data-parallel group; across HSDP replicas: the replicate dimension
-        group = dims.group("dp_replicate") if dp.shards_within_replica else data_parallel_group(dims)
-        dp = sync(dp, cfg.parallel, group, optimizer)
-    elif cfg.parallel.fault_tolerant:  # every step, averaged across the replicas of each step's quorum
-        from shardlab.parallel.dp.ft_step import EveryStepFaultTolerance
-        dp = EveryStepFaultTolerance(dp, cfg.parallel, optimizer, absent=cfg.debug.ft_absent)
+    # local SGD / DiLoCo, fault-tolerant replicas: a view in front of the layer (parallel/sync/, parallel/ft/)
+    dp = sync.wrap(dp, cfg, dims, optimizer)
     # 6. the step: the plain microbatch loop, or a layer's executor (the pipeline's schedule) when one has it
     return Parallel(dims, model, dp, optimizer, device, dtype=cfg.train.dtype, layers=handles, params_total=total)
 

@@ -80,9 +80,13 @@ def apply(part, cfg, dims):
 def apply_torchao(part, cfg, dims):
     """torchao's Float8Linear in this part (train.fp8_impl=torchao), emulated where no float8 GEMM exists."""
     from shardlab import comm
-    from shardlab.fp8.torchao_impl import convert_torchao
+    from shardlab.fp8.torchao_impl import convert_torchao, fsdp_float8_all_gather
 
-    return _layer(part, cfg, dims, lambda: convert_torchao(part, cfg.train.fp8, comm.device()))
+    fsdp = cfg.parallel.strategy == "torch-fsdp2" and dims.dp > 1
+    on, note = fsdp_float8_all_gather(cfg.train.fp8, fsdp, comm.device(), comm.staged())
+    if note and comm.rank() == 0:
+        print(f"shardlab: {note}", flush=True)
+    return _layer(part, cfg, dims, lambda: convert_torchao(part, cfg.train.fp8, comm.device(), on))
 
 
 def _layer(part, cfg, dims, convert):

@@ -46,6 +46,16 @@ REPLICATING = DATA.with_tag("replicating")
 # Sharding layers that also replicate their shards over `dp_replicate` (HSDP); the others need
 # dp_replicate == 1.
 HSDP = DATA.with_tag("hsdp")
+# Layers that allocate their shards themselves from a meta-built part (parallel/materialize.py)
+BUILDS_ON_META = DATA.with_tag("meta")
+
+
+def builds_on_meta(pcfg, dims) -> bool:
+    """Whether the data-parallel layer the run gets allocates its own storage (the run's name, or `single`
+    where every rank is busy with other dimensions: parallel/dp/apply.py)."""
+    if dims.size("dp_cp") == 1 and dims.world_size > 1:
+        return False
+    return dp_name(pcfg) in BUILDS_ON_META
 
 
 def dp_name(pcfg) -> str:

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+from shardlab.parallel.pp import registry
+
 from .from_config import trainer_defaults
 from .hardware import load_cluster
 from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_name
@@ -33,7 +35,8 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
             "moe_router_lr_scale": float, "ep": int}  # plan/moe.py (weights and balancing change nothing)
-OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int}  # dp_replicate: dp_shard = dp / it
+OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  # dp_replicate: dp_shard = dp / it
+              "power_w": float, "attention": str}  # the GPU's power limit; the fused attention kernel
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
 
 
@@ -45,7 +48,7 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
           "ep": (1, 2**16)}
-FLOAT_RANGES = {"bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),
+FLOAT_RANGES = {"power_w": (1.0, 2000.0), "bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),
                 "last_bucket_mb": (0.0, 2**20)}
 
 
@@ -65,7 +68,9 @@ def _int(v: str) -> int:
 TRAINING_KEYS = {"model.preset": ("model", None), "model.vocab_size": ("vocab", None), "train.seq_len": ("seq", None),
                  "model.max_seq_len": ("seq", None), "model.ffn_hidden": ("ffn", None),
                  "parallel.pp_virtual": ("v", None), "train.dtype": ("precision", "dtype"),
-                 "parallel.pp_schedule": ("schedule", "schedule")}
+                 "parallel.pp_schedule": ("schedule", "schedule"),
+                 # FSDP2's MixedPrecisionPolicy.reduce_dtype: the dtype the gradient collectives run in
+                 "reduce_dtype": ("comm_dtype", None)}
 
 
 def _planner_key(k: str, v: str) -> tuple[str, str]:
@@ -130,6 +135,13 @@ def build(kv: dict, for_search: bool = False):
     model = model_from_args(kv.get("model", "small" if "n_layer" not in kv else None),
                             **{k: kv[k] for k in MODEL_KEYS if k in kv})
     cluster = load_cluster(kv.get("cluster", "H100-SXM"), kv.get("gpus"))
+    if "power_w" in kv or "attention" in kv:
+        from dataclasses import replace
+        from . import attention
+        if kv.get("attention", cluster.attention) not in ("",) + attention.BACKENDS:
+            raise ValueError(f"attention must be one of {', '.join(attention.BACKENDS)}, got {kv['attention']!r}")
+        cluster = replace(cluster, power_w=kv.get("power_w", cluster.power_w),
+                          attention=kv.get("attention", cluster.attention))
     lay_kw = {k: kv[k] for k in LAYOUT_KEYS if k in kv}
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
@@ -139,6 +151,8 @@ def build(kv: dict, for_search: bool = False):
         if r <= 0 or dp % r or lay_kw.get("dp_shard", dp // r) != dp // r:
             raise ValueError(f"dp_replicate {r} must divide dp {dp} (and agree with dp_shard)")
         lay_kw["dp_shard"] = dp // r
+    if "schedule" in lay_kw and "v" not in lay_kw and lay_kw["schedule"] in registry.SPECS:
+        lay_kw["v"] = registry.SPECS[lay_kw["schedule"]].virtual[0]  # a V schedule holds two stages per rank
     defaults = trainer_defaults()  # what `shardlab train` does (attention, precision, ...), unless told otherwise
     layout = Layout(**{**{k: v for k, v in defaults.items() if k in LAYOUT_KEYS}, **lay_kw})
     seq = kv.get("seq", model.seq)

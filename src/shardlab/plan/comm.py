@@ -22,8 +22,9 @@ from shardlab import precision
 from shardlab.model import anatomy
 from shardlab.model.anatomy import KV, ROW
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
+from . import fp8
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, stage_layers
+from .layout import Layout, TrainSpec, first_rank_layers, stage_layers
 from .model import ModelSpec
 
 DTYPE_BYTES = precision.BYTES
@@ -116,9 +117,9 @@ def tp_local(name: str, n, tp: int, kv_whole: bool = False):
 @functools.lru_cache(maxsize=256)
 def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
     """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
-    many blocks as the busiest rank holds (`stage_layers`: uneven splits plan for the largest stage).
-    Each parameter as one TP rank holds it (`tp_local`)."""
-    layers = stage_layers(model.n_layer, pp, v)
+    many blocks as the composition puts on that rank (`first_rank_layers`: the pipeline's cost-balanced
+    split). Each parameter as one TP rank holds it (`tp_local`)."""
+    layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
     anat = anatomy.by_arch(model.arch)
     first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
     root: list[int] = []
@@ -225,10 +226,11 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
         out.append(Collective("all_gather", sg, s, pb * full, k, "none",
                               f"{pb}*Psi_padded updated parameters after the step, one call per unit"))
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
-        fwd = pb * full
+        f8 = fp8.all_gather_saving(model, train, lay, pb)  # the converted weights gathered in float8
+        fwd = pb * full - f8
         # the root unit stays gathered from its forward to its backward (as FSDP2's root does)
         bwd_units = unit_full[1:] + (unit_full[:1] if lay.root_reshards else ())
-        bwd = pb * sum(bwd_units) if lay.reshard_after_forward else 0
+        bwd = pb * sum(bwd_units) - f8 if lay.reshard_after_forward else 0
         n_bwd = len(bwd_units) if lay.reshard_after_forward else 0
         out.append(Collective("all_gather", sg, s, (fwd + bwd) * m, (k + n_bwd) * m, "forward+backward",
                               f"({pb}*Psi_padded before forward + {bwd:,.0f} B re-gathered before backward)"
@@ -415,20 +417,32 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
         alpha *= ring_steps(op, n) / ring_steps(op, mw)
         return alpha + wire / busbw, wire, 0.0
     nodes = max(1, n // max(1, local))
+    base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
+    intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
     if nodes == 1:
-        return _ring(op, size, n, cluster.intra_latency, cluster.intra_bw), wire, 0.0
+        return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
     if local == 1:
-        return _ring(op, size, n, cluster.inter_latency, cluster.inter_bw), 0.0, wire
+        return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
     # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
-    t_in, w_in = 0.0, 0.0
+    t_in, w_in = base, 0.0
     phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
               "all_gather": ("all_gather",)}.get(op, ())
     for ph in phases:
-        t_in += _ring(ph, size, local, cluster.intra_latency, cluster.intra_bw)
+        t_in += _ring(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
         w_in += wire_factor(ph, local) * size
     inner = size / local
-    t_out = _ring(op, inner, nodes, cluster.inter_latency, cluster.inter_bw)
+    t_out = _ring(op, inner, nodes, cluster.inter_latency, inter_bw)
     return t_in + t_out, w_in, wire_factor(op, nodes) * inner
+
+
+def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:
+    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL's rings
+    achieve (nccl-tests' busbw; docs/planner.md, "The GPU terms"). With the per-call and per-step latencies
+    this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small messages."""
+    if inter:
+        return cluster.inter_bw * cluster.busbw_eff_inter
+    eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
+    return cluster.intra_bw * eff
 
 
 def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
@@ -442,8 +456,8 @@ def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float
         if "p2p" in cluster.collectives:
             alpha, bw = cluster.collectives["p2p"]
         else:
-            alpha, bw = ((cluster.inter_latency, cluster.inter_bw) if inter
-                         else (cluster.intra_latency, cluster.intra_bw))
+            alpha = (cluster.inter_latency if inter else cluster.intra_latency) + cluster.call_latency
+            bw = achieved_bw("p2p", cluster, inter)
         t = c.calls * alpha + c.payload / bw
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
     local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks

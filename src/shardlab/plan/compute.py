@@ -12,6 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+from . import attention, fp8
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
@@ -155,6 +156,21 @@ def _gemm_rate(c: Cluster, kind: str, m: int, n: int, k: int, fp32: bool) -> flo
     return c.gemm_table.get(f"{kind}:{m},{n},{k}") or c.gemm_flops(m, n, k, fp32)
 
 
+def _gemm_time(op: Op, c: Cluster, kind: str, mnk: tuple, fp32: bool) -> float:
+    """One GEMM of `op` at shape (m, n, k): FLOPs / achieved rate, and on GPU presets (gemm_roofline) no less
+    than the time to move its operands and output through HBM once (NVIDIA's Matrix Multiplication Background
+    guide: a GEMM whose arithmetic intensity is below the GPU's FLOP:byte ratio is memory-bound, as the k/v
+    projections of width g/t = 128 under TP 8 are)."""
+    m, n, k = mnk
+    # a batched GEMM (attention heads) runs its count x tiles in one launch: its waves are over all of them
+    rows = m * op.count if c.gemm_roofline and f"{kind}:{m},{n},{k}" not in c.gemm_table else m
+    t = op.flops / _gemm_rate(c, kind, rows, n, k, fp32)
+    # (not the fused attention kernel: it never writes the s x s scores its shape describes)
+    if c.gemm_roofline and op.name != "attention" and f"{kind}:{m},{n},{k}" not in c.gemm_table:
+        t = max(t, op.count * (m * k + k * n + m * n) * (4 if fp32 else 2) / c.hbm_bw)
+    return t
+
+
 @dataclass(frozen=True)
 class MicroTime:
     fwd: float  # one forward of the stage
@@ -170,11 +186,13 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
         # fused attention measured as one op (calibration): forward and backward rates
         key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
         return 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
+    if op.name == "attention" and c.attention and not fp32:
+        return attention.kernel_time(op.flops, c, backward)
     if op.kind == "gemm":
         m, n, k = op.shape
         if backward:  # dX = dY W and dW = dY^T X, equal FLOPs
-            return op.flops / _gemm_rate(c, "mm", m, k, n, fp32) + op.flops / _gemm_rate(c, "mm_ta", n, k, m, fp32)
-        return op.flops / _gemm_rate(c, "linear" if op.bias else "linear_nobias", m, n, k, fp32)
+            return _gemm_time(op, c, "mm", (m, k, n), fp32) + _gemm_time(op, c, "mm_ta", (n, k, m), fp32)
+        return _gemm_time(op, c, "linear" if op.bias else "linear_nobias", (m, n, k), fp32)
     bw = c.elementwise_bw or c.hbm_bw
     pre = "_bwd" if backward else ""
     nbytes = (2 * op.bytes if op.bwd_bytes is None else op.bwd_bytes) if backward else op.bytes
@@ -198,8 +216,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     block = layer_ops(model, b, s, t, e, train.flash_attention)
 
-    def ops_time(ops, backward):
-        return sum(_op_time(o, c, fp32, backward) for o in ops)
+    def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
+        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e)
@@ -214,6 +232,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     elif lay.recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
         cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual")]
         rec = layers * ops_time(cheap, False)
+    elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
+        rec = layers * ops_time(_selective_op_recomputed(block), False)
     elif lay.recompute == "selective-attn":  # Megatron's: the attention core again
         core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_v")]
         rec = layers * ops_time(core, False)
@@ -235,6 +255,22 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how)
+
+
+def _selective_op_recomputed(block: list[Op]) -> list[Op]:
+    """torchtitan's op-level selective checkpointing (its parallelize_llama's policy): it saves the outputs of
+    the matmuls, of the attention kernel and of the TP reduce-scatters, except every second matmul of a block
+    (counted in forward order: q k v proj gate up down for llama, q k v proj fc mlp_proj for GPT-2); the rest of
+    the forward runs again in the backward: the elementwise ops and the even-numbered matmuls."""
+    out, mm = [], 0
+    for o in block:
+        if o.kind == "gemm" and o.name not in ("attention", "scores", "attn_v"):
+            mm += 1
+            if mm % 2 == 0:
+                out.append(o)
+        elif o.kind == "elem":
+            out.append(o)
+    return out
 
 
 def _framework(c: Cluster, listed: int, layers: int) -> tuple[float, float]:

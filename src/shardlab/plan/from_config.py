@@ -51,7 +51,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     dims, p, t = run.dims, cfg.parallel, cfg.train
     train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
-                      flash_attention=trainer_defaults()["flash_attention"])
+                      flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8)
     schedule = registry.SPECS[p.pp_schedule].planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,

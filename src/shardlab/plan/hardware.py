@@ -29,6 +29,7 @@ class Cluster:
     inter_bw: float  # network (InfiniBand NIC) per GPU one direction, bytes/s
     inter_latency: float  # s per ring step across nodes
     pcie_bw: float = 64 * GB  # host link per GPU one direction (offload)
+    peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s per GPU (train.fp8's GEMMs); 0: none
     # ---- assumptions, one value per cluster (never per case) ----
     gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
     # 16-bit GEMMs with a dimension that is not a multiple of 8 (16 bytes: cuBLAS's tensor-core alignment)
@@ -38,6 +39,17 @@ class Cluster:
     overlap_efficiency: float = 1.0  # fraction of overlappable comm actually hidden
     op_overhead_s: float = 0.0  # per-op dispatch cost not hidden behind the device (CPU eager)
     cpu_adam_params_per_s: float = 2e9  # offloaded optimizer step throughput per node (assumed)
+    # ---- GPU terms (docs/planner.md "The GPU terms"; 0 / 1 / "" = off, as on calibrated profiles) ----
+    tdp_w: float = 0.0  # the datasheet's board power, at which the datasheet's peak holds
+    power_w: float = 0.0  # the power limit it runs at (0 = tdp): sustained clock (power/tdp)^(1/3)
+    sms: int = 0  # streaming multiprocessors: GEMM wave quantization, the SMs NCCL's kernels take
+    busbw_eff_intra: float = 1.0  # achieved / link bus bandwidth of ring collectives inside a node
+    busbw_eff_allreduce_intra: float = 1.0  # the same for all-reduce (NVLink SHARP on NVSwitch Hopper)
+    busbw_eff_inter: float = 1.0  # achieved / NIC bandwidth across nodes
+    call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
+    nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
+    gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
+    attention: str = ""  # the fused attention kernel: flash2, flash3 (compute/attention.py), "" = GEMM rate
     # ---- measured (calibrated profiles) ----
     # op -> (alpha seconds per call, bus bandwidth bytes/s) measured end to end at `measured_world`
     collectives: dict = field(default_factory=dict)
@@ -82,6 +94,20 @@ class Cluster:
     def nodes(self) -> int:
         return max(1, -(-self.num_gpus // self.gpus_per_node))
 
+    @property
+    def clock_factor(self) -> float:
+        """Sustained clock under a power limit relative to the datasheet's: dynamic power ~ f V^2 with V ~ f
+        (DVFS), so f ~ P^(1/3). The datasheets bear it out: the H100 NVL (400 W) lists 835 dense BF16
+        TFLOP/s against the SXM's 989 at 700 W, 0.844, and (400/700)^(1/3) = 0.830. 1 without a limit."""
+        if self.tdp_w <= 0 or self.power_w <= 0 or self.power_w >= self.tdp_w:
+            return 1.0
+        return (self.power_w / self.tdp_w) ** (1 / 3)
+
+    @property
+    def sm_share_comm(self) -> float:
+        """Fraction of the SMs a running collective takes from the kernels it overlaps (0: not modelled)."""
+        return min(0.5, self.nccl_ctas / self.sms) if self.sms and self.nccl_ctas else 0.0
+
     def gemm_flops(self, m: int, n: int, k: int, fp32: bool) -> float:
         """Achieved FLOP/s for an (m x k) @ (k x n) GEMM."""
         key = f"{m},{n},{k}"
@@ -92,7 +118,22 @@ class Cluster:
             peak, half = self.gemm_fit
             f = 2.0 * m * n * k
             return peak * f / (f + half) * slow
-        return (self.peak_flops_fp32 if fp32 else self.peak_flops) * self.gemm_efficiency * slow
+        peak = (self.peak_flops_fp32 if fp32 else self.peak_flops) * self.clock_factor
+        return peak * self.gemm_efficiency * slow * self.wave_efficiency(m, n)
+
+    def wave_efficiency(self, m: int, n: int) -> float:
+        """Tile and wave quantization (NVIDIA, Matrix Multiplication Background User's Guide): the output is
+        cut into tiles, one per SM at a time; the last wave runs partly empty and the edge tiles partly
+        filled. The rate is the useful share of the tile work of the best of cuBLAS's large tiles
+        (256x128, 128x256, 128x128). 1 without an SM count."""
+        if not self.sms or not self.gemm_roofline or m <= 0 or n <= 0:
+            return 1.0
+        best = 0.0
+        for tm, tn in ((256, 128), (128, 256), (128, 128)):
+            tiles = -(-m // tm) * -(-n // tn)
+            waves = -(-tiles // self.sms)
+            best = max(best, (m * n) / (waves * self.sms * tm * tn))
+        return min(1.0, best)
 
 
 def _node(name, gpus_per_node=8, **kw) -> Cluster:
@@ -100,21 +141,34 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 
 
 # Sources for each field: docs/planner.md, "Cluster presets".
+# The GPU terms every GPU preset shares (each cited in docs/planner.md, "The GPU terms"): NCCL's base
+# latency per call (src/graph/tuning.cc, Ring/Simple) and ring efficiency on NVLink and InfiniBand, the
+# CTAs its NVLink rings run on, and SDPA's fused attention kernel (FlashAttention-2)
+_NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2")
+_HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0)
+
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(
         "A100-80G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=80 * GB,
         hbm_bw=2039 * GB, intra_bw=300 * GB, intra_latency=5.7e-6,
-        inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB),
+        inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB,
+        **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8),
     "H100-SXM": _node(
-        "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=80 * GB,
+        "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB),
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER),
+    # Meta's Grand Teton H100s (torchtitan docs/performance.md): the SXM part with 96 GB of HBM2e at
+    # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF
+    "H100-SXM-500W": _node(
+        "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=96 * GB,
+        hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER, power_w=500.0),
     "H200": _node(
-        "H200", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=141 * GB,
+        "H200", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18),
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18, **_HOPPER),
 }
-ALIASES = {"a100": "A100-80G", "h100": "H100-SXM", "h200": "H200"}
+ALIASES = {"a100": "A100-80G", "h100": "H100-SXM", "h200": "H200", "h100-500w": "H100-SXM-500W"}
 
 
 def default_profile_path() -> Path:

@@ -2,6 +2,8 @@
 dp_replicate x dp_shard x tp x pp, innermost tp, as in Megatron-LM's rank order)."""
 from __future__ import annotations
 
+import functools
+
 from dataclasses import dataclass
 
 from shardlab import precision
@@ -28,7 +30,9 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
-RECOMPUTE = ("none", "selective", "selective-attn", "full")  # selective: shardlab's; selective-attn: Megatron's
+# selective: shardlab's; selective-attn: Megatron's; selective-op: torchtitan's op-level policy (every matmul and
+# the attention kernel kept but every second matmul of a block, the rest recomputed)
+RECOMPUTE = ("none", "selective", "selective-attn", "full", "selective-op")
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
 
@@ -42,6 +46,7 @@ class TrainSpec:
     optimizer: str = "adam"
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
+    fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
@@ -169,6 +174,10 @@ class Layout:
                 raise ValueError(line)
         if self.v > 1 and not registry.many_stages(self.schedule):
             raise ValueError(f"v > 1 needs schedule={' or '.join(s for s in SCHEDULES if registry.many_stages(s))}")
+        lo, hi = registry.spec(self.schedule).virtual
+        if self.v < lo or (hi is not None and self.v > hi):
+            raise ValueError(f"schedule {self.schedule} runs {lo}{'' if hi == lo else f' to {hi}'} stages per rank "
+                             f"(v={lo} for its V placement), got v={self.v}")
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")
@@ -204,6 +213,22 @@ def stage_layers(n_layer: int, pp: int, v: int = 1) -> int:
     q, extra = divmod(n_layer, n)
     sizes = [q + (1 if s < extra else 0) for s in range(n)]
     return max(sum(sizes[r::pp]) for r in range(pp))
+
+
+@functools.lru_cache(maxsize=1024)  # (a search asks it for every layout of one model)
+def first_rank_layers(n_layer: int, pp: int, v: int, d_model: int, vocab: int, seq: int) -> int:
+    """Blocks on the first pipeline rank (stages 0, pp, 2pp, ...) as the composition cuts them: stages
+    balanced by cost with the embedding and the head counted (parallel/pp/split.py), so uneven splits
+    (Llama 3 405B's 126 layers over 16 stages) put as many blocks there as the built model has."""
+    if pp * v == 1:
+        return n_layer
+    from shardlab.parallel.pp.split import layer_costs, stage_ranges
+
+    try:
+        ranges = stage_ranges(n_layer, pp * v, costs=layer_costs(n_layer, d_model, vocab, seq))
+    except ValueError:  # more stages than layers: the layout check refuses it; plan as the even split
+        return stage_layers(n_layer, pp, v)
+    return sum(len(r) for r in ranges[0::pp])
 
 
 def grad_accum(train: TrainSpec, layout: Layout) -> int:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from shardlab.parallel.pp import registry
 
+from . import fp8
 from .comm import MiB, padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
@@ -89,10 +90,12 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl) * train.act_bytes_scale
     one = per_layer * layers
     form = {"none": "sbh(34 + 5as/h)", "selective-attn": "sbh*34", "full": "2sbh",
-            "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)"}[lay.recompute]
-    if model.llama and lay.recompute in ("none", "selective"):  # shardlab's policy, counted as measured
+            "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)",
+            "selective-op": "as selective (torchtitan's op policy: counted for llama only)"}[lay.recompute]
+    if model.llama and lay.recompute in ("none", "selective", "selective-op"):  # shardlab's policy, counted as measured
         form = {"none": "llama 2sb(8h + 2g + 4f + 2) + 2abs + 4sd",
-                "selective": "llama 2sb(5h + 2g + 2f) + 2abs"}[lay.recompute] + (f", t={lay.tp}" if lay.tp > 1 else "")
+                "selective": "llama 2sb(5h + 2g + 2f) + 2abs",
+                "selective-op": "llama 2sb(4h + g + f) + 4abs (torchtitan's op policy)"}[lay.recompute] + (f", t={lay.tp}" if lay.tp > 1 else "")
     elif lay.tp > 1 and lay.recompute in ("none", "selective-attn"):
         form = ("sbh/t(34 + 5as/h)" if lay.sp else "sbh(10 + 24/t + 5as/(ht))") \
             if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")
@@ -104,6 +107,9 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
              f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
              f"{extra:,.0f} B (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
+    if train.fp8 != "none":
+        sb = fp8.scale_line_bytes(model, train, lay)
+        lines.append(Line("fp8 scales", sb, f"{train.fp8} scales of one micro batch's casts (fp8/cost.py)"))
     if fl > 1:
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))

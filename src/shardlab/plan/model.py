@@ -187,7 +187,7 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
         return llama_activation_bytes_per_layer(m, b, s, t, sp, recompute, flash)
     if recompute == "full":
         return sbh * 2 / (t if sp else 1)
-    if recompute == "selective":
+    if recompute in ("selective", "selective-op"):
         scores = 0.0 if flash else 2 * a * s * s * b / t
         return sbh * (2 / (t if sp else 1) + 16 / t + 4) + 4 * a * s * b / t + scores
     attn_core = 0.0 if (recompute == "selective-attn" or flash) else 5 * a * s / h
@@ -221,6 +221,9 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     if recompute == "selective":
         rep = 3 * h / (t if sp else 1) + (2 * h + 2 * g + 2 * f) / t
         return 2 * s * b * rep + 2 * a * s * b / t
+    if recompute == "selective-op":  # torchtitan: the block input, q, v, gate and down (the odd matmuls of
+        # q k v proj gate up down), the attention output and its fp32 log-sum-exp
+        return 2 * s * b * (h / (t if sp else 1) + (2 * h + g + f) / t + h / (t if sp else 1)) + 4 * a * s * b / t
     rep = (6 * h + 2) / (t if sp else 1)  # the RMSNorms' tensors: replicated across TP
     split = (2 * h + 2 * g + 4 * f) / t
     return 2 * s * b * (rep + split) + 2 * core * b / t + 4 * s * d / (t if sp else 1)

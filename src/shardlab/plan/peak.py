@@ -43,6 +43,17 @@ def gpu_peak(device_name: str, dtype: str) -> tuple[float | None, str]:
     return (c.peak_flops_fp32 if dtype == "fp32" else c.peak_flops), f"spec {preset} ({dtype})"
 
 
+def fp8_peak(device_name: str | None) -> tuple[float | None, str]:
+    """(dense FP8 FLOP/s, where from) for a CUDA device by its name (None: a CPU, whose float8 GEMMs are
+    emulated: no FP8 peak); (None, why) when the device has none in plan/hardware.py's table."""
+    if device_name is None:
+        return None, "no FP8 GEMM on a CPU (float8 emulated)"
+    preset = gpu_preset(device_name)
+    if preset is None or not PRESETS[preset].peak_flops_fp8:
+        return None, f"no FP8 spec for {device_name!r} in plan/hardware.py"
+    return PRESETS[preset].peak_flops_fp8, f"spec {preset} (fp8 dense)"
+
+
 def cpu_peak(threads: int) -> tuple[float, str]:
     """(peak FLOP/s of one rank at `threads` threads, where from)."""
     profile = default_profile_path()

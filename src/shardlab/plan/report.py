@@ -85,8 +85,8 @@ def render(p: Plan, explain: bool = False) -> str:
         out.append("  (none: a single rank)")
     out.append("")
     out.append(f"{'time per step':<{w}}")
-    for k in ("forward", "backward", "tp_pp_comm", "bubble", "comm_total", "exposed_comm", "optimizer",
-              "zero_copies", "trainer", "step"):
+    for k in ("forward", "backward", "tp_pp_comm", "bubble", "comm_total", "exposed_comm", "comm_sm_cost",
+              "optimizer", "zero_copies", "trainer", "step"):
         out.append(f"  {k:<{w - 2}}{_t(p.times[k]):>14}" + (f"   {p.explain[k]}" if explain else ""))
     out.append("")
     out.append(f"step {_t(p.step_time)}   {p.tokens_per_s:,.0f} tokens/s   MFU {p.mfu:.1%}   "

@@ -84,7 +84,7 @@ class Plan:
         t = self.times
         if not self.fits:
             return "memory (does not fit)"
-        parts = {"compute": t["compute"], "communication": t["exposed_comm"] + t["tp_pp_comm"],
+        parts = {"compute": t["compute"], "communication": t["exposed_comm"] + t["tp_pp_comm"] + t["comm_sm_cost"],
                  "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"] + t["zero_copies"]}
         name = max(parts, key=parts.get)
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
@@ -105,6 +105,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     tp_pp = _critical_comm(plan.comm) + _sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster)
+    # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
+    sm_cost = cluster.sm_share_comm * sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
     copies = _zero_copies(plan.comm, lay, cluster)
     p, v = pipeline_shape(lay)
     bubble = (p - 1) / v * t_mb
@@ -119,8 +121,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["exposed_comm"] = exposed
     T["optimizer"] = t_opt
     T["zero_copies"] = copies
+    T["comm_sm_cost"] = sm_cost
     T["trainer"] = _trainer_time(plan.comm, lay, cluster)
-    T["step"] = m * t_mb + bubble + exposed + t_opt + copies + T["trainer"]
+    T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
     return plan
 
@@ -252,21 +255,46 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                    "measured in situ at this model and micro batch)",
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
-    }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)")
+    }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
+        + _gpu_terms(cluster, plan.train.mixed)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
-    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, else 1); " \
+    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, 6 zbv/dualpipev, else 1); " \
                   f"fraction (p-1)/(d*m) = {(p - 1) / (v * m):.3f}"
-    X["comm_total"] = "sum of alpha-beta times of every collective"
+    X["comm_total"] = "sum of alpha-beta times of every collective" + (
+        f" (per call {cluster.call_latency * 1e6:.1f} us + ring steps x alpha + wire / achieved bus bandwidth: "
+        f"NVLink {cluster.intra_bw * cluster.busbw_eff_intra / 1e9:.0f} GB/s rings, "
+        f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce; network "
+        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "")
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
+    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
+    X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
+                         f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute")
     X["optimizer"] = opt_why
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
-    X["step"] = "m*t_mb + bubble + exposed comm + optimizer + ZeRO copies + trainer"
+    X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
+
+
+def _gpu_terms(c: Cluster, mixed: bool) -> str:
+    """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
+    if c.gemm_table or c.gemm_fit:
+        return ""
+    out = []
+    if c.clock_factor < 1:
+        out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
+    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak")
+    if c.gemm_roofline:
+        out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
+    if c.attention and mixed:
+        from .attention import efficiency
+        f, b = efficiency(c.attention, c.peak_flops)
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.0%} of peak forward, 2.5x at {b:.0%} backward")
+    return "; " + ", ".join(out)
 
 
 def trainer_step_overhead(cluster: Cluster, world: int) -> float:

@@ -18,6 +18,8 @@ issued it (`parallel/dp/zero.py:145`), so a failing test says what to fix.
 """
 from __future__ import annotations
 
+import contextlib
+
 import os
 import sys
 import weakref
@@ -100,6 +102,7 @@ class Audit:
     host: bool = False  # the stand-in plays the host (a CPU run): only errors and collectives are findings
     autocast: torch.dtype | None = None  # inside the step's autocast region: the low precision
     recording: bool = True  # off while building: the trace goes on, findings are not the step's
+    tracking: bool = True  # off while the model is built on meta (parallel/materialize.py): nothing is allocated
     _seen: set = field(default_factory=set)
 
     def add(self, kind: str, op: str, detail: str = "") -> None:
@@ -133,6 +136,8 @@ class Audit:
 
     # --- the allocation trace: storages created on the simulated device, freed when collected ------------
     def track(self, out) -> None:
+        if not self.tracking:
+            return
         for t in _tensors(out):
             if t.device.type != self.sim:
                 continue
@@ -148,6 +153,38 @@ class Audit:
 
 
 _TRACKED: dict = {}
+
+
+@contextlib.contextmanager
+def untracked(audit: Audit):
+    """The meta phase of a build: tensors made here are shapes, not allocations (parallel/materialize.py)."""
+    saved, audit.tracking = audit.tracking, False
+    try:
+        yield
+    finally:
+        audit.tracking = saved
+
+
+def is_untracked(t: torch.Tensor) -> bool:
+    """What the simulation calls unallocated: a meta tensor whose storage the trace never counted."""
+    return t.is_meta and id(t.untyped_storage()) not in _TRACKED
+
+
+def _resized(audit: Audit):
+    """`UntypedStorage.resize_` as the trace sees it: zero3 frees a gathered unit's storage by resizing it to 0
+    and allocates it again the same way; a tracked storage's bytes follow."""
+    resize = torch.UntypedStorage.resize_
+
+    def resize_(st, size):
+        out = resize(st, size)
+        key = id(st)
+        if key in _TRACKED:
+            n = st.nbytes()
+            audit.live += n - _TRACKED[key]
+            _TRACKED[key] = n
+            audit.peak = max(audit.peak, audit.live)
+        return out
+    return resize, resize_
 
 
 def _free(audit: Audit, key: int) -> None:
@@ -349,9 +386,11 @@ class audited:
         self._modes = (FunctionAudit(self.audit), DispatchAudit(self.audit))
         for m in self._modes:
             m.__enter__()
+        self._resize, torch.UntypedStorage.resize_ = _resized(self.audit)
         return self.audit
 
     def __exit__(self, *exc):
+        torch.UntypedStorage.resize_ = self._resize
         for m in reversed(self._modes):
             m.__exit__(*exc)
         return False

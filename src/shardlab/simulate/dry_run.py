@@ -59,10 +59,54 @@ def rel_err(a: dict, b: dict) -> float:
     return max((abs(a[k] - b[k]) / b[k] if b[k] else float(a[k] != 0)) for k in b)
 
 
-def run(cfg, world: int, device: str, ranks_text: str | None, as_json: bool) -> int:
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}
+
+
+def device_memory(text: str | None) -> int | None:
+    """`--device-memory`: bytes (with an optional unit: 80GB, 80GiB) or a cluster preset's HBM (H100-SXM)."""
+    import re
+
+    from shardlab.errors import ConfigError
+    from shardlab.plan import hardware
+
+    if text is None:
+        return None
+    key = hardware.ALIASES.get(text.lower(), text)
+    if key in hardware.PRESETS:
+        return int(hardware.PRESETS[key].hbm_bytes)
+    m = re.fullmatch(r"\s*([0-9.]+(?:e[0-9]+)?)\s*([a-zA-Z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ConfigError(f"--device-memory {text!r}: bytes (80GB, 80GiB, 85899345920) or a preset "
+                          f"({', '.join(hardware.PRESETS)})")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def memory_violations(rep: dict, limit: int | None) -> list[str]:
+    """A rank whose build or step peak exceeds the device: one line naming the peak and its largest items
+    (the state kinds, and what the step adds on top of what it found: activations and transients)."""
+    if not limit:
+        return []
+    items = dict(rep["state_bytes"])
+    items["activations and transients"] = max(0, rep["peak_mem_bytes"] - rep["resident_bytes"])
+    largest = ", ".join(f"{k} {_gib(v)}" for k, v in sorted(items.items(), key=lambda kv: -kv[1])[:3])
+    out = []
+    for what, key in (("build", "build_peak_bytes"), ("step", "peak_mem_bytes")):
+        if rep.get(key, 0) > limit:
+            out.append(f"memory: the {what} peak {_gib(rep[key])} exceeds the device's {_gib(limit)} "
+                       f"(largest: {largest})")
+    return out
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"
+
+
+def run(cfg, world: int, device: str, ranks_text: str | None, as_json: bool, memory: str | None = None) -> int:
     from shardlab.parallel.mesh import resolve_run
     from shardlab.simulate.step import simulate_rank
 
+    limit = device_memory(memory)
     dims = resolve_run(cfg, world).dims
     ranks = parse_ranks(ranks_text, dims, world)
     reports, errs = [], []
@@ -71,6 +115,7 @@ def run(cfg, world: int, device: str, ranks_text: str | None, as_json: bool) -> 
         # one step: the optimizer state is created in it, and the allocation trace sees it there
         rep = simulate_rank(cfg, world, r, device=device, steps=1)
         rep["sim_s"] = round(time.perf_counter() - t0, 2)
+        rep["violations"] = rep["violations"] + memory_violations(rep, limit)
         planned = plan_state(cfg, world)
         rep["plan_state_bytes"] = planned
         if planned is not None:
@@ -81,7 +126,7 @@ def run(cfg, world: int, device: str, ranks_text: str | None, as_json: bool) -> 
         if not as_json:
             _print_rank(rep)
     violations = [f"rank {rep['rank']}: {v}" for rep in reports for v in rep["violations"]]
-    out = {"ok": not violations, "world": world, "device": device, "ranks": reports, "violations": violations,
+    out = {"ok": not violations, "world": world, "device": device, "device_memory_bytes": limit, "ranks": reports, "violations": violations,
            "plan_state_err": max(errs) if errs else None}
     if as_json:
         print(json.dumps(out))
@@ -102,7 +147,7 @@ def _print_rank(rep: dict) -> None:
           f"grads {_mib(sb['grads'])} optimizer {_mib(sb['optimizer'])}"
           + (f" (off the device: {_mib(rep['offloaded_bytes'])})" if rep.get("offloaded_bytes") else "")
           + f"  peak {_mib(rep['peak_mem_bytes'])} "
-          f"(resident before the step {_mib(rep['resident_bytes'])})  "
+          f"(resident before the step {_mib(rep['resident_bytes'])}, build peak {_mib(rep['build_peak_bytes'])})  "
           f"host_syncs {rep['host_syncs']}  ({rep['sim_s']} s)")
     comm = ", ".join(f"{op} {_mib(b)}" for op, b in sorted(rep["comm"]["bytes_per_step"].items()))
     print(f"  comm per step: {comm or 'none'}")

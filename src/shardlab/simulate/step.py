@@ -35,17 +35,18 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
     optimizer's state is created in the first and only met (moved, offloaded) in the second; the report's
     comm and peak are the last step's."""
     from shardlab import parallel
-    from shardlab.model.gpt import build_model, resolve_model_config
-
     cfg = copy.deepcopy(cfg)
     # device cpu: the stand-in plays the host, where mixing, implicit devices and syncs cost nothing
     audit = Audit(host=device == "cpu")
     with fake_world(world, rank, device, audit), audited(audit):
         audit.recording = False  # the build: traced for memory, not judged (it is not the step)
-        if model is None:
-            with torch.device(SIM):  # initialisers on meta are no-ops: a 70B model costs nothing
-                model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
-        par = _build(cfg, model, world)
+        # The composition builds the model on meta and allocates each rank's part (parallel/materialize.py):
+        # here the device is meta too, so "unallocated" is what the trace has not counted, and the trace
+        # pauses while the model is only a shape. A model the caller brings is whole on the device already.
+        with _meta_build(audit):
+            par = _build(cfg, model, world)
+        build_peak = audit.peak
+        model = par.model
         from shardlab.train.moe_log import MoELog
         moe_log = MoELog(par, cfg.train.grad_accum)
         from shardlab.parallel.step import _AUTOCAST
@@ -87,12 +88,28 @@ def simulate_rank(cfg, world: int, rank: int, device: str = "cuda", model=None, 
         "offloaded_bytes": int(state_after.get("offloaded", 0)),  # parallel.offload: kept off the device
         "peak_mem_bytes": int(audit.peak),
         "resident_bytes": int(resident),
+        "build_peak_bytes": int(build_peak),
         "comm": {"bytes_per_step": comm_stats["bytes"], "calls_per_step": comm_stats["calls"]},
         "host_syncs": len(syncs),
         "host_sync_sites": dict(Counter(f"{f.op} at {f.where}" for f in syncs)),
         "violations": violations(audit, steps, {**par.host_syncs(), **moe_log.HOST_SYNCS}),
         "grad_norm_type": type(norm).__name__,
     }
+
+
+@contextlib.contextmanager
+def _meta_build(audit):
+    from shardlab.parallel import materialize
+    from shardlab.simulate import audit as audit_mod
+
+    saved = materialize.unallocated
+    materialize.unallocated = audit_mod.is_untracked
+    materialize.META_PHASE.append(lambda: audit_mod.untracked(audit))
+    try:
+        yield
+    finally:
+        materialize.META_PHASE.pop()
+        materialize.unallocated = saved
 
 
 def _build(cfg, model, world):

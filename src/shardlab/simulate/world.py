@@ -10,8 +10,8 @@ collectives for that rank. Inside it shardlab's door to collectives (`comm`) is 
 - with `device="cuda"` (NCCL) every collective's tensors must live on the device (NCCL moves device
   memory only: a host tensor on an NCCL group fails there), and the ops NCCL lacks are findings:
   a receive from any source, bitwise reductions; with `device="cpu"` (gloo), the average reduction. A
-  fault-tolerant replica's cross-replica collectives (`comm.quorum_*`) are checked the same way: on CUDA
-  their groups are NCCL (comm.quorum_backend).
+  fault-tolerant replica's cross-replica collectives (its own door, parallel/ft/quorum.py) are checked the same
+  way: on CUDA their groups are NCCL (quorum_backend).
 """
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ SIM = torch.device("meta")  # the stand-in for the accelerator
 _NCCL_LACKS_OPS = {dist.ReduceOp.BAND: "BAND", dist.ReduceOp.BOR: "BOR", dist.ReduceOp.BXOR: "BXOR"}
 _GLOO_LACKS_OPS = {dist.ReduceOp.AVG: "AVG"}  # gloo averages nothing itself (divide after a SUM)
 _TENSOR_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all_single", "broadcast", "scatter",
-               "send", "recv", "isend", "irecv", "quorum_all_reduce", "quorum_broadcast")
+               "send", "recv", "isend", "irecv")
+# fault tolerance's own transport (parallel/ft/quorum.py), watched the same way
+_QUORUM_OPS = ("quorum_all_reduce", "quorum_broadcast")
 
 
 @contextlib.contextmanager
@@ -38,6 +40,8 @@ def fake_world(world: int, rank: int, device: str, audit):
         raise RuntimeError("a simulated world needs a process without a process group")
     _register_backend()
     dist.init_process_group(_BACKEND, store=FakeStore(), rank=rank, world_size=world)
+    from shardlab.parallel.ft import quorum
+    saved_quorum = {name: getattr(quorum, name) for name in _QUORUM_OPS}
     saved = {name: getattr(comm, name) for name in _TENSOR_OPS + ("device", "all_gather_object",
                                                                    "broadcast_object", "recv_any", "batch_isend_irecv")}
     import torch.nn.parallel.distributed as ddp_mod
@@ -61,6 +65,8 @@ def fake_world(world: int, rank: int, device: str, audit):
         comm.broadcast_object = lambda obj, src=0, group=None: obj
         for name in _TENSOR_OPS:
             setattr(comm, name, _checked(name, saved[name], audit, device))
+        for name in _QUORUM_OPS:
+            setattr(quorum, name, _checked(name, saved_quorum[name], audit, device, door="quorum"))
         if device == "cuda":
             comm.batch_isend_irecv = _nccl_batch(saved["batch_isend_irecv"], audit)
 
@@ -73,6 +79,8 @@ def fake_world(world: int, rank: int, device: str, audit):
     finally:
         for name, fn in saved.items():
             setattr(comm, name, fn)
+        for name, fn in saved_quorum.items():
+            setattr(quorum, name, fn)
         comm.RECORDER.capture_stack = True
         optim_mod._get_fused_kernels_supported_devices = fused_devices
         ddp_mod._verify_param_shape_across_processes = verify
@@ -177,9 +185,9 @@ class _MetaDeviceModule:
         return contextlib.nullcontext()
 
 
-def _checked(name: str, fn, audit, device: str):
-    """`comm.<name>` that reports what the simulated backend cannot do: NCCL (device cuda) host tensors
-    and bitwise reductions, gloo (device cpu) the average reduction."""
+def _checked(name: str, fn, audit, device: str, door: str = "comm"):
+    """`<door>.<name>` (comm's, or fault tolerance's quorum module) that reports what the simulated backend
+    cannot do: NCCL (device cuda) host tensors and bitwise reductions, gloo (device cpu) the average reduction."""
     lacks = _NCCL_LACKS_OPS if device == "cuda" else _GLOO_LACKS_OPS
     backend = "NCCL" if device == "cuda" else "gloo"
 
@@ -188,12 +196,12 @@ def _checked(name: str, fn, audit, device: str):
         host = [x for x in flat if isinstance(x, torch.Tensor) and x.device.type == "cpu"]
         if device == "cuda" and host:
             x = host[0]
-            audit.add("collective", f"comm.{name}",
+            audit.add("collective", f"{door}.{name}",
                       f"a host tensor {tuple(x.shape)} {str(x.dtype).replace('torch.', '')} on an NCCL group")
         pos = {"all_reduce": 1, "reduce_scatter": 2}.get(name)
         op = kwargs.get("op", args[pos] if pos is not None and len(args) > pos else None)
         if any(op is k or op == k for k in lacks):
-            audit.add("collective", f"comm.{name}", f"ReduceOp.{next(v for k, v in lacks.items() if op == k)}: "
+            audit.add("collective", f"{door}.{name}", f"ReduceOp.{next(v for k, v in lacks.items() if op == k)}: "
                                                     f"{backend} has no such reduction")
         return fn(*args, **kwargs)
     call.__wrapped__ = fn

@@ -1,5 +1,5 @@
 """The training loop of `parallel.sync=async` (docs/sync.md): a parameter server on rank 0, workers on the
-other ranks (the protocol: parallel/dp/async_ps.py).
+other ranks (the protocol: parallel/sync/async_ps.py).
 
 Not the synchronous `Trainer`: there is no step all ranks take together. Every rank builds the whole
 model as `single` (no data-parallel group). The server owns the master parameters, the optimizer, the
@@ -36,7 +36,7 @@ from shardlab.data import GlobalSampler
 from shardlab.data.documents import eos_id_of, packed_batch
 from shardlab.observe import inject
 from shardlab.observe.memory import PeakMemory
-from shardlab.parallel.dp import async_ps
+from shardlab.parallel.sync import async_ps
 from shardlab.train import evaluate, host_alloc, summary as summary_mod
 from shardlab.train.metrics import MetricsLog, plot_losses, print_summary
 from shardlab.optim import lr_at, set_lr
@@ -176,16 +176,16 @@ class AsyncTrainer:
             "dtype": cfg.train.dtype,
         }
 
-
-def main(trainer: AsyncTrainer) -> dict:
-    clean = False
-    try:
-        summary = trainer.run()
-        clean = True
-    finally:
-        comm.shutdown(clean)
-    if summary.get("ckpt_failed_saves"):  # as the synchronous trainer: a save the user asked for is missing
-        print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
-              f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
-        raise SystemExit(1)
-    return summary
+    def main(self) -> dict:
+        """`run`, then the process group left (shardlab.train.main calls it)."""
+        clean = False
+        try:
+            summary = self.run()
+            clean = True
+        finally:
+            comm.shutdown(clean)
+        if summary.get("ckpt_failed_saves"):  # as the synchronous trainer: a save the user asked for is missing
+            print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+                  f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return summary

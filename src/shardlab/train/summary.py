@@ -94,7 +94,15 @@ def mfu(trainer, step_time: float | None) -> dict:
         peak, source = cpu_peak(torch.get_num_threads())
     flops = model_spec(cfg).model_flops(trainer.tokens_per_step, cfg.train.seq_len)
     value = flops / step_time / (trainer.world * peak) if step_time and peak else None
-    return {"mfu": value, "model_flops_per_step": flops, "peak_flops_per_rank": peak, "peak_flops_from": source}
+    out = {"mfu": value, "model_flops_per_step": flops, "peak_flops_per_rank": peak, "peak_flops_from": source}
+    if cfg.train.fp8 != "none":  # mfu stays over the bf16 dense peak (as torchtitan reports); the FP8 one beside
+        from shardlab.plan.peak import fp8_peak
+
+        p8, out["peak_flops_fp8_from"] = fp8_peak(torch.cuda.get_device_name(trainer.device)
+                                                  if trainer.device.type == "cuda" else None)
+        out["peak_flops_fp8_per_rank"] = p8
+        out["mfu_fp8_peak"] = flops / step_time / (trainer.world * p8) if step_time and p8 else None
+    return out
 
 
 def write(run_dir: Path, summary: dict) -> None:

@@ -43,15 +43,12 @@ def _sync(device: torch.device) -> None:
 
 
 class Trainer:
-    def __new__(cls, cfg: Config, run_dir: Path):
-        # parallel.sync=async is another program (a server and workers, no common step): every caller
-        # (the CLI, the bench worker, tests) constructs a Trainer, so construction hands it over here.
-        if cls is Trainer and getattr(cfg.parallel, "sync", "every_step") == "async":
-            from shardlab.train.async_trainer import AsyncTrainer
-            return AsyncTrainer(cfg, run_dir)  # not a Trainer: __init__ below is not called on it
-        return super().__new__(cls)
+    """The synchronous loop (`shardlab.train.make_trainer` picks it for every parallel.sync but async)."""
 
     def __init__(self, cfg: Config, run_dir: Path):
+        if cfg.parallel.sync == "async":  # refused, not trained as every_step: that run has no common step
+            raise ValueError("parallel.sync=async runs the parameter server's trainer: use "
+                             "shardlab.train.make_trainer(cfg, run_dir)")
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         t = cfg.train
@@ -79,8 +76,8 @@ class Trainer:
         self.dims, self.strategy = self.par.dims, self.par.dp
         # the whole model's count (under expert parallelism a rank holds only its experts)
         self.n_params = self.par.num_params()
-        # Fault-tolerant replicas are separate jobs: replica i takes slice i of an R-times larger global batch.
-        reps, rid = (cfg.parallel.replicas, cfg.parallel.replica_id) if cfg.parallel.fault_tolerant else (1, 0)
+        # This job's slice of the run's global batch (fault-tolerant replicas: replica i of R, an R-times larger one)
+        reps, rid = self.strategy.data_slice()
         sampler = GlobalSampler(len(self.train_ds), t.global_batch * reps, t.seed, self.dims.dp_size * reps,
                                 rid * self.dims.dp_size + self.dims.dp_rank)
         scaler = LossScaler() if t.dtype in precision.LOSS_SCALED else None
@@ -99,12 +96,9 @@ class Trainer:
         from shardlab.checkpoint import CheckpointManager
         self.ckpt = CheckpointManager(self.run_dir, cfg)
         self.start_step = self.ckpt.resume(self.state)
-        self.ft_every_step = cfg.parallel.fault_tolerant and cfg.parallel.sync == "every_step"
-        if self.ft_every_step:  # found the job with the other replicas, or join it healed by a peer
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir,
-                                                          (self._load_step, _committed_steps))
-        elif cfg.parallel.fault_tolerant:  # found the job with the other replicas, or join it with a peer's state
-            self.start_step = self.strategy.found_or_join(self.state, self.start_step, self.run_dir)
+        # the layers' start (fault-tolerant replicas: found the job with the others, or join it healed by a peer)
+        self.start_step = self.strategy.on_start(self.state, self.start_step, self.run_dir,
+                                                 (self._load_step, _committed_steps))
         # The doctor: anomaly checks, replica checksums, hang watchdog, fault injection (docs/doctor.md).
         self.doctor = Doctor(cfg, self.run_dir, self.strategy, self.rank, self.world, self.device,
                              self.par.replica_sets(), placement=self.par.placement)
@@ -122,9 +116,7 @@ class Trainer:
     def train_step(self) -> tuple[torch.Tensor, float, bool]:
         cfg, st, par = self.cfg, self.state, self.par
         t = cfg.train
-        if self.ft_every_step:  # this step's quorum (a joiner is healed here, before the batch is drawn)
-            comm.set_phase("quorum")
-            self.strategy.begin_step(st)
+        self.strategy.before_step(st)  # the layers' hook (every-step fault tolerance: this step's quorum)
         comm.set_phase("data loading")
         with timeline.span("data", cat="data"):
             idx = st.sampler.next_batch()
@@ -236,6 +228,7 @@ class Trainer:
             self.comm_steps += 1
             self.profiler.after_step(st.step)
             st.step += 1
+            self.strategy.after_step(st)  # the layers' hook (a no-op for every layer today)
             if st.step > self.start_step + warmup and not profiled:  # the profiler slows the steps it records
                 step_times.append(dt)
             verdict = self.doctor.after_step(st.step - 1)  # heartbeat, periodic replica checksums
@@ -263,9 +256,7 @@ class Trainer:
         summary = summary_mod.build(self, step_times, steplog.last_train_loss, steplog.last_val)
         summary["shares"] = self.balance.summary()
         summary.update(self.moe_log.summary())
-        if self.cfg.parallel.fault_tolerant:  # restarts, heals, quorums, param_checksum (docs/fault_tolerance.md)
-            summary["ft"] = self.strategy.ft_summary()
-            summary.update({k: summary["ft"][k] for k in ("restarts", "heals", "quorums", "param_checksum")})
+        summary.update(self.strategy.summary())  # the layers' keys (fault tolerance: ft, restarts, heals, ...)
         if self.is_main and self.cfg.trace.enabled:
             summary.update(analysis.summarize(self.run_dir))
         if self.is_main:
@@ -279,6 +270,50 @@ class Trainer:
             print(f"\nrun directory: {self.run_dir}")
         return summary
 
+    # --- the run as a rank's program -------------------------------------------------------------------------
+    def main(self) -> dict:
+        """`run`, then the process group left; a failure recorded (run directory's failure record, the doctor's
+        flight record) and turned into the exit code the launcher reports (shardlab.train.main calls it)."""
+        clean = False
+        try:
+            summary = self.run()
+            signum = self.stop.finish()  # a signal during the last step or the final save
+            if signum:
+                raise self.save_on_signal(signum)
+            clean = True
+        except interrupt.Interrupted as e:  # every rank is here, at the same step: leave together, exit 130/143
+            if self.is_main:
+                failure.record_interrupted(self.run_dir, e)
+            clean = True
+            code = interrupt.exit_code(e.signum)
+            restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+            if restarts > 0 and orphans.PARENT_ENV in os.environ:
+                code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
+            raise SystemExit(code) from None
+        except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
+            failure.record(self.run_dir, self.rank, kind, e, self.doctor)
+            if self.is_main or isinstance(e, CollectiveMismatchError):
+                print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(failure.CODES[kind]) from None
+        except ConfigError as e:  # a rollback that found no intact checkpoint
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            raise bad_input(self.run_dir, e) from None
+        except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
+            self.doctor.dump(f"error: {type(e).__name__}: {e}")
+            if not isinstance(e, (SystemExit, KeyboardInterrupt)):
+                failure.record(self.run_dir, self.rank, "crash", e)
+            raise
+        finally:
+            comm.shutdown(clean)
+        if summary["ckpt_failed_saves"]:  # training finished, but a checkpoint the user asked for is missing
+            if self.is_main:
+                print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
+                      f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
+            raise SystemExit(1)
+        return summary
+
 
 def _committed_steps(run_dir: Path) -> list[int]:
     """The steps of a run's committed checkpoints (a fault-tolerant job's resume compares its replicas')."""
@@ -286,7 +321,7 @@ def _committed_steps(run_dir: Path) -> list[int]:
     return [c.step for c in mf.list_checkpoints(Path(run_dir) / "checkpoints") if c.committed]
 
 
-def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
+def bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
     """Bad input the ranks found themselves (a checkpoint damaged since the launcher checked it, a plain
     `torchrun` run, an elastic restart): one line, exit 2, as when the launcher finds it."""
     from shardlab.errors import one_line
@@ -296,52 +331,3 @@ def _bad_input(run_dir: Path, e: ConfigError) -> SystemExit:
         print(f"shardlab: error: {one_line(str(e))}", file=sys.stderr, flush=True)
     comm.shutdown(False)
     return SystemExit(failure.CODES["bad input"])
-
-
-def main(cfg: Config, run_dir: Path) -> dict:
-    try:
-        trainer = Trainer(cfg, run_dir)
-    except ConfigError as e:  # e.g. no intact checkpoint to resume from (shardlab.checkpoint)
-        raise _bad_input(run_dir, e) from None
-    if not isinstance(trainer, Trainer):  # parallel.sync=async
-        from shardlab.train import async_trainer
-        return async_trainer.main(trainer)
-    clean = False
-    try:
-        summary = trainer.run()
-        signum = trainer.stop.finish()  # a signal during the last step or the final save
-        if signum:
-            raise trainer.save_on_signal(signum)
-        clean = True
-    except interrupt.Interrupted as e:  # every rank is here, at the same step: leave together, exit 130/143
-        if trainer.is_main:
-            failure.record_interrupted(run_dir, e)
-        clean = True
-        code = interrupt.exit_code(e.signum)
-        restarts = int(os.environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
-        if restarts > 0 and orphans.PARENT_ENV in os.environ:
-            code = 0  # torchrun would restart a failed group; shardlab's launcher says 130/143 from the record
-        raise SystemExit(code) from None
-    except (AnomalyError, UnevenInputsError, CollectiveMismatchError) as e:
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        kind = "anomaly" if isinstance(e, AnomalyError) else "distributed"
-        failure.record(run_dir, trainer.rank, kind, e, trainer.doctor)
-        if trainer.is_main or isinstance(e, CollectiveMismatchError):
-            print(f"shardlab: error: {e}", file=sys.stderr, flush=True)
-        raise SystemExit(failure.CODES[kind]) from None
-    except ConfigError as e:  # a rollback that found no intact checkpoint
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        raise _bad_input(run_dir, e) from None
-    except BaseException as e:  # keep the flight record of whatever went wrong, then fail as usual
-        trainer.doctor.dump(f"error: {type(e).__name__}: {e}")
-        if not isinstance(e, (SystemExit, KeyboardInterrupt)):
-            failure.record(run_dir, trainer.rank, "crash", e)
-        raise
-    finally:
-        comm.shutdown(clean)
-    if summary["ckpt_failed_saves"]:  # training finished, but a checkpoint the user asked for is missing
-        if trainer.is_main:
-            print(f"shardlab: error: {len(summary['ckpt_failed_saves'])} checkpoint save(s) failed, the last: "
-                  f"{summary['ckpt_failed_saves'][-1]} (see summary.json)", file=sys.stderr, flush=True)
-        raise SystemExit(1)
-    return summary

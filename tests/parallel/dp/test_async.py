@@ -1,4 +1,4 @@
-"""The asynchronous parameter server (parallel.sync=async, parallel/dp/async_ps.py): one worker with τ = 0 is
+"""The asynchronous parameter server (parallel.sync=async, parallel/sync/async_ps.py): one worker with τ = 0 is
 `single`, the bytes per applied gradient are the analytic ones, staleness appears with more workers and
 never exceeds τ, the server's checkpoint resumes exactly, bad settings are one line. The tiny model, a few
 steps, the shared pools."""
@@ -23,11 +23,11 @@ def _rows(run_dir):
 
 
 def _train(run_dir, overrides, world):
-    from shardlab.train.trainer import Trainer
+    from shardlab.train import make_trainer
 
     cfg = config.load(None, TINY_RUN + overrides)
     cfg = config.validate(cfg, world)
-    trainer = Trainer(cfg, run_dir)
+    trainer = make_trainer(cfg, run_dir)
     summary = trainer.run()
     params = {k: v.detach().clone() for k, v in trainer.par.full_parameters().items()}
     sent = {op: b for op, b in comm.RECORDER.step_stats()["bytes"].items() if b}  # (the end's gather: 0 B)

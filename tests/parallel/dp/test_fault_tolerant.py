@@ -1,7 +1,7 @@
-"""Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/dp/fault_tolerant.py): a replica's process
+"""Fault-tolerant DiLoCo replicas (parallel.fault_tolerant, parallel/ft/periodic.py): a replica's process
 killed with SIGKILL does not stop the other; the launcher restarts it, it joins with the survivor's state and
 they end equal. The outer step runs over each quorum's gloo group (the transport of every-step fault
-tolerance, parallel/dp/ft_manager.py): the store carries membership only.
+tolerance, parallel/ft/manager.py): the store carries membership only.
 
 Each replica is what `shardlab train --nproc 1 ...` runs (replica 1 with `--max-restarts 1`: the launcher runs
 the replica in a child process and starts a new one when it dies), started from a forkserver that imported
@@ -200,7 +200,7 @@ def _ft_replica(rid: int, port: int):
 
     from shardlab.data import GlobalSampler
     from shardlab.parallel.dp.base import Strategy
-    from shardlab.parallel.dp.fault_tolerant import FaultTolerantSync
+    from shardlab.parallel.ft.periodic import FaultTolerantSync
 
     torch.manual_seed(0)
     model = torch.nn.Linear(4, 4)
@@ -241,7 +241,7 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     def replica0():
         ft, st = _ft_replica(0, server.port)
-        st.step = ft.found_or_join(st, 0)
+        st.step = ft.on_start(st, 0)
         _inner_steps(ft, 10)
         ft.synchronise()  # outer step 1: replica 1 posts nothing within 0.3 s, so it is averaged alone
         seen["members1"] = ft.members
@@ -257,7 +257,7 @@ def test_late_replica_is_dropped_and_rejoins_mid_run():
 
     def replica1():
         ft, st = _ft_replica(1, server.port)
-        st.step = ft.found_or_join(st, 0)
+        st.step = ft.on_start(st, 0)
         _wait_key(store, "s1/a0/decision", t_end)  # late on purpose: the others decided outer step 1 already
         _inner_steps(ft, 20)
         ft.synchronise()  # finds itself dropped, joins again, takes the state after outer step 2

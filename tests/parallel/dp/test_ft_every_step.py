@@ -1,4 +1,4 @@
-"""Every-step fault tolerance (parallel.sync=every_step parallel.fault_tolerant=true, parallel/dp/ft_step.py):
+"""Every-step fault tolerance (parallel.sync=every_step parallel.fault_tolerant=true, parallel/ft/every_step.py):
 2 replicas x 2 ranks of zero2 (and of torch-fsdp2), one rank of replica 1 killed mid-run; and killed again
 while its first restart is being healed (the heal widened by SHARDLAB_HEAL_DELAY).
 
@@ -116,7 +116,7 @@ def test_replica_killed_again_while_it_heals_recovers_and_matches_the_reference(
     second restart joins with a request of its own (not confused by the first's half-done admission), is healed
     at a later step and ends bitwise equal; replica 0 never restarts and its losses equal the reference run's."""
     from shardlab.launch.launcher import free_port
-    from shardlab.parallel.dp.ft_step import HEAL_DELAY_ENV
+    from shardlab.parallel.ft.every_step import HEAL_DELAY_ENV
 
     t_end = time.monotonic() + DEADLINE_S
     port = free_port()

@@ -1,4 +1,4 @@
-"""The quorum protocol in one process (parallel/dp/ft_manager.py, comm_quorum.py): two replicas' managers on
+"""The quorum protocol in one process (parallel/ft/manager.py, parallel/ft/quorum.py): two replicas' managers on
 threads, one TCPStore. Founding, a replica that does not post dropped at the timeout, a joiner admitted with
 a new quorum id, a planned absence (debug.ft_absent) decided without waiting, and the quorum groups' sums.
 A lighthouse that cannot be reached (behind a relay the test kills, hangs and starts again): the last quorum
@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from shardlab import comm
-from shardlab.parallel.dp import ft_manager
-from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, parse_absent
+from shardlab.parallel.ft import manager as ft_manager
+from shardlab.parallel.ft.manager import FaultToleranceError, Manager, parse_absent
+from shardlab.parallel.ft.quorum import quorum_all_reduce
 
 TIMEOUT_S = 0.5
 
@@ -48,7 +48,7 @@ def test_quorums_drop_admit_and_plan():
 
     def sum_over(m, value):  # the quorum group sums in place
         t = torch.full((3,), float(value))
-        comm.quorum_all_reduce(t, m.group)
+        quorum_all_reduce(t, m.group)
         return t.tolist()
     assert _both(lambda: sum_over(m0, 1), lambda: sum_over(m1, 2)) == ([3.0] * 3, [3.0] * 3)
 
@@ -148,7 +148,7 @@ def _founded(lh: Lighthouse, run_dir=None, **kw):
 
 def _sum_over(m, value):
     t = torch.full((3,), float(value))
-    comm.quorum_all_reduce(t, m.group)
+    quorum_all_reduce(t, m.group)
     return t.tolist()
 
 
@@ -267,7 +267,7 @@ def test_a_retry_of_a_step_another_replica_completed_joins_again():
 
 
 class _ReplicaMin:
-    """The MIN over a replica's ranks, for ranks on threads (ft_step does it over the replica's own job)."""
+    """The MIN over a replica's ranks, for ranks on threads (every_step.py does it over the replica's own job)."""
 
     def __init__(self, n: int):
         self.barrier, self.values = threading.Barrier(n, timeout=10), []

@@ -1,4 +1,4 @@
-"""The quorum groups on NCCL (comm_quorum.py), checked without a GPU: torch's ProcessGroupNCCL is replaced by a
+"""The quorum groups on NCCL (parallel/ft/quorum.py), checked without a GPU: torch's ProcessGroupNCCL is replaced by a
 fake that records what it is given and whose collectives complete, fail or never complete. What is checked:
 the backend follows the replica's device and the backend settings; the group is built with the timeout, a
 non-blocking communicator bound to the device, NCCL's error handling set to abort-only for its construction
@@ -16,9 +16,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from shardlab import comm
-from shardlab.comm_quorum import ERROR_HANDLING_ENV, NONBLOCKING_TIMEOUT_ENV, quorum_backend
-from shardlab.parallel.dp.ft_manager import Manager
+from shardlab.parallel.ft.quorum import (ERROR_HANDLING_ENV, NONBLOCKING_TIMEOUT_ENV, quorum_all_reduce, quorum_backend,
+                                         quorum_broadcast, quorum_group)
+from shardlab.parallel.ft.manager import Manager
 
 
 class FakeWork:
@@ -94,7 +94,7 @@ def store():
 
 
 def _group(store, timeout_s=4.0, device="cuda", backend="auto"):
-    return comm.quorum_group(store, "q3/shard1", 1, [0, 2], timeout_s, device=device, backend=backend)
+    return quorum_group(store, "q3/shard1", 1, [0, 2], timeout_s, device=device, backend=backend)
 
 
 def test_the_backend_follows_the_device_and_the_settings(nccl, monkeypatch):
@@ -127,8 +127,8 @@ def test_the_nccl_group_is_built_to_be_aborted(nccl, store, monkeypatch):
 def test_a_collective_completes_without_an_abort(nccl, store):
     g = _group(store)
     t = torch.ones(3)
-    comm.quorum_all_reduce(t, g, tag="ft gradient")
-    comm.quorum_broadcast(t, 0, g, tag="ft heal")
+    quorum_all_reduce(t, g, tag="ft gradient")
+    quorum_broadcast(t, 0, g, tag="ft heal")
     assert [w.waited for w in g.pg.works] == [1, 1] and g.pg.aborts == 0 and not g.aborted
 
 
@@ -137,11 +137,11 @@ def test_a_failed_collective_aborts_the_communicator_and_raises(nccl, store, out
     g = _group(store)
     nccl.outcome = outcome
     with pytest.raises(RuntimeError, match="NCCL"):
-        comm.quorum_all_reduce(torch.ones(3), g)
+        quorum_all_reduce(torch.ones(3), g)
     assert g.pg.aborts == 1 and g.aborted
     nccl.outcome = "ok"
     with pytest.raises(RuntimeError, match="aborted"):  # abandoned: never used again
-        comm.quorum_broadcast(torch.ones(3), 0, g)
+        quorum_broadcast(torch.ones(3), 0, g)
     g.abort()
     assert g.pg.aborts == 1
 
@@ -151,7 +151,7 @@ def test_a_collective_that_never_completes_times_out_on_the_host(nccl, store):
     nccl.outcome = "hang"  # a stopped or dead peer: NCCL's kernel waits, the host must not
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="parallel.ft_timeout"):
-        comm.quorum_broadcast(torch.ones(3), 0, g)
+        quorum_broadcast(torch.ones(3), 0, g)
     assert 0.3 <= time.monotonic() - t0 < 5.0
     assert g.pg.aborts == 1  # the communicator aborted: its pending kernels return
 
@@ -187,7 +187,7 @@ def test_the_manager_aborts_the_groups_it_abandons(nccl, store):
 
 
 def test_the_heal_carries_the_cuda_generator(monkeypatch):
-    from shardlab.parallel.dp import ft_step
+    from shardlab.parallel.ft import every_step as ft_step
 
     cuda_state = {"now": torch.arange(16, dtype=torch.uint8)}
     monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": cuda_state["now"].clone())

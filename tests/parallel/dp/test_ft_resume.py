@@ -1,4 +1,4 @@
-"""Coordinated resume of a whole fault-tolerant job (parallel.ft_job_dir, parallel/dp/ft_resume.py): every
+"""Coordinated resume of a whole fault-tolerant job (parallel.ft_job_dir, parallel/ft/resume.py): every
 replica killed, then all started again with the same commands, resume from the newest step every replica
 committed, in a new epoch of the job's keys, and end bitwise equal to a run that was never stopped.
 

@@ -1,4 +1,4 @@
-"""Local SGD and DiLoCo (parallel.sync, parallel/dp/sync.py): H = 1 is ddp, 1/H of the bytes, exact resume
+"""Local SGD and DiLoCo (parallel.sync, parallel/sync/periodic.py): H = 1 is ddp, 1/H of the bytes, exact resume
 mid-period. World 2, the tiny model; one process group for the module."""
 from __future__ import annotations
 

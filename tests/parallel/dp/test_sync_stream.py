@@ -1,4 +1,4 @@
-"""Streaming DiLoCo fragments and the HSDP layout of local SGD / DiLoCo (parallel/dp/sync.py, docs/sync.md).
+"""Streaming DiLoCo fragments and the HSDP layout of local SGD / DiLoCo (parallel/sync/periodic.py, docs/sync.md).
 
 Fragments at world 2 (tiny model with 4 blocks): the largest burst is one fragment, the bytes per H steps
 are the model's, F = 1 and F = 2 equal a by-hand DiLoCo bitwise. HSDP at world 4 (2 replicas x 2 shards,
@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from shardlab import comm, config
 from shardlab.errors import ConfigError
-from shardlab.parallel.dp.sync import cut_fragments
+from shardlab.parallel.sync.periodic import cut_fragments
 
 from sync_harness import sgd_instead_of_adamw
 

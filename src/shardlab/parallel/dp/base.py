@@ -211,7 +211,7 @@ class Strategy:
         for p, grad in zip(params, grads):
             p.grad = grad
 
-    # --- under a periodic synchronisation (local SGD / DiLoCo: parallel/dp/sync.py) ----------------------
+    # --- under a periodic synchronisation (local SGD / DiLoCo: parallel/sync/periodic.py) ----------------------
     shards_within_replica = False  # own ZeRO: a replica is a shard group (HSDP), synchronised shard by shard
 
     def replicas_step_alone(self) -> list[tuple[str, torch.Tensor]]:
@@ -259,7 +259,7 @@ class Strategy:
 
     def sync_state_dict(self) -> dict | None:
         """State a periodic synchronisation keeps beside the model and optimizer (local SGD / DiLoCo:
-        parallel/dp/sync.py); None: this layer keeps none."""
+        parallel/sync/periodic.py); None: this layer keeps none."""
         return None
 
     def optim_state_dict(self, optimizer) -> dict:
@@ -292,6 +292,29 @@ class Strategy:
         return {"params": nbytes(self.module.parameters()),
                 "grads": nbytes(p for p in self.module.parameters() if p.requires_grad),
                 "optimizer": nbytes(opt)}
+
+    # --- the run's lifecycle: what the trainer calls on every layer, whatever it is ------------------------
+    # No-ops here; a view that keeps state across steps or across replica jobs fills them in (fault-tolerant
+    # replicas: parallel/ft/). The trainer calls them unconditionally, so it never asks which layer it has.
+    def data_slice(self) -> tuple[int, int]:
+        """(n, i): this job trains slice i of n of an n-times larger global batch (one fault-tolerant replica
+        of n); (1, 0) for a job that is the whole run."""
+        return 1, 0
+
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """Before the first step, after the checkpoint resume: returns the step to start from. `resume`:
+        (load_step(step) -> step, committed_steps(run_dir) -> [step, ...]), the trainer's checkpoint hooks."""
+        return start_step
+
+    def before_step(self, train_state) -> None:
+        """Before step `train_state.step` draws its batch."""
+
+    def after_step(self, train_state) -> None:
+        """After the step (its optimizer step taken, `train_state.step` advanced), before any save."""
+
+    def summary(self) -> dict:
+        """Keys this layer adds to summary.json."""
+        return {}
 
 
 def norm_dtype(tensors) -> torch.dtype:

@@ -12,6 +12,11 @@ That is exactly the input of a reduce-scatter and the output of an all-gather, s
 (a transformer block, say) costs one collective, not one per parameter. Parameters themselves are kept
 as *padded full* tensors (N * chunk rows; the model's parameter is a view of the first `rows`), so a
 shard is a plain view `full[r*chunk:(r+1)*chunk]` and packing to/from the flat layout is one copy.
+
+A parameter may bring its own **gather encoding** (`param.gather_encoding`, the `GatherEncoding` protocol
+below): a zero3 unit gathering for compute then sends what the encoding makes of the shard (float8 weights
+with an agreed scale, say) instead of its elements, as bytes, and the encoding writes the full values back.
+Gathers whose values must be exact (zero1/zero2's parameters, checkpoints, `full_parameters`) never encode.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ import torch.nn as nn
 
 from shardlab import comm
 from shardlab.model import anatomy
+from shardlab.parallel import materialize
 
 MAX_REDUCE_SCATTERS_IN_FLIGHT = 2  # zero2/3: bounds the memory of packed gradient buffers during backward
 
@@ -72,6 +78,24 @@ def scatter_rows(dst: torch.Tensor, src: torch.Tensor) -> None:
         dst[full_rows + 1:].zero_()
 
 
+class GatherEncoding:
+    """What a parameter that brings its own all-gather encoding provides (duck-typed: `param.gather_encoding`).
+
+    For one gather: `agree(shard)` gives a small fp32 vector that is max-reduced over the shard group in one
+    collective for the whole unit (a statistic every rank must encode with, e.g. the amax of the whole
+    tensor); `encode(shard, agreed)` the bytes this rank sends (a uint8 tensor of `nbytes(shard.numel())`
+    bytes); `decode(rows, full)` writes the full (padded) tensor from the gathered bytes, `rows` (world,
+    nbytes). `release()`: the full values go away (reshard) or were written exactly by a plain gather.
+    `label` names the encoding in the collectives' tags."""
+    label = "encoded"
+
+    def agree(self, shard: torch.Tensor) -> torch.Tensor: ...
+    def nbytes(self, numel: int) -> int: ...
+    def encode(self, shard: torch.Tensor, agreed: torch.Tensor) -> torch.Tensor: ...
+    def decode(self, rows: torch.Tensor, full: torch.Tensor) -> None: ...
+    def release(self) -> None: ...
+
+
 class FlatParamUnit:
     """One wrap unit: the parameters it owns and its collectives.
 
@@ -81,7 +105,7 @@ class FlatParamUnit:
     """
 
     def __init__(self, name: str, module: nn.Module, params: list[tuple[str, nn.Parameter, list]],
-                 group, shard_at_rest: bool, home=None):
+                 group, shard_at_rest: bool, home=None, device=None):
         self.name, self.module, self.group = name, module, group
         self.rank, self.world = comm.rank(group), comm.world_size(group)
         self.infos: list[ShardedParam] = []
@@ -99,14 +123,19 @@ class FlatParamUnit:
         self.grad_shard: torch.Tensor | None = None  # zero2/zero3: the reduced gradient shard
         self.unsharded = not shard_at_rest
         self._gather: tuple | None = None  # (handle, buffer) of an all-gather in flight
-        self._init_storage()
+        self._init_storage(device)
 
     # --- layout ---------------------------------------------------------------------------------------
-    def _init_storage(self) -> None:
+    def _init_storage(self, device=None) -> None:
+        """The shards and the padded full storage. A parameter with no storage yet (a meta-built model:
+        parallel/materialize.py) gets its storage here, on `device`, with no values (they are drawn into the
+        shards afterwards): zero3 allocates only its flat shard (the full storage starts freed), zero1/zero2
+        the full parameters they keep anyway."""
+        p0 = self.infos[0].param if self.infos else None
+        self.device = device if p0 is not None and materialize.is_unallocated(p0) and device is not None \
+            else (p0.device if p0 is not None else None)
         with torch.no_grad():
             if self.shard_at_rest:
-                p0 = self.infos[0].param if self.infos else None
-                self.device = p0.device if p0 is not None else None
                 if self.home is not None and p0 is not None:
                     self.flat_shard = self.home.empty(self.shard_numel, p0.dtype).zero_()
                 else:
@@ -114,14 +143,28 @@ class FlatParamUnit:
                                                   device=self.device)
             for info in self.infos:
                 p = info.param
-                full = p.new_zeros((self.world * info.chunk, *info.shape[1:]))
-                full[: info.rows].copy_(p.detach())
+                empty = materialize.is_unallocated(p)
+                full = torch.empty if empty and self.shard_at_rest else torch.zeros
+                full = full((self.world * info.chunk, *info.shape[1:]), dtype=p.dtype, device=self.device)
+                if not empty:
+                    full[: info.rows].copy_(p.detach())
                 info.full = full
-                p.data = full[: info.rows]  # the model's parameter is now a view of the padded storage
+                if empty:  # a meta tensor takes no data in place: a new parameter, wherever it is registered
+                    # (`.data =`, as below: the parameter keeps its own version counter, not the storage's,
+                    # so an all-gather into `full` does not invalidate what autograd saved of it)
+                    p = info.param = nn.Parameter(full.new_empty(0), requires_grad=p.requires_grad)
+                    p.data = full[: info.rows]
+                    for module, attr, _ in info.registrations:
+                        module._parameters[attr] = p
+                else:
+                    p.data = full[: info.rows]  # the model's parameter is now a view of the padded storage
                 if self.shard_at_rest:
                     view = self.flat_shard[info.offset: info.offset + info.numel].view(info.chunk, *info.shape[1:])
-                    view.copy_(full[info.start: info.start + info.chunk])
+                    if not empty:
+                        view.copy_(full[info.start: info.start + info.chunk])
                     info.shard = nn.Parameter(view, requires_grad=p.requires_grad)
+                    if empty:  # zero3: the full storage comes when first gathered (one parameter's worth at a time)
+                        full.untyped_storage().resize_(0)
                 else:
                     info.shard = nn.Parameter(full[info.start: info.start + info.chunk], requires_grad=p.requires_grad)
             if self.shard_at_rest:
@@ -166,30 +209,79 @@ class FlatParamUnit:
             return self.flat_shard
         return torch.cat([i.full[i.start: i.start + i.chunk].reshape(-1) for i in self.infos])
 
-    def start_all_gather(self) -> None:
-        """Launch the unit's all-gather (no-op when already unsharded or in flight)."""
+    def encodings(self, exact: bool) -> list:
+        """Each parameter's gather encoding (None: its elements as they are); all None for an exact gather
+        and where parameters live whole (zero1/zero2: the gathered values are the parameters)."""
+        if exact or not self.shard_at_rest:
+            return [None] * len(self.infos)
+        return [getattr(i.param, "gather_encoding", None) for i in self.infos]
+
+    def start_all_gather(self, exact: bool = False) -> None:
+        """Launch the unit's all-gather (no-op when already unsharded or in flight). `exact`: every
+        parameter's own elements, even where one brings an encoding."""
         if self.unsharded or self._gather is not None or not self.infos:
             return
         inp = self.pack_shards()
+        codecs = self.encodings(exact)
+        if any(c is not None for c in codecs):
+            self._gather = self._start_encoded(inp, codecs)
+            return
         buf = inp.new_empty(self.world * self.shard_numel)
         handle = comm.all_gather(buf, inp, group=self.group, async_op=True, tag=f"ag:{self.name}")
-        self._gather = (handle, buf)
+        self._gather = (handle, buf, None)
+
+    def _start_encoded(self, inp: torch.Tensor, codecs: list) -> tuple:
+        """One max all-reduce of what the encodings must agree on, then one all-gather of bytes: each
+        parameter's encoded shard, or its raw bytes where it has no encoding. Returns (handle, buffer, layout)."""
+        shards = [inp[i.offset: i.offset + i.numel].view(i.chunk, *i.shape[1:]) for i in self.infos]
+        label = next(c.label for c in codecs if c is not None)
+        agreed = [c.agree(s) if c is not None else None for c, s in zip(codecs, shards)]
+        sizes = [a.numel() for a in agreed if a is not None]
+        if sizes:
+            flat = torch.cat([a.reshape(-1).float() for a in agreed if a is not None])
+            comm.all_reduce(flat, op=comm.ReduceOp.MAX, group=self.group, tag=f"ag:{self.name}:{label} agree")
+            parts = iter(flat.split(sizes))
+            agreed = [next(parts) if a is not None else None for a in agreed]
+        pieces, layout, offset = [], [], 0
+        with torch.no_grad():
+            for c, s, a in zip(codecs, shards, agreed):
+                b = c.encode(s, a) if c is not None else s.reshape(-1).view(torch.uint8)
+                pieces.append(b.reshape(-1))
+                layout.append((c, offset, b.numel()))
+                offset += b.numel()
+        inp8 = torch.cat(pieces)
+        buf = inp8.new_empty(self.world * offset)
+        handle = comm.all_gather(buf, inp8, group=self.group, async_op=True, tag=f"ag:{self.name}:{label}")
+        return handle, buf, layout
 
     def finish_all_gather(self) -> None:
-        """Wait for the all-gather and copy each parameter out of the flat buffer into its full storage."""
-        handle, buf = self._gather
+        """Wait for the all-gather and copy each parameter out of the flat buffer into its full storage
+        (an encoded gather: each encoding decodes its parameter's bytes)."""
+        handle, buf, layout = self._gather
         self._gather = None
         handle.wait()
         self._alloc_full()
+        if layout is not None:
+            rows = buf.view(self.world, -1)
+            with torch.no_grad():
+                for info, (c, off, n) in zip(self.infos, layout):
+                    cols = rows[:, off: off + n]
+                    if c is None:
+                        info.full.view(self.world, info.numel).view(torch.uint8).copy_(cols)
+                    else:
+                        c.decode(cols, info.full)
+            return
         rows = buf.view(self.world, self.shard_numel)
         with torch.no_grad():
-            for info in self.infos:
+            for info, c in zip(self.infos, self.encodings(False)):
                 info.full.view(self.world, info.numel).copy_(rows[:, info.offset: info.offset + info.numel])
+                if c is not None:  # exact values now: what an earlier encoded gather decoded is gone
+                    c.release()
 
-    def unshard(self) -> None:
+    def unshard(self, exact: bool = False) -> None:
         if self.unsharded:
             return
-        self.start_all_gather()
+        self.start_all_gather(exact)
         if self._gather is not None:
             self.finish_all_gather()
         self._register(shard=False)
@@ -200,6 +292,9 @@ class FlatParamUnit:
             return
         self._register(shard=True)
         self._free_full()
+        for c in self.encodings(False):
+            if c is not None:
+                c.release()
         self.unsharded = False
 
     # --- gradients: reduce-scatter -------------------------------------------------------------------
@@ -244,7 +339,8 @@ def unit_modules(model: nn.Module, policy: str) -> list[tuple[str, nn.Module]]:
     return out
 
 
-def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=None) -> list[FlatParamUnit]:
+def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=None,
+                device=None) -> list[FlatParamUnit]:
     """Give every parameter to the innermost unit module that contains it (FSDP's rule). A parameter
     registered twice (the tied embedding/head) is one parameter, kept under its first name (wte.weight)."""
     mods = unit_modules(model, policy)
@@ -257,5 +353,5 @@ def build_units(model: nn.Module, policy: str, group, shard_at_rest: bool, home=
     for fqn, p in model.named_parameters():
         owner = max((name for name, _ in mods if name == "" or fqn.startswith(name + ".")), key=len)
         owned[owner].append((fqn, p, regs[id(p)]))
-    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest, home)
+    return [FlatParamUnit(name or "root", mod, owned[name], group, shard_at_rest, home, device)
             for name, mod in mods if owned[name]]

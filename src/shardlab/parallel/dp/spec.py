@@ -10,7 +10,8 @@ from __future__ import annotations
 from shardlab import precision
 from shardlab.parallel.spec import Impl, Key, Spec
 
-_REPLICATING, _HSDP = frozenset({"replicating"}), frozenset({"hsdp"})
+# "meta": the layer allocates its shards itself from a model built on the meta device (parallel/materialize.py)
+_REPLICATING, _HSDP = frozenset({"replicating"}), frozenset({"hsdp", "meta"})
 _IMPLS = (
     Impl("single", "shardlab.parallel.dp.single:Single", tags=_REPLICATING),
     Impl("ddp", "shardlab.parallel.dp.ddp:DDP", tags=_REPLICATING),

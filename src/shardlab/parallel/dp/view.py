@@ -95,7 +95,7 @@ class DPView:
     def params_held(self) -> int:
         return self.dp.params_held()
 
-    # --- a periodic synchronisation (parallel/dp/sync.py) and the doctor ---------------------------------
+    # --- a periodic synchronisation (parallel/sync/periodic.py) and the doctor ---------------------------------
     def replicas_step_alone(self) -> list:
         return self.dp.replicas_step_alone()
 
@@ -107,3 +107,19 @@ class DPView:
 
     def replica_sets(self, seen=None) -> list:
         return self.dp.replica_sets(seen or self)
+
+    # --- the run's lifecycle (base.Strategy: no-ops unless a view fills them in) --------------------------
+    def data_slice(self) -> tuple[int, int]:
+        return self.dp.data_slice()
+
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        return self.dp.on_start(train_state, start_step, run_dir, resume)
+
+    def before_step(self, train_state) -> None:
+        self.dp.before_step(train_state)
+
+    def after_step(self, train_state) -> None:
+        self.dp.after_step(train_state)
+
+    def summary(self) -> dict:
+        return self.dp.summary()

@@ -29,8 +29,10 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
 from shardlab.errors import ConfigError
+from shardlab.optim.serving import Pieces, Split
 from shardlab.parallel.dp.base import Strategy
 from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
+from shardlab.parallel import materialize
 from shardlab.parallel.dp import zero_state
 from shardlab import precision
 
@@ -45,7 +47,7 @@ class _Zero(Strategy):
         if self.dims.dp_replicate > 1 and self.dims.dp_shard == 1:
             raise ValueError(f"{self.name} with dp_shard=1 has nothing to shard: use ddp, or set "
                              "parallel.dp_replicate to a divisor of the data-parallel size")
-        model.to(self.device)
+        materialize.move_allocated(model, self.device)  # a meta-built part: its shards are allocated below
         if self.dims.mesh is None and comm.world_size() > 1:
             self.dims.build_mesh(self.device.type)  # DTensor state dicts need the dp_shard mesh
         self.world = comm.world_size(self.group)  # N of the formulas: the shard group
@@ -58,8 +60,11 @@ class _Zero(Strategy):
             from shardlab.parallel.dp.offload import tier
             self.param_home = tier(self.pcfg.offload_to)
         self.units: list[FlatParamUnit] = build_units(model, self.pcfg.wrap, self.group, self.shard_params,
-                                                      self.param_home)
+                                                      self.param_home, self.device)
         self.infos = sorted((i for u in self.units for i in u.infos), key=_order(model))
+        rows = {i.fqn: i.rows for i in self.infos}  # what the optimizer is handed: rows of these, described
+        self.optimizer_hands = Pieces(type(self).optimizer_hands, lambda fqn: None if fqn not in rows else
+                                      Split(self.group, 0, rows[fqn]))  # (optim/serving.py)
         self.rs_dtype = precision.wire_dtype(self.pcfg.comm_dtype)  # fp32: the gradient's own dtype
         self._sync = True  # reduce gradients in the next backward
         self._last = True  # that backward is the step's last: HSDP all-reduces the shards after it
@@ -81,7 +86,7 @@ class _Zero(Strategy):
     shards_within_replica = True
 
     def replicas_step_alone(self) -> list:
-        """HSDP under local SGD / DiLoCo (parallel/dp/sync.py): each replica group steps on its own gradient,
+        """HSDP under local SGD / DiLoCo (parallel/sync/periodic.py): each replica group steps on its own gradient,
         so the per-step all-reduce across replicas goes and the reduce-scatter averages over the shard group
         only; the replicas meet in the periodic outer synchronisation instead, on this rank's shards (what its
         optimizer steps)."""
@@ -431,7 +436,7 @@ class Zero3(_Zero):
         out = {}
         for unit in self.units:
             was = unit.unsharded
-            unit.unshard()
+            unit.unshard(exact=True)  # the parameters themselves, never a gather encoding's values
             out.update({i.fqn: i.param.detach().clone() for i in unit.infos})
             if not was:
                 unit.reshard()

@@ -48,9 +48,10 @@ _ROWS = (
     ScheduleSpec("zb", "own", "zb", bubble="3", planned_as="zb", zero_bubble=True, refuses_dp=(_FSDP2_SPLIT,),
                  search=1, note="ZB-H1"),
     # the V placement (rank r holds stages r and 2p-1-r), split backward
-    ScheduleSpec("zbv", "own", "zbv", layout="v", virtual=(2, 2), bubble="6", planned_as="zb", zero_bubble=True,
+    # planned as themselves: two stages per rank (v = 2) and their own bubble, (p-1)/(6m+p-1)
+    ScheduleSpec("zbv", "own", "zbv", layout="v", virtual=(2, 2), bubble="6", planned_as="zbv", zero_bubble=True,
                  min_microbatches="1", refuses_dp=(_FSDP2_SPLIT,), note="ZB-V"),
-    ScheduleSpec("dualpipev", "own", "dualpipev", layout="v", virtual=(2, 2), bubble="6", planned_as="zb",
+    ScheduleSpec("dualpipev", "own", "dualpipev", layout="v", virtual=(2, 2), bubble="6", planned_as="dualpipev",
                  zero_bubble=True, min_microbatches="2p", refuses_dp=(_FSDP2_SPLIT,), note="DualPipeV"),
     ScheduleSpec("torch-gpipe", "torch", "gpipe", torch_class="ScheduleGPipe", bubble="1", planned_as="gpipe",
                  min_microbatches="1", in_flight="m"),

@@ -34,6 +34,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.model import anatomy
 from shardlab.model.anatomy import COLUMN, KV, ROW
+from shardlab.optim.serving import Pieces, Split
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.tp import ops as tp_ops
 from shardlab.parallel.tp.loss import vocab_parallel_cross_entropy
@@ -233,6 +234,10 @@ class OwnTP:
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
         self.rank, self.size, self.sp, self.specs = rank, size, sp, specs
+        # each split matrix's slices, described (optim/serving.py): whole-matrix optimizers gather them
+        self.optimizer_hands = Pieces(OwnTP.optimizer_hands, lambda fqn: None if specs.get(fqn) is None or
+                                      specs[fqn].dim is None else
+                                      Split(group, specs[fqn].dim, specs[fqn].full_shape[specs[fqn].dim]))
         self.vocab_size = model.cfg.vocab_size  # a middle pipeline stage has no wte to ask
         # this rank's first vocabulary row, as VocabParallelEmbedding and _vocab_rows split it: the last
         # stage of an untied (llama) pipeline holds the head but no embedding to ask

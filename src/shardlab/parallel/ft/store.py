@@ -1,7 +1,7 @@
-"""The fault-tolerant exchange: messages through a key-value store (parallel/dp/fault_tolerant.py).
+"""The fault-tolerant exchange: messages through a key-value store (parallel/ft/periodic.py).
 
-Kept beside comm.py, which re-exports every name here (`comm.store_set` & co.): these are not collectives of a
-process group, but they are recorded like them."""
+Fault tolerance's own transport, beside quorum.py: these are not collectives of a process group, but they are
+recorded like them (through comm_record, as comm records its collectives)."""
 from __future__ import annotations
 
 import torch.distributed as dist

@@ -15,11 +15,11 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   previous incarnation (killed between its admission and the deletion of its request) from completing the
   request of the next one with a process that no longer exists.
 - **Quorum id.** It grows by one whenever the participants change, and at every retry; the group of quorum q
-  is built under the prefix `q<q>/shard<k>` (comm.quorum_group), so an abandoned group is never met again.
+  is built under the prefix `q<q>/shard<k>` (quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
   makes the replica quorum again for the same step, without joiners, under a new quorum id; the dead drop out
   at the timeout.
-- **A lighthouse that cannot be reached** (dead, hung, partitioned; ft_lighthouse.py): the groups already built need no
+- **A lighthouse that cannot be reached** (dead, hung, partitioned; lighthouse.py): the groups already built need no
   lighthouse, so a replica keeps its last quorum (same participants, same id, same group) for step s and trains
   on, for at most parallel.ft_join_timeout of unreachability; its ranks agree on keeping (a MIN over the
   replica). The first quorum at a lighthouse come back keeps the last quorum too, so a replica that reached it
@@ -34,11 +34,13 @@ import json
 import os
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
-from shardlab import comm
-from shardlab.parallel.dp.ft_lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
-from shardlab.parallel.dp.ft_lighthouse import (  # noqa: F401 - FaultToleranceError, log_replica: re-exported
+from shardlab.parallel.ft.lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
+from shardlab.parallel.ft.quorum import quorum_group
+from shardlab.parallel.ft.store import connect_store, store_check, store_compare_set, store_delete, store_get, store_set
+from shardlab.parallel.ft.lighthouse import (  # noqa: F401 - FaultToleranceError, log_replica: re-exported
     _KEEP, _REACHED, FaultToleranceError, LighthouseLoss, _KeepInstead, log_replica)
 
 _POLL_S = 0.01  # how often a waiting rank looks at the store again
@@ -70,10 +72,31 @@ def parse_absent(text: str) -> tuple[int, int, int] | None:
     return int(rid), int(a), int(b or a)
 
 
+@dataclass
+class _Round:
+    """One (step, attempt) of `Manager.quorum`: whom it waits for and until when, what this rank did."""
+    step: int
+    attempt: int
+    founding: bool
+    out: set  # debug.ft_absent: sitting this step out
+    expected: list
+    wait_s: float
+    may_keep: bool = False  # may keep the last quorum (the lighthouse lost at attempt 0)
+    posted: bool = False
+    deadline: float = 0.0
+
+    def __post_init__(self):
+        self.deadline = time.monotonic() + self.wait_s
+
+    @property
+    def base(self) -> str:
+        return f"s{self.step}/a{self.attempt}"
+
+
 class Manager(LighthouseLoss):
     """`agree(values)`: the elementwise MIN of `values` over the ranks of this replica (its own job's group);
     the default, the values themselves, is right for a replica of one process. `device`: where the replica's
-    tensors live (an NCCL quorum group on CUDA, comm.quorum_backend)."""
+    tensors live (an NCCL quorum group on CUDA, quorum.quorum_backend)."""
 
     def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None, device=None):
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
@@ -82,7 +105,7 @@ class Manager(LighthouseLoss):
         self.prefix, self.client = f"{self.job}/e0", None
         self.timeout, self.join_timeout = float(pcfg.ft_timeout), float(pcfg.ft_join_timeout)
         self.absent = parse_absent(absent)
-        # the quorum groups' backend follows the replica's device (comm.quorum_backend: NCCL with CUDA)
+        # the quorum groups' backend follows the replica's device (quorum.quorum_backend: NCCL with CUDA)
         self.device, self.backend = device, getattr(pcfg, "backend", "auto")
         self.job_dir = Path(pcfg.ft_job_dir) if pcfg.ft_job_dir else None
         self.log_path = None
@@ -90,7 +113,7 @@ class Manager(LighthouseLoss):
         self.store = None
         self.members: list[int] = []  # the participants of the current quorum
         self.qid = 0
-        self.group = None  # comm.QuorumGroup of the current quorum (None: alone, or broken)
+        self.group = None  # quorum.QuorumGroup of the current quorum (None: alone, or broken)
         self.quorums = 0  # decisions this process took part in
         self.reconnects = 0  # times the lighthouse came back
         self.kept = 0  # quorums kept without the lighthouse
@@ -111,7 +134,7 @@ class Manager(LighthouseLoss):
     def connect(self) -> None:
         import torch.distributed as dist
         try:  # waits up to parallel.ft_join_timeout for a lighthouse started after the replicas
-            client = self.lane.call(lambda: comm.connect_store(self.address, self.join_timeout), self.join_timeout)
+            client = self.lane.call(lambda: connect_store(self.address, self.join_timeout), self.join_timeout)
         except Exception as e:  # noqa: BLE001 - torch raises several kinds; one message says what to check
             raise FaultToleranceError(f"replica {self.rid}: cannot reach the lighthouse at parallel.ft_store="
                                       f"{self.address} ({type(e).__name__}); is `shardlab lighthouse` running "
@@ -122,7 +145,7 @@ class Manager(LighthouseLoss):
         self.store = dist.PrefixStore(self.prefix, client)  # keys namespaced per job (and its epoch)
 
     def use_epoch(self, epoch: int) -> None:
-        """The job's epoch: a whole-job resume starts a new one (ft_resume.py), with keys of its own."""
+        """The job's epoch: a whole-job resume starts a new one (resume.py), with keys of its own."""
         import torch.distributed as dist
         self.prefix = f"{self.job}/e{epoch}"
         self.store = dist.PrefixStore(self.prefix, self.client)
@@ -132,7 +155,7 @@ class Manager(LighthouseLoss):
         decisions' proposer stamps the wall clock)."""
         if not self._has("beat"):
             return False
-        return time.time() - float(self._op(comm.store_get, self.store, "beat").decode()) < 2 * self.timeout
+        return time.time() - float(self._op(store_get, self.store, "beat").decode()) < 2 * self.timeout
 
     def job_started(self) -> bool:
         """Whether the job has decided a quorum already (a process starting now is a restart: it joins)."""
@@ -143,7 +166,7 @@ class Manager(LighthouseLoss):
         return self.lane.call(lambda: fn(*args), self.timeout)
 
     def _has(self, key: str) -> bool:
-        return self._op(comm.store_check, self.store, key)
+        return self._op(store_check, self.store, key)
 
     # --- the quorum -------------------------------------------------------------------------------------
     def _planned_out(self, step: int) -> set[int]:
@@ -162,7 +185,7 @@ class Manager(LighthouseLoss):
         for j in range(self.n_replicas):
             keys = [f"join/{j}/{k}" for k in range(self.n_shards)]
             if all(self._has(k) for k in keys):
-                asks = [_parse_join(self._op(comm.store_get, self.store, key)) for key in keys]
+                asks = [_parse_join(self._op(store_get, self.store, key)) for key in keys]
                 if len({a["req"] for a in asks}) == 1:
                     out[j] = {str(k): a["inc"] for k, a in enumerate(asks)}
         return out
@@ -172,81 +195,29 @@ class Manager(LighthouseLoss):
         when the participants changed). At attempt 0 a replica that cannot reach the lighthouse keeps its last
         quorum instead (`_reach_or_keep`). A rank dropped from the step gets a decision without it, not
         followed."""
-        base = f"s{step}/a{attempt}"
         if attempt == 0:
             self._followed = {k: v for k, v in self._followed.items() if k[0] == step}
+        out = self._planned_out(step)
+        r = _Round(step, attempt, founding, out,
+                   expected=[j for j in (range(self.n_replicas) if founding else self.members) if j not in out],
+                   wait_s=self.join_timeout if founding else self.timeout)
         # at/<i>/<k>: the step rank k of replica i quorums for, which a retry of an earlier step reads (rule 2 of
         # `_superseded`)
-        self._pending = {f"{base}/post/{self.rid}/{self.shard}": self.incarnation,
+        self._pending = {f"{r.base}/post/{self.rid}/{self.shard}": self.incarnation,
                          f"at/{self.rid}/{self.shard}": str(step)}
-        out = self._planned_out(step)
-        expected = [j for j in (range(self.n_replicas) if founding else self.members) if j not in out]
-        wait_s = self.join_timeout if founding else self.timeout
-        state = {"deadline": time.monotonic() + wait_s, "posted": False}
-        may_keep = attempt == 0 and not founding
-        if may_keep:
-            code, state["posted"] = self._reach_or_keep()
+        r.may_keep = attempt == 0 and not founding
+        if r.may_keep:
+            code, r.posted = self._reach_or_keep()
             if code == _KEEP:
                 self._pending = {}
                 return self._keep(step)
-            may_keep = code == _REACHED  # every rank of the replica posted, and every one can keep
-
-        def post_and_decide():
-            store = self.store
-            why = self._superseded(step, attempt) if attempt else None
-            if why:  # not even posted: a retry must not count this replica in
-                return None, why
-            if not state["posted"]:
-                self._post()
-                state["posted"] = True
-            while True:
-                why = self._superseded(step, attempt) if attempt else None
-                if why:
-                    return None, why
-                if self._has(f"{base}/decision"):
-                    break
-                # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
-                # posts: replicas still keeping it (they missed the return by a moment) train this step over the
-                # same group, so the outage ends without a drop. Members that died meanwhile fail its collective:
-                # the retry drops them. Joiners wait one quorum more.
-                if may_keep and self._back and not out:
-                    proposal = self._kept_decision(step)
-                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
-                    continue
-                complete = [j for j in expected
-                            if all(self._has(f"{base}/post/{j}/{k}") for k in range(self.n_shards))]
-                # a replica whose every rank asked to join was restarted: not waited for; admitted only at
-                # attempt 0 (a retry redoes a step the joiner has no state for)
-                requests = {j: v for j, v in self._join_requests().items() if j not in out}
-                joining = {} if attempt else requests
-                missing = [j for j in expected if j not in complete or j in requests]
-                late = time.monotonic() > state["deadline"]
-                waiting = [j for j in self._planned_in(step) if j not in joining]
-                # Never without its own replica: its other ranks are alive (a dead one takes the whole replica
-                # down with it, torchrun's restart) and only later, e.g. all stopped and one woken first.
-                own = self.rid not in expected or self.rid in complete
-                if own and (late or all(j in requests for j in missing)) and (late or not waiting):
-                    members = [j for j in complete if j not in requests]
-                    participants = sorted(set(members) | set(joining))
-                    # A joiner is a new process even where its replica id was a participant: a new group. So is
-                    # a retry's: every participant abandoned the group of the failed attempt, and a group is
-                    # never built twice under one prefix (its old keys would be met).
-                    changed = founding or bool(joining) or attempt > 0 or participants != self.members
-                    gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
-                                     f"not all its ranks came within {self.timeout:g} s") for j in missing}
-                    proposal = {"step": step, "attempt": attempt, "qid": self.qid + 1 if changed else self.qid,
-                                "members": members, "joiners": {str(j): v for j, v in joining.items()},
-                                "participants": participants, "gone": gone}
-                    self._op(comm.store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
-                    continue
-                time.sleep(_POLL_S)
-            return self._op(comm.store_get, store, f"{base}/decision"), None
+            r.may_keep = code == _REACHED  # every rank of the replica posted, and every one can keep
 
         def again():
-            state.update(deadline=time.monotonic() + wait_s, posted=False)
+            r.deadline, r.posted = time.monotonic() + r.wait_s, False
 
         try:
-            raw, why = (self._once if may_keep else self._reliably)(post_and_decide, again)
+            raw, why = (self._once if r.may_keep else self._reliably)(lambda: self._decide(r), again)
         except _KeepInstead:
             # Lost within the quorum, before this rank read its decision: keep. A rank that read it before the
             # lighthouse went follows it: the same group when the participants did not change; if they did, the
@@ -255,9 +226,70 @@ class Manager(LighthouseLoss):
             self._pending = {}
             return self._keep(step)
         self._pending = {}
+        return self._settle(r, raw, why)
+
+    def _decide(self, r: _Round) -> tuple[bytes | None, str | None]:
+        """Post this rank's keys, then wait for the decision of (step, attempt), proposing one as soon as the
+        posts allow (the first proposal wins: compare-and-set). (the decision, None), or (None, why) when a
+        retry finds itself superseded."""
+        store, base = self.store, r.base
+        why = self._superseded(r.step, r.attempt) if r.attempt else None
+        if why:  # not even posted: a retry must not count this replica in
+            return None, why
+        if not r.posted:
+            self._post()
+            r.posted = True
+        while True:
+            why = self._superseded(r.step, r.attempt) if r.attempt else None
+            if why:
+                return None, why
+            if self._has(f"{base}/decision"):
+                break
+            # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
+            # posts: replicas still keeping it (they missed the return by a moment) train this step over the
+            # same group, so the outage ends without a drop. Members that died meanwhile fail its collective:
+            # the retry drops them. Joiners wait one quorum more.
+            proposal = self._kept_decision(r.step) if r.may_keep and self._back and not r.out else self._proposal(r)
+            if proposal is not None:
+                self._op(store_compare_set, store, f"{base}/decision", "", json.dumps(proposal))
+                continue
+            time.sleep(_POLL_S)
+        return self._op(store_get, store, f"{base}/decision"), None
+
+    def _proposal(self, r: _Round) -> dict | None:
+        """The decision the posts seen so far allow, or None: wait for more."""
+        complete = [j for j in r.expected if all(self._has(f"{r.base}/post/{j}/{k}") for k in range(self.n_shards))]
+        # a replica whose every rank asked to join was restarted: not waited for; admitted only at attempt 0 (a
+        # retry redoes a step the joiner has no state for)
+        requests = {j: v for j, v in self._join_requests().items() if j not in r.out}
+        joining = {} if r.attempt else requests
+        missing = [j for j in r.expected if j not in complete or j in requests]
+        late = time.monotonic() > r.deadline
+        waiting = [j for j in self._planned_in(r.step) if j not in joining]
+        # Never without its own replica: its other ranks are alive (a dead one takes the whole replica down with
+        # it, torchrun's restart) and only later, e.g. all stopped and one woken first.
+        own = self.rid not in r.expected or self.rid in complete
+        if not (own and (late or all(j in requests for j in missing)) and (late or not waiting)):
+            return None
+        members = [j for j in complete if j not in requests]
+        participants = sorted(set(members) | set(joining))
+        # A joiner is a new process even where its replica id was a participant: a new group. So is a retry's:
+        # every participant abandoned the group of the failed attempt, and a group is never built twice under one
+        # prefix (its old keys would be met).
+        changed = r.founding or bool(joining) or r.attempt > 0 or participants != self.members
+        gone = {str(j): ("restarted: its previous processes are gone" if j in requests else
+                         f"not all its ranks came within {self.timeout:g} s") for j in missing}
+        return {"step": r.step, "attempt": r.attempt, "qid": self.qid + 1 if changed else self.qid,
+                "members": members, "joiners": {str(j): v for j, v in joining.items()},
+                "participants": participants, "gone": gone}
+
+    def _settle(self, r: _Round, raw, why: str | None) -> dict:
+        """The decision read (or the reason there is none for this rank): the ranks of a retry agree, a
+        participant tells the joiners where they were admitted and follows it."""
+        step, attempt = r.step, r.attempt
         decision = None if why else json.loads(raw)
         if decision is not None:
-            self._last = (f"{base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
+            self._last = (f"{r.base}/decision", raw.decode() if isinstance(raw, bytes) else raw)
             self._back = False
         if attempt > 0:
             # The ranks of a replica leave a retry together: one found the step superseded (its own look at the
@@ -270,20 +302,24 @@ class Manager(LighthouseLoss):
             return {"step": step, "attempt": attempt, "qid": self.qid, "members": [], "joiners": {},
                     "participants": [], "gone": {}, "superseded": why}
         if self.rid in decision["participants"]:
-            def admit():
-                for j, incs in decision["joiners"].items():  # tell the joiner's rank k where it was admitted
-                    comm.store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
-                        {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
-                comm.store_set(self.store, "started", b"1")
-                comm.store_set(self.store, "beat", str(time.time()).encode())
-            try:
-                self._op(admit)
-            except FaultToleranceError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the decision is taken: follow it; a joiner not told it was
-                self._lost(e)  # admitted does not come, and the group's collective fails (the retry drops it)
+            self._admit(decision, step, attempt)
             self._follow(decision)
         return decision
+
+    def _admit(self, decision: dict, step: int, attempt: int) -> None:
+        """Tell each joiner's rank k where it was admitted; mark the job started and beating."""
+        def admit():
+            for j, incs in decision["joiners"].items():
+                store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
+                    {"step": step, "attempt": attempt, "inc": incs[str(self.shard)]}).encode())
+            store_set(self.store, "started", b"1")
+            store_set(self.store, "beat", str(time.time()).encode())
+        try:
+            self._op(admit)
+        except FaultToleranceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - the decision is taken: follow it; a joiner not told it was
+            self._lost(e)  # admitted does not come, and the group's collective fails (the retry drops it)
 
     def _post(self) -> None:
         """This rank's pending keys, then one question: a set alone does not wait for an answer (one sent to a
@@ -292,8 +328,8 @@ class Manager(LighthouseLoss):
 
         def post():
             for key, value in pending.items():
-                comm.store_set(store, key, value.encode())
-            return comm.store_check(store, "started")
+                store_set(store, key, value.encode())
+            return store_check(store, "started")
         self._op(post)
 
     def join(self, request: str = "") -> dict:
@@ -310,7 +346,7 @@ class Manager(LighthouseLoss):
             self._post()
             while True:
                 if self._has(key):
-                    admit = json.loads(self._op(comm.store_get, store, key))
+                    admit = json.loads(self._op(store_get, store, key))
                     if admit["inc"] == self.incarnation:
                         break
                 if time.monotonic() > deadline:
@@ -318,8 +354,8 @@ class Manager(LighthouseLoss):
                                               f"{self.join_timeout:g} s; are the other replicas still training?")
                 time.sleep(_POLL_S)
             base = f"s{admit['step']}/a{admit['attempt']}"
-            raw = self._op(comm.store_get, store, f"{base}/decision")
-            self._op(comm.store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
+            raw = self._op(store_get, store, f"{base}/decision")
+            self._op(store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
             return base, raw
 
         base, raw = self._reliably(ask)
@@ -340,7 +376,7 @@ class Manager(LighthouseLoss):
             if len(participants) > 1:
                 store, prefix = self.store, f"q{decision['qid']}/shard{self.shard}"
                 try:  # on the lane: the construction meets the members through the lighthouse's store
-                    self.group = self.lane.call(lambda: comm.quorum_group(
+                    self.group = self.lane.call(lambda: quorum_group(
                         store, prefix, participants.index(self.rid), participants, self.timeout,
                         device=self.device, backend=self.backend), 2 * self.timeout)
                 except Exception as e:  # noqa: BLE001 - a member died before it came: the collective fails

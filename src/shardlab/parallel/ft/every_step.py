@@ -5,10 +5,10 @@ Each replica is its own torchrun job with any data-parallel layer inside (zero1/
 replicas are the outer dp_replicate dimension of one logical HSDP run. The layer inside reduces the gradient
 within the replica as usual (`replicas_step_alone`: the in-job replicate all-reduce goes); this view then
 averages what each rank's optimizer steps (its gradient shards) across the replicas, rank k with the rank k
-of every other replica, over the group of the step's quorum (ft_manager.py, comm.quorum_group).
+of every other replica, over the group of the step's quorum (manager.py, quorum.quorum_group).
 
 Per step s:
-1. `begin_step` (the trainer, before the batch): the quorum of step s (the last one kept, over the same group,
+1. `before_step` (the trainer's hook, before the batch): the quorum of step s (the last one kept, over the same group,
    while the lighthouse cannot be reached; the replica's ranks vote on it). Joiners are healed here: the lowest
    member's rank k broadcasts its shard's parameters, optimizer state, learning rates, RNG (the host's, and
    the device's on CUDA) and step over the new group to the joiners' rank k (shard to shard); the sampler's
@@ -35,8 +35,10 @@ import torch
 
 from shardlab import comm
 from shardlab.parallel.dp.base import _local
-from shardlab.parallel.dp import ft_resume
-from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts
+from shardlab.parallel.ft import resume as ft_resume
+from shardlab.parallel.ft.hooks import ReplicaHooks
+from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts
+from shardlab.parallel.ft import quorum  # called through the module: the simulated world watches its ops
 from shardlab.parallel.dp.view import DPView
 
 
@@ -96,13 +98,13 @@ def _unflat(tensors: list[torch.Tensor], flats: dict[torch.dtype, torch.Tensor])
             offsets[t.dtype] = o + t.numel()
 
 
-class EveryStepFaultTolerance(DPView):
+class EveryStepFaultTolerance(ReplicaHooks, DPView):
     """The dp layer of one replica, its optimizer steps averaged across the replicas of the step's quorum."""
 
     def host_syncs(self) -> dict[str, int]:
         # the two votes (the quorum's: keep or the lighthouse; the step's: all succeeded), the quorum's
         # host-side all-reduce (gloo) and the state copies of a heal
-        return {**self.dp.host_syncs(), "shardlab.parallel.dp.ft_step": 4}
+        return {**self.dp.host_syncs(), "shardlab.parallel.ft.every_step": 4}
 
     def __init__(self, dp, pcfg, optimizer, absent: str = ""):
         super().__init__(dp)
@@ -118,10 +120,11 @@ class EveryStepFaultTolerance(DPView):
         return self.manager.rid
 
     # --- start: found the job or join it ------------------------------------------------------------------
-    def found_or_join(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
-        """Called by the trainer before the first step; returns the step to start from. `run_dir`: where
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """The trainer's hook before the first step: found the job with the other replicas, or join it healed by
+        a peer; returns the step to start from. `run_dir`: where
         this replica's quorum log goes (quorum.jsonl). `resume`: (load_step(step) -> step, committed_steps(
-        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (ft_resume.py)."""
+        run_dir) -> [step, ...]), the trainer's checkpoint hooks for a whole-job resume (resume.py)."""
         m = self.manager
         m.set_run_dir(run_dir)
         self.__dict__["train_state"] = train_state
@@ -158,8 +161,9 @@ class EveryStepFaultTolerance(DPView):
         log_replica(self.rid, f"rank {m.shard} founding member (process {os.getpid()})")
         return start_step
 
-    def begin_step(self, train_state) -> None:
-        """The quorum of the step about to run (before its batch is drawn)."""
+    def before_step(self, train_state) -> None:
+        """The quorum of the step about to run (before its batch is drawn: a joiner is healed here)."""
+        comm.set_phase("quorum")
         step = train_state.step
         if self.ready_step == step:  # this step's quorum is behind us (founding, or admitted to it)
             self.__dict__["ready_step"] = None
@@ -183,7 +187,7 @@ class EveryStepFaultTolerance(DPView):
         step, attempt = self.train_state.step, 0
         while True:
             buf = mine.clone()
-            ok = self._attempt(lambda: comm.quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
+            ok = self._attempt(lambda: quorum.quorum_all_reduce(buf, self.manager.group, tag="ft gradient"))
             if self._vote(ok):
                 break
             self.manager.broken()
@@ -273,7 +277,7 @@ class EveryStepFaultTolerance(DPView):
             if m.group is None:
                 raise FaultToleranceError("no group")
             for i, t in enumerate((meta, rng, *flats.values())):
-                comm.quorum_broadcast(t, src, m.group, tag="ft heal")
+                quorum.quorum_broadcast(t, src, m.group, tag="ft heal")
                 moved += t.numel() * t.element_size()
                 if i == 0 and delay:
                     time.sleep(delay)

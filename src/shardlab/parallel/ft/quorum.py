@@ -1,9 +1,9 @@
-"""Process groups rebuilt for each quorum of a fault-tolerant job (parallel/dp/ft_manager.py, docs/fault_tolerance.md).
+"""Process groups rebuilt for each quorum of a fault-tolerant job (parallel/ft/manager.py, docs/fault_tolerance.md).
 
-Kept beside comm.py, which re-exports every name here (`comm.quorum_group` & co.). A replica is its own
-torchrun job, so the replicas share no default process group: the cross-replica group of quorum q is built
-directly over the lighthouse's TCPStore, under a prefix that names the job, the quorum and the shard position
-(rank k of every replica: HSDP's dp_replicate group for shard k). A new quorum gets a new prefix, so a group
+Fault tolerance's own transport, beside store.py; recorded through comm_record as comm's collectives are.
+A replica is its own torchrun job, so the replicas share no default process group: the cross-replica group of
+quorum q is built directly over the lighthouse's TCPStore, under a prefix that names the job, the quorum and the
+shard position (rank k of every replica: HSDP's dp_replicate group for shard k). A new quorum gets a new prefix, so a group
 never meets a member of an older one (torchft's reconfigurable group).
 
 **The backend** (`quorum_backend`): NCCL when the replica's tensors are on CUDA and NCCL is available, unless
@@ -25,7 +25,7 @@ the peer, and the host learns nothing unless it asks. So:
 - the timeout is enforced on the host: after launching a collective the caller polls its completion up to
   `parallel.ft_timeout`, then waits for it (which raises the collective's own error). A failure or a timeout
   aborts the communicator (`ncclCommAbort`: the kernels waiting for the dead peer return) and raises, so the
-  caller abandons the group (ft_step's retry at attempt a+1);
+  caller abandons the group (every_step's retry at attempt a+1);
 - torch's watchdog stays as the backstop (at twice the timeout), and for these groups only it runs in
   `TORCH_NCCL_ASYNC_ERROR_HANDLING=2` (CleanUpOnly: abort the failed communicator, leave the process alone).
   torch's default, 3 (SkipCleanUp), throws from the watchdog thread and takes the whole process down: the

@@ -8,7 +8,7 @@ reaches, holds what a whole-job resume needs to decide where to start:
   again while the lighthouse saw no quorum for 2 x parallel.ft_timeout) opens epoch e+1 at the newest step
   every replica committed a checkpoint of, and its quorums use keys of their own (`<job>/e<e+1>/...`), so
   nothing of the stopped epoch is mistaken for a live job;
-- `quorums.jsonl`: the quorum log (ft_manager.py).
+- `quorums.jsonl`: the quorum log (manager.py).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """What a quorum's ranks do when the lighthouse cannot be reached (dead, hung, partitioned): the part of
-`ft_manager.Manager` that keeps the last quorum, reconnects, and sorts out a retry after an outage. See the
-ft_manager docstring for the protocol and docs/fault_tolerance.md.
+`manager.Manager` that keeps the last quorum, reconnects, and sorts out a retry after an outage. See the
+manager docstring for the protocol and docs/fault_tolerance.md.
 
-Every store operation runs on the manager's lane (ft_lane.py), bounded by parallel.ft_timeout, so a hung
+Every store operation runs on the manager's lane (lane.py), bounded by parallel.ft_timeout, so a hung
 lighthouse is met as an error like a dead one. The rules:
 - a rank that finds the lighthouse gone at attempt 0 keeps its last quorum when the replica's ranks agree
   (`_reach_or_keep`: a MIN vote over the replica) and may keep it for at most parallel.ft_join_timeout;
@@ -16,8 +16,8 @@ import json
 import socket
 import time
 
-from shardlab import comm
-from shardlab.parallel.dp.ft_lane import _Unreachable
+from shardlab.parallel.ft.store import connect_store, store_compare_set, store_get, store_set
+from shardlab.parallel.ft.lane import _Unreachable
 
 # How long a rank that lost the lighthouse gives one new attempt to reach it before it keeps its quorum: a
 # lighthouse that answers at all connects in milliseconds; an attempt still under way then goes on in the
@@ -40,7 +40,7 @@ def log_replica(replica: int, message: str) -> None:
 
 
 class LighthouseLoss:
-    """The lighthouse-loss behaviour of `ft_manager.Manager` (which inherits it): it reads and sets the
+    """The lighthouse-loss behaviour of `manager.Manager` (which inherits it): it reads and sets the
     manager's state (its store and client, last decision, members, group, lane) and calls its `_post`,
     `_follow`, `_has` and `_op`."""
 
@@ -119,14 +119,14 @@ class LighthouseLoss:
         for a in range(attempt):
             key = f"s{step}/a{a}/decision"
             if self._has(key):
-                d = json.loads(self._op(comm.store_get, self.store, key))
+                d = json.loads(self._op(store_get, self.store, key))
                 if self._followed.get((step, a)) != (d["qid"], d["participants"]):
                     return (f"step {step} (attempt {a}) was decided at the lighthouse as quorum {d['qid']} of "
                             f"{d['participants']}, not the quorum this replica followed")
         for j in range(self.n_replicas):
             key = f"at/{j}/{self.shard}"
             if j != self.rid and self._has(key):
-                at = int(self._op(comm.store_get, self.store, key))
+                at = int(self._op(store_get, self.store, key))
                 if at > step:
                     return f"replica {j} is at step {at} already"
         return None
@@ -194,14 +194,14 @@ class LighthouseLoss:
         host, port = self.address.rsplit(":", 1)
         # a bare connection first: refused at once, without TCPStore's retries (and their log lines)
         socket.create_connection((host.strip("[]"), int(port)), timeout=self.timeout).close()
-        client = comm.connect_store(self.address, self.timeout)
+        client = connect_store(self.address, self.timeout)
         store = dist.PrefixStore(self.prefix, client)
         # Re-register: the last decision taken at the lighthouse this rank followed first (a rank that is still
         # waiting for that decision must find it, not decide anew; a kept one is not registered: the lighthouse
         # holds only its own), then that the job runs and is alive; the posts follow.
         last = self._last
         if last is not None:
-            comm.store_compare_set(store, last[0], "", last[1])
-        comm.store_set(store, "started", b"1")
-        comm.store_set(store, "beat", str(time.time()).encode())
+            store_compare_set(store, last[0], "", last[1])
+        store_set(store, "started", b"1")
+        store_set(store, "beat", str(time.time()).encode())
         return client, store

@@ -1,4 +1,4 @@
-"""The one thread of a rank that talks to the lighthouse (parallel/dp/ft_manager.py): every store operation
+"""The one thread of a rank that talks to the lighthouse (parallel/ft/manager.py): every store operation
 of the quorum runs there under a deadline, so a lighthouse that stopped answering costs a rank a deadline and
 not the job."""
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Replicas that die and rejoin under local SGD / DiLoCo (`parallel.fault_tolerant=true`, docs/fault_tolerance.md).
 
 Each replica is a job of its own (`shardlab train --nproc 1 parallel.replica_id=i`); the replicas meet only at
-the outer step, over the same transport as every-step fault tolerance (ft_manager.py): a quorum per outer
+the outer step, over the same transport as every-step fault tolerance (manager.py): a quorum per outer
 step decided in the lighthouse's store (membership only), and a group rebuilt for each quorum (gloo; NCCL on
-CUDA: comm.quorum_backend) over which the pseudo-gradient is all-reduced (comm.quorum_all_reduce). The store
+CUDA: quorum.py) over which the pseudo-gradient is all-reduced (quorum_all_reduce). The store
 never carries a tensor.
 
 - **Outer step k.** The quorum of k (its "step" is k; the last one kept while the lighthouse cannot be
-  reached, ft_manager.py). Every participant all-reduces [w·Δ, w] (local SGD: the parameters): a member
+  reached, manager.py). Every participant all-reduces [w·Δ, w] (local SGD: the parameters): a member
   w = 1, a joiner w = 0 (it has no pseudo-gradient of this period), so the mean is over the members, in the
   group's fixed reduction order on every participant: bitwise equal results.
 - **Dropped.** A collective that fails (a dead member closes the sockets, a stopped one outlasts
@@ -29,22 +29,23 @@ import os
 
 import torch
 
-from shardlab import comm
-from shardlab.parallel.dp.ft_manager import FaultToleranceError, Manager, log_replica, restarts  # noqa: F401
-from shardlab.parallel.dp.sync import PeriodicSync
+from shardlab.parallel.ft.hooks import ReplicaHooks
+from shardlab.parallel.ft.manager import FaultToleranceError, Manager, log_replica, restarts  # noqa: F401
+from shardlab.parallel.ft import quorum  # called through the module: the simulated world watches its ops
+from shardlab.parallel.sync.periodic import PeriodicSync
 
 
 def _to_bytes(t: torch.Tensor) -> bytes:
     return t.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()
 
 
-class FaultTolerantSync(PeriodicSync):
+class FaultTolerantSync(ReplicaHooks, PeriodicSync):
     """PeriodicSync whose outer step runs over each outer step's quorum group."""
 
     def host_syncs(self) -> dict[str, int]:
         # the quorum's host-side all-reduce (gloo) of the pseudo-gradient, and the parameters' fingerprint
         # that the replicas' logs compare
-        return {**self.dp.host_syncs(), "shardlab.parallel.dp.fault_tolerant": 2}
+        return {**self.dp.host_syncs(), "shardlab.parallel.ft.periodic": 2}
 
     def __init__(self, dp, pcfg, group, optimizer):
         super().__init__(dp, pcfg, group, optimizer)
@@ -57,8 +58,9 @@ class FaultTolerantSync(PeriodicSync):
         return self.manager.members
 
     # --- start: found the job or join it ------------------------------------------------------------------
-    def found_or_join(self, train_state, start_step: int, run_dir=None) -> int:
-        """Called by the trainer before the first step; returns the step to start from."""
+    def on_start(self, train_state, start_step: int, run_dir=None, resume=None) -> int:
+        """The trainer's hook before the first step: found the job with the other replicas, or join it with a
+        peer's state; returns the step to start from. (`resume`: a whole-job resume is every-step only.)"""
         m = self.manager
         self.__dict__["train_state"] = train_state
         m.set_run_dir(run_dir)
@@ -108,7 +110,7 @@ class FaultTolerantSync(PeriodicSync):
                 if len(m.members) > 1:
                     if m.group is None:
                         raise FaultToleranceError("the quorum's group was not formed")
-                    comm.quorum_all_reduce(buf, m.group, tag=f"{self.mode} outer step")
+                    quorum.quorum_all_reduce(buf, m.group, tag=f"{self.mode} outer step")
                 break
             except Exception as e:  # noqa: BLE001 - a closed connection, a timeout (gloo's; NCCL's on the host)
                 log_replica(self.rid, f"outer step {k}: the quorum's collective failed ({type(e).__name__}); "
@@ -164,7 +166,7 @@ class FaultTolerantSync(PeriodicSync):
         tensors = [meta] + [t.clone() for t in self._state()]
         try:
             for t in tensors:
-                comm.quorum_broadcast(t, src, m.group, tag="fault-tolerant state")
+                quorum.quorum_broadcast(t, src, m.group, tag="fault-tolerant state")
         except Exception as e:  # noqa: BLE001
             if joiner:
                 raise FaultToleranceError(f"replica {self.rid}: the state from replica {min(decision['members'])} "

@@ -1,0 +1,8 @@
+"""Muon (Jordan et al. 2024) with AdamW for what is not a hidden matrix (the Moonlight split, Liu et al. 2025):
+the registry's `muon` row (docs/optim.md).
+
+    newton_schulz.py  the orthogonalisation (quintic Newton-Schulz) and the update-RMS matching scale
+    optimizer.py      the hybrid optimizer (one torch optimizer: Muon groups and AdamW groups) and its factory
+    exchange.py       the sharded step: every matrix gathered whole on one rank of its group, orthogonalised
+                      there and scattered back (round-robin by size), and the bytes it moves as a formula
+"""

@@ -1,0 +1,44 @@
+"""Fused attention's kernel time on GPU presets, per backend (the cluster's `attention`, or the plan's).
+
+The planner's attention op counts 4*T*s*h/t FLOPs forward (QK^T and PV over the full s x s square). A causal
+kernel skips the blocks above the diagonal, so it executes about half of them; its backward runs five matrix
+products to the forward's two (dV, dP, dQ, dK and the recomputed S): 2.5 times the forward's FLOPs. The
+FlashAttention papers count FLOPs this way and report the rate reached as a fraction of the dense 16-bit peak:
+
+  flash2  FlashAttention-2 (Dao 2023, arXiv 2307.08691; what torch's SDPA runs as its flash backend):
+          50-73% of peak on A100 (abstract); on H100 only about 35% (FlashAttention-3 paper, abstract)
+  flash3  FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): up to 75% of H100's peak forward
+          (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall
+"""
+from __future__ import annotations
+
+CAUSAL_SHARE = 0.5  # executed / full-square FLOPs of a causal kernel
+BWD_FLOPS = 2.5  # backward FLOPs / forward FLOPs (five matrix products to two)
+# (forward, backward) fraction of the dense 16-bit peak, by backend and GPU generation (the peak says which)
+EFFICIENCY = {
+    ("flash2", "ampere"): (0.62, 0.62),  # the middle of FlashAttention-2's 50-73% on A100
+    ("flash2", "hopper"): (0.35, 0.35),  # "only 35% utilization on H100" (FlashAttention-3)
+    ("flash3", "hopper"): (0.75, 0.55),  # 75% forward; backward 1.5-1.75x FlashAttention-2's
+}
+BACKENDS = ("flash2", "flash3")
+
+
+def generation(peak_flops: float) -> str:
+    """Ampere (A100: 312 TF dense BF16) or Hopper (H100/H200: 989 TF)."""
+    return "hopper" if peak_flops > 500e12 else "ampere"
+
+
+def efficiency(backend: str, peak_flops: float) -> tuple[float, float]:
+    gen = generation(peak_flops)
+    if (backend, gen) not in EFFICIENCY:
+        raise ValueError(f"attention backend {backend!r} has no published rate on {gen} "
+                         f"(known: {', '.join(f'{b} on {g}' for b, g in EFFICIENCY)})")
+    return EFFICIENCY[(backend, gen)]
+
+
+def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None) -> float:
+    """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs."""
+    fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops)
+    peak = cluster.peak_flops * cluster.clock_factor
+    work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)
+    return work / (peak * (bwd if backward else fwd))

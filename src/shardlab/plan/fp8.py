@@ -1,0 +1,75 @@
+"""What FP8 training (train.fp8) changes in a plan, through the float8 layer's cost hooks (its spec,
+parallel/fp8_spec.py, names them; their formulas are shardlab/fp8/cost.py):
+
+- compute: the converted linears' GEMMs (the block linears: q, k, v, proj and the MLP's) at the cluster's FP8
+  dense peak (`peak_flops_fp8`; none, e.g. a CPU: the 16-bit rate) plus their casts at memory bandwidth;
+  attention, the head and everything elementwise as before;
+- the zero3 all-gather: the converted weights in float8 plus one fp32 scale each, for tensorwise (the float8
+  all-gather of own zero3 / HSDP and torchao under torch-fsdp2); rowwise and MXFP8 gather as before;
+- memory: the scales of one micro batch's casts (a line of its own).
+"""
+from __future__ import annotations
+
+import importlib
+
+from shardlab.fp8.cost import cast_bytes
+
+from .layout import stage_layers
+
+CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # compute.py's op names
+
+
+def hook(kind: str):
+    """The float8 layer's declared cost function for `kind` (flops | bytes | memory)."""
+    from shardlab.parallel.fp8_spec import SPEC
+
+    module, _, name = SPEC.cost[kind].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def on(train) -> bool:
+    return getattr(train, "fp8", "none") != "none"
+
+
+def gathered_in_float8(train, lay) -> bool:
+    return on(train) and train.fp8 == "tensorwise" and lay.strategy == "zero3" and lay.dp > 1
+
+
+def gemm_seconds(op, seconds: float, backward: bool, c, train, lay) -> float:
+    """An op's seconds with FP8 on: a converted linear's GEMMs at the FP8 peak plus its casts."""
+    if not on(train) or op.kind != "gemm" or op.name not in CONVERTED:
+        return seconds
+    m, n, k = op.shape  # (tokens, out, in)
+    cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
+    return hook("flops")(seconds, c.peak_flops, c.peak_flops_fp8, cast, c.elementwise_bw or c.hbm_bw)
+
+
+def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1) -> list[tuple[int, int]]:
+    """(out, in) of the converted block weights one rank holds: block 0's linears whose dimensions are
+    multiples of 16, times the busiest pipeline stage's layers; tensor parallelism splits each by rows here
+    (the all-gather sees a smaller weight either way)."""
+    layer = []
+    for name, p in model.param_shapes():
+        parts = name.split(".")
+        if parts[:2] == ["blocks", "0"] and parts[-1] == "weight" and parts[-2] in CONVERTED:
+            if p.rows % 16 == 0 and p.row % 16 == 0:
+                layer.append((p.rows // tp, p.row))
+    return layer * stage_layers(model.n_layer, pp, v)
+
+
+def all_gather_saving(model, train, lay, param_bytes: int) -> float:
+    """Bytes one gather of every unit saves (the converted weights at 1 B plus a 4 B scale, against
+    `param_bytes` an element); 0 where the weights are not gathered in float8."""
+    if not gathered_in_float8(train, lay):
+        return 0.0
+    shapes = converted_shapes(model, lay.tp, lay.pp, lay.v)
+    f8, _ = hook("bytes")(shapes, "tensorwise", param_bytes)
+    return sum(r * c for r, c in shapes) * param_bytes - f8
+
+
+def scale_line_bytes(model, train, lay) -> float:
+    """Bytes of one micro batch's float8 scales on a rank."""
+    if not on(train):
+        return 0.0
+    tokens = train.micro_batch * (train.seq or model.seq) // lay.cp
+    return hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v), tokens, train.fp8)

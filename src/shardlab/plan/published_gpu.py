@@ -1,0 +1,105 @@
+"""Published GPU training runs the planner is held against, in two sets kept apart (docs/planner.md,
+"Against published GPU runs"):
+
+  GIVEN      torchtitan's Llama 3 rows: the rows the GPU terms were examined on (reproduced inputs: the
+             layout, batch, recompute policy and reduce dtype are the run's own, from its docs and configs)
+  HELD_OUT   runs not looked at while the terms were chosen: MosaicML llm-foundry's MPT throughput tables
+             (scripts/train/benchmarking/README.md), every BF16 row at sequence 2048, recorded with the exact
+             figures and evaluated once, after the terms were committed
+
+No row has a factor of its own: every prediction is the preset and the row's configuration.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .hardware import Cluster, load_cluster
+from .layout import Layout, TrainSpec
+from .model import PRESETS, ModelSpec
+from .step import evaluate
+
+TORCHTITAN = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md"
+FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/benchmarking/README.md"
+
+
+def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
+    """A torchtitan row: FSDP2 over gpus/tp ranks (TP with its sequence-parallel norms), bf16 parameters,
+    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192."""
+    return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
+            "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
+            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "source": TORCHTITAN}
+
+
+GIVEN = [
+    _tt("tt 8B A100x64 sel-op", "llama3-8b", "A100-80G", 64, 1, "selective-op", 1, 2973),
+    _tt("tt 70B A100x64 full", "llama3-70b", "A100-80G", 64, 1, "full", 1, 331),
+    _tt("tt 8B H100x8 sel-op", "llama3-8b", "H100-SXM-500W", 8, 1, "selective-op", 2, 5762, 82.4),
+    _tt("tt 8B H100x128 sel-op", "llama3-8b", "H100-SXM-500W", 128, 1, "selective-op", 2, 5605, 67.0),
+    _tt("tt 405B H100x128 TP8 full", "llama3-405b", "H100-SXM-500W", 128, 8, "full", 2, 109),
+]
+
+# MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): (n_layers, d_model, n_heads); vocabulary
+# 50,368, MLP expansion 4, tied embeddings
+MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b": (32, 4096, 32),
+       "13b": (40, 5120, 40), "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
+
+
+def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
+    """An llm-foundry row: FSDP FULL_SHARD, bf16 compute; Composer's DEFAULT mixed precision reduces in fp32,
+    PURE in bf16; activation checkpointing is full recompute; flash attention (FlashAttention-2)."""
+    return {"case": f"MPT-{size} {gpu}x{gpus} mb{micro}", "mpt": size, "cluster": gpu, "gpus": gpus, "seq": 2048,
+            "micro_batch": micro, "accum": accum,
+            "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
+            "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
+            "source": FOUNDRY}
+
+
+# every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
+# interconnect (RoCE)": (model, GPUs, micro batch, grad accum, tokens/s/GPU, activation checkpointing)
+HELD_OUT = [
+    _mpt("70b", 64, "H100-SXM", 8, 4, 1039, True), _mpt("70b", 32, "H100-SXM", 2, 16, 882, True),
+    _mpt("30b", 32, "H100-SXM", 14, 3, 2308, True), _mpt("30b", 16, "H100-SXM", 10, 3, 2263, True),
+    _mpt("30b", 8, "H100-SXM", 3, 21, 2002, True),
+    _mpt("13b", 64, "H100-SXM", 2, 1, 4800, False), _mpt("13b", 32, "H100-SXM", 2, 1, 4811, False),
+    _mpt("13b", 16, "H100-SXM", 2, 1, 4767, False), _mpt("13b", 8, "H100-SXM", 2, 1, 4792, False),
+    _mpt("7b", 8, "H100-SXM", 6, 1, 10643, False),
+    _mpt("3b", 64, "H100-SXM", 6, 3, 22525, False), _mpt("3b", 32, "H100-SXM", 6, 3, 23021, False),
+    _mpt("3b", 16, "H100-SXM", 10, 3, 24142, False),
+    _mpt("1b", 64, "H100-SXM", 20, 1, 44402, False), _mpt("1b", 32, "H100-SXM", 20, 1, 45130, False),
+    _mpt("1b", 16, "H100-SXM", 20, 1, 46037, False), _mpt("1b", 8, "H100-SXM", 14, 1, 45455, False),
+    _mpt("760m", 32, "H100-SXM", 24, 1, 67971, False), _mpt("760m", 16, "H100-SXM", 24, 1, 68551, False),
+    _mpt("760m", 8, "H100-SXM", 24, 2, 63147, False),
+    _mpt("70b", 64, "A100-80G", 8, 4, 410, True, "PURE"), _mpt("70b", 32, "A100-80G", 2, 16, 373, True, "PURE"),
+    _mpt("30b", 8, "A100-80G", 3, 21, 916, True),
+]
+
+
+def _model(row) -> ModelSpec:
+    if "mpt" in row:
+        L, h, a = MPT[row["mpt"]]
+        return ModelSpec(f"mpt-{row['mpt']}", L, h, a, 50368, row["seq"], 4, True)
+    return PRESETS[row["model"]]
+
+
+def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
+            recompute: str | None = None) -> dict:
+    """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
+    override it, for the per-term table)."""
+    c = cluster or load_cluster(row["cluster"], row["gpus"])
+    lay = Layout(**{**row["layout"], **({"recompute": recompute} if recompute else {})},
+                 comm_dtype=row["comm_dtype"] if comm_dtype == "row" else comm_dtype)
+    mb = row["micro_batch"]
+    train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],
+                      precision="bf16-mixed", flash_attention=True)
+    p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
+    return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
+
+
+def evaluate_rows(rows: list[dict]) -> list[dict]:
+    out = []
+    for r in rows:
+        got = predict(r)
+        out.append({**r, "planner": got["tokens_per_gpu"], "err": got["tokens_per_gpu"] / r["tokens_per_gpu"] - 1,
+                    "planner_mem_gib": got["mem_gib"],
+                    "mem_err": (got["mem_gib"] / r["mem_gib"] - 1) if r.get("mem_gib") else None})
+    return out

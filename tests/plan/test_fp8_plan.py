@@ -1,0 +1,77 @@
+"""The planner knows FP8 (train.fp8): the converted linears' GEMMs at the cluster's FP8 dense peak plus their
+casts, the zero3 float8 all-gather's bytes (fp8/cost.py's formula), the scales' memory."""
+from dataclasses import replace
+
+import pytest
+
+from shardlab.fp8.cost import all_gather_bytes, scale_bytes
+from shardlab.plan.compute import micro_batch_time
+from shardlab.plan.fp8 import converted_shapes
+from shardlab.plan.hardware import PRESETS, load_cluster
+from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.model import PRESETS as MODELS, model_from_args
+from shardlab.plan.step import evaluate
+
+GPT2 = model_from_args("gpt2")
+BIG = MODELS["gpt3-6.7b"]
+H100 = load_cluster("H100-SXM", 8)
+
+
+def train(fp8="none"):
+    return TrainSpec(global_batch=64, micro_batch=4, seq=1024, precision="bf16-autocast", flash_attention=True,
+                     fp8=fp8)
+
+
+def test_fp8_peaks_of_the_profiles():
+    """NVIDIA's datasheets: H100 SXM and H200 SXM, FP8 tensor core 3,958 TFLOP/s with sparsity = 1,979 dense,
+    twice bf16's 1,979 sparse (the 989 preset: 989.5 rounded); the A100 has no FP8."""
+    for name in ("H100-SXM", "H200"):
+        assert PRESETS[name].peak_flops_fp8 == 1979e12
+        assert PRESETS[name].peak_flops_fp8 / PRESETS[name].peak_flops == pytest.approx(2, rel=1e-3)
+    assert PRESETS["A100-80G"].peak_flops_fp8 == 0
+
+
+def test_converted_gemms_at_the_fp8_peak():
+    """At 6.7B (width 4096) the FP8 GEMMs save more than the casts cost; at gpt2's width 768 they do not (the
+    casts, memory-bound, cost about what the faster GEMMs save: torchao reports the same for small shapes)."""
+    lay = Layout(dp=8, strategy="ddp")
+    bf16, f8 = micro_batch_time(BIG, train(), lay, H100), micro_batch_time(BIG, train("tensorwise"), lay, H100)
+    assert f8.fwd < bf16.fwd and f8.bwd < bf16.bwd
+    no_fp8 = replace(H100, peak_flops_fp8=0.0)  # no FP8 peak: the casts only cost
+    slow = micro_batch_time(BIG, train("tensorwise"), lay, no_fp8)
+    assert slow.fwd > bf16.fwd and slow.bwd > bf16.bwd
+    # attention, the head and the elementwise ops stay: the micro batch gains less than 2x
+    ratio = (f8.fwd + f8.bwd) / (bf16.fwd + bf16.bwd)
+    assert 0.5 < ratio < 0.9, ratio
+    print(f"6.7B micro batch fp8/bf16 = {ratio:.3f}")
+    assert f8.gemm_flops == bf16.gemm_flops  # the same work, faster
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_zero3_all_gather_bytes(recipe):
+    lay = Layout(dp=8, strategy="zero3")
+    base, f8 = evaluate(GPT2, train(), lay, H100), evaluate(GPT2, train(recipe), lay, H100)
+    ag = lambda p: p.bytes_per_step()["all_gather"]  # noqa: E731
+    if recipe != "tensorwise":  # rowwise gathers the weights as they are
+        assert ag(f8) == ag(base)
+        return
+    shapes = converted_shapes(GPT2)
+    fp8_bytes, _ = all_gather_bytes(shapes, "tensorwise", 4)
+    saved_once = 4 * sum(r * c for r, c in shapes) - fp8_bytes  # fp32 master gathered under autocast
+    assert ag(base) - ag(f8) == pytest.approx(2 * base.m * saved_once)  # before forward and backward
+
+
+def test_scale_memory_line():
+    lay = Layout(dp=1)
+    lines = {ln.name: ln.bytes for ln in evaluate(GPT2, train("rowwise"), lay, H100).memory}
+    assert lines["fp8 scales"] == scale_bytes(converted_shapes(GPT2), 4 * 1024, "rowwise")
+    assert "fp8 scales" not in {ln.name for ln in evaluate(GPT2, train(), lay, H100).memory}
+
+
+def test_summary_fp8_peak():
+    """summary.json's mfu divides by the bf16 dense peak; with train.fp8 `mfu_fp8_peak` divides by the FP8 one
+    (null on a CPU: its float8 GEMMs are emulated)."""
+    from shardlab.plan.peak import fp8_peak
+
+    assert fp8_peak("NVIDIA H100 80GB HBM3") == (1979e12, "spec H100-SXM (fp8 dense)")
+    assert fp8_peak(None)[0] is None and fp8_peak("NVIDIA A100-SXM4-80GB")[0] is None
