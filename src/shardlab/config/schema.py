@@ -80,6 +80,7 @@ class TrainConfig:
     decay_fraction: float = 0.2  # wsd: the last share of train.steps, decaying linearly to min_lr
     optimizer: str = "adamw"  # one of optim/registry.py's rows: adamw | sgd | muon (docs/optim.md)
     muon_lr: float = 0.0  # muon: the matrices' peak learning rate; 0 = train.lr
+    optim_dtype: str = "fp32"  # fp32 | bf16: the optimizer's state (bf16: stochastically rounded, optim/bf16_state.py)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -172,6 +173,7 @@ class CkptConfig:
     async_: bool = False  # key name is `ckpt.async`
     resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
     init_from: str = ""  # PATH: start from this checkpoint's weights (model from it, fresh optimizer, step 0)
+    format: str = "dcp"  # dcp (resumable: everything) | hf (the model as Hugging Face safetensors, checkpoint/hf_dcp.py)
     on_signal: bool = True  # SIGINT/SIGTERM: stop at a step boundary and save (docs/training.md)
     signal_grace_s: float = 25.0  # from the signal to the exit at most (under Slurm's and Kubernetes' 30 s)
 
