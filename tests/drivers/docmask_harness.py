@@ -44,13 +44,13 @@ def _cfg(arch: str, overrides: list[str]):
     return cfg
 
 
-def alone_losses(arch: str) -> torch.Tensor:
+def alone_losses(arch: str, model_keys: list[str] = ()) -> torch.Tensor:
     """(2, SEQ) per-token losses with every document run alone (its own sample, positions from 0, plain
     causal attention) on the bare model `parallel.build` starts from."""
     import torch.nn.functional as F
     from shardlab.model.gpt import build_model, resolve_model_config
 
-    cfg = _cfg(arch, [])
+    cfg = _cfg(arch, list(model_keys))
     model = build_model(resolve_model_config(cfg.model, cfg.train.seq_len), cfg.train.seed)
     x, y = packed_batch()
     out = torch.zeros(x.shape, dtype=torch.float64)
@@ -109,7 +109,7 @@ def train_packed(arch: str, overrides: list[str], steps: int = 3) -> dict | None
     return out if comm.rank() == 0 else None
 
 
-def assert_layout_parity(pool, arch: str, overrides: list[str]) -> None:
+def assert_layout_parity(pool, arch: str, overrides: list[str], model: list[str] = ()) -> None:
     """The two checks every layout's test makes, in float64 (compare.py's FP64_TOL, 1e-9; measured worst
     1.8e-15 on the losses, 1.5e-14 on the parameters):
     1. each document's per-token losses inside the packed, masked batch equal those of the document run
@@ -119,10 +119,11 @@ def assert_layout_parity(pool, arch: str, overrides: list[str]) -> None:
        ring's, the pipeline's side inputs in every stage's backward) computes the same gradients."""
     from shardlab.testing.compare import assert_float64_equal, in_float64
 
-    got = pool.run(in_float64, packed_losses, arch, overrides, timeout=300)[0]
-    assert_float64_equal(got, in_float64(alone_losses, arch), "per-token losses of the packed documents")
-    ref = in_float64(train_packed, arch, [])
-    out = pool.run(in_float64, train_packed, arch, overrides, timeout=300)[0]
+    model = list(model)  # model overrides (e.g. model.n_layer) both sides share
+    got = pool.run(in_float64, packed_losses, arch, overrides + model, timeout=300)[0]
+    assert_float64_equal(got, in_float64(alone_losses, arch, model), "per-token losses of the packed documents")
+    ref = in_float64(train_packed, arch, model)
+    out = pool.run(in_float64, train_packed, arch, overrides + model, timeout=300)[0]
     for key in ("losses", "norms", "params"):
         assert_float64_equal(out[key], ref[key], key)
 

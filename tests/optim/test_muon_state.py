@@ -29,7 +29,17 @@ def exchange_recorded(overrides):
     assert {m.fqn for m in opt.matrices} == hidden_matrices(anatomy.of(cfg.model), [m.fqn for m in opt.matrices])
     assert all(len(m.levels) == 1 for m in opt.matrices)  # one layer cuts each: one group's formula
     group = opt.matrices[0].levels[0][1].group
-    return got, exchange_bytes(shapes, comm.world_size(group), comm.rank(group), elem=4)
+    want = exchange_bytes(shapes, comm.world_size(group), comm.rank(group), elem=4)
+    # the planner's figure (optim/muon/cost.py on plan/'s model of the config): the same bytes
+    from shardlab.optim.muon import cost
+    from shardlab.plan.from_config import from_config
+
+    model, _, lay = from_config(cfg, comm.world_size())
+    coords = (comm.rank(), 0) if lay.tp == 1 else (0, comm.rank())
+    planned = cost.per_rank(cost.matrices_of(model, lay.tp), (lay.shard if lay.strategy != "ddp" else 1, lay.tp),
+                            coords)
+    assert {t: planned[t] for t in want} == want, (planned, want)
+    return got, want
 
 
 @pytest.mark.parametrize("layout", [["parallel.strategy=zero1"], ["parallel.strategy=zero3"], ["parallel.tp=2"]],

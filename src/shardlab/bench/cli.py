@@ -43,6 +43,8 @@ SUITES = {
                 "and a training step with block-causal masks vs plain causal attention"),
     "fp8": ("shardlab.bench.fp8", "bf16 vs float8 tensorwise / rowwise (own, torchao) / mxfp8 (emulated): loss vs "
             "tokens, final-loss gap, step time ratio (emulated on CPU), all-gather bytes ratio"),
+    "optim": ("shardlab.bench.optim", "AdamW vs Muon (fp32 and bf16 states) at equal tokens: loss vs tokens, the "
+              "token-efficiency ratio, optimizer step time (paired), Muon's bytes under zero1 / zero3 vs the formula"),
     "moe": ("shardlab.bench.moe", "dense vs MoE (E=4, top-1, ep=world) at equal active params, world 2 and 4: "
             "loss, step time, all-to-all bytes, load imbalance with and without the aux loss"),
 }

@@ -17,6 +17,7 @@ Three measurements, all within one run:
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from pathlib import Path
@@ -129,14 +130,19 @@ def planner_view(name: str, p: int, m: int, v: int) -> dict:
             "plan_p2p_bytes": plan.bytes_per_step().get("p2p", 0.0)}
 
 
-def own_vs_torch(rounds: int, m: int = 4) -> list[tuple[float, float, float, float]]:
-    """Rank-side (pp = 2): (own, torch) 1F1B wall seconds, then (own, torch) CPU seconds of this process,
-    per alternated pair, on copies of the same tiny-model stages."""
+# the own schedules with a torch twin running the same program (1F1B, and the V rows: ZB-V, DualPipeV)
+TWINS = {BASELINE: TORCH_TWIN, **{registry.SPECS[n].order: n for n in registry.TORCH if registry.SPECS[n].layout == "v"}}
+
+
+def own_vs_torch(rounds: int, m: int = 4, name: str = BASELINE) -> list[tuple[float, float, float, float]]:
+    """Rank-side (pp = 2): (own, torch) wall seconds of schedule `name` and its torch twin, then (own,
+    torch) CPU seconds of this process, per alternated pair, on copies of the same tiny-model stages."""
     from shardlab import comm
     from shardlab.parallel.pp.testing import TINY4, batch, pipeline_engine
 
-    own = pipeline_engine(BASELINE, m, 1, TINY4)
-    native = pipeline_engine(TORCH_TWIN, m, 1, TINY4)
+    v = 2 if registry.many_stages(name) else 1
+    own = pipeline_engine(name, m, v, TINY4)
+    native = pipeline_engine(TWINS[name], m, v, TINY4)
     mbs = batch(m)
     weight = 1.0 / sum(y.numel() for _, y in mbs)
     out = []
@@ -208,7 +214,8 @@ def _emulated_rows(p: int, ms: tuple, steps: int, f_s: float, b_s: float) -> lis
     from shardlab.launch.workers import WorkerPool
 
     configs = [(name, v, m) for name, v in SCHEDULES for m in ms
-               if not (registry.SPECS[name].microbatch_multiple == "p" and m % p)]
+               if not (registry.SPECS[name].microbatch_multiple == "p" and m % p)
+               and m >= registry.least_microbatches(name, p)]
     rows = []
     with WorkerPool(p, timeout=600) as pool:
         runs, latency = _emulated_rounds(pool, configs, steps, f_s, b_s)
@@ -233,11 +240,25 @@ def _figures(rows: list[dict], m_ref: int, ratios: list[float]) -> tuple[dict, d
     figures = {"pp_bubble_err_max": max(errs),
                **{f"pp_{name}_gain": idle(BASELINE, 4, m_ref) / idle(name, 4, m_ref) for name, v in SCHEDULES
                   if (registry.bubble_divisor(name, v) or 1) > 1},
-               "pp_own_vs_torch_step_ratio": statistics.median(ratios)}
+               "pp_own_vs_torch_step_ratio": statistics.median(ratios), **v_figures(rows, m_ref)}
     own_torch = common.median_ci(ratios, 1.05, "<=")  # the must; the goal is 1.00
     figures["pp_own_vs_torch_step_ratio_ci90"] = own_torch["ci90"]
     figures["pp_own_vs_torch_step_ratio_load_avg"] = own_torch["load_avg"]
     return figures, own_torch
+
+
+def v_figures(rows: list[dict], m_ref: int = 8) -> dict:
+    """The V rows' figures: their bubble's distance to the row's formula (absolute, every p and m measured;
+    goal <= 0.05), and ZB-V's bubble over 1F1B's at p = 4, m = `m_ref` (goal <= 1/3)."""
+    v_rows = [r for r in rows if registry.SPECS[r["schedule"]].layout == "v"]
+    out = {}
+    if v_rows:
+        out["pp_v_bubble_err_max"] = max(abs(r["bubble_measured"] - r["bubble_analytic"]) for r in v_rows)
+    at = {r["schedule"]: r["bubble_measured"] for r in rows if r["pp"] == 4 and r["m"] == m_ref}
+    for name in at:  # pp_zbv_over_1f1b_bubble, pp_dualpipev_over_1f1b_bubble
+        if registry.SPECS[name].layout == "v" and BASELINE in at:
+            out[f"pp_{name}_over_{BASELINE}_bubble"] = at[name] / at[BASELINE]
+    return out
 
 
 def _tables(rows: list[dict]) -> tuple[str, str]:
@@ -292,6 +313,10 @@ def _report(out: Path, f_s: float, b_s: float, steps: int, tables: tuple[str, st
         f"model, p = 2, median of {len(pairs)} alternated pairs, min–max {min(ratios):.2f}–{max(ratios):.2f}, "
         f"{common.fmt_ci(own_torch)}; goal ≤ 1.00: {common.goal_verdict(own_torch['ci90'], 1.00, '<=')}; must ≤ 1.05: "
         f"{own_torch['goal']['verdict']}); CPU seconds per step own ÷ torch {common.fmt_stats(cpu, digits=3)}.",
+        "**The V schedules** (ZB-V, DualPipeV: two stages per rank, emulated; load average "
+        f"{', '.join(f'{x:.1f}' for x in os.getloadavg())} when written): pp_v_bubble_err_max = "
+        f"{_fmt(figures.get('pp_v_bubble_err_max'))} (|measured - formula| over their rows, goal ≤ 0.05), "
+        f"pp_zbv_over_1f1b_bubble = {_fmt(figures.get('pp_zbv_over_1f1b_bubble'))} (p = 4, goal ≤ 1/3).",
         *[f"![{name}](pipeline_{name}.png)" for name, _ in SCHEDULES],
     ])
 

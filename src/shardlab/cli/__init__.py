@@ -1,4 +1,4 @@
-"""One entry point: shardlab train | data | bench | trace | explain | compare | ckpt | doctor | plan | generate.
+"""One entry point: shardlab train | data | bench | trace | explain | compare | ckpt | doctor | plan | pp | generate.
 
 Bad input anywhere -> one clear line on stderr and exit code 2, with nothing written.
 """
@@ -22,12 +22,13 @@ SUBCOMMANDS = {
     "data": "shardlab.data.cli",
     "doctor": "shardlab.cli.doctor",
     "plan": "shardlab.plan.cli",
+    "pp": "shardlab.parallel.pp.cli",
     "generate": "shardlab.generate.cli",
     "lighthouse": "shardlab.launch.lighthouse",
     "launch": "shardlab.launch.cluster.cli",
 }
 
-USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,compare,ckpt,doctor,plan,generate,lighthouse} ...
+USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,compare,ckpt,doctor,plan,pp,generate,lighthouse} ...
 
   train    train a GPT with a data-parallel strategy          (shardlab train --help)
   resume   continue a run from its latest checkpoint          (shardlab resume RUN [key=value ...])
@@ -39,6 +40,7 @@ USAGE = """usage: shardlab {train,resume,data,bench,trace,explain,compare,ckpt,d
   ckpt     list, verify, inspect, export checkpoints          (shardlab ckpt --help)
   doctor   diagnose hangs and anomalies                       (shardlab doctor --help)
   plan     predict memory, traffic and step time at scale     (shardlab plan --help)
+  pp       pipeline schedules as tables of actions, drawn     (shardlab pp show zbv --p 4 --m 8)
   generate generate text from a checkpoint (KV cache, tp/pp/dp) (shardlab generate --help)
   lighthouse host the store fault-tolerant replicas meet at  (shardlab lighthouse --help)
 """
@@ -174,7 +176,8 @@ def _launch_train(args, cfg, resumed, derived_batch: bool, corpus) -> int:
     if resumed is not None:
         from shardlab.launch import runlock
         try:  # before config_history/ is written; the launcher then takes the lock (launch.launch)
-            runlock.refuse_if_held(run_dir)
+            if args.node_rank == 0:  # only node 0 takes it: the other nodes' launchers join node 0's run
+                runlock.refuse_if_held(run_dir)
         except runlock.RunLocked as e:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)

@@ -21,7 +21,7 @@ from shardlab.config.schema import (  # noqa: F401 - the public names: `config.C
     STRATEGIES, CkptConfig, Config, ConfigError, DataConfig, DebugConfig, DoctorConfig, ModelConfig, ParallelConfig,
     TraceConfig, TrainConfig, _public_name, all_keys, get_key, set_key)
 from shardlab import precision
-from shardlab.optim import registry as optim_registry
+from shardlab.optim import registry as optim_registry, serving as optim_serving
 from shardlab.parallel import layers, rules
 
 __all__ = ["LLAMA_KEYS", "STRATEGIES", "CkptConfig", "Config", "ConfigError", "DataConfig", "DebugConfig",
@@ -149,6 +149,7 @@ def validate(cfg: Config, world_size: int) -> Config:
         for check in spec.checks:
             layers.load(check)(cfg, run.dims)
     rules.check(cfg, run.dims)  # every row of the table, those no layer's checks placed among its own too
+    optim_serving.check(cfg, run.dims)  # train.optimizer against the layers' serving declarations
     model_cfg = resolve_model_config(m, t.seq_len)  # raises ConfigError on bad dimensions
     if p.fragments > model_cfg.n_layer + 2:  # fragments are whole units: embedding, each block, head
         raise ConfigError(f"parallel.fragments={p.fragments}: the model has {model_cfg.n_layer} blocks, so at most "
@@ -171,7 +172,9 @@ def _check_parallel_choices(cfg: Config, world_size: int) -> None:
     _choice("parallel.comm_dtype", p.comm_dtype, precision.WIRE_NAMES)
     _choice("parallel.compress", p.compress, ("none", "powersgd"))
     _choice("parallel.wrap", p.wrap, ("block", "layer", "whole"))
-    _choice("parallel.pp_schedule", p.pp_schedule, tuple(layers.PIPELINE_PARALLEL))
+    # a value KIND:ARGUMENT (file:PATH) is checked by its kind, as the composition picks it (Spec.chosen)
+    _choice("parallel.pp_schedule", next(s for s in layers.SPECS if s.name == "pp").chosen(cfg),
+            tuple(layers.PIPELINE_PARALLEL))
     _choice("parallel.offload", p.offload, ("none", "optimizer", "params"))
     _choice("parallel.offload_to", p.offload_to, ("host", "disk"))
     _check_offload(p)

@@ -80,6 +80,7 @@ class TrainConfig:
     decay_fraction: float = 0.2  # wsd: the last share of train.steps, decaying linearly to min_lr
     optimizer: str = "adamw"  # one of optim/registry.py's rows: adamw | sgd | muon (docs/optim.md)
     muon_lr: float = 0.0  # muon: the matrices' peak learning rate; 0 = train.lr
+    optim_dtype: str = "fp32"  # fp32 | bf16: the optimizer's state (bf16: stochastically rounded, optim/bf16_state.py)
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95

@@ -16,6 +16,9 @@ def adamw_factory(cfg, no_decay: set[str], routers: set[str] = frozenset()):
 
     def factory(named_params):
         groups = param_groups(named_params, t, no_decay, routers, scale)
+        if getattr(t, "optim_dtype", "fp32") == "bf16":  # m and v in bf16, stochastically rounded
+            from shardlab.optim.bf16_state import AdamWBF16
+            return AdamWBF16(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8, sr_seed=t.seed)
         # fused=True: one pass over each tensor (param, grad, m, v) in ATen instead of ~10 elementwise ops
         # launched from Python per tensor: on the small model 14.5 -> 2.8 ms a step on one CPU thread, ~4% of
         # the step. The update is elementwise and per tensor, so it is the same whatever the layout (a flat

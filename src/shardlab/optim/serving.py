@@ -38,6 +38,28 @@ class Pieces:
         return self.phrase
 
 
+@dataclass(frozen=True)
+class Hands:
+    """A sharding layer's serving declaration, as data: what it hands the optimizer of each matrix it splits
+    (`phrase`), and whether at run time it describes those parts (`describes`: it declares `Pieces`, so an
+    optimizer that gathers is served)."""
+    phrase: str
+    describes: bool
+
+
+# Every layer implementation that hands the optimizer parts of matrices, by the name config validation
+# knows it by (the dp layer's name; "tp:<parallel.tp_impl>"). The layers' `optimizer_hands` read their
+# phrase here, so the refusal config validation gives before any rank starts is the line the built layer
+# would give (`check`). A layer not listed hands whole matrices (ddp, torch-zero1, pipeline stages, EP).
+HANDS: dict[str, Hands] = {
+    "zero": Hands("dim-0 row shards of each matrix (flat ZeRO shards)", describes=True),
+    "torch-fsdp2": Hands("DTensor dim-0 shards of each matrix (FSDP2)", describes=False),
+    "tp:own": Hands("its column or row slice of each split matrix (own TP)", describes=True),
+    "tp:dtensor": Hands("DTensor shards of each split matrix (DTensor TP)", describes=False),
+}
+_DECLARED_AS = {"zero1": "zero", "zero2": "zero", "zero3": "zero"}
+
+
 @dataclass
 class Factory:
     """An optimizer factory that knows its registry row: `factory(named_params) -> optimizer`. `pieces`: the
@@ -74,3 +96,24 @@ def factory_for(cfg, no_decay: set[str], routers: set[str] = frozenset(), name: 
 
     row = registry.get(name or registry.training_name(cfg))
     return Factory(row, row.load()(cfg, no_decay, routers))
+
+
+def check(cfg, dims) -> None:
+    """Config validation's turn of the rule: the optimizer the run names against the layers its layout
+    applies, from the declarations above (pure data: no rank has started, nothing is imported). The same
+    one line as the built layer's `serve`. The layers are found as the composition finds them: the dp
+    layer (none, "single", when every rank is busy with tp/pp/cp: parallel/dp/apply.py), then TP at degree > 1."""
+    from shardlab.optim import registry
+
+    row = registry.get(registry.training_name(cfg))
+    if not row.whole_matrix:
+        return
+    p = cfg.parallel
+    dp = "single" if dims.size("dp_cp") == 1 and dims.world_size > 1 else p.strategy
+    present = [(dp, _DECLARED_AS.get(dp, dp))]
+    if dims.size("tp") > 1:
+        present.append(("tp", f"tp:{p.tp_impl}"))
+    for layer, key in present:
+        hands = HANDS.get(key)
+        if hands is not None:
+            serve(Factory(row, None), layer, Pieces(hands.phrase, None) if hands.describes else hands.phrase)

@@ -72,7 +72,9 @@ class Spec:
         if not self.choose:
             return self.impls[0].name
         section, _, key = self.choose.partition(".")
-        return getattr(getattr(cfg, section), key)
+        value = getattr(getattr(cfg, section), key)
+        # a value KIND:ARGUMENT (parallel.pp_schedule=file:PATH) picks the implementation named "KIND:"
+        return value if self.impl(value) is not None or ":" not in str(value) else str(value).split(":", 1)[0] + ":"
 
     def on(self, dims) -> bool:
         """Whether this layer applies to a run of these degrees (a feature always does)."""

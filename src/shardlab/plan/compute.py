@@ -376,6 +376,6 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
         return (psi_opt * c.adam_s_per_param + tensors * c.adam_s_per_tensor,
                 f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s + {tensors} tensors x "
                 f"{c.adam_s_per_tensor:.3g} s (calibrated, grad-norm clip included)")
-    per = train.optimizer_row.step_bytes + (2 if train.mixed else 0)  # the registry row's traffic
+    per = train.optimizer_row.step_bytes_in(train.optim_dtype) + (2 if train.mixed else 0)  # the row's traffic
     bw = c.elementwise_bw or c.hbm_bw
     return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"

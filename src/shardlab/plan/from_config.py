@@ -11,6 +11,7 @@ products): the planner's `bf16-autocast`/`fp16-autocast`, not Megatron's `*-mixe
 from __future__ import annotations
 
 from shardlab import precision
+from shardlab.optim import registry as optimizers
 from .layout import Layout, TrainSpec, strategy_name
 from .model import ModelSpec
 
@@ -49,10 +50,12 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
 
     run = resolve_run(cfg, world)  # the layout and batch as config validation and the trainer resolve them
     dims, p, t = run.dims, cfg.parallel, cfg.train
+    row = optimizers.get(optimizers.training_name(cfg))  # the registry's row, by the planner's name
     train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
+                      optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
                       flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8)
-    schedule = registry.SPECS[p.pp_schedule].planned_as
+    schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
                                  v=int(p.pp_virtual) if registry.many_stages(schedule) else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),

@@ -44,6 +44,7 @@ class TrainSpec:
     seq: int | None = None  # defaults to the model's context length
     precision: str = "bf16-mixed"
     optimizer: str = "adam"
+    optim_dtype: str = "fp32"  # train.optim_dtype: the optimizer states' bytes per element (optim/registry.py)
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
     fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
@@ -74,8 +75,16 @@ class TrainSpec:
     def optimizer_bytes(self) -> int:
         """K in (2 + 2 + K)Psi: fp32 master copy (mixed only) + the optimizer's states (its registry row:
         Adam m, v; SGD momentum)."""
-        states = self.optimizer_row.bytes_per_param
+        states = self.optimizer_row.bytes_per_param_in(self.optim_dtype)
         return states + (4 if self.mixed and not self.autocast else 0)  # autocast: the weights are the master
+
+    def optimizer_bytes_of(self, model, lay) -> float:
+        """K for this model: the row's cost hook where it has one (Muon: one state on the blocks' matrices,
+        AdamW's two on the rest), else `optimizer_bytes`."""
+        cost = self.optimizer_row.plan_cost(model, self, lay)
+        if cost is None:
+            return self.optimizer_bytes
+        return cost["state_bytes_per_param"] + (4 if self.mixed and not self.autocast else 0)
 
     @property
     def optimizer_row(self):

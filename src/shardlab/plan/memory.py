@@ -50,7 +50,7 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     psi = sum(numels)
     n = lay.shard
     shard = padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] / n
-    pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes
+    pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes_of(model, lay)  # its registry row
     z = lay.strategy
     p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"
     full = psi if z == "ddp" else n * shard
@@ -65,7 +65,7 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
              + (" (offloaded to host)" if lay.offload == "params" else "")),
         Line("grads", st["grads"], f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
         Line("optimizer", 0 if lay.offload != "none" else st["optimizer"],
-             f"K={k} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
+             f"K={k:g} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
              + (" (offloaded to host)" if lay.offload != "none" else "")),
     ]
     return lines

@@ -235,6 +235,14 @@ def _optimizer_step(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cl
         if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp, lay.v)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
+    cost = train.optimizer_row.plan_cost(model, train, lay)  # the row's hook: Muon's NS and exchange
+    if cost is not None and cost["ns_flops"]:
+        bw = cluster.intra_bw if lay.world <= cluster.gpus_per_node else cluster.inter_bw
+        ns = cost["ns_flops"] / (cluster.peak_flops * cluster.gemm_efficiency)
+        wire = (cost["muon.gather"] + cost["muon.scatter"]) * (1 - 1 / max(1, lay.shard * lay.tp)) / bw
+        t_opt += ns + wire
+        opt_why += (f" + Newton-Schulz {cost['ns_flops']:.3g} FLOPs at {cluster.gemm_efficiency:g} x peak + "
+                    f"Muon's gather+scatter {cost['muon.gather'] + cost['muon.scatter']:,} B")
     return t_opt / cluster.compute_speed(lay.world), opt_why
 
 

@@ -89,6 +89,12 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
       "parallel.pp_virtual=2", "train.grad_accum=4", "model.n_layer=4"], "use ddp, zero1 or zero2"),
     (["--nproc", "4", "parallel.pp=2", "parallel.strategy=torch-fsdp2", "parallel.pp_schedule=zb",
       "train.grad_accum=2"], "zero2 or zero3, or another schedule"),
+    (["parallel.pp=2", "parallel.pp_schedule=torch-zbv", "parallel.pp_virtual=2", "train.grad_accum=2",
+      "model.n_layer=4", "train.recompute=selective"], "use train.recompute=full, or the own schedule zbv"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.strategy=zero3", "parallel.pp_schedule=torch-zbv",
+      "parallel.pp_virtual=2", "train.grad_accum=4", "model.n_layer=4"], "use ddp, zero1 or zero2"),
+    (["--nproc", "4", "parallel.pp=2", "parallel.strategy=torch-fsdp2", "parallel.pp_schedule=dualpipev",
+      "parallel.pp_virtual=2", "train.grad_accum=4", "model.n_layer=4"], "use ddp, zero1 or zero2"),
 ])
 def test_bad_pipeline_settings_are_one_line(tmp_path, capsys, monkeypatch, args, needle):
     # in-process (the `main` a subprocess runs calls this same cmd_train): every one of these is refused

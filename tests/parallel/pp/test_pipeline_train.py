@@ -79,7 +79,11 @@ def test_own_and_torch_schedules_agree(pool2, own, v):
                                            ("zero2", "interleaved", 2),
                                            ("ddp", "torch-1f1b", 1), ("zero1", "torch-zbv", 2),
                                            ("ddp", "zbv", 2), ("zero1", "zbv", 2), ("zero2", "zbv", 2),
-                                           ("ddp", "dualpipev", 2), ("zero2", "dualpipev", 2)])
+                                           ("ddp", "dualpipev", 2), ("zero1", "dualpipev", 2),
+                                           ("zero2", "dualpipev", 2),
+                                           ("ddp", "torch-zbv", 2), ("zero2", "torch-zbv", 2),
+                                           ("ddp", "torch-dualpipev", 2), ("zero1", "torch-dualpipev", 2),
+                                           ("zero2", "torch-dualpipev", 2)])
 def test_pipeline_composes_with_data_parallel(pool4, reference, dp, schedule, v):
     """World 4 = pp 2 x dp 2: each stage's gradients reduced over its data-parallel pair, once a step. With
     two virtual stages per rank both chunks' gradients are reduced, in the rank's last backward; with zb

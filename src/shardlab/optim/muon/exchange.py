@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from shardlab import comm
+from shardlab.optim.muon.cost import GATHER, SCATTER, exchange_bytes  # noqa: F401 - the formula, torch-free
 from shardlab.optim.muon.newton_schulz import newton_schulz
-
-GATHER, SCATTER = "muon.gather", "muon.scatter"
 
 
 @dataclass(eq=False)
@@ -158,15 +157,3 @@ def _cut(whole: torch.Tensor, piece: tuple, dim: int, n: int) -> list[torch.Tens
     if size[dim]:
         whole = torch.cat([whole, whole.new_zeros(size)], dim=dim)
     return list(whole.split(piece[dim], dim=dim))
-
-
-def exchange_bytes(shapes: list[tuple], n: int, rank: int, dim: int = 0, elem: int = 4) -> dict:
-    """The bytes comm records on group rank `rank` for one Muon step when a group of n ranks holds every matrix
-    of `shapes` (whole shapes) in n pieces along `dim`, ceil(length / n) long (ZeRO's padded rows; TP's
-    equal slices): it sends its piece of every matrix (gather), and each matrix it owns (round-robin by size)
-    cut in n pieces, padding included (scatter). Both count the piece a rank keeps, as comm's all-to-all
-    records do (its wire bytes leave it out)."""
-    piece = [math.ceil(s[dim] / n) * (math.prod(s) // s[dim]) for s in shapes]
-    order = sorted(range(len(shapes)), key=lambda i: -math.prod(shapes[i]))
-    owned = [i for k, i in enumerate(order) if k % n == rank]
-    return {GATHER: sum(piece) * elem, SCATTER: sum(n * piece[i] for i in owned) * elem}

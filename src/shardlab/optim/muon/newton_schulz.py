@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import torch
-
 # (a, b, c) of X <- aX + (bXX^T + c(XX^T)^2)X: chosen by Jordan to maximise the slope at zero (the singular
 # values land in about [0.7, 1.2] rather than at 1, which does not hurt training); torch.optim.Muon's defaults
 COEFFICIENTS = (3.4445, -4.7750, 2.0315)
@@ -25,6 +23,8 @@ def newton_schulz(g: torch.Tensor, steps: int = STEPS, coefficients=COEFFICIENTS
     dtype=torch.bfloat16 the result is bitwise its own. Orthogonal-equivariant: NS(P g Q) = P NS(g) Q, so
     pieces gathered in any row or column order (TP's head slices of a fused matrix) give the same matrix
     up to that order."""
+    import torch  # here: the module's constants and FLOP counts are read torch-free (the planner)
+
     a, b, c = coefficients
     x = g.to(dtype) if dtype is not None else g.clone()
     tall = g.size(0) > g.size(1)
@@ -45,7 +45,21 @@ def rms_scale(shape) -> float:
 
 
 def flops(shape, steps: int = STEPS) -> int:
-    """Multiply-adds x 2 of one orthogonalisation of an (m, n) matrix (k = min, l = max): per step the Gram
-    matrix (2k^2 l), its square (2k^3) and the product with X (2k^2 l)."""
+    """Matrix-multiply FLOPs (multiply-adds x 2) of one orthogonalisation of an (m, n) matrix, k = min(m, n),
+    l = max(m, n), X k x l on the wide side. Per step, as `newton_schulz` runs it:
+
+        gram = X X^T                      (k x l)(l x k)   2 k^2 l
+        B = b gram + c gram gram          (k x k)(k x k)   2 k^3     (addmm)
+        X = a X + B X                     (k x k)(k x l)   2 k^2 l   (addmm)
+
+    steps x (4 k^2 l + 2 k^3): what torch's FLOP counter counts (tests/optim/test_muon_cost.py). For a
+    square d x d matrix, 5 steps: 30 d^3. The elementwise rest (`elementwise_flops`) is O(steps k l)."""
     k, l = sorted(shape[:2])
     return steps * (4 * k * k * l + 2 * k ** 3)
+
+
+def elementwise_flops(shape, steps: int = STEPS) -> int:
+    """The non-matmul FLOPs: the Frobenius norm (k l squares and adds) and the division (k l), then per step
+    the two addmms' scale-and-add (3 k^2 and 3 k l)."""
+    k, l = sorted(shape[:2])
+    return 3 * k * l + steps * (3 * k * k + 3 * k * l)

@@ -17,38 +17,28 @@ from __future__ import annotations
 
 import torch
 
+from shardlab.optim import bf16_state
 from shardlab.optim.groups import param_groups
 from shardlab.optim.muon import exchange
+from shardlab.optim.muon.cost import hidden_matrices  # noqa: F401 - torch-free (the planner reads it)
 from shardlab.optim.muon.newton_schulz import MOMENTUM, NESTEROV, rms_scale
-
-
-def hidden_matrices(a, fqns) -> set[str]:
-    """The FQNs of `fqns` that are the blocks' linear weights (dense or an expert's; not the router)."""
-    dense = {n for n, _ in a.linear_names()}
-    expert = {n for n, _ in a.mlp_linears}
-    out = set()
-    for fqn in fqns:
-        parts = fqn.split(".")
-        if len(parts) < 4 or parts[0] != a.blocks or parts[-1] != "weight":
-            continue
-        inner = parts[2:-1]
-        is_expert = (len(inner) == 4 and inner[:2] == [a.mlp, a.experts] and inner[2].isdigit()
-                     and inner[3] in expert)
-        if ".".join(inner) in dense or is_expert:
-            out.add(fqn)
-    return out
 
 
 class MuonAdamW(torch.optim.AdamW):
     """AdamW (fused, as the `adamw` row) over its groups; Muon over the groups marked `muon`. `matrices`:
     exchange.Matrix per Muon parameter (how the layers cut it); None: every Muon parameter whole (how
     ZeroRedundancyOptimizer rebuilds it over each rank's partition: `type(opt)(groups, lr=..., ...)`).
-    `ns_dtype`: where Newton-Schulz runs (None: the parameters' dtype; torch.optim.Muon's is bfloat16)."""
+    `ns_dtype`: where Newton-Schulz runs (None: the parameters' dtype; torch.optim.Muon's is bfloat16).
+    `sr_seed`: None keeps every state in fp32; a seed keeps AdamW's m, v and Muon's momentum in bf16,
+    stochastically rounded (`train.optim_dtype=bf16`: bf16_state.py), a group hyperparameter so
+    ZeroRedundancyOptimizer's rebuild by keyword carries it."""
 
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8,
-                 weight_decay: float = 1e-2, matrices=None):
+                 weight_decay: float = 1e-2, matrices=None, sr_seed: int | None = None):
         self.matrices = list(matrices or [])
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=True)
+        self._sr_seed = sr_seed
+        # bf16 states: its own step, whose `step` counts stay on the host (fused would move them to the device)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, fused=sr_seed is None)
         self.ns_dtype = None
 
     def __setstate__(self, state: dict) -> None:
@@ -59,6 +49,8 @@ class MuonAdamW(torch.optim.AdamW):
         self.state.update(kept)
 
     def add_param_group(self, param_group: dict) -> None:
+        if getattr(self, "_sr_seed", None) is not None:
+            param_group.setdefault("sr_seed", self._sr_seed)
         super().add_param_group(param_group)
         known = {id(m.param) for m in self.matrices}
         if param_group.get("muon"):  # whole matrices (no layer described them): no exchange
@@ -76,7 +68,10 @@ class MuonAdamW(torch.optim.AdamW):
         # AdamW's step walks self.param_groups: it is shown its own groups only
         self.param_groups = [g for g in every if not g.get("muon")]
         try:
-            super().step()
+            if self.param_groups and "sr_seed" in self.param_groups[0]:
+                bf16_state.adamw_step(self, self.param_groups)
+            else:
+                super().step()
         finally:
             self.param_groups = every
         return loss
@@ -84,15 +79,20 @@ class MuonAdamW(torch.optim.AdamW):
     def _muon_step(self) -> None:
         group_of = {id(p): g for g in self.param_groups if g.get("muon") for p in g["params"]}
         updates = {}
+        where = bf16_state.positions(self)
         for m in self.matrices:  # every matrix takes part in the exchange, on every rank, in one order
             p, g = m.param, group_of[id(m.param)]
             if p.grad is None:
                 updates[m] = torch.zeros_like(p)
                 continue
-            buf = self.state[p].get("momentum_buffer")
-            if buf is None:
-                buf = self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-            buf.lerp_(p.grad, 1 - g["momentum"])
+            if "sr_seed" in g:
+                buf = self._momentum_bf16(p, g, where[id(p)])
+            else:
+                buf = self.state[p].get("momentum_buffer")
+                if buf is None:
+                    buf = self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad,
+                                                                             memory_format=torch.preserve_format)
+                buf.lerp_(p.grad, 1 - g["momentum"])
             updates[m] = p.grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
         out = exchange.orthogonalise(self.matrices, updates, self.ns_dtype)
         for m in self.matrices:
@@ -101,6 +101,16 @@ class MuonAdamW(torch.optim.AdamW):
                 continue
             p.mul_(1 - g["lr"] * g["weight_decay"])
             p.add_(out[m], alpha=-g["lr"] * rms_scale(m.shape))
+
+    def _momentum_bf16(self, p, g, index: int) -> torch.Tensor:
+        """The momentum update in the working precision from the bf16 buffer, stored back stochastically
+        rounded (bf16_state.py); returns the unrounded buffer, which this step's update uses."""
+        st = self.state[p]
+        step = bf16_state.next_step(st)
+        buf = bf16_state.bf16_state(st, "momentum_buffer", p.grad)
+        work = buf.to(bf16_state.work_dtype(p.grad)).lerp_(p.grad, 1 - g["momentum"])
+        buf.copy_(bf16_state.stochastic_round(work, bf16_state.noise_seed(g["sr_seed"], step, index, 2)))
+        return work
 
 
 def muon_factory(cfg, no_decay: set[str], routers: set[str] = frozenset()):
@@ -121,6 +131,7 @@ def muon_factory(cfg, no_decay: set[str], routers: set[str] = frozenset()):
         muon = [{"params": [p for _, p in mats], "muon": True, "lr": muon_lr, "lr_scale": muon_lr / t.lr,
                  "weight_decay": t.weight_decay, "momentum": MOMENTUM, "nesterov": NESTEROV}] if mats else []
         return MuonAdamW(groups + muon, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8,
-                         matrices=exchange.matrices(mats, pieces))
+                         matrices=exchange.matrices(mats, pieces),
+                         sr_seed=t.seed if getattr(t, "optim_dtype", "fp32") == "bf16" else None)
 
     return factory

@@ -12,6 +12,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shardlab.model import anatomy
+from shardlab.optim.serving import HANDS
 from shardlab.parallel import materialize
 from shardlab.parallel.dp.base import Strategy, _local
 
@@ -110,7 +111,7 @@ class TorchFSDP2(Strategy):
     """FSDP2: one unit per transformer block plus the root (embeddings, final norm, tied head).
     With parallel.dp_replicate > 1, HSDP on the (dp_replicate, dp_shard) mesh."""
     name = "torch-fsdp2"
-    optimizer_hands = "DTensor dim-0 shards of each matrix (FSDP2)"  # optim/serving.py
+    optimizer_hands = HANDS["torch-fsdp2"].phrase  # optim/serving.py
 
     def wrap(self, model: nn.Module) -> nn.Module:
         from torch.distributed.fsdp import fully_shard

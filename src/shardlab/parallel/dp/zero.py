@@ -29,7 +29,7 @@ from torch.autograd.graph import register_multi_grad_hook
 
 from shardlab import comm
 from shardlab.errors import ConfigError
-from shardlab.optim.serving import Pieces, Split
+from shardlab.optim.serving import HANDS, Pieces, Split
 from shardlab.parallel.dp.base import Strategy
 from shardlab.parallel.dp.shard import MAX_REDUCE_SCATTERS_IN_FLIGHT, FlatParamUnit, build_units
 from shardlab.parallel import materialize
@@ -40,7 +40,7 @@ from shardlab import precision
 
 class _Zero(Strategy):
     shard_params = False  # zero3: parameters sharded at rest
-    optimizer_hands = "dim-0 row shards of each matrix (flat ZeRO shards)"  # optim/serving.py
+    optimizer_hands = HANDS["zero"].phrase  # optim/serving.py
     keep_full_grads = False  # zero1: full gradients live (and accumulate) until the step
 
     def wrap(self, model: nn.Module) -> nn.Module:

@@ -144,8 +144,10 @@ class PipelineEngine:
                 extra = None
                 if self._last_bwd.get(ins.stage) == k and self.on_last_backward is not None:
                     extra = self.on_last_backward(ins.stage)
-                if ins.op == "B" and key in stores:  # a whole B in a split schedule: weights in it too
-                    stores.pop(key).full = True
+                if key in stores:  # recompute reruns the forward in here: its GEMMs go to this microbatch
+                    self._point(ins.stage, stores[key])
+                    if ins.op == "B":  # a whole B in a split schedule: weights in it too
+                        stores.pop(key).full = True
                 with timeline.span("backward" if ins.op == "B" else "backward_input", cat="compute",
                                    micro=ins.mb, stage=ins.stage):
                     self._backward(ins.op, outputs.pop(key), grads.pop(key, None), zero_terms(extra or ()))
@@ -208,9 +210,14 @@ class PipelineEngine:
             return torch.zeros(self.act_shape(inp) if stage == 0 else inp.shape, device=self.device)
         if self.split:  # the microbatch's I will queue its weight GEMMs here for its W
             stores[key] = WeightGradStore()
-            for lin in self.linears[stage]:
-                lin.store = stores[key]
+            self._point(stage, stores[key])
         return self.stages[stage](inp, **side)
+
+    def _point(self, stage: int, store: WeightGradStore) -> None:
+        """The stage's split Linears queue into `store`: set before a microbatch's forward, and again before
+        its I, whose recompute (train.recompute) runs the forward anew while a later microbatch's store is set."""
+        for lin in self.linears.get(stage, ()):
+            lin.store = store
 
     def _backward(self, op: str, out: torch.Tensor, grad: torch.Tensor | None, extra: list | None = None) -> None:
         if self.emulate is not None:

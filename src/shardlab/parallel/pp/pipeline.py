@@ -46,12 +46,33 @@ from shardlab.parallel.layer import Layer
 
 
 def schedule_of(pcfg, microbatches: int):
-    """The own schedule (also the stage layout of a torch one) for this config, or a ConfigError."""
+    """The own schedule (also the stage layout of a torch one) for this config, or a ConfigError; for
+    file:PATH the table's, checked against the config's pipeline ranks, stages and microbatches."""
     row = registry.spec(pcfg.pp_schedule)
     try:
+        if row.runner == "file":
+            return _table_schedule(pcfg, microbatches)
         return build_schedule(row.order, pcfg.pp, microbatches, pcfg.pp_virtual, layout=row.layout)
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
+
+
+def _table_schedule(pcfg, microbatches: int):
+    from shardlab.parallel.pp import table
+
+    path = str(pcfg.pp_schedule)[len(registry.FILE):]
+    if not path:
+        raise ConfigError("parallel.pp_schedule=file: needs a path (file:PATH, a table of actions per rank)")
+    try:
+        sched = table.load(path)
+    except table.TableError as e:
+        raise ConfigError(str(e)) from None
+    got, want = (sched.pp, sched.virtual, sched.microbatches), (pcfg.pp, pcfg.pp_virtual, microbatches)
+    if got != want:
+        raise ConfigError(f"{sched.name}: {sched.pp} ranks x {sched.virtual} stages per rank, {sched.microbatches} "
+                          f"microbatches, but parallel.pp={pcfg.pp}, parallel.pp_virtual={pcfg.pp_virtual}, "
+                          f"{microbatches} microbatches (train.grad_accum): make them agree")
+    return sched
 
 
 def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
@@ -59,7 +80,7 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     from shardlab.parallel import layers
 
     p = cfg.parallel
-    if p.pp_schedule not in layers.PIPELINE_PARALLEL:
+    if registry.row_name(p.pp_schedule) not in layers.PIPELINE_PARALLEL:
         raise ConfigError(f"parallel.pp_schedule={p.pp_schedule!r}: must be one of {', '.join(layers.PIPELINE_PARALLEL)}")
     if dims.dp_size > 1 and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
         raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
@@ -84,9 +105,20 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
         raise ConfigError(f"data.doc_mask=true with parallel.pp_schedule={p.pp_schedule}: torch's schedules hand "
                           "side inputs to the first stage only, and every stage needs the document positions; use "
                           f"an own schedule ({', '.join(registry.OWN)})")
+    if row.runner == "torch" and row.zero_bubble and getattr(cfg.train, "recompute", "none") == "selective":
+        raise ConfigError(f"train.recompute=selective with parallel.pp_schedule={p.pp_schedule}: torch's split "
+                          "backward runs a second backward through the stage's graph, which selective recompute "
+                          "refuses; use train.recompute=full, or the own schedule "
+                          f"{registry.spec(p.pp_schedule).order}")
     own = row.order
     try:
-        check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
+        if row.runner == "file":  # the table is checked as it is read (table.py)
+            stages = schedule_of(p, cfg.train.grad_accum).n_stages
+            if stages > n_layer:
+                raise ScheduleError(f"{p.pp_schedule}: {stages} pipeline stages but the model has {n_layer} "
+                                    "layers: use fewer stages or more layers")
+        else:
+            check(own, p.pp, cfg.train.grad_accum, p.pp_virtual, n_layer)
         if p.pp_split and p.pp_split != "auto":  # auto: measured at start-up (pp/measure.py)
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:

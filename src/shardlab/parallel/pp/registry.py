@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class ScheduleSpec:
     name: str  # the value of parallel.pp_schedule
-    runner: str  # "own": built as data by schedule.py, run by engine.py; "torch": torch.distributed.pipelining
+    runner: str  # "own": built as data by schedule.py, run by engine.py; "torch": torch.distributed.pipelining;
+    # "file": read from a table (table.py), run by engine.py
     order: str  # the own schedule whose compute order and checks it uses (itself for own schedules)
     layout: str = "loop"  # "loop" (rank r holds r, r + p, ...) or "v" (two stages per rank, down and back up)
     # stages per rank it accepts: (least, most); most None: no bound
@@ -53,6 +54,10 @@ _ROWS = (
                  min_microbatches="1", refuses_dp=(_FSDP2_SPLIT,), note="ZB-V"),
     ScheduleSpec("dualpipev", "own", "dualpipev", layout="v", virtual=(2, 2), bubble="6", planned_as="dualpipev",
                  zero_bubble=True, min_microbatches="2p", refuses_dp=(_FSDP2_SPLIT,), note="DualPipeV"),
+    # a schedule written as a table of actions per rank (parallel.pp_schedule=file:PATH, table.py), run by the
+    # own engine on the placement the table gives (loop or V)
+    ScheduleSpec("file:", "file", "file:", virtual=(1, None), min_microbatches="1",
+                 note="file:PATH: a table of actions per rank, docs/pipeline.md"),
     ScheduleSpec("torch-gpipe", "torch", "gpipe", torch_class="ScheduleGPipe", bubble="1", planned_as="gpipe",
                  min_microbatches="1", in_flight="m"),
     ScheduleSpec("torch-1f1b", "torch", "1f1b", torch_class="Schedule1F1B", bubble="1"),
@@ -64,12 +69,13 @@ _ROWS = (
     # every forward of a stage, then the next stage's (breadth first)
     ScheduleSpec("torch-looped-bfs", "torch", "interleaved", virtual=(2, None), torch_class="ScheduleLoopedBFS",
                  microbatch_multiple="p"),
-    # zero bubble on the V layout: two stages per rank
-    ScheduleSpec("torch-zbv", "torch", "interleaved", layout="v", virtual=(2, 2), torch_class="ScheduleZBVZeroBubble",
-                 zero_bubble=True, microbatch_multiple="p"),
-    # DeepSeek's DualPipe on the V layout
-    ScheduleSpec("torch-dualpipev", "torch", "interleaved", layout="v", virtual=(2, 2),
-                 torch_class="ScheduleDualPipeV", zero_bubble=True, min_microbatches="2p", microbatch_multiple="p"),
+    # torch's ZB-V and DualPipeV on the own rows' V placement (torch's stage_index_to_group_rank, style "v"):
+    # their programs are the own ones action for action (tested), so the own order checks them
+    ScheduleSpec("torch-zbv", "torch", "zbv", layout="v", virtual=(2, 2), torch_class="ScheduleZBVZeroBubble",
+                 zero_bubble=True, min_microbatches="1", refuses_dp=(_FSDP2_SPLIT,)),
+    ScheduleSpec("torch-dualpipev", "torch", "dualpipev", layout="v", virtual=(2, 2),
+                 torch_class="ScheduleDualPipeV", zero_bubble=True, min_microbatches="2p",
+                 refuses_dp=(_FSDP2_SPLIT,)),
 )
 SPECS: dict[str, ScheduleSpec] = {s.name: s for s in _ROWS}
 NAMES = tuple(SPECS)  # every value parallel.pp_schedule accepts
@@ -80,23 +86,31 @@ PLANNED = tuple(dict.fromkeys(s.planned_as for s in _ROWS))  # the schedules the
 SEARCHED = tuple(sorted(((s.name, s.search) for s in _ROWS if s.search), key=lambda nv: nv[1]))
 
 
+FILE = "file:"  # parallel.pp_schedule=file:PATH picks the row "file:"
+
+
+def row_name(value: str) -> str:
+    """The row a value of parallel.pp_schedule picks: file:PATH is the row "file:"."""
+    return FILE if str(value).startswith(FILE) else value
+
+
 def spec(name: str) -> ScheduleSpec:
-    return SPECS[name]
+    return SPECS[row_name(name)]
 
 
 def many_stages(name: str) -> bool:
     """Whether the schedule can hold several stages per rank."""
-    return SPECS[name].virtual[1] != 1
+    return spec(name).virtual[1] != 1
 
 
 def least_microbatches(name: str, pp: int) -> int:
     """The fewest microbatches the schedule takes at `pp` ranks."""
-    return {"1": 1, "p": pp, "2p": 2 * pp}[SPECS[name].min_microbatches]
+    return {"1": 1, "p": pp, "2p": 2 * pp}[spec(name).min_microbatches]
 
 
 def bubble_divisor(name: str, virtual: int = 1) -> int | None:
     """What 1F1B's bubble is divided by under this schedule (see ScheduleSpec.bubble); None: no closed form."""
-    s = SPECS[name].bubble
+    s = spec(name).bubble
     return None if not s else (virtual if s == "v" else int(s))
 
 
@@ -104,7 +118,7 @@ def analytic_bubble(name: str, pp: int, microbatches: int, virtual: int = 1) -> 
     """The bubble as a fraction of the step (idle ÷ total), equal stage times, free communication:
     GPipe and 1F1B (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v); ZB-H1 with F = I = W:
     (p-1)/(3m+p-1), a third of 1F1B's idle time. None: no closed form."""
-    p, m, s = pp, microbatches, SPECS[name].bubble
+    p, m, s = pp, microbatches, spec(name).bubble
     if not s:
         return None
     if s == "v":
@@ -115,7 +129,7 @@ def analytic_bubble(name: str, pp: int, microbatches: int, virtual: int = 1) -> 
 def in_flight(name: str, pp: int, microbatches: int, virtual: int = 1) -> float:
     """Microbatches whose activations the first stage holds at peak, in units of one microbatch through
     its layers (see ScheduleSpec.in_flight)."""
-    p, m, f = pp, microbatches, SPECS[name].in_flight
+    p, m, f = pp, microbatches, spec(name).in_flight
     if f == "m":
         return float(m)
     if f == "p(1+(p-1)/(pv))" and virtual > 1:

@@ -32,8 +32,8 @@ SPEC = Spec(
         Key("parallel.pp_schedule",
             "pipeline schedule (docs/pipeline.md): own "
             + "/".join(n + (f" ({registry.SPECS[n].note})" if registry.SPECS[n].note else "") for n in registry.OWN)
-            + ", or torch.distributed.pipelining's",
-            " | ".join(registry.NAMES)),
+            + ", or torch.distributed.pipelining's; file:PATH: a table of actions per rank",
+            " | ".join(registry.FILE + "PATH" if registry.spec(n).runner == "file" else n for n in registry.NAMES)),
         Key("parallel.pp_microbatches",
             'microbatches per step through the pipeline; 0 = train.grad_accum (they are the same '
             'microbatches)',

@@ -62,7 +62,9 @@ class _Linear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, store):
         ctx.save_for_backward(x, weight)
-        ctx.bias, ctx.store = bias, store
+        # the parameters themselves for the W: under recompute the saved weight comes back as a detached
+        # copy of the recomputed one, through which no gradient would reach the parameter
+        ctx.weight, ctx.bias, ctx.store = weight, bias, store
         return F.linear(x, weight, bias)
 
     @staticmethod
@@ -73,7 +75,7 @@ class _Linear(torch.autograd.Function):
             dw = (gy2.t() @ x2.to(gy2.dtype)).to(weight.dtype)
             db = gy2.sum(0).to(weight.dtype) if ctx.bias is not None else None
             return gy @ weight.to(gy.dtype), dw, db, None
-        ctx.store.pending.append((weight, ctx.bias, x.detach(), gy.detach()))
+        ctx.store.pending.append((ctx.weight, ctx.bias, x.detach(), gy.detach()))
         return gy @ weight.to(gy.dtype), None, None, None
 
 

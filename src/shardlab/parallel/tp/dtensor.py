@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.model import anatomy
+from shardlab.optim.serving import HANDS
 from shardlab.model.anatomy import ROW
 from shardlab.parallel.tp.own import check_divisible
 
@@ -123,7 +124,7 @@ class DTensorTP:
     """The same interface as tp.OwnTP."""
 
     impl = "dtensor"
-    optimizer_hands = "DTensor shards of each split matrix (DTensor TP)"  # optim/serving.py
+    optimizer_hands = HANDS["tp:dtensor"].phrase  # optim/serving.py
 
     def __init__(self, model, mesh, sp):
         self.model, self.mesh, self.sp = model, mesh, sp

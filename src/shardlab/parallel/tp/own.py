@@ -34,7 +34,7 @@ import torch.nn as nn
 from shardlab import comm
 from shardlab.model import anatomy
 from shardlab.model.anatomy import COLUMN, KV, ROW
-from shardlab.optim.serving import Pieces, Split
+from shardlab.optim.serving import HANDS, Pieces, Split
 from shardlab.parallel.layer import Layer
 from shardlab.parallel.tp import ops as tp_ops
 from shardlab.parallel.tp.loss import vocab_parallel_cross_entropy
@@ -229,7 +229,7 @@ class OwnTP:
 
     impl = "own"
     # what the optimizer steps of a split matrix (optim/serving.py refuses a whole-matrix optimizer with it)
-    optimizer_hands = "its column or row slice of each split matrix (own TP)"
+    optimizer_hands = HANDS["tp:own"].phrase
 
     def __init__(self, model, group, mesh, rank, size, sp, specs):
         self.model, self.group, self._mesh = model, group, mesh
