@@ -106,7 +106,9 @@ def _read_fused(step: Path, cfg, targets: dict, stored: set) -> None:
                 name, k, n = fqn.replace(z, fused), k_, n_
         shape = tuple(target.shape)  # global (a DTensor's)
         whole = {name: torch.empty((shape[0] * n, *shape[1:]), dtype=target.dtype)}
-        dcp.load({"model": whole}, storage_reader=Reader(step), no_dist=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.load({"model": whole}, storage_reader=Reader(step), no_dist=True)
         value = whole[name].chunk(n)[k]
         _copy_piece(target, value)
 
