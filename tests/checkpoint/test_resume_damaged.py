@@ -83,8 +83,7 @@ def test_a_damaged_checkpoint_named_by_path_is_refused_before_anything_is_writte
 
 def test_the_ranks_refuse_too_when_the_launcher_did_not_check(run, capsys, monkeypatch):
     """A rank (a plain torchrun job, an elastic restart) that finds no intact checkpoint: one line, exit 2."""
-    from shardlab import config
-    from shardlab.train import trainer
+    from shardlab import config, train
 
     _flip(run / "checkpoints" / "step_000004" / "__0_0.distcp")
     _truncate(run / "checkpoints" / "step_000002" / "__0_0.distcp")
@@ -92,7 +91,7 @@ def test_the_ranks_refuse_too_when_the_launcher_did_not_check(run, capsys, monke
     cfg = config.validate(cfg, 1)
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
-        trainer.main(cfg, run)
+        train.main(cfg, run)
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("shardlab:")]
     assert e.value.code == 2
     assert len(err) == 1 and "none is intact" in err[0] and "step_000004" in err[0] and "step_000002" in err[0]

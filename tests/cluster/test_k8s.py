@@ -1,6 +1,7 @@
-"""`shardlab launch k8s`: the TrainJob and the Indexed Job (with its Service) validated against schema fixtures
-(tests/cluster/fixtures: the TrainJob's from Kubeflow Trainer v2.3.0's published CRD, the Job's and Service's from
-the Kubernetes API reference). No cluster ran them (docs/cluster.md)."""
+"""`shardlab launch k8s`: the TrainJob, the JobSet and the Indexed Job (with its Service) validated against schema
+fixtures (tests/cluster/fixtures: the TrainJob's from Kubeflow Trainer v2.3.0's published CRD, the JobSet's from
+JobSet's published v1alpha2 API reference, the Job's and Service's from the Kubernetes API reference). No cluster
+ran them (docs/cluster.md)."""
 import json
 from pathlib import Path
 
@@ -98,6 +99,37 @@ def test_the_indexed_job_and_its_headless_service_are_valid(tmp_path):
     cmd = pod["containers"][0]["command"]
     assert cmd[cmd.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
     assert cmd[cmd.index("--head") + 1] == "shardlab-zero3-0.shardlab-zero3.ml.svc:29400"
+
+
+def test_the_jobset_is_valid_against_the_published_api(tmp_path):
+    (jobset,) = _manifest(tmp_path, "--kind", "jobset", "--namespace", "ml", "--max-restarts", "5")
+    schema = json.loads((FIXTURES / "jobset.v1alpha2.schema.json").read_text())
+    defs = schema["definitions"]
+    assert validate(jobset, defs["JobSet"], defs=defs) == []
+    spec = jobset["spec"]
+    assert spec["network"] == {"enableDNSHostnames": True} and spec["failurePolicy"] == {"maxRestarts": 5}
+    (node,) = spec["replicatedJobs"]
+    job = node["template"]["spec"]
+    assert node["name"] == "node" and node["replicas"] == 1
+    assert job["completionMode"] == "Indexed" and job["completions"] == job["parallelism"] == 2
+    assert job["backoffLimit"] == 0  # a failed pod fails its Job, and the JobSet recreates them all
+    pod = job["template"]["spec"]
+    assert "subdomain" not in pod and pod["terminationGracePeriodSeconds"] > 25
+    cmd = pod["containers"][0]["command"]
+    assert cmd[cmd.index("--node-rank") + 1] == "$(JOB_COMPLETION_INDEX)"
+    # the controller's pod names: JOBSET-REPLICATEDJOB-JOBINDEX-PODINDEX under the subdomain JOBSET
+    assert cmd[cmd.index("--head") + 1] == "shardlab-zero3-node-0-0.shardlab-zero3.ml.svc:29400"
+    assert "ckpt.resume=latest" in cmd[cmd.index("--") + 1:]  # a recreated set resumes
+    assert pod["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 4}}
+    # the checker itself: what the API would refuse
+    bad = json.loads(json.dumps(jobset))
+    bad["spec"]["failurePolicy"]["restartStrategy"] = "Always"
+    bad["spec"]["replicatedJobs"][0]["replica"] = 1
+    del bad["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    assert sorted(validate(bad, defs["JobSet"], defs=defs)) == [
+        "$.spec.failurePolicy.restartStrategy: 'Always' not in ['Recreate', 'BlockingRecreate']",
+        "$.spec.replicatedJobs[0].replica: unknown field",
+        "$.spec.replicatedJobs[0].template.spec.template.spec.containers: required"]
 
 
 def test_bad_input_is_one_line_and_nothing_written(tmp_path):

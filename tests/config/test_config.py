@@ -21,7 +21,7 @@ def _train(args, capsys):
     (["train.steps"], "must look like key=value"),
     (["data.source=text:/no/such/file"], "/no/such/file"),
     (["parallel.strategy=single", "--nproc", "2"], "runs on one process"),
-    (["parallel.cp=2", "parallel.pp=2", "--nproc", "4"], "not implemented yet"),
+    (["parallel.cp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "--nproc", "4"], "not implemented yet"),
     (["parallel.dp_replicate=3"], "must equal the world"),
     (["parallel.dp=zero3", "parallel.dp_shard=-1", "parallel.cp=-1"], "at most one degree"),
     (["train.grad_accum=3", "train.global_batch=16", "train.micro_batch=4"], "contradicts"),

@@ -51,12 +51,13 @@ COMPOSED = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "tr
             "train.grad_clip=1.0", "ckpt.final=false"]
 
 
-def composed(overrides: list[str], steps: int = 5) -> dict | None:
+def composed(overrides: list[str], steps: int = 5, accum: int = 1) -> dict | None:
     """`steps` steps of `parallel.build(cfg)`'s Parallel the way the trainer drives it, on the same global
     batches at any layout: each data-parallel rank takes its rows, the cp ranks of one dp rank the same rows
     (the step cuts them into chunks). The loss weight counts the ranks that saw different tokens (dp x cp),
-    as the trainer's. Rank 0 returns the global losses, clipped norms, full parameters, the model state
-    dict's shape per name, an eval loss, and every rank's K/V send bytes of the last step by tag."""
+    as the trainer's; `accum` microbatches per step (a pipeline schedules several). Rank 0 returns the
+    global losses, clipped norms, full parameters (under a pipeline, every stage's), the model state dict's
+    shape per name, an eval loss, and every rank's K/V send bytes of the last step by tag."""
     from shardlab import comm
     import step_driver as driver
 
@@ -64,12 +65,15 @@ def composed(overrides: list[str], steps: int = 5) -> dict | None:
     t = cfg.train
     tokens = t.global_batch * t.seq_len
     marks = []  # the recorder's position before each step: the last step's sends are counted
-    out = driver.train(par, cfg, steps, before_step=lambda s: marks.append(comm.RECORDER.order))
+    out = driver.train(par, cfg, steps, accum, before_step=lambda s: marks.append(comm.RECORDER.order))
     sent = _sent_since(marks[-1])
     data = driver.random_batch(0, (t.global_batch, t.seq_len + 1), seed=999)[driver.rows(par, t.micro_batch)]
     ev = par.sum_over_data(par.eval_loss_sum(data[:, :-1], data[:, 1:]).double(), "eval")
     out["eval"] = float(ev) / tokens
     out["params"] = {k: v.detach().clone() for k, v in par.full_parameters().items()}
+    if par.dims.pp > 1:  # a pipeline stage holds its own blocks only: the union over the ranks
+        for held in comm.all_gather_object(out["params"]):
+            out["params"].update(held)
     sd = par.model_state_dict()
     out["state"] = {k: tuple(v.shape) for k, v in sd.items()}
     cp = getattr(par.model, "cp", None)

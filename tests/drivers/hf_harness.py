@@ -172,6 +172,16 @@ def generate_layout(ck: str, tp: int, pp: int, max_new: int) -> torch.Tensor:
     return generate(model, prompts(model.cfg.vocab_size), Options(max_new=max_new), Layout(tp=tp, pp=pp))[0]
 
 
+def generate_layout_from(path: str, tp: int, pp: int, max_new: int) -> torch.Tensor:
+    """`generate_layout` as `shardlab generate --nproc N` runs it: from the path, each rank building its part
+    on the meta device and reading only that part's bytes (generate/shard_load.py)."""
+    from shardlab.generate.engine import Layout, Options, generate
+    from shardlab.generate.load import model_config
+
+    vocab = model_config(path).vocab_size
+    return generate(path, prompts(vocab), Options(max_new=max_new), Layout(tp=tp, pp=pp))[0]
+
+
 def init_from_run(run_dir: Path, ck: str, overrides: list[str], world: int, steps: int = 2) -> dict:
     """A run starting from `ck` (ckpt.init_from): its full parameters before any step, its optimizer's
     state then, its start step, its norms' epsilons, and the global losses of `steps` steps."""

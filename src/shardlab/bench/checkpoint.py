@@ -47,6 +47,7 @@ MODELS = {"tiny": ["model.preset=tiny"], "small": ["model.preset=small"], "gpt2"
 PLAN = {"quick": [("tiny", 2, 1, 4)],
         "full": [("small", 8, 4, 4), ("gpt2", 8, 1, 1)]}
 FIXED_SAVES = {"quick": 2, "full": 9}
+RESTARTS = {"quick": 1, "full": 3}  # resumed runs timed per model (restart_s)
 GOALS = {"save_bw_ratio": (0.8, True), "async_block_ratio": (0.1, False), "load_bw_ratio": (0.8, True)}
 PHASES = ("planning_s", "write_s", "hash_s", "fsync_s", "metadata_s", "barrier_s", "commit_s", "other_s")
 CHUNK = 8 << 20
@@ -282,7 +283,8 @@ def _async_pairs(probe: _Probes, tr, model: str, pairs: int, gap: int, manifest:
 
 
 def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) -> dict:
-    """Runs on every rank of a 2-rank pool: save vs plain write, load vs plain read, async vs sync."""
+    """Runs on every rank of a 2-rank pool: save vs plain write, load vs plain read, async vs sync. The run
+    directory stays (its latest checkpoint is what the restart measurement resumes from)."""
     from shardlab import comm
 
     work = Path(work)
@@ -294,10 +296,50 @@ def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) ->
     load_rows, rd, rd_stream = _load_pairs(probe, model, pairs, say)
     async_rows, block, first_step = _async_pairs(probe, tr, model, pairs, gap, manifest, say)
     tr.ckpt.close(tr.state)
-    shutil.rmtree(work / "run", ignore_errors=True)
     load["end"] = os.getloadavg()[0]
+    from shardlab.checkpoint import manifest as mf
     return {"rows": save_rows + load_rows + async_rows, "bw": bw, "read": rd, "read_stream": rd_stream,
-            "block": block, "steps_busy": first_step[True], "steps_idle": first_step[False], "load_avg": load}
+            "block": block, "steps_busy": first_step[True], "steps_idle": first_step[False], "load_avg": load,
+            "latest": str(mf.read_latest(tr.ckpt.dir)), "t_load": [r["t_load_s"] for r in load_rows]}
+
+
+def _restart(work: Path, ckpt: Path, model: str, micro_batch: int, rounds: int) -> dict:
+    """restart_s: a resumed run as a user starts one, `shardlab train --nproc 2 ... ckpt.resume=CKPT` in a
+    fresh process, from the launch to its first step (the first row of its metrics.jsonl, polled every
+    10 ms): interpreter and torch import, the launcher's check of the checkpoint (every file's checksum,
+    checkpoint/resume_path.py), torchrun, process groups, the model, the load, one step. Also timed here:
+    that launcher check alone (`verify_s`, in this process, the files in the page cache as they are then)."""
+    import subprocess
+    import sys
+
+    from shardlab.checkpoint import manifest as mf
+
+    out = {"restart_s": [], "verify_s": []}
+    for i in range(rounds):
+        t0 = time.perf_counter()
+        assert not mf.verify(ckpt)
+        out["verify_s"].append(time.perf_counter() - t0)
+        run = work / f"restart_{i}"
+        shutil.rmtree(run, ignore_errors=True)
+        step = mf.read_manifest(ckpt)["step"]
+        cmd = [sys.executable, "-m", "shardlab", "train", "--nproc", "2", "--out", str(run),
+               *common.BASE, *_overrides(model, micro_batch), f"train.steps={step + 1}", f"ckpt.resume={ckpt}"]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        first = None
+        while first is None and proc.poll() is None:
+            try:
+                if '"step"' in (run / "metrics.jsonl").read_text():
+                    first = time.perf_counter() - t0
+            except OSError:
+                pass
+            time.sleep(0.01)
+        _, err = proc.communicate(timeout=600)
+        if first is None or proc.returncode != 0:
+            raise RuntimeError(f"the resumed run failed (exit {proc.returncode}): {err[-2000:]}")
+        out["restart_s"].append(first)
+        shutil.rmtree(run, ignore_errors=True)
+    return out
 
 
 def _fixed_main(work: str, saves: int) -> dict:
@@ -364,6 +406,19 @@ def run(out_dir: Path, quick: bool, pool=None) -> dict:
                 _figure(figures, name + suffix, s)
                 goal, higher = GOALS[name]
                 verdicts[name + suffix] = common.goal_verdict(s["ci90"], goal, ">=" if higher else "<=")
+            rounds = RESTARTS["quick" if quick else "full"]
+            common.progress(f"{model}: {rounds} resumed runs, launch to first step; load average "
+                            f"{os.getloadavg()[0]:.2f}")
+            rs = _restart(work, Path(res["latest"]), model, micro_batch, rounds)
+            shutil.rmtree(work / "run", ignore_errors=True)
+            restart = common.ratio_stats(rs["restart_s"])
+            _figure(figures, "restart_s" + suffix, restart, digits=3)
+            t_load, t_verify = common.stats(res["t_load"])["median"], common.stats(rs["verify_s"])["median"]
+            figures["restart_load_share" + suffix] = round(t_load / restart["median"], 4)
+            figures["restart_verify_share" + suffix] = round(t_verify / restart["median"], 4)
+            res["load_avg"]["after_restarts"] = os.getloadavg()[0]
+            rows += [{"test": "restart", "model": model, "round": i, "t_restart_s": t, "t_verify_s": v}
+                     for i, (t, v) in enumerate(zip(rs["restart_s"], rs["verify_s"]))]
             rows += res["rows"]
             loads[model] = res["load_avg"]
             per_model[model] = {"stats": stats, "busy": common.stats(res["steps_busy"]),
@@ -411,7 +466,11 @@ def _report(out_dir, quick, figures, rows, verdicts, loads, per_model, breakdown
             f"{verdicts['load_bw_ratio' + sfx]}; against a read streamed through one reused 8 MiB buffer "
             f"(no goal: the page-cache copy alone) load_stream_ratio{sfx} = {_ci(figures, 'load_stream_ratio' + sfx)}\n"
             f"- **async_block_ratio{sfx} = {_ci(figures, 'async_block_ratio' + sfx, 4)}**, goal ≤ 0.1: "
-            f"{verdicts['async_block_ratio' + sfx]}\n\n"
+            f"{verdicts['async_block_ratio' + sfx]}\n"
+            f"- **restart_s{sfx} = {_ci(figures, 'restart_s' + sfx)}** s from launching a resumed run to its first "
+            f"step; the load's share {figures['restart_load_share' + sfx]:.2f} (the load pairs' median), the "
+            f"launcher's checksum pass's {figures['restart_verify_share' + sfx]:.2f}; load average "
+            f"{load.get('after_restarts', 0):.1f} after them\n\n"
             + common.md_table(["pair", "save s", "plain write s", "save MB/s", "plain MB/s", "rank 0: plan",
                                "write", "hash (not hidden)", "fsync", "barrier", "commit"],
                               [[r["pair"], f"{r['t_save_s']:.3f}", f"{r['t_plain_s']:.3f}", f"{r['save_MBps']:.0f}",

@@ -19,13 +19,14 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
 from shardlab import comm
+from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
-from shardlab.checkpoint.reader import Reader
+from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
-from shardlab.config.init_from import TRAINING_KEYS
+from shardlab.config.init_from import TRAINING_KEYS, is_hf_dir
 
 
 _SHARD_RE = re.compile(r"^__(\d+)_\d+\.distcp$")  # DCP's shard file of rank R: __R_0.distcp
@@ -66,7 +67,10 @@ class Loading:
     def init_weights(self, target: str, state) -> Path:
         """`ckpt.init_from`: the model weights of checkpoint `target` (verified, read for this layout as a
         resume reads them), nothing else: the optimizer stays fresh, the step 0, the sampler at its start,
-        the RNG streams as seeded. Any checkpoint will do: an imported model's, or another run's."""
+        the RNG streams as seeded. Any checkpoint will do: an imported model's, or another run's, or a
+        Hugging Face model directory (read straight into this layout: hf_dcp.py)."""
+        if Path(target).is_dir() and is_hf_dir(Path(target)):
+            return self._init_hf(Path(target), state)
         found = resolve_resume_path(target) if self.rank == 0 else None
         found = comm.broadcast_object(found, group=self.pg)
         if isinstance(found, str):  # rank 0's line for a bad PATH
@@ -84,6 +88,19 @@ class Loading:
         if self.rank == 0:
             self._note(f"initialised the model from {found} (fresh optimizer, step 0)")
         return found
+
+    def _init_hf(self, hf_dir: Path, state) -> Path:
+        self.wait()
+        try:
+            hf_dcp.load(hf_dir, state)
+        except CheckpointError:
+            raise
+        except (Exception, CheckpointException) as e:  # one line: which tensor, which file
+            raise CheckpointError(f"ckpt.init_from={hf_dir}: {type(_inner(e)).__name__}: "
+                                  f"{(str(_inner(e)) + chr(10)).splitlines()[0]}") from None
+        if self.rank == 0:
+            self._note(f"initialised the model from the Hugging Face directory {hf_dir} (fresh optimizer, step 0)")
+        return hf_dir
 
     def load_first(self, target: str, state) -> tuple[Path, int] | None:
         """Load the first intact checkpoint of `target` (latest | PATH) into `state`: (its path, its step),
@@ -207,7 +224,7 @@ class Loading:
         try:
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load(tensors, storage_reader=reader, no_dist=True)
+                dcp.load(tensors, storage_reader=reader, planner=Planner(), no_dist=True)
             failure = None
         except (Exception, CheckpointException) as e:  # a corrupt file may break the parse: the hashes say
             failure = _inner(e)                         # which; every rank reaches the exchange below

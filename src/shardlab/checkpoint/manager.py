@@ -29,6 +29,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 
 from shardlab import comm
+from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import retention
 from shardlab.checkpoint import state as st
@@ -144,6 +145,9 @@ class CheckpointManager(Loading):
             # rank creates this group at the same point (new_group is collective).
             self.pg = dist.new_group(backend="gloo")
         step = int(state.step)
+        if getattr(self.ccfg, "format", "dcp") == "hf":  # the model alone, as Hugging Face safetensors
+            self._save_hf(state, t0)
+            return
         self.layout = st.layout(state.strategy.dims)  # recorded in the manifest by the commit
         tensors = st.tensor_state(state)
         meta = st.train_meta(state, self.world) if self.rank == 0 else None
@@ -162,6 +166,18 @@ class CheckpointManager(Loading):
             self._write_and_commit(step, tensors, meta)
         self.last_saved_step = step
         self.blocked_s.append(time.perf_counter() - t0)
+
+    def _save_hf(self, state, t0: float) -> None:
+        """`ckpt.format=hf` (hf_dcp.py): synchronous, every rank its own pieces, rank 0 consolidates."""
+        outcome, path = hf_dcp.save(self, state)
+        self.last_saved_step, self.last_outcome = int(state.step), outcome
+        self.blocked_s.append(time.perf_counter() - t0)
+        if outcome is not None:
+            self.failed.append(outcome)
+            if self.rank == 0:
+                self._note(outcome)
+        elif self.rank == 0 and not self.quiet:
+            log(f"saved {path} (step {state.step}, Hugging Face safetensors, {time.perf_counter() - t0:.2f} s)")
 
     def _hook(self, optimizer) -> None:
         if self._hooked is not optimizer:

@@ -176,7 +176,8 @@ def _launch_train(args, cfg, resumed, derived_batch: bool, corpus) -> int:
     if resumed is not None:
         from shardlab.launch import runlock
         try:  # before config_history/ is written; the launcher then takes the lock (launch.launch)
-            runlock.refuse_if_held(run_dir)
+            if args.node_rank == 0:  # only node 0 takes it: the other nodes' launchers join node 0's run
+                runlock.refuse_if_held(run_dir)
         except runlock.RunLocked as e:
             return fail(str(e))
         _announce(resumed, cfg, args.nproc * args.nnodes, run_dir)

@@ -159,6 +159,9 @@ def validate(cfg: Config, world_size: int) -> Config:
     shares.validate(cfg, run.dims)  # data.shares, debug.slow_factor
     if cfg.doctor.on_anomaly == "rollback" and not cfg.ckpt.every:
         raise ConfigError("doctor.on_anomaly=rollback needs checkpoints: set ckpt.every")
+    if cfg.doctor.on_anomaly == "rollback" and cfg.ckpt.format == "hf":
+        raise ConfigError("doctor.on_anomaly=rollback needs resumable checkpoints: ckpt.format=hf saves the model "
+                          "alone; use ckpt.format=dcp")
     _check_ranges(cfg, world_size)
     return cfg
 
@@ -201,6 +204,7 @@ def _check_train(cfg: Config, world_size: int) -> None:
     optim_registry.check(t)  # train.optimizer, train.lr_schedule and their keys (optim/registry.py)
     _choice("doctor.on_anomaly", cfg.doctor.on_anomaly, ("stop", "skip", "rollback"))
     _choice("data.uneven", cfg.data.uneven, ("error", "join"))
+    _choice("ckpt.format", cfg.ckpt.format, ("dcp", "hf"))
     from shardlab.config.trackers import check as check_trackers  # torch-free: finds packages, imports none
 
     check_trackers(t.tracker)  # a tracker without its package: refused here, before any rank starts

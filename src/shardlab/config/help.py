@@ -174,6 +174,9 @@ KEY_HELP: dict[str, tuple[str, str]] = {
                        "what `shardlab ckpt import --hf` wrote): the model's dimensions are taken from it, the "
                        "optimizer is fresh, the run starts at step 0, under any layout; the run's own "
                        "checkpoints win when it resumes", "\"\" | PATH"),
+    "ckpt.format": ("what a save writes: dcp (the full resumable state) or hf (the model alone as Hugging Face "
+                    "safetensors + config.json + tokenizer in RUN/hf/step_NNNNNN, loadable by transformers; not "
+                    "resumable) (docs/checkpoint.md)", "dcp | hf"),
     "ckpt.on_signal": ("on SIGINT/SIGTERM every rank stops at the next step boundary and saves a checkpoint, "
                        "then the job exits 130/143 (docs/training.md, \"When a run is interrupted\")",
                        "true | false"),

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dataclasses import fields
+from dataclasses import asdict, fields
 
 from shardlab.config.schema import ModelConfig
 from shardlab.data import tokenizer as tk
@@ -33,10 +33,18 @@ ROPE_KEYS = {"rope_factor": "factor", "rope_low_freq_factor": "low_freq_factor",
              "rope_high_freq_factor": "high_freq_factor", "rope_original_max_seq": "original_max_position_embeddings"}
 
 
+def is_hf_dir(p: Path) -> bool:
+    """A Hugging Face model directory (config.json and safetensors weights), not a shardlab checkpoint."""
+    p = Path(p)
+    return ((p / "config.json").is_file() and not (p / STATE_FILE).is_file()
+            and any(q.suffix == ".safetensors" for q in p.iterdir()))
+
+
 def step_dir(path: str) -> Path:
-    """The checkpoint PATH names: a step directory itself, else the one its run's `latest` names."""
+    """The checkpoint PATH names: a step directory (or a Hugging Face model directory) itself, else the one
+    its run's `latest` names."""
     p = Path(path)
-    if (p / STATE_FILE).is_file():
+    if (p / STATE_FILE).is_file() or (p.is_dir() and is_hf_dir(p)):
         return p
     for ckpts in (p / "checkpoints", p):
         try:
@@ -74,10 +82,7 @@ def apply(cfg) -> None:
     if not path:
         return
     step = step_dir(path)
-    try:
-        model = json.loads((step / STATE_FILE).read_text()).get("model")
-    except (OSError, ValueError, AttributeError):
-        model = None
+    model = _hf_model(path, step) if is_hf_dir(step) else _record(step)
     if not isinstance(model, dict):
         raise ConfigError(f"ckpt.init_from={path}: {step / STATE_FILE} has no model record; cannot build its model")
     default, m = ModelConfig(), cfg.model
@@ -92,10 +97,28 @@ def apply(cfg) -> None:
         cfg.data.tokenizer = str(d)
 
 
+def _record(step: Path) -> dict | None:
+    try:
+        return json.loads((step / STATE_FILE).read_text()).get("model")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _hf_model(path: str, hf_dir: Path) -> dict:
+    """The model record of a Hugging Face directory's config.json (what its import would record)."""
+    from shardlab.model.hf_config import HFImportError, model_config
+
+    try:
+        return asdict(model_config(hf_dir))
+    except HFImportError as e:
+        raise ConfigError(f"ckpt.init_from={path}: {e}") from None
+
+
 def checkpoint_tokenizer(step: Path) -> tuple[Path | None, str | None]:
     """The checkpoint's tokenizer folder and its kind ("hf" for HF tokenizer files only); (None, None) when
-    it has none (an HF import without tokenizer files: which one wrote its ids is unknown)."""
-    d = step / "tokenizer"
+    it has none (an HF import without tokenizer files: which one wrote its ids is unknown). A Hugging Face
+    directory holds its tokenizer files beside the weights."""
+    d = step if is_hf_dir(step) else step / "tokenizer"
     try:
         return d, json.loads((d / tk.META_FILE).read_text()).get("kind")
     except (OSError, ValueError, AttributeError):

@@ -173,6 +173,7 @@ class CkptConfig:
     async_: bool = False  # key name is `ckpt.async`
     resume: str = ""  # "" | none | latest | PATH  (none: from step 0 on purpose, e.g. `shardlab resume RUN ckpt.resume=none`)
     init_from: str = ""  # PATH: start from this checkpoint's weights (model from it, fresh optimizer, step 0)
+    format: str = "dcp"  # dcp (resumable: everything) | hf (the model as Hugging Face safetensors, checkpoint/hf_dcp.py)
     on_signal: bool = True  # SIGINT/SIGTERM: stop at a step boundary and save (docs/training.md)
     signal_grace_s: float = 25.0  # from the signal to the exit at most (under Slurm's and Kubernetes' 30 s)
 

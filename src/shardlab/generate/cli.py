@@ -211,7 +211,9 @@ def run(args, plan: dict) -> int:
     opts = Options(max_new=args.max_new, temperature=args.temperature, top_k=args.top_k, seed=args.seed,
                    repetition_penalty=args.repetition_penalty,
                    use_cache=not args.no_cache, lanes=plan["lanes"])
-    model = load_model(args.path)
+    # one rank: the whole model, as it always was; more: each rank builds its part on the meta device and
+    # reads only that part's bytes (generate/shard_load.py), never the whole model
+    model = load_model(args.path) if plan["world"] == 1 else args.path
     streaming = me == 0 and not args.json
     detok = plan["tokenizer"].decode
     stream = Stream(plan["tokenizer"])

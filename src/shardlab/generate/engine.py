@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -104,14 +105,24 @@ def inference_config(layout: Layout):
 
 
 def compose(model, layout: Layout):
-    """This rank's part of `model` for `layout`, through the training composition in its inference mode
-    (parallel/compose.py: pipeline stage, then tensor parallel); returns (dims, part, the TP layer's
-    object or None)."""
+    """This rank's part for `layout`, through the training composition in its inference mode
+    (parallel/compose.py: pipeline stage, then tensor parallel); returns (dims, part, the TP layer's object
+    or None). `model` is the whole single-device model (split from a copy), or the path of a checkpoint or
+    Hugging Face directory: then the model is built on the meta device, cut there, and this rank allocates
+    and reads only its part (generate/shard_load.py): no rank holds the whole model."""
     from shardlab.parallel.compose import build_inference
 
     if layout.world > 1 and comm.world_size() != layout.world:
         raise ValueError(f"layout tp={layout.tp} x pp={layout.pp} x dp={layout.dp} needs {layout.world} "
                          f"ranks, the world has {comm.world_size()}")
+    if isinstance(model, (str, Path)):
+        from shardlab.generate import load, shard_load
+
+        cfg = load.model_config(model)
+        dims, part, handles = build_inference(inference_config(layout), cfg, comm.device())
+        tp = next((h.impl for h in handles if h.name == "tp"), None)
+        shard_load.load_part(model, cfg, part, tp)
+        return dims, part, tp
     dims, part, handles = build_inference(inference_config(layout), model, comm.device())
     tp = next((h.impl for h in handles if h.name == "tp"), None)
     return dims, part, tp
@@ -119,7 +130,8 @@ def compose(model, layout: Layout):
 
 def generate(model, prompts: list[list[int]], opts: Options, layout: Layout = Layout(),
              on_token=None) -> tuple[torch.Tensor, Stats]:
-    """Every rank calls it with the same prompts and the same bare model. Returns the (n_prompts, max_new)
+    """Every rank calls it with the same prompts and the same bare model, or the same checkpoint path
+    (each rank then reads only its part: `compose`). Returns the (n_prompts, max_new)
     generated ids on every rank of pipeline stage 0 (others get an empty tensor) and rank 0's Stats.
     `on_token(prompt_index, token_id)` streams the first prompt's tokens as they come (stage 0 only)."""
     dims, model, tp = compose(model, layout)

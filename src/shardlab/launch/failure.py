@@ -20,6 +20,7 @@ The ranks exit with the same codes (a one-process run too), so a script can tell
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import traceback
@@ -179,6 +180,8 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
     """The launcher's last lines and exit code for a job that ended with `returncode` != 0."""
     run_dir = Path(run_dir)
     records, agent = _load(run_dir, agent_file or run_dir / "failures" / "launcher.json")
+    if (lost := _node_verdict(returncode, agent)) is not None:  # before the records: other nodes' are there too
+        return lost
     exits = {int(r): f for r, f in agent.get("failures", {}).items()}
     said = log is not None and Path(log).is_file() and Path(log).stat().st_size > 0
     tail = [f"launcher messages (torchrun): {log}"] if said else []
@@ -252,6 +255,23 @@ def verdict(run_dir: Path, returncode: int, log: Path | None = None,
     if agent.get("agent_error"):
         return _out([f"FAILED: the launcher stopped: {agent['agent_error']}."] + tail, "crash")
     return _out([f"FAILED: the job ended with exit code {returncode}."] + tail, "crash")
+
+
+def _node_verdict(returncode: int, agent: dict) -> tuple[list[str], int] | None:
+    """One line when this node's agent itself ended (docs/cluster.md, "A node lost mid-run"): it was killed
+    (its ranks die with it), or its rendezvous timed out because not every node joined (a node never started,
+    or died and was not started again). The run directory's records may be another node's: not read here."""
+    if returncode < 0:
+        name = signal.Signals(-returncode).name if -returncode in signal.valid_signals() else str(-returncode)
+        return [f"shardlab: FAILED: this node's torchrun agent was killed by {name}, its ranks with it; the "
+                "other nodes restart or stop (--max-restarts); start this node again with the same command to "
+                "rejoin (exit code 1)"], CODES["crash"]
+    if str(agent.get("agent_error", "")).startswith("RendezvousTimeoutError"):
+        waited = os.environ.get("SHARDLAB_RDZV_JOIN_TIMEOUT") or "600"
+        return [f"shardlab: FAILED: not every node joined the rendezvous within {waited} s (--timeout): a node was "
+                "not started, or died and was not started again; the checkpoints written so far are kept, "
+                "ckpt.resume=latest continues from the latest (exit code 1)"], CODES["crash"]
+    return None
 
 
 def _short(error: str) -> str:

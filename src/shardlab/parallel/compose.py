@@ -109,20 +109,33 @@ def _apply_layers(model: nn.Module, cfg, dims, inference: bool = False) -> tuple
     return handles, part
 
 
-def build_inference(cfg, model: nn.Module, device: torch.device | None = None):
+def build_inference(cfg, model, device: torch.device | None = None):
     """The composition in inference mode (`shardlab generate`): the same mesh and the same per-part layers
-    as `build`, in the same order, on a copy of `model` in eval mode; nothing that only training needs
-    (recompute, compile, the data-parallel layer, the optimizer: an inference replica is a copy). Returns
-    (dims, this rank's part, the layers' handles)."""
+    as `build`, in the same order; nothing that only training needs (recompute, compile, the data-parallel
+    layer, the optimizer: an inference replica is a copy). `model` is either a whole module (a copy of it is
+    split, in eval mode) or a model config (GPTConfig / LlamaConfig): then the model is built on the meta
+    device, the pipeline stage and tensor parallelism cut it there, and only this rank's part gets storage,
+    uninitialised: the caller loads its values (generate/shard_load.py reads them from the checkpoint).
+    Returns (dims, this rank's part, the layers' handles)."""
     import copy
+
+    from shardlab.model.gpt import build_model
 
     device = device or comm.device()
     dims = resolve(cfg.parallel, comm.world_size())
     dims.build_mesh(device.type)
-    part = model.to(device).eval()
-    if any(spec.dim and dims.size(spec.dim) > 1 for spec in layers.LAYERS):
-        part = copy.deepcopy(part)  # the layers split in place: keep the caller's model whole
-    handles, part = _apply_layers(part, cfg, dims, inference=True)
+    on_meta = not isinstance(model, nn.Module)
+    if on_meta:  # no rank ever holds the whole model: its shape only, then this rank's cut of it
+        with materialize.meta_phase():
+            part = build_model(model, 0, meta=True).eval()
+    else:
+        part = model.to(device).eval()
+        if any(spec.dim and dims.size(spec.dim) > 1 for spec in layers.LAYERS):
+            part = copy.deepcopy(part)  # the layers split in place: keep the caller's model whole
+    with materialize.meta_phase() if on_meta else contextlib.nullcontext():
+        handles, part = _apply_layers(part, cfg, dims, inference=True)
+    if on_meta:
+        materialize.allocate(part, device)
     return dims, part.eval(), handles
 
 

@@ -43,7 +43,9 @@ class Generated(StorageReader):
         self.md = _metadata(sd)
 
     def value(self, fqn: str, shape, dtype) -> torch.Tensor:
-        key = self.anat.tied_key(fqn) if self.anat is not None else fqn
+        # a tied head is registered once, under the embedding's name; an untied head has its own rule
+        known = fqn in self.rules or fqn in self.buffers
+        key = fqn if known or self.anat is None else self.anat.tied_key(fqn)
         if key in self.buffers:
             return self.buffers[key].to(dtype).reshape(shape)
         if key not in self.rules:

@@ -58,8 +58,6 @@ RULES: tuple[Rule, ...] = (
     # context parallelism: the dp layers over dp_cp, then the pairs not built yet
     Rule("cp", lambda f: f["cp"] > 1 and not allows(f, "cp", f["dp"]),
          "parallel.cp={cp} does not compose with parallel.dp={dp} in this version; use one of {cp_with_dp}"),
-    Rule("cp", lambda f: f["cp"] > 1 and f["pp"] > 1,
-         "parallel.cp={cp} with parallel.pp={pp} is not implemented yet; set one of them to 1"),
     Rule("cp", lambda f: f["cp"] > 1 and f["dp_replicate"] > 1 and not f["replicating"],
          "parallel.cp={cp} with HSDP (parallel.dp={dp}, parallel.dp_replicate={dp_replicate}) is not implemented "
          "yet; set parallel.dp_replicate=1 or use ddp"),

@@ -123,6 +123,8 @@ class Parallel:
         `after_backward(i, (x, y), loss)` is called after each backward (loss detached, a plain tensor;
         under a pipeline, None on the ranks that do not hold the last stage). Returns the summed loss. A
         layer's executor (the pipeline's schedule) runs them instead, when there is one."""
+        if self.shard_batch is not None:  # before any executor: pipeline stages hand on this rank's chunks
+            microbatches = [self.shard_batch(*mb) for mb in microbatches]
         if self.executor is not None:
             return self.executor.forward_backward(microbatches, loss_weight, after_backward)
         total = torch.zeros((), device=self.device)
@@ -131,8 +133,6 @@ class Parallel:
         for i, mb in enumerate(microbatches):
             # Set before the forward: own layers read it in backward, torch DDP already in forward.
             self.dp.set_requires_gradient_sync(i == last)
-            if self.shard_batch is not None:
-                mb = self.shard_batch(*mb)
             x, y, side = unpack(mb)
             with self.loss_context():
                 comm.set_phase("forward")
@@ -207,12 +207,12 @@ class Parallel:
     def eval_loss_sum(self, x: torch.Tensor, y: torch.Tensor, doc_pos: torch.Tensor | None = None) -> torch.Tensor:
         """Summed token loss of one batch (this rank's chunks under cp), no gradients (evaluation, in the
         parameters' precision). `doc_pos`: packed documents' positions, as in a microbatch."""
-        if self.executor is not None:
-            return self.executor.eval_loss_sum(x, y, doc_pos)
         mb = (x, y) if doc_pos is None else (x, y, doc_pos)
         if self.shard_batch is not None:
             mb = self.shard_batch(*mb)
         x, y, side = unpack(mb)
+        if self.executor is not None:
+            return self.executor.eval_loss_sum(x, y, side.get("doc_pos"))
         with self.loss_context():
             return _plain(self.loss_fn(self.module(x, **side), y, reduction="sum"))
 

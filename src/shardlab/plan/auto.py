@@ -2,7 +2,9 @@
 
 The candidates are the every-step layouts shardlab's trainer runs (not every layout `plan search` models):
 each dp layer (ddp, zero1/2/3, torch-fsdp2) over the whole world, tp=2, pp=2 under 1f1b and zb, and their
-2-D mixes where the world allows (world 4: dp 2 x tp 2, dp 2 x pp 2, tp 2 x pp 2). The run's own
+2-D mixes where the world allows (world 4: dp 2 x tp 2, dp 2 x pp 2, tp 2 x pp 2), and for a sequence long
+enough to matter (parallel/cp/cost.py: `worth_splitting`) context parallelism over what is left: the ring,
+Ulysses and the hybrid (plan/search.py: `cp_layouts`). The run's own
 micro batch, global batch, precision and recompute stay as set: only the layout is chosen, so the choice
 trains the tokens the user asked for. A candidate the trainer would refuse (the config's checks: tp must
 divide the heads, pp needs two microbatches, a dp layer that does not compose) is dropped before it is
@@ -41,18 +43,23 @@ class Choice:
     fit: int  # of those, the ones that fit the budget
 
 
-def candidates(world: int):
-    """Config overrides of every every-step layout shardlab runs at `world` (the caller checks each)."""
+def candidates(world: int, seq: int = 0):
+    """Config overrides of every every-step layout shardlab runs at `world` (the caller checks each); with a
+    `seq` long enough to matter, the context-parallel ones too (the ring, Ulysses, the hybrid: search.py)."""
+    from .search import cp_layouts
+
     for tp in (1, 2):
         for pp in (1, 2):
             if world % (tp * pp):
                 continue
-            dp = world // (tp * pp)
-            for layer in DP_LAYERS if dp > 1 else ("ddp",):
-                for sched in PP_SCHEDULES if pp > 1 else (None,):
-                    yield {"parallel.strategy": layer, "parallel.tp": tp, "parallel.pp": pp, "parallel.cp": 1,
-                           "parallel.dp_replicate": 0, "parallel.dp_shard": 0,
-                           **({"parallel.pp_schedule": sched} if sched else {})}
+            for ctx in cp_layouts(seq, world // (tp * pp)):
+                dp = world // (tp * pp * ctx.get("cp", 1))
+                cp = {f"parallel.{k}": v for k, v in {"cp": 1, **ctx}.items()}
+                for layer in DP_LAYERS if dp > 1 else ("ddp",):
+                    for sched in PP_SCHEDULES if pp > 1 else (None,):
+                        yield {"parallel.strategy": layer, "parallel.tp": tp, "parallel.pp": pp, **cp,
+                               "parallel.dp_replicate": 0, "parallel.dp_shard": 0,
+                               **({"parallel.pp_schedule": sched} if sched else {})}
 
 
 def apply(cfg, overrides: dict) -> None:
@@ -76,7 +83,7 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
     cluster = with_budget(cluster, budget_bytes, world)
     plans: list[tuple[dict, Plan]] = []
     seen, runs = set(), 0
-    for over in candidates(world):
+    for over in candidates(world, cfg.train.seq_len):
         c = copy.deepcopy(cfg)
         c.parallel.layout = "manual"
         apply(c, over)
@@ -165,8 +172,8 @@ def lines(ch: Choice, cluster_source: str) -> list[str]:
     """The two lines `shardlab train` prints: the choice, then the runner-up and why."""
     p = ch.plan
     keys = " ".join(f"{k}={v}" for k, v in ch.overrides.items()
-                    if not (k in ("parallel.cp", "parallel.dp_replicate", "parallel.dp_shard")
-                            or (k in ("parallel.tp", "parallel.pp") and v == 1)))
+                    if not (k in ("parallel.dp_replicate", "parallel.dp_shard")
+                            or (k in ("parallel.tp", "parallel.pp", "parallel.cp") and v == 1)))
     first = (f"[layout=auto] chose {p.layout.describe()} ({keys}): predicted {p.tokens_per_s:,.0f} tokens/s, "
              f"{_size(p.mem_total)} of {_size(p.capacity)} per rank; {ch.fit} of {ch.distinct} distinct predictions "
              f"({ch.runnable} runnable layouts) fit; planner cluster: {cluster_source}")

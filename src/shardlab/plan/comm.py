@@ -330,20 +330,24 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
 
 
 def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:
-    """Ring attention's sends per rank (parallel/cp/ring.py): a block is one rank's K and V,
-    2 * b * (s/cp) * h/t elements. Per layer and micro batch: forward cp-1 blocks; backward cp-1 blocks
-    and cp dK/dV accumulators (in the gradient's dtype, the last one home to its owner); full recompute
-    repeats the forward ring."""
-    s = (train.seq or model.seq) // lay.cp
+    """Ring attention's sends per rank (parallel/cp/ring.py), from context parallelism's cost hook
+    (parallel/cp/cost.py): a block is one rank's K and V, 2 * b * (s/cp) * g*d elements (g = n_kv_heads/t
+    grouped K/V heads of d = h/a: llama's GQA sends its K/V heads as they are). Per layer and micro batch:
+    forward cp-1 blocks; backward cp-1 blocks and cp dK/dV accumulators (fp32 or wider, the last one home
+    to its owner); full recompute repeats the forward ring."""
+    from shardlab.parallel import layers as registry_
+
     e = 2 if train.mixed else 4
-    block = 2 * train.micro_batch * s * model.d_model // lay.tp * e
-    layers = model.n_layer // lay.pp
-    fwd = (lay.cp - 1) * (2 if lay.recompute == "full" else 1)
-    per_layer = (fwd + lay.cp - 1) * block + lay.cp * 2 * train.micro_batch * s * model.d_model // lay.tp * 4
+    layers, full = model.n_layer // lay.pp, lay.recompute == "full"
+    d = model.d_model // model.n_head
+    kv = max((model.n_kv_heads or model.n_head) // lay.tp, 1)
+    tags = registry_.load(registry_.BY_NAME["cp"].cost["bytes"])(
+        "own", train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv, d, lay.cp, 1, e, layers, full)
+    fwd = (lay.cp - 1) * (2 if full else 1)
     sends = (fwd + 2 * lay.cp - 1) * layers * m
-    return Collective("p2p", "cp", lay.cp, per_layer * layers * m, sends, "none",
-                      f"K/V block 2*b*(s/cp)*h/t*{e} x ({fwd} fwd + {lay.cp - 1} bwd) + dK/dV x {lay.cp}, "
-                      f"x {layers} layers x {m} micro batches", per_micro=True)
+    return Collective("p2p", "cp", lay.cp, sum(tags.values()) * m, sends, "none",
+                      f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}) x ({fwd} fwd + {lay.cp - 1} bwd) + "
+                      f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True)
 
 
 def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:

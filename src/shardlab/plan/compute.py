@@ -209,12 +209,12 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
     """Slowest pipeline stage: the busiest rank's layers (stage_layers) plus the first stage's
     embedding or the last stage's logits + loss, whichever costs more."""
-    s = train.seq or model.seq
+    s = (train.seq or model.seq) // lay.cp  # context parallelism: this rank's tokens
     b, t = train.micro_batch, lay.tp
     e = train.param_bytes
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    block = layer_ops(model, b, s, t, e, train.flash_attention)
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention), lay.cp)
 
     def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
         return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
@@ -243,7 +243,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     fwd, bwd = fwd + fw_extra, layers * b_block + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
     how = "roofline"
-    if t == 1 and lay.pp == 1 and e == 4 and train.flash_attention:
+    if t == 1 and lay.pp == 1 and lay.cp == 1 and e == 4 and train.flash_attention:
         got = in_situ_pass(model, b, s, c, lay.health_check)
         if got is not None:
             (fwd, bwd), how = got
@@ -255,6 +255,17 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how)
+
+
+def context_parallel(block: list[Op], cp: int) -> list[Op]:
+    """A block's ops on one of `cp` ranks of a sequence: built at s/cp tokens, the attention core then
+    scores the rank's s/cp queries against all s keys, cp times the (s/cp)^2 pairs (the ring's cp pair
+    calls; Ulysses' one call on h/cp heads over s does the same work)."""
+    if cp == 1:
+        return block
+    core = ("attention", "scores", "softmax", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
+    return [o if o.name not in core else replace(o, flops=o.flops * cp, count=o.count * cp) if o.kind == "gemm"
+            else replace(o, bytes=o.bytes * cp) for o in block]
 
 
 def _selective_op_recomputed(block: list[Op]) -> list[Op]:

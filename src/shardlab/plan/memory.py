@@ -110,10 +110,28 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     if train.fp8 != "none":
         sb = fp8.scale_line_bytes(model, train, lay)
         lines.append(Line("fp8 scales", sb, f"{train.fp8} scales of one micro batch's casts (fp8/cost.py)"))
+    if lay.cp > 1 and lay.cp_impl in ("ulysses", "hybrid"):
+        lines.append(a2a_line(model, train, lay, layers))
     if fl > 1:
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
     return lines
+
+
+def a2a_line(model: ModelSpec, train: TrainSpec, lay: Layout, layers: int) -> Line:
+    """Ulysses' all-to-all buffers (parallel/cp/cost.py): one layer's send and receive copies of q, k, v,
+    and the replicated K/V heads' copies every layer saves for backward."""
+    from shardlab.parallel.cp.checks import ulysses_degree
+    from shardlab.parallel.cp.cost import a2a_buffer_bytes
+
+    u = ulysses_degree(lay.cp_impl, lay.cp, lay.cp_ulysses)
+    kv = max((model.n_kv_heads or model.n_head) // lay.tp, 1)
+    e = 2 if train.mixed else 4
+    got = a2a_buffer_bytes(train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv,
+                           model.d_model // model.n_head, u, lay.cp, e, layers)
+    return Line("cp all-to-all buffers", got["transient"] + got["saved"],
+                f"send + receive of q, k, v: 2*b*(s/cp)*d*(h+2g')/t*{e} = {got['transient']:,} B"
+                + (f"; replicated K/V x {layers} layers {got['saved']:,} B" if got["saved"] else ""))
 
 
 def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:

@@ -18,28 +18,45 @@ def _divisors(n: int) -> list[int]:
     return sorted(set(small + [n // d for d in small]))
 
 
+def cp_layouts(seq: int, ranks: int) -> list[dict]:
+    """Context-parallel choices over `ranks` (what tp x pp leave) for a `seq`-token sequence: cp = 1, and
+    where the sequence is long enough to matter (parallel/cp/cost.py: `worth_splitting`) each power of two
+    cp >= 2 dividing `ranks` under the ring, Ulysses and the hybrid at every U between (a head count that
+    does not divide is refused by `Layout.check` as training refuses it)."""
+    from shardlab.parallel.cp.cost import worth_splitting
+
+    out = [{}]
+    cp = 2
+    while cp <= ranks and ranks % cp == 0 and worth_splitting(seq, cp):
+        out += [{"cp": cp, "cp_impl": "own"}, {"cp": cp, "cp_impl": "ulysses"}]
+        out += [{"cp": cp, "cp_impl": "hybrid", "cp_ulysses": u} for u in _divisors(cp) if 1 < u < cp]
+        cp *= 2
+    return out
+
+
 def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
     g = cluster.gpus_per_node
-    for tp in (t for t in _divisors(gpus) if t <= g and model.tp_ok(t)):
-        for pp in (p for p in _divisors(gpus // tp) if p <= min(16, model.n_layer)):  # uneven splits too
-            dp = gpus // (tp * pp)
-            if train.global_batch % dp:
-                continue
-            per_rank = train.global_batch // dp
-            mbs = [b for b in (1, 2, 4, 8, 16, 32) if per_rank % b == 0 and per_rank // b >= pp]
-            scheds = [(registry.DEFAULT, 1)] if pp == 1 else list(registry.SEARCHED)
-            scheds = [(s, v) for s, v in scheds if pp * v <= model.n_layer]
-            strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
-            for strat, (sched, v), rec, sp, b in itertools.product(
-                    strategies, scheds, ("none", "selective", "full"),
-                    (False, True) if tp > 1 else (False,), mbs):
-                shards = [None]
-                if strat == "zero3" and dp * tp > g and g % tp == 0 and dp % (g // tp) == 0:
-                    shards.append(g // tp)  # HSDP: shard inside a node, replicate across nodes
-                for dsh in shards:
-                    lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp,
-                                 schedule=sched, v=v, recompute=rec)
-                    yield lay, TrainSpec(**{**train.__dict__, "micro_batch": b})
+    for tp, pp, ctx in ((t, p, c) for t in _divisors(gpus) if t <= g and model.tp_ok(t)
+                        for p in _divisors(gpus // t) if p <= min(16, model.n_layer)  # uneven splits too
+                        for c in cp_layouts(train.seq or model.seq, gpus // (t * p))):
+        dp = gpus // (tp * pp * ctx.get("cp", 1))
+        if train.global_batch % dp:
+            continue
+        per_rank = train.global_batch // dp
+        mbs = [b for b in (1, 2, 4, 8, 16, 32) if per_rank % b == 0 and per_rank // b >= pp]
+        scheds = [(registry.DEFAULT, 1)] if pp == 1 else list(registry.SEARCHED)
+        scheds = [(s, v) for s, v in scheds if pp * v <= model.n_layer]
+        strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
+        for strat, (sched, v), rec, sp, b in itertools.product(
+                strategies, scheds, ("none", "selective", "full"),
+                (False, True) if tp > 1 else (False,), mbs):
+            shards = [None]
+            if strat == "zero3" and not ctx and dp * tp > g and g % tp == 0 and dp % (g // tp) == 0:
+                shards.append(g // tp)  # HSDP: shard inside a node, replicate across nodes
+            for dsh in shards:
+                lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp,
+                             schedule=sched, v=v, recompute=rec, **ctx)
+                yield lay, TrainSpec(**{**train.__dict__, "micro_batch": b})
 
 
 def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None):
@@ -85,6 +102,9 @@ def args_of(p: Plan) -> str:
         out.append(f"dp_shard={lay.dp_shard}")
     if lay.tp > 1:
         out += [f"tp={lay.tp}"] + (["sp=true"] if lay.sp else [])
+    if lay.cp > 1:
+        out += [f"cp={lay.cp}", f"cp_impl={lay.cp_impl}"] + ([f"cp_ulysses={lay.cp_ulysses}"]
+                                                            if lay.cp_impl == "hybrid" else [])
     if lay.pp > 1:
         out += [f"pp={lay.pp}", f"schedule={lay.schedule}"] + ([f"v={lay.v}"] if lay.v > 1 else [])
     if lay.recompute != "none":

@@ -189,6 +189,29 @@ def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path
     assert last["ring"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
 
 
+def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path):
+    """The 2-D hybrid (cp=4, U=2: Ulysses inside a ring of 2) holds every parameter whole on each of its ranks:
+    its checkpoint resumes at cp=1, and the next step's loss equals an uninterrupted single-device run's."""
+    import json
+
+    from shardlab.testing.cli import run_cli
+
+    ckpt = tmp_path / "hybrid" / "checkpoints" / "step_000002"
+    runs = {"hybrid": ["--nproc", "4", "parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2",
+                       "train.steps=2", "ckpt.final=true"],
+            "whole": ["parallel.strategy=single", "train.steps=3"],
+            "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
+                       f"ckpt.resume={ckpt}"]}
+    last = {}
+    for name, args in runs.items():  # in order: the resume reads the hybrid run's checkpoint
+        proc = run_cli(["train", *args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        last[name] = [r for r in rows if "loss" in r][-1]
+    assert last["hybrid"]["step"] == 2 and last["single"]["step"] == 3
+    assert last["single"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
+
+
 # --- the planner ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("impl,cp,u", [("ulysses", 2, 2), ("hybrid", 4, 2)])

@@ -2,6 +2,9 @@
 
     --kind trainjob     Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) on the torch-distributed
                         runtime, which injects PET_NNODES / PET_NODE_RANK / PET_MASTER_ADDR / PET_MASTER_PORT
+    --kind jobset       a JobSet (jobset.x-k8s.io/v1alpha2): one Indexed Job of N pods, the headless Service
+                        made by the JobSet controller; a failed node recreates every pod (failurePolicy,
+                        --max-restarts times), and each resumes from the latest checkpoint
     --kind indexed-job  no operator: a headless Service and an Indexed Job (batch/v1); node rank = the pod's
                         completion index, the head = pod 0's stable name under the Service
 
@@ -17,8 +20,9 @@ import json
 from shardlab.errors import ConfigError
 from shardlab.launch.cluster.job import Run
 
-KINDS = ("trainjob", "indexed-job")
-PORT = 29400  # the rendezvous port of the Indexed Job's head (the TrainJob's comes from the runtime)
+KINDS = ("trainjob", "jobset", "indexed-job")
+PORT = 29400  # the rendezvous port of the Indexed Job's and JobSet's head (the TrainJob's: from the runtime)
+REPLICATED_JOB = "node"  # the JobSet's one replicated job: pod names NAME-node-0-INDEX
 
 
 def add_options(p) -> None:
@@ -28,6 +32,8 @@ def add_options(p) -> None:
     p.add_argument("--runtime", default="torch-distributed", help="the TrainJob's ClusterTrainingRuntime")
     p.add_argument("--pvc", required=True, help="ReadWriteMany PersistentVolumeClaim holding the run directories")
     p.add_argument("--mount", default="/shared", help="where the claim is mounted in the pods")
+    p.add_argument("--max-restarts", type=int, default=3, help="jobset: times the JobSet recreates all its pods "
+                   "after a node fails (failurePolicy.maxRestarts); each attempt resumes from the latest checkpoint")
 
 
 def _node_command(run: Run, nnodes: str, rank: str, head: str) -> list[str]:
@@ -70,13 +76,8 @@ def trainjob(run: Run, name: str, args, cfg) -> list[dict]:
                       "trainer": trainer, "runtimePatches": [patch]}}]
 
 
-def indexed_job(run: Run, name: str, args, cfg) -> list[dict]:
-    labels = {"app.kubernetes.io/name": "shardlab", "shardlab/job": name}
-    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": args.namespace},
-               # headless: each pod gets a DNS name NAME-INDEX.NAME, and pod 0's exists before it is ready
-               "spec": {"clusterIP": "None", "selector": labels, "publishNotReadyAddresses": True,
-                        "ports": [{"name": "rendezvous", "port": PORT}]}}
-    head = f"{name}-0.{name}.{args.namespace}.svc:{PORT}"
+def _indexed_pods(run: Run, name: str, args, cfg, head: str, labels: dict | None = None) -> dict:
+    """The spec of an Indexed Job of `run.nodes` pods, one node each: node rank = the completion index."""
     container = {"name": "node", "image": args.image,
                  "command": _node_command(run, str(run.nodes), "$(JOB_COMPLETION_INDEX)", head),
                  "ports": [{"containerPort": PORT, "name": "rendezvous"}],
@@ -85,23 +86,49 @@ def indexed_job(run: Run, name: str, args, cfg) -> list[dict]:
         container["env"] = _env(run)
     if args.gpus_per_node:
         container["resources"] = _resources(args.gpus_per_node)
+    # a Service of our own selects the pods (their subdomain); a JobSet's controller sets the subdomain itself
+    pod = {"subdomain": name} if labels else {}
+    pod.update(restartPolicy="Never", terminationGracePeriodSeconds=_grace(cfg), containers=[container],
+               volumes=[{"name": "runs", "persistentVolumeClaim": {"claimName": args.pvc}}])
+    template = {"metadata": {"labels": labels}, "spec": pod} if labels else {"spec": pod}
+    return {"completionMode": "Indexed", "completions": run.nodes, "parallelism": run.nodes,
+            # a failed pod fails the job: the nodes of one rendezvous start and end together
+            "backoffLimit": 0, "template": template}
+
+
+def indexed_job(run: Run, name: str, args, cfg) -> list[dict]:
+    labels = {"app.kubernetes.io/name": "shardlab", "shardlab/job": name}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": args.namespace},
+               # headless: each pod gets a DNS name NAME-INDEX.NAME, and pod 0's exists before it is ready
+               "spec": {"clusterIP": "None", "selector": labels, "publishNotReadyAddresses": True,
+                        "ports": [{"name": "rendezvous", "port": PORT}]}}
+    head = f"{name}-0.{name}.{args.namespace}.svc:{PORT}"
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": args.namespace},
-           "spec": {"completionMode": "Indexed", "completions": run.nodes, "parallelism": run.nodes,
-                    # a failed pod fails the job: the nodes of one rendezvous start and end together
-                    "backoffLimit": 0,
-                    "template": {"metadata": {"labels": labels},
-                                 "spec": {"subdomain": name, "restartPolicy": "Never",
-                                          "terminationGracePeriodSeconds": _grace(cfg),
-                                          "containers": [container],
-                                          "volumes": [{"name": "runs",
-                                                       "persistentVolumeClaim": {"claimName": args.pvc}}]}}}}
+           "spec": _indexed_pods(run, name, args, cfg, head, labels)}
     return [service, job]
+
+
+def jobset(run: Run, name: str, args, cfg) -> list[dict]:
+    """One replicated job (replicas 1) of run.nodes indexed pods. enableDNSHostnames: the controller makes the
+    headless Service NAME (publishNotReadyAddresses defaults to true) and names the pods NAME-node-0-INDEX, so
+    the head is pod 0's name. A node that fails fails its Job; failurePolicy then recreates every Job of the
+    set, up to --max-restarts times, and every node's `ckpt.resume=latest` resumes from the latest checkpoint."""
+    if args.max_restarts < 0:
+        raise ConfigError(f"--max-restarts {args.max_restarts}: must be at least 0")
+    head = f"{name}-{REPLICATED_JOB}-0-0.{name}.{args.namespace}.svc:{PORT}"
+    spec = {"network": {"enableDNSHostnames": True},
+            "failurePolicy": {"maxRestarts": args.max_restarts},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [REPLICATED_JOB]},
+            "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1,
+                                "template": {"spec": _indexed_pods(run, name, args, cfg, head)}}]}
+    return [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+             "metadata": {"name": name, "namespace": args.namespace}, "spec": spec}]
 
 
 def manifest(kind: str, run: Run, name: str, args, cfg) -> str:
     if not run.out.startswith(args.mount.rstrip("/") + "/"):
         raise ConfigError(f"--out {run.out}: must be under --mount {args.mount} (the shared volume every pod mounts)")
-    docs = (trainjob if kind == "trainjob" else indexed_job)(run, name, args, cfg)
+    docs = {"trainjob": trainjob, "jobset": jobset, "indexed-job": indexed_job}[kind](run, name, args, cfg)
     header = f"# shardlab launch k8s --kind {kind}: {run.nodes} pod(s) x {run.nproc} rank(s), run {run.out}\n"
     return header + "".join("---\n" + to_yaml(d) for d in docs)
 

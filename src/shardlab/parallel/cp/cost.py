@@ -13,6 +13,14 @@ g < U (replicated). Constant in U for a fixed s/cp: the family's point.
 
 The hybrid: Ulysses over U ranks (the formula above with U) and the ring over R = cp/U groups on h/U query
 heads and kv_heads(g, U)/U key/value heads of the group's s/R tokens.
+
+Memory (`a2a_buffer_bytes`): what Ulysses holds beyond the model's own activations. Transient, one layer at a
+time: the all-to-all's send and receive copies of q, k and v. Saved for backward, every layer: the replicated
+K/V heads' extra copies (g' = U > g heads gathered instead of g).
+
+Where a split is worth planning (`worth_splitting`): the planner's search and `layout=auto` consider cp > 1
+only for sequences of at least LONG_SEQ tokens that leave every rank at least MIN_LOCAL of them (shorter ones
+fit one rank's memory, and their per-rank attention is too small to hide the exchanges behind).
 """
 from __future__ import annotations
 
@@ -58,3 +66,21 @@ def comm_bytes(impl: str, batch: int, seq: int, heads: int, kv: int, head_dim: i
     if impl == "hybrid":
         return hybrid_bytes(batch, seq, heads, kv, head_dim, cp, u, elem, layers, recompute)
     return ring_bytes(batch, seq, kv * head_dim, cp, elem, layers, recompute)
+
+
+LONG_SEQ = 4096  # tokens: below this a sequence is not split in the planner's search
+MIN_LOCAL = 512  # tokens each cp rank must keep
+
+
+def worth_splitting(seq: int, cp: int) -> bool:
+    """Whether the planner's search considers splitting a `seq`-token sequence over `cp` ranks."""
+    return seq >= LONG_SEQ and seq // cp >= MIN_LOCAL
+
+
+def a2a_buffer_bytes(batch: int, seq: int, heads: int, kv: int, head_dim: int, degree: int, cp: int, elem: int,
+                     layers: int) -> dict[str, int]:
+    """Ulysses' memory beyond the model's activations, per rank (the module's docstring): `transient` (one
+    layer's send and receive copies of q, k, v) and `saved` (the replicated K/V copies over `layers`)."""
+    local = batch * (seq // cp) * head_dim * elem
+    g = kv_heads(kv, degree)
+    return {"transient": 2 * local * (heads + 2 * g), "saved": 2 * local * (g - kv) * layers}

@@ -80,9 +80,10 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     from shardlab.parallel import layers
 
     p = cfg.parallel
+    reduced = dims.size("dp_cp") > 1  # the data-parallel layer reduces over dp x cp: cp ranks hold replicas too
     if registry.row_name(p.pp_schedule) not in layers.PIPELINE_PARALLEL:
         raise ConfigError(f"parallel.pp_schedule={p.pp_schedule!r}: must be one of {', '.join(layers.PIPELINE_PARALLEL)}")
-    if dims.dp_size > 1 and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
+    if reduced and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
         raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
                           "microbatches' forwards in flight; use ddp, zero1, zero2, zero3 or torch-fsdp2")
     if dims.tp > 1 and getattr(p, "tp_impl", "own") != "own":
@@ -123,7 +124,7 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
             stage_ranges(n_layer, p.pp * p.pp_virtual, split=_split_points(p.pp_split))
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
-    dp = layers.dp_name(p) if dims.dp_size > 1 else "single"
+    dp = layers.dp_name(p) if reduced else "single"
     if p.pp_virtual > 1 and dp == "zero3":
         raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=zero3: zero3 gathers, prefetches and "
                           "reshards its units in the order of one forward through the rank's part, and virtual "
@@ -250,7 +251,7 @@ class PipelineExecutor:
         # Whether gradients are handed to the dp layer in one backward (module docstring); torch's stages
         # reduce FSDP2's gradients themselves, at their last backward.
         self.cfg_native = registry.spec(cfg.parallel.pp_schedule).runner == "torch"
-        self.handover = (dims.dp_size > 1 and dp.name != "torch-fsdp2"
+        self.handover = (dims.size("dp_cp") > 1 and dp.name != "torch-fsdp2"
                          and (len(stages) > 1 or self.split or self.cfg_native))
 
         def loss_fn(logits, y):
