@@ -29,14 +29,16 @@ def _plain_sgd(cfg, no_decay, routers=frozenset()):
 
 @contextmanager
 def sgd_instead_of_adamw(lr: float | None = None):
-    """Within the block, whatever builds the optimizer (Trainer, parallel.build) gets `sgd_factory(lr)`'s: a
-    row of the optimizer registry, the run's default while the block lasts."""
+    """Within the block, whatever builds the optimizer (Trainer, parallel.build) for a run that names the default
+    `train.optimizer=adamw` gets `sgd_factory(lr)`'s: the registry's adamw row is swapped for one with this
+    factory while the block lasts (the config names its row, so swapping the default name is not enough)."""
+    import dataclasses
+
     from shardlab.optim import registry
 
-    registry.register(registry.OptimizerRow("plain-sgd", states=0, factory="sync_harness:_plain_sgd"))
-    real, registry.DEFAULT, _LR[0] = registry.DEFAULT, "plain-sgd", lr
+    real, _LR[0] = registry.OPTIMIZERS[registry.DEFAULT], lr
+    registry.register(dataclasses.replace(real, states=0, factory="sync_harness:_plain_sgd"))
     try:
         yield
     finally:
-        registry.DEFAULT = real
-        registry.unregister("plain-sgd")
+        registry.register(real)
