@@ -20,7 +20,7 @@ TINY = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "paralle
     (["train.fp8=tensorwise", "train.dtype=bf16", "train.fp8_impl=x"], "train.fp8_impl='x': must be one of own, torchao"),
 ])
 def test_refused_in_one_line(overrides, needle):
-    with pytest.raises(config.ConfigError, match="") as e:
+    with pytest.raises(config.ConfigError) as e:
         config.validate(config.load(None, TINY + overrides), 1)
     assert needle in str(e.value) and "\n" not in str(e.value)
 
