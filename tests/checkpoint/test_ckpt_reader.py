@@ -43,3 +43,26 @@ def test_record_span_finds_the_tensor_bytes_of_a_large_and_a_small_item(tmp_path
             os.close(fd)
         assert at is not None
         assert blob[37 + at:37 + at + 4 * n] == t.numpy().tobytes()
+
+
+def test_record_span_from_the_head_agrees_with_the_central_directory(tmp_path):
+    # The one-read parse (the records before the storage) and the central directory's give the same
+    # place for tensors of several dtypes and shapes; a mismatching target is refused by both.
+    for t in (torch.arange(3, dtype=torch.int64), torch.randn(7, 5), torch.randn(2, 3, 4).to(torch.bfloat16),
+              torch.zeros(0), torch.randn(300_000)):
+        buf = io.BytesIO()
+        torch.save(t, buf)
+        blob = b"y" * 11 + buf.getvalue()
+        path = tmp_path / "item.bin"
+        path.write_bytes(blob)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            n = len(blob) - 11
+            nbytes = t.numel() * t.element_size()
+            at = reader.record_span(fd, 11, n, torch.empty_like(t))
+            assert at is not None and at == reader._central_span(fd, 11, n, torch.empty_like(t), nbytes)
+            assert reader._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
+            assert blob[11 + at:11 + at + nbytes] == t.contiguous().view(torch.uint8).numpy().tobytes()
+            assert reader.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
+        finally:
+            os.close(fd)

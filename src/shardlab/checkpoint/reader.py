@@ -148,10 +148,72 @@ def _record(b: _Bytes, rec: tuple[int, int, int]) -> bytes:
 _STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
 
 
+def _head_records(head: bytes) -> tuple[dict[str, bytes], str, int] | None:
+    """The small records torch.save writes before a tensor's storage, read from the item's first bytes
+    alone: ({name: bytes}, the storage record's name, where its bytes start). torch.save writes the
+    records in order (data.pkl, .format_version, .storage_alignment, byteorder, then data/<key>), each a
+    local header, its bytes uncompressed, and a data descriptor (`PK\x07\x08`, crc, sizes) whose size
+    is the record's length: a small record ends at the first descriptor that gives its own length and is
+    followed by the next local header. None: anything else (compressed, cut off by `head`'s end)."""
+    out, p = {}, 0
+    while head[p:p + 4] == b"PK\x03\x04" and p + _LOCAL.size <= len(head):
+        f = _LOCAL.unpack_from(head, p)
+        name_len, extra_len, method = f[-2], f[-1], f[3]
+        name = head[p + _LOCAL.size:p + _LOCAL.size + name_len].decode()
+        at = p + _LOCAL.size + name_len + extra_len
+        if method != 0:
+            return None
+        if "/data/" in name:
+            return out, name, at
+        q = at
+        while True:
+            q = head.find(b"PK\x07\x08", q)
+            if q < 0 or q + 20 > len(head):
+                return None
+            if int.from_bytes(head[q + 8:q + 12], "little") == q - at and head[q + 16:q + 20] == b"PK\x03\x04":
+                break
+            q += 1
+        out[name] = head[at:q]
+        p = q + 16
+    return None
+
+
+def _matches(meta: tuple, order: str, target: torch.Tensor) -> bool:
+    """Whether the stored tensor (data.pkl's `meta`, the file's byte order) is target's bytes as they are."""
+    dtype, _key, numel, start, size, stride = meta
+    return (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
+            and stride == _contiguous_strides(size) and numel == target.numel())
+
+
+_PARSE_ERRORS = (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
+                 pickle.UnpicklingError, EOFError)
+
+
 def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int | None:
     """Where, relative to the item's start, the raw bytes of `target` lie in the torch.save zip stored at
     [offset, offset + length), if that item is a plain contiguous tensor of target's dtype and shape
-    stored uncompressed in native byte order; else None (the caller takes DCP's path)."""
+    stored uncompressed in native byte order; else None (the caller takes DCP's path). One read of the
+    item's first 4 KiB finds it (the records before the storage, _head_records); an item laid out
+    otherwise is parsed from its central directory (_records)."""
+    nbytes = target.numel() * target.element_size()
+    head = os.pread(fd, min(length, _Bytes.EDGE), offset)
+    try:
+        found = _head_records(head)
+        if found is not None:
+            recs, storage, at = found
+            prefix = storage[:storage.index("/data/") + 1]
+            meta = _TensorMeta(io.BytesIO(recs[prefix + "data.pkl"])).load()
+            order = recs.get(prefix + "byteorder", b"little").decode()
+            if storage != f"{prefix}data/{meta[1]}" or not _matches(meta, order, target):
+                return None
+            return at if at + nbytes <= length else None
+    except _PARSE_ERRORS:
+        pass
+    return _central_span(fd, offset, length, target, nbytes)
+
+
+def _central_span(fd: int, offset: int, length: int, target: torch.Tensor, nbytes: int) -> int | None:
+    """record_span from the zip's central directory (any record order)."""
     try:
         b = _Bytes(fd, offset, length)
         recs = _records(b)
@@ -160,14 +222,11 @@ def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int 
         pkl = next(n for n in recs if n.endswith("/data.pkl"))
         prefix = pkl[:-len("data.pkl")]
         order = _record(b, recs[prefix + "byteorder"]).decode() if prefix + "byteorder" in recs else "little"
-        dtype, key, numel, start, size, stride = _TensorMeta(io.BytesIO(_record(b, recs[pkl]))).load()
-        local, nbytes, method = recs[f"{prefix}data/{key}"]
-    except (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
-            pickle.UnpicklingError, EOFError):
+        meta = _TensorMeta(io.BytesIO(_record(b, recs[pkl]))).load()
+        local, size, method = recs[f"{prefix}data/{meta[1]}"]
+    except _PARSE_ERRORS:
         return None
-    if not (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
-            and stride == _contiguous_strides(size) and numel == target.numel() and method == 0
-            and nbytes == target.numel() * target.element_size()):
+    if not (_matches(meta, order, target) and method == 0 and size == nbytes):
         return None
     data = _data_offset(b, local)
     return data if data is not None and data + nbytes <= length else None

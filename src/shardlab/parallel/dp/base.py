@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from shardlab import comm
 from shardlab.doctor.replicas import ReplicaSet
 from shardlab.optim.serving import serve
+from shardlab.parallel.dp import in_place
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
@@ -190,6 +191,8 @@ class Strategy:
 
     def load_model_state_dict(self, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        if in_place.model_loaded_in_place(self.module, sd):  # a checkpoint read into the live tensors: done
+            return
         set_model_state_dict(self.module, sd)
 
     def materialize_optimizer(self, optimizer) -> None:
@@ -272,6 +275,11 @@ class Strategy:
         # keeps one rank's copy of a non-tensor value, so under pp the saved `param_groups` list another
         # stage's parameters, and taking them as they are dropped this stage's lr and betas (KeyError 'betas'
         # at the first step after a pp=2 -> pp=2 resume).
+        if len(optimizer.param_groups) == len(sd["param_groups"]):
+            native = in_place.native_optim_state(optimizer, sd)  # the state read into the live tensors
+            if native is not None:
+                optimizer.load_state_dict(native)  # what is left: the hyperparameters
+                return
         local = get_optimizer_state_dict(self.module, optimizer)["param_groups"]
         if len(local) != len(sd["param_groups"]):
             raise ValueError(f"the checkpoint's optimizer has {len(sd['param_groups'])} param groups, this model's "
