@@ -27,7 +27,7 @@ from torch.distributed.tensor import DTensor
 from shardlab import comm
 from shardlab.doctor.replicas import ReplicaSet
 from shardlab.optim.serving import serve
-from shardlab.parallel.dp import in_place
+from shardlab.parallel.dp import in_place, sd_names
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
@@ -187,7 +187,7 @@ class Strategy:
     def model_state_dict(self) -> dict:
         """DCP-shaped model state (plain tensors or DTensors), keyed by the bare model's FQNs."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
-        return get_model_state_dict(self.module)
+        return self._state_names().model(self.module, lambda: get_model_state_dict(self.module))
 
     def load_model_state_dict(self, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
@@ -267,7 +267,14 @@ class Strategy:
 
     def optim_state_dict(self, optimizer) -> dict:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-        return get_optimizer_state_dict(self.module, optimizer)
+        return self._state_names().optim(self.module, optimizer,
+                                         lambda: get_optimizer_state_dict(self.module, optimizer))
+
+    def _state_names(self) -> sd_names.StateNames:
+        """torch's state-dict names, resolved once while the tensors stay the same (sd_names.py)."""
+        if "_sd_names" not in self.__dict__:
+            self._sd_names = sd_names.StateNames()
+        return self._sd_names
 
     def load_optim_state_dict(self, optimizer, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict

@@ -22,7 +22,7 @@ import torch
 import torch.nn as nn
 
 
-def _where(t: torch.Tensor) -> tuple:
+def where(t: torch.Tensor) -> tuple:
     return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
 
 
@@ -40,9 +40,9 @@ def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
     every parameter, with nothing loaded another way: applying it would copy each tensor onto itself."""
     if not sd or any(type(v) is not torch.Tensor for v in sd.values()):
         return False
-    params = {_where(p.detach()) for p in module.parameters()}
-    live = params | {_where(b) for b in module.buffers()}
-    given = {_where(v) for v in sd.values()}
+    params = {where(p.detach()) for p in module.parameters()}
+    live = params | {where(b) for b in module.buffers()}
+    given = {where(v) for v in sd.values()}
     return given <= live and params <= given and _plain_load(module)
 
 
@@ -66,8 +66,8 @@ def native_optim_state(optimizer: torch.optim.Optimizer, sd: dict) -> dict | Non
     given, live = _tensors(sd.get("state", {})), _tensors(optimizer.state)
     if given is None or live is None or len(given) != len(live):
         return None
-    where = {_where(v) for v in live}
-    if len(where) != len(live) or {_where(v) for v in given} != where:
+    places = {where(v) for v in live}
+    if len(places) != len(live) or {where(v) for v in given} != places:
         return None
     native = optimizer.state_dict()
     native["param_groups"] = [{**saved, "params": cur["params"]}
