@@ -174,7 +174,7 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
     (["parallel.cp=2", "train.seq_len=30"], "train.seq_len=30 is not divisible by 2 x parallel.cp = 4"),
     (["parallel.cp=2", "parallel.cp_impl=torch"], "runs only with CUDA attention kernels"),
     (["parallel.cp=2", "parallel.cp_impl=ring"], "parallel.cp_impl='ring': must be one of own, torch, ulysses, hybrid"),
-    (["parallel.cp=2", "parallel.dp=torch-fsdp2"], "does not compose with parallel.dp=torch-fsdp2"),
+    (["parallel.cp=2", "parallel.dp=torch-zero1"], "does not compose with parallel.dp=torch-zero1"),
     (["parallel.cp=2", "model.dropout=0.1"], "set model.dropout=0"),
     (["parallel.cp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "--nproc", "4"], "use parallel.tp_impl=own"),
 ])

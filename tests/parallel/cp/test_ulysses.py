@@ -85,6 +85,19 @@ def test_ulysses_world4_equals_single(pool4, arch, overrides):
 
 
 @pytest.mark.parity
+@pytest.mark.parametrize("impl,overrides", [
+    ("ulysses", ["parallel.cp=2", "train.micro_batch=2"]),  # dp2 x cp2: FSDP2 over the flattened dp x cp mesh
+    ("own", ["parallel.cp=2", "train.micro_batch=2"]),  # the ring
+    ("hybrid", ["parallel.cp=4", "parallel.cp_ulysses=2"]),  # dp1 x cp4: FSDP2 over cp alone
+], ids=["ulysses-dp2xcp2", "ring-dp2xcp2", "hybrid-cp4"])
+def test_torch_fsdp2_over_dp_x_cp_equals_single(pool4, impl, overrides):
+    """FSDP2 shards over dp x cp (torchtitan's mesh): the cp ranks' gradients are averaged with the dp ranks'."""
+    out = pool4.run(in_float64, composed, [*GPT, *overrides, "parallel.dp=torch-fsdp2", f"parallel.cp_impl={impl}"],
+                    STEPS, timeout=400)[0]
+    _assert_equal(out, "gpt2")
+
+
+@pytest.mark.parity
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_hybrid_cp4_ulysses2_equals_single_and_bytes(pool4, arch):
     base = LLAMA if arch == "llama" else GPT
