@@ -179,6 +179,7 @@ class MicroTime:
     gemm_flops: float  # hardware FLOPs of fwd+bwd (recompute included)
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
     how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
+    kernels: tuple = (0, 0)  # kernels one block launches, forward and backward (launch gaps)
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -240,7 +241,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     else:
         rec = 0.0
     fw_extra, bw_extra = _framework(c, len(block), layers)
-    fwd, bwd = fwd + fw_extra, layers * b_block + b_end + bw_extra
+    gap_f, gap_b = launch_gaps(block, c)
+    fwd, bwd = fwd + fw_extra + layers * gap_f, layers * (b_block + gap_b) + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
     how = "roofline"
     if t == 1 and lay.pp == 1 and lay.cp == 1 and e == 4 and train.flash_attention:
@@ -254,7 +256,24 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how)
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block))
+
+
+def block_kernels(block: list[Op]) -> tuple[int, int]:
+    """(forward, backward) kernels one block launches: one per op call forward (a GEMM, an elementwise op,
+    the fused attention), two per GEMM backward (dX, dW), three for the attention backward (FlashAttention's
+    preprocess, main and dq conversion), one per elementwise op that moves bytes backward."""
+    fwd = sum(o.count if o.kind == "elem" else 1 for o in block if o.kind == "gemm" or o.bytes)
+    bwd = sum(3 if o.name == "attention" else 2 if o.kind == "gemm" else o.count for o in block
+              if o.kind == "gemm" or (o.bytes if o.bwd_bytes is None else o.bwd_bytes))
+    return fwd, bwd
+
+
+def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
+    """(forward, backward) seconds per block the device idles between kernels (the cluster's `kernel_gap_s`;
+    0 off GPU presets): eager PyTorch issues every op as its own kernel."""
+    f, b = block_kernels(block)
+    return f * c.kernel_gap_s, b * c.kernel_gap_s
 
 
 def context_parallel(block: list[Op], cp: int) -> list[Op]:
