@@ -37,10 +37,11 @@ class Op:
 DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
 
 
-def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
+              sp: bool = False) -> list[Op]:
     """One transformer block forward, tensor-parallel degree t, activation element size e."""
     if model.llama:
-        return llama_layer_ops(model, b, s, t, e, flash)
+        return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp)
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
     att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
@@ -68,7 +69,22 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     ]
 
 
-def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+# Meta's reference RMSNorm in eager kernels, per element of the b*s*h input (bf16 in and out, fp32 inside):
+# forward x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 B (a fused norm: 4);
+# backward (autograd of each): the weight's product and sum 8, dy * weight 4, type_as 6, the mul's two
+# gradients 8 + 16, mean and pow 4 + 12, the two x gradients added 12, float() 6 = 76 B
+EAGER_NORM_BYTES = (36, 76)
+
+
+def _rms_norm(name: str, T: int, h: int, e: int, eager: bool) -> Op:
+    if not eager:
+        return Op(name, "elem", bytes=2 * T * h * e, ew="ln")
+    fwd, bwd = EAGER_NORM_BYTES
+    return Op(name, "elem", bytes=fwd * T * h, ew="ln", bwd_bytes=bwd * T * h)
+
+
+def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
+                    sp: bool = False) -> list[Op]:
     """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
     rotary positions on q and k, grouped-query attention (each key/value head read by its group),
     SwiGLU (gate, up, silu x up, down)."""
@@ -82,7 +98,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
     return [
-        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
+        _rms_norm("ln_1", T // (t if sp else 1), h, e, eager_norm),  # sequence parallel: s/t tokens
         Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
         # rotary: q and k read, rotated half built, two products and a sum written
@@ -91,7 +107,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
         Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
+        _rms_norm("ln_2", T // (t if sp else 1), h, e, eager_norm),
         *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
         Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
         Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
@@ -215,7 +231,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     e = train.param_bytes
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention), lay.cp)
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, lay.sp and t > 1),
+                             lay.cp)
 
     def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
         return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)

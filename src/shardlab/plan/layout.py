@@ -48,6 +48,9 @@ class TrainSpec:
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
     fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
+    # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
+    # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
+    eager_norm: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

@@ -29,10 +29,11 @@ FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/bench
 
 def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     """A torchtitan row: FSDP2 over gpus/tp ranks (TP with its sequence-parallel norms), bf16 parameters,
-    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192."""
+    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192, and its default
+    norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/compute.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
-            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "source": TORCHTITAN}
+            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -127,7 +128,7 @@ def _model(row) -> ModelSpec:
 
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
-            recompute: str | None = None, row_attention: bool = True) -> dict:
+            recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, for the per-term table)."""
     c = cluster or row_cluster(row)
@@ -137,7 +138,8 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                  comm_dtype=row["comm_dtype"] if comm_dtype == "row" else comm_dtype)
     mb = row["micro_batch"]
     train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],
-                      precision="bf16-mixed", flash_attention=True)
+                      precision="bf16-mixed", flash_attention=True,
+                      eager_norm=row.get("eager_norm", False) and eager_norm)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 
