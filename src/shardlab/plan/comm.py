@@ -194,7 +194,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     collective per wrap unit (root + one per block): a unit's flat buffer."""
     health = [Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
                          "8 fp64 signals x N ranks: the doctor's per-step check")] if lay.health_check else []
-    if lay.dp == 1:
+    if lay.dp_cp == 1:
         return health
     us = units(model, lay.tp, lay.pp, lay.v)
     numels = [x for u in us for x in u]
@@ -207,7 +207,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
                             int(lay.bucket_mb * MiB), int(lay.last_bucket_mb * MiB))
-        out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
+        out = [Collective("all_reduce", "dp", lay.dp_cp, gb * psi, len(sizes), "backward",
                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
                           last_payload=sizes[-1])]
         return out + health
@@ -393,8 +393,9 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
-    n = {"tp": lay.tp, "dp": lay.dp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
+              "pp": lay.tp * lay.dp_cp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
+    # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
+    n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
          "pp": lay.pp, "cp": lay.cp}[group]
     g = cluster.gpus_per_node
     if stride >= g:
