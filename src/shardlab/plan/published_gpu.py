@@ -132,10 +132,10 @@ def _model(row) -> ModelSpec:
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
-            row_model: bool = True) -> dict:
+            row_dropout: bool = True, row_loss: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
-    override it, and `row_attention=False` leaves the cluster's attention kernel, `row_model=False` the
-    papers' model (dropout masks, F.cross_entropy's fp32 loss), for the per-term tables)."""
+    override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
+    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, for the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -145,8 +145,8 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
     train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],
                       precision="bf16-mixed", flash_attention=True,
                       eager_norm=row.get("eager_norm", False) and eager_norm,
-                      dropout=row.get("dropout", True) or not row_model,
-                      fused_loss=row.get("fused_loss", False) and row_model)
+                      dropout=row.get("dropout", True) or not row_dropout,
+                      fused_loss=row.get("fused_loss", False) and row_loss)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 
