@@ -181,6 +181,7 @@ class Collective:
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
     last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
+    syncs: int = 0  # waits on the group after compute per step (the sync wait's count); 0 = one per call
 
     @property
     def wire(self) -> float:
@@ -345,9 +346,17 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
         "own", train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv, d, lay.cp, 1, e, layers, full)
     fwd = (lay.cp - 1) * (2 if full else 1)
     sends = (fwd + 2 * lay.cp - 1) * layers * m
+    syncs = _cp_syncs("own", lay, layers, full)["ring"] * m
     return Collective("p2p", "cp", lay.cp, sum(tags.values()) * m, sends, "none",
                       f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}) x ({fwd} fwd + {lay.cp - 1} bwd) + "
-                      f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True)
+                      f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True, syncs=syncs)
+
+
+def _cp_syncs(impl: str, lay: Layout, layers: int, full: bool) -> dict[str, int]:
+    """Context parallelism's waits on its peers per micro batch, by family (parallel/cp/cost.py)."""
+    from shardlab.parallel.cp.cost import sync_points
+
+    return sync_points(impl, lay.cp, lay.cp if impl == "ulysses" else lay.cp_ulysses, layers, full)
 
 
 def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
@@ -365,14 +374,16 @@ def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Coll
                                               model.d_model // model.n_head, lay.cp, u, e, layers, full)
     a2a = (tags["cp.a2a"] + tags["cp.a2a_bwd"]) * m
     calls = 4 * layers * (3 if full else 2) * m
+    syncs = _cp_syncs(lay.cp_impl, lay, layers, full)
     out = [Collective("all_to_all", "cp", u, a2a, calls, "none",
                       f"q, k, v, out: b*(s/cp)*d*(2h+2g)/t*{e} x ({'2' if full else '1'} fwd + 1 bwd) x {layers} layers "
-                      f"x {m} micro batches (Ulysses over {u})", per_micro=True)]
+                      f"x {m} micro batches (Ulysses over {u})", per_micro=True, syncs=syncs["a2a"] * m)]
     if "cp.kv" in tags:
         ring = (tags["cp.kv"] + tags["cp.kv_bwd"] + tags["cp.dkv"]) * m
         r = lay.cp // u
         out.append(Collective("p2p", "cp", r, ring, ((2 if full else 1) * (r - 1) + 2 * r - 1) * layers * m, "none",
-                              f"the ring over {r} Ulysses groups on h/U heads", per_micro=True))
+                              f"the ring over {r} Ulysses groups on h/U heads", per_micro=True,
+                              syncs=syncs["ring"] * m))
     return out
 
 

@@ -163,12 +163,13 @@ def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
     on shared cores the members finish the same segment apart (cluster.sync_wait_at; 0 on presets).
     Added to those collectives' exposed time: that is where the trace counts the wait."""
     lines = [cl for cl in comm if cl.c.group in ("tp", "cp") and cl.c.calls and cl.time]
-    calls = sum(cl.c.calls for cl in lines)
+    # a collective's waits: one per call, unless it declares fewer (cp: calls back to back share one)
+    calls = sum(cl.c.syncs or cl.c.calls for cl in lines)
     if not calls or not cluster.sync_wait:
         return 0.0
     wait = cluster.sync_wait_at(m * (mt.fwd + mt.bwd) / calls)
     for cl in lines:
-        cl.exposed += wait * cl.c.calls
+        cl.exposed += wait * (cl.c.syncs or cl.c.calls)
     return wait * calls
 
 
