@@ -51,6 +51,11 @@ class TrainSpec:
     # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
     # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
     eager_norm: bool = False
+    # the model as the run built it, published rows' inputs like eager_norm: dropout probabilities above 0 (the
+    # papers' setting, Korthikanti's masks; MPT's defaults are 0) and a fused cross-entropy on 16-bit logits
+    # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
+    dropout: bool = True
+    fused_loss: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
