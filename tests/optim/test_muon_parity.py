@@ -2,30 +2,10 @@
 final parameters) equals single-device Muon's in float64 (compare.py's FP64_TOL) at 2 gloo ranks. The zero
 stages and own TP gather each matrix on one rank and scatter the orthogonalised update back
 (optim/muon/exchange.py); ddp and the pipeline's stages hold whole matrices."""
-import json
-
 import pytest
 
-from shardlab import config
+from parity_harness import train_run
 from shardlab.testing import assert_float64_equal, in_float64
-from shardlab.train.trainer import Trainer
-
-BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
-        "train.steps=5", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2",
-        "ckpt.final=false"]
-
-
-def train_run(run_dir, overrides, world):
-    """(losses and gradient norms on rank 0, the full parameters, the summary) of a short run."""
-    cfg = config.validate(config.load(None, BASE + overrides), world)
-    trainer = Trainer(cfg, run_dir)
-    summary = trainer.run()
-    params = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}
-    losses = None
-    if trainer.rank == 0:
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        losses = [(r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
-    return losses, params, summary
 
 MUON = ["train.optimizer=muon", "train.muon_lr=0.02"]
 
