@@ -1,5 +1,5 @@
 """Muon's sharded step, what it moves and what it keeps: the bytes comm records for the exchange equal
-`exchange_bytes` on every rank (zero1, zero3, own TP), and a checkpoint carries Muon's momentum (sharded
+`exchange_bytes` on every rank (zero1, zero3, own TP, torch-fsdp2, DTensor TP), and a checkpoint carries Muon's momentum (sharded
 like AdamW's state): resuming is bitwise, and a zero2 checkpoint continues under other layouts."""
 import pytest
 import torch
@@ -42,11 +42,44 @@ def exchange_recorded(overrides):
     return got, want
 
 
-@pytest.mark.parametrize("layout", [["parallel.strategy=zero1"], ["parallel.strategy=zero3"], ["parallel.tp=2"]],
-                         ids=["zero1", "zero3", "tp2"])
+@pytest.mark.parametrize("layout", [["parallel.strategy=zero1"], ["parallel.strategy=zero3"], ["parallel.tp=2"],
+                                    ["parallel.strategy=torch-fsdp2"], ["parallel.tp=2", "parallel.tp_impl=dtensor"]],
+                         ids=["zero1", "zero3", "tp2", "torch-fsdp2", "dtensor-tp2"])
 def test_exchange_bytes_match_the_formula(pool2, layout):
     for got, formula in pool2.run(exchange_recorded, layout, timeout=240):
         assert got == formula and got["muon.gather"] > 0, (got, formula)
+
+
+def zero_redundancy_recorded():
+    """torch-zero1: (bytes the exchange recorded, NS FLOPs of the matrices this rank's partition holds, the
+    planner's NS FLOPs for this rank, the planner's exchange bytes)."""
+    import step_driver
+    from shardlab import comm
+    from shardlab.optim.muon import cost
+    from shardlab.optim.muon.exchange import GATHER, SCATTER
+    from shardlab.optim.muon.newton_schulz import flops
+    from shardlab.plan.from_config import from_config
+
+    cfg, par = step_driver.build(["parallel.strategy=torch-zero1"], BASE)
+    comm.RECORDER.reset_step()
+    step_driver.train(par, cfg, 1)
+    got = {t: b for t, b in comm.RECORDER.step_stats()["bytes_by_tag"].items() if t in (GATHER, SCATTER)}
+    local = par.optimizer.optim  # ZeroRedundancyOptimizer's optimizer over this rank's partition
+    assert all(not m.levels for m in local.matrices)  # whole matrices
+    model, train, lay = from_config(cfg, comm.world_size())
+    planned = cost.plan(model, train, lay)
+    return (got, sum(flops(m.shape) for m in local.matrices),
+            cost.zero_redundancy_flops(model, comm.world_size())[comm.rank()], planned)
+
+
+def test_torch_zero1_steps_its_partition_whole_as_planned(pool2):
+    """ZeroRedundancyOptimizer hands each rank whole parameters: Muon exchanges nothing, and each rank
+    orthogonalises the matrices torch's greedy partition gives it, as the planner's model of it says."""
+    results = pool2.run(zero_redundancy_recorded, timeout=240)
+    for got, measured, planned, plan in results:
+        assert got == {} and plan["muon.gather"] == plan["muon.scatter"] == 0
+        assert measured == planned > 0
+    assert plan["ns_flops"] == max(r[1] for r in results)
 
 
 COMMON = ["model.preset=tiny", "train.steps=6", *MUON]
@@ -63,6 +96,6 @@ def test_resume_is_bitwise_and_the_momentum_reshards(pool2, tmp_path):
         assert_params_equal(resumed[r]["params"], straight[r]["params"], exact=True)
     ckpt = run / "checkpoints" / "step_000003"
     want = [straight[0]["losses"][s] for s in range(4, 7)]
-    for layout in (["parallel.strategy=zero3"], ["parallel.strategy=ddp"]):
+    for layout in (["parallel.strategy=zero3"], ["parallel.strategy=ddp"], ["parallel.strategy=torch-fsdp2"]):
         got = pool2.run(continue_from, [ckpt], COMMON + layout, 2)[0][str(ckpt)]
         assert got == pytest.approx(want, rel=1e-5), layout  # fp32, another layout: rounding apart
