@@ -43,8 +43,9 @@ def exchange_recorded(overrides):
 
 
 @pytest.mark.parametrize("layout", [["parallel.strategy=zero1"], ["parallel.strategy=zero3"], ["parallel.tp=2"],
-                                    ["parallel.strategy=torch-fsdp2"], ["parallel.tp=2", "parallel.tp_impl=dtensor"]],
-                         ids=["zero1", "zero3", "tp2", "torch-fsdp2", "dtensor-tp2"])
+                                    ["parallel.strategy=torch-fsdp2"], ["parallel.tp=2", "parallel.tp_impl=dtensor"],
+                                    ["parallel.strategy=torch-fsdp2", "model.d_model=63", "model.n_head=7"]],
+                         ids=["zero1", "zero3", "tp2", "torch-fsdp2", "dtensor-tp2", "torch-fsdp2-uneven"])
 def test_exchange_bytes_match_the_formula(pool2, layout):
     for got, formula in pool2.run(exchange_recorded, layout, timeout=240):
         assert got == formula and got["muon.gather"] > 0, (got, formula)
