@@ -48,6 +48,9 @@ class TrainSpec:
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
     fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
+    # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
+    # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
+    eager_norm: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
@@ -146,15 +149,23 @@ class Layout:
                    tp=degrees.tp, pp=degrees.pp, cp=degrees.cp, **how)
 
     @property
+    def dp_cp(self) -> int:
+        """Ranks holding replicas of the same parameters: dp x cp. Under context parallelism the cp ranks of
+        a sequence hold replicas too, so the runtime's data-parallel layer communicates over the flattened
+        dp_cp group (parallel/dp/apply.py: data_parallel_group)."""
+        return self.dp * self.cp
+
+    @property
     def shard(self) -> int:
-        """Ranks a ZeRO state is split over (1 for ddp)."""
+        """Ranks a ZeRO state is split over (1 for ddp): the dp shard group, and with context parallelism
+        its cp ranks too, as the runtime's sharding layer shards over dp_cp (parallel/dp/zero_state.py)."""
         if self.strategy == "ddp":
             return 1
-        return self.dp_shard or self.dp
+        return (self.dp_shard or self.dp) * self.cp
 
     @property
     def replicate(self) -> int:
-        return self.dp // self.shard if self.strategy != "ddp" else self.dp
+        return self.dp // (self.dp_shard or self.dp) if self.strategy != "ddp" else self.dp
 
     def check(self, model: ModelSpec) -> None:
         if self.strategy not in STRATEGIES:

@@ -140,7 +140,7 @@ def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     us = units(model, lay.tp, lay.pp, lay.v)
     psi = sum(sum(u) for u in us)
     gb, pb = train.grad_bytes, train.param_bytes
-    if lay.dp == 1:
+    if lay.dp_cp == 1:
         return Line("comm buffers", 0, "no data-parallel collectives")
     if lay.strategy == "zero3":
         big = max(sum(u) for u in us)

@@ -163,12 +163,13 @@ def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
     on shared cores the members finish the same segment apart (cluster.sync_wait_at; 0 on presets).
     Added to those collectives' exposed time: that is where the trace counts the wait."""
     lines = [cl for cl in comm if cl.c.group in ("tp", "cp") and cl.c.calls and cl.time]
-    calls = sum(cl.c.calls for cl in lines)
+    # a collective's waits: one per call, unless it declares fewer (cp: calls back to back share one)
+    calls = sum(cl.c.syncs or cl.c.calls for cl in lines)
     if not calls or not cluster.sync_wait:
         return 0.0
     wait = cluster.sync_wait_at(m * (mt.fwd + mt.bwd) / calls)
     for cl in lines:
-        cl.exposed += wait * cl.c.calls
+        cl.exposed += wait * (cl.c.syncs or cl.c.calls)
     return wait * calls
 
 
@@ -216,7 +217,7 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     first_touch = max(0.0, 1 / fb - 1 / cb)
     for cl in comm:
         if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
-                or cl.c.payload <= 64 * lay.dp:
+                or cl.c.payload <= 64 * lay.dp_cp:
             continue
         P, S = cl.c.payload, cl.c.payload / cl.c.n
         if cl.c.op == "reduce_scatter":
@@ -264,7 +265,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed)
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -288,20 +289,23 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool) -> str:
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> str:
     """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
     if c.gemm_table or c.gemm_fit:
         return ""
     out = []
     if c.clock_factor < 1:
         out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
-    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak")
+    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak" + (" (sustained, MSMF)" if c.gemm_efficiency != 0.75 else ""))
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
         from .attention import efficiency
         f, b = efficiency(c.attention, c.peak_flops)
-        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.0%} of peak forward, 2.5x at {b:.0%} backward")
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+    if c.kernel_gap_s:
+        out.append(f"launch gaps {c.kernel_gap_s * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
+                   "kernels per block)")
     return "; " + ", ".join(out)
 
 

@@ -118,7 +118,11 @@ class TorchFSDP2(Strategy):
         from torch.distributed.fsdp import fully_shard
 
         mesh = None
-        if self.dims.mesh is not None:
+        if self.dims.mesh is not None and self.dims.cp > 1:
+            # context parallelism: the cp ranks hold replicas whose gradients must be averaged too, so FSDP2
+            # shards over the flattened dp x cp mesh (as torchtitan does); HSDP with cp is refused (rules.py)
+            mesh = self.dims.submesh("dp_cp")
+        elif self.dims.mesh is not None:
             # HSDP on the 2-D (dp_replicate, dp_shard) mesh: FSDP2 reduce-scatters in the shard group and
             # all-reduces the shards across replicas; a 1-D mesh is plain FSDP
             hsdp = self.dims.dp_replicate > 1
