@@ -27,19 +27,19 @@ def exchange_recorded(overrides):
     opt = par.optimizer
     shapes = [m.shape for m in opt.matrices]  # the whole matrices, in the order the layer handed them
     assert {m.fqn for m in opt.matrices} == hidden_matrices(anatomy.of(cfg.model), [m.fqn for m in opt.matrices])
-    assert all(len(m.levels) == 1 for m in opt.matrices)  # one layer cuts each: one group's formula
-    group = opt.matrices[0].levels[0][1].group
-    want = exchange_bytes(shapes, comm.world_size(group), comm.rank(group), elem=4)
-    # the planner's figure (optim/muon/cost.py on plan/'s model of the config): the same bytes
+    # the planner's figure (optim/muon/cost.py on plan/'s model of the config), on this rank's (dp, tp) coordinates
     from shardlab.optim.muon import cost
     from shardlab.plan.from_config import from_config
 
     model, _, lay = from_config(cfg, comm.world_size())
-    coords = (comm.rank(), 0) if lay.tp == 1 else (0, comm.rank())
-    planned = cost.per_rank(cost.matrices_of(model, lay.tp), (lay.shard if lay.strategy != "ddp" else 1, lay.tp),
-                            coords)
-    assert {t: planned[t] for t in want} == want, (planned, want)
-    return got, want
+    sizes = (lay.shard if lay.strategy != "ddp" else 1, lay.tp)
+    coords = tuple(comm.rank(par.dims.group(g)) if n > 1 else 0 for g, n in zip(("dp_cp", "tp"), sizes))
+    planned = cost.per_rank(cost.matrices_of(model, lay.tp), sizes, coords)
+    if all(len(m.levels) == 1 for m in opt.matrices):  # one layer cuts each: one group's formula
+        group = opt.matrices[0].levels[0][1].group
+        want = exchange_bytes(shapes, comm.world_size(group), comm.rank(group), elem=4)
+        assert {t: planned[t] for t in want} == want, (planned, want)
+    return got, {t: planned[t] for t in (GATHER, SCATTER)}
 
 
 @pytest.mark.parametrize("layout", [["parallel.strategy=zero1"], ["parallel.strategy=zero3"], ["parallel.tp=2"],
@@ -81,6 +81,16 @@ def test_torch_zero1_steps_its_partition_whole_as_planned(pool2):
         assert got == {} and plan["muon.gather"] == plan["muon.scatter"] == 0
         assert measured == planned > 0
     assert plan["ns_flops"] == max(r[1] for r in results)
+
+
+@pytest.mark.parametrize("layout", [["parallel.tp=2", "parallel.strategy=zero3"],
+                                    ["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.strategy=torch-fsdp2"]],
+                         ids=["tp2-zero3", "fsdp2-dtensor-tp2"])
+def test_two_level_exchange_bytes_match_the_planner(pool4, layout):
+    """4 ranks, each matrix cut by a shard group around a TP group: what comm records on every rank is the
+    planner's per-rank count (cost.per_rank: the dp level's pieces, then the TP level's among the owners)."""
+    for got, formula in pool4.run(exchange_recorded, layout, timeout=300):
+        assert got == formula and got["muon.gather"] > 0, (got, formula)
 
 
 COMMON = ["model.preset=tiny", "train.steps=6", *MUON]
