@@ -27,6 +27,7 @@ LAYOUTS4 = {
     "hsdp-zero3": ["parallel.strategy=zero3", "parallel.dp_replicate=2"],
     "tp2-zero3": ["parallel.tp=2", "parallel.strategy=zero3"],
     "fsdp2-dtensor-tp2": ["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.strategy=torch-fsdp2"],
+    "fsdp2-hsdp": ["parallel.strategy=torch-fsdp2", "parallel.dp_replicate=2"],  # (Replicate, Shard(0))
     "fsdp2-cp2": ["parallel.strategy=torch-fsdp2", "parallel.cp=2"],  # FSDP2 over the flattened dp x cp mesh
     "ep2-ddp": ["parallel.ep=2", *MOE],
     # d 66 over 4 ranks: torch.chunk's rows 17, 17, 17, 15 (the short last piece padded, then cut off again)
