@@ -3,12 +3,14 @@ and the result scattered back to the pieces (as torchtitan's DistMuon, Dion and 
 
 The layers that hand the optimizer pieces describe them (`optim.serving.Pieces`: per parameter a `Split`,
 the group holding its pieces, the dimension they are cut along, the assembled length), outermost layer
-first: own ZeRO's dim-0 row shards of what it was handed, then own TP's column or row slices of the matrix.
-Undone in that order, level by level:
+first: own ZeRO's (or FSDP2's) dim-0 row shards of what it was handed, then own TP's (or DTensor TP's) column
+or row slices of the matrix (the DTensor layers' read from the placements: optim/dtensor_pieces.py; a
+DTensor's local tensor is exchanged). Undone in that order, level by level:
 
     gather   level by level, one all-to-all per level's group (tag muon.gather): every rank sends its piece
-             of each matrix to the matrix's owner at that level, which concatenates the pieces (and drops
-             ZeRO's padding rows); at the next level only the ranks that own the assembled tensors take part
+             of each matrix (a DTensor's short last piece padded to ceil(length / N)) to the matrix's owner
+             at that level, which concatenates the pieces (and drops the padding); at the next level only
+             the ranks that own the assembled tensors take part
     compute  the rank that owns a matrix at every level orthogonalises it (newton_schulz.py)
     scatter  the same levels backwards (tag muon.scatter): the owner cuts the result into the pieces
              (padding again with zero rows) and sends each rank its own
