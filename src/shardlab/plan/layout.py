@@ -122,6 +122,9 @@ class Layout:
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
     zero1_impl: str = "reduce_scatter"  # zero1 gradient collective: reduce_scatter | all_reduce
+    # what a zero1 rank's optimizer steps: "rows" (own zero1: dim-0 row shards of every parameter) or "params"
+    # (torch-zero1, ZeroRedundancyOptimizer: whole parameters, partitioned greedily by size); Muon's cost reads it
+    zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
@@ -178,6 +181,7 @@ class Layout:
         _one_of("offload", self.offload, OFFLOAD)
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        _one_of("zero_partition", self.zero_partition, ("rows", "params"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
