@@ -48,3 +48,18 @@ def test_the_layers_declare_what_config_validation_reads():
     assert TorchFSDP2.optimizer_hands == HANDS["torch-fsdp2"].phrase
     assert OwnTP.optimizer_hands == HANDS["tp:own"].phrase and DTensorTP.optimizer_hands == HANDS["tp:dtensor"].phrase
     assert all(h.describes for h in HANDS.values())  # each builds `Pieces` at run time (dtensor_pieces.py)
+
+
+@pytest.mark.parametrize("offload", ["parallel.offload=optimizer", "parallel.offload=params"])
+def test_muon_with_offload_is_refused_in_one_line_before_any_rank(tmp_path, offload):
+    """The offloaded step updates a group of layers at a time; Muon's exchange takes every matrix at once. Both
+    offloads crashed a rank (a KeyError in the step) before this refusal: now exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "shardlab", "train", "--out", str(tmp_path / "run"), "--nproc", "2",
+                          "model.preset=tiny", "train.optimizer=muon", "parallel.strategy=zero3", offload,
+                          "parallel.offload_to=disk"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and not (tmp_path / "run").exists(), out.stderr
+    line = out.stderr.strip()
+    assert "\n" not in line and f"train.optimizer=muon with {offload}" in line and "parallel.offload=none" in line

@@ -109,6 +109,10 @@ def check(cfg, dims) -> None:
     if not row.whole_matrix:
         return
     p = cfg.parallel
+    if p.offload != "none":  # the offloaded step updates a few layers at a time (parallel/dp/offload)
+        raise ConfigError(f"train.optimizer={row.name} with parallel.offload={p.offload}: the offloaded step "
+                          f"updates a group of layers at a time, and {row.name} gathers every matrix in one "
+                          "exchange; use parallel.offload=none, or train.optimizer=adamw")
     dp = "single" if dims.size("dp_cp") == 1 and dims.world_size > 1 else p.strategy
     present = [(dp, _DECLARED_AS.get(dp, dp))]
     if dims.size("tp") > 1:
