@@ -90,7 +90,8 @@ def convert(model: nn.Module, recipe: Recipe | str, rule=default_rule) -> Conver
             done.skipped[name] = why
             continue
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child,
-                Float8Linear.from_linear(module, recipe))
+        new = Float8Linear.from_linear(module, recipe)
+        new.fp8_name = name  # what its statistics are reported as (a TP module may hold it under another)
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         done.converted.append(name)
     return done
