@@ -144,3 +144,21 @@ def test_zero3_x_tp_gathers_the_pieces_in_float8(pool4):
     assert fp32_measured == 2 * (2 * bf16 + 4 * rest)
     print(f"zero3 x tp block units per step (rank 0): fp8 {measured} B, fp32 {fp32_measured} B "
           f"({measured / fp32_measured:.3f}); pieces fp8/bf16 = {f8 / bf16:.4f}")
+
+
+def trainer_gathers(run_dir, extra):
+    from shardlab import comm, config
+    from shardlab.train.trainer import Trainer
+
+    over = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2", "train.steps=1",
+            "train.eval_every=0", "ckpt.final=false", "train.dtype=bf16", "train.fp8=tensorwise",
+            "parallel.strategy=zero3"] + extra
+    Trainer(config.validate(config.load(None, over), comm.world_size()), run_dir).run()
+    return sorted({r.tag for r in comm.RECORDER.ring if r.op == "all_gather" and r.tag.startswith("ag:blocks")})
+
+
+def test_the_trainers_meta_build_gathers_float8(pool4, tmp_path):
+    """Through the trainer (the model built on the meta device, its parameters allocated by the layers): the
+    encodings survive allocation, so the block units gather float8, plain zero3 and zero3 x tp alike."""
+    assert pool4.run(trainer_gathers, tmp_path / "dp", [])[0] == ["ag:blocks.0:fp8", "ag:blocks.1:fp8"]
+    assert pool4.run(trainer_gathers, tmp_path / "tp", ["parallel.tp=2"])[0] == ["ag:blocks.0:fp8", "ag:blocks.1:fp8"]
