@@ -59,9 +59,9 @@ def test_spec_keys_are_config_keys_and_declared_once():
     (["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.strategy=ddp"], 4,
      "parallel.tp_impl=dtensor does not compose with parallel.dp=ddp in this version; use one of single, "
      "torch-fsdp2 (or parallel.tp_impl=own)"),
-    (["parallel.cp=2", "parallel.strategy=torch-fsdp2"], 4,
-     "parallel.cp=2 does not compose with parallel.dp=torch-fsdp2 in this version; use one of ddp, zero1, "
-     "zero2, zero3, torch-ddp"),
+    (["parallel.cp=2", "parallel.strategy=torch-zero1"], 4,
+     "parallel.cp=2 does not compose with parallel.dp=torch-zero1 in this version; use one of ddp, zero1, "
+     "zero2, zero3, torch-ddp, torch-fsdp2"),
     (["parallel.ep=2", "model.moe_experts=4", "parallel.strategy=zero1"], 2,
      "parallel.ep=2 with parallel.dp=zero1: expert parallelism composes with ddp, torch-ddp in this version"),
 ])
