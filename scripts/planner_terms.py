@@ -74,5 +74,40 @@ def table() -> list[str]:
     return lines
 
 
+# the memory terms, switched on in turn (docs/planner.md, "Memory against the published runs")
+MEM_STEPS = [("before: the papers' GPT-2 block (dropout masks), F.cross_entropy's fp32 loss (12sbv)", set()),
+             ("+ full recompute's working layer", {"working_set"}),
+             ("+ the row's dropout (llm-foundry: 0, no masks: 34sbh -> 32sbh)", {"row_dropout"}),
+             ("+ the row's loss (llm-foundry: fused cross-entropy on bf16 logits, 12sbv -> 4sbv)", {"row_loss"})]
+
+
+def memory(row: dict, on: set) -> tuple[float, bool]:
+    """(planned GiB per GPU, fits) for a row with the memory terms in `on`."""
+    p = predict(row, row_dropout="row_dropout" in on, row_loss="row_loss" in on)["plan"]
+    total = sum(ln.bytes for ln in p.memory if ln.name != "recompute working set" or "working_set" in on)
+    return total / 2**30, total <= p.capacity
+
+
+def memory_table() -> list[str]:
+    lines = ["| term | " + " | ".join(f"{name} ({len(r)} rows)" for name, r in SETS) + " |",
+             "|" + " --- |" * (len(SETS) + 1)]
+    on: set = set()
+    for label, terms in MEM_STEPS:
+        on = on | terms
+        cells = []
+        for _, rows in SETS:
+            got = [(memory(r, on), r) for r in rows]
+            fit = sum(f for (_, f), _ in got)
+            worst = max(g / (row_cluster(r).hbm_bytes * row_cluster(r).mem_usable_fraction / 2**30)
+                        for (g, _), r in got)
+            pub = [f"{g / r['mem_gib'] - 1:+.1%}" for (g, _), r in got if r.get("mem_gib")]
+            cells.append(f"{fit}/{len(rows)} fit, largest {worst:.0%} of usable"
+                         + (f"; published: {', '.join(pub)}" if pub else ""))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return lines
+
+
 if __name__ == "__main__":
     print("\n".join(table()))
+    print()
+    print("\n".join(memory_table()))

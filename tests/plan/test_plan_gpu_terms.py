@@ -53,6 +53,21 @@ def test_v_schedules_plan_with_their_own_bubble():
         Layout(dp=8, pp=4, strategy="zero1", schedule="dualpipev").check(m)
 
 
+@pytest.mark.parametrize("schedule, v, m, units", [
+    ("1f1b", 1, 8, 3), ("interleaved", 2, 8, 1.5), ("zb", 1, 8, 1),
+    ("zbv", 2, 8, 0.5),  # m >= (3p-1)/2: (p-1)/6
+    ("zbv", 2, 4, 1.0),  # few micro batches leave the V's warm-up unfilled: 2(2p-1-m)/6 = 6/6
+    ("dualpipev", 2, 4, 1.0),
+])
+def test_the_bubble_is_the_schedule_rows_closed_form(schedule, v, m, units):
+    """bubble = idle micro-batch times x t_mb, read from the row's formula (registry.analytic_bubble) at this m."""
+    model, tr, c = PRESETS["gpt3-6.7b"], TrainSpec(8 * m, 1), load_cluster("H100-SXM", 32)
+    p = evaluate(model, tr, Layout(dp=8, pp=4, v=v, strategy="zero1", schedule=schedule), c)
+    assert p.m == m
+    t_mb = (p.times["compute"] + p.times["tp_pp_comm"]) / m
+    assert p.times["bubble"] == pytest.approx(units * t_mb, rel=1e-12)
+
+
 def test_published_rows_are_recorded_with_sources():
     assert len(GIVEN) == 5 and len(HELD_OUT) == 23
     assert {r["source"] for r in GIVEN} == {TORCHTITAN} and {r["source"] for r in HELD_OUT} == {FOUNDRY}

@@ -6,7 +6,9 @@ constraints.txt) is imported only here, on first use.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 
 import torch
 import torch.nn as nn
@@ -33,12 +35,37 @@ def fsdp_float8_all_gather(name: str, fsdp: bool, device: torch.device, staged: 
     return True, ""
 
 
+class _NoCudaExtensionNotice(logging.Filter):
+    """Drops torchao's "Failed to load .../torchao/_C*.so" warnings: its import tries each of its compiled
+    CUDA extensions and logs every failure, which on a machine without CUDA is expected (it emulates)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("Failed to load ") and "/torchao/_C" in msg)
+
+
+@contextlib.contextmanager
+def _quiet_cuda_extensions(device: torch.device):
+    """Around torchao's import on a device other than CUDA, only its own logger's extension notices are
+    filtered; on CUDA they stay (there a failed extension is news)."""
+    if device.type == "cuda":
+        yield
+        return
+    log, notice = logging.getLogger("torchao"), _NoCudaExtensionNotice()
+    log.addFilter(notice)
+    try:
+        yield
+    finally:
+        log.removeFilter(notice)
+
+
 def convert_torchao(part: nn.Module, name: str, device: torch.device, fsdp_gather: bool = False) -> Conversion:
     """torchao's Float8Linear in place of every linear the own rule converts (the same modules: the rule is
     asked for each, the filter only answers it). Returns the Conversion, its recipe labelled "(torchao,
     emulated)" where torchao emulates. `fsdp_gather`: torch-fsdp2 gathers the weights in float8 (torchao's
     float8 all-gather, amax all-reduced over the mesh in the pre-all-gather hook)."""
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    with _quiet_cuda_extensions(device):
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     recipe = recipe_named(name)
     done = Conversion(dataclasses.replace(recipe, name=f"{name} (torchao{', emulated' if emulated(device) else ''})"))

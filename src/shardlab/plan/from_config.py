@@ -54,7 +54,8 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
-                      flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8)
+                      flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8,
+                      dropout=float(cfg.model.dropout) > 0)  # p = 0 keeps no masks (as the model runs)
     schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
     layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
@@ -63,5 +64,6 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
                                  reshard_after_forward=bool(p.reshard_after_forward),
-                                 health_check=trainer_defaults()["health_check"])
+                                 health_check=trainer_defaults()["health_check"],
+                                 zero_partition="params" if p.strategy == "torch-zero1" else "rows")
     return model_spec(cfg), train, layout

@@ -51,6 +51,11 @@ class TrainSpec:
     # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
     # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
     eager_norm: bool = False
+    # the model as the run built it, published rows' inputs like eager_norm: dropout probabilities above 0 (the
+    # papers' setting, Korthikanti's masks; MPT's defaults are 0) and a fused cross-entropy on 16-bit logits
+    # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
+    dropout: bool = True
+    fused_loss: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
@@ -117,6 +122,9 @@ class Layout:
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
     zero1_impl: str = "reduce_scatter"  # zero1 gradient collective: reduce_scatter | all_reduce
+    # what a zero1 rank's optimizer steps: "rows" (own zero1: dim-0 row shards of every parameter) or "params"
+    # (torch-zero1, ZeroRedundancyOptimizer: whole parameters, partitioned greedily by size); Muon's cost reads it
+    zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
@@ -173,6 +181,7 @@ class Layout:
         _one_of("offload", self.offload, OFFLOAD)
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        _one_of("zero_partition", self.zero_partition, ("rows", "params"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):

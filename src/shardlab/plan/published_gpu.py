@@ -56,12 +56,15 @@ FOUNDRY_ATTENTION = "triton"
 
 def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
     """An llm-foundry row: FSDP FULL_SHARD, bf16 compute; Composer's DEFAULT mixed precision reduces in fp32,
-    PURE in bf16; activation checkpointing is full recompute; the Triton FlashAttention kernel."""
+    PURE in bf16; activation checkpointing is full recompute; the Triton FlashAttention kernel. The model as
+    the benchmark yamls (scripts/train/yamls/pretrain/mpt-*.yaml, May and October 2023) build it with MPTConfig's
+    defaults: learned positions and biases (GPT-2's parameter list), dropout 0 (attn_pdrop, resid_pdrop,
+    emb_pdrop), and ComposerMPTCausalLM's default loss_fn "fused_crossentropy" (flash-attn's xentropy kernel)."""
     return {"case": f"MPT-{size} {gpu}x{gpus} mb{micro}", "mpt": size, "cluster": gpu, "gpus": gpus, "seq": 2048,
             "micro_batch": micro, "accum": accum,
             "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
             "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
-            "attention": FOUNDRY_ATTENTION, "source": FOUNDRY}
+            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "source": FOUNDRY}
 
 
 # every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
@@ -128,9 +131,11 @@ def _model(row) -> ModelSpec:
 
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
-            recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True) -> dict:
+            recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
+            row_dropout: bool = True, row_loss: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
-    override it, and `row_attention=False` leaves the cluster's attention kernel, for the per-term table)."""
+    override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
+    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, for the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -139,7 +144,9 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
     mb = row["micro_batch"]
     train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],
                       precision="bf16-mixed", flash_attention=True,
-                      eager_norm=row.get("eager_norm", False) and eager_norm)
+                      eager_norm=row.get("eager_norm", False) and eager_norm,
+                      dropout=row.get("dropout", True) or not row_dropout,
+                      fused_loss=row.get("fused_loss", False) and row_loss)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 
