@@ -6,7 +6,9 @@ constraints.txt) is imported only here, on first use.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import logging
 
 import torch
 import torch.nn as nn
@@ -33,12 +35,37 @@ def fsdp_float8_all_gather(name: str, fsdp: bool, device: torch.device, staged: 
     return True, ""
 
 
+class _NoCudaKernelLibraries(logging.Filter):
+    """torchao's import tries to load each of its CUDA kernel libraries (torchao/_C*.so) and logs a warning
+    per library that does not load: on a machine without CUDA, every one of them, and none is used there."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not (msg.startswith("Failed to load ") and "/torchao/_C" in msg)
+
+
+@contextlib.contextmanager
+def _quiet_import():
+    """Drops exactly those warnings while torchao is first imported, and only where CUDA is absent (on a GPU
+    a library that fails to load is news)."""
+    if torch.cuda.is_available():
+        yield
+        return
+    log, quiet = logging.getLogger("torchao"), _NoCudaKernelLibraries()
+    log.addFilter(quiet)
+    try:
+        yield
+    finally:
+        log.removeFilter(quiet)
+
+
 def convert_torchao(part: nn.Module, name: str, device: torch.device, fsdp_gather: bool = False) -> Conversion:
     """torchao's Float8Linear in place of every linear the own rule converts (the same modules: the rule is
     asked for each, the filter only answers it). Returns the Conversion, its recipe labelled "(torchao,
     emulated)" where torchao emulates. `fsdp_gather`: torch-fsdp2 gathers the weights in float8 (torchao's
     float8 all-gather, amax all-reduced over the mesh in the pre-all-gather hook)."""
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    with _quiet_import():
+        from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     recipe = recipe_named(name)
     done = Conversion(dataclasses.replace(recipe, name=f"{name} (torchao{', emulated' if emulated(device) else ''})"))
