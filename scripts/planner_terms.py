@@ -1,5 +1,6 @@
-"""The planner's GPU terms switched on one at a time over the published rows it is given (torchtitan's
-Llama 3 runs): the error on tokens/s/GPU before and after each term (docs/planner.md, "The GPU terms").
+"""The planner's GPU terms switched on one at a time over the published rows: the error on tokens/s/GPU before
+and after each term (docs/planner.md, "The GPU terms"), per row for the rows the terms were examined on
+(torchtitan's), and as mean / max |error| for every set (plan/published_gpu.py).
 
     PYTHONPATH=src python scripts/planner_terms.py
 """
@@ -8,53 +9,105 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.published_gpu import GIVEN, predict
+from shardlab.plan.published_gpu import EXAMINED, GIVEN, HELD_OUT, HELD_OUT_2, predict, row_cluster
 
 OFF = dict(call_latency=0.0, busbw_eff_intra=1.0, busbw_eff_allreduce_intra=1.0, busbw_eff_inter=1.0,
-           nccl_ctas=0, gemm_roofline=False, attention="")
-# (label, what the step sets on the cluster, on the row's layout)
+           nccl_ctas=0, gemm_roofline=False, attention="", gemm_efficiency=0.75, kernel_gap_s=0.0)
+LINKS = ("call_latency", "busbw_eff_intra", "busbw_eff_allreduce_intra", "busbw_eff_inter")
+# (label, what the step switches on: cluster fields, or row inputs)
 STEPS = [
-    ("baseline (datasheet H100-SXM, bf16 reduce, ideal links and kernels)", {}, {}),
-    ("+ power-capped HBM2e part (H100-SXM-500W)", {"profile": True}, {}),
-    ("+ fp32 gradient reduction (torchtitan's reduce_dtype)", {}, {"comm_dtype": "fp32"}),
-    ("+ achieved bus bandwidth (NCCL latency, ring efficiency)", {k: None for k in ("call_latency", "busbw_eff_intra",
-                                                                              "busbw_eff_allreduce_intra",
-                                                                              "busbw_eff_inter")}, {}),
-    ("+ NCCL's SMs taken from overlapped compute", {"nccl_ctas": None}, {}),
-    ("+ GEMM by shape (waves, HBM roofline)", {"gemm_roofline": None}, {}),
-    ("+ attention kernel rate (FlashAttention-2)", {"attention": None}, {}),
-    ("+ torchtitan's selective-op recompute", {}, {"recompute_op": True}),
+    ("baseline (datasheet H100-SXM, bf16 reduce, ideal links and kernels)", ()),
+    ("+ power-capped HBM2e part (H100-SXM-500W)", ("profile",)),
+    ("+ fp32 gradient reduction (the row's reduce dtype)", ("comm_dtype",)),
+    ("+ achieved bus bandwidth (NCCL latency, ring efficiency)", LINKS),
+    ("+ NCCL's SMs taken from overlapped compute", ("nccl_ctas",)),
+    ("+ GEMM by shape (waves, HBM roofline)", ("gemm_roofline",)),
+    ("+ attention kernel rate (FlashAttention-2)", ("attention",)),
+    ("+ torchtitan's selective-op recompute", ("recompute_op",)),
+    ("+ Hopper GEMMs at the sustained rate (MSMF 0.706)", ("gemm_efficiency",)),
+    ("+ the row's attention kernel (llm-foundry: Triton FlashAttention)", ("row_attention",)),
+    ("+ kernel launch gaps (1 us per kernel)", ("kernel_gap_s",)),
+    ("+ the row's norm kernels (torchtitan: eager fp32 RMSNorm)", ("eager_norm",)),
 ]
+SETS = [("given: torchtitan", GIVEN), ("held out, then examined: llm-foundry H100 + A100 80GB modes", HELD_OUT),
+        ("examined: llm-foundry A100 80GB 125M-13B", EXAMINED), ("held out: llm-foundry A100 40GB", HELD_OUT_2)]
 
 
-def run() -> list[tuple[str, list[float]]]:
-    out, on, lay_on = [], {}, {}
-    for label, cl, lay in STEPS:
-        on.update(cl)
-        lay_on.update(lay)
-        errs = []
-        for row in GIVEN:
-            name = row["cluster"] if (on.get("profile") or "H100" not in row["cluster"]) else "H100-SXM"
-            c = load_cluster(name, row["gpus"])
-            full = load_cluster(row["cluster"], row["gpus"])
-            c = replace(c, **{k: (getattr(full, k) if k in on else v) for k, v in OFF.items()})
-            got = predict(row, c, comm_dtype=lay_on.get("comm_dtype"),
-                          recompute=None if lay_on.get("recompute_op") else row["layout"]["recompute"].replace(
-                              "selective-op", "selective"))
-            errs.append(got["tokens_per_gpu"] / row["tokens_per_gpu"] - 1)
-        out.append((label, errs))
+def errors(rows: list[dict], on: set) -> list[float]:
+    out = []
+    for row in rows:
+        full = row_cluster(row)
+        c = full if ("profile" in on or "H100" not in row["cluster"]) else load_cluster("H100-SXM", row["gpus"])
+        c = replace(c, **{k: (getattr(full, k) if k in on else v) for k, v in OFF.items()})
+        recompute = None if "recompute_op" in on else row["layout"]["recompute"].replace("selective-op", "selective")
+        got = predict(row, c, comm_dtype="row" if "comm_dtype" in on else None, recompute=recompute,
+                      row_attention="row_attention" in on, eager_norm="eager_norm" in on)
+        out.append(got["tokens_per_gpu"] / row["tokens_per_gpu"] - 1)
     return out
+
+
+def run() -> list[tuple[str, list[list[float]]]]:
+    on: set = set()
+    out = []
+    for label, terms in STEPS:
+        on |= set(terms)
+        out.append((label, [errors(rows, on) for _, rows in SETS]))
+    return out
+
+
+def _mean(errs: list[float]) -> float:
+    return sum(abs(e) for e in errs) / len(errs)
 
 
 def table() -> list[str]:
     rows = run()
     head = "| term | " + " | ".join(r["case"] for r in GIVEN) + " | mean abs |"
     lines = [head, "|" + " --- |" * (len(GIVEN) + 2)]
-    for label, errs in rows:
-        lines.append(f"| {label} | " + " | ".join(f"{e:+.1%}" for e in errs)
-                     + f" | {sum(abs(e) for e in errs) / len(errs):.3f} |")
+    for label, per_set in rows:
+        errs = per_set[0]
+        lines.append(f"| {label} | " + " | ".join(f"{e:+.1%}" for e in errs) + f" | {_mean(errs):.3f} |")
+    lines += ["", "| term | " + " | ".join(f"{name} ({len(r)} rows): mean / max" for name, r in SETS) + " |",
+              "|" + " --- |" * (len(SETS) + 1)]
+    for label, per_set in rows:
+        lines.append(f"| {label} | " + " | ".join(f"{_mean(e):.3f} / {max(abs(x) for x in e):.3f}"
+                                                  for e in per_set) + " |")
+    return lines
+
+
+# the memory terms, switched on in turn (docs/planner.md, "Memory against the published runs")
+MEM_STEPS = [("before: the papers' GPT-2 block (dropout masks), F.cross_entropy's fp32 loss (12sbv)", set()),
+             ("+ full recompute's working layer", {"working_set"}),
+             ("+ the row's dropout (llm-foundry: 0, no masks: 34sbh -> 32sbh)", {"row_dropout"}),
+             ("+ the row's loss (llm-foundry: fused cross-entropy on bf16 logits, 12sbv -> 4sbv)", {"row_loss"})]
+
+
+def memory(row: dict, on: set) -> tuple[float, bool]:
+    """(planned GiB per GPU, fits) for a row with the memory terms in `on`."""
+    p = predict(row, row_dropout="row_dropout" in on, row_loss="row_loss" in on)["plan"]
+    total = sum(ln.bytes for ln in p.memory if ln.name != "recompute working set" or "working_set" in on)
+    return total / 2**30, total <= p.capacity
+
+
+def memory_table() -> list[str]:
+    lines = ["| term | " + " | ".join(f"{name} ({len(r)} rows)" for name, r in SETS) + " |",
+             "|" + " --- |" * (len(SETS) + 1)]
+    on: set = set()
+    for label, terms in MEM_STEPS:
+        on = on | terms
+        cells = []
+        for _, rows in SETS:
+            got = [(memory(r, on), r) for r in rows]
+            fit = sum(f for (_, f), _ in got)
+            worst = max(g / (row_cluster(r).hbm_bytes * row_cluster(r).mem_usable_fraction / 2**30)
+                        for (g, _), r in got)
+            pub = [f"{g / r['mem_gib'] - 1:+.1%}" for (g, _), r in got if r.get("mem_gib")]
+            cells.append(f"{fit}/{len(rows)} fit, largest {worst:.0%} of usable"
+                         + (f"; published: {', '.join(pub)}" if pub else ""))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return lines
 
 
 if __name__ == "__main__":
     print("\n".join(table()))
+    print()
+    print("\n".join(memory_table()))

@@ -1,33 +1,15 @@
 """Muon under every sharding, through the real trainer: each layout's trajectory (losses, gradient norms and
-final parameters) equals single-device Muon's in float64 (compare.py's FP64_TOL) at 2 gloo ranks. The zero
-stages and own TP gather each matrix on one rank and scatter the orthogonalised update back
-(optim/muon/exchange.py); ddp and the pipeline's stages hold whole matrices."""
-import json
-
+final parameters) equals single-device Muon's in float64 (compare.py's FP64_TOL), at 2 and 4 gloo ranks.
+The zero stages, own TP, torch-fsdp2 and DTensor TP gather each matrix on one rank and scatter the
+orthogonalised update back (optim/muon/exchange.py; the DTensor layers' pieces: optim/dtensor_pieces.py);
+ddp, torch-zero1, the pipeline's stages and EP's experts hold whole matrices."""
 import pytest
 
-from shardlab import config
+from parity_harness import train_run
 from shardlab.testing import assert_float64_equal, in_float64
-from shardlab.train.trainer import Trainer
-
-BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
-        "train.steps=5", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2",
-        "ckpt.final=false"]
-
-
-def train_run(run_dir, overrides, world):
-    """(losses and gradient norms on rank 0, the full parameters, the summary) of a short run."""
-    cfg = config.validate(config.load(None, BASE + overrides), world)
-    trainer = Trainer(cfg, run_dir)
-    summary = trainer.run()
-    params = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}
-    losses = None
-    if trainer.rank == 0:
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        losses = [(r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
-    return losses, params, summary
 
 MUON = ["train.optimizer=muon", "train.muon_lr=0.02"]
+MOE = ["model.moe_experts=4", "model.moe_capacity=0"]  # dropless: the same tokens reach each expert anywhere
 
 LAYOUTS = {
     "ddp": ["parallel.strategy=ddp"],
@@ -37,22 +19,59 @@ LAYOUTS = {
     "zero3": ["parallel.strategy=zero3"],
     "tp2": ["parallel.tp=2"],
     "pp2": ["parallel.pp=2", "parallel.pp_schedule=1f1b"],
+    "torch-fsdp2": ["parallel.strategy=torch-fsdp2"],
+    "dtensor-tp2": ["parallel.tp=2", "parallel.tp_impl=dtensor"],
+}
+# 4 ranks: two levels (a replica or TP group around a shard group), and EP's experts
+LAYOUTS4 = {
+    "hsdp-zero3": ["parallel.strategy=zero3", "parallel.dp_replicate=2"],
+    "tp2-zero3": ["parallel.tp=2", "parallel.strategy=zero3"],
+    "fsdp2-dtensor-tp2": ["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.strategy=torch-fsdp2"],
+    "fsdp2-hsdp": ["parallel.strategy=torch-fsdp2", "parallel.dp_replicate=2"],  # (Replicate, Shard(0))
+    "fsdp2-cp2": ["parallel.strategy=torch-fsdp2", "parallel.cp=2"],  # FSDP2 over the flattened dp x cp mesh
+    "ep2-ddp": ["parallel.ep=2", *MOE],
+    # d 66 over 4 ranks: torch.chunk's rows 17, 17, 17, 15 (the short last piece padded, then cut off again)
+    "fsdp2-uneven": ["parallel.strategy=torch-fsdp2", "model.d_model=66", "model.n_head=6"],
 }
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return in_float64(train_run, tmp_path_factory.mktemp("single"), ["parallel.strategy=single", *MUON], 1)
+def single(tmp_path_factory):
+    """single(model overrides) -> single-device Muon's run of that model (each computed once per module)."""
+    runs = {}
+
+    def run(model=()):
+        if model not in runs:
+            runs[model] = in_float64(train_run, tmp_path_factory.mktemp("single"),
+                                     ["parallel.strategy=single", *model, *MUON], 1)
+        return runs[model]
+
+    return run
 
 
-@pytest.mark.parametrize("name", list(LAYOUTS))
-@pytest.mark.parity
-def test_muon_layouts_match_single(pool2, tmp_path, reference, name):
-    ref_losses, ref_params, _ = reference
-    results = pool2.run(in_float64, train_run, tmp_path, [*LAYOUTS[name], *MUON], 2, timeout=400)
+def _model(layout) -> tuple:
+    return tuple(o for o in layout if o.startswith("model."))
+
+
+def _assert_matches(results, ref):
+    ref_losses, ref_params, _ = ref
     losses, _, summary = results[0]
-    params = {**results[1][1], **results[0][1]}  # a pipeline's ranks hold their stages' parameters
+    params = {k: v for r in reversed(results) for k, v in r[1].items()}  # a pipeline's ranks: their stages'
     assert len(losses) == 5
     assert_float64_equal(losses, ref_losses, "losses and gradient norms")
     assert_float64_equal(params, ref_params)
     assert summary["ranks_consistent"] is True
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS))
+@pytest.mark.parity
+def test_muon_layouts_match_single(pool2, tmp_path, single, name):
+    layout = [*LAYOUTS[name], *MUON]
+    _assert_matches(pool2.run(in_float64, train_run, tmp_path, layout, 2, timeout=400), single(_model(layout)))
+
+
+@pytest.mark.parametrize("name", list(LAYOUTS4))
+@pytest.mark.parity
+def test_muon_layouts_at_4_ranks_match_single(pool4, tmp_path, single, name):
+    layout = [*LAYOUTS4[name], *MUON]
+    _assert_matches(pool4.run(in_float64, train_run, tmp_path, layout, 4, timeout=600), single(_model(layout)))

@@ -2,30 +2,11 @@
 torch-fsdp2 (both reshard modes) and torch-zero1 at world 2 compute the same losses and final
 parameters as `single` at world 1: in float64 to compare.py's FP64_TOL, and torch-ddp in fp32 against
 compare.py's error model."""
-import json
-
 import pytest
 import torch
 
-from shardlab import config
+from parity_harness import train_run
 from shardlab.testing import assert_float64_equal, assert_fp32_within_error_model, in_float64
-from shardlab.train.trainer import Trainer
-
-BASE = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2",
-        "train.steps=5", "train.warmup_steps=1", "train.log_every=1", "train.eval_every=0", "train.lr=1e-2", "ckpt.final=false"]
-
-
-def train_run(run_dir, overrides, world):
-    cfg = config.load(None, BASE + overrides)
-    cfg = config.validate(cfg, world)
-    trainer = Trainer(cfg, run_dir)
-    summary = trainer.run()
-    params = {k: v.clone() for k, v in trainer.strategy.full_parameters().items()}
-    losses = None
-    if trainer.rank == 0:
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        losses = [(r["loss"], r["grad_norm"]) for r in rows if "loss" in r]
-    return losses, params, summary
 
 
 @pytest.fixture(scope="module")

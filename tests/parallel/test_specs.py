@@ -59,11 +59,19 @@ def test_spec_keys_are_config_keys_and_declared_once():
     (["parallel.tp=2", "parallel.tp_impl=dtensor", "parallel.strategy=ddp"], 4,
      "parallel.tp_impl=dtensor does not compose with parallel.dp=ddp in this version; use one of single, "
      "torch-fsdp2 (or parallel.tp_impl=own)"),
-    (["parallel.cp=2", "parallel.strategy=torch-fsdp2"], 4,
-     "parallel.cp=2 does not compose with parallel.dp=torch-fsdp2 in this version; use one of ddp, zero1, "
-     "zero2, zero3, torch-ddp"),
+    (["parallel.cp=2", "parallel.strategy=torch-zero1"], 4,
+     "parallel.cp=2 does not compose with parallel.dp=torch-zero1 in this version; use one of ddp, zero1, "
+     "zero2, zero3, torch-ddp, torch-fsdp2"),
     (["parallel.ep=2", "model.moe_experts=4", "parallel.strategy=zero1"], 2,
      "parallel.ep=2 with parallel.dp=zero1: expert parallelism composes with ddp, torch-ddp in this version"),
+    (["parallel.pp=2", "parallel.strategy=torch-ddp", "train.grad_accum=2"], 4,
+     "parallel.dp=torch-ddp with parallel.pp=2: torch DDP cannot have several microbatches' forwards in flight; "
+     "use ddp, zero1, zero2, zero3 or torch-fsdp2"),
+    (["parallel.pp=2", "parallel.pp_schedule=interleaved", "parallel.pp_virtual=2", "parallel.strategy=zero3",
+      "train.grad_accum=4", "model.n_layer=4"], 4,
+     "parallel.pp_virtual=2 with parallel.dp=zero3: zero3 gathers, prefetches and reshards its units in the order "
+     "of one forward through the rank's part, and virtual stages interleave several; use ddp, zero1 or zero2, or "
+     "parallel.pp_virtual=1"),
 ])
 def test_the_rules_table_says_the_lines_users_saw(overrides, world, needle):
     cfg = config.load(None, ["model.preset=tiny", "train.seq_len=32"] + overrides)

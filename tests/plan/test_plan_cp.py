@@ -69,3 +69,23 @@ def test_layout_auto_offers_cp_for_a_long_sequence():
     cps = {(c["parallel.cp"], c.get("parallel.cp_impl")) for c in long}
     assert {(2, "own"), (2, "ulysses"), (4, "own"), (4, "ulysses")} <= cps
     assert any(c.get("parallel.cp_ulysses") == 2 for c in long)
+
+
+def test_zero_shards_over_dp_times_cp():
+    """The runtime's data-parallel layer communicates over the flattened dp_cp group and a sharding layer
+    shards over it (parallel/dp/apply.py, zero_state.py): the plan's ZeRO states split dp*cp ways and its
+    gradient collectives run over dp*cp ranks."""
+    from shardlab.plan.comm import dp_collectives
+    model = model_from_args("small")
+    train = TrainSpec(global_batch=4, micro_batch=2, seq=128)
+    for strategy in ("zero1", "zero2", "zero3"):
+        one = {ln.name: ln.bytes for ln in memory_lines(model, train, Layout(dp=4, strategy=strategy), 1)}
+        cp = {ln.name: ln.bytes for ln in memory_lines(model, train, Layout(dp=2, cp=2, strategy=strategy), 1)}
+        assert cp["optimizer"] == one["optimizer"], strategy
+        grads = [c for c in dp_collectives(model, train, Layout(dp=2, cp=2, strategy=strategy), 1)
+                 if c.op in ("reduce_scatter", "all_gather") and c.payload > 64]
+        assert grads and all(c.n == 4 for c in grads), strategy
+    ddp = [c for c in dp_collectives(model, train, Layout(dp=2, cp=2), 1) if c.op == "all_reduce"]
+    assert ddp and all(c.n == 4 for c in ddp)
+    # cp alone (dp=1) still syncs the replicas' gradients
+    assert dp_collectives(model, train, Layout(dp=1, cp=2), 1)

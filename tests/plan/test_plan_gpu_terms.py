@@ -53,7 +53,52 @@ def test_v_schedules_plan_with_their_own_bubble():
         Layout(dp=8, pp=4, strategy="zero1", schedule="dualpipev").check(m)
 
 
+@pytest.mark.parametrize("schedule, v, m, units", [
+    ("1f1b", 1, 8, 3), ("interleaved", 2, 8, 1.5), ("zb", 1, 8, 1),
+    ("zbv", 2, 8, 0.5),  # m >= (3p-1)/2: (p-1)/6
+    ("zbv", 2, 4, 1.0),  # few micro batches leave the V's warm-up unfilled: 2(2p-1-m)/6 = 6/6
+    ("dualpipev", 2, 4, 1.0),
+])
+def test_the_bubble_is_the_schedule_rows_closed_form(schedule, v, m, units):
+    """bubble = idle micro-batch times x t_mb, read from the row's formula (registry.analytic_bubble) at this m."""
+    model, tr, c = PRESETS["gpt3-6.7b"], TrainSpec(8 * m, 1), load_cluster("H100-SXM", 32)
+    p = evaluate(model, tr, Layout(dp=8, pp=4, v=v, strategy="zero1", schedule=schedule), c)
+    assert p.m == m
+    t_mb = (p.times["compute"] + p.times["tp_pp_comm"]) / m
+    assert p.times["bubble"] == pytest.approx(units * t_mb, rel=1e-12)
+
+
 def test_published_rows_are_recorded_with_sources():
     assert len(GIVEN) == 5 and len(HELD_OUT) == 23
     assert {r["source"] for r in GIVEN} == {TORCHTITAN} and {r["source"] for r in HELD_OUT} == {FOUNDRY}
     assert replace  # noqa: the fixtures are data; docs/planner.md carries their errors
+
+
+def test_second_round_terms():
+    """Hopper GEMMs at the sustained rate, the Triton FlashAttention backend at half of FlashAttention-2's rate,
+    kernel launch gaps in the forward's words, and the eager RMSNorm's bytes only where a row asks for it."""
+    from shardlab.plan import attention
+    from shardlab.plan.compute import EAGER_NORM_BYTES, layer_ops
+    h100, a100 = load_cluster("H100-SXM"), load_cluster("A100-80G")
+    assert (h100.gemm_efficiency, load_cluster("H200").gemm_efficiency, a100.gemm_efficiency) == (0.706, 0.706, 0.75)
+    for c in (h100, a100):
+        fa2 = attention.kernel_time(1e12, c, False, "flash2")
+        assert attention.kernel_time(1e12, c, False, "triton") == pytest.approx(2 * fa2, rel=0.02)
+    lay = Layout(dp=8, strategy="zero3")
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), lay, load_cluster("H100-SXM", 8))
+    assert "launch gaps 1 us per kernel" in p.explain["forward"] and "sustained" in p.explain["forward"]
+    fused, eager = (next(o for o in layer_ops(PRESETS["llama3-8b"], 1, 64, 1, 2, True, eager_norm=e)
+                         if o.name == "ln_1") for e in (False, True))
+    assert eager.bytes == fused.bytes * EAGER_NORM_BYTES[0] / 4
+    slow = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True, eager_norm=True), lay,
+                    load_cluster("H100-SXM", 8))
+    assert slow.step_time > p.step_time
+
+
+def test_published_sets_are_kept_apart():
+    from shardlab.plan.published_gpu import EXAMINED, HELD_OUT_2, row_cluster
+    assert len(EXAMINED) == 8 and len(HELD_OUT_2) == 39
+    assert all(r["attention"] == "triton" for r in HELD_OUT + EXAMINED + HELD_OUT_2)
+    assert all(r.get("eager_norm") for r in GIVEN)
+    c = row_cluster(HELD_OUT_2[0])
+    assert (c.hbm_bytes, c.hbm_bw, c.peak_flops) == (40e9, 1555e9, 312e12)

@@ -29,7 +29,7 @@ SUITES = {
     "tp": ("shardlab.bench.tensor_parallel", "data vs tensor vs tensor x data parallelism at world 2 and 4, own vs DTensor"),
     "pipeline": ("shardlab.bench.pipeline", "every pipeline schedule's bubble measured against the formula"),
     "context": ("shardlab.bench.context", "context parallelism cp 1 vs 2 over sequence lengths: activation memory, "
-                "step time, K/V bytes, zigzag balance"),
+                "step time, K/V bytes, zigzag balance; ring vs Ulysses vs hybrid at cp 2 and 4: bytes, crossover vs the planner"),
     "generate": ("shardlab.bench.generate", "generation: TTFT, latency, tokens/s, KV bytes; KV cache and pp lanes"),
     "balance": ("shardlab.bench.balance", "a 2x slow rank: equal vs measured data-parallel shares"),
     "sync": ("shardlab.bench.sync", "sync vs local SGD vs DiLoCo (H=8, 32; world 2, 4) vs async on equal tokens: bytes per token, loss, staleness"),

@@ -10,21 +10,30 @@ Method. One pool of 2 gloo ranks, the same model, initialisation and token batch
 - Step time: rotating rounds (cp1, cp2 back to back, the order alternating), a barrier before each timed
   step; the median ratio cp2 / cp1 of the pairs.
 - Bytes: the ring's recorded sends of one cp2 step against the planner's `cp_ring` (the analytic count).
+- The families: ring vs Ulysses (vs the hybrid) at cp = 2 and 4 over a length sweep, bytes against the
+  formulas, activation bytes, paired step times and the crossover measured vs the planner's
+  (bench/context_crossover.py, a pool of cp ranks each).
 - Balance, zigzag vs a contiguous split, on random q, k, v: per-rank attention FLOPs counted by the live ring
   and its per-rank attention seconds; and, for the figure, each rank's attention compute replayed alone in
   one process, the ranks alternating (a paired ratio: on a shared machine two live ranks compete for cores).
 """
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
 MODEL = dict(n_layer=2, n_head=4, d_model=64)  # the tiny preset
-SIZES = {"quick": dict(seqs=[128, 256, 512], rounds=5, warm=1, attn_seq=1024, attn_reps=15),
-         "full": dict(seqs=[256, 512, 1024, 2048], rounds=12, warm=2, attn_seq=2048, attn_reps=25)}
+SIZES = {"quick": dict(seqs=[128, 256, 512], rounds=5, warm=1, attn_seq=1024, attn_reps=15,
+                       cross_seqs=[256, 512, 1024, 2048], cross_rounds=5),
+         "full": dict(seqs=[256, 512, 1024, 2048], rounds=12, warm=2, attn_seq=2048, attn_reps=25,
+                      cross_seqs=[128, 256, 512, 1024, 2048, 4096], cross_rounds=9)}
 ROWS = ("cp1", "cp2")
-FAMILIES = ("own", "ulysses")  # the ring and Ulysses at cp = 2 (docs/context.md, "Two families")
+# the families (docs/context.md, "Two families") at each cp degree: the ring first (the paired reference),
+# Ulysses, and at cp = 4 the hybrid with U = 2 inside a ring of 2 (at cp = 2 it would be one or the other)
+FAMILIES = {2: ["own", "ulysses"], 4: ["own", "ulysses", "hybrid:2"]}
+CLUSTER = "this"  # the planner's cluster for the crossover: this machine's calibrated profile
 
 
 class _Run:
@@ -49,17 +58,9 @@ class _Run:
         self.par.step([(x, y)], max_norm=1.0, global_tokens=self.seqs * x.shape[1])
 
     def activation_bytes(self, x: torch.Tensor) -> int:
-        from shardlab.observe.activations import ActivationBytes
+        from shardlab.bench.context_crossover import activation_bytes
 
-        par = self.par
-        if par.shard_batch is not None:
-            x, _ = par.shard_batch(x, x)
-        with ActivationBytes(par.model) as acts:
-            out = par.module(x)
-        out.float().sum().mul(0.0).backward()  # through the graph once (the ring's backward too), no update
-        par.finish()  # a measurement, not a step (no par.step): sync the backward's gradients, drop them
-        par.zero_grad()
-        return sum(acts.held.values())
+        return activation_bytes(self.par, x)
 
     def checksum(self) -> float:
         return float(sum(p.detach().double().sum() for p in self.par.model.parameters()))
@@ -115,33 +116,8 @@ def _sweep(size: dict) -> dict:
         del live
         release()
     out["balance"] = _balance(size["attn_seq"], size["attn_reps"])
-    out["families"] = _families(size)
     gathered = comm.all_gather_object(out)
     return gathered if rank == 0 else None
-
-
-def _families(size: dict) -> dict:
-    """cp2 by the ring against cp2 by Ulysses (all-to-all over heads) at every length: the bytes each
-    records in one step (sends; all-to-all payloads) and paired step times (the order alternating)."""
-    from shardlab import comm
-
-    out = {}
-    for seq in size["seqs"]:
-        live = {impl: _Run("cp2", seq, impl) for impl in FAMILIES}
-        res = {"bytes": {}, "times": {impl: [] for impl in FAMILIES}}
-        for impl in FAMILIES:
-            first = comm.RECORDER.order
-            live[impl].step(*_batch(seq, -3, "cp2", comm.rank()))
-            res["bytes"][impl] = sum(rec.bytes for rec in comm.RECORDER.ring if rec.order > first
-                                     and rec.op in ("send", "all_to_all") and rec.tag.startswith("cp."))
-        for r in range(size["rounds"]):
-            for impl in (FAMILIES if r % 2 == 0 else FAMILIES[::-1]):
-                comm.barrier()
-                t0 = time.perf_counter()
-                live[impl].step(*_batch(seq, r, "cp2", comm.rank()))
-                res["times"][impl].append(time.perf_counter() - t0)
-        out[seq] = res
-    return out
 
 
 def _balance(seq: int, reps: int) -> dict:
@@ -261,7 +237,7 @@ def measure(quick: bool = True) -> dict:
         spread = common.stats([max(ts) / min(ts) for ts in rounds])
         return {"median": max(med) / min(med), "min": spread["min"], "max": spread["max"]}
 
-    fams = families(ranks, size)
+    fams = families(size)
     replayed = replay(size["attn_seq"], size["attn_reps"])
     zig, con = balance(replayed["zigzag"]), balance(replayed["contiguous"])
     step = by[(longest, "cp2")]["step_ratio_cp2_cp1"]
@@ -278,8 +254,7 @@ def measure(quick: bool = True) -> dict:
         "cp_step_ratio": step["median"], "cp_step_ratio_min": step["min"], "cp_step_ratio_max": step["max"],
         "cp_step_ratio_ci90": step["ci90"], "cp_step_ratio_load_avg": step["load_avg"],
         "ranks_consistent": all(consistent),
-        "cp_a2a_exact": 1.0 if all(r["exact"] for r in fams) else 0.0,
-        "cp_ulysses_step_ratio": fams[-1]["step_ratio_ulysses_ring"]["median"],
+        **family_figures(fams),
     }
     balance = [{"rank": i, **{f"{lay}_flops": d["flops"] for lay, d in b.items()},
                 **{f"{lay}_attn_s": common.stats(d["attn_s"]) for lay, d in b.items()}} for i, b in enumerate(bal)]
@@ -287,24 +262,52 @@ def measure(quick: bool = True) -> dict:
             "families": fams}
 
 
-def families(ranks: list, size: dict) -> list[dict]:
-    """Rows of the ring-vs-Ulysses study: recorded bytes per rank against cost.py's formulas (the ring's sends,
-    Ulysses' all-to-all payloads), step times and the paired ratio Ulysses / ring."""
-    from shardlab.bench import common
-    from shardlab.parallel.cp.cost import comm_bytes
+def families(size: dict) -> dict:
+    """{cp: the crossover study (bench/context_crossover.measure)} at cp = 2 and 4."""
+    from shardlab.bench import context_crossover
 
-    warm, out = size["warm"], []
-    h, d = MODEL["n_head"], MODEL["d_model"] // MODEL["n_head"]
-    for seq in size["seqs"]:
-        per = [r["families"][seq] for r in ranks]
-        formula = {impl: sum(comm_bytes(impl, 1, seq, h, h, d, 2, 2, 4, MODEL["n_layer"]).values())
-                   for impl in FAMILIES}
-        t = per[0]["times"]
-        pairs = [b / a for a, b in zip(t["own"][warm:], t["ulysses"][warm:])]
-        out.append({"seq_len": seq, "bytes": per[0]["bytes"], "formula": formula,
-                    "exact": all(p["bytes"] == formula for p in per),
-                    "step_s": {impl: common.stats(t[impl][warm:]) for impl in FAMILIES},
-                    "step_ratio_ulysses_ring": common.median_ci(pairs)})
+    return {cp: context_crossover.measure(size["cross_seqs"], cp, impls, size["cross_rounds"], CLUSTER)
+            for cp, impls in FAMILIES.items()}
+
+
+def family_figures(fams: dict) -> dict:
+    """`cp_a2a_exact` (1.0 when every implementation's recorded cp bytes equal parallel/cp/cost.py's at every
+    length and degree), `cp_ulysses_step_ratio` (Ulysses ÷ ring, paired, cp = 2 at the longest length) and per
+    degree and family the crossover length measured and predicted (null: not ahead at the longest length)."""
+    out = {"cp_a2a_exact": 1.0 if all(f["bytes_exact"] for f in fams.values()) else 0.0,
+           "cp_ulysses_step_ratio": fams[2]["rows"][-1]["ulysses"]["paired_vs_ring"]["median"]}
+    for cp, f in fams.items():
+        out[f"cp{cp}_ulysses_step_ratio"] = f["rows"][-1]["ulysses"]["paired_vs_ring"]["median"]
+        for spec, c in f["crossover"].items():
+            name = spec.split(":")[0]
+            out[f"cp{cp}_{name}_crossover_measured"] = c["measured"]
+            out[f"cp{cp}_{name}_crossover_predicted"] = c["predicted"]
+    return out
+
+
+def family_tables(fams: dict) -> list[str]:
+    """The report's section on the families: one table per cp degree."""
+    from shardlab.bench import common
+
+    mib, out = 2 ** 20, []
+    for cp, f in fams.items():
+        rows = []
+        for r in f["rows"]:
+            for spec in f["impls"]:
+                x = r[spec]
+                rows.append([r["seq_len"], spec.replace(":", " U="),
+                             f"{x['bytes'][0]:,} ({x['formula_bytes']:,}{'' if x['bytes_exact'] else ' NOT EQUAL'})",
+                             f"{x['act_bytes'] / mib:.2f}", common.fmt_stats(x["step_s"], 1e3, 1),
+                             f"{x['predicted_s'] * 1e3:.1f}",
+                             "" if spec == f["impls"][0] else common.fmt_stats(x["paired_vs_ring"], 1, 3)])
+        cross = "; ".join(f"{s}: measured {c['measured']}, predicted {c['predicted']}"
+                          for s, c in f["crossover"].items())
+        loads = [r["load_avg"][-1][0] for r in f["rows"]]
+        out += [f"**cp = {cp}** ({cp} ranks; 1-minute load average {min(loads):.1f}–{max(loads):.1f} on "
+                f"{os.cpu_count()} cores while measuring; planner: {f['cluster']}). Crossover (the shortest length "
+                f"from which on the family stays ahead of the ring; None: behind at the longest): {cross}.",
+                common.md_table(["seq len", "impl", "cp bytes/rank/step (formula)", "activation MiB (exact)",
+                                 "step ms (min–max)", "planned ms", "÷ ring, paired"], rows)]
     return out
 
 
@@ -312,7 +315,9 @@ def run(out, quick: bool) -> dict:
     from shardlab.bench import common
 
     doc = measure(quick)
-    common.write_results(out, "context", doc["figures"], doc["rows"] + doc["balance"])
+    fam_rows = [{"family": spec, "cp": cp, "seq_len": r["seq_len"], "load_avg": r["load_avg"], **r[spec]}
+                for cp, f in doc["families"].items() for r in f["rows"] for spec in f["impls"]]
+    common.write_results(out, "context", doc["figures"], doc["rows"] + doc["balance"] + fam_rows)
     plot = _plot(out, doc["rows"])
     mib = 2 ** 20
     table = common.md_table(
@@ -328,13 +333,6 @@ def run(out, quick: bool) -> dict:
         [[b["rank"], f"{b['zigzag_flops'] / 1e9:.3f}", common.fmt_stats(b["zigzag_attn_s"], 1e3, 1),
           f"{b['contiguous_flops'] / 1e9:.3f}", common.fmt_stats(b["contiguous_attn_s"], 1e3, 1)]
          for b in doc["balance"]])
-    fam = common.md_table(
-        ["seq len", "ring bytes/rank/step (formula)", "ulysses bytes/rank/step (formula)", "ring step ms",
-         "ulysses step ms", "ulysses ÷ ring, paired"],
-        [[r["seq_len"], f"{r['bytes']['own']:,} ({r['formula']['own']:,})",
-          f"{r['bytes']['ulysses']:,} ({r['formula']['ulysses']:,})", common.fmt_stats(r["step_s"]["own"], 1e3, 1),
-          common.fmt_stats(r["step_s"]["ulysses"], 1e3, 1), common.fmt_stats(r["step_ratio_ulysses_ring"], 1, 3)]
-         for r in doc["families"]])
     f = doc["figures"]
     common.write_report(out, "Context parallelism: cp = 1 vs cp = 2 (world 2, tiny model)", [
         "cp1: own ddp, each rank one whole sequence of length T. cp2: `parallel.cp=2`, the two ranks share one "
@@ -353,10 +351,12 @@ def run(out, quick: bool) -> dict:
         "the two ranks compete for the cores with each other and any other load (cp_balance_live: max ÷ min of "
         "the per-rank medians).",
         bal,
-        "Two families at cp = 2: the ring (K/V blocks travel, p2p sends) and Ulysses (all-to-alls turn the "
-        "sequence shard into a head shard; comm's all-to-all payload, this rank's own piece included), the bytes "
-        "each rank recorded in one step against parallel/cp/cost.py, and step times alternating the two.",
-        fam,
+        "Two families at cp = 2 and 4: the ring (K/V blocks travel, p2p sends), Ulysses (all-to-alls turn the "
+        "sequence shard into a head shard; comm's all-to-all payload, this rank's own piece included) and at cp = 4 "
+        "the hybrid (U = 2 inside a ring of 2): the bytes each rank recorded in one step against "
+        "parallel/cp/cost.py (rank 0's shown, every rank's compared), activation bytes (max over ranks), step times "
+        "in rotating rounds with the paired ratio against the ring, and the planner's step on the same layout.",
+        *family_tables(doc["families"]),
         f"cp_a2a_exact = {f['cp_a2a_exact']:.0f}, cp_ulysses_step_ratio = {f['cp_ulysses_step_ratio']:.3f} "
         "(at the longest length).",
         f"**Figures**: cp_act_mem_ratio = {f['cp_act_mem_ratio']:.3f} (goal ≤ 0.55), cp_balance = "

@@ -53,9 +53,9 @@ class Hands:
 # would give (`check`). A layer not listed hands whole matrices (ddp, torch-zero1, pipeline stages, EP).
 HANDS: dict[str, Hands] = {
     "zero": Hands("dim-0 row shards of each matrix (flat ZeRO shards)", describes=True),
-    "torch-fsdp2": Hands("DTensor dim-0 shards of each matrix (FSDP2)", describes=False),
+    "torch-fsdp2": Hands("DTensor dim-0 shards of each matrix (FSDP2)", describes=True),
     "tp:own": Hands("its column or row slice of each split matrix (own TP)", describes=True),
-    "tp:dtensor": Hands("DTensor shards of each split matrix (DTensor TP)", describes=False),
+    "tp:dtensor": Hands("DTensor shards of each split matrix (DTensor TP)", describes=True),
 }
 _DECLARED_AS = {"zero1": "zero", "zero2": "zero", "zero3": "zero"}
 
@@ -85,7 +85,7 @@ def serve(factory, layer: str, hands: str | None) -> None:
     if isinstance(hands, Pieces) and getattr(row, "gathers", False):
         factory.pieces[layer] = hands  # the optimizer gathers each matrix from these pieces
         return
-    able = "ddp, torch-ddp, torch-zero1" + (", zero1/2/3, own tp" if getattr(row, "gathers", False) else "")
+    able = "ddp, torch-ddp, torch-zero1" + (", zero1/2/3, torch-fsdp2, tp" if getattr(row, "gathers", False) else "")
     raise ConfigError(f"optimizer {row.name} needs whole matrices, and {layer} hands it {hands}: "
                       f"choose a layer that keeps whole matrices or describes its pieces ({able}) or an "
                       "elementwise optimizer")
@@ -109,6 +109,10 @@ def check(cfg, dims) -> None:
     if not row.whole_matrix:
         return
     p = cfg.parallel
+    if p.offload != "none":  # the offloaded step updates a few layers at a time (parallel/dp/offload)
+        raise ConfigError(f"train.optimizer={row.name} with parallel.offload={p.offload}: the offloaded step "
+                          f"updates a group of layers at a time, and {row.name} gathers every matrix in one "
+                          "exchange; use parallel.offload=none, or train.optimizer=adamw")
     dp = "single" if dims.size("dp_cp") == 1 and dims.world_size > 1 else p.strategy
     present = [(dp, _DECLARED_AS.get(dp, dp))]
     if dims.size("tp") > 1:

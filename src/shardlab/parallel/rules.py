@@ -27,6 +27,9 @@ def facts(cfg, dims) -> dict:
     f = dict(dims.degrees, ep=dims.ep, dp=layers.dp_name(p), tp_impl=p.tp_impl, cp_impl=p.cp_impl, sp=bool(p.sp),
              experts=cfg.model.moe_experts, compress=p.compress, sync=p.sync)
     f["dp1"] = f["dp"] if dims.dp_size > 1 else "single"  # the dp layer a TP group meets (dp = 1: none)
+    # the dp layer a pipeline stage meets: it reduces over dp x cp, cp ranks hold replicas too
+    f["dp_cp1"] = f["dp"] if dims.size("dp_cp") > 1 else "single"
+    f["pp_virtual"] = getattr(p, "pp_virtual", 1)
     f["replicating"] = f["dp"] in layers.REPLICATING
     f["tp_other"] = "dtensor" if p.tp_impl == "own" else "own"
     for name in ("tp", "cp", "ep"):  # "{tp_with_dp}": the data-parallel layers the chosen implementation takes
@@ -45,7 +48,7 @@ def allows(f: dict, layer: str, dp: str) -> bool:
 
 @dataclass(frozen=True)
 class Rule:
-    layer: str  # whose checks report it: "tp", "cp", "ep", "moe" (model.moe_experts), "powersgd"
+    layer: str  # whose checks report it: "tp", "cp", "ep", "pp", "moe" (model.moe_experts), "powersgd"
     when: Callable[[dict], bool]  # facts -> refused
     says: str  # the one line, formatted with the facts
 
@@ -79,6 +82,21 @@ RULES: tuple[Rule, ...] = (
     Rule("ep", lambda f: f["ep"] > 1 and (f["compress"] != "none" or f["sync"] != "every_step"),
          "parallel.ep={ep} with parallel.compress={compress} parallel.sync={sync}: expert parallelism needs plain "
          "per-step gradient reduction; use the defaults"),
+    # pipeline stages and the layers around them
+    Rule("pp", lambda f: f["pp"] > 1 and f["dp_cp1"] in ("torch-ddp", "torch-zero1"),
+         "parallel.dp={dp} with parallel.pp={pp}: torch DDP cannot have several microbatches' forwards in flight; "
+         "use ddp, zero1, zero2, zero3 or torch-fsdp2"),
+    Rule("pp", lambda f: f["pp"] > 1 and f["tp"] > 1 and f["tp_impl"] != "own",
+         "parallel.pp={pp} with parallel.tp_impl={tp_impl}: DTensor's plan shards an embedding and head a pipeline "
+         "stage may not hold, and its loss_parallel must span a backward the schedule runs later; use "
+         "parallel.tp_impl=own"),
+    Rule("pp", lambda f: f["pp"] > 1 and f["pp_virtual"] > 1 and f["dp_cp1"] == "zero3",
+         "parallel.pp_virtual={pp_virtual} with parallel.dp=zero3: zero3 gathers, prefetches and reshards its units "
+         "in the order of one forward through the rank's part, and virtual stages interleave several; use ddp, "
+         "zero1 or zero2, or parallel.pp_virtual=1"),
+    Rule("pp", lambda f: f["pp"] > 1 and f["pp_virtual"] > 1 and f["dp_cp1"] == "torch-fsdp2",
+         "parallel.pp_virtual={pp_virtual} with parallel.dp=torch-fsdp2: FSDP2 makes the rank's whole part its root "
+         "unit, which virtual stages cannot share; use ddp, zero1 or zero2, or parallel.pp_virtual=1"),
     # PowerSGD replaces the all-reduce of pure data parallelism
     Rule("powersgd", lambda f: f["compress"] != "none" and f["tp"] * f["pp"] * f["cp"] > 1,
          "parallel.compress={compress} with tp/pp/cp > 1: this version compresses pure data parallelism only; "

@@ -9,6 +9,10 @@ FlashAttention papers count FLOPs this way and report the rate reached as a frac
           50-73% of peak on A100 (abstract); on H100 only about 35% (FlashAttention-3 paper, abstract)
   flash3  FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): up to 75% of H100's peak forward
           (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall
+  triton  FlashAttention (the first algorithm) in Triton (flash-attn's flash_attn_triton.py; llm-foundry's
+          attn_impl=triton, its benchmarks' default): FlashAttention-2 is "around 2x" FlashAttention (Dao 2023,
+          abstract), so half of FlashAttention-2's rate on either generation (on Hopper both run Ampere's
+          mma instructions, no wgmma)
 """
 from __future__ import annotations
 
@@ -19,8 +23,10 @@ EFFICIENCY = {
     ("flash2", "ampere"): (0.62, 0.62),  # the middle of FlashAttention-2's 50-73% on A100
     ("flash2", "hopper"): (0.35, 0.35),  # "only 35% utilization on H100" (FlashAttention-3)
     ("flash3", "hopper"): (0.75, 0.55),  # 75% forward; backward 1.5-1.75x FlashAttention-2's
+    ("triton", "ampere"): (0.31, 0.31),  # FlashAttention-2's rate / 2
+    ("triton", "hopper"): (0.175, 0.175),
 }
-BACKENDS = ("flash2", "flash3")
+BACKENDS = ("flash2", "flash3", "triton")
 
 
 def generation(peak_flops: float) -> str:

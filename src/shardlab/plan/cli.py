@@ -126,6 +126,8 @@ def _parse_kv(items: list[str]) -> dict:
             if out.get("dp", 1) != 1:
                 raise ValueError(f"strategy single runs on one rank: dp must be 1, got {out['dp']}")
             out["dp"] = 1
+        if out["strategy"] == "torch-zero1":  # planned as zero1 over whole parameters (ZeroRedundancyOptimizer)
+            out["zero_partition"] = "params"
         out["strategy"] = strategy_name(out["strategy"])
     return out
 
@@ -142,7 +144,7 @@ def build(kv: dict, for_search: bool = False):
             raise ValueError(f"attention must be one of {', '.join(attention.BACKENDS)}, got {kv['attention']!r}")
         cluster = replace(cluster, power_w=kv.get("power_w", cluster.power_w),
                           attention=kv.get("attention", cluster.attention))
-    lay_kw = {k: kv[k] for k in LAYOUT_KEYS if k in kv}
+    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, "zero_partition") if k in kv}
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))

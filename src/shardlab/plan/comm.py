@@ -181,6 +181,7 @@ class Collective:
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
     last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
+    syncs: int = 0  # waits on the group after compute per step (the sync wait's count); 0 = one per call
 
     @property
     def wire(self) -> float:
@@ -194,7 +195,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     collective per wrap unit (root + one per block): a unit's flat buffer."""
     health = [Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
                          "8 fp64 signals x N ranks: the doctor's per-step check")] if lay.health_check else []
-    if lay.dp == 1:
+    if lay.dp_cp == 1:
         return health
     us = units(model, lay.tp, lay.pp, lay.v)
     numels = [x for u in us for x in u]
@@ -207,7 +208,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
                             int(lay.bucket_mb * MiB), int(lay.last_bucket_mb * MiB))
-        out = [Collective("all_reduce", "dp", lay.dp, gb * psi, len(sizes), "backward",
+        out = [Collective("all_reduce", "dp", lay.dp_cp, gb * psi, len(sizes), "backward",
                           f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
                           last_payload=sizes[-1])]
         return out + health
@@ -345,9 +346,17 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
         "own", train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv, d, lay.cp, 1, e, layers, full)
     fwd = (lay.cp - 1) * (2 if full else 1)
     sends = (fwd + 2 * lay.cp - 1) * layers * m
+    syncs = _cp_syncs("own", lay, layers, full)["ring"] * m
     return Collective("p2p", "cp", lay.cp, sum(tags.values()) * m, sends, "none",
                       f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}) x ({fwd} fwd + {lay.cp - 1} bwd) + "
-                      f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True)
+                      f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True, syncs=syncs)
+
+
+def _cp_syncs(impl: str, lay: Layout, layers: int, full: bool) -> dict[str, int]:
+    """Context parallelism's waits on its peers per micro batch, by family (parallel/cp/cost.py)."""
+    from shardlab.parallel.cp.cost import sync_points
+
+    return sync_points(impl, lay.cp, lay.cp if impl == "ulysses" else lay.cp_ulysses, layers, full)
 
 
 def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
@@ -365,14 +374,16 @@ def cp_a2a(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Coll
                                               model.d_model // model.n_head, lay.cp, u, e, layers, full)
     a2a = (tags["cp.a2a"] + tags["cp.a2a_bwd"]) * m
     calls = 4 * layers * (3 if full else 2) * m
+    syncs = _cp_syncs(lay.cp_impl, lay, layers, full)
     out = [Collective("all_to_all", "cp", u, a2a, calls, "none",
                       f"q, k, v, out: b*(s/cp)*d*(2h+2g)/t*{e} x ({'2' if full else '1'} fwd + 1 bwd) x {layers} layers "
-                      f"x {m} micro batches (Ulysses over {u})", per_micro=True)]
+                      f"x {m} micro batches (Ulysses over {u})", per_micro=True, syncs=syncs["a2a"] * m)]
     if "cp.kv" in tags:
         ring = (tags["cp.kv"] + tags["cp.kv_bwd"] + tags["cp.dkv"]) * m
         r = lay.cp // u
         out.append(Collective("p2p", "cp", r, ring, ((2 if full else 1) * (r - 1) + 2 * r - 1) * layers * m, "none",
-                              f"the ring over {r} Ulysses groups on h/U heads", per_micro=True))
+                              f"the ring over {r} Ulysses groups on h/U heads", per_micro=True,
+                              syncs=syncs["ring"] * m))
     return out
 
 
@@ -393,8 +404,9 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
-    n = {"tp": lay.tp, "dp": lay.dp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
+              "pp": lay.tp * lay.dp_cp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
+    # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
+    n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
          "pp": lay.pp, "cp": lay.cp}[group]
     g = cluster.gpus_per_node
     if stride >= g:

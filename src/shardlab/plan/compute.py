@@ -37,10 +37,11 @@ class Op:
 DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
 
 
-def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
+              sp: bool = False) -> list[Op]:
     """One transformer block forward, tensor-parallel degree t, activation element size e."""
     if model.llama:
-        return llama_layer_ops(model, b, s, t, e, flash)
+        return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp)
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
     att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
@@ -68,7 +69,22 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> 
     ]
 
 
-def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool) -> list[Op]:
+# Meta's reference RMSNorm in eager kernels, per element of the b*s*h input (bf16 in and out, fp32 inside):
+# forward x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 B (a fused norm: 4);
+# backward (autograd of each): the weight's product and sum 8, dy * weight 4, type_as 6, the mul's two
+# gradients 8 + 16, mean and pow 4 + 12, the two x gradients added 12, float() 6 = 76 B
+EAGER_NORM_BYTES = (36, 76)
+
+
+def _rms_norm(name: str, T: int, h: int, e: int, eager: bool) -> Op:
+    if not eager:
+        return Op(name, "elem", bytes=2 * T * h * e, ew="ln")
+    fwd, bwd = EAGER_NORM_BYTES
+    return Op(name, "elem", bytes=fwd * T * h, ew="ln", bwd_bytes=bwd * T * h)
+
+
+def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
+                    sp: bool = False) -> list[Op]:
     """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
     rotary positions on q and k, grouped-query attention (each key/value head read by its group),
     SwiGLU (gate, up, silu x up, down)."""
@@ -82,7 +98,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
     return [
-        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
+        _rms_norm("ln_1", T // (t if sp else 1), h, e, eager_norm),  # sequence parallel: s/t tokens
         Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
         # rotary: q and k read, rotated half built, two products and a sum written
@@ -91,7 +107,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
         Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
+        _rms_norm("ln_2", T // (t if sp else 1), h, e, eager_norm),
         *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
         Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
         Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
@@ -179,6 +195,7 @@ class MicroTime:
     gemm_flops: float  # hardware FLOPs of fwd+bwd (recompute included)
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
     how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
+    kernels: tuple = (0, 0)  # kernels one block launches, forward and backward (launch gaps)
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -214,7 +231,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     e = train.param_bytes
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention), lay.cp)
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, lay.sp and t > 1),
+                             lay.cp)
 
     def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
         return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
@@ -240,7 +258,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     else:
         rec = 0.0
     fw_extra, bw_extra = _framework(c, len(block), layers)
-    fwd, bwd = fwd + fw_extra, layers * b_block + b_end + bw_extra
+    gap_f, gap_b = launch_gaps(block, c)
+    fwd, bwd = fwd + fw_extra + layers * gap_f, layers * (b_block + gap_b) + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
     how = "roofline"
     if t == 1 and lay.pp == 1 and lay.cp == 1 and e == 4 and train.flash_attention:
@@ -254,7 +273,24 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how)
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block))
+
+
+def block_kernels(block: list[Op]) -> tuple[int, int]:
+    """(forward, backward) kernels one block launches: one per op call forward (a GEMM, an elementwise op,
+    the fused attention), two per GEMM backward (dX, dW), three for the attention backward (FlashAttention's
+    preprocess, main and dq conversion), one per elementwise op that moves bytes backward."""
+    fwd = sum(o.count if o.kind == "elem" else 1 for o in block if o.kind == "gemm" or o.bytes)
+    bwd = sum(3 if o.name == "attention" else 2 if o.kind == "gemm" else o.count for o in block
+              if o.kind == "gemm" or (o.bytes if o.bwd_bytes is None else o.bwd_bytes))
+    return fwd, bwd
+
+
+def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
+    """(forward, backward) seconds per block the device idles between kernels (the cluster's `kernel_gap_s`;
+    0 off GPU presets): eager PyTorch issues every op as its own kernel."""
+    f, b = block_kernels(block)
+    return f * c.kernel_gap_s, b * c.kernel_gap_s
 
 
 def context_parallel(block: list[Op], cp: int) -> list[Op]:

@@ -179,8 +179,8 @@ def train_args(p: Plan) -> str:
     lay = p.layout
     strategy = {"ddp": "ddp" if lay.dp > 1 or lay.world > 1 else "single"}.get(lay.strategy, lay.strategy)
     out = [f"parallel.strategy={strategy}"]
-    if lay.strategy != "ddp" and lay.shard != lay.dp:
-        out.append(f"parallel.dp_shard={lay.shard}")
+    if lay.strategy != "ddp" and lay.replicate > 1:
+        out.append(f"parallel.dp_shard={lay.dp // lay.replicate}")
     if lay.tp > 1:
         out += [f"parallel.tp={lay.tp}"] + (["parallel.sp=true"] if lay.sp else [])
     if lay.pp > 1:

@@ -63,5 +63,6 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
                                  reshard_after_forward=bool(p.reshard_after_forward),
-                                 health_check=trainer_defaults()["health_check"])
+                                 health_check=trainer_defaults()["health_check"],
+                                 zero_partition="params" if p.strategy == "torch-zero1" else "rows")
     return model_spec(cfg), train, layout

@@ -49,7 +49,8 @@ class Cluster:
     call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
-    attention: str = ""  # the fused attention kernel: flash2, flash3 (compute/attention.py), "" = GEMM rate
+    attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
+    kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
     # ---- measured (calibrated profiles) ----
     # op -> (alpha seconds per call, bus bandwidth bytes/s) measured end to end at `measured_world`
     collectives: dict = field(default_factory=dict)
@@ -144,8 +145,16 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # The GPU terms every GPU preset shares (each cited in docs/planner.md, "The GPU terms"): NCCL's base
 # latency per call (src/graph/tuning.cc, Ring/Simple) and ring efficiency on NVLink and InfiniBand, the
 # CTAs its NVLink rings run on, and SDPA's fused attention kernel (FlashAttention-2)
-_NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2")
-_HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0)
+# kernel_gap_s: a kernel queued behind another starts ~1 us after it ends (NVIDIA, "Getting Started with CUDA
+# Graphs": back-to-back launches of a 2.9 us kernel ran at 3.8 us each, 3.4 us as a graph)
+_NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
+             kernel_gap_s=1e-6)
+# gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
+# settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
+# datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM
+# has the same compute and board power). The A100 keeps the 0.75 assumption: no sustained figure is published
+_HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
+               gemm_efficiency=0.706)
 
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(

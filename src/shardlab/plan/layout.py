@@ -48,6 +48,14 @@ class TrainSpec:
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
     fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
+    # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
+    # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
+    eager_norm: bool = False
+    # the model as the run built it, published rows' inputs like eager_norm: dropout probabilities above 0 (the
+    # papers' setting, Korthikanti's masks; MPT's defaults are 0) and a fused cross-entropy on 16-bit logits
+    # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
+    dropout: bool = True
+    fused_loss: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
@@ -114,6 +122,9 @@ class Layout:
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
     zero1_impl: str = "reduce_scatter"  # zero1 gradient collective: reduce_scatter | all_reduce
+    # what a zero1 rank's optimizer steps: "rows" (own zero1: dim-0 row shards of every parameter) or "params"
+    # (torch-zero1, ZeroRedundancyOptimizer: whole parameters, partitioned greedily by size); Muon's cost reads it
+    zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
@@ -143,15 +154,23 @@ class Layout:
                    tp=degrees.tp, pp=degrees.pp, cp=degrees.cp, **how)
 
     @property
+    def dp_cp(self) -> int:
+        """Ranks holding replicas of the same parameters: dp x cp. Under context parallelism the cp ranks of
+        a sequence hold replicas too, so the runtime's data-parallel layer communicates over the flattened
+        dp_cp group (parallel/dp/apply.py: data_parallel_group)."""
+        return self.dp * self.cp
+
+    @property
     def shard(self) -> int:
-        """Ranks a ZeRO state is split over (1 for ddp)."""
+        """Ranks a ZeRO state is split over (1 for ddp): the dp shard group, and with context parallelism
+        its cp ranks too, as the runtime's sharding layer shards over dp_cp (parallel/dp/zero_state.py)."""
         if self.strategy == "ddp":
             return 1
-        return self.dp_shard or self.dp
+        return (self.dp_shard or self.dp) * self.cp
 
     @property
     def replicate(self) -> int:
-        return self.dp // self.shard if self.strategy != "ddp" else self.dp
+        return self.dp // (self.dp_shard or self.dp) if self.strategy != "ddp" else self.dp
 
     def check(self, model: ModelSpec) -> None:
         if self.strategy not in STRATEGIES:
@@ -162,6 +181,7 @@ class Layout:
         _one_of("offload", self.offload, OFFLOAD)
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        _one_of("zero_partition", self.zero_partition, ("rows", "params"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):

@@ -17,7 +17,7 @@ from shardlab.parallel.pp import registry
 from . import fp8
 from .comm import MiB, padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
-from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer
+from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
 
 
 @dataclass(frozen=True)
@@ -84,10 +84,11 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute,
-                                           flash=train.flash_attention) * train.act_bytes_scale
+    per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute, flash=train.flash_attention,
+                                           dropout=train.dropout) * train.act_bytes_scale
     fl = in_flight(lay, m)
-    extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl) * train.act_bytes_scale
+    extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl, dropout=train.dropout,
+                                   fused_loss=train.fused_loss) * train.act_bytes_scale
     one = per_layer * layers
     form = {"none": "sbh(34 + 5as/h)", "selective-attn": "sbh*34", "full": "2sbh",
             "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)",
@@ -101,12 +102,21 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
             if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")
     if train.flash_attention and lay.recompute == "none":
         form += " without 5as/h (fused attention)"
+    if not train.dropout and not model.llama and lay.recompute in ("none", "selective-attn"):
+        form += ", less the 2 dropout masks (dropout 0)"
     scale = " x2 (fp32)" if train.act_bytes_scale != 1 else ""
+    logits = (logits_bytes(model, b, s, lay.tp, train.fused_loss) * train.act_bytes_scale) if lay.pp == 1 else 0.0
+    loss = (f"; of which the loss's logits {logits:,.0f} B ("
+            + ("4sbv/t: fused cross-entropy, 16-bit logits and gradient" if train.fused_loss else
+               "12sbv: F.cross_entropy's fp32 log-softmax and gradients" if lay.tp == 1 else
+               "8sbv/t: vocab-parallel softmax and gradient") + ")") if logits else ""
     lines = [
         Line("activations", one + extra,
              f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
-             f"{extra:,.0f} B (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
+             f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
+    if lay.recompute == "full":
+        lines.append(working_set_line(model, train, lay, b, s))
     if train.fp8 != "none":
         sb = fp8.scale_line_bytes(model, train, lay)
         lines.append(Line("fp8 scales", sb, f"{train.fp8} scales of one micro batch's casts (fp8/cost.py)"))
@@ -116,6 +126,16 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
     return lines
+
+
+def working_set_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int) -> Line:
+    """Full recompute keeps each layer's input only, but backward runs one layer's forward again before its
+    own backward: that layer holds its whole activations meanwhile (Chen et al. 2016's one segment in flight;
+    torch.utils.checkpoint and FSDP's checkpoint wrapper alike), once per rank whatever the layer count."""
+    one = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, "none", flash=train.flash_attention,
+                                     dropout=train.dropout) * train.act_bytes_scale
+    return Line("recompute working set", one,
+                f"one layer's activations while backward recomputes it (as recompute=none) = {one:,.0f} B")
 
 
 def a2a_line(model: ModelSpec, train: TrainSpec, lay: Layout, layers: int) -> Line:
@@ -140,7 +160,7 @@ def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     us = units(model, lay.tp, lay.pp, lay.v)
     psi = sum(sum(u) for u in us)
     gb, pb = train.grad_bytes, train.param_bytes
-    if lay.dp == 1:
+    if lay.dp_cp == 1:
         return Line("comm buffers", 0, "no data-parallel collectives")
     if lay.strategy == "zero3":
         big = max(sum(u) for u in us)

@@ -163,7 +163,7 @@ class ModelSpec:
 
 
 def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                               recompute: str = "none", flash: bool = False) -> float:
+                               recompute: str = "none", flash: bool = False, dropout: bool = True) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro
     batch with 16-bit activations and 1-byte dropout masks.
 
@@ -173,6 +173,10 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
       selective-attn            drops the 5as/h term (Megatron's selective: attention core recomputed)
       full recompute            sbh*2 (only the layer input; /t with sequence parallelism)
     `flash=True`: a fused attention kernel never stores the s x s scores, like selective-attn.
+    `dropout=False` (a run whose dropout probabilities are 0, as MPT's defaults: torch returns the input of a
+    p = 0 dropout, no mask): the paper's two 1-byte sbh masks go (34 -> 32, 10 -> 8 under TP without SP, where
+    they are replicated), and its attention core keeps the softmax output alone (5as/h -> 2as/h). 32sbh is
+    what shardlab measured for its own block with dropout off (docs/memory.md: 64sbh + 4asb + 16sb at fp32).
 
     `selective` is shardlab's policy (parallel/recompute.py), as measured (docs/memory.md): it keeps the
     outputs of the matmuls and of attention and recomputes LayerNorm, GELU, dropout and the residual adds:
@@ -190,10 +194,11 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     if recompute in ("selective", "selective-op"):
         scores = 0.0 if flash else 2 * a * s * s * b / t
         return sbh * (2 / (t if sp else 1) + 16 / t + 4) + 4 * a * s * b / t + scores
-    attn_core = 0.0 if (recompute == "selective-attn" or flash) else 5 * a * s / h
+    attn_core = 0.0 if (recompute == "selective-attn" or flash) else (5 if dropout else 2) * a * s / h
+    masks = 0 if dropout else 2  # the attention output's and the MLP output's dropout masks, sbh each
     if sp:
-        return sbh * (34 / t + attn_core / t)
-    return sbh * (10 + 24 / t + attn_core / t)
+        return sbh * ((34 - masks) / t + attn_core / t)
+    return sbh * (10 - masks + 24 / t + attn_core / t)
 
 
 def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
@@ -229,8 +234,24 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     return 2 * s * b * (rep + split) + 2 * core * b / t + 4 * s * d / (t if sp else 1)
 
 
+def logits_bytes(m: ModelSpec, b: int, s: int, t: int = 1, fused_loss: bool = False) -> float:
+    """The loss's tensors of tokens x vocabulary at its backward (the step's peak, every layer's activations
+    still held), 16-bit activations:
+      F.cross_entropy on fp32 logits (t = 1)   12sbv: its saved log-softmax output, the gradient coming into it
+                                                and the gradient it makes, fp32 each
+      vocab-parallel loss (t > 1)              8sbv/t: its saved softmax and the gradient cloned from it
+      fused cross-entropy (`fused_loss`)        4sbv/t: the 16-bit logits it saves and the 16-bit gradient it
+                                                writes (flash-attn's xentropy kernel, llm-foundry's default
+                                                `loss_fn: fused_crossentropy`: it reads bf16 logits, computes
+                                                in fp32 registers and keeps one fp32 log-sum-exp per token)"""
+    if fused_loss:
+        return 4 * s * b * m.vocab / t
+    return (12 if t == 1 else 8) * s * b * m.vocab / t
+
+
 def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                           p: int = 1, in_flight: float = 1.0) -> float:
+                           p: int = 1, in_flight: float = 1.0, dropout: bool = True,
+                           fused_loss: bool = False) -> float:
     """Korthikanti et al. 2022 Sec. 4.3, outside the layers (first pipeline stage): the embedding
     dropout mask sbh per micro batch in flight; with p == 1 the same rank also holds the final
     LayerNorm and output projection inputs, 4sbh, and the loss's logits. The paper writes 4sbh(1 + v/h)/t
@@ -243,13 +264,14 @@ def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     held, and there the loss holds fp32 tensors of tokens x vocabulary: F.cross_entropy (t = 1) its saved
     log-softmax output, the gradient coming into it and the gradient it makes, 12sbv; the vocab-parallel
     loss its saved softmax and the gradient cloned from it, 8sbv/t. (On an H200 the 4sbv of the paper
-    left gpt2 at micro batch 32 under-predicted by 12 GiB, 41%: docs/cuda.md.)"""
+    left gpt2 at micro batch 32 under-predicted by 12 GiB, 41%: docs/cuda.md.) A fused cross-entropy kernel
+    keeps 4sbv/t (`logits_bytes`); `dropout=False` drops the embedding's mask."""
     sbh = s * b * m.d_model
-    rep = 0.0 if m.llama else sbh * in_flight  # llama: no embedding dropout
+    rep = 0.0 if (m.llama or not dropout) else sbh * in_flight  # llama: no embedding dropout
     logits = 0.0
     if p == 1:
         rep += 4 * sbh
-        logits = (12 if t == 1 else 8) * s * b * m.vocab / t
+        logits = logits_bytes(m, b, s, t, fused_loss)
     return rep / (t if sp else 1) + logits
 
 

@@ -3,9 +3,14 @@
 
   GIVEN      torchtitan's Llama 3 rows: the rows the GPU terms were examined on (reproduced inputs: the
              layout, batch, recompute policy and reduce dtype are the run's own, from its docs and configs)
-  HELD_OUT   runs not looked at while the terms were chosen: MosaicML llm-foundry's MPT throughput tables
-             (scripts/train/benchmarking/README.md), every BF16 row at sequence 2048, recorded with the exact
-             figures and evaluated once, after the terms were committed
+  HELD_OUT   runs not looked at while the first terms were chosen: MosaicML llm-foundry's MPT throughput tables
+             (scripts/train/benchmarking/README.md), the H100 rows and the mixed-precision-mode rows of its A100
+             80GB table at sequence 2048, recorded with the exact figures and evaluated once, after those terms
+             were committed; the second round of terms was examined on them (so they are given inputs now)
+  EXAMINED   the rest of the A100 80GB table at sequence 2048 (MPT-125M to 13B, amp_bf16), looked at while the
+             second round of terms was chosen
+  HELD_OUT_2 the A100 40GB table (bf16 PURE) at sequence 2048: not evaluated until the second round of terms
+             was committed, then once
 
 No row has a factor of its own: every prediction is the preset and the row's configuration.
 """
@@ -24,10 +29,11 @@ FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/bench
 
 def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     """A torchtitan row: FSDP2 over gpus/tp ranks (TP with its sequence-parallel norms), bf16 parameters,
-    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192."""
+    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192, and its default
+    norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/compute.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
-            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "source": TORCHTITAN}
+            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -40,18 +46,25 @@ GIVEN = [
 
 # MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): (n_layers, d_model, n_heads); vocabulary
 # 50,368, MLP expansion 4, tied embeddings
-MPT = {"760m": (24, 1536, 12), "1b": (24, 2048, 16), "3b": (32, 2560, 20), "7b": (32, 4096, 32),
-       "13b": (40, 5120, 40), "30b": (48, 7168, 56), "70b": (80, 8192, 64)}
+MPT = {"125m": (12, 768, 12), "350m": (24, 1024, 16), "760m": (24, 1536, 12), "1b": (24, 2048, 16),
+       "3b": (32, 2560, 20), "7b": (32, 4096, 32), "13b": (40, 5120, 40), "30b": (48, 7168, 56),
+       "70b": (80, 8192, 64)}
+# llm-foundry's benchmark sweeps (scripts/train/benchmarking/submit_benchmarks.py) set attn_impl from
+# `--attn_impl`, default "triton": FlashAttention in Triton (plan/attention.py)
+FOUNDRY_ATTENTION = "triton"
 
 
 def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
     """An llm-foundry row: FSDP FULL_SHARD, bf16 compute; Composer's DEFAULT mixed precision reduces in fp32,
-    PURE in bf16; activation checkpointing is full recompute; flash attention (FlashAttention-2)."""
+    PURE in bf16; activation checkpointing is full recompute; the Triton FlashAttention kernel. The model as
+    the benchmark yamls (scripts/train/yamls/pretrain/mpt-*.yaml, May and October 2023) build it with MPTConfig's
+    defaults: learned positions and biases (GPT-2's parameter list), dropout 0 (attn_pdrop, resid_pdrop,
+    emb_pdrop), and ComposerMPTCausalLM's default loss_fn "fused_crossentropy" (flash-attn's xentropy kernel)."""
     return {"case": f"MPT-{size} {gpu}x{gpus} mb{micro}", "mpt": size, "cluster": gpu, "gpus": gpus, "seq": 2048,
             "micro_batch": micro, "accum": accum,
             "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
             "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
-            "source": FOUNDRY}
+            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "source": FOUNDRY}
 
 
 # every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
@@ -74,6 +87,42 @@ HELD_OUT = [
 ]
 
 
+# the rest of the A100 80GB table at sequence 2048 (amp_bf16, DEFAULT, no activation checkpointing)
+EXAMINED = [
+    _mpt("13b", 8, "A100-80G", 2, 3, 2262, False), _mpt("7b", 8, "A100-80G", 6, 2, 4641, False),
+    _mpt("3b", 8, "A100-80G", 10, 2, 10811, False), _mpt("1b", 8, "A100-80G", 14, 4, 20513, False),
+    _mpt("760m", 8, "A100-80G", 24, 2, 32434, False), _mpt("350m", 8, "A100-80G", 32, 2, 58782, False),
+    _mpt("125m", 8, "A100-80G", 40, 2, 142830, False), _mpt("125m", 8, "A100-80G", 32, 2, 141737, False),
+]
+
+# "A100 40GB with 1600 Gbps node-node interconnect (RoCE)", every row at sequence 2048 (bf16, PURE):
+# (model, GPUs, micro batch, grad accum, tokens/s/GPU, activation checkpointing)
+_A40 = [("70b", 128, 4, 1, 376, True), ("70b", 64, 2, 1, 276, True), ("30b", 128, 6, 1, 865, True),
+        ("30b", 32, 4, 1, 857, True), ("13b", 128, 16, 1, 1972, True), ("13b", 64, 16, 1, 1976, True),
+        ("13b", 32, 14, 1, 1998, True), ("13b", 16, 10, 1, 1993, True), ("13b", 8, 4, 16, 1668, True),
+        ("7b", 128, 18, 1, 3623, True), ("7b", 64, 18, 1, 3665, True), ("7b", 32, 18, 1, 3725, True),
+        ("7b", 16, 16, 1, 3645, True), ("7b", 8, 12, 4, 3679, True), ("3b", 128, 6, 1, 9538, False),
+        ("3b", 64, 6, 1, 9736, False), ("3b", 32, 6, 1, 9914, False), ("3b", 16, 5, 1, 9750, False),
+        ("3b", 8, 5, 8, 10065, False), ("1b", 128, 10, 1, 18647, False), ("1b", 64, 10, 1, 19001, False),
+        ("1b", 32, 10, 1, 15555, False), ("1b", 16, 8, 1, 19085, False), ("1b", 8, 8, 8, 19271, False),
+        ("760m", 128, 12, 1, 28940, False), ("760m", 64, 12, 1, 29344, False), ("760m", 32, 12, 1, 29648, False),
+        ("760m", 16, 12, 1, 29607, False), ("760m", 8, 12, 4, 30173, False), ("350m", 128, 18, 1, 51934, False),
+        ("350m", 64, 18, 1, 52689, False), ("350m", 32, 18, 1, 53811, False), ("350m", 16, 18, 1, 55413, False),
+        ("350m", 8, 16, 4, 55995, False), ("125m", 128, 26, 1, 123936, False),
+        ("125m", 64, 26, 1, 125234, False), ("125m", 32, 26, 1, 127122, False),
+        ("125m", 16, 26, 1, 130535, False), ("125m", 8, 26, 3, 136334, False)]
+HELD_OUT_2 = [_mpt(size, g, "A100-40G", mb, acc, tok, ck, "PURE") for size, g, mb, acc, tok, ck in _A40]
+# the A100 40GB part: the A100 80GB's compute and links with 40 GB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet)
+_PARTS = {"A100-40G": dict(name="A100-40G", hbm_bytes=40e9, hbm_bw=1555e9)}
+
+
+def row_cluster(row) -> Cluster:
+    """The row's GPU: a preset, or the A100 40GB (the 80GB preset with the 40GB part's memory)."""
+    if row["cluster"] in _PARTS:
+        return replace(load_cluster("A100-80G", row["gpus"]), **_PARTS[row["cluster"]])
+    return load_cluster(row["cluster"], row["gpus"])
+
+
 def _model(row) -> ModelSpec:
     if "mpt" in row:
         L, h, a = MPT[row["mpt"]]
@@ -82,15 +131,22 @@ def _model(row) -> ModelSpec:
 
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
-            recompute: str | None = None) -> dict:
+            recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
+            row_dropout: bool = True, row_loss: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
-    override it, for the per-term table)."""
-    c = cluster or load_cluster(row["cluster"], row["gpus"])
+    override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
+    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, for the per-term tables)."""
+    c = cluster or row_cluster(row)
+    if row_attention and row.get("attention") and c.attention:
+        c = replace(c, attention=row["attention"])
     lay = Layout(**{**row["layout"], **({"recompute": recompute} if recompute else {})},
                  comm_dtype=row["comm_dtype"] if comm_dtype == "row" else comm_dtype)
     mb = row["micro_batch"]
     train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],
-                      precision="bf16-mixed", flash_attention=True)
+                      precision="bf16-mixed", flash_attention=True,
+                      eager_norm=row.get("eager_norm", False) and eager_norm,
+                      dropout=row.get("dropout", True) or not row_dropout,
+                      fused_loss=row.get("fused_loss", False) and row_loss)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import anchors
-from .step import Plan, pipeline_shape
+from .step import Plan, bubble_units
 
 GiB = 2**30
 
@@ -53,7 +53,7 @@ def to_dict(p: Plan) -> dict:
         "tokens_per_s": p.tokens_per_s,
         "mfu": p.mfu,
         "mfu_ceiling": mfu_flag(p),  # null: no cited anchor for this GPU and precision
-        "bubble_fraction": (p.layout.pp - 1) / (pipeline_shape(p.layout)[1] * p.m),
+        "bubble_fraction": bubble_units(p.layout, p.m) / p.m,
         "bound": p.bound(),
     }
 

@@ -2,7 +2,7 @@
 
   t_mb     = forward + backward of one micro batch on the slowest stage
              + its tensor-parallel collectives and pipeline sends (not overlapped)
-  pipeline = m * t_mb + bubble,  bubble = (p-1)/d * t_mb   (d: v interleaved, 3 zero bubble, else 1)
+  pipeline = m * t_mb + bubble,  bubble = the schedule's idle micro-batch times x t_mb (bubble_units)
   exposed  = data-parallel comm not hidden behind compute: bucketed gradient collectives overlap
              the backward pass except the last bucket; ZeRO-3 prefetch overlaps forward and
              backward except the first unit; post-step all-gathers overlap nothing
@@ -108,8 +108,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
     copies = _zero_copies(plan.comm, lay, cluster)
-    p, v = pipeline_shape(lay)
-    bubble = (p - 1) / v * t_mb
+    bubble = bubble_units(lay, m) * t_mb
     t_opt, opt_why = _optimizer_step(model, train, lay, cluster)
 
     T = plan.times
@@ -140,12 +139,16 @@ def _micro_batches(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Clu
     return m
 
 
-def pipeline_shape(lay: Layout) -> tuple[int, int]:
-    """(p, d): stages, and what the 1F1B bubble (p-1) x t_mb is divided by: v for the interleaved schedule
-    (each rank's stages are v times shorter), 3 for zero bubble (ZB-H1, Qi et al. 2023: backward split
-    into input and weight gradients, with F = I = W the idle time shrinks to (p-1) x F, a third of 1F1B's;
-    parallel/pp/schedule.py's analytic_bubble), else 1."""
-    return lay.pp, registry.bubble_divisor(lay.schedule, lay.v)
+def bubble_units(lay: Layout, m: int) -> float:
+    """The pipeline's idle time per step in units of t_mb (one micro batch's forward + backward on a rank):
+    the schedule row's closed form (parallel/pp/registry.analytic_bubble: idle ÷ step) turned into idle ÷
+    busy x m. 1F1B and GPipe: p-1; interleaved (p-1)/v; ZB-H1 (p-1)/3 (Qi et al. 2023, F = I = W); ZB-V and
+    DualPipeV max(p-1, 2(2p-1-m))/6 (the V's warm-up that few micro batches leave unfilled). A schedule
+    without a closed form (a table read from a file) is planned as 1F1B."""
+    if lay.pp <= 1:
+        return 0.0
+    f = registry.analytic_bubble(lay.schedule, lay.pp, m, lay.v) if lay.schedule in registry.SPECS else None
+    return float(lay.pp - 1) if f is None else f / (1 - f) * m
 
 
 def _critical_comm(comm: list[CommLine]) -> float:
@@ -163,12 +166,13 @@ def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
     on shared cores the members finish the same segment apart (cluster.sync_wait_at; 0 on presets).
     Added to those collectives' exposed time: that is where the trace counts the wait."""
     lines = [cl for cl in comm if cl.c.group in ("tp", "cp") and cl.c.calls and cl.time]
-    calls = sum(cl.c.calls for cl in lines)
+    # a collective's waits: one per call, unless it declares fewer (cp: calls back to back share one)
+    calls = sum(cl.c.syncs or cl.c.calls for cl in lines)
     if not calls or not cluster.sync_wait:
         return 0.0
     wait = cluster.sync_wait_at(m * (mt.fwd + mt.bwd) / calls)
     for cl in lines:
-        cl.exposed += wait * cl.c.calls
+        cl.exposed += wait * (cl.c.syncs or cl.c.calls)
     return wait * calls
 
 
@@ -216,7 +220,7 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     first_touch = max(0.0, 1 / fb - 1 / cb)
     for cl in comm:
         if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
-                or cl.c.payload <= 64 * lay.dp:
+                or cl.c.payload <= 64 * lay.dp_cp:
             continue
         P, S = cl.c.payload, cl.c.payload / cl.c.n
         if cl.c.op == "reduce_scatter":
@@ -257,22 +261,23 @@ def _trainer_time(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
 def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     """plan.explain: each time's formula, with this plan's numbers."""
     X, m, cluster = plan.explain, plan.m, plan.cluster
-    p, v = pipeline_shape(plan.layout)
+    units = bubble_units(plan.layout, m)
     X["forward"] = f"{m} micro batches x {mt.fwd * 1e3:.3f} ms " + {
         "in situ": "(GEMMs, attention, LayerNorm, GELU at their in-situ rates + the remainder of the pass "
                    "measured in situ at this model and micro batch)",
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed)
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
-    X["bubble"] = f"(p-1)/d x t_mb = {p - 1}/{v} x {t_mb * 1e3:.3f} ms (d: v interleaved, 3 zb, 6 zbv/dualpipev, else 1); " \
-                  f"fraction (p-1)/(d*m) = {(p - 1) / (v * m):.3f}"
+    X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
+                  f"(p-1)/v interleaved, (p-1)/3 zb, max(p-1, 2(2p-1-m))/6 zbv/dualpipev); fraction of the busy " \
+                  f"time {units / m:.3f}"
     X["comm_total"] = "sum of alpha-beta times of every collective" + (
         f" (per call {cluster.call_latency * 1e6:.1f} us + ring steps x alpha + wire / achieved bus bandwidth: "
         f"NVLink {cluster.intra_bw * cluster.busbw_eff_intra / 1e9:.0f} GB/s rings, "
@@ -288,20 +293,23 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool) -> str:
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> str:
     """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
     if c.gemm_table or c.gemm_fit:
         return ""
     out = []
     if c.clock_factor < 1:
         out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
-    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak")
+    out.append(f"GEMMs at {c.gemm_efficiency:g} of peak" + (" (sustained, MSMF)" if c.gemm_efficiency != 0.75 else ""))
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
         from .attention import efficiency
         f, b = efficiency(c.attention, c.peak_flops)
-        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.0%} of peak forward, 2.5x at {b:.0%} backward")
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+    if c.kernel_gap_s:
+        out.append(f"launch gaps {c.kernel_gap_s * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
+                   "kernels per block)")
     return "; " + ", ".join(out)
 
 

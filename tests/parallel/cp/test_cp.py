@@ -174,7 +174,7 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
     (["parallel.cp=2", "train.seq_len=30"], "train.seq_len=30 is not divisible by 2 x parallel.cp = 4"),
     (["parallel.cp=2", "parallel.cp_impl=torch"], "runs only with CUDA attention kernels"),
     (["parallel.cp=2", "parallel.cp_impl=ring"], "parallel.cp_impl='ring': must be one of own, torch, ulysses, hybrid"),
-    (["parallel.cp=2", "parallel.dp=torch-fsdp2"], "does not compose with parallel.dp=torch-fsdp2"),
+    (["parallel.cp=2", "parallel.dp=torch-zero1"], "does not compose with parallel.dp=torch-zero1"),
     (["parallel.cp=2", "model.dropout=0.1"], "set model.dropout=0"),
     (["parallel.cp=2", "parallel.tp=2", "parallel.tp_impl=dtensor", "--nproc", "4"], "use parallel.tp_impl=own"),
 ])
@@ -201,7 +201,9 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     from shardlab.bench import context
     from shardlab.bench.cli import main as bench_main
 
-    monkeypatch.setitem(context.SIZES, "quick", dict(seqs=[64, 128], rounds=2, warm=1, attn_seq=256, attn_reps=3))
+    monkeypatch.setitem(context.SIZES, "quick", dict(seqs=[64, 128], rounds=2, warm=1, attn_seq=256, attn_reps=3,
+                                                     cross_seqs=[64, 128], cross_rounds=2))
+    monkeypatch.setattr(context, "CLUSTER", "A100-80G")  # a preset: no calibration of this machine in a test
     monkeypatch.setenv("SHARDLAB_BENCH_T0", str(time.time()))  # progress's clock, restored after
     assert bench_main(["context", "--quick", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
@@ -214,6 +216,14 @@ def test_bench_context_quick(tmp_path, monkeypatch, capsys):
     assert f["cp_flops_balance"] == 1.0 and f["cp_flops_balance_contiguous"] > 2.5
     assert {"cp_balance", "cp_balance_contiguous", "cp_step_ratio", "cp_ulysses_step_ratio"} <= f.keys()
     assert f["cp_a2a_exact"] == 1.0  # the ring's sends and Ulysses' all-to-alls equal parallel/cp/cost.py
+    fams = [x for x in doc["rows"] if "family" in x]  # ring, Ulysses (and the hybrid at cp 4) per length
+    assert {(x["cp"], x["family"]) for x in fams} == {(2, "own"), (2, "ulysses"), (4, "own"), (4, "ulysses"),
+                                                      (4, "hybrid:2")} and len(fams) == 2 * 5
+    assert all(b == x["formula_bytes"] > 0 for x in fams for b in x["bytes"])  # every rank's, exact
+    assert all(x["act_bytes"] > 0 and x["predicted_s"] > 0 and x["step_s"]["n"] == 2 for x in fams)
+    for key in ("cp2_ulysses_crossover_measured", "cp2_ulysses_crossover_predicted", "cp4_hybrid_crossover_measured",
+                "cp4_ulysses_crossover_predicted", "cp4_ulysses_step_ratio"):
+        assert key in f
     rows = [x for x in doc["rows"] if "config" in x]
     assert {x["config"] for x in rows} == {"cp1", "cp2"} and len(rows) == 2 * len({x["seq_len"] for x in rows})
 

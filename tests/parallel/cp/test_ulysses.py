@@ -85,6 +85,19 @@ def test_ulysses_world4_equals_single(pool4, arch, overrides):
 
 
 @pytest.mark.parity
+@pytest.mark.parametrize("impl,overrides", [
+    ("ulysses", ["parallel.cp=2", "train.micro_batch=2"]),  # dp2 x cp2: FSDP2 over the flattened dp x cp mesh
+    ("own", ["parallel.cp=2", "train.micro_batch=2"]),  # the ring
+    ("hybrid", ["parallel.cp=4", "parallel.cp_ulysses=2"]),  # dp1 x cp4: FSDP2 over cp alone
+], ids=["ulysses-dp2xcp2", "ring-dp2xcp2", "hybrid-cp4"])
+def test_torch_fsdp2_over_dp_x_cp_equals_single(pool4, impl, overrides):
+    """FSDP2 shards over dp x cp (torchtitan's mesh): the cp ranks' gradients are averaged with the dp ranks'."""
+    out = pool4.run(in_float64, composed, [*GPT, *overrides, "parallel.dp=torch-fsdp2", f"parallel.cp_impl={impl}"],
+                    STEPS, timeout=400)[0]
+    _assert_equal(out, "gpt2")
+
+
+@pytest.mark.parity
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_hybrid_cp4_ulysses2_equals_single_and_bytes(pool4, arch):
     base = LLAMA if arch == "llama" else GPT
@@ -233,6 +246,25 @@ def test_planner_all_to_all_bytes_equal_the_recorded(pool4, impl, cp, u):
         ring = sum(b for t, b in sent.items() if t.split(":")[0] in ("cp.kv", "cp.kv_bwd", "cp.dkv"))
         assert a2a == planned[0].payload and planned[0].op == "all_to_all"
         assert ring == (planned[1].payload if len(planned) > 1 else 0)
+
+
+def test_sync_points_count_the_waits_on_peers_not_the_calls():
+    """The planner's sync waits (a rank blocking on its cp peers after computing) come from cost.py's count:
+    Ulysses' q, k, v all-to-alls run back to back (one wait), so 4 per layer against 8 calls; the ring's
+    backward waits once per step for its block and accumulator together, 2R-1 per layer against 3R-2 sends."""
+    from shardlab.parallel.cp.cost import sync_points
+    from shardlab.plan.comm import tp_pp_collectives
+    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.model import model_from_args
+
+    assert sync_points("ulysses", 4, 4, 2) == {"a2a": 8} and sync_points("ulysses", 2, 2, 1, True) == {"a2a": 6}
+    assert sync_points("own", 4, 1, 2) == {"ring": 14} and sync_points("own", 2, 1, 1, True) == {"ring": 4}
+    assert sync_points("hybrid", 4, 2, 1) == {"a2a": 4, "ring": 3}
+    model, train = model_from_args("tiny", seq=64), TrainSpec(global_batch=1, micro_batch=1, precision="fp32")
+    for impl, u, syncs, calls in (("own", 0, [14], [20]), ("ulysses", 0, [8], [16]), ("hybrid", 2, [8, 6], [16, 8])):
+        got = [c for c in tp_pp_collectives(model, train, Layout(dp=1, cp=4, cp_impl=impl, cp_ulysses=u), 1)
+               if c.group == "cp"]
+        assert [c.syncs for c in got] == syncs and [c.calls for c in got] == calls
 
 
 def test_planner_refuses_non_dividing_heads_with_trainings_line():

@@ -4,6 +4,7 @@
     exchange_bytes    the bytes one group's exchange records on one rank (exchange.py; exact against comm)
     per_rank          the same, and the Newton-Schulz FLOPs, on one rank of a layout that cuts the matrices
                       at one or two levels (ZeRO's rows of TP's slices), dealt as exchange.deal deals them
+    zero_redundancy_flops  the same FLOPs per rank under ZeroRedundancyOptimizer's whole-parameter partition
     plan              the planner's figures for a (ModelSpec, TrainSpec, Layout): the optimizer's state
                       bytes per parameter (Muon's one state on its matrices, AdamW's two on the rest), the
                       exchange's bytes and the orthogonalisations' FLOPs on the busiest rank
@@ -104,9 +105,41 @@ def matrices_of(model, tp: int = 1, pp: int = 1) -> list[tuple]:
     return out
 
 
+def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS) -> list[int]:
+    """Newton-Schulz FLOPs per rank when ZeroRedundancyOptimizer (torch-zero1) partitions whole parameters
+    over n ranks: torch's greedy partition (`_partition_parameters`: the groups in order, each largest first,
+    every parameter to the rank holding the fewest elements so far, the first such on a tie) over the groups
+    the muon factory builds (decayed matrices, the 1-D rest, then Muon's) of one pipeline stage (the first:
+    its embeddings and ceil(L / pp) blocks). Each rank orthogonalises its whole matrices: no exchange."""
+    from shardlab.model import anatomy
+
+    a = anatomy.by_arch(model.arch)
+    blocks = math.ceil(model.n_layer / pp)
+    stage, past = [], False  # past: after the first block (the final norm, an untied head: the last stage's)
+    for fqn, p in model.param_shapes():
+        parts = fqn.split(".")
+        in_block = parts[0] == a.blocks
+        past |= in_block
+        if (in_block and int(parts[1]) >= blocks) or (not in_block and past and pp > 1):
+            continue
+        stage.append((fqn, p))
+    hidden = hidden_matrices(a, [f for f, _ in stage])
+    groups = [[p for f, p in stage if f not in hidden and p.row > 1], [p for f, p in stage if p.row == 1],
+              [p for f, p in stage if f in hidden]]
+    sizes, out = [0] * n, [0] * n
+    for k, group in enumerate(groups):
+        for p in sorted(group, key=lambda p: -int(p)):
+            r = sizes.index(min(sizes))
+            sizes[r] += int(p)
+            if k == 2:
+                out[r] += flops((p.rows, p.row), steps)
+    return out
+
+
 def plan(model, train, lay) -> dict:
     """The planner's figures for Muon on `lay`: state bytes per parameter in train.optim_dtype, and the busiest
-    rank's exchange bytes (the update U crosses in the parameters' dtype: fp32) and Newton-Schulz FLOPs."""
+    rank's exchange bytes (the update U crosses in the parameters' dtype: fp32) and Newton-Schulz FLOPs.
+    torch-zero1 (`lay.zero_partition == "params"`) steps whole matrices: no exchange, its partition's FLOPs."""
     from shardlab.optim.registry import STATE_BYTES
 
     mats = matrices_of(model, lay.tp, lay.pp)
@@ -115,8 +148,10 @@ def plan(model, train, lay) -> dict:
     psi = model.params
     muon = sum(math.prod(s) for s, _ in matrices_of(model))
     e = STATE_BYTES[getattr(train, "optim_dtype", "fp32")]
+    figures = {"state_bytes_per_param": e * (muon + 2 * (psi - muon)) / psi, "muon_params": muon,
+               "ns_flops_total": sum(flops(s) for s, _ in mats)}
+    if getattr(lay, "zero_partition", "rows") == "params" and lay.strategy == "zero1" and lay.tp == 1:
+        return {**figures, "ns_flops": max(zero_redundancy_flops(model, n, lay.pp)), GATHER: 0, SCATTER: 0}
     ranks = [per_rank(mats, sizes, (i, j)) for i in range(n) for j in range(lay.tp)]
     busiest = max(ranks, key=lambda r: (r["ns_flops"], r[SCATTER]))
-    return {"state_bytes_per_param": e * (muon + 2 * (psi - muon)) / psi, "muon_params": muon,
-            "ns_flops": busiest["ns_flops"], GATHER: busiest[GATHER], SCATTER: busiest[SCATTER],
-            "ns_flops_total": sum(flops(s) for s, _ in mats)}
+    return {**figures, "ns_flops": busiest["ns_flops"], GATHER: busiest[GATHER], SCATTER: busiest[SCATTER]}

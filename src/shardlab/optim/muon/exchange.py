@@ -3,12 +3,14 @@ and the result scattered back to the pieces (as torchtitan's DistMuon, Dion and 
 
 The layers that hand the optimizer pieces describe them (`optim.serving.Pieces`: per parameter a `Split`,
 the group holding its pieces, the dimension they are cut along, the assembled length), outermost layer
-first: own ZeRO's dim-0 row shards of what it was handed, then own TP's column or row slices of the matrix.
-Undone in that order, level by level:
+first: own ZeRO's (or FSDP2's) dim-0 row shards of what it was handed, then own TP's (or DTensor TP's) column
+or row slices of the matrix (the DTensor layers' read from the placements: optim/dtensor_pieces.py; a
+DTensor's local tensor is exchanged). Undone in that order, level by level:
 
     gather   level by level, one all-to-all per level's group (tag muon.gather): every rank sends its piece
-             of each matrix to the matrix's owner at that level, which concatenates the pieces (and drops
-             ZeRO's padding rows); at the next level only the ranks that own the assembled tensors take part
+             of each matrix (a DTensor's short last piece padded to ceil(length / N)) to the matrix's owner
+             at that level, which concatenates the pieces (and drops the padding); at the next level only
+             the ranks that own the assembled tensors take part
     compute  the rank that owns a matrix at every level orthogonalises it (newton_schulz.py)
     scatter  the same levels backwards (tag muon.scatter): the owner cuts the result into the pieces
              (padding again with zero rows) and sends each rank its own
@@ -34,11 +36,13 @@ from shardlab.optim.muon.newton_schulz import newton_schulz
 @dataclass(eq=False)
 class Matrix:
     fqn: str
-    param: torch.Tensor  # what this rank steps: a piece or the whole
+    param: torch.Tensor  # what this rank steps: a piece or the whole (a DTensor's local tensor is stepped)
     levels: list  # [(layer index, Split)], outermost layer first
     shape: tuple  # the whole matrix's
     owner: tuple = ()  # per level, the group rank of the rank that assembles it there
-    pieces: list = field(default_factory=list)  # per level, the piece shape each rank sends
+    pieces: list = field(default_factory=list)  # per level, the piece shape each rank sends (ceil: padded)
+    held: list = field(default_factory=list)  # per level, the shape this rank holds there (DTensor's last
+    # pieces may be shorter than the rest, or empty: padded to `pieces` to send, cut back when received)
 
     @property
     def numel(self) -> int:
@@ -51,13 +55,20 @@ def matrices(named, pieces) -> list[Matrix]:
     for fqn, p in named:
         levels = [(i, s) for i, h in enumerate(pieces) if (s := h.split(fqn)) is not None
                   and comm.world_size(s.group) > 1]
-        shape, cuts = list(p.shape), []
+        shape, held, cuts = list(_local(p).shape), [], []
         for _, s in levels:
+            held.append(tuple(shape))
+            shape[s.dim] = math.ceil(s.length / comm.world_size(s.group))
             cuts.append(tuple(shape))
             shape[s.dim] = s.length
-        out.append(Matrix(fqn, p, levels, tuple(shape), pieces=cuts))
+        out.append(Matrix(fqn, p, levels, tuple(shape), pieces=cuts, held=held))
     deal(out)
     return out
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local tensor (FSDP2's, DTensor TP's pieces: stepped in place), else t."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def deal(mats: list[Matrix]) -> None:
@@ -115,6 +126,8 @@ def _gather(part, cur: dict) -> None:
     group = part[0][0].levels[part[0][1]][1].group
     n, me = comm.world_size(group), comm.rank(group)
     sends = [[(m, j) for m, j in part if m.owner[j] == d] for d in range(n)]
+    for m, j in part:  # a DTensor's short last pieces, padded to the others' length
+        cur[m] = _pad(cur[m], m.pieces[j], m.levels[j][1].dim)
     inp = torch.cat([cur[m].reshape(-1) for dest in sends for m, _ in dest])
     in_splits = [sum(cur[m].numel() for m, _ in dest) for dest in sends]
     mine = sends[me]
@@ -146,8 +159,18 @@ def _scatter(part, cur: dict) -> None:
     offsets = [sum(out_splits[:s]) for s in range(n)]
     for m, j in part:
         s, k = m.owner[j], math.prod(m.pieces[j])
-        cur[m] = out[offsets[s]: offsets[s] + k].view(m.pieces[j])
+        cur[m] = out[offsets[s]: offsets[s] + k].view(m.pieces[j]).narrow(m.levels[j][1].dim, 0,
+                                                                           m.held[j][m.levels[j][1].dim])
         offsets[s] += k
+
+
+def _pad(t: torch.Tensor, shape: tuple, dim: int) -> torch.Tensor:
+    """t, zero-padded along `dim` to `shape` (as it is when it has that shape already: ZeRO's, own TP's)."""
+    if t.shape[dim] == shape[dim]:
+        return t
+    size = list(t.shape)
+    size[dim] = shape[dim] - t.shape[dim]
+    return torch.cat([t, t.new_zeros(size)], dim=dim)
 
 
 def _cut(whole: torch.Tensor, piece: tuple, dim: int, n: int) -> list[torch.Tensor]:

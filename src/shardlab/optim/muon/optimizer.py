@@ -80,11 +80,13 @@ class MuonAdamW(torch.optim.AdamW):
         group_of = {id(p): g for g in self.param_groups if g.get("muon") for p in g["params"]}
         updates = {}
         where = bf16_state.positions(self)
+        local = bf16_state.local  # a DTensor's local piece (FSDP2, DTensor TP): its state stays a DTensor
         for m in self.matrices:  # every matrix takes part in the exchange, on every rank, in one order
             p, g = m.param, group_of[id(m.param)]
             if p.grad is None:
-                updates[m] = torch.zeros_like(p)
+                updates[m] = torch.zeros_like(local(p))
                 continue
+            grad = local(p.grad)
             if "sr_seed" in g:
                 buf = self._momentum_bf16(p, g, where[id(p)])
             else:
@@ -92,12 +94,12 @@ class MuonAdamW(torch.optim.AdamW):
                 if buf is None:
                     buf = self.state[p]["momentum_buffer"] = torch.zeros_like(p.grad,
                                                                              memory_format=torch.preserve_format)
-                buf.lerp_(p.grad, 1 - g["momentum"])
-            updates[m] = p.grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
+                buf = local(buf).lerp_(grad, 1 - g["momentum"])
+            updates[m] = grad.lerp(buf, g["momentum"]) if g["nesterov"] else buf
         out = exchange.orthogonalise(self.matrices, updates, self.ns_dtype)
         for m in self.matrices:
-            p, g = m.param, group_of[id(m.param)]
-            if p.grad is None:
+            p, g = local(m.param), group_of[id(m.param)]
+            if m.param.grad is None:
                 continue
             p.mul_(1 - g["lr"] * g["weight_decay"])
             p.add_(out[m], alpha=-g["lr"] * rms_scale(m.shape))
@@ -105,10 +107,10 @@ class MuonAdamW(torch.optim.AdamW):
     def _momentum_bf16(self, p, g, index: int) -> torch.Tensor:
         """The momentum update in the working precision from the bf16 buffer, stored back stochastically
         rounded (bf16_state.py); returns the unrounded buffer, which this step's update uses."""
-        st = self.state[p]
+        st, grad = self.state[p], bf16_state.local(p.grad)
         step = bf16_state.next_step(st)
-        buf = bf16_state.bf16_state(st, "momentum_buffer", p.grad)
-        work = buf.to(bf16_state.work_dtype(p.grad)).lerp_(p.grad, 1 - g["momentum"])
+        buf = bf16_state.local(bf16_state.bf16_state(st, "momentum_buffer", p.grad))
+        work = buf.to(bf16_state.work_dtype(grad)).lerp_(grad, 1 - g["momentum"])
         buf.copy_(bf16_state.stochastic_round(work, bf16_state.noise_seed(g["sr_seed"], step, index, 2)))
         return work
 

@@ -68,6 +68,23 @@ def comm_bytes(impl: str, batch: int, seq: int, heads: int, kv: int, head_dim: i
     return ring_bytes(batch, seq, kv * head_dim, cp, elem, layers, recompute)
 
 
+def sync_points(impl: str, cp: int, u: int, layers: int, recompute: bool = False) -> dict[str, int]:
+    """Waits per rank and microbatch at which a rank blocks on its cp peers after computing, by family
+    ("a2a", "ring"): on shared or skewed ranks each such wait absorbs the peers' drift over the compute
+    segment before it (the planner's sync wait), where a message's latency is paid per call. Counted from
+    the code, not fitted. Ulysses per layer: forward, q, k and v's all-to-alls back to back (one wait: no
+    compute between them), then the output's; backward the output gradient's, then dq, dk, dv's back to back
+    (one wait): 4 (+2 under full recompute). The ring over R ranks per layer: forward R-1 waits for the next
+    K/V block; backward R steps, each waiting for the next block and the dK/dV accumulator together: 2R-1
+    (+R-1 under full recompute). The hybrid: both, the ring over R = cp/U inside Ulysses' exchanges."""
+    again = 2 if recompute else 1
+    r = cp if impl not in ("ulysses", "hybrid") else cp // u if impl == "hybrid" else 1
+    out = {"a2a": (2 * again + 2) * layers} if impl in ("ulysses", "hybrid") else {}
+    if r > 1:
+        out["ring"] = ((r - 1) * again + r) * layers
+    return out
+
+
 LONG_SEQ = 4096  # tokens: below this a sequence is not split in the planner's search
 MIN_LOCAL = 512  # tokens each cp rank must keep
 

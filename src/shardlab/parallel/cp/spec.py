@@ -2,8 +2,8 @@
 Ulysses (all-to-all over heads) and the 2-D hybrid of Ulysses inside the ring.
 
 All communicate in the dp_cp group (cp ranks hold replicas, their gradients are summed too), so they
-compose with the data-parallel layers that take that group; FSDP2 and torch's ZeRO take their mesh or
-group otherwise. Pure data: no torch import.
+compose with the data-parallel layers that take that group, FSDP2 on the flattened dp x cp mesh; torch's
+ZeRO partitions over its own group. Pure data: no torch import.
 """
 from __future__ import annotations
 
@@ -40,6 +40,6 @@ SPEC = Spec(
     ),
     checks=("shardlab.parallel.cp.checks:validate_cp",),
     cost={"bytes": "shardlab.parallel.cp.cost:comm_bytes"},
-    composes_with={"dp": ("ddp", "zero1", "zero2", "zero3", "torch-ddp")},
+    composes_with={"dp": ("ddp", "zero1", "zero2", "zero3", "torch-ddp", "torch-fsdp2")},
     inference=None,  # generation does not split a batch's sequence or tokens' experts across ranks
 )

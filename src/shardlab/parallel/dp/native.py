@@ -12,6 +12,7 @@ import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel
 
 from shardlab.model import anatomy
+from shardlab.optim import dtensor_pieces
 from shardlab.optim.serving import HANDS
 from shardlab.parallel import materialize
 from shardlab.parallel.dp.base import Strategy, _local
@@ -117,7 +118,11 @@ class TorchFSDP2(Strategy):
         from torch.distributed.fsdp import fully_shard
 
         mesh = None
-        if self.dims.mesh is not None:
+        if self.dims.mesh is not None and self.dims.cp > 1:
+            # context parallelism: the cp ranks hold replicas whose gradients must be averaged too, so FSDP2
+            # shards over the flattened dp x cp mesh (as torchtitan does); HSDP with cp is refused (rules.py)
+            mesh = self.dims.submesh("dp_cp")
+        elif self.dims.mesh is not None:
             # HSDP on the 2-D (dp_replicate, dp_shard) mesh: FSDP2 reduce-scatters in the shard group and
             # all-reduces the shards across replicas; a 1-D mesh is plain FSDP
             hsdp = self.dims.dp_replicate > 1
@@ -129,6 +134,9 @@ class TorchFSDP2(Strategy):
         for _, block in anatomy.of(model).named_blocks(model):
             fully_shard(block, **kw)
         fully_shard(model, **kw)
+        # its DTensor shards, described from their placements (optim/dtensor_pieces.py): Muon gathers them
+        self.optimizer_hands = dtensor_pieces.pieces(type(self).optimizer_hands, model,
+                                                     mesh.mesh_dim_names if mesh is not None else None)
         if any(materialize.is_unallocated(p) for p in model.parameters()):  # meta-built: allocate the shards
             materialize.to_empty_keeping_buffers(model, torch.device("cpu") if "offload_policy" in kw else self.device)
         self.model = self.module = model

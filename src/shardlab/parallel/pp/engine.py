@@ -53,13 +53,22 @@ class Emulation:
     w_s: float | None = None
     # what the sleeps really took, summed per op since the last reset (op -> [seconds, count])
     spent: dict = field(default_factory=dict)
+    # each sleep in the order it ran, (op, start, end) in perf_counter seconds: the rank's own timeline,
+    # which a replay of the schedule at the measured durations reads (bench/pipeline.py)
+    spans: list = field(default_factory=list)
 
     def sleep(self, op: str, seconds: float) -> None:
         t0 = time.perf_counter()
         time.sleep(seconds)
+        t1 = time.perf_counter()
         got = self.spent.setdefault(op, [0.0, 0])
-        got[0] += time.perf_counter() - t0
+        got[0] += t1 - t0
         got[1] += 1
+        self.spans.append((op, t0, t1))
+
+    def reset(self) -> None:
+        self.spent.clear()
+        self.spans.clear()
 
 
 class PipelineEngine:

@@ -77,19 +77,13 @@ def _table_schedule(pcfg, microbatches: int):
 
 def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     """Before launch: the schedule exists for this many microbatches, stages fit the layers."""
-    from shardlab.parallel import layers
+    from shardlab.parallel import layers, rules
 
     p = cfg.parallel
     reduced = dims.size("dp_cp") > 1  # the data-parallel layer reduces over dp x cp: cp ranks hold replicas too
     if registry.row_name(p.pp_schedule) not in layers.PIPELINE_PARALLEL:
         raise ConfigError(f"parallel.pp_schedule={p.pp_schedule!r}: must be one of {', '.join(layers.PIPELINE_PARALLEL)}")
-    if reduced and layers.dp_name(p) in ("torch-ddp", "torch-zero1"):
-        raise ConfigError(f"parallel.dp={layers.dp_name(p)} with parallel.pp={p.pp}: torch DDP cannot have several "
-                          "microbatches' forwards in flight; use ddp, zero1, zero2, zero3 or torch-fsdp2")
-    if dims.tp > 1 and getattr(p, "tp_impl", "own") != "own":
-        raise ConfigError(f"parallel.pp={p.pp} with parallel.tp_impl={p.tp_impl}: DTensor's plan shards an embedding "
-                          "and head a pipeline stage may not hold, and its loss_parallel must span a backward the "
-                          "schedule runs later; use parallel.tp_impl=own")
+    rules.check(cfg, dims, "pp")  # the pairs with the layers around the stages (parallel/rules.py)
     row = registry.spec(p.pp_schedule)
     least, most = row.virtual
     if most is None and p.pp_virtual < least:
@@ -125,14 +119,6 @@ def validate(cfg, dims: ParallelDims, n_layer: int) -> None:
     except ScheduleError as e:
         raise ConfigError(str(e)) from None
     dp = layers.dp_name(p) if reduced else "single"
-    if p.pp_virtual > 1 and dp == "zero3":
-        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=zero3: zero3 gathers, prefetches and "
-                          "reshards its units in the order of one forward through the rank's part, and virtual "
-                          "stages interleave several; use ddp, zero1 or zero2, or parallel.pp_virtual=1")
-    if p.pp_virtual > 1 and dp == "torch-fsdp2":
-        raise ConfigError(f"parallel.pp_virtual={p.pp_virtual} with parallel.dp=torch-fsdp2: FSDP2 makes the rank's "
-                          "whole part its root unit, which virtual stages cannot share; use ddp, zero1 or zero2, or "
-                          "parallel.pp_virtual=1")
     for layer, why in row.refuses_dp:
         if dp == layer:
             raise ConfigError(f"parallel.pp_schedule={p.pp_schedule} with parallel.dp={layer}: "

@@ -24,7 +24,8 @@ class ScheduleSpec:
     # the bubble's closed form (equal stage times, free communication): 1F1B's idle (p-1) stage-steps divided
     # by s against m microbatches, (p-1)/s / (m + (p-1)/s): "1" (GPipe, 1F1B), "v" (interleaved: stages
     # are v times shorter), "3" (ZB-H1 with F = I = W), "6" (ZB-V and DualPipeV without the overlap, F = I = W
-    # per chunk: p - 1 chunk-forwards idle against 6m busy, simulate.py's figure); "" = no closed form here
+    # per chunk: p - 1 chunk-forwards idle against 6m busy from m = (3p-1)/2 on; below, the V's warm-up is not
+    # filled and 2(2p-1-m) are idle, simulate.py's figure at every m); "" = no closed form here
     bubble: str = ""
     planned_as: str = "1f1b"  # how the planner models it (a row whose planned_as is itself)
     zero_bubble: bool = False  # splits backward into input and weight gradients (I / W)
@@ -117,12 +118,16 @@ def bubble_divisor(name: str, virtual: int = 1) -> int | None:
 def analytic_bubble(name: str, pp: int, microbatches: int, virtual: int = 1) -> float | None:
     """The bubble as a fraction of the step (idle ÷ total), equal stage times, free communication:
     GPipe and 1F1B (p-1)/(m+p-1); interleaved ((p-1)/v)/(m+(p-1)/v); ZB-H1 with F = I = W:
-    (p-1)/(3m+p-1), a third of 1F1B's idle time. None: no closed form."""
+    (p-1)/(3m+p-1), a third of 1F1B's idle time; ZB-V and DualPipeV with F = I = W per chunk: I/(6m+I),
+    I = max(p-1, 2(2p-1-m)) chunk-steps idle per rank ((p-1)/(6m+p-1) from m = (3p-1)/2). None: no closed form."""
     p, m, s = pp, microbatches, spec(name).bubble
     if not s:
         return None
     if s == "v":
         return ((p - 1) / virtual) / (m + (p - 1) / virtual)
+    if s == "6":  # the V: a warm-up of 2p - 1 chunk forwards that few microbatches leave unfilled
+        idle = max(p - 1, 2 * (2 * p - 1 - m))
+        return idle / (6 * m + idle)
     return (p - 1) / (int(s) * m + p - 1)
 
 

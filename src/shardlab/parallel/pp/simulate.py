@@ -109,12 +109,17 @@ def peak_activations(s: Schedule) -> list[int]:
 
 
 def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None, w: float | None = None,
-             latency: float = 0.0) -> Timing:
-    """Durations: f (forward), b (full backward), i and w (its two halves; default b/2 each)."""
+             latency: float = 0.0, durations: list[list[float]] | None = None,
+             latencies: dict | None = None) -> Timing:
+    """Durations: f (forward), b (full backward), i and w (its two halves; default b/2 each); or, to
+    replay a measured run, `durations[r]`: rank r's compute instructions' own durations, in its order.
+    `latency`: every message's; `latencies`: a message's own, by (kind F|B, from stage, to stage, mb)."""
     _check_coverage(s)
     i = b / 2 if i is None else i
     w = b / 2 if w is None else w
     dur = {"F": f, "B": b, "I": i, "W": w}
+    latencies = latencies or {}
+    n_done = [0] * s.pp  # compute instructions played per rank (the index into durations[r])
     pos = [0] * s.pp
     clock = [0.0] * s.pp
     sent: dict[tuple, float] = {}  # (kind, from_stage, to_stage, mb) -> time sent
@@ -130,7 +135,7 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
                     key = (ins.op[-1], ins.peer, ins.stage, ins.mb)
                     if key not in sent:
                         break  # blocked until the peer sends
-                    clock[r] = max(clock[r], sent.pop(key) + latency)
+                    clock[r] = max(clock[r], sent.pop(key) + latencies.get(key, latency))
                 elif ins.op.startswith("SEND"):
                     key = (ins.op[-1], ins.stage, ins.peer, ins.mb)
                     if key in sent:
@@ -141,10 +146,11 @@ def simulate(s: Schedule, f: float = 1.0, b: float = 2.0, i: float | None = None
                     if needs and (needs, ins.stage, ins.mb) not in done_local:
                         raise ValueError(f"{s.name}: rank {r} runs {ins} before {needs}{ins.mb}@s{ins.stage}")
                     _check_local_handoff(s, r, ins, done_local)
-                    start = clock[r]
-                    clock[r] += dur[ins.op]
+                    start, took = clock[r], dur[ins.op] if durations is None else durations[r][n_done[r]]
+                    n_done[r] += 1
+                    clock[r] += took
                     timing.spans[r].append((ins, start, clock[r]))
-                    timing.busy[r] += dur[ins.op]
+                    timing.busy[r] += took
                     done_local.add((ins.op, ins.stage, ins.mb))
                 pos[r] += 1
                 remaining -= 1

@@ -21,6 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from shardlab.model import anatomy
+from shardlab.optim import dtensor_pieces
 from shardlab.optim.serving import HANDS
 from shardlab.model.anatomy import ROW
 from shardlab.parallel.tp.own import check_divisible
@@ -128,6 +129,9 @@ class DTensorTP:
 
     def __init__(self, model, mesh, sp):
         self.model, self.mesh, self.sp = model, mesh, sp
+        # its DTensor shards, described from their placements when the optimizer is built (FSDP2 may have
+        # added its own over dp_shard by then): optim/dtensor_pieces.py
+        self.optimizer_hands = dtensor_pieces.pieces(DTensorTP.optimizer_hands, model, ("tp",))
         # Read before data parallelism wraps the parameters (FSDP2 adds its own Shard over dp_shard).
         self._sharded = {n for n, p in model.named_parameters()
                          if any(pl.is_shard() for pl in getattr(p, "placements", ()))}
