@@ -43,3 +43,56 @@ def test_record_span_finds_the_tensor_bytes_of_a_large_and_a_small_item(tmp_path
             os.close(fd)
         assert at is not None
         assert blob[37 + at:37 + at + 4 * n] == t.numpy().tobytes()
+
+
+def test_record_span_from_the_head_agrees_with_the_central_directory(tmp_path):
+    # The one-read parse (the records before the storage) and the central directory's give the same
+    # place for tensors of several dtypes and shapes; a mismatching target is refused by both.
+    for t in (torch.arange(3, dtype=torch.int64), torch.randn(7, 5), torch.randn(2, 3, 4).to(torch.bfloat16),
+              torch.zeros(0), torch.randn(300_000)):
+        buf = io.BytesIO()
+        torch.save(t, buf)
+        blob = b"y" * 11 + buf.getvalue()
+        path = tmp_path / "item.bin"
+        path.write_bytes(blob)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            n = len(blob) - 11
+            nbytes = t.numel() * t.element_size()
+            at = reader.record_span(fd, 11, n, torch.empty_like(t))
+            assert at is not None and at == reader._central_span(fd, 11, n, torch.empty_like(t), nbytes)
+            assert reader._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
+            assert blob[11 + at:11 + at + nbytes] == t.contiguous().view(torch.uint8).numpy().tobytes()
+            assert reader.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
+        finally:
+            os.close(fd)
+
+
+def test_state_names_rebuild_what_torch_gives(tmp_path):
+    # The cached names (parallel/dp/sd_names.py) give torch's state dicts: the same names in the same
+    # order, views of the same parameters, the optimizer's own state tensors, equal hyperparameters; a
+    # replaced parameter or new optimizer state makes them ask torch again.
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    from shardlab.parallel.dp import sd_names
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 2))
+    opt = torch.optim.AdamW([{"params": list(model[0].parameters())}, {"params": list(model[1:].parameters()),
+                                                                       "weight_decay": 0.0}], lr=1e-3)
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    names = sd_names.StateNames()
+    for _ in range(2):  # the first computes with torch, the second rebuilds
+        m = names.model(model, lambda: get_model_state_dict(model))
+        o = names.optim(model, opt, lambda: get_optimizer_state_dict(model, opt))
+    assert names._model is not None and names._optim is not None
+    want_m, want_o = get_model_state_dict(model), get_optimizer_state_dict(model, opt)
+    assert list(m) == list(want_m) and all(m[k].data_ptr() == want_m[k].data_ptr() for k in m)
+    assert list(o["state"]) == list(want_o["state"]) and o["param_groups"] == want_o["param_groups"]
+    assert all(o["state"][k][n] is v for k, st in want_o["state"].items() for n, v in st.items())
+    opt.param_groups[0]["lr"] = 5e-4  # hyperparameters are read live
+    assert names.optim(model, opt, lambda: 1 / 0)["param_groups"][0]["lr"] == 5e-4  # (1 / 0: not asked)
+    model[0].weight = torch.nn.Parameter(torch.randn(3, 4))  # a new tensor: torch is asked again
+    asked = []
+    names.model(model, lambda: asked.append(1) or get_model_state_dict(model))
+    assert asked == [1]

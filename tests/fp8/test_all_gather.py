@@ -1,7 +1,8 @@
 """The float8 all-gather under own zero3 (and HSDP): a tensorwise linear's weight is gathered as float8 with
 the scale of the whole weight (amax max-reduced over the shard group), so its bits equal one rank's cast:
 the losses equal those of the same run gathering fp32 weights, bit for bit; the bytes comm records equal
-fp8/cost.py's formula exactly; rowwise gathers as before."""
+fp8/cost.py's formula exactly; rowwise gathers as before. Under own TP (zero3 x tp) each rank's piece is
+gathered in float8 with the amax of the whole logical weight, with the same two guarantees."""
 import pytest
 import torch
 
@@ -36,10 +37,13 @@ def run(fp8: str, encode: bool = True, steps: int = 3, wrap: str = "block", **pa
     from shardlab import comm
 
     par = setup("zero3", TINY, "bf16", {"fp8": fp8}, wrap=wrap, **parallel)
+    zero = par.dp
+    while not hasattr(zero, "infos"):  # the zero3 layer behind the views of the layers inside it (TP)
+        zero = zero.dp
     if not encode:
-        for i in par.dp.infos:
+        for i in zero.infos:
             i.param.__dict__.pop("gather_encoding", None)
-    world, rank, micro, seq = comm.world_size(), comm.rank(), 2, TINY["max_seq_len"]
+    world, rank, micro, seq = par.dims.dp_size, par.dims.dp_rank, 2, TINY["max_seq_len"]  # TP ranks: same data
     gen = torch.Generator().manual_seed(1234)
     losses = []
     for _ in range(steps):
@@ -52,8 +56,8 @@ def run(fp8: str, encode: bool = True, steps: int = 3, wrap: str = "block", **pa
         par.optimizer_step()
         par.zero_grad()
     recs = [r for r in comm.RECORDER.ring if r.order > first]
-    shapes = {i.fqn: tuple(i.shape) for i in par.dp.infos}
-    coded = {i.fqn for i in par.dp.infos if hasattr(i.param, "gather_encoding")}
+    shapes = {i.fqn: tuple(i.shape) for i in zero.infos}
+    coded = {i.fqn for i in zero.infos if hasattr(i.param, "gather_encoding")}
     return {"losses": losses, "shapes": shapes, "coded": coded,
             "gathers": [(r.tag, r.bytes) for r in recs if r.op == "all_gather"],
             "agree": [(r.tag, r.bytes) for r in recs if r.op == "all_reduce" and r.tag.endswith("agree")]}
@@ -117,3 +121,46 @@ def test_hsdp_gathers_float8_in_the_shard_group(pool4):
     for a, b in zip(coded4, plain4):
         assert a["losses"] == b["losses"]
     assert any(t.endswith(":fp8") for t, _ in coded4[0]["gathers"])
+
+
+def test_zero3_x_tp_gathers_the_pieces_in_float8(pool4):
+    """dp_shard 2 x tp 2: every converted linear's TP piece carries the float8 encoding; its amax is agreed
+    over the shard group, then the TP group (the whole weight's, as the forward agrees it), so the losses
+    are the fp32-gather run's bits; bytes = cost.all_gather_bytes(pieces, tp=2) (two 4-byte agreements a
+    weight) plus 4 bytes an element for the rest, exactly."""
+    coded4 = pool4.run(run, "tensorwise", steps=2, tp=2)
+    plain4 = pool4.run(run, "tensorwise", encode=False, steps=2, tp=2)
+    for a, b in zip(coded4, plain4):
+        assert a["losses"] == b["losses"]
+    out = coded4[0]
+    assert len(out["coded"]) == 12 and all(t.endswith(":fp8") for t, _ in out["gathers"] if t != "ag:root")
+    measured = sum(n for t, n in out["gathers"] + out["agree"] if t != "ag:root")
+    f8_shapes = [out["shapes"][f] for f in out["coded"]]
+    rest = sum(torch.Size(s).numel() for f, s in out["shapes"].items()
+               if f not in out["coded"] and f.startswith("blocks."))
+    f8, bf16 = all_gather_bytes(f8_shapes, "tensorwise", 2, tp=2)
+    assert measured == 2 * (f8 + 4 * rest)
+    fp32_measured = sum(n for t, n in plain4[0]["gathers"] if t != "ag:root")
+    assert fp32_measured == 2 * (2 * bf16 + 4 * rest)
+    print(f"zero3 x tp block units per step (rank 0): fp8 {measured} B, fp32 {fp32_measured} B "
+          f"({measured / fp32_measured:.3f}); pieces fp8/bf16 = {f8 / bf16:.4f}")
+
+
+def trainer_gathers(run_dir, extra):
+    from shardlab import comm, config
+    from shardlab.train.trainer import Trainer
+
+    over = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=8", "train.micro_batch=2", "train.steps=1",
+            "train.eval_every=0", "ckpt.final=false", "train.dtype=bf16", "train.fp8=tensorwise",
+            "parallel.strategy=zero3"] + extra
+    first = comm.RECORDER.order  # the pool's ranks ran other tests' gathers before
+    Trainer(config.validate(config.load(None, over), comm.world_size()), run_dir).run()
+    return sorted({r.tag for r in comm.RECORDER.ring
+                   if r.order > first and r.op == "all_gather" and r.tag.startswith("ag:blocks")})
+
+
+def test_the_trainers_meta_build_gathers_float8(pool4, tmp_path):
+    """Through the trainer (the model built on the meta device, its parameters allocated by the layers): the
+    encodings survive allocation, so the block units gather float8, plain zero3 and zero3 x tp alike."""
+    assert pool4.run(trainer_gathers, tmp_path / "dp", [])[0] == ["ag:blocks.0:fp8", "ag:blocks.1:fp8"]
+    assert pool4.run(trainer_gathers, tmp_path / "tp", ["parallel.tp=2"])[0] == ["ag:blocks.0:fp8", "ag:blocks.1:fp8"]

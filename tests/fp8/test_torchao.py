@@ -70,3 +70,20 @@ def test_fsdp_float8_all_gather_needs_nccl():
     on, note = fsdp_float8_all_gather("tensorwise", True, torch.device("cpu"), False)
     assert not on and "gloo" in note and "\n" not in note
     assert not fsdp_float8_all_gather("tensorwise", True, cuda, True)[0]  # gloo-staged
+
+
+def test_import_on_cpu_drops_only_the_cuda_extension_notices():
+    """torchao's import logs a "Failed to load .../_C*.so" warning per CUDA extension it cannot load; the
+    CPU build quiets exactly those (a filter on torchao's logger around the import), and removes it after."""
+    import subprocess
+    import sys
+
+    code = ("import logging, torch; from shardlab.fp8.torchao_impl import convert_torchao; "
+            "convert_torchao(torch.nn.Sequential(), 'tensorwise', torch.device('cpu')); "
+            "logging.getLogger('torchao').warning('Failed to load /x/torchao/_C_later.so: after the import'); "
+            "print(len(logging.getLogger('torchao').filters))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0"
+    assert [ln for ln in out.stderr.splitlines() if "Failed to load" in ln] == [
+        "Failed to load /x/torchao/_C_later.so: after the import"]

@@ -17,6 +17,7 @@ garbage: the caller must load something else into them or stop).
 from __future__ import annotations
 
 import collections
+import ctypes
 import io
 import os
 import pickle
@@ -148,10 +149,103 @@ def _record(b: _Bytes, rec: tuple[int, int, int]) -> bytes:
 _STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()}
 
 
-def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int | None:
+def _head_records(head: bytes) -> tuple[dict[str, bytes], str, int] | None:
+    """The small records torch.save writes before a tensor's storage, read from the item's first bytes
+    alone: ({name: bytes}, the storage record's name, where its bytes start). torch.save writes the
+    records in order (data.pkl, .format_version, .storage_alignment, byteorder, then data/<key>), each a
+    local header, its bytes uncompressed, and a data descriptor (`PK\x07\x08`, crc, sizes) whose size
+    is the record's length: a small record ends at the first descriptor that gives its own length and is
+    followed by the next local header. None: anything else (compressed, cut off by `head`'s end)."""
+    out, p = {}, 0
+    while head[p:p + 4] == b"PK\x03\x04" and p + _LOCAL.size <= len(head):
+        f = _LOCAL.unpack_from(head, p)
+        name_len, extra_len, method = f[-2], f[-1], f[3]
+        name = head[p + _LOCAL.size:p + _LOCAL.size + name_len].decode()
+        at = p + _LOCAL.size + name_len + extra_len
+        if method != 0:
+            return None
+        if "/data/" in name:
+            return out, name, at
+        q = at
+        while True:
+            q = head.find(b"PK\x07\x08", q)
+            if q < 0 or q + 20 > len(head):
+                return None
+            if int.from_bytes(head[q + 8:q + 12], "little") == q - at and head[q + 16:q + 20] == b"PK\x03\x04":
+                break
+            q += 1
+        out[name] = head[at:q]
+        p = q + 16
+    return None
+
+
+def _matches(meta: tuple, order: str, target: torch.Tensor) -> bool:
+    """Whether the stored tensor (data.pkl's `meta`, the file's byte order) is target's bytes as they are."""
+    dtype, _key, numel, start, size, stride = meta
+    return (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
+            and stride == _contiguous_strides(size) and numel == target.numel())
+
+
+_PARSE_ERRORS = (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
+                 pickle.UnpicklingError, EOFError)
+
+
+CENTRAL = object()  # Heads.parse: ask the central directory
+
+
+class Heads:
+    """The heads parsed so far (of one file's items: a memo, not shared between threads). Items of equal
+    dtype and shape have the same bytes up to their storage (the records before it hold no ids: torch.save's
+    CRCs are off in our shard files, and its serialization id comes after the storage), so a gpt2 load's
+    ~800 items parse a few dozen heads; the rest are one dictionary lookup."""
+
+    def __init__(self):
+        self.ats: list[int] = []  # where the storage starts, in the heads parsed so far
+        self.seen: dict[bytes, tuple | None] = {}  # head[:at] -> (data.pkl's meta, byte order, at) or None
+
+    def parse(self, head: bytes):
+        """(data.pkl's meta, byte order, where the storage starts), None (not a tensor to read directly),
+        or CENTRAL (a layout the head does not show: ask the central directory)."""
+        for at in self.ats:
+            if (hit := self.seen.get(head[:at], CENTRAL)) is not CENTRAL:
+                return hit
+        found = _head_records(head)
+        if found is None:
+            return CENTRAL
+        recs, storage, at = found
+        prefix = storage[:storage.index("/data/") + 1]
+        meta = _TensorMeta(io.BytesIO(recs[prefix + "data.pkl"])).load()
+        parsed = (meta, recs.get(prefix + "byteorder", b"little").decode(), at)
+        if storage != f"{prefix}data/{meta[1]}":  # the storage is not the tensor's: no direct read
+            parsed = None
+        self.seen[head[:at]] = parsed
+        if at not in self.ats:
+            self.ats.append(at)
+        return parsed
+
+
+def record_span(fd: int, offset: int, length: int, target: torch.Tensor, heads: Heads | None = None) -> int | None:
     """Where, relative to the item's start, the raw bytes of `target` lie in the torch.save zip stored at
     [offset, offset + length), if that item is a plain contiguous tensor of target's dtype and shape
-    stored uncompressed in native byte order; else None (the caller takes DCP's path)."""
+    stored uncompressed in native byte order; else None (the caller takes DCP's path). One read of the
+    item's first 4 KiB finds it (the records before the storage, _head_records; `heads` remembers the
+    parses); an item laid out otherwise is parsed from its central directory (_records)."""
+    nbytes = target.numel() * target.element_size()
+    head = os.pread(fd, min(length, _Bytes.EDGE), offset)
+    try:
+        parsed = (heads or Heads()).parse(head)
+        if parsed is None:
+            return None
+        if parsed is not CENTRAL:
+            meta, order, at = parsed
+            return at if _matches(meta, order, target) and at + nbytes <= length else None
+    except _PARSE_ERRORS:
+        pass
+    return _central_span(fd, offset, length, target, nbytes)
+
+
+def _central_span(fd: int, offset: int, length: int, target: torch.Tensor, nbytes: int) -> int | None:
+    """record_span from the zip's central directory (any record order)."""
     try:
         b = _Bytes(fd, offset, length)
         recs = _records(b)
@@ -160,22 +254,23 @@ def record_span(fd: int, offset: int, length: int, target: torch.Tensor) -> int 
         pkl = next(n for n in recs if n.endswith("/data.pkl"))
         prefix = pkl[:-len("data.pkl")]
         order = _record(b, recs[prefix + "byteorder"]).decode() if prefix + "byteorder" in recs else "little"
-        dtype, key, numel, start, size, stride = _TensorMeta(io.BytesIO(_record(b, recs[pkl]))).load()
-        local, nbytes, method = recs[f"{prefix}data/{key}"]
-    except (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
-            pickle.UnpicklingError, EOFError):
+        meta = _TensorMeta(io.BytesIO(_record(b, recs[pkl]))).load()
+        local, size, method = recs[f"{prefix}data/{meta[1]}"]
+    except _PARSE_ERRORS:
         return None
-    if not (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
-            and stride == _contiguous_strides(size) and numel == target.numel() and method == 0
-            and nbytes == target.numel() * target.element_size()):
+    if not (_matches(meta, order, target) and method == 0 and size == nbytes):
         return None
     data = _data_offset(b, local)
     return data if data is not None and data + nbytes <= length else None
 
 
 def _bytes_of(t: torch.Tensor) -> memoryview:
-    """A writable view of a contiguous CPU tensor's memory, whatever its dtype."""
-    return memoryview(t.reshape(-1).view(torch.uint8).numpy()).cast("B")
+    """A writable view of a contiguous CPU tensor's memory, whatever its dtype (through ctypes: a seventh
+    of the time of a numpy view; the caller holds `t` while it uses the view)."""
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return memoryview(bytearray())
+    return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
 
 
 class _Walk:
@@ -273,11 +368,12 @@ class Reader(FileSystemReader):
         entry = self.verify.get(name)
         algo = mf.entry_algo(entry) if entry is not None else None
         hasher = mf.new_hasher(algo) if algo is not None else None
+        heads = Heads()
         with open(path, "rb", buffering=0) as f:
             walk = _Walk(f, hasher)
             try:
                 for req in reqs:
-                    direct += self._read_item(f, walk, req, planner)
+                    direct += self._read_item(f, walk, req, planner, heads)
                 walk.finish()
             except Exception:
                 if hasher is None:
@@ -295,7 +391,7 @@ class Reader(FileSystemReader):
                 self.problems.append(problem)
         return direct
 
-    def _read_item(self, f, walk: _Walk, req, planner) -> int:
+    def _read_item(self, f, walk: _Walk, req, planner, heads: Heads | None = None) -> int:
         md = self.storage_data[req.storage_index]
         forward = md.offset >= walk.pos  # else a second request for bytes already passed (read them again)
         if forward:
@@ -304,7 +400,7 @@ class Reader(FileSystemReader):
             target = planner.resolve_tensor(req).detach()
             if (type(target) is torch.Tensor and target.device.type == "cpu" and target.is_contiguous()
                     and all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == tuple(target.shape)):
-                at = record_span(f.fileno(), md.offset, md.length, target)
+                at = record_span(f.fileno(), md.offset, md.length, target, heads)
                 if at is not None:
                     view = _bytes_of(target)
                     if forward:

@@ -237,14 +237,15 @@ class Doctor:
             del replica
             if self.placement is not None and loc.get("module"):  # which stage runs it, on which rank
                 loc.update(self.placement.locate(loc["module"], self.rank) or {})
+        from shardlab.fp8.stats import nonfinite_casts  # float8 layers: the first scale that went non-finite
         mine = {"rank": self.rank, "signals": rows[self.rank], "localisation": loc,
-                "local_grad_norms": self.monitor.per_param(), "sample_indices": self._indices}
+                "local_grad_norms": self.monitor.per_param(), "sample_indices": self._indices,
+                "fp8_nonfinite": nonfinite_casts(self.strategy.model)}
         everyone = comm.all_gather_object(mine)
         if self.watchdog:
             self.watchdog.beat()
-        from shardlab.fp8.stats import first_nonfinite  # float8 layers: the first scale that went non-finite
         report = {"step": step, **found, "loss_scale": loss_scale, "policy": self.policy,
-                  "fp8_first_nonfinite_scale": first_nonfinite(self.strategy.model),
+                  "fp8_first_nonfinite_scale": self._fp8_first(everyone),
                   "local_grad_hooks": bool(rows[0]["hooks_fired"]), "per_rank": {str(e["rank"]): e for e in everyone}}
         report["summary"] = summarize(report, self.run_dir)
         self.last_report = report
@@ -254,6 +255,18 @@ class Doctor:
             out.write_text(json.dumps(report, indent=1, default=str))
             if self.policy != "stop":  # with stop, the trainer's error message is this summary
                     print(f"[shardlab doctor] {report['summary']}", file=sys.stderr, flush=True)
+
+    def _fp8_first(self, everyone: list[dict]) -> str | None:
+        """The first float8 cast whose scale went non-finite over every rank's layers (TP, pp and EP ranks
+        hold others), placed by rank (and pipeline stage) when the run has several ranks."""
+        from shardlab.fp8.stats import first_across
+
+        def where(name: str, rank: int) -> str:
+            stage = self.placement.locate(name, rank) if self.placement is not None else None
+            return f" (rank {rank}" + (f", pipeline stage {stage['stage']})" if stage else ")")
+
+        return first_across({e["rank"]: e.pop("fp8_nonfinite") for e in everyone},
+                            where if len(everyone) > 1 else None)
 
     def _planted(self, step: int) -> bool:
         """Whether an injected NaN fired in what this rank replays: on this rank, or under a pipeline on any

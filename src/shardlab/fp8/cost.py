@@ -31,10 +31,13 @@ def cast_bytes(tokens: int, k: int, n: int, phase: str = "both", weight_gathered
     return {"forward": fwd, "backward": bwd, "both": fwd + bwd}[phase]
 
 
-def all_gather_bytes(shapes: list[tuple[int, int]], recipe: str = "tensorwise", dtype_bytes: int = 2) -> tuple[float, float]:
+def all_gather_bytes(shapes: list[tuple[int, int]], recipe: str = "tensorwise", dtype_bytes: int = 2,
+                     tp: int = 1) -> tuple[float, float]:
     """(float8, high-precision) bytes of gathering the weights `shapes` whole once: float8 elements plus
-    their scales, against `dtype_bytes` an element."""
-    f8 = sum(r * c + 4 * (r if recipe == "rowwise" else 1) for r, c in shapes)
+    their scales, against `dtype_bytes` an element. Under tensor parallelism (`tp` > 1; `shapes` are the
+    pieces) a tensorwise amax is agreed over the shard group and then over the TP group: 4 bytes twice."""
+    agree = 2 if tp > 1 else 1
+    f8 = sum(r * c + 4 * (r if recipe == "rowwise" else agree) for r, c in shapes)
     return float(f8), float(sum(r * c for r, c in shapes) * dtype_bytes)
 
 

@@ -10,6 +10,10 @@ them as they are (`gathered`) instead of casting the weight again; the full fp32
 views holds their dequantized values (what the rank has of the weight while it is gathered). Nothing else
 changes: the gradient still lands on the fp32 parameter and is reduce-scattered in fp32.
 
+Under own tensor parallelism the same holds for each rank's piece of a weight (`Float8Linear.adopt_piece`):
+the amax agreed over the shard group is max-reduced over the TP group as well (`agree_also`; one more small
+all-reduce a unit, 4 bytes a weight), which is the amax of the whole logical weight the forward agrees on.
+
 Rowwise and MXFP8 gather the weight as it is: rowwise casts the weight twice (per row for the forward, per
 column for the input gradient), and the per-column scales cross the row shards, so a float8 gather would
 cast twice (torchao's float8 all-gather is tensorwise only too).
@@ -26,8 +30,10 @@ class Float8WeightGather:
     `Quantized`, unpadded rows) from the last encoded gather until the unit reshards."""
     label = "fp8"
 
-    def __init__(self, fmt: str = "e4m3"):
+    def __init__(self, fmt: str = "e4m3", agree_also=None):
         self.fmt = fmt
+        # a TP piece: the agreed amax is max-reduced over the TP group too (the whole logical weight's)
+        self.agree_also = agree_also
         self.gathered: Quantized | None = None
         self._scale: torch.Tensor | None = None
         self._stats: dict = {}
@@ -63,12 +69,13 @@ class Float8WeightGather:
         self.gathered = None
 
 
-def gathered_weight(module, weight: torch.Tensor) -> Quantized | None:
-    """The float8 weight a gather encoding holds for `module.weight`, unpadded, when `weight` is it (not
-    a tensor-parallel piece) and a gather holds it now; None otherwise (the GEMMs cast the weight)."""
+def gathered_weight(weight: torch.Tensor) -> Quantized | None:
+    """The float8 weight the gather encoding of parameter `weight` (the linear's whole weight, or own TP's
+    piece of it) holds now, unpadded; None when no encoded gather holds it (the GEMMs cast the weight). A
+    view of a parameter (a replicated key/value head's rows) carries no encoding."""
     enc = getattr(weight, "gather_encoding", None)
     q = enc.gathered if enc is not None else None
-    if q is None or weight is not module.weight:
+    if q is None:
         return None
     rows = weight.shape[0]
     return Quantized(q.data[:rows].reshape(weight.shape), q.inv_scale, q.stats)

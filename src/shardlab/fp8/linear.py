@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
-from shardlab.fp8.gather import gathered_weight
+from shardlab.fp8.gather import Float8WeightGather, gathered_weight
 from shardlab.fp8.gemm import Float8Matmul
 from shardlab.fp8.recipes import Recipe, recipe as recipe_named
 
@@ -36,7 +36,7 @@ class Float8Linear(nn.Linear):
     def matmul(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         kind = x.device.type
         out_dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else x.dtype
-        held = (lambda: gathered_weight(self, weight)) if hasattr(weight, "gather_encoding") else None
+        held = (lambda: gathered_weight(weight)) if hasattr(weight, "gather_encoding") else None
         y = Float8Matmul.apply(x.reshape(-1, x.shape[-1]), weight, self.recipe, out_dtype, self.fp8_stats,
                                 self.amax_group, held)
         y = y.reshape(*x.shape[:-1], weight.shape[0])
@@ -44,6 +44,14 @@ class Float8Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.matmul(x, self.weight, self.bias)
+
+    def adopt_piece(self, piece: nn.Parameter) -> None:
+        """Own TP took this linear's weight apart and holds `piece` (the seam in parallel/tp/modules.py):
+        a tensorwise piece is gathered in float8 under sharded data parallelism like a whole weight, its
+        amax agreed over the shard group and then over the TP group (`amax_group`), so the scale is the
+        whole logical weight's, as the forward's own agreement makes it (gather.py)."""
+        if self.recipe.granularity == "tensor":
+            piece.gather_encoding = Float8WeightGather(self.recipe.weight, agree_also=self.amax_group)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, recipe={self.recipe.label}"
@@ -90,7 +98,8 @@ def convert(model: nn.Module, recipe: Recipe | str, rule=default_rule) -> Conver
             done.skipped[name] = why
             continue
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child,
-                Float8Linear.from_linear(module, recipe))
+        new = Float8Linear.from_linear(module, recipe)
+        new.fp8_name = name  # what its statistics are reported as (a TP module may hold it under another)
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, new)
         done.converted.append(name)
     return done

@@ -1,7 +1,7 @@
 """What the float8 layer does to one model part (parallel/fp8_spec.py calls it in the composition, after the
 pipeline split and before tensor parallelism): convert the part's block linears by the rule, give each
-converted linear the tensor-parallel group its tensorwise amaxes are agreed over (without TP: a tensorwise
-weight's float8 all-gather encoding, which own zero3 and HSDP use), and say what was done for
+converted linear the tensor-parallel group its tensorwise amaxes are agreed over and a tensorwise weight
+its float8 all-gather encoding, which own zero3 and HSDP use (under TP its piece's, when TP makes it), and say what was done for
 the whole model (under a pipeline each rank converts its stages' blocks; the start-up line lists them all).
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ def convert_part(part: nn.Module, name: str, tp_group=None) -> Conversion:
         if isinstance(m, Float8Linear):
             m.amax_group = tp_group
             if tp_group is None and recipe.granularity == "tensor":
-                # sharded data parallelism gathers this weight in float8 (gather.py); a TP piece is gathered
-                # as it is (its module owns another parameter)
+                # sharded data parallelism gathers this weight in float8 (gather.py); under TP the piece
+                # own TP makes is another parameter: it gets its encoding then (Float8Linear.adopt_piece)
                 m.weight.gather_encoding = Float8WeightGather(recipe.weight)
     return done
 

@@ -35,9 +35,9 @@ def fsdp_float8_all_gather(name: str, fsdp: bool, device: torch.device, staged: 
     return True, ""
 
 
-class _NoCudaKernelLibraries(logging.Filter):
-    """torchao's import tries to load each of its CUDA kernel libraries (torchao/_C*.so) and logs a warning
-    per library that does not load: on a machine without CUDA, every one of them, and none is used there."""
+class _NoCudaExtensionNotice(logging.Filter):
+    """Drops torchao's "Failed to load .../torchao/_C*.so" warnings: its import tries each of its compiled
+    CUDA extensions and logs every failure, which on a machine without CUDA is expected (it emulates)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = record.getMessage()
@@ -45,18 +45,18 @@ class _NoCudaKernelLibraries(logging.Filter):
 
 
 @contextlib.contextmanager
-def _quiet_import():
-    """Drops exactly those warnings while torchao is first imported, and only where CUDA is absent (on a GPU
-    a library that fails to load is news)."""
-    if torch.cuda.is_available():
+def _quiet_cuda_extensions(device: torch.device):
+    """Around torchao's import on a device other than CUDA, only its own logger's extension notices are
+    filtered; on CUDA they stay (there a failed extension is news)."""
+    if device.type == "cuda":
         yield
         return
-    log, quiet = logging.getLogger("torchao"), _NoCudaKernelLibraries()
-    log.addFilter(quiet)
+    log, notice = logging.getLogger("torchao"), _NoCudaExtensionNotice()
+    log.addFilter(notice)
     try:
         yield
     finally:
-        log.removeFilter(quiet)
+        log.removeFilter(notice)
 
 
 def convert_torchao(part: nn.Module, name: str, device: torch.device, fsdp_gather: bool = False) -> Conversion:
@@ -64,7 +64,7 @@ def convert_torchao(part: nn.Module, name: str, device: torch.device, fsdp_gathe
     asked for each, the filter only answers it). Returns the Conversion, its recipe labelled "(torchao,
     emulated)" where torchao emulates. `fsdp_gather`: torch-fsdp2 gathers the weights in float8 (torchao's
     float8 all-gather, amax all-reduced over the mesh in the pre-all-gather hook)."""
-    with _quiet_import():
+    with _quiet_cuda_extensions(device):
         from torchao.float8 import Float8LinearConfig, convert_to_float8_training
 
     recipe = recipe_named(name)

@@ -54,6 +54,14 @@ def is_unallocated(t: torch.Tensor | None) -> bool:
     return t is not None and unallocated(local(t))
 
 
+def successor(old: nn.Parameter, new: nn.Parameter) -> nn.Parameter:
+    """`new`, the allocated parameter that takes an unallocated `old`'s place, with what layers hung on
+    `old` (its Python attributes: a float8 weight's `gather_encoding`, say): the same parameter, now with
+    storage."""
+    new.__dict__.update({k: v for k, v in vars(old).items() if k not in vars(new)})
+    return new
+
+
 def allocate(module: nn.Module, device: torch.device, move: bool = True) -> int:
     """Give every unallocated parameter and buffer of `module` empty storage on `device`, and (`move`) move
     the allocated ones there (after a data-parallel layer: not; it put its shards where they live). A meta tensor cannot take another device's data in place, so an unallocated
@@ -68,7 +76,7 @@ def allocate(module: nn.Module, device: torch.device, move: bool = True) -> int:
                     continue
                 if id(p) not in done:
                     if is_unallocated(p):
-                        new = nn.Parameter(torch.empty_like(p, device=device), requires_grad=p.requires_grad)
+                        new = successor(p, nn.Parameter(torch.empty_like(p, device=device), p.requires_grad))
                         total += local(new).numel() * new.element_size()
                     else:
                         if move and p.device != device:

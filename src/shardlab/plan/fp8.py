@@ -63,7 +63,7 @@ def all_gather_saving(model, train, lay, param_bytes: int) -> float:
     if not gathered_in_float8(train, lay):
         return 0.0
     shapes = converted_shapes(model, lay.tp, lay.pp, lay.v)
-    f8, _ = hook("bytes")(shapes, "tensorwise", param_bytes)
+    f8, _ = hook("bytes")(shapes, "tensorwise", param_bytes, lay.tp)
     return sum(r * c for r, c in shapes) * param_bytes - f8
 
 

@@ -315,9 +315,10 @@ class StepLog:
             row.update(loss=loss, grad_norm=grad_norm, lr=lr_at(step - 1, tr.cfg))
             if getattr(tr, "moe_log", None) is not None:
                 row.update(tr.moe_log.row())  # tokens per expert, dropped, aux and z losses
-            if tr.cfg.train.fp8 != "none":  # this rank's float8 casts: amax, scale, underflow, saturation
-                from shardlab.fp8.stats import collect
-                row["fp8"] = collect(tr.par.model)
+            if tr.cfg.train.fp8 != "none":  # every rank's float8 casts (amax, scale, underflow, saturation)
+                from shardlab.fp8.stats import gather  # one object all-gather: TP/pp/EP hold other layers
+                # from this rank's part (par.model is the whole, unsplit); a non-finite figure -> null
+                row["fp8"] = strict_json(gather(tr.par.dp.model))
             if tr.state.scaler is not None:
                 row["loss_scale"] = tr.state.scaler.scale
             if not ev:  # a throughput only for steps that updated the model

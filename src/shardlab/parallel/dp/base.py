@@ -27,6 +27,7 @@ from torch.distributed.tensor import DTensor
 from shardlab import comm
 from shardlab.doctor.replicas import ReplicaSet
 from shardlab.optim.serving import serve
+from shardlab.parallel.dp import in_place, sd_names
 from shardlab.parallel.mesh import ParallelDims
 
 # factory(named_params: list[tuple[str, Tensor]]) -> Optimizer; names are the bare model's FQNs.
@@ -186,10 +187,12 @@ class Strategy:
     def model_state_dict(self) -> dict:
         """DCP-shaped model state (plain tensors or DTensors), keyed by the bare model's FQNs."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
-        return get_model_state_dict(self.module)
+        return self._state_names().model(self.module, lambda: get_model_state_dict(self.module))
 
     def load_model_state_dict(self, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
+        if in_place.model_loaded_in_place(self.module, sd):  # a checkpoint read into the live tensors: done
+            return
         set_model_state_dict(self.module, sd)
 
     def materialize_optimizer(self, optimizer) -> None:
@@ -264,7 +267,14 @@ class Strategy:
 
     def optim_state_dict(self, optimizer) -> dict:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
-        return get_optimizer_state_dict(self.module, optimizer)
+        return self._state_names().optim(self.module, optimizer,
+                                         lambda: get_optimizer_state_dict(self.module, optimizer))
+
+    def _state_names(self) -> sd_names.StateNames:
+        """torch's state-dict names, resolved once while the tensors stay the same (sd_names.py)."""
+        if "_sd_names" not in self.__dict__:
+            self._sd_names = sd_names.StateNames()
+        return self._sd_names
 
     def load_optim_state_dict(self, optimizer, sd: dict) -> None:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
@@ -272,6 +282,11 @@ class Strategy:
         # keeps one rank's copy of a non-tensor value, so under pp the saved `param_groups` list another
         # stage's parameters, and taking them as they are dropped this stage's lr and betas (KeyError 'betas'
         # at the first step after a pp=2 -> pp=2 resume).
+        if len(optimizer.param_groups) == len(sd["param_groups"]):
+            native = in_place.native_optim_state(optimizer, sd)  # the state read into the live tensors
+            if native is not None:
+                optimizer.load_state_dict(native)  # what is left: the hyperparameters
+                return
         local = get_optimizer_state_dict(self.module, optimizer)["param_groups"]
         if len(local) != len(sd["param_groups"]):
             raise ValueError(f"the checkpoint's optimizer has {len(sd['param_groups'])} param groups, this model's "

@@ -86,7 +86,9 @@ class GatherEncoding:
     tensor); `encode(shard, agreed)` the bytes this rank sends (a uint8 tensor of `nbytes(shard.numel())`
     bytes); `decode(rows, full)` writes the full (padded) tensor from the gathered bytes, `rows` (world,
     nbytes). `release()`: the full values go away (reshard) or were written exactly by a plain gather.
-    `label` names the encoding in the collectives' tags."""
+    `label` names the encoding in the collectives' tags. `agree_also` (optional, a process group): the
+    parameter is a piece of a tensor split over that group too (tensor parallelism), so the agreed vector
+    is max-reduced over it as well (one more collective per unit; every encoding of a unit names the same)."""
     label = "encoded"
 
     def agree(self, shard: torch.Tensor) -> torch.Tensor: ...
@@ -152,7 +154,7 @@ class FlatParamUnit:
                 if empty:  # a meta tensor takes no data in place: a new parameter, wherever it is registered
                     # (`.data =`, as below: the parameter keeps its own version counter, not the storage's,
                     # so an all-gather into `full` does not invalidate what autograd saved of it)
-                    p = info.param = nn.Parameter(full.new_empty(0), requires_grad=p.requires_grad)
+                    p = info.param = materialize.successor(p, nn.Parameter(full.new_empty(0), p.requires_grad))
                     p.data = full[: info.rows]
                     for module, attr, _ in info.registrations:
                         module._parameters[attr] = p
@@ -240,6 +242,9 @@ class FlatParamUnit:
         if sizes:
             flat = torch.cat([a.reshape(-1).float() for a in agreed if a is not None])
             comm.all_reduce(flat, op=comm.ReduceOp.MAX, group=self.group, tag=f"ag:{self.name}:{label} agree")
+            also = next((c.agree_also for c in codecs if getattr(c, "agree_also", None) is not None), None)
+            if also is not None:  # the parameters are pieces of larger tensors split over another group (TP)
+                comm.all_reduce(flat, op=comm.ReduceOp.MAX, group=also, tag=f"ag:{self.name}:{label} agree")
             parts = iter(flat.split(sizes))
             agreed = [next(parts) if a is not None else None for a in agreed]
         pieces, layout, offset = [], [], 0

@@ -27,16 +27,20 @@ from shardlab.parallel.tp import ops as tp_ops
 
 # --- layers --------------------------------------------------------------------------------------------
 
-def converted(linear: nn.Module) -> nn.Module | None:
+def converted(linear: nn.Module, piece: nn.Parameter | None = None) -> nn.Module | None:
     """The wrapped linear when it declares its own `matmul(x, weight, bias)` (a precision converter's
     module), emptied of its weight and bias (the TP module holds this rank's piece, under the same names)
     and kept as a child, so what else it holds (scales, counters) moves and saves with the model; None for
-    a plain linear (F.linear). Call after the TP module has taken its piece of the weight."""
+    a plain linear (F.linear). Call after the TP module has taken its piece of the weight; `piece`: that
+    piece when it is a parameter of its own, which a module declaring `adopt_piece(piece)` is shown (a
+    float8 linear gives it the float8 all-gather encoding its whole weight had)."""
     if not callable(getattr(linear, "matmul", None)):
         return None
     for name in ("weight", "bias"):
         if name in linear._parameters:
             linear.register_parameter(name, None)
+    if piece is not None and callable(getattr(linear, "adopt_piece", None)):
+        linear.adopt_piece(piece)
     return linear
 
 
@@ -60,7 +64,7 @@ class ColumnParallelLinear(nn.Module):
         self.bias = (nn.Parameter(linear.bias.detach()[sl].clone(), linear.bias.requires_grad)
                      if linear.bias is not None else None)
         self.group, self.sp, self.tag, self.enter = group, sp, tag, enter
-        self.converted = converted(linear)
+        self.converted = converted(linear, self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.enter:
@@ -81,7 +85,7 @@ class RowParallelLinear(nn.Module):
         self.bias = (nn.Parameter(linear.bias.detach().clone(), linear.bias.requires_grad)
                      if linear.bias is not None else None)
         self.group, self.sp, self.tag = group, sp, tag
-        self.converted = converted(linear)
+        self.converted = converted(linear, self.weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = tp_ops.leave(product(self, x, self.weight), self.group, self.sp, self.tag)
