@@ -70,12 +70,14 @@ def test_every_checkpoint_loads_into_hsdp(saved, pool4, strategy):
 
 def _permuted_mesh(order):
     """Make the trainer place global rank order[i] at the i-th mesh position (row-major), as a restart
-    onto other hosts may: same degrees, another rank -> coordinate mapping."""
+    onto other hosts may: same degrees, another rank -> coordinate mapping. Returns the function it replaced
+    (the pool's ranks outlive this test: the caller puts it back)."""
     import torch.distributed.device_mesh as dm
 
     def init_device_mesh(device_type, shape, mesh_dim_names=None):
         return dm.DeviceMesh(device_type, torch.tensor(order).view(shape), mesh_dim_names=mesh_dim_names)
-    dm.init_device_mesh = init_device_mesh  # what ParallelDims.build_mesh calls
+    plain, dm.init_device_mesh = dm.init_device_mesh, init_device_mesh  # what ParallelDims.build_mesh calls
+    return plain
 
 
 def _rng_after(run_dir, order, resume_from=None) -> dict:
@@ -87,8 +89,13 @@ def _rng_after(run_dir, order, resume_from=None) -> dict:
     from shardlab.checkpoint import state as st
     from shardlab.train.trainer import Trainer
 
-    _permuted_mesh(order)
-    trainer = Trainer(make_cfg(HSDP + ["train.steps=2", "ckpt.every=2"], 4), Path(run_dir))
+    import torch.distributed.device_mesh as dm
+
+    plain = _permuted_mesh(order)
+    try:
+        trainer = Trainer(make_cfg(HSDP + ["train.steps=2", "ckpt.every=2"], 4), Path(run_dir))
+    finally:
+        dm.init_device_mesh = plain
     torch.manual_seed((1000 if resume_from is None else 2000) + comm.rank())  # a stream of its own per rank
     if resume_from is None:
         _steps(trainer, 2)

@@ -189,14 +189,19 @@ def test_configs_llama_small_trains_on_stdlib_and_loss_falls(tmp_path):
 def test_plan_and_plan_search_accept_the_llama_presets(capsys):
     from shardlab.plan.cli import main
 
-    assert main(["model=llama3-8b", "cluster=H100-SXM", "gpus=8", "strategy=zero3", "global_batch=64",
-                 "seq=8192", "recompute=full", "--json"]) == 0
-    d = json.loads(capsys.readouterr().out)
-    assert d["model"]["params"] == 8_030_261_248 and d["model"]["arch"] == "llama"
-    assert main(["search", "model=llama3-70b", "cluster=H100-SXM", "gpus=64", "global_batch=512", "seq=8192",
+    # layouts that fit (one that does not makes the plan search for fixes: a search of its own)
+    for name, layout in (("llama3-8b", ["gpus=8", "strategy=zero3", "recompute=full", "global_batch=64", "seq=8192"]),
+                         ("llama3-70b", ["gpus=32", "tp=4", "sp=true", "strategy=zero3", "global_batch=32",
+                                         "seq=2048"])):
+        assert main([f"model={name}", "cluster=H100-SXM", *layout, "--json"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["model"]["params"] == PUBLISHED[name][1] and d["model"]["arch"] == "llama"
+    # the search on the smallest llama shape that still ranks several layouts: the search is per layout
+    # what the plan above is, and a 70B model's 80 layers on 64 GPUs take ~20 s per thousand layouts on CPU
+    assert main(["search", "model=llama3-8b", "cluster=H100-SXM", "gpus=4", "global_batch=8", "seq=2048",
                  "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert "llama3-70b (70.55B params)" in out and "why #1:" in out
+    assert "llama3-8b (8.03B params)" in out and "why #1:" in out and "\n  2  " in out
 
 
 def test_planner_tp_rule_and_traffic_for_grouped_query_attention():
