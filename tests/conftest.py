@@ -15,6 +15,8 @@ from pool_harness import footprint  # noqa: E402 (the drivers' folder is on the 
 # end of the module that grew it: a long-lived pool must not carry one module's footprint through the suite.
 RECYCLE_RSS_BYTES = 1 << 30
 RECYCLE_THREADS = 400
+# Eight gloo ranks on a small machine: a run there may take minutes (each rank gets a fraction of a core).
+POOL_TIMEOUT_S = {8: 600.0}
 
 
 class _SharedPools:
@@ -27,8 +29,8 @@ class _SharedPools:
         self.pools: dict[int, WorkerPool] = {}
 
     def get(self, world: int) -> WorkerPool:
-        if world not in self.pools:
-            self.pools[world] = WorkerPool(world)
+        if world not in self.pools:  # started by its first run: a selection that never needs it never starts it
+            self.pools[world] = WorkerPool(world, timeout=POOL_TIMEOUT_S.get(world, 120.0))
         return self.pools[world]
 
     def recycle_if_grown(self, world: int) -> None:
@@ -41,6 +43,10 @@ class _SharedPools:
             return
         if any(rss > RECYCLE_RSS_BYTES or threads > RECYCLE_THREADS for rss, threads in sizes):
             pool.close(force=True)
+
+    def release(self, world: int) -> None:
+        if world in self.pools:
+            self.pools.pop(world).close(force=True)
 
     def close(self) -> None:
         for pool in self.pools.values():
@@ -71,3 +77,23 @@ def pool2(_shared_pools):
 @pytest.fixture(scope="module")
 def pool4(_shared_pools):
     yield from _module_pool(_shared_pools, 4)
+
+
+# The modules that use pool8, in the order they run (set once the selection is final): the 8 ranks are shared by
+# the few world-8 tests and stopped after the last of them, not kept idle through the rest of the session.
+_POOL8_MODULES: list[str] = []
+
+
+@pytest.hookimpl(trylast=True)  # after -k / -m have deselected
+def pytest_collection_modifyitems(items):
+    _POOL8_MODULES[:] = list(dict.fromkeys(item.getparent(pytest.Module).nodeid for item in items
+                                           if "pool8" in getattr(item, "fixturenames", ())))
+
+
+@pytest.fixture(scope="module")
+def pool8(_shared_pools, request):
+    yield _shared_pools.get(8)
+    if not _POOL8_MODULES or request.node.nodeid == _POOL8_MODULES[-1]:
+        _shared_pools.release(8)
+    else:
+        _shared_pools.recycle_if_grown(8)

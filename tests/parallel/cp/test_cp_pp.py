@@ -60,15 +60,12 @@ def test_pp2_x_cp2_other_schedules_equal_single(pool4, impl, extra):
 
 
 @pytest.mark.parity
-def test_tp2_x_pp2_x_cp2_ulysses_at_world_8():
+def test_tp2_x_pp2_x_cp2_ulysses_at_world_8(pool8):
     """World 8 = pp 2 x cp 2 x tp 2 under Ulysses: heads split twice (4 / tp 2 / cp 2), each stage's all-to-all in
     its cp group, the stages handing on (b, s/cp, d) activations between the same (cp, tp) ranks. 8 gloo processes:
-    a pool of its own, as the pipeline's world-8 test."""
-    from shardlab.testing import WorkerPool
-
+    the session's pool8, shared with the pipeline's world-8 test."""
     ref = _single("gpt2")
-    with WorkerPool(8, timeout=600) as pool8:
-        out = pool8.run(in_float64, composed, [*BASE["gpt2"], "parallel.pp=2", "parallel.cp=2", "parallel.tp=2",
-                                               *IMPL["ulysses"]], STEPS, 2, timeout=500)[0]
+    out = pool8.run(in_float64, composed, [*BASE["gpt2"], "parallel.pp=2", "parallel.cp=2", "parallel.tp=2",
+                                           *IMPL["ulysses"]], STEPS, 2, timeout=500)[0]
     for key in ("losses", "norms", "eval", "params"):
         assert_float64_equal(out[key], ref[key], key)

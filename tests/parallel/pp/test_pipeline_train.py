@@ -7,7 +7,7 @@ once in fp32 against compare.py's error model."""
 import pytest
 
 from pipeline_harness import train
-from shardlab.testing import WorkerPool, assert_float64_equal, assert_fp32_within_error_model, in_float64
+from shardlab.testing import assert_float64_equal, assert_fp32_within_error_model, in_float64
 
 STEPS = 5  # the issue's measure: 5 optimizer steps, each accumulating 4 microbatches (train's accum=4)
 _RUNS: dict = {}
@@ -104,8 +104,7 @@ def test_pipeline_composes_with_tensor_parallel(pool4, reference, schedule, v, s
 
 
 @pytest.mark.parity
-def test_pipeline_x_tensor_x_data_parallel_at_world_8(reference):
-    """World 8 = pp 2 x dp 2 x tp 2 (zero2, SP): 8 gloo processes, so a pool of its own and a generous timeout."""
-    with WorkerPool(8, timeout=600) as pool8:
-        results = pool8.run(in_float64, train, STEPS, dp="zero2", pp=2, tp=2, sp=True, pp_schedule="1f1b")
+def test_pipeline_x_tensor_x_data_parallel_at_world_8(pool8, reference):
+    """World 8 = pp 2 x dp 2 x tp 2 (zero2, SP): 8 gloo processes (the session's pool8) and a generous timeout."""
+    results = pool8.run(in_float64, train, STEPS, dp="zero2", pp=2, tp=2, sp=True, pp_schedule="1f1b", timeout=600)
     _check(results, reference, "pp2 x dp2 x tp2")
