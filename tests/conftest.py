@@ -97,3 +97,24 @@ def pool8(_shared_pools, request):
         _shared_pools.release(8)
     else:
         _shared_pools.recycle_if_grown(8)
+
+
+@pytest.fixture
+def bench_on_session_pools(_shared_pools, monkeypatch):
+    """A `shardlab bench` suite run through bench's main in the test process measures on the session's pools
+    instead of a fresh pool per measurement (common.run_on_ranks starts and stops one each time: seconds of
+    start-up, torch's import and shardlab's in every rank). The functions and the ranks are as real; what
+    differs is only the allocator setting run_on_ranks gives its own ranks so that frees show in RSS, which
+    moves peak-RSS figures, never asserted in a test."""
+    from shardlab.bench import common
+
+    used = set()
+
+    def run_on_ranks(fn, *args, world: int = 2, timeout: float = 1800):
+        used.add(world)
+        return _shared_pools.get(world).run(fn, *args, timeout=timeout)[0]
+
+    monkeypatch.setattr(common, "run_on_ranks", run_on_ranks)
+    yield
+    for world in sorted(used):
+        _shared_pools.recycle_if_grown(world)

@@ -191,13 +191,13 @@ def test_bad_cp_settings_are_one_line_exit_2(tmp_path, capsys, args, needle):
     assert not (tmp_path / "run").exists()
 
 
-def test_bench_context_quick(tmp_path, monkeypatch, capsys):
+def test_bench_context_quick(tmp_path, monkeypatch, capsys, bench_on_session_pools):
     """`shardlab bench context --quick`: rows for cp1 and cp2 at every length, the plot, and the figures that
     are counts rather than times: exact activation bytes halve (goal <= 0.55), the ring's recorded bytes equal
     the planner's, zigzag FLOPs are equal per rank and a contiguous split's are not. (Times are reported,
-    never asserted.) Through bench's main in this process (its ranks are a real pool either way) with a
-    smaller sweep than --quick's: two lengths, two rounds, a short replay; none of the counts depends on
-    them. (A real `shardlab bench` process: test_bench_generate.py.)"""
+    never asserted.) Through bench's main in this process, its ranks the session's pools (real gloo ranks
+    either way), with a smaller sweep than --quick's: two lengths, two rounds, a short replay; none of the
+    counts depends on them. (A real `shardlab bench` process: test_bench_generate.py.)"""
     from shardlab.bench import context
     from shardlab.bench.cli import main as bench_main
 

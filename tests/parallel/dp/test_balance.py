@@ -174,10 +174,10 @@ def test_pp_split_auto_trains(pool2, tmp_path):
     assert len(results[0][0]) == 2 and all(r[2]["steps"] == 2 for r in results)
 
 
-def test_bench_balance_quick(tmp_path, monkeypatch, capsys):
-    """Through `shardlab bench`'s main in this process (its ranks are a real pool either way) on a 1-layer toy
-    model instead of --quick's: nothing below is a time, and the shares' bookkeeping holds for any model.
-    (A real `shardlab bench` process: test_bench_generate.py.)"""
+def test_bench_balance_quick(tmp_path, monkeypatch, capsys, bench_on_session_pools):
+    """Through `shardlab bench`'s main in this process (its ranks the session's pool2: real gloo ranks either
+    way) on a 1-layer toy model instead of --quick's: nothing below is a time, and the shares' bookkeeping holds
+    for any model. (A real `shardlab bench` process: test_bench_generate.py.)"""
     from shardlab.bench import common
     from shardlab.bench.cli import main as bench_main
 
