@@ -20,6 +20,7 @@ def test_rows_not_in_the_given_sets():
     given = {r["case"] for s in (published_gpu.GIVEN, published_gpu.HELD_OUT, published_gpu.EXAMINED,
                                  published_gpu.HELD_OUT_2) for r in s}
     assert not given & {r["case"] for r in heldout.HELD_OUT}
+    assert set(heldout.SEEN) <= {r["case"] for r in heldout.HELD_OUT}
 
 
 def test_every_row_plans():
