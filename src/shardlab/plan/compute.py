@@ -196,6 +196,10 @@ class MicroTime:
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
     how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
     kernels: tuple = (0, 0)  # kernels one block launches, forward and backward (launch gaps)
+    # per FSDP unit, for the per-unit overlap (step.py): one block's forward and backward (its recompute and
+    # launch gaps included) and the head's (final norm, logits, loss), forward and backward; per-op roofline
+    block: tuple = (0.0, 0.0)
+    head: tuple = (0.0, 0.0)
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -269,11 +273,14 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     bwd += rec
     k = c.compute_speed(lay.world)  # calibrated CPU seconds -> wall seconds on shared cores
     fwd, bwd, rec = fwd / k, bwd / k, rec / k
+    rec_block = rec / layers if layers else 0.0
+    per_block = ((f_block + gap_f) / k, (b_block + gap_b) / k + rec_block)
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block))
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), per_block,
+                     (f_head / k, b_head / k))
 
 
 def block_kernels(block: list[Op]) -> tuple[int, int]:
