@@ -22,6 +22,34 @@ def test_power_cap_lowers_sustained_clock_by_the_cube_root():
 def test_terms_are_off_on_a_profile_file():
     c = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
     assert (c.clock_factor, c.sm_share_comm, c.wave_efficiency(7, 9), c.call_latency, c.attention) == (1, 0, 1, 0, "")
+    assert not c.unit_pipeline and load_cluster("H100-SXM").unit_pipeline
+
+
+def test_unit_pipeline_by_hand():
+    """Two streams over the units: a gather issued one unit ahead, a unit's reduce-scatter after its backward,
+    one FIFO stream. 4 blocks (F 1, B 2) whose gathers and reduce-scatters take 2 each, the root's 1."""
+    from shardlab.plan.overlap import Stage, simulate
+    st = [Stage(0, 0, 1, 0, 1)] + [Stage(1, 2, 2, 2, 2) for _ in range(4)] + [Stage(1, 2)]
+    step, wait, tail = simulate(st, 1)
+    assert (step, wait, tail) == (28, 10, 3)  # compute 15: forward waits 6, backward 4, the last two reductions 3
+    cheap = [Stage(0, 0, .1, 0, .1)] + [Stage(1, 2, .2, .2, .2) for _ in range(4)] + [Stage(1, 2)]
+    step, wait, tail = simulate(cheap, 1)  # hidden but for the root's gather, block 1's and the last reductions
+    assert wait == pytest.approx(0.3) and tail == pytest.approx(0.3) and step == pytest.approx(15.6)
+
+
+def test_slow_network_exposes_gathers_unit_by_unit():
+    """Under a network slower than a unit's forward, every unit's forward gather shows, although the step's
+    compute (the backward's recompute included) could hide all of it, which is what the budget model said."""
+    m, tr = PRESETS["llama3-8b"], TrainSpec(512, 8, 2048, flash_attention=True)
+    lay = Layout(dp=64, strategy="zero3", recompute="full", comm_dtype="bf16")
+    slow = replace(load_cluster("A100-80G", 64), inter_bw=1.2e9)
+    per_unit, budget = evaluate(m, tr, lay, slow), evaluate(m, tr, lay, replace(slow, unit_pipeline=False))
+    assert per_unit.times["comm_total"] == pytest.approx(budget.times["comm_total"])
+    assert per_unit.times["comm_total"] < per_unit.times["compute"]
+    gathers = next(cl.time for cl in per_unit.comm if cl.c.op == "all_gather" and cl.c.group == "dp") / 2
+    assert gathers > per_unit.times["forward"]  # the forward's half of the gathers outlasts the forward
+    assert per_unit.times["exposed_comm"] > budget.times["exposed_comm"] + 0.8 * (gathers - per_unit.times["forward"])
+    assert "unit by unit" in per_unit.explain["exposed_comm"]
 
 
 def test_every_term_shows_in_explain():
