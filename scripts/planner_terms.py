@@ -30,6 +30,7 @@ STEPS = [
     ("+ kernel launch gaps (1 us per kernel)", ("kernel_gap_s",)),
     ("+ the row's norm kernels (torchtitan: eager fp32 RMSNorm)", ("eager_norm",)),
     ("+ per-unit overlap (FSDP: one unit prefetched ahead, one NCCL stream)", ("unit_pipeline",)),
+    ("+ the row's optimizer kernels (eager AdamW: 84 B per parameter, not a fused 28)", ("eager_adam",)),
 ]
 SETS = [("given: torchtitan", GIVEN), ("held out, then examined: llm-foundry H100 + A100 80GB modes", HELD_OUT),
         ("examined: llm-foundry A100 80GB 125M-13B", EXAMINED), ("held out: llm-foundry A100 40GB", HELD_OUT_2)]
@@ -43,7 +44,8 @@ def errors(rows: list[dict], on: set) -> list[float]:
         c = replace(c, **{k: (getattr(full, k) if k in on else v) for k, v in OFF.items()})
         recompute = None if "recompute_op" in on else row["layout"]["recompute"].replace("selective-op", "selective")
         got = predict(row, c, comm_dtype="row" if "comm_dtype" in on else None, recompute=recompute,
-                      row_attention="row_attention" in on, eager_norm="eager_norm" in on)
+                      row_attention="row_attention" in on, eager_norm="eager_norm" in on,
+                      row_adam="eager_adam" in on)
         out.append(got["tokens_per_gpu"] / row["tokens_per_gpu"] - 1)
     return out
 

@@ -130,3 +130,14 @@ def test_published_sets_are_kept_apart():
     assert all(r.get("eager_norm") for r in GIVEN)
     c = row_cluster(HELD_OUT_2[0])
     assert (c.hbm_bytes, c.hbm_bw, c.peak_flops) == (40e9, 1555e9, 312e12)
+
+
+def test_eager_adam_only_where_a_row_asks():
+    """A row's eager AdamW (torch's foreach, Composer's loop) moves 84 B per fp32 parameter, a fused one 28."""
+    from shardlab.plan.compute import EAGER_ADAM_BYTES
+    args = PRESETS["llama3-8b"], Layout(dp=8, strategy="zero3"), load_cluster("H100-SXM", 8)
+    fused, eager = (evaluate(args[0], TrainSpec(16, 2, 8192, flash_attention=True, eager_adam=e), *args[1:])
+                    for e in (False, True))
+    assert eager.times["optimizer"] == pytest.approx(fused.times["optimizer"] * (EAGER_ADAM_BYTES + 2) / 30)
+    assert "eager kernels" in eager.explain["optimizer"] and "eager" not in fused.explain["optimizer"]
+    assert all(r.get("eager_adam") for r in GIVEN + HELD_OUT)

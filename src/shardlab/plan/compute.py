@@ -431,5 +431,18 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
                 f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s + {tensors} tensors x "
                 f"{c.adam_s_per_tensor:.3g} s (calibrated, grad-norm clip included)")
     per = train.optimizer_row.step_bytes_in(train.optim_dtype) + (2 if train.mixed else 0)  # the row's traffic
+    how = ""
+    if train.eager_adam and train.optimizer == "adam" and train.optim_dtype == "fp32":
+        per += EAGER_ADAM_BYTES - 28
+        how = " (AdamW as eager kernels, one per tensor operation)"
     bw = c.elementwise_bw or c.hbm_bw
-    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"
+    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s{how}"
+
+
+# AdamW in eager kernels, per fp32 parameter: torch's foreach AdamW (torch.optim.adamw._multi_tensor_adamw:
+# lerp of exp_avg 12, mul and addcmul of exp_avg_sq 8 + 16, the decoupled decay's mul of the params 8, sqrt,
+# div, add of the denominator 8 + 8 + 8, the params' addcdiv 16) and Composer's DecoupledAdamW (a loop over the
+# tensors: mul_ and add_ of exp_avg 8 + 12, mul_ and addcmul_ of exp_avg_sq 8 + 16, sqrt, / and add_ 8 + 8 + 8,
+# addcdiv_ 16; its decay's mul_ skipped at weight_decay 0, as the MPT yamls set it): 84 B each, where a fused
+# kernel reads param, grad, m, v and writes param, m, v once (28 B). Gradient clipping is in neither count
+EAGER_ADAM_BYTES = 84

@@ -33,7 +33,8 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/compute.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
-            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "source": TORCHTITAN}
+            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
+            "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -64,7 +65,7 @@ def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
             "micro_batch": micro, "accum": accum,
             "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
             "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
-            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "source": FOUNDRY}
+            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "eager_adam": True, "source": FOUNDRY}
 
 
 # every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
@@ -132,10 +133,11 @@ def _model(row) -> ModelSpec:
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
-            row_dropout: bool = True, row_loss: bool = True) -> dict:
+            row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
-    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, for the per-term tables)."""
+    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, `row_adam=False` a fused AdamW, for
+    the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -146,7 +148,8 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                       precision="bf16-mixed", flash_attention=True,
                       eager_norm=row.get("eager_norm", False) and eager_norm,
                       dropout=row.get("dropout", True) or not row_dropout,
-                      fused_loss=row.get("fused_loss", False) and row_loss)
+                      fused_loss=row.get("fused_loss", False) and row_loss,
+                      eager_adam=row.get("eager_adam", False) and row_adam)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 
