@@ -415,10 +415,17 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
 
 
 def _ring(op: str, size: float, n: int, alpha: float, bw: float) -> float:
-    t = ring_steps(op, n) * alpha + wire_factor(op, n) * size / bw
+    return sum(_ring_parts(op, size, n, alpha, bw))
+
+
+def _ring_parts(op: str, size: float, n: int, alpha: float, bw: float) -> tuple[float, float]:
+    """(latency, transfer) seconds of one call over n ranks: ring steps x alpha and wire / bw, or the double
+    binary tree's where that is faster (all-reduce, as NCCL picks)."""
+    ring = (ring_steps(op, n) * alpha, wire_factor(op, n) * size / bw)
     if op == "all_reduce" and n > 2:  # NCCL picks the faster of ring and double binary tree
-        t = min(t, 2 * math.ceil(math.log2(n)) * alpha + 2 * size / bw)
-    return t
+        tree = (2 * math.ceil(math.log2(n)) * alpha, 2 * size / bw)
+        return min(ring, tree, key=sum)
+    return ring
 
 
 def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tuple[float, float, float]:
@@ -440,15 +447,20 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
     if local == 1:
         return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
     # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
-    t_in, w_in = base, 0.0
+    lat_in = xfer_in = w_in = 0.0
     phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
               "all_gather": ("all_gather",)}.get(op, ())
     for ph in phases:
-        t_in += _ring(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
-        w_in += wire_factor(ph, local) * size
+        lat, xfer = _ring_parts(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
+        lat_in, xfer_in, w_in = lat_in + lat, xfer_in + xfer, w_in + wire_factor(ph, local) * size
     inner = size / local
-    t_out = _ring(op, inner, nodes, cluster.inter_latency, inter_bw)
-    return t_in + t_out, w_in, wire_factor(op, nodes) * inner
+    lat_out, xfer_out = _ring_parts(op, inner, nodes, cluster.inter_latency, inter_bw)
+    # NCCL runs one ring (or tree) through every rank: a chunk's NVLink and network hops run at once, so the
+    # transfer takes as long as its slowest link's share (nccl-tests, doc/PERFORMANCE.md: bus bandwidth is
+    # "the speed of the hardware bottleneck"), while every step's latency still adds up. Summing the phases
+    # (a two-level algorithm run phase after phase) stays on profiles without NCCL's terms
+    xfer = max(xfer_in, xfer_out) if cluster.pipelined_phases else xfer_in + xfer_out
+    return base + lat_in + lat_out + xfer, w_in, wire_factor(op, nodes) * inner
 
 
 def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:

@@ -52,6 +52,7 @@ class Cluster:
     attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
     unit_pipeline: bool = False  # ZeRO's unit-wise collectives overlapped unit by unit (plan/overlap.py), not as a budget
+    pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
     # ---- measured (calibrated profiles) ----
     # op -> (alpha seconds per call, bus bandwidth bytes/s) measured end to end at `measured_world`
     collectives: dict = field(default_factory=dict)
@@ -149,7 +150,7 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # kernel_gap_s: a kernel queued behind another starts ~1 us after it ends (NVIDIA, "Getting Started with CUDA
 # Graphs": back-to-back launches of a 2.9 us kernel ran at 3.8 us each, 3.4 us as a graph)
 _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
-             kernel_gap_s=1e-6, unit_pipeline=True)
+             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True)
 # gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
 # datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM
