@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .comm import call_time, group_placement, padded_units
+from .comm_time import call_time, group_placement
+from .geometry import padded_units
 
 
 @dataclass(frozen=True)

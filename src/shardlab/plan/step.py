@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 from shardlab.parallel.pp import registry
 
-from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded_units,
-                   tp_pp_collectives, units)
 from . import overlap
+from .comm import Collective, dp_collectives, tp_pp_collectives
+from .comm_time import call_time, collective_time, group_placement
+from .geometry import local_params, padded_units, units
 from .compute import micro_batch_time, optimizer_time
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum
