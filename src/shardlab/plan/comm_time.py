@@ -83,7 +83,8 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
     inner = size / local
     lat_out, xfer_out = _ring_parts(op, inner, nodes, cluster.inter_latency, inter_bw)
     # NCCL runs one ring (or tree) through every rank: a chunk's NVLink and network hops run at once, so the
-    # transfer takes as long as its slowest link's share (nccl-tests, doc/PERFORMANCE.md: bus bandwidth is
+    # transfer takes as long as its slowest link's share (NCCL's tuning model, src/graph/tuning.cc, rates a ring
+    # across nodes at channels x the inter-node channel speed; nccl-tests, doc/PERFORMANCE.md: bus bandwidth is
     # "the speed of the hardware bottleneck"), while every step's latency still adds up. Summing the phases
     # (a two-level algorithm run phase after phase) stays on profiles without NCCL's terms
     xfer = max(xfer_in, xfer_out) if cluster.pipelined_phases else xfer_in + xfer_out
