@@ -23,6 +23,19 @@ def test_terms_are_off_on_a_profile_file():
     c = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
     assert (c.clock_factor, c.sm_share_comm, c.wave_efficiency(7, 9), c.call_latency, c.attention) == (1, 0, 1, 0, "")
     assert not c.unit_pipeline and load_cluster("H100-SXM").unit_pipeline
+    assert c.hbm_at(1e9) == c.hbm_bw and not c.pipelined_phases
+
+
+def test_achieved_hbm_by_kernel_size():
+    """Calculon's curve on every GPU preset: a memory-bound kernel reaches 90% of the datasheet from 100 MB,
+    75% from 10 MB, 60% from 1 MB, 30% below; an elementwise op and the optimizer run at it."""
+    from shardlab.plan.compute import Op, _op_time
+    h = load_cluster("H100-SXM")
+    assert [h.hbm_at(b) / h.hbm_bw for b in (2e8, 5e7, 5e6, 5e5)] == pytest.approx([0.9, 0.75, 0.6, 0.3])
+    gelu = Op("gelu", "elem", bytes=4e8, ew="gelu")
+    assert _op_time(gelu, h, False, False) == pytest.approx(4e8 / (0.9 * h.hbm_bw))
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"), h)
+    assert "Calculon" in p.explain["forward"]
 
 
 def test_unit_pipeline_by_hand():
@@ -141,3 +154,15 @@ def test_eager_adam_only_where_a_row_asks():
     assert eager.times["optimizer"] == pytest.approx(fused.times["optimizer"] * (EAGER_ADAM_BYTES + 2) / 30)
     assert "eager kernels" in eager.explain["optimizer"] and "eager" not in fused.explain["optimizer"]
     assert all(r.get("eager_adam") for r in GIVEN + HELD_OUT)
+
+
+def test_profile_file_keeps_the_hbm_curve(tmp_path):
+    """A preset written as a profile file reads back with its curve; a calibrated one writes none."""
+    from shardlab.plan.hardware import read_profile, write_profile
+    h = load_cluster("H100-SXM")
+    write_profile(h, tmp_path / "h.toml")
+    assert read_profile(tmp_path / "h.toml").hbm_efficiency == h.hbm_efficiency
+    bare = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
+    write_profile(bare, tmp_path / "p.toml")
+    assert "hbm_efficiency" not in (tmp_path / "p.toml").read_text()
+    assert read_profile(tmp_path / "p.toml").hbm_efficiency == ()

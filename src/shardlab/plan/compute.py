@@ -183,7 +183,8 @@ def _gemm_time(op: Op, c: Cluster, kind: str, mnk: tuple, fp32: bool) -> float:
     t = op.flops / _gemm_rate(c, kind, rows, n, k, fp32)
     # (not the fused attention kernel: it never writes the s x s scores its shape describes)
     if c.gemm_roofline and op.name != "attention" and f"{kind}:{m},{n},{k}" not in c.gemm_table:
-        t = max(t, op.count * (m * k + k * n + m * n) * (4 if fp32 else 2) / c.hbm_bw)
+        moved = (m * k + k * n + m * n) * (4 if fp32 else 2)
+        t = max(t, op.count * moved / c.hbm_at(moved, c.hbm_bw))
     return t
 
 
@@ -224,7 +225,9 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
         else None
     if exact is not None:
         return exact * op.count
-    return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / c.gemm_table.get(f"ew{pre}:{op.ew}", bw))
+    # (the family's calibrated rate, else the achieved HBM bandwidth at one call's bytes: GPU presets)
+    rate = c.gemm_table.get(f"ew{pre}:{op.ew}") or c.hbm_at(nbytes / max(1, op.count), bw)
+    return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / rate)
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
@@ -435,7 +438,8 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
     if train.eager_adam and train.optimizer == "adam" and train.optim_dtype == "fp32":
         per += EAGER_ADAM_BYTES - 28
         how = " (AdamW as eager kernels, one per tensor operation)"
-    bw = c.elementwise_bw or c.hbm_bw
+    # the achieved HBM bandwidth at one tensor's fp32 operand: the kernels run tensor by tensor
+    bw = c.hbm_at(psi_opt * 4 / max(1, tensors))
     return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s{how}"
 
 

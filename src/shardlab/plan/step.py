@@ -252,14 +252,15 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     if lay.strategy == "ddp":
         return 0.0
     copies = 0.0
-    cb = cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
-    fb = cluster.gemm_table.get("ew:flat", cb)
     fa = cluster.gemm_table.get("ewa:flat", 0.0)
-    first_touch = max(0.0, 1 / fb - 1 / cb)
     for cl in comm:
         if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
                 or cl.c.payload <= 64 * lay.dp_cp:
             continue
+        # calibrated copy rates, else the achieved HBM bandwidth at one call's buffer (GPU presets)
+        cb = cluster.gemm_table.get("ew:copy") or cluster.hbm_at(cl.c.payload / max(1, cl.c.calls))
+        fb = cluster.gemm_table.get("ew:flat", cb)
+        first_touch = max(0.0, 1 / fb - 1 / cb)
         P, S = cl.c.payload, cl.c.payload / cl.c.n
         if cl.c.op == "reduce_scatter":
             copies += cl.c.calls * fa + 2 * P / fb + 2 * S * first_touch
@@ -350,6 +351,10 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> st
         from .attention import efficiency
         f, b = efficiency(c.attention, c.peak_flops)
         out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+    if c.hbm_efficiency:
+        out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
+                   + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)
+                   + ")")
     if c.kernel_gap_s:
         out.append(f"launch gaps {c.kernel_gap_s * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
                    "kernels per block)")
