@@ -74,7 +74,8 @@ def test_every_term_shows_in_explain():
         "compute", "tp_pp_comm", "bubble", "exposed_comm", "comm_sm_cost", "optimizer", "zero_copies", "trainer")))
     for words in ("(500 W / 700 W)^(1/3)", "wave quantization", "flash2"):
         assert words in p.explain["forward"]
-    assert "achieved bus bandwidth" in p.explain["comm_total"]
+    assert "achieved bus bandwidth" in p.explain["comm_total"] and "slower of" in p.explain["comm_total"]
+    assert "Calculon" in p.explain["forward"] and "unit by unit" in p.explain["exposed_comm"]
 
 
 def test_fp32_reduce_doubles_the_gradient_bytes():
