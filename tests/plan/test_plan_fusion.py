@@ -120,3 +120,13 @@ def test_compiled_rows_are_torchtitans_compiled_runs():
     eager, comp = predict(GIVEN[2]), predict(COMPILED[0])
     assert comp["tokens_per_gpu"] > eager["tokens_per_gpu"]
     assert comp["mem_gib"] == eager["mem_gib"]  # memory: not modelled under compile
+
+
+def test_a_run_config_plans_with_its_compile():
+    """`explain RUN` and every plan of a run read train.compile through from_config."""
+    from shardlab import config
+    from shardlab.plan.from_config import from_config
+    for flag in ("true", "false"):
+        cfg = config.validate(config.load(None, ["model.preset=llama-tiny", "train.seq_len=32",
+                                                 f"train.compile={flag}"]), 1)
+        assert from_config(cfg, 1)[1].compile == (flag == "true")
