@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
+from functools import partial
 
-from . import attention, fp8
+from . import attention, fp8, fusion
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
@@ -197,6 +198,7 @@ class MicroTime:
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
     how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
     kernels: tuple = (0, 0)  # kernels one block launches, forward and backward (launch gaps)
+    compiled: str = ""  # what torch.compile changed per block, for --explain ("" eager)
     # per FSDP unit, for the per-unit overlap (step.py): one block's forward and backward (its recompute and
     # launch gaps included) and the head's (final norm, logits, loss), forward and backward; per-op roofline
     block: tuple = (0.0, 0.0)
@@ -238,11 +240,16 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     e = train.param_bytes
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, lay.sp and t > 1),
-                             lay.cp)
+    sp = lay.sp and t > 1
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp), lay.cp)
+    compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
+    eager_block, casts = block, None
+    if compiled:
+        block = fusion.compiled_block(block, model, b, s, t, e, sp and model.llama)
+        casts = partial(fusion.cast_bytes, llama=model.llama)
 
-    def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
-        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
+    def ops_time(ops, backward, casts=casts):  # train.fp8: the converted linears at the FP8 peak, plus their casts
+        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay, casts) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e)
@@ -255,7 +262,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.recompute == "full":
         rec = layers * f_block
     elif lay.recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
-        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual")]
+        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
         rec = layers * ops_time(cheap, False)
     elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
         rec = layers * ops_time(_selective_op_recomputed(block), False)
@@ -282,7 +289,11 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), per_block,
+    why = ""
+    if compiled:
+        why = fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
+                          ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
 
 

@@ -307,7 +307,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed, mt.kernels)
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels) + mt.compiled
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
