@@ -6,10 +6,11 @@ the unit before it computes (forward; FSDP1 without forward_prefetch still issue
 runs ahead of the device, reaches the unit; torch's rate limiter, limit_all_gathers, allows two gathered units
 at a time), and in the backward the next unit's all-gather is issued around the current unit's gradient
 computation (BACKWARD_PRE before it, BACKWARD_POST after it, both before the current unit's reduce-scatter),
-which is issued once the unit's gradients exist (Zhao et al. 2023, PyTorch FSDP, sections 3.3 and 4.2:
-backward/forward prefetching, the rate limiter). Every collective of a process group runs on that group's one
-NCCL stream, in issue order (ProcessGroupNCCL; the FSDP paper: "the issue order becomes the execution order"),
-so in the backward one unit's window carries the all-gather of one unit and the reduce-scatter of another.
+which is issued once the unit's gradients exist (Zhao et al. 2023, PyTorch FSDP: backward and forward
+prefetching, the rate limiter). Every collective of a process group runs on that group's one NCCL stream, in
+issue order (ProcessGroupNCCL; the FSDP paper's reason for issuing the next gather before the current
+reduce-scatter), so in the backward one unit's window carries the all-gather of one unit and the reduce-scatter
+of another.
 
 The step is then simulated as two streams, compute and communication, over the units in their order: the
 compute of a unit waits for its gather; the stream runs the collectives in issue order. What the compute waits
