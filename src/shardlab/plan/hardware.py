@@ -51,7 +51,7 @@ class Cluster:
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
     attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
-    unit_pipeline: bool = False  # ZeRO's unit-wise collectives overlapped unit by unit (plan/overlap.py), not as a budget
+    unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
     pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
     # achieved / datasheet HBM bandwidth of a memory-bound kernel by the bytes it moves: ((bytes, fraction), ...)
     # largest first, the first the kernel reaches applies (); () = the datasheet's (profiles: measured rates)
