@@ -2,9 +2,9 @@
 stays true when the README changes), each training command with the tiny preset of its model family and 2 steps.
 
 Processes are shared: a command of N ranks runs what each of its ranks runs (the same CLI entry point with
-torchrun's RANK/WORLD_SIZE set) on a pool of N gloo ranks kept for the module, a one-process command runs in
-this process (the launcher's own one-process path). `runs/x` is a directory of this module, written first by
-the quick start's own command that trains into it.
+torchrun's RANK/WORLD_SIZE set) on a pool of N gloo ranks (the session's, tests/conftest.py), a one-process
+command runs in this process (the launcher's own one-process path). `runs/x` is a directory of this module,
+written first by the quick start's own command that trains into it.
 """
 import contextlib
 import io

@@ -5,7 +5,7 @@ import os
 import torch
 
 from shardlab.checkpoint import manifest as mf
-from shardlab.checkpoint import reader
+from shardlab.checkpoint import reader, zip_items
 
 
 def test_chunked_hashing_hashes_every_byte_once_in_order(tmp_path, monkeypatch):
@@ -38,7 +38,7 @@ def test_record_span_finds_the_tensor_bytes_of_a_large_and_a_small_item(tmp_path
         path.write_bytes(blob)
         fd = os.open(path, os.O_RDONLY)
         try:
-            at = reader.record_span(fd, 37, len(blob) - 37, torch.empty(n))
+            at = zip_items.record_span(fd, 37, len(blob) - 37, torch.empty(n))
         finally:
             os.close(fd)
         assert at is not None
@@ -59,11 +59,11 @@ def test_record_span_from_the_head_agrees_with_the_central_directory(tmp_path):
         try:
             n = len(blob) - 11
             nbytes = t.numel() * t.element_size()
-            at = reader.record_span(fd, 11, n, torch.empty_like(t))
-            assert at is not None and at == reader._central_span(fd, 11, n, torch.empty_like(t), nbytes)
-            assert reader._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
+            at = zip_items.record_span(fd, 11, n, torch.empty_like(t))
+            assert at is not None and at == zip_items._central_span(fd, 11, n, torch.empty_like(t), nbytes)
+            assert zip_items._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
             assert blob[11 + at:11 + at + nbytes] == t.contiguous().view(torch.uint8).numpy().tobytes()
-            assert reader.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
+            assert zip_items.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
         finally:
             os.close(fd)
 

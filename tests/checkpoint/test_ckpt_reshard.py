@@ -10,7 +10,6 @@ import torch
 from ckpt_harness import continue_from, train_quick
 
 from shardlab.parallel.dp import REGISTRY
-from shardlab.testing import WorkerPool
 
 SAVERS = [("ddp", 2), ("zero3", 2), ("torch-fsdp2", 2), ("zero3", 4)]  # torch-zero1 saves: test_ckpt.py
 LOADERS = {1: ["single"], 2: ["ddp", "torch-ddp", "zero1", "zero2", "zero3", "torch-fsdp2", "torch-zero1"],
@@ -22,18 +21,17 @@ def _have(name):
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory, pool2):
+def saved(tmp_path_factory, pool2, pool4):
     """{(strategy, world): (checkpoint at step 3, reference losses of steps 4..6)}"""
     out = {}
-    with WorkerPool(4) as pool4:
-        for name, world in SAVERS:
-            if not _have(name):
-                continue
-            run = tmp_path_factory.mktemp(f"save-{name}-{world}")
-            pool = pool2 if world == 2 else pool4
-            losses = pool.run(train_quick, run, [f"parallel.strategy={name}", "train.steps=6", "ckpt.every=3"], world)[0]
-            out[(name, world)] = (run / "checkpoints" / "step_000003", losses[3:])
-        loads4 = pool4.run(_load_all, out, 4)[0]
+    for name, world in SAVERS:
+        if not _have(name):
+            continue
+        run = tmp_path_factory.mktemp(f"save-{name}-{world}")
+        pool = pool2 if world == 2 else pool4
+        losses = pool.run(train_quick, run, [f"parallel.strategy={name}", "train.steps=6", "ckpt.every=3"], world)[0]
+        out[(name, world)] = (run / "checkpoints" / "step_000003", losses[3:])
+    loads4 = pool4.run(_load_all, out, 4)[0]
     return out, loads4
 
 

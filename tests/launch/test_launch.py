@@ -152,6 +152,38 @@ def test_pool_ranks_die_with_their_owner(tmp_path):
         owner.kill()
 
 
+def _leave_a_watchdog(run_dir):
+    """What a trainer built and never closed does: its hang watchdog keeps running after the function returns."""
+    from pathlib import Path
+
+    from shardlab import comm
+    from shardlab.doctor.watchdog import Watchdog
+
+    Watchdog(Path(run_dir), comm.rank(), comm.world_size(), timeout_s=0.3)
+    return os.getpid()
+
+
+def test_a_watchdog_left_running_does_not_end_an_idle_pool_rank(pool2, tmp_path):
+    """The session's pools outlive the functions they run: a watchdog a function left behind is stopped when it
+    returns, so the idle rank is not ended `doctor.hang_timeout_s` later (the ranks would exit with code 3)."""
+    pids = pool2.run(_leave_a_watchdog, tmp_path)
+    time.sleep(1.5)  # five times the watchdog's timeout, idle
+    assert pool2.dead() == {}
+    assert pool2.run(os.getpid) == pids
+    assert not (tmp_path / "doctor").exists()  # no flight record: the watchdog never fired
+
+
+def test_a_pool_rank_that_died_idle_is_replaced_with_one_line(pool2, capsys):
+    pool2.run(os.getpid)  # started (and alive)
+    killed = pool2.procs[1].pid
+    os.kill(killed, signal.SIGKILL)
+    pool2.procs[1].join(timeout=10)
+    pids = pool2.run(os.getpid)
+    assert len(pids) == 2 and killed not in pids
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "ended while idle" in lines[0] and "-9" in lines[0], lines
+
+
 def _alive(pid: int) -> bool:
     import os
 

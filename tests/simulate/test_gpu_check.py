@@ -55,7 +55,7 @@ def test_the_mfu_numerator_of_the_performance_runs_is_the_bench_count(name):
     from shardlab.model import build_model
     from shardlab.model.configs import resolve_model_config
     from shardlab.plan.from_config import model_spec
-    from shardlab.testing.gpu_check import PERF_MODELS
+    from shardlab.testing.gpu_perf import PERF_MODELS
 
     keys, micro, seq = PERF_MODELS[name]
     cfg = config.load(None, [*keys, f"train.seq_len={seq}"])
@@ -69,7 +69,8 @@ def test_every_case_is_a_valid_config_at_its_world():
     a default that moves under the list (tiny.toml's global batch once made the pp cases contradict their
     grad_accum) fails here, not in the first minutes of a GPU."""
     from shardlab import config
-    from shardlab.testing.gpu_check import REPO, TINY, PERF_MODELS, perf_cases
+    from shardlab.testing.gpu_check import REPO, TINY
+    from shardlab.testing.gpu_perf import PERF_MODELS, perf_cases
 
     for c in cases():
         if c.cmd == "generate" or c.cuda_only:  # a cuda_only case is refused here by design (one clear line)

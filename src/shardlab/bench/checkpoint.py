@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from shardlab.bench import common
+from shardlab.bench.checkpoint_probes import Probes
 
 MODELS = {"tiny": ["model.preset=tiny"], "small": ["model.preset=small"], "gpt2": ["model.preset=gpt2"]}
 # (model, pairs, steps between async saves, micro batch); --quick measures the tiny model in the small
@@ -50,37 +51,6 @@ FIXED_SAVES = {"quick": 2, "full": 9}
 RESTARTS = {"quick": 1, "full": 3}  # resumed runs timed per model (restart_s)
 GOALS = {"save_bw_ratio": (0.8, True), "async_block_ratio": (0.1, False), "load_bw_ratio": (0.8, True)}
 PHASES = ("planning_s", "write_s", "hash_s", "fsync_s", "metadata_s", "barrier_s", "commit_s", "other_s")
-CHUNK = 8 << 20
-
-
-def _plain_write(path: Path, nbytes: int, buf: bytes) -> None:
-    """Write `nbytes` (repeats of `buf`) sequentially to a new file and fsync it."""
-    with open(path, "wb", buffering=0) as f:
-        left = nbytes
-        while left > 0:
-            left -= f.write(buf[:min(left, len(buf))])
-        os.fsync(f.fileno())
-
-
-def _plain_read(paths: list[Path], buf: bytearray) -> int:
-    """Read every file once, sequentially, into one reused buffer; returns the bytes read."""
-    view, total = memoryview(buf), 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            while n := f.readinto(view):
-                total += n
-    return total
-
-
-def _plain_read_resident(paths: list[Path], view: memoryview) -> int:
-    """Read every file once, each into its own place in `view` (as large as all of them together): the
-    bytes end up in memory, as a load leaves them; returns the bytes read."""
-    total = 0
-    for p in paths:
-        with open(p, "rb", buffering=0) as f:
-            while n := f.readinto(view[total:]):
-                total += n
-    return total
 
 
 def _nbytes(obj) -> int:
@@ -119,85 +89,7 @@ def _overrides(model: str, micro_batch: int) -> list[str]:
             "train.steps=10000", *MODELS[model]]
 
 
-class _Probes:
-    """One rank's timed operations: its trainer's save and load, and the plain write and read of the same
-    bytes. Each runs from a barrier to a barrier, so rank 0's clock covers every rank."""
-
-    def __init__(self, work: Path, tr):
-        self.work, self.mgr, self.st = work, tr.ckpt, tr.state
-        self.buf = os.urandom(CHUNK)  # incompressible; made once, outside the timing
-        self.readbuf = bytearray(CHUNK)
-        self.resident = None  # the resident buffer of the plain read, made (and touched) once, outside the timing
-
-    def save(self) -> tuple[float, dict]:
-        """A synchronous save; returns its manifest (which files, how many bytes)."""
-        from shardlab import comm
-        from shardlab.checkpoint import manifest as mf
-
-        comm.barrier()
-        t0 = time.perf_counter()
-        self.mgr.save(self.st, async_=False)  # returns once committed
-        comm.barrier()
-        dt = time.perf_counter() - t0
-        assert self.mgr.last_outcome is None, self.mgr.last_outcome
-        self.mgr.wait()  # retention of older checkpoints: not part of the save, must not overlap what comes next
-        comm.barrier()
-        return dt, mf.read_manifest(mf.read_latest(self.mgr.dir))
-
-    @staticmethod
-    def my_bytes(manifest: dict) -> int:
-        """The bytes this rank wrote in that save: its shard files; rank 0 also the files it wrote alone."""
-        from shardlab import comm
-
-        files = manifest["files"]
-        if comm.rank() == 0:
-            return sum(e["size"] for n, e in files.items() if n.startswith("__0_") or not n.startswith("__"))
-        return sum(e["size"] for n, e in files.items() if n.startswith(f"__{comm.rank()}_"))
-
-    def plain_write(self, nbytes: int) -> float:
-        from shardlab import comm
-
-        path = self.work / f"plain_{comm.rank()}.bin"
-        comm.barrier()
-        t0 = time.perf_counter()
-        _plain_write(path, nbytes, self.buf)
-        comm.barrier()
-        dt = time.perf_counter() - t0
-        path.unlink()
-        return dt
-
-    def load(self, path: Path) -> tuple[float, dict]:
-        """Verify (each rank a share of the files) and load, as a resume does; (seconds, phases)."""
-        from shardlab import comm
-
-        comm.barrier()
-        t0 = time.perf_counter()
-        self.mgr.load_first(str(path), self.st)
-        comm.barrier()
-        t2 = time.perf_counter()
-        timing = self.mgr.load_timing
-        return t2 - t0, {"read_s": timing["read_s"], "apply_s": timing["apply_s"],
-                         "direct_bytes": timing["direct_bytes"]}
-
-    def plain_read(self, path: Path, stream: bool) -> float:
-        from shardlab import comm
-
-        files = sorted(p for p in path.iterdir() if p.is_file())
-        if not stream and self.resident is None:
-            import torch
-
-            self.resident = memoryview(torch.zeros(sum(p.stat().st_size for p in files), dtype=torch.uint8).numpy())
-        comm.barrier()
-        t0 = time.perf_counter()
-        if stream:
-            _plain_read(files, self.readbuf)
-        else:
-            _plain_read_resident(files, self.resident)
-        comm.barrier()
-        return time.perf_counter() - t0
-
-
-def _save_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list, dict]:
+def _save_pairs(probe: Probes, model: str, pairs: int, say) -> tuple[list, list, dict]:
     """save_bw: shardlab's save against a plain write of the bytes this rank wrote in it, alternating A B,
     B A. Returns (rows, ratios t_plain / t_save, the last save's manifest)."""
     rows, bw = [], []
@@ -219,7 +111,7 @@ def _save_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list
     return rows, bw, manifest
 
 
-def _load_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list, list]:
+def _load_pairs(probe: Probes, model: str, pairs: int, say) -> tuple[list, list, list]:
     """load_bw: shardlab's load of the latest checkpoint against a resident and a streamed plain read of
     it. Returns (rows, ratios t_plain / t_load, ratios t_stream / t_load)."""
     from shardlab.checkpoint import manifest as mf
@@ -245,7 +137,7 @@ def _load_pairs(probe: _Probes, model: str, pairs: int, say) -> tuple[list, list
     return rows, rd, rd_stream
 
 
-def _async_pairs(probe: _Probes, tr, model: str, pairs: int, gap: int, manifest: dict, say) -> tuple[list, list, dict]:
+def _async_pairs(probe: Probes, tr, model: str, pairs: int, gap: int, manifest: dict, say) -> tuple[list, list, dict]:
     """async_block: how long an async save holds the loop against a synchronous one, `gap` training steps
     after each. Returns (rows, ratios async / sync, the first step's seconds after each kind of save)."""
     from shardlab import comm
@@ -290,7 +182,7 @@ def _rank_main(work: str, model: str, pairs: int, gap: int, micro_batch: int) ->
     work = Path(work)
     load = {"start": os.getloadavg()[0]}
     tr = _trainer(work, _overrides(model, micro_batch))
-    probe = _Probes(work, tr)
+    probe = Probes(work, tr)
     say = (lambda msg: common.progress(f"  {model}: {msg}")) if comm.rank() == 0 else (lambda msg: None)
     save_rows, bw, manifest = _save_pairs(probe, model, pairs, say)
     load_rows, rd, rd_stream = _load_pairs(probe, model, pairs, say)

@@ -23,7 +23,7 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
-from shardlab.checkpoint.reader import Planner, Reader
+from shardlab.checkpoint.reader import Planner, Reader, split_direct
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
 from shardlab.config.init_from import TRAINING_KEYS, is_hf_dir
@@ -221,10 +221,16 @@ class Loading:
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
+        # The plain tensors stored whole are read without DCP's planner (split_direct); DCP plans the rest,
+        # and its reads join theirs in one pass per file.
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-                dcp.load(tensors, storage_reader=reader, planner=Planner(), no_dist=True)
+            reader.direct, rest = split_direct(tensors, reader.read_metadata())
+            if rest:
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+                    dcp.load(rest, storage_reader=reader, planner=Planner(), no_dist=True)
+            else:
+                reader.read_direct()
             failure = None
         except (Exception, CheckpointException) as e:  # a corrupt file may break the parse: the hashes say
             failure = _inner(e)                         # which; every rank reaches the exchange below

@@ -23,12 +23,27 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from pathlib import Path
 
 from shardlab import comm
 from shardlab.doctor.hang import describe_op
 
 EXIT_HANG = 3  # the process exit code of a rank ended by the watchdog
+
+# The watchdogs of this process not stopped yet. A process that outlives the runs it hosts (a test pool's
+# rank runs one trainer after another) stops what a run left running: an idle rank sees no progress, and a
+# forgotten watchdog would end it `doctor.hang_timeout_s` later, in the middle of someone else's work.
+_RUNNING: "weakref.WeakSet[Watchdog]" = weakref.WeakSet()
+
+
+def stop_all() -> int:
+    """Stop every watchdog of this process still running (from the main thread); returns how many."""
+    # the newest first: each puts back the SIGTERM handler it found
+    left = sorted(_RUNNING, key=lambda wd: wd.started, reverse=True)
+    for wd in left:
+        wd.stop()
+    return len(left)
 
 
 class Watchdog:
@@ -39,7 +54,7 @@ class Watchdog:
         self.extra = extra or {}
         self.exit_on_hang = exit_on_hang  # tests of the watchdog itself keep the process alive
         self.interval = max(0.05, min(1.0, timeout_s / 10))
-        self._beat = time.monotonic()
+        self._beat = self.started = time.monotonic()
         self._stop = threading.Event()
         self._dumped = threading.Lock()
         self.fired: str | None = None
@@ -58,6 +73,7 @@ class Watchdog:
             self._old = (signal.signal(signal.SIGTERM, handler), signal.set_wakeup_fd(w))
         self.thread = threading.Thread(target=self._run, name=f"shardlab-watchdog-rank{rank}", daemon=True)
         self.thread.start()
+        _RUNNING.add(self)
 
     def beat(self) -> None:
         self._beat = time.monotonic()
@@ -116,6 +132,7 @@ class Watchdog:
             os._exit(exit_code)
 
     def stop(self) -> None:
+        _RUNNING.discard(self)
         self._stop.set()
         if self._pipe is not None and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._old[0])

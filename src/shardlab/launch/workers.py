@@ -6,12 +6,18 @@
 `fn` must be a module-level function (it is pickled by reference). A failure on any rank, or a
 timeout, tears the pool down (a rank may be stuck in a collective) and re-raises with the remote
 traceback; the next `run` starts a fresh pool. Nothing can hang longer than `timeout`.
+
+A pool may live long (the tests share one per world size for the whole session), so a rank cleans up
+after each function: a hang watchdog the function left running is stopped (idle, the rank makes no
+progress, and the watchdog would end it `doctor.hang_timeout_s` later). A pool whose rank died while idle
+anyway is replaced at the next `run`, with one line on stderr, instead of failing that run.
 """
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
 import queue
+import sys
 import time
 import traceback
 
@@ -37,10 +43,20 @@ def _worker(rank: int, world: int, port: int, tasks, results, parent: int) -> No
             break
         fn, args, kwargs = task
         try:
-            results.put((rank, True, fn(*args, **kwargs)))
+            outcome = (rank, True, fn(*args, **kwargs))
         except BaseException:  # noqa: BLE001 - shipped to the parent with its traceback
-            results.put((rank, False, f"rank {rank}:\n{traceback.format_exc()}"))
+            outcome = (rank, False, f"rank {rank}:\n{traceback.format_exc()}")
+        _after_task()
+        results.put(outcome)
     comm.shutdown()
+
+
+def _after_task() -> None:
+    """What one function leaves behind must not end the idle rank: stop its hang watchdogs (a trainer
+    built and not closed keeps one). Imports nothing the function did not import itself."""
+    watchdog = sys.modules.get("shardlab.doctor.watchdog")
+    if watchdog is not None:
+        watchdog.stop_all()
 
 
 class WorkerPool:
@@ -59,7 +75,15 @@ class WorkerPool:
         for p in self.procs:
             p.start()
 
+    def dead(self) -> dict[int, int | None]:
+        """{rank: exit code} of the ranks no longer running."""
+        return {r: p.exitcode for r, p in enumerate(self.procs) if not p.is_alive()}
+
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> list:
+        if self.procs and self.dead():
+            print(f"[WorkerPool] rank(s) of the {self.world_size}-rank pool ended while idle (exit codes "
+                  f"{self.dead()}); starting a fresh pool", file=sys.stderr, flush=True)
+            self.close(force=True)
         if not self.procs:
             self._start()
         for q in self.tasks:
@@ -78,10 +102,10 @@ class WorkerPool:
             try:
                 rank, ok, value = self.results.get(timeout=min(left, 1.0))
             except queue.Empty:
-                if any(not p.is_alive() for p in self.procs):
-                    dead = [r for r, p in enumerate(self.procs) if not p.is_alive()]
+                dead = self.dead()
+                if dead:
                     self.close(force=True)
-                    raise RuntimeError(f"{fn.__name__}: rank(s) {dead} died") from None
+                    raise RuntimeError(f"{fn.__name__}: rank(s) {sorted(dead)} died (exit codes {dead})") from None
                 continue
             if ok:
                 out[rank] = value

@@ -1,5 +1,5 @@
 """Helpers for shardlab's own multi-process tests (and anyone testing a strategy): a pool of gloo
-workers that stays up for a whole test module, so process start-up is paid once, not per test, and the
+workers that stays up for a whole test session, so process start-up is paid once, not per test, and the
 portable comparisons of two runs (compare.py)."""
 from shardlab.testing.compare import assert_float64_equal, assert_fp32_within_error_model, in_float64
 from shardlab.testing.cli import run_cli

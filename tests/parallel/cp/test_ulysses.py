@@ -176,53 +176,55 @@ COMMON = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "trai
           "train.warmup_steps=1", "train.log_every=1", "doctor.hang_timeout_s=0", "train.eval_every=0"]
 
 
-def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path):
+def _last_rows(root, runs: dict) -> dict:
+    """Each run of `runs` ({name: arguments}, in order: a resume reads an earlier run's checkpoint) as a real
+    `shardlab train` process; the last logged row of each."""
+    import json
+
+    from shardlab.testing.cli import run_cli
+
+    last = {}
+    for name, args in runs.items():
+        proc = run_cli(["train", *args, *COMMON, "--out", str(root / name)], timeout=400)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows = [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
+        last[name] = [r for r in rows if "loss" in r][-1]
+    return last
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory):
+    """The uninterrupted single-device run both checkpoint tests compare with (3 steps): its last row."""
+    return _last_rows(tmp_path_factory.mktemp("whole"), {"whole": ["parallel.strategy=single", "train.steps=3"]})["whole"]
+
+
+def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path, whole):
     """Parameters are replicated over cp whatever the implementation: a ulysses cp=2 checkpoint resumes at
     cp=1 and under the ring at cp=2, and the next step's loss equals an uninterrupted single-device run's."""
-    import json
-
-    from shardlab.testing.cli import run_cli
-
     ckpt = tmp_path / "uly" / "checkpoints" / "step_000002"
-    runs = {"uly": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=ulysses", "train.steps=2",
-                    "ckpt.final=true"],
-            "whole": ["parallel.strategy=single", "train.steps=3"],
-            "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
-                       f"ckpt.resume={ckpt}"],
-            "ring": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=own", "train.steps=3", f"ckpt.resume={ckpt}"]}
-    last = {}
-    for name, args in runs.items():  # in order: the resumes read the ulysses run's checkpoint
-        proc = run_cli(["train", *args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        last[name] = [r for r in rows if "loss" in r][-1]
+    last = _last_rows(tmp_path, {
+        "uly": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=ulysses", "train.steps=2", "ckpt.final=true"],
+        "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
+                   f"ckpt.resume={ckpt}"],
+        "ring": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=own", "train.steps=3", f"ckpt.resume={ckpt}"]})
     for name in ("uly", "single", "ring"):
         assert last[name]["step"] == (2 if name == "uly" else 3)
-    assert last["single"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
-    assert last["ring"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
+    assert whole["step"] == 3
+    assert last["single"]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert last["ring"]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
 
 
-def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path):
+def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path, whole):
     """The 2-D hybrid (cp=4, U=2: Ulysses inside a ring of 2) holds every parameter whole on each of its ranks:
     its checkpoint resumes at cp=1, and the next step's loss equals an uninterrupted single-device run's."""
-    import json
-
-    from shardlab.testing.cli import run_cli
-
     ckpt = tmp_path / "hybrid" / "checkpoints" / "step_000002"
-    runs = {"hybrid": ["--nproc", "4", "parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2",
-                       "train.steps=2", "ckpt.final=true"],
-            "whole": ["parallel.strategy=single", "train.steps=3"],
-            "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
-                       f"ckpt.resume={ckpt}"]}
-    last = {}
-    for name, args in runs.items():  # in order: the resume reads the hybrid run's checkpoint
-        proc = run_cli(["train", *args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        rows = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-        last[name] = [r for r in rows if "loss" in r][-1]
+    last = _last_rows(tmp_path, {
+        "hybrid": ["--nproc", "4", "parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2",
+                   "train.steps=2", "ckpt.final=true"],
+        "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
+                   f"ckpt.resume={ckpt}"]})
     assert last["hybrid"]["step"] == 2 and last["single"]["step"] == 3
-    assert last["single"]["loss"] == pytest.approx(last["whole"]["loss"], rel=1e-5)
+    assert last["single"]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
 
 
 # --- the planner ----------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """zero1 / zero2 / zero3 compute what DDP computes: same losses for 10 steps, same final parameters.
 
-One pool per world size for the whole module; each case trains a tiny GPT for 10 steps on every rank.
+One pool per world size (the session's, tests/conftest.py); each case trains a tiny GPT for 10 steps on every rank.
 Parity runs in float64 and is asserted to 1e-9 (shardlab/testing/compare.py: portable across CPU kernels);
 one zero3 case checks fp32 against compare.py's error model; same-order pairs are asserted bitwise.
 """
