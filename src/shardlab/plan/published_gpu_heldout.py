@@ -153,8 +153,10 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
            "recompute": recompute}
+    # The row inputs the planner gained after the set was recorded, as the sources state them: torch.compile where
+    # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
-                fp8=fp8, eager_norm=eager_norm, notes=notes)
+                fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"), eager_adam=True)
 
 
 H5 = "H100-SXM-500W"
@@ -221,7 +223,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
     train = TrainSpec(global_batch=row["global_batch"], micro_batch=row["micro_batch"], seq=row["seq"],
                       precision=row["precision"], flash_attention=row["flash"], fp8=row["fp8"],
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
-                      fp32_grad_accum=row["fp32_grad_accum"])
+                      fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
+                      compile=row.get("compile", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 
