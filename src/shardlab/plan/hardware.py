@@ -185,9 +185,11 @@ PRESETS: dict[str, Cluster] = {
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER),
     # Meta's Grand Teton H100s (torchtitan docs/performance.md): the SXM part with 96 GB of HBM2e at
-    # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF
+    # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF, and its
+    # tensor cores are the SXM part's, FP8 included (1,979 TF dense; the preset had left it out until 2026-12-06,
+    # so float8 plans ran their GEMMs at the 16-bit rate)
     "H100-SXM-500W": _node(
-        "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=96 * GB,
+        "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=96 * GB,
         hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER, power_w=500.0),
     "H200": _node(
