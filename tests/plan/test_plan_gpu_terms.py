@@ -22,6 +22,47 @@ def test_power_cap_lowers_sustained_clock_by_the_cube_root():
 def test_terms_are_off_on_a_profile_file():
     c = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
     assert (c.clock_factor, c.sm_share_comm, c.wave_efficiency(7, 9), c.call_latency, c.attention) == (1, 0, 1, 0, "")
+    assert not c.unit_pipeline and load_cluster("H100-SXM").unit_pipeline
+    assert c.hbm_at(1e9) == c.hbm_bw and not c.pipelined_phases
+
+
+def test_achieved_hbm_by_kernel_size():
+    """Calculon's curve on every GPU preset: a memory-bound kernel reaches 90% of the datasheet from 100 MB,
+    75% from 10 MB, 60% from 1 MB, 30% below; an elementwise op and the optimizer run at it."""
+    from shardlab.plan.compute import Op, _op_time
+    h = load_cluster("H100-SXM")
+    assert [h.hbm_at(b) / h.hbm_bw for b in (2e8, 5e7, 5e6, 5e5)] == pytest.approx([0.9, 0.75, 0.6, 0.3])
+    gelu = Op("gelu", "elem", bytes=4e8, ew="gelu")
+    assert _op_time(gelu, h, False, False) == pytest.approx(4e8 / (0.9 * h.hbm_bw))
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"), h)
+    assert "Calculon" in p.explain["forward"]
+
+
+def test_unit_pipeline_by_hand():
+    """Two streams over the units: a gather issued one unit ahead, a unit's reduce-scatter after its backward,
+    one FIFO stream. 4 blocks (F 1, B 2) whose gathers and reduce-scatters take 2 each, the root's 1."""
+    from shardlab.plan.overlap import Stage, simulate
+    st = [Stage(0, 0, 1, 0, 1)] + [Stage(1, 2, 2, 2, 2) for _ in range(4)] + [Stage(1, 2)]
+    step, wait, tail = simulate(st, 1)
+    assert (step, wait, tail) == (28, 10, 3)  # compute 15: forward waits 6, backward 4, the last two reductions 3
+    cheap = [Stage(0, 0, .1, 0, .1)] + [Stage(1, 2, .2, .2, .2) for _ in range(4)] + [Stage(1, 2)]
+    step, wait, tail = simulate(cheap, 1)  # hidden but for the root's gather, block 1's and the last reductions
+    assert wait == pytest.approx(0.3) and tail == pytest.approx(0.3) and step == pytest.approx(15.6)
+
+
+def test_slow_network_exposes_gathers_unit_by_unit():
+    """Under a network slower than a unit's forward, every unit's forward gather shows, although the step's
+    compute (the backward's recompute included) could hide all of it, which is what the budget model said."""
+    m, tr = PRESETS["llama3-8b"], TrainSpec(512, 8, 2048, flash_attention=True)
+    lay = Layout(dp=64, strategy="zero3", recompute="full", comm_dtype="bf16")
+    slow = replace(load_cluster("A100-80G", 64), inter_bw=1.2e9)
+    per_unit, budget = evaluate(m, tr, lay, slow), evaluate(m, tr, lay, replace(slow, unit_pipeline=False))
+    assert per_unit.times["comm_total"] == pytest.approx(budget.times["comm_total"])
+    assert per_unit.times["comm_total"] < per_unit.times["compute"]
+    gathers = next(cl.time for cl in per_unit.comm if cl.c.op == "all_gather" and cl.c.group == "dp") / 2
+    assert gathers > per_unit.times["forward"]  # the forward's half of the gathers outlasts the forward
+    assert per_unit.times["exposed_comm"] > budget.times["exposed_comm"] + 0.8 * (gathers - per_unit.times["forward"])
+    assert "unit by unit" in per_unit.explain["exposed_comm"]
 
 
 def test_every_term_shows_in_explain():
@@ -33,7 +74,8 @@ def test_every_term_shows_in_explain():
         "compute", "tp_pp_comm", "bubble", "exposed_comm", "comm_sm_cost", "optimizer", "zero_copies", "trainer")))
     for words in ("(500 W / 700 W)^(1/3)", "wave quantization", "flash2"):
         assert words in p.explain["forward"]
-    assert "achieved bus bandwidth" in p.explain["comm_total"]
+    assert "achieved bus bandwidth" in p.explain["comm_total"] and "slower of" in p.explain["comm_total"]
+    assert "Calculon" in p.explain["forward"] and "unit by unit" in p.explain["exposed_comm"]
 
 
 def test_fp32_reduce_doubles_the_gradient_bytes():
@@ -102,3 +144,26 @@ def test_published_sets_are_kept_apart():
     assert all(r.get("eager_norm") for r in GIVEN)
     c = row_cluster(HELD_OUT_2[0])
     assert (c.hbm_bytes, c.hbm_bw, c.peak_flops) == (40e9, 1555e9, 312e12)
+
+
+def test_eager_adam_only_where_a_row_asks():
+    """A row's eager AdamW (torch's foreach, Composer's loop) moves 84 B per fp32 parameter, a fused one 28."""
+    from shardlab.plan.compute import EAGER_ADAM_BYTES
+    args = PRESETS["llama3-8b"], Layout(dp=8, strategy="zero3"), load_cluster("H100-SXM", 8)
+    fused, eager = (evaluate(args[0], TrainSpec(16, 2, 8192, flash_attention=True, eager_adam=e), *args[1:])
+                    for e in (False, True))
+    assert eager.times["optimizer"] == pytest.approx(fused.times["optimizer"] * (EAGER_ADAM_BYTES + 2) / 30)
+    assert "eager kernels" in eager.explain["optimizer"] and "eager" not in fused.explain["optimizer"]
+    assert all(r.get("eager_adam") for r in GIVEN + HELD_OUT)
+
+
+def test_profile_file_keeps_the_hbm_curve(tmp_path):
+    """A preset written as a profile file reads back with its curve; a calibrated one writes none."""
+    from shardlab.plan.hardware import read_profile, write_profile
+    h = load_cluster("H100-SXM")
+    write_profile(h, tmp_path / "h.toml")
+    assert read_profile(tmp_path / "h.toml").hbm_efficiency == h.hbm_efficiency
+    bare = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
+    write_profile(bare, tmp_path / "p.toml")
+    assert "hbm_efficiency" not in (tmp_path / "p.toml").read_text()
+    assert read_profile(tmp_path / "p.toml").hbm_efficiency == ()

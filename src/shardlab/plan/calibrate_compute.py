@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from .comm import units
+from .geometry import units
 from .calibrate_insitu import make_optimizer_step, measure_in_situ
 from .compute import gemm_shapes
 from .model import ModelSpec

@@ -25,7 +25,8 @@ from .model import model_from_args, resolve_preset
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int}
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
-              "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool"}
+              "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
+              "compile": "bool"}  # compile: torch.compile each block (train.compile; plan/fusion.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int,
                "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,

@@ -1,173 +1,25 @@
-"""Communication: what each strategy sends (volumes) and how long it takes (alpha-beta model).
-
-Volumes are stated the way shardlab's comm module records them, per rank per step:
+"""Communication: what each strategy sends, per rank per step, stated the way shardlab's comm module records it:
   payload = size of the full tensor handed to the collective (all_reduce: the buffer;
             reduce_scatter: the unsharded input; all_gather: the gathered output)
-  wire    = what a ring sends per rank: all_reduce 2(N-1)/N x payload, reduce_scatter and
-            all_gather (N-1)/N x payload, p2p = payload.
-Time of one call (Thakur et al. 2005; Patarasuk & Yuan 2009), ring over N ranks:
-  all_reduce      2(N-1) alpha + 2(N-1)/N * S / B
-  reduce_scatter   (N-1) alpha +  (N-1)/N * S / B      (all_gather the same)
-  tree all_reduce  2 log2(N) alpha + 2 S / B           (latency-bound messages)
-Across nodes the collective is hierarchical (intra reduce-scatter, inter all-reduce of S/g,
-intra all-gather), which is why the per-GPU NIC bandwidth, not the node's, is what matters.
+  wire    = what a ring sends per rank (comm_time.wire_factor).
+The units and buckets they go in are plan/geometry.py's; how long they take, plan/comm_time.py's.
 """
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 
 from shardlab import precision
-from shardlab.model import anatomy
-from shardlab.model.anatomy import KV, ROW
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
 from . import fp8
-from .hardware import Cluster
-from .layout import Layout, TrainSpec, first_rank_layers, stage_layers
+# call_time, padded, units, ddp_buckets and local_params are also named as `plan.comm`'s (the registry's cost
+# hooks, parallel/tp/spec.py; the benches; the tests)
+from .comm_time import call_time, wire_factor  # noqa: F401
+from .geometry import ddp_buckets, local_params, padded, padded_units, tp_replicated_params, units  # noqa: F401
+from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
 
 DTYPE_BYTES = precision.BYTES
 MiB = 2**20
-
-
-def wire_factor(op: str, n: int) -> float:
-    if n <= 1:
-        return 0.0
-    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
-            "all_gather": (n - 1) / n, "p2p": 1.0, "all_to_all": (n - 1) / n}[op]
-
-
-def ring_steps(op: str, n: int) -> int:
-    return {"all_reduce": 2 * (n - 1), "p2p": 1}.get(op, n - 1)
-
-
-# ---------------------------------------------------------------------------------------------
-# Volumes
-# ---------------------------------------------------------------------------------------------
-def padded(numels: list[int], n: int, padding: str) -> int:
-    """Elements of the gathered (unsharded, padded) buffer: each rank holds padded/n.
-    per_param: torch.chunk on dim 0, every rank stores ceil(rows/n) whole rows of each parameter
-    (FSDP2, DTensor Shard(0), shardlab's zero); flat: one buffer padded to a multiple of n."""
-    if n <= 1 or padding == "none":
-        return sum(numels)
-    if padding == "flat":
-        return -(-sum(numels) // n) * n
-    return sum(-(-getattr(x, "rows", x) // n) * n * getattr(x, "row", 1) for x in numels)
-
-
-def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[int]:
-    """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
-    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
-    last > 0 (shardlab's ddp, `last_bucket_mb`): a geometric tail, buckets of at most last, 2 x last,
-    ... bytes counted from the end, after the first bucket, while the limit stays under `cap`
-    (parallel/dp/buckets.py `assign`)."""
-    front = 0
-    while front < len(sizes) and sum(sizes[:front]) < first:
-        front += 1
-    head, sizes, tail, limit = list(sizes[:front]), list(sizes[front:]), [], last
-    while last > 0 and sizes and limit < cap:
-        total = sizes.pop()
-        while sizes and total + sizes[-1] <= limit:
-            total += sizes.pop()
-        tail.insert(0, total)
-        limit *= 2
-    out, cur = [], 0
-    for size in head + sizes:
-        cur += size
-        if cur >= (first if not out else cap):
-            out.append(cur)
-            cur = 0
-    return out + ([cur] if cur else []) + tail
-
-
-def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """Name pieces, from model/anatomy.py (every family): what TP leaves whole on every rank (Megatron, and
-    shardlab's own TP: the norms, the row-parallel layers' biases, added after the reduction, and the position
-    table), the row-parallel weights (they split their input features, dim 1; every other matrix splits
-    rows, dim 0), and the key/value weights (whole on every rank with fewer key/value heads than TP ranks)."""
-    replicated, rows, kv = [], [], []
-    for a in anatomy.ANATOMIES.values():
-        replicated += [f"{n}." for n in (*a.norms, a.final_norm)] + ([f"{a.positions}."] if a.positions else [])
-        for name, role in a.linear_names():
-            if role == ROW:
-                rows.append(f"{name}.weight")
-                replicated += [f"{name}.bias"] if a.bias else []
-            elif role == KV:
-                kv.append(f"{name}.weight")
-    return tuple(dict.fromkeys(replicated)), tuple(dict.fromkeys(rows)), tuple(dict.fromkeys(kv))
-
-
-TP_REPLICATED, TP_ROW_WEIGHTS, TP_KV = _tp_tables()
-
-
-def tp_local(name: str, n, tp: int, kv_whole: bool = False):
-    """One TP rank's piece of parameter `name` (a `Param`): replicated ones whole, column-parallel
-    weights and biases and the vocabulary rows ceil(rows/tp) (the vocabulary is padded to a multiple
-    of tp), row-parallel weights 1/tp of each row."""
-    from .model import Param
-    if tp == 1 or any(k in name for k in TP_REPLICATED) or (kv_whole and name.endswith(TP_KV)):
-        return n
-    rows, row = getattr(n, "rows", n), getattr(n, "row", 1)
-    if any(name.endswith(k) for k in TP_ROW_WEIGHTS):
-        return Param(rows, row // tp)
-    return Param(-(-rows // tp), row)
-
-
-@functools.lru_cache(maxsize=256)
-def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
-    """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
-    many blocks as the composition puts on that rank (`first_rank_layers`: the pipeline's cost-balanced
-    split). Each parameter as one TP rank holds it (`tp_local`)."""
-    layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
-    anat = anatomy.by_arch(model.arch)
-    first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
-    root: list[int] = []
-    blocks: list[list[int]] = [[] for _ in range(layers)]
-    for name, n in model.param_shapes():
-        n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
-        i = _block_index(anat, name)
-        if i is not None:
-            if i < layers:
-                blocks[i].append(n)
-        elif pp == 1 or name in first_stage:  # with pp the final norm is on the last stage
-            root.append(n)
-    return (tuple(root),) + tuple(tuple(b) for b in blocks)
-
-
-def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
-    """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
-    with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
-    return list(_tp_replicated(model, pp))
-
-
-@functools.lru_cache(maxsize=256)  # (a search asks it for every layout of one model)
-def _tp_replicated(model: ModelSpec, pp: int) -> tuple:
-    layers = stage_layers(model.n_layer, pp)
-    anat = anatomy.by_arch(model.arch)
-    out = [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
-            and (_block_index(anat, name) is None or _block_index(anat, name) < layers)
-            and (pp == 1 or not name.startswith(anat.final_norm + "."))]
-    return tuple(out)
-
-
-def _block_index(anat, name: str) -> int | None:
-    """The block a parameter name belongs to (blocks.i.*), None for a top-level one."""
-    if not name.startswith(anat.blocks + "."):
-        return None
-    return int(name.split(".", 2)[1])
-
-
-@functools.lru_cache(maxsize=1024)
-def padded_units(model: ModelSpec, tp: int, pp: int, v: int, n: int, padding: str) -> tuple[int, tuple[int, ...]]:
-    """`padded` of all of `units(model, tp, pp, v)` together, and of each unit: the same few layouts come
-    back for every layout a search evaluates, and an 80-layer model has ~700 parameters to pad each time."""
-    us = units(model, tp, pp, v)
-    return padded([x for u in us for x in u], n, padding), tuple(padded(list(u), n, padding) for u in us)
-
-
-def local_params(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> int:
-    return sum(sum(u) for u in units(model, tp, pp, v))
 
 
 @dataclass(frozen=True)
@@ -395,87 +247,3 @@ def tp_bytes_per_step(model: ModelSpec, train: TrainSpec, lay: Layout, m: int = 
         if c.group == "tp":
             out[c.op] = out.get(c.op, 0) + c.payload
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Time
-# ---------------------------------------------------------------------------------------------
-def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
-    """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
-    dp_replicate, pp - so tensor parallelism stays on NVLink."""
-    stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp_cp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
-    # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
-    n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
-         "pp": lay.pp, "cp": lay.cp}[group]
-    g = cluster.gpus_per_node
-    if stride >= g:
-        return 1
-    return max(1, min(n, g // stride))
-
-
-def _ring(op: str, size: float, n: int, alpha: float, bw: float) -> float:
-    t = ring_steps(op, n) * alpha + wire_factor(op, n) * size / bw
-    if op == "all_reduce" and n > 2:  # NCCL picks the faster of ring and double binary tree
-        t = min(t, 2 * math.ceil(math.log2(n)) * alpha + 2 * size / bw)
-    return t
-
-
-def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tuple[float, float, float]:
-    """(seconds, intra wire bytes, inter wire bytes) of one call with a `size`-byte payload over
-    n ranks of which `local` share a node."""
-    if n <= 1 or size <= 0:
-        return 0.0, 0.0, 0.0
-    wire = wire_factor(op, n) * size
-    if op in cluster.collectives:  # measured end to end: alpha per call, bus bandwidth
-        alpha, busbw = cluster.collectives[op]
-        mw = max(2, cluster.measured_world)
-        alpha *= ring_steps(op, n) / ring_steps(op, mw)
-        return alpha + wire / busbw, wire, 0.0
-    nodes = max(1, n // max(1, local))
-    base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
-    intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
-    if nodes == 1:
-        return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
-    if local == 1:
-        return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
-    # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
-    t_in, w_in = base, 0.0
-    phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
-              "all_gather": ("all_gather",)}.get(op, ())
-    for ph in phases:
-        t_in += _ring(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
-        w_in += wire_factor(ph, local) * size
-    inner = size / local
-    t_out = _ring(op, inner, nodes, cluster.inter_latency, inter_bw)
-    return t_in + t_out, w_in, wire_factor(op, nodes) * inner
-
-
-def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:
-    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL's rings
-    achieve (nccl-tests' busbw; docs/planner.md, "The GPU terms"). With the per-call and per-step latencies
-    this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small messages."""
-    if inter:
-        return cluster.inter_bw * cluster.busbw_eff_inter
-    eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
-    return cluster.intra_bw * eff
-
-
-def collective_time(c: Collective, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
-    """(seconds per step, intra wire bytes, inter wire bytes) for all calls of a collective."""
-    if c.calls == 0 or c.payload == 0:
-        return 0.0, 0.0, 0.0
-    if c.op == "p2p":
-        inter = lay.tp * lay.dp >= cluster.gpus_per_node and lay.pp > 1
-        if c.group == "cp":  # cp sits just outside tp in the rank order
-            inter = lay.tp * lay.cp > cluster.gpus_per_node
-        if "p2p" in cluster.collectives:
-            alpha, bw = cluster.collectives["p2p"]
-        else:
-            alpha = (cluster.inter_latency if inter else cluster.intra_latency) + cluster.call_latency
-            bw = achieved_bw("p2p", cluster, inter)
-        t = c.calls * alpha + c.payload / bw
-        return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
-    local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
-    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
-    return t * c.calls, wi * c.calls, wo * c.calls

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, replace
+from functools import partial
 
-from . import attention, fp8
+from . import attention, fp8, fusion
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
@@ -183,7 +184,8 @@ def _gemm_time(op: Op, c: Cluster, kind: str, mnk: tuple, fp32: bool) -> float:
     t = op.flops / _gemm_rate(c, kind, rows, n, k, fp32)
     # (not the fused attention kernel: it never writes the s x s scores its shape describes)
     if c.gemm_roofline and op.name != "attention" and f"{kind}:{m},{n},{k}" not in c.gemm_table:
-        t = max(t, op.count * (m * k + k * n + m * n) * (4 if fp32 else 2) / c.hbm_bw)
+        moved = (m * k + k * n + m * n) * (4 if fp32 else 2)
+        t = max(t, op.count * moved / c.hbm_at(moved, c.hbm_bw))
     return t
 
 
@@ -196,6 +198,11 @@ class MicroTime:
     in_situ: bool = False  # keyed ops + the remainder measured in situ at exactly this shape
     how: str = "roofline"  # in situ | interpolated | scaled (from the in-situ calibration) | roofline
     kernels: tuple = (0, 0)  # kernels one block launches, forward and backward (launch gaps)
+    compiled: str = ""  # what torch.compile changed per block, for --explain ("" eager)
+    # per FSDP unit, for the per-unit overlap (step.py): one block's forward and backward (its recompute and
+    # launch gaps included) and the head's (final norm, logits, loss), forward and backward; per-op roofline
+    block: tuple = (0.0, 0.0)
+    head: tuple = (0.0, 0.0)
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -220,7 +227,9 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
         else None
     if exact is not None:
         return exact * op.count
-    return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / c.gemm_table.get(f"ew{pre}:{op.ew}", bw))
+    # (the family's calibrated rate, else the achieved HBM bandwidth at one call's bytes: GPU presets)
+    rate = c.gemm_table.get(f"ew{pre}:{op.ew}") or c.hbm_at(nbytes / max(1, op.count), bw)
+    return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / rate)
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
@@ -231,11 +240,16 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     e = train.param_bytes
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, lay.sp and t > 1),
-                             lay.cp)
+    sp = lay.sp and t > 1
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp), lay.cp)
+    compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
+    eager_block, casts = block, None
+    if compiled:
+        block = fusion.compiled_block(block, model, b, s, t, e, sp and model.llama)
+        casts = partial(fusion.cast_bytes, llama=model.llama)
 
-    def ops_time(ops, backward):  # train.fp8: the converted linears at the FP8 peak, plus their casts
-        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay) for o in ops)
+    def ops_time(ops, backward, casts=casts):  # train.fp8: the converted linears at the FP8 peak, plus their casts
+        return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay, casts) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e)
@@ -248,7 +262,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.recompute == "full":
         rec = layers * f_block
     elif lay.recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
-        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual")]
+        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
         rec = layers * ops_time(cheap, False)
     elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
         rec = layers * ops_time(_selective_op_recomputed(block), False)
@@ -269,11 +283,18 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     bwd += rec
     k = c.compute_speed(lay.world)  # calibrated CPU seconds -> wall seconds on shared cores
     fwd, bwd, rec = fwd / k, bwd / k, rec / k
+    rec_block = rec / layers if layers else 0.0
+    per_block = ((f_block + gap_f) / k, (b_block + gap_b) / k + rec_block)
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block))
+    why = ""
+    if compiled:
+        why = fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
+                          ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
+                     (f_head / k, b_head / k))
 
 
 def block_kernels(block: list[Op]) -> tuple[int, int]:
@@ -424,5 +445,19 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
                 f"{psi_opt:,.0f} params x {c.adam_s_per_param:.3g} s + {tensors} tensors x "
                 f"{c.adam_s_per_tensor:.3g} s (calibrated, grad-norm clip included)")
     per = train.optimizer_row.step_bytes_in(train.optim_dtype) + (2 if train.mixed else 0)  # the row's traffic
-    bw = c.elementwise_bw or c.hbm_bw
-    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s"
+    how = ""
+    if train.eager_adam and train.optimizer == "adam" and train.optim_dtype == "fp32":
+        per += EAGER_ADAM_BYTES - 28
+        how = " (AdamW as eager kernels, one per tensor operation)"
+    # the achieved HBM bandwidth at one tensor's fp32 operand: the kernels run tensor by tensor
+    bw = c.hbm_at(psi_opt * 4 / max(1, tensors))
+    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s{how}"
+
+
+# AdamW in eager kernels, per fp32 parameter: torch's foreach AdamW (torch.optim.adamw._multi_tensor_adamw:
+# lerp of exp_avg 12, mul and addcmul of exp_avg_sq 8 + 16, the decoupled decay's mul of the params 8, sqrt,
+# div, add of the denominator 8 + 8 + 8, the params' addcdiv 16) and Composer's DecoupledAdamW (a loop over the
+# tensors: mul_ and add_ of exp_avg 8 + 12, mul_ and addcmul_ of exp_avg_sq 8 + 16, sqrt, / and add_ 8 + 8 + 8,
+# addcdiv_ 16; its decay's mul_ skipped at weight_decay 0, as the MPT yamls set it): 84 B each, where a fused
+# kernel reads param, grad, m, v and writes param, m, v once (28 B). Gradient clipping is in neither count
+EAGER_ADAM_BYTES = 84

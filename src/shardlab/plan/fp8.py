@@ -35,12 +35,17 @@ def gathered_in_float8(train, lay) -> bool:
     return on(train) and train.fp8 == "tensorwise" and lay.strategy == "zero3" and lay.dp > 1
 
 
-def gemm_seconds(op, seconds: float, backward: bool, c, train, lay) -> float:
-    """An op's seconds with FP8 on: a converted linear's GEMMs at the FP8 peak plus its casts."""
+def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_casts=None) -> float:
+    """An op's seconds with FP8 on: a converted linear's GEMMs at the FP8 peak plus its casts (eager: the
+    layer's cast_bytes; under torch.compile `compiled_casts`, plan/fusion.py's cast_bytes)."""
     if not on(train) or op.kind != "gemm" or op.name not in CONVERTED:
         return seconds
     m, n, k = op.shape  # (tokens, out, in)
-    cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
+    if compiled_casts is not None:
+        cast = compiled_casts(op, train.fp8, a=2, w=train.param_bytes, gathered=gathered_in_float8(train, lay),
+                              backward=backward)
+    else:
+        cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
     return hook("flops")(seconds, c.peak_flops, c.peak_flops_fp8, cast, c.elementwise_bw or c.hbm_bw)
 
 

@@ -54,7 +54,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
     train = TrainSpec(global_batch=run.global_batch, micro_batch=t.micro_batch,
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
-                      flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8,
+                      flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8, compile=bool(t.compile),
                       dropout=float(cfg.model.dropout) > 0)  # p = 0 keeps no masks (as the model runs)
     schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too

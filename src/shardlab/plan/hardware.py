@@ -51,6 +51,11 @@ class Cluster:
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
     attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
+    unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
+    pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
+    # achieved / datasheet HBM bandwidth of a memory-bound kernel by the bytes it moves: ((bytes, fraction), ...)
+    # largest first, the first the kernel reaches applies (); () = the datasheet's (profiles: measured rates)
+    hbm_efficiency: tuple = ()
     # ---- measured (calibrated profiles) ----
     # op -> (alpha seconds per call, bus bandwidth bytes/s) measured end to end at `measured_world`
     collectives: dict = field(default_factory=dict)
@@ -104,6 +109,15 @@ class Cluster:
             return 1.0
         return (self.power_w / self.tdp_w) ** (1 / 3)
 
+    def hbm_at(self, nbytes: float, bw: float = 0.0) -> float:
+        """Bytes/s a memory-bound kernel moving `nbytes` achieves: `bw` (default the elementwise or HBM
+        bandwidth) x the cluster's `hbm_efficiency` at that size (1 without a curve)."""
+        bw = bw or self.elementwise_bw or self.hbm_bw
+        for size, frac in self.hbm_efficiency:
+            if nbytes >= size:
+                return bw * frac
+        return bw
+
     @property
     def sm_share_comm(self) -> float:
         """Fraction of the SMs a running collective takes from the kernels it overlaps (0: not modelled)."""
@@ -147,8 +161,12 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # CTAs its NVLink rings run on, and SDPA's fused attention kernel (FlashAttention-2)
 # kernel_gap_s: a kernel queued behind another starts ~1 us after it ends (NVIDIA, "Getting Started with CUDA
 # Graphs": back-to-back launches of a 2.9 us kernel ran at 3.8 us each, 3.4 us as a graph)
+# hbm_efficiency: Calculon's achieved-memory curve, the same in its A100 and H100 system files (Isaev et al., SC'23;
+# calculon-ai/calculon systems/a100_80g.json, h100_80g_nvl8.json "mem1" MB_efficiency, looked up as
+# calculon/memory.py does): 90% of the datasheet from 100 MB a kernel, 75% from 10 MB, 60% from 1 MB, 30% below
+CALCULON_HBM = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.6), (0.0, 0.3))
 _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
-             kernel_gap_s=1e-6)
+             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM)
 # gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
 # datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM
@@ -167,9 +185,11 @@ PRESETS: dict[str, Cluster] = {
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER),
     # Meta's Grand Teton H100s (torchtitan docs/performance.md): the SXM part with 96 GB of HBM2e at
-    # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF
+    # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF, and its
+    # tensor cores are the SXM part's, FP8 included (1,979 TF dense; the preset had left it out until 2026-12-06,
+    # so float8 plans ran their GEMMs at the 16-bit rate)
     "H100-SXM-500W": _node(
-        "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, hbm_bytes=96 * GB,
+        "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=96 * GB,
         hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER, power_w=500.0),
     "H200": _node(
@@ -212,6 +232,8 @@ def read_profile(path: Path) -> Cluster:
     if unknown:
         raise ValueError(f"{path}: unknown cluster keys {sorted(unknown)}")
     kw = {k: v for k, v in cl.items() if k in known}
+    if "hbm_efficiency" in kw:
+        kw["hbm_efficiency"] = tuple((float(b), float(e)) for b, e in kw["hbm_efficiency"])
     kw["collectives"] = {op: (float(v["alpha_s"]), float(v["bus_bw"]))
                          for op, v in data.get("collectives", {}).items()}
     kw["overhead"] = {k: float(v) for k, v in data.get("overhead", {}).items()}
@@ -234,7 +256,10 @@ def write_profile(c: Cluster, path: Path) -> None:
     for f in fields(Cluster):
         v = getattr(c, f.name)
         if f.name in ("collectives", "gemm_table", "gemm_fit", "overhead", "step_overhead", "call_overhead",
-                      "sync_wait"):
+                      "sync_wait") or (f.name == "hbm_efficiency" and not v):
+            continue
+        if f.name == "hbm_efficiency":  # ((bytes, fraction), ...): a TOML array of pairs
+            lines.append(f"{f.name} = [" + ", ".join(f"[{b!r}, {e!r}]" for b, e in v) + "]")
             continue
         lines.append(f"{f.name} = {_toml(v)}")
     for op, (alpha, bw) in c.collectives.items():

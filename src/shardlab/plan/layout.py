@@ -56,6 +56,12 @@ class TrainSpec:
     # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
     dropout: bool = True
     fused_loss: bool = False
+    # AdamW as the run stepped it: one eager kernel per tensor operation (torch's foreach AdamW, torchtitan's
+    # default; Composer's DecoupledAdamW, a loop over tensors) rather than one fused kernel; a published row's input
+    eager_adam: bool = False
+    # train.compile: torch.compile (Inductor) on each block; on GPU presets its fusion changes the block's
+    # elementwise bytes, kernel count and float8 casts (plan/fusion.py); false: eager, today's op list
+    compile: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from shardlab.parallel.pp import registry
 
 from . import fp8
-from .comm import MiB, padded_units, units
+from .comm import MiB
+from .geometry import padded_units, units
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
 

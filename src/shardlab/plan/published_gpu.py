@@ -11,6 +11,8 @@
              second round of terms was chosen
   HELD_OUT_2 the A100 40GB table (bf16 PURE) at sequence 2048: not evaluated until the second round of terms
              was committed, then once
+  COMPILED   torchtitan's two 8B H100 runs of GIVEN again, compiled (its end-2024 benchmark page): not evaluated
+             until the compile term (plan/fusion.py) was written, then once
 
 No row has a factor of its own: every prediction is the preset and the row's configuration.
 """
@@ -33,7 +35,8 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/compute.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
-            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "source": TORCHTITAN}
+            "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
+            "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -42,6 +45,18 @@ GIVEN = [
     _tt("tt 8B H100x8 sel-op", "llama3-8b", "H100-SXM-500W", 8, 1, "selective-op", 2, 5762, 82.4),
     _tt("tt 8B H100x128 sel-op", "llama3-8b", "H100-SXM-500W", 128, 1, "selective-op", 2, 5605, 67.0),
     _tt("tt 405B H100x128 TP8 full", "llama3-405b", "H100-SXM-500W", 128, 8, "full", 2, 109),
+]
+
+# the same two 8B runs compiled: torchtitan's end-2024 benchmark (benchmarks/llama3_h100_202412_torchtitan.md, the
+# page docs/performance.md became), Table 1 (8 GPUs) and Table 3 (128 GPUs), "FSDP + torch.compile": each
+# TransformerBlock compiled (its apply_compile), the eager rows' configs otherwise. Its "+ Float8" rows are not here:
+# the H100-SXM-500W preset has no FP8 peak and the page does not say whether the weights were gathered in float8
+TORCHTITAN_2024 = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md"
+COMPILED = [
+    {**_tt("tt 8B H100x8 sel-op compiled", "llama3-8b", "H100-SXM-500W", 8, 1, "selective-op", 2, 6667, 77.0),
+     "compile": True, "source": TORCHTITAN_2024},
+    {**_tt("tt 8B H100x128 sel-op compiled", "llama3-8b", "H100-SXM-500W", 128, 1, "selective-op", 2, 6514, 62.0),
+     "compile": True, "source": TORCHTITAN_2024},
 ]
 
 # MPT shapes (llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml): (n_layers, d_model, n_heads); vocabulary
@@ -64,7 +79,7 @@ def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
             "micro_batch": micro, "accum": accum,
             "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
             "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
-            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "source": FOUNDRY}
+            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "eager_adam": True, "source": FOUNDRY}
 
 
 # every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
@@ -132,10 +147,11 @@ def _model(row) -> ModelSpec:
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
-            row_dropout: bool = True, row_loss: bool = True) -> dict:
+            row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True, row_compile: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
-    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, for the per-term tables)."""
+    papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, `row_adam=False` a fused AdamW,
+    `row_compile=False` eager kernels where the run compiled, for the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -146,7 +162,9 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                       precision="bf16-mixed", flash_attention=True,
                       eager_norm=row.get("eager_norm", False) and eager_norm,
                       dropout=row.get("dropout", True) or not row_dropout,
-                      fused_loss=row.get("fused_loss", False) and row_loss)
+                      fused_loss=row.get("fused_loss", False) and row_loss,
+                      eager_adam=row.get("eager_adam", False) and row_adam,
+                      compile=row.get("compile", False) and row_compile)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 from shardlab.parallel.pp import registry
 
-from .comm import (Collective, call_time, collective_time, dp_collectives, group_placement, local_params, padded_units,
-                   tp_pp_collectives, units)
+from . import overlap
+from .comm import Collective, dp_collectives, tp_pp_collectives
+from .comm_time import call_time, collective_time, group_placement
+from .geometry import local_params, padded_units, units
 from .compute import micro_batch_time, optimizer_time
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum
@@ -31,6 +33,7 @@ class CommLine:
     intra: float  # wire bytes per rank over NVLink / intra-node
     inter: float  # wire bytes per rank over the network
     exposed: float = 0.0
+    pipelined: bool = False  # its exposed time from the per-unit simulation (plan/overlap.py)
 
 
 @dataclass
@@ -104,7 +107,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
     tp_pp = _critical_comm(plan.comm) + _sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
-    exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster)
+    exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
     copies = _zero_copies(plan.comm, lay, cluster)
@@ -176,13 +179,16 @@ def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
     return wait * calls
 
 
-def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster) -> float:
+def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster, model: ModelSpec = None,
+                     t_mb: float = 0.0) -> float:
     """Sets each data-parallel collective's exposed time; returns their sum."""
+    # ZeRO's unit-wise collectives on GPU presets: unit by unit (plan/overlap.py); what they hide uses up the
+    # budget the rest (HSDP's replica all-reduce, DDP's buckets) shares
+    used_all, used_bwd = _unit_pipeline(comm, mt, m, lay, cluster, model, t_mb)
     # one compute budget shared by every overlappable collective: all of forward+backward, of which
     # gradient collectives may only use the backward part (and once-per-step ones the last one)
-    used_bwd = used_all = 0.0
     for cl in comm:
-        if cl.c.group in _CRITICAL:
+        if cl.c.group in _CRITICAL or getattr(cl, "pipelined", False):
             continue
         if cl.c.overlap == "none" or cl.time == 0:
             cl.exposed = cl.time
@@ -202,6 +208,38 @@ def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Clu
     return sum(cl.exposed for cl in comm if cl.c.group not in _CRITICAL)
 
 
+def _unit_pipeline(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster, model, t_mb: float):
+    """ZeRO's per-unit gathers and reductions (the shard group's), simulated unit by unit (plan/overlap.py)
+    on clusters with `unit_pipeline` (GPU presets): sets their exposed time, marks them pipelined and
+    returns the (all, backward) compute they hide behind. (0, 0) where it does not apply: calibrated
+    profiles, DDP, pipeline stages, offload, a model with no blocks."""
+    if not cluster.unit_pipeline or model is None or lay.strategy == "ddp" or lay.pp > 1 \
+            or lay.offload != "none" or lay.dp_cp == 1 or not mt.block[0]:
+        return 0.0, 0.0
+    sg = "dp_shard" if lay.replicate > 1 else "dp"
+    mine = [cl for cl in comm if cl.c.group == sg and cl.c.overlap != "none" and cl.time > 0
+            and cl.c.op in ("all_gather", "reduce_scatter", "all_reduce")]
+    ag = next((cl for cl in mine if cl.c.op == "all_gather"), None)
+    rs = next((cl for cl in mine if cl.c.op != "all_gather"), None)
+    if ag is None and rs is None:
+        return 0.0, 0.0
+    k = t_mb / (mt.fwd + mt.bwd) if mt.fwd + mt.bwd > 0 else 1.0  # TP's collectives widen the windows
+    st = overlap.stages(model, lay, cluster, mt, m, ag, rs, k)
+    step, wait, tail = overlap.simulate(st, m, rs_every=lay.strategy != "zero1")
+    # the compute's waits are the gathers' (a gather queued behind a reduce-scatter included), the stream's
+    # run past the last compute the reductions'; what one cannot hold goes to the other
+    ag_exp = min(ag.time, wait) if ag is not None else 0.0
+    rs_exp = min(rs.time, tail + wait - ag_exp) if rs is not None else 0.0
+    e = cluster.overlap_efficiency
+    for cl, exposed in ((ag, ag_exp), (rs, rs_exp)):
+        if cl is not None:
+            cl.exposed = cl.time - e * (cl.time - exposed)
+            cl.pipelined = True
+    hidden_rs = rs.time - rs.exposed if rs is not None else 0.0
+    hidden_ag = ag.time - ag.exposed if ag is not None else 0.0
+    return hidden_rs + hidden_ag, hidden_rs
+
+
 def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     """Seconds per step of ZeRO's flat-buffer copies (0 for ddp)."""
     # ZeRO's flat-buffer layout, on the compute stream. Per unit call (payload P, shard S = P/N):
@@ -214,14 +252,15 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     if lay.strategy == "ddp":
         return 0.0
     copies = 0.0
-    cb = cluster.gemm_table.get("ew:copy", cluster.elementwise_bw or cluster.hbm_bw)
-    fb = cluster.gemm_table.get("ew:flat", cb)
     fa = cluster.gemm_table.get("ewa:flat", 0.0)
-    first_touch = max(0.0, 1 / fb - 1 / cb)
     for cl in comm:
         if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
                 or cl.c.payload <= 64 * lay.dp_cp:
             continue
+        # calibrated copy rates, else the achieved HBM bandwidth at one call's buffer (GPU presets)
+        cb = cluster.gemm_table.get("ew:copy") or cluster.hbm_at(cl.c.payload / max(1, cl.c.calls))
+        fb = cluster.gemm_table.get("ew:flat", cb)
+        first_touch = max(0.0, 1 / fb - 1 / cb)
         P, S = cl.c.payload, cl.c.payload / cl.c.n
         if cl.c.op == "reduce_scatter":
             copies += cl.c.calls * fa + 2 * P / fb + 2 * S * first_touch
@@ -268,7 +307,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed, mt.kernels)
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels) + mt.compiled
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -282,8 +321,15 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         f" (per call {cluster.call_latency * 1e6:.1f} us + ring steps x alpha + wire / achieved bus bandwidth: "
         f"NVLink {cluster.intra_bw * cluster.busbw_eff_intra / 1e9:.0f} GB/s rings, "
         f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce; network "
-        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "")
+        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "") + (
+        "; across nodes one ring through every rank: each step's latency added, the transfer at the slower of "
+        "the NVLink and network phases" if cluster.pipelined_phases else "")
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
+    piped = [cl for cl in plan.comm if cl.pipelined]
+    if piped:
+        X["exposed_comm"] += "; ZeRO's per-unit collectives unit by unit (one unit prefetched ahead, one NCCL " \
+            "stream): " + ", ".join(f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed"
+                                    for cl in piped)
     hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute")
@@ -307,6 +353,10 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> st
         from .attention import efficiency
         f, b = efficiency(c.attention, c.peak_flops)
         out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+    if c.hbm_efficiency:
+        out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
+                   + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)
+                   + ")")
     if c.kernel_gap_s:
         out.append(f"launch gaps {c.kernel_gap_s * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
                    "kernels per block)")

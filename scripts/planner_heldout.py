@@ -1,0 +1,63 @@
+"""The planner against published GPU runs it was not given (plan/published_gpu_heldout.py): the error of
+tokens/s/GPU per row, and of memory where the run published it, with mean / max |error| per source and over all.
+
+    PYTHONPATH=src python scripts/planner_heldout.py            # the whole table
+    PYTHONPATH=src python scripts/planner_heldout.py --summary  # the means only
+
+Evaluate it once per change of the planner, after the change is committed: the rows are for estimating the
+error on unseen runs, and a term chosen by looking at them makes them given inputs.
+"""
+from __future__ import annotations
+
+import argparse
+
+from shardlab.plan.published_gpu_heldout import HELD_OUT, evaluate_rows
+
+
+def _stats(errs: list[float]) -> str:
+    if not errs:
+        return "-"
+    a = [abs(e) for e in errs]
+    return f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over 0.15: {sum(x > 0.15 for x in a)} ({len(a)} rows)"
+
+
+def _source(row: dict) -> str:
+    return row["source"].split(" (")[0].split(",")[0].split(" @")[0]
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| case | GPU | published tok/s/GPU | planner | error | published GiB | planner GiB | mem error |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        mem = f"{r['mem_gib']:.1f} | {r['planner_mem_gib']:.1f} | {r['mem_err']:+.1%}" if r["mem_gib"] else \
+            f"- | {r['planner_mem_gib']:.1f} | -"
+        lines.append(f"| {r['case']} | {r['cluster']} | {r['tokens_per_gpu']:.1f} | {r['planner']:.1f} | "
+                     f"{r['err']:+.1%} | {mem} |")
+    return lines
+
+
+def summary(rows: list[dict]) -> list[str]:
+    unseen = [r["err"] for r in rows if not r["seen"]]
+    out = [f"tokens/s/GPU, all: {_stats([r['err'] for r in rows])}",
+           f"  unseen only (no figure or twin run in the project): {_stats(unseen)}"]
+    for src in dict.fromkeys(_source(r) for r in rows):
+        out.append(f"  {src}: {_stats([r['err'] for r in rows if _source(r) == src])}")
+    for gpu in dict.fromkeys(r["cluster"] for r in rows):
+        out.append(f"  {gpu}: {_stats([r['err'] for r in rows if r['cluster'] == gpu])}")
+    out.append(f"memory (published rows): {_stats([r['mem_err'] for r in rows if r['mem_err'] is not None])}")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--summary", action="store_true", help="the means only")
+    args = ap.parse_args()
+    rows = evaluate_rows(HELD_OUT)
+    if not args.summary:
+        print("\n".join(table(rows)))
+        print()
+    print("\n".join(summary(rows)))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""The time of a collective, alpha-beta (Thakur et al. 2005; Patarasuk & Yuan 2009), ring over N ranks:
+  all_reduce      2(N-1) alpha + 2(N-1)/N * S / B
+  reduce_scatter   (N-1) alpha +  (N-1)/N * S / B      (all_gather the same)
+  tree all_reduce  2 log2(N) alpha + 2 S / B           (latency-bound messages)
+Across nodes the collective is hierarchical (intra reduce-scatter, inter all-reduce of S/g,
+intra all-gather), which is why the per-GPU NIC bandwidth, not the node's, is what matters; on GPU presets
+its phases run at once (one NCCL ring through every rank), the transfer at the slower link's pace.
+Wire bytes: what a ring sends per rank (all_reduce 2(N-1)/N x payload, reduce_scatter and all_gather
+(N-1)/N x payload, p2p = payload).
+"""
+from __future__ import annotations
+
+import math
+
+from .hardware import Cluster
+from .layout import Layout
+
+
+def wire_factor(op: str, n: int) -> float:
+    if n <= 1:
+        return 0.0
+    return {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n,
+            "all_gather": (n - 1) / n, "p2p": 1.0, "all_to_all": (n - 1) / n}[op]
+
+
+def ring_steps(op: str, n: int) -> int:
+    return {"all_reduce": 2 * (n - 1), "p2p": 1}.get(op, n - 1)
+
+
+def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
+    """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
+    dp_replicate, pp - so tensor parallelism stays on NVLink."""
+    stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
+              "pp": lay.tp * lay.dp_cp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
+    # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
+    n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
+         "pp": lay.pp, "cp": lay.cp}[group]
+    g = cluster.gpus_per_node
+    if stride >= g:
+        return 1
+    return max(1, min(n, g // stride))
+
+
+def _ring(op: str, size: float, n: int, alpha: float, bw: float) -> float:
+    return sum(_ring_parts(op, size, n, alpha, bw))
+
+
+def _ring_parts(op: str, size: float, n: int, alpha: float, bw: float) -> tuple[float, float]:
+    """(latency, transfer) seconds of one call over n ranks: ring steps x alpha and wire / bw, or the double
+    binary tree's where that is faster (all-reduce, as NCCL picks)."""
+    ring = (ring_steps(op, n) * alpha, wire_factor(op, n) * size / bw)
+    if op == "all_reduce" and n > 2:  # NCCL picks the faster of ring and double binary tree
+        tree = (2 * math.ceil(math.log2(n)) * alpha, 2 * size / bw)
+        return min(ring, tree, key=sum)
+    return ring
+
+
+def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tuple[float, float, float]:
+    """(seconds, intra wire bytes, inter wire bytes) of one call with a `size`-byte payload over
+    n ranks of which `local` share a node."""
+    if n <= 1 or size <= 0:
+        return 0.0, 0.0, 0.0
+    wire = wire_factor(op, n) * size
+    if op in cluster.collectives:  # measured end to end: alpha per call, bus bandwidth
+        alpha, busbw = cluster.collectives[op]
+        mw = max(2, cluster.measured_world)
+        alpha *= ring_steps(op, n) / ring_steps(op, mw)
+        return alpha + wire / busbw, wire, 0.0
+    nodes = max(1, n // max(1, local))
+    base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
+    intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
+    if nodes == 1:
+        return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
+    if local == 1:
+        return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
+    # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather
+    lat_in = xfer_in = w_in = 0.0
+    phases = {"all_reduce": ("reduce_scatter", "all_gather"), "reduce_scatter": ("reduce_scatter",),
+              "all_gather": ("all_gather",)}.get(op, ())
+    for ph in phases:
+        lat, xfer = _ring_parts(ph, size, local, cluster.intra_latency, achieved_bw(ph, cluster, False))
+        lat_in, xfer_in, w_in = lat_in + lat, xfer_in + xfer, w_in + wire_factor(ph, local) * size
+    inner = size / local
+    lat_out, xfer_out = _ring_parts(op, inner, nodes, cluster.inter_latency, inter_bw)
+    # NCCL runs one ring (or tree) through every rank: a chunk's NVLink and network hops run at once, so the
+    # transfer takes as long as its slowest link's share (NCCL's tuning model, src/graph/tuning.cc, rates a ring
+    # across nodes at channels x the inter-node channel speed; nccl-tests, doc/PERFORMANCE.md: bus bandwidth is
+    # "the speed of the hardware bottleneck"), while every step's latency still adds up. Summing the phases
+    # (a two-level algorithm run phase after phase) stays on profiles without NCCL's terms
+    xfer = max(xfer_in, xfer_out) if cluster.pipelined_phases else xfer_in + xfer_out
+    return base + lat_in + lat_out + xfer, w_in, wire_factor(op, nodes) * inner
+
+
+def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:
+    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL's rings
+    achieve (nccl-tests' busbw; docs/planner.md, "The GPU terms"). With the per-call and per-step latencies
+    this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small messages."""
+    if inter:
+        return cluster.inter_bw * cluster.busbw_eff_inter
+    eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
+    return cluster.intra_bw * eff
+
+
+def collective_time(c, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
+    """(seconds per step, intra wire bytes, inter wire bytes) for all calls of a collective."""
+    if c.calls == 0 or c.payload == 0:
+        return 0.0, 0.0, 0.0
+    if c.op == "p2p":
+        inter = lay.tp * lay.dp >= cluster.gpus_per_node and lay.pp > 1
+        if c.group == "cp":  # cp sits just outside tp in the rank order
+            inter = lay.tp * lay.cp > cluster.gpus_per_node
+        if "p2p" in cluster.collectives:
+            alpha, bw = cluster.collectives["p2p"]
+        else:
+            alpha = (cluster.inter_latency if inter else cluster.intra_latency) + cluster.call_latency
+            bw = achieved_bw("p2p", cluster, inter)
+        t = c.calls * alpha + c.payload / bw
+        return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
+    local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
+    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
+    return t * c.calls, wi * c.calls, wo * c.calls

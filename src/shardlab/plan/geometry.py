@@ -1,0 +1,142 @@
+"""Sharding geometry: how a model's parameters group into the units and buckets a strategy reduces or gathers
+together, and how each is padded and split under tensor parallelism.
+
+  units         FSDP/ZeRO wrap units on the first pipeline rank: the root (embeddings, final norm) and one
+                per block, each parameter as one TP rank holds it
+  padded        elements of a gathered buffer once each of n ranks holds an equal share (per parameter rows,
+                FSDP2's Shard(0), or one flat buffer)
+  ddp_buckets   DDP's gradient buckets in ready order
+"""
+from __future__ import annotations
+
+import functools
+
+from shardlab.model import anatomy
+from shardlab.model.anatomy import KV, ROW
+from .layout import first_rank_layers, stage_layers
+from .model import ModelSpec
+
+
+def padded(numels: list[int], n: int, padding: str) -> int:
+    """Elements of the gathered (unsharded, padded) buffer: each rank holds padded/n.
+    per_param: torch.chunk on dim 0, every rank stores ceil(rows/n) whole rows of each parameter
+    (FSDP2, DTensor Shard(0), shardlab's zero); flat: one buffer padded to a multiple of n."""
+    if n <= 1 or padding == "none":
+        return sum(numels)
+    if padding == "flat":
+        return -(-sum(numels) // n) * n
+    return sum(-(-getattr(x, "rows", x) // n) * n * getattr(x, "row", 1) for x in numels)
+
+
+def ddp_buckets(sizes: list[int], first: int, cap: int, last: int = 0) -> list[int]:
+    """Bucket byte sizes for gradients in ready order (reverse registration), the rule of torch DDP
+    and shardlab's ddp: a bucket closes as soon as it reaches its limit; the first limit is `first`.
+    last > 0 (shardlab's ddp, `last_bucket_mb`): a geometric tail, buckets of at most last, 2 x last,
+    ... bytes counted from the end, after the first bucket, while the limit stays under `cap`
+    (parallel/dp/buckets.py `assign`)."""
+    front = 0
+    while front < len(sizes) and sum(sizes[:front]) < first:
+        front += 1
+    head, sizes, tail, limit = list(sizes[:front]), list(sizes[front:]), [], last
+    while last > 0 and sizes and limit < cap:
+        total = sizes.pop()
+        while sizes and total + sizes[-1] <= limit:
+            total += sizes.pop()
+        tail.insert(0, total)
+        limit *= 2
+    out, cur = [], 0
+    for size in head + sizes:
+        cur += size
+        if cur >= (first if not out else cap):
+            out.append(cur)
+            cur = 0
+    return out + ([cur] if cur else []) + tail
+
+
+def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Name pieces, from model/anatomy.py (every family): what TP leaves whole on every rank (Megatron, and
+    shardlab's own TP: the norms, the row-parallel layers' biases, added after the reduction, and the position
+    table), the row-parallel weights (they split their input features, dim 1; every other matrix splits
+    rows, dim 0), and the key/value weights (whole on every rank with fewer key/value heads than TP ranks)."""
+    replicated, rows, kv = [], [], []
+    for a in anatomy.ANATOMIES.values():
+        replicated += [f"{n}." for n in (*a.norms, a.final_norm)] + ([f"{a.positions}."] if a.positions else [])
+        for name, role in a.linear_names():
+            if role == ROW:
+                rows.append(f"{name}.weight")
+                replicated += [f"{name}.bias"] if a.bias else []
+            elif role == KV:
+                kv.append(f"{name}.weight")
+    return tuple(dict.fromkeys(replicated)), tuple(dict.fromkeys(rows)), tuple(dict.fromkeys(kv))
+
+
+TP_REPLICATED, TP_ROW_WEIGHTS, TP_KV = _tp_tables()
+
+
+def tp_local(name: str, n, tp: int, kv_whole: bool = False):
+    """One TP rank's piece of parameter `name` (a `Param`): replicated ones whole, column-parallel
+    weights and biases and the vocabulary rows ceil(rows/tp) (the vocabulary is padded to a multiple
+    of tp), row-parallel weights 1/tp of each row."""
+    from .model import Param
+    if tp == 1 or any(k in name for k in TP_REPLICATED) or (kv_whole and name.endswith(TP_KV)):
+        return n
+    rows, row = getattr(n, "rows", n), getattr(n, "row", 1)
+    if any(name.endswith(k) for k in TP_ROW_WEIGHTS):
+        return Param(rows, row // tp)
+    return Param(-(-rows // tp), row)
+
+
+@functools.lru_cache(maxsize=256)
+def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
+    """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
+    many blocks as the composition puts on that rank (`first_rank_layers`: the pipeline's cost-balanced
+    split). Each parameter as one TP rank holds it (`tp_local`)."""
+    layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
+    anat = anatomy.by_arch(model.arch)
+    first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
+    root: list[int] = []
+    blocks: list[list[int]] = [[] for _ in range(layers)]
+    for name, n in model.param_shapes():
+        n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
+        i = _block_index(anat, name)
+        if i is not None:
+            if i < layers:
+                blocks[i].append(n)
+        elif pp == 1 or name in first_stage:  # with pp the final norm is on the last stage
+            root.append(n)
+    return (tuple(root),) + tuple(tuple(b) for b in blocks)
+
+
+def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
+    """The parameters TP leaves whole on the first stage (LayerNorms, row biases, positions), as `Param`s:
+    with sequence parallelism their gradients are partial per rank and summed over tp after backward."""
+    return list(_tp_replicated(model, pp))
+
+
+@functools.lru_cache(maxsize=256)  # (a search asks it for every layout of one model)
+def _tp_replicated(model: ModelSpec, pp: int) -> tuple:
+    layers = stage_layers(model.n_layer, pp)
+    anat = anatomy.by_arch(model.arch)
+    out = [n for name, n in model.param_shapes() if any(k in name for k in TP_REPLICATED)
+            and (_block_index(anat, name) is None or _block_index(anat, name) < layers)
+            and (pp == 1 or not name.startswith(anat.final_norm + "."))]
+    return tuple(out)
+
+
+def _block_index(anat, name: str) -> int | None:
+    """The block a parameter name belongs to (blocks.i.*), None for a top-level one."""
+    if not name.startswith(anat.blocks + "."):
+        return None
+    return int(name.split(".", 2)[1])
+
+
+@functools.lru_cache(maxsize=1024)
+def padded_units(model: ModelSpec, tp: int, pp: int, v: int, n: int, padding: str) -> tuple[int, tuple[int, ...]]:
+    """`padded` of all of `units(model, tp, pp, v)` together, and of each unit: the same few layouts come
+    back for every layout a search evaluates, and an 80-layer model has ~700 parameters to pad each time."""
+    us = units(model, tp, pp, v)
+    return padded([x for u in us for x in u], n, padding), tuple(padded(list(u), n, padding) for u in us)
+
+
+def local_params(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> int:
+    return sum(sum(u) for u in units(model, tp, pp, v))
