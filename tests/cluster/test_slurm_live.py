@@ -47,7 +47,9 @@ def _log(tmp: Path, name: str, job: str) -> str:
 
 
 def test_sbatch_runs_then_scancel_term_saves_and_the_requeued_job_resumes_bitwise(slurm, tmp_path):
-    straight = slurm.run(["sbatch", "--parsable", str(_write(tmp_path, "straight"))]).stdout.strip()
+    # the uninterrupted job needs no slow steps (nothing signals it; the sleep changes no number)
+    script = _write(tmp_path, "straight", ["debug.slow_ms=0"])
+    straight = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
     seen = []
     _wait_gone(slurm, straight, 240, seen)
     log = _log(tmp_path, "straight", straight)
