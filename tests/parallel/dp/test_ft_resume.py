@@ -47,15 +47,17 @@ def test_whole_job_killed_resumes_from_the_newest_common_step(tmp_path):
         r0.wait_for(r"quorum \d+ for step 5 ")  # replica 0 went on alone and committed step 4
         for p in (r0, r1):
             p.kill()  # the whole job is dead
+        # The uninterrupted reference job runs meanwhile: its keys and its liveness beat are its own (another
+        # job name and job dir on the same lighthouse), so it cannot keep the killed job's epoch alive.
+        ref = _ov(port, "reference", tmp_path / "refjob")
+        q0, q1 = ft.replica(tmp_path, "ref0", 0, 1, ref, t_end), ft.replica(tmp_path, "ref1", 1, 1, ref, t_end)
+        procs += [q0, q1]
         time.sleep(8.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
         again = ov + ["ckpt.resume=latest"]
         a0, a1 = ft.replica(tmp_path, "r0", 0, 1, again, t_end), ft.replica(tmp_path, "r1", 1, 1, again, t_end)
         procs += [a0, a1]
         assert a0.exitcode() == 0, a0.text()[-4000:]
         assert a1.exitcode() == 0, a1.text()[-4000:]
-        ref = _ov(port, "reference", tmp_path / "refjob")
-        q0, q1 = ft.replica(tmp_path, "ref0", 0, 1, ref, t_end), ft.replica(tmp_path, "ref1", 1, 1, ref, t_end)
-        procs += [q0, q1]
         assert q0.exitcode() == 0 and q1.exitcode() == 0, q0.text()[-3000:] + q1.text()[-3000:]
     finally:
         for p in procs:
