@@ -17,6 +17,7 @@ RECYCLE_RSS_BYTES = 1 << 30
 RECYCLE_THREADS = 400
 # Eight gloo ranks on a small machine: a run there may take minutes (each rank gets a fraction of a core).
 POOL_TIMEOUT_S = {8: 600.0}
+MAX_RANKS = 8  # rank processes alive at once, every pool together
 
 
 class _SharedPools:
@@ -30,6 +31,13 @@ class _SharedPools:
 
     def get(self, world: int) -> WorkerPool:
         if world not in self.pools:  # started by its first run: a selection that never needs it never starts it
+            # At most MAX_RANKS rank processes alive at once, idle or not (the machine's rule: a large world
+            # exhausts memory): the other pools are idle between modules, so they go first, largest first, and
+            # start again when next used.
+            for other in sorted(self.pools, reverse=True):
+                if sum(self.pools) + world <= MAX_RANKS:
+                    break
+                self.release(other)
             self.pools[world] = WorkerPool(world, timeout=POOL_TIMEOUT_S.get(world, 120.0))
         return self.pools[world]
 
