@@ -75,3 +75,30 @@ def test_summary_fp8_peak():
 
     assert fp8_peak("NVIDIA H100 80GB HBM3") == (1979e12, "spec H100-SXM (fp8 dense)")
     assert fp8_peak(None)[0] is None and fp8_peak("NVIDIA A100-SXM4-80GB")[0] is None
+
+
+def test_fp8_gemms_at_their_sustained_rate():
+    """Hopper presets run FP8 GEMMs at the FP8 MSMF's fraction of the FP8 peak (1,288.7 of 1,979 TFLOP/s on an
+    H200, 0.651; ml-engineering's MAMF & MSMF table), not at the BF16 one's (0.706): 1.84x the BF16 rate, not 2x.
+    Without the field (profile files, the A100) the FP8 GEMMs keep the 16-bit fraction."""
+    from shardlab.plan.fp8 import sustained_fp8_peak
+
+    for name in ("H100-SXM", "H100-SXM-500W", "H200"):
+        c = PRESETS[name]
+        assert c.gemm_efficiency_fp8 == pytest.approx(1288.7 / 1979, abs=5e-4)
+        assert sustained_fp8_peak(c) * c.gemm_efficiency / (c.peak_flops * c.gemm_efficiency) \
+            == pytest.approx(1288.7 / 1979 * 1979 / (0.706 * 989), rel=1e-3)
+    assert PRESETS["A100-80G"].gemm_efficiency_fp8 == 0.0
+    assert sustained_fp8_peak(replace(H100, gemm_efficiency_fp8=0.0)) == H100.peak_flops_fp8
+    lay = Layout(dp=8, strategy="ddp")
+    at_2x = micro_batch_time(BIG, train("tensorwise"), lay, replace(H100, gemm_efficiency_fp8=0.0))
+    sustained = micro_batch_time(BIG, train("tensorwise"), lay, H100)
+    bf16 = micro_batch_time(BIG, train(), lay, H100)
+    assert at_2x.fwd < sustained.fwd < bf16.fwd and at_2x.bwd < sustained.bwd < bf16.bwd
+
+
+def test_explain_names_the_fp8_rate():
+    lay = Layout(dp=8, strategy="ddp")
+    fwd = evaluate(BIG, train("tensorwise"), lay, H100).explain["forward"]
+    assert "FP8 GEMMs (tensorwise) at 0.651 of the 1,979 TF FP8 peak (sustained, FP8 MSMF)" in fwd
+    assert "FP8 GEMMs" not in evaluate(BIG, train(), lay, H100).explain["forward"]

@@ -2,7 +2,8 @@
 parallel/fp8_spec.py, names them; their formulas are shardlab/fp8/cost.py):
 
 - compute: the converted linears' GEMMs (the block linears: q, k, v, proj and the MLP's) at the cluster's FP8
-  dense peak (`peak_flops_fp8`; none, e.g. a CPU: the 16-bit rate) plus their casts at memory bandwidth;
+  dense peak (`peak_flops_fp8`; none, e.g. a CPU: the 16-bit rate) times the fraction an FP8 GEMM sustains
+  (`gemm_efficiency_fp8`; 0: the 16-bit GEMMs' `gemm_efficiency`) plus their casts at memory bandwidth;
   attention, the head and everything elementwise as before;
 - the zero3 all-gather: the converted weights in float8 plus one fp32 scale each, for tensorwise (the float8
   all-gather of own zero3 / HSDP and torchao under torch-fsdp2); rowwise and MXFP8 gather as before;
@@ -46,7 +47,16 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
                               backward=backward)
     else:
         cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
-    return hook("flops")(seconds, c.peak_flops, c.peak_flops_fp8, cast, c.elementwise_bw or c.hbm_bw)
+    return hook("flops")(seconds, c.peak_flops, sustained_fp8_peak(c), cast, c.elementwise_bw or c.hbm_bw)
+
+
+def sustained_fp8_peak(c) -> float:
+    """The FP8 peak the 16-bit GEMM time is scaled by: the dense FP8 peak times what an FP8 GEMM sustains of it
+    relative to what a 16-bit GEMM sustains of its own (the 16-bit seconds already carry `gemm_efficiency`);
+    no `gemm_efficiency_fp8`: the same fraction, so FP8 runs at peak_fp8 / peak_16 times the 16-bit rate."""
+    if not c.peak_flops_fp8 or not c.gemm_efficiency_fp8:
+        return c.peak_flops_fp8
+    return c.peak_flops_fp8 * c.gemm_efficiency_fp8 / c.gemm_efficiency
 
 
 def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1) -> list[tuple[int, int]]:

@@ -32,6 +32,8 @@ class Cluster:
     peak_flops_fp8: float = 0.0  # dense FP8 tensor-core FLOP/s per GPU (train.fp8's GEMMs); 0: none
     # ---- assumptions, one value per cluster (never per case) ----
     gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
+    # fraction of the FP8 peak a large FP8 GEMM (train.fp8) sustains; 0 = gemm_efficiency's (FP8 at 2x the 16-bit rate)
+    gemm_efficiency_fp8: float = 0.0
     # 16-bit GEMMs with a dimension that is not a multiple of 8 (16 bytes: cuBLAS's tensor-core alignment)
     # run on slower kernels: their rate relative to an aligned GEMM's (1 = no penalty known)
     unaligned_gemm_factor: float = 1.0
@@ -171,8 +173,12 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
 # datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM
 # has the same compute and board power). The A100 keeps the 0.75 assumption: no sustained figure is published
+# gemm_efficiency_fp8: the same benchmark's FP8 (float8_e4m3fn) MSMF on an H200: 1,288.7 of 1,979 TFLOP/s, 0.651,
+# at ~693 W and a settled ~1,374 MHz (the BF16 MSMF settles at ~1,465 MHz: FP8 draws more power per clock), so an
+# FP8 GEMM runs 1.84x, not 2x, a BF16 one (S. Bekman, ml-engineering, compute/accelerator/README.md, MAMF & MSMF
+# table, branch fast-mamf, commit 082816f)
 _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
-               gemm_efficiency=0.706)
+               gemm_efficiency=0.706, gemm_efficiency_fp8=0.651)
 
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(

@@ -307,7 +307,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed, mt.kernels) + mt.compiled
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none")) + mt.compiled
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -339,7 +339,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> str:
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none") -> str:
     """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
     if c.gemm_table or c.gemm_fit:
         return ""
@@ -347,6 +347,10 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0)) -> st
     if c.clock_factor < 1:
         out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
     out.append(f"GEMMs at {c.gemm_efficiency:g} of peak" + (" (sustained, MSMF)" if c.gemm_efficiency != 0.75 else ""))
+    if fp8 != "none" and c.peak_flops_fp8:
+        eff8 = c.gemm_efficiency_fp8 or c.gemm_efficiency
+        out.append(f"FP8 GEMMs ({fp8}) at {eff8:g} of the {c.peak_flops_fp8 / 1e12:,.0f} TF FP8 peak"
+                   + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else ""))
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
