@@ -3,10 +3,10 @@ environment a case runs in, the output's tail that a failed run reports)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from shardlab.testing.cli import run_shardlab
 
 SRC = Path(__file__).resolve().parents[2]  # .../src
 REPO = SRC.parent
@@ -64,15 +64,10 @@ def _last_line(text: str) -> str:
 
 
 def _run(args: list[str], env: dict, timeout: float, cwd: Path) -> tuple[int, str, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "shardlab", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, cwd=cwd, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        out, err = proc.communicate()
+    rc, out, err = run_shardlab(args, env, timeout, cwd)
+    if rc is None:  # timeout(1)'s exit code
         return 124, out, err + f"\ntimed out after {timeout:.0f}s"
-    return proc.returncode, out, err
+    return rc, out, err
 
 
 def _gpu_name(device: str) -> str:
