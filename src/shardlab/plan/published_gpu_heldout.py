@@ -43,10 +43,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from shardlab.parallel.pp import registry
+
 from .hardware import Cluster, load_cluster
 from .layout import Layout, TrainSpec
 from .model import PRESETS, ModelSpec
 from .step import evaluate
+
+# Megatron's interleaved 1F1B (the papers' v > 1 rows): the schedule the planner models with its bubble
+# (p - 1) / (v·m), taken from the schedule registry by that property (no schedule is named outside its package)
+MEGATRON_INTERLEAVED = next(s for s in registry.PLANNED if registry.spec(s).bubble == "v")
 
 NARAYANAN = ("Narayanan et al. 2021, Table 1 (NVIDIA/Megatron-LM README @50a4b5fa02, images/cases_april2021.png); "
              "layout: examples/sc21/run_table_1.sh + CONFIG.sh @de7dc40f88")
@@ -97,7 +103,7 @@ def _narayanan_rows() -> list[dict]:
     out = []
     for name, L, h, a, t, p, mb, gbs, g, tf, v, ddp in _NARAYANAN:
         lay = {"dp": g // (t * p), "tp": t, "pp": p, "v": v, "recompute": "full",
-               **({"schedule": "interleaved"} if v > 1 else {})}
+               **({"schedule": MEGATRON_INTERLEAVED} if v > 1 else {})}
         note = "DDP local: gradient all-reduce after the backward, not overlapped" if ddp == "local" else \
             "torch DDP (overlapped all-reduce)"
         out.append(_row(f"Megatron GPT-{name} A100x{g} t{t} p{p}" + (f" v{v}" if v > 1 else ""),
@@ -119,7 +125,7 @@ def _korthikanti_rows() -> list[dict]:
     for name, L, h, a, p, g, gbs, mb, v, t_full, t_sel in _KORTHIKANTI:
         for label, secs, rec, sp in (("full", t_full, "full", False), ("SP+sel", t_sel, "selective-attn", True)):
             lay = {"dp": 1, "tp": 8, "pp": p, "v": v, "sp": sp, "recompute": rec,
-                   **({"schedule": "interleaved"} if v > 1 else {})}
+                   **({"schedule": MEGATRON_INTERLEAVED} if v > 1 else {})}
             out.append(_row(f"Korthikanti {name} A100x{g} {label}", dict(n_layer=L, d_model=h, n_head=a,
                             vocab=V_MEGATRON), "A100-80G", g, 2048, mb, gbs, lay, round(gbs * 2048 / (secs * g), 1),
                             KORTHIKANTI, flash=False, fp32_grad_accum=True, published=f"{secs} s/iteration",
