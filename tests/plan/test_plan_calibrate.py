@@ -60,7 +60,7 @@ def test_calibrate_writes_a_usable_profile(tmp_path):
         assert finite_nonneg(alpha) and bw > 0  # a latency clamped at zero, a bandwidth (bytes / a duration)
     assert all(finite_nonneg(x) for x in (*c.gemm_fit, c.op_overhead_s, c.adam_s_per_param))
     # every GEMM of the model was timed in situ, under the key the compute model reads
-    from shardlab.plan.compute import gemm_shapes
+    from shardlab.plan.ops import gemm_shapes
     for kind, m_, n_, k_ in gemm_shapes(PRESETS["tiny"], 1, PRESETS["tiny"].seq):
         assert c.gemm_table[f"{kind}:{m_},{n_},{k_}"] > 0
     assert main(["model=tiny", f"cluster={path}", "dp=2", "strategy=ddp", "precision=fp32"]) == 0
@@ -71,7 +71,7 @@ def test_in_situ_keys_are_the_ones_the_compute_model_looks_up():
     compute.py reads for that op, and dX / dW GEMMs are told apart (same FLOPs, different layouts)."""
     pytest.importorskip("torch")
     from shardlab.plan.calibrate_insitu import measure_in_situ
-    from shardlab.plan.compute import gemm_shapes
+    from shardlab.plan.ops import gemm_shapes
     from shardlab.plan.model import PRESETS
     m, b = PRESETS["tiny"], 2
     table, (tensors, params, t_opt) = measure_in_situ(m, b, steps=1)

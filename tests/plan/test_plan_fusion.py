@@ -7,7 +7,8 @@ import pytest
 from shardlab.fp8.cost import cast_bytes as eager_cast_bytes
 from shardlab.plan import fusion
 from shardlab.plan.cli import _parse_kv, build
-from shardlab.plan.compute import Op, block_kernels, layer_ops, micro_batch_time
+from shardlab.plan.compute import block_kernels, micro_batch_time
+from shardlab.plan.ops import Op, layer_ops
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import PRESETS, ModelSpec

@@ -29,7 +29,8 @@ def test_terms_are_off_on_a_profile_file():
 def test_achieved_hbm_by_kernel_size():
     """Calculon's curve on every GPU preset: a memory-bound kernel reaches 90% of the datasheet from 100 MB,
     75% from 10 MB, 60% from 1 MB, 30% below; an elementwise op and the optimizer run at it."""
-    from shardlab.plan.compute import Op, _op_time
+    from shardlab.plan.compute import _op_time
+    from shardlab.plan.ops import Op
     h = load_cluster("H100-SXM")
     assert [h.hbm_at(b) / h.hbm_bw for b in (2e8, 5e7, 5e6, 5e5)] == pytest.approx([0.9, 0.75, 0.6, 0.3])
     gelu = Op("gelu", "elem", bytes=4e8, ew="gelu")
@@ -120,7 +121,7 @@ def test_second_round_terms():
     """Hopper GEMMs at the sustained rate, the Triton FlashAttention backend at half of FlashAttention-2's rate,
     kernel launch gaps in the forward's words, and the eager RMSNorm's bytes only where a row asks for it."""
     from shardlab.plan import attention
-    from shardlab.plan.compute import EAGER_NORM_BYTES, layer_ops
+    from shardlab.plan.ops import EAGER_NORM_BYTES, layer_ops
     h100, a100 = load_cluster("H100-SXM"), load_cluster("A100-80G")
     assert (h100.gemm_efficiency, load_cluster("H200").gemm_efficiency, a100.gemm_efficiency) == (0.706, 0.706, 0.75)
     for c in (h100, a100):

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from .calibrate_compute import as_a_rank, cpu_share, measure_compute
-from .compute import gemm_shapes
+from .ops import gemm_shapes
 from .hardware import Cluster, default_profile_path, meminfo, write_profile
 from .model import ModelSpec
 

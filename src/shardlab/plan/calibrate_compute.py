@@ -12,7 +12,7 @@ import time
 
 from .geometry import units
 from .calibrate_insitu import make_optimizer_step, measure_in_situ
-from .compute import gemm_shapes
+from .ops import gemm_shapes
 from .model import ModelSpec
 
 

@@ -4,7 +4,7 @@
   every other   dispatched op (views, transposes, autograd bookkeeping) x its eager overhead
 Backward: each GEMM becomes two (dX and dW) of equal FLOPs; elementwise ops move about twice the
 bytes, each family (LayerNorm, GELU, copies, ...) at its own calibrated rate.
-The op list mirrors shardlab.model.gpt (SDPA attention, GELU-tanh MLP, tied head).
+The op list is ops.py's.
 """
 from __future__ import annotations
 
@@ -17,128 +17,7 @@ from . import attention, fp8, fusion
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, stage_layers
 from .model import ModelSpec
-
-
-@dataclass(frozen=True)
-class Op:
-    name: str
-    kind: str  # gemm | elem
-    flops: float = 0.0
-    bytes: float = 0.0  # elementwise: bytes the forward moves
-    shape: tuple = ()  # (m, n, k) per GEMM
-    count: int = 1  # batched GEMMs (attention heads)
-    ew: str = ""  # elementwise family, calibrated separately: ln gelu add copy sum ce softmax
-    bias: bool = False  # a Linear with bias: the forward is addmm (bias broadcast + GEMM)
-    bwd_bytes: float | None = None  # bytes the backward moves (None: 2 x forward)
-
-
-# dispatched aten ops (views included) per block and outside the blocks, forward and backward, in
-# shardlab.model.gpt under eager autograd (counted once with a dispatch mode); used when a profile
-# gives a per-op cost but no measured framework overhead
-DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
-
-
-def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
-              sp: bool = False) -> list[Op]:
-    """One transformer block forward, tensor-parallel degree t, activation element size e."""
-    if model.llama:
-        return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp)
-    h, r, a = model.d_model, model.mlp_ratio, model.n_head
-    T, dh, ah = b * s, h // a, a // t
-    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
-    if not flash:
-        att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
-               Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
-               Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
-    th = T * h * e / t
-    return [
-        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
-        *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
-        # backward: each of the q, k, v gradients copied back from the heads layout (separate
-        # projections: no concatenation of the three, as the fused qkv had)
-        Op("split_heads", "elem", bytes=2 * th, ew="copy", count=3, bwd_bytes=2 * th),
-        *att,
-        Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
-        Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
-        Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
-        Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
-        Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        Op("bias_grads", "elem", bytes=0, ew="sum", bwd_bytes=(3 + 1 + r) * th + T * h * e),
-    ]
-
-
-# Meta's reference RMSNorm in eager kernels, per element of the b*s*h input (bf16 in and out, fp32 inside):
-# forward x.float() 2+4, pow 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2 = 36 B (a fused norm: 4);
-# backward (autograd of each): the weight's product and sum 8, dy * weight 4, type_as 6, the mul's two
-# gradients 8 + 16, mean and pow 4 + 12, the two x gradients added 12, float() 6 = 76 B
-EAGER_NORM_BYTES = (36, 76)
-
-
-def _rms_norm(name: str, T: int, h: int, e: int, eager: bool) -> Op:
-    if not eager:
-        return Op(name, "elem", bytes=2 * T * h * e, ew="ln")
-    fwd, bwd = EAGER_NORM_BYTES
-    return Op(name, "elem", bytes=fwd * T * h, ew="ln", bwd_bytes=bwd * T * h)
-
-
-def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
-                    sp: bool = False) -> list[Op]:
-    """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
-    rotary positions on q and k, grouped-query attention (each key/value head read by its group),
-    SwiGLU (gate, up, silu x up, down)."""
-    h, a, g, f = model.d_model, model.n_head, model.kv_width, model.ffn
-    T, dh, ah = b * s, h // a, a // t
-    gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
-    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
-    if not flash:
-        att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
-               Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
-               Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
-    th = T * h * e / t
-    return [
-        _rms_norm("ln_1", T // (t if sp else 1), h, e, eager_norm),  # sequence parallel: s/t tokens
-        Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
-        *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
-        # rotary: q and k read, rotated half built, two products and a sum written
-        Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"),
-        *att,
-        Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
-        Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        _rms_norm("ln_2", T // (t if sp else 1), h, e, eager_norm),
-        *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
-        Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
-        Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-    ]
-
-
-def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
-    T, h = b * s, model.d_model
-    # backward: a dense V x h gradient is zeroed and the T rows are added into it
-    return [Op("embedding", "elem", bytes=4 * T * h * e, ew="add",
-               bwd_bytes=(model.vocab * h + (0 if model.llama else model.seq * h)) * e + 3 * T * h * e)]
-
-
-def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int) -> list[Op]:
-    T, h, v = b * s, model.d_model, model.vocab
-    return [Op("ln_f", "elem", bytes=2 * T * h * e, ew="ln"),
-            Op("logits", "gemm", 2 * T * h * v / t, shape=(T, v // t, h)),
-            Op("cross_entropy", "elem", bytes=2 * T * v * 4 / t, ew="ce")]  # fp32 log-softmax
-
-
-def gemm_shapes(model: ModelSpec, b: int, s: int, t: int = 1, flash: bool = True) -> list[tuple]:
-    """Every GEMM the forward and backward run, as nn.Linear runs them: (kind, m, n, k) with kind
-    linear (x @ W^T + bias: addmm), linear_nobias (x @ W^T), mm (dX = dY @ W), mm_ta (dW = dY^T @ X)."""
-    out = []
-    for op in layer_ops(model, b, s, t, 4, flash) + head_ops(model, b, s, t, 4):
-        if op.kind == "gemm" and op.name != "attention":
-            m, n, k = op.shape
-            out += [("linear" if op.bias else "linear_nobias", m, n, k), ("mm", m, k, n), ("mm_ta", n, k, m)]
-    return sorted(set(out))
+from .ops import DEFAULT_OP_COUNTS, Op, embed_ops, head_ops, layer_ops
 
 
 def in_situ_keyed(op: Op) -> bool:

@@ -17,7 +17,7 @@ from shardlab.fp8.cost import cast_bytes
 
 from .layout import stage_layers
 
-CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # compute.py's op names
+CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # ops.py's op names
 
 
 def hook(kind: str):

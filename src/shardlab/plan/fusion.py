@@ -10,7 +10,7 @@ with the pointwise ops around it, becomes one generated kernel that reads the ch
 writes its outputs once. The matmuls and SDPA's attention kernels stay library ("extern") kernels: their FLOPs and
 bytes do not change, and nothing fuses into them.
 
-On compute.py's op list (bytes per element of the b*s*h activation, e bytes each, unless said):
+On ops.py's op list (bytes per element of the b*s*h activation, e bytes each, unless said):
   norm            one kernel, 2 tensors forward (x in, y out), the planner's fused-norm count (backward 2x);
                   Meta's eager RMSNorm's seven fp32 kernels (EAGER_NORM_BYTES, 36 and 76 B) become that one
   residual + norm the add before a block's second norm and the norm fuse: x and the branch read, x' and y

@@ -32,7 +32,7 @@ FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/bench
 def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     """A torchtitan row: FSDP2 over gpus/tp ranks (TP with its sequence-parallel norms), bf16 parameters,
     fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192, and its default
-    norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/compute.py EAGER_NORM_BYTES)."""
+    norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/ops.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
