@@ -168,3 +168,24 @@ def test_profile_file_keeps_the_hbm_curve(tmp_path):
     write_profile(bare, tmp_path / "p.toml")
     assert "hbm_efficiency" not in (tmp_path / "p.toml").read_text()
     assert read_profile(tmp_path / "p.toml").hbm_efficiency == ()
+
+
+def test_dropout_kernels_where_the_run_drops_out():
+    """Unfused attention with dropout runs a dropout kernel over the b*a*s*s probabilities (2e + 1 B each way)
+    and the bias-dropout-adds write 1-byte masks; a fused kernel, dropout 0 and llama blocks add nothing, and a
+    profile file (its own measured ops) never sees it."""
+    from shardlab.plan.ops import layer_ops
+    m = PRESETS["gpt3-1.3b"]
+    ops = layer_ops(m, 2, 2048, 1, 2, False, dropout=True)
+    drop = next(o for o in ops if o.name == "attn_dropout")
+    assert drop.bytes == drop.bwd_bytes == 5 * 2 * 16 * 2048 * 2048
+    assert not any(o.name == "attn_dropout" for o in layer_ops(m, 2, 2048, 1, 2, True, dropout=True))
+    assert layer_ops(PRESETS["llama3-8b"], 1, 64, 1, 2, False, dropout=True) == \
+        layer_ops(PRESETS["llama3-8b"], 1, 64, 1, 2, False, dropout=False)
+    a100, lay = load_cluster("A100-80G"), Layout(dp=8)
+    on, off = (evaluate(m, TrainSpec(16, 2, 2048, flash_attention=False, dropout=d), lay, a100) for d in (True, False))
+    assert on.step_time > off.step_time and "dropout kernels" in on.explain["forward"]
+    assert "dropout kernels" not in off.explain["forward"]
+    prof = replace(a100, gemm_fit=(2e14, 1e9), source="profile")
+    on, off = (evaluate(m, TrainSpec(16, 2, 2048, flash_attention=False, dropout=d), lay, prof) for d in (True, False))
+    assert on.step_time == off.step_time

@@ -120,7 +120,10 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     sp = lay.sp and t > 1
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp), lay.cp)
+    # the dropout kernels, where the run drops out (a GPU preset's roofline: a profile measured its own ops)
+    drops = train.dropout and not (c.gemm_table or c.gemm_fit or c.overhead)
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops),
+                             lay.cp)
     compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     eager_block, casts = block, None
     if compiled:
@@ -146,7 +149,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
         rec = layers * ops_time(_selective_op_recomputed(block), False)
     elif lay.recompute == "selective-attn":  # Megatron's: the attention core again
-        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_v")]
+        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
         rec = layers * ops_time(core, False)
     else:
         rec = 0.0
@@ -168,12 +171,24 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    why = ""
+    why = _dropout_note(block, ops_time) if drops else ""
     if compiled:
-        why = fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
+        why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
+
+
+def _dropout_note(block: list[Op], ops_time) -> str:
+    """--explain's words for the dropout kernels of a block (attention probabilities, the residuals' masks)."""
+    drop = [o for o in block if o.name == "attn_dropout"]
+    res = [o for o in block if o.name == "residual"]
+    if not drop and not res:
+        return ""
+    f, b = ops_time(drop, False), ops_time(drop, True)
+    return (f"; dropout kernels (TrainSpec.dropout): " + (f"attention probabilities {f * 1e3:.3f} ms forward, "
+            f"{b * 1e3:.3f} ms backward per block (native_dropout over b*a*s*s: 2e + 1 B each way), " if drop else "")
+            + "1-byte masks in the bias-dropout-adds")
 
 
 def block_kernels(block: list[Op]) -> tuple[int, int]:
@@ -199,7 +214,7 @@ def context_parallel(block: list[Op], cp: int) -> list[Op]:
     calls; Ulysses' one call on h/cp heads over s does the same work)."""
     if cp == 1:
         return block
-    core = ("attention", "scores", "softmax", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
+    core = ("attention", "scores", "softmax", "attn_dropout", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
     return [o if o.name not in core else replace(o, flops=o.flops * cp, count=o.count * cp) if o.kind == "gemm"
             else replace(o, bytes=o.bytes * cp) for o in block]
 
