@@ -189,3 +189,19 @@ def test_dropout_kernels_where_the_run_drops_out():
     prof = replace(a100, gemm_fit=(2e14, 1e9), source="profile")
     on, off = (evaluate(m, TrainSpec(16, 2, 2048, flash_attention=False, dropout=d), lay, prof) for d in (True, False))
     assert on.step_time == off.step_time
+
+
+def test_torch_ring_merge_kernels():
+    """cp_impl=torch (torch's ring attention) adds its merge and fp32 accumulation kernels per layer on GPU
+    presets: 12 + 40.5 (cp - 1) bytes per output element forward, 84 + 58.5 (cp - 1) backward; shardlab's own
+    ring and a profile file do not."""
+    from shardlab.plan.compute import ring_merge_op
+    m = PRESETS["llama3-8b"]
+    op = ring_merge_op(m, 1, 32768, 1, 8)
+    assert (op.bytes, op.bwd_bytes) == (32768 * 4096 * (12 + 40.5 * 7), 32768 * 4096 * (84 + 58.5 * 7))
+    h, train = load_cluster("H100-SXM"), TrainSpec(4, 1, 65536, flash_attention=True)
+    torch_ring, own = (evaluate(m, train, Layout(dp=4, cp=2, strategy="zero3", cp_impl=i), h) for i in ("torch", "own"))
+    assert torch_ring.step_time > own.step_time
+    prof = replace(h, gemm_fit=(2e14, 1e9), source="profile")
+    torch_ring, own = (evaluate(m, train, Layout(dp=4, cp=2, strategy="zero3", cp_impl=i), prof) for i in ("torch", "own"))
+    assert torch_ring.step_time == own.step_time

@@ -48,3 +48,24 @@ def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None 
     peak = cluster.peak_flops * cluster.clock_factor
     work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)
     return work / (peak * (bwd if backward else fwd))
+
+
+# torch's ring attention (torch.distributed.tensor.experimental._attention, `_templated_ring_attention` and its
+# backward; what cp_impl=torch runs, torchtitan's CP): around the cp kernel calls per layer, eager kernels over the
+# rank's attention output / q-sized tensors (N = b x heads x s/cp x d elements; k and v have as many: torchtitan
+# repeats the k/v heads before SDPA), bytes per element, averaged over the ranks (rank r merges r whole blocks
+# and cp-1-r half blocks, each half followed by a torch.cat of the full tensor):
+#   forward   each block's output upcast to fp32 (2 + 4) and merged into the fp32 accumulator with the
+#             log-sum-exp rule (out - block_out: 12, x sigmoid: 8, out - that: 12; a half block on N/2 + the
+#             cat: 8), k and v concatenated to send (2 x (2 + 2)), the result cast back (4 + 2):
+#             12 + 40.5 (cp - 1)
+#   backward  three fp32 accumulators zeroed (12), each step dQ, dK, dV added in fp32 (10 each, 13 for a half
+#             one and its cat), dK and dV concatenated in fp32 to send on (16), k and v concatenated (8), the
+#             sums cast back (6 + 12): 84 + 58.5 (cp - 1)
+RING_MERGE_BYTES = ((12.0, 40.5), (84.0, 58.5))  # (forward, backward): (fixed, per further block) bytes per element
+
+
+def ring_merge_bytes(elements: float, cp: int) -> tuple[float, float]:
+    """(forward, backward) bytes the ring's merge and accumulation kernels move per layer, N = `elements`."""
+    (f0, f1), (b0, b1) = RING_MERGE_BYTES
+    return elements * (f0 + f1 * (cp - 1)), elements * (b0 + b1 * (cp - 1))

@@ -120,10 +120,12 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     sp = lay.sp and t > 1
-    # the dropout kernels, where the run drops out (a GPU preset's roofline: a profile measured its own ops)
-    drops = train.dropout and not (c.gemm_table or c.gemm_fit or c.overhead)
+    roofline = not (c.gemm_table or c.gemm_fit or c.overhead)  # a GPU preset (a profile measured its own ops)
+    drops = train.dropout and roofline  # the dropout kernels, where the run drops out
     block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops),
                              lay.cp)
+    if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
+        block = block + [ring_merge_op(model, b, s, t, lay.cp)]  # torch's ring: its merge kernels (attention.py)
     compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     eager_block, casts = block, None
     if compiled:
@@ -171,12 +173,22 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    why = _dropout_note(block, ops_time) if drops and not model.llama else ""
+    why = (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
+
+
+def _ring_note(block: list[Op], ops_time) -> str:
+    """--explain's words for torch's ring attention merge kernels (cp_impl=torch), "" without them."""
+    merge = [o for o in block if o.name == "cp_merge"]
+    if not merge:
+        return ""
+    return (f"; torch's ring attention (cp_impl=torch): its merge and fp32 accumulation kernels "
+            f"{ops_time(merge, False) * 1e3:.3f} ms forward, {ops_time(merge, True) * 1e3:.3f} ms backward per "
+            f"block ({merge[0].bytes / 1e9:.2f} / {merge[0].bwd_bytes / 1e9:.2f} GB)")
 
 
 def _dropout_note(block: list[Op], ops_time) -> str:
@@ -206,6 +218,13 @@ def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
     0 off GPU presets): eager PyTorch issues every op as its own kernel."""
     f, b = block_kernels(block)
     return f * c.kernel_gap_s, b * c.kernel_gap_s
+
+
+def ring_merge_op(model: ModelSpec, b: int, s: int, t: int, cp: int) -> Op:
+    """torch's ring attention's eager merge and accumulation kernels per layer (attention.RING_MERGE_BYTES),
+    over N = b x (heads / t) x s x d elements of this rank's s = seq/cp queries."""
+    fwd, bwd = attention.ring_merge_bytes(b * s * model.d_model / t, cp)
+    return Op("cp_merge", "elem", bytes=fwd, ew="add", bwd_bytes=bwd)
 
 
 def context_parallel(block: list[Op], cp: int) -> list[Op]:
