@@ -160,7 +160,9 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     `optimizer.implementation = "fused"` (config_manager.py; 2024's `foreach = not fused`, fused off), and with
     `training.compile` the loss compiled too (components/loss.py `build_cross_entropy_loss`: torch.compile of
     F.cross_entropy(pred.float()); at 9dec370 that line is commented out), which fuses the upcast into the
-    log-softmax and keeps the 16-bit logits and gradient (4sbv, `fused_loss`), not F.cross_entropy's fp32 12sbv."""
+    log-softmax and keeps the 16-bit logits and gradient (4sbv, `fused_loss`), not F.cross_entropy's fp32 12sbv.
+    Under TP torchtitan's loss is torch's loss_parallel (`training.disable_loss_parallel` false by default; the
+    output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
            "recompute": recompute}
@@ -168,7 +170,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
-                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"))
+                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1)
 
 
 H5 = "H100-SXM-500W"
@@ -237,6 +239,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       precision=row["precision"], flash_attention=row["flash"], fp8=row["fp8"],
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
+                      dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
