@@ -120,21 +120,44 @@ class LocalSlurm:
         return self.run(["squeue", "-h", "-j", job, "-o", "%T %r"], check=False).stdout.strip()
 
     def stop(self) -> None:
-        for pidfile in ("slurmd.pid", "slurmctld.pid", "munged.pid"):  # by the pids they wrote, newest first
-            path = self.root / pidfile
-            try:
-                pid = int(path.read_text().split()[0])
-            except (OSError, ValueError, IndexError):
+        # slurmd and slurmctld together (each takes seconds to shut down: ~5 s one after the other), munged,
+        # which they authenticate with, after both
+        for names in (("slurmd.pid", "slurmctld.pid"), ("munged.pid",)):
+            self._stop_all([self._pid(name) for name in names])
+
+    def _pid(self, pidfile: str) -> int | None:
+        try:
+            return int((self.root / pidfile).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    @staticmethod
+    def _stop_all(pids: list[int | None]) -> None:
+        """SIGTERM to each (by the pids they wrote), then wait 10 s for them all, SIGKILL to what is left."""
+        live = []
+        for pid in pids:
+            if pid is None:
                 continue
             try:
                 os.kill(pid, signal.SIGTERM)
+                live.append(pid)
             except ProcessLookupError:
                 continue
-            for _ in range(100):
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.1)
-            else:
+        for _ in range(100):
+            live = [pid for pid in live if _alive(pid)]
+            if not live:
+                return
+            time.sleep(0.1)
+        for pid in live:
+            try:
                 os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -36,6 +36,20 @@ def _wait_gone(slurm, job: str, timeout_s: float, seen: list) -> None:
     raise AssertionError(f"job {job} still queued after {timeout_s:g} s: {seen}")
 
 
+def _wait_pending(slurm, job: str, timeout_s: float, seen: list) -> None:
+    """Until the job is back in the queue (PENDING after its requeue); its states so far in `seen`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = slurm.state(job)
+        if state and (not seen or seen[-1] != state):
+            seen.append(state)
+        if not state or state.startswith("PENDING"):  # (gone: _wait_gone and the log say why)
+            return
+        time.sleep(0.2)
+    slurm.run(["scancel", job], check=False)
+    raise AssertionError(f"job {job} not back in the queue after {timeout_s:g} s: {seen}")
+
+
 def _final(run: Path) -> dict:
     from shardlab.checkpoint.hf import load_model_tensors
 
@@ -47,14 +61,6 @@ def _log(tmp: Path, name: str, job: str) -> str:
 
 
 def test_sbatch_runs_then_scancel_term_saves_and_the_requeued_job_resumes_bitwise(slurm, tmp_path):
-    # the uninterrupted job needs no slow steps (nothing signals it; the sleep changes no number)
-    script = _write(tmp_path, "straight", ["debug.slow_ms=0"])
-    straight = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
-    seen = []
-    _wait_gone(slurm, straight, 240, seen)
-    log = _log(tmp_path, "straight", straight)
-    assert "step     30/30" in log and "run directory:" in log, log[-3000:]
-
     job = slurm.run(["sbatch", "--parsable", str(_write(tmp_path, "stopped"))]).stdout.strip()
     log_path = tmp_path / f"slurm-stopped-{job}.out"
     deadline = time.monotonic() + 180
@@ -62,7 +68,16 @@ def test_sbatch_runs_then_scancel_term_saves_and_the_requeued_job_resumes_bitwis
         time.sleep(0.2)
     slurm.run(["scancel", "--signal=TERM", job])  # the job steps' tasks, not the batch shell
     seen = []
+    _wait_pending(slurm, job, 120, seen)
+    # The uninterrupted job runs while the requeued one waits out its credential's lifetime (slurm_local.py's
+    # cred_expire) in the queue: the node is idle then. It needs no slow steps (nothing signals it; the sleep
+    # changes no number); the requeued attempt starts once it has ended (both ask for every CPU of the node).
+    script = _write(tmp_path, "straight", ["debug.slow_ms=0"])
+    straight = slurm.run(["sbatch", "--parsable", str(script)]).stdout.strip()
     _wait_gone(slurm, job, 300, seen)
+    _wait_gone(slurm, straight, 240, [])
+    log = _log(tmp_path, "straight", straight)
+    assert "step     30/30" in log and "run directory:" in log, log[-3000:]
     log = log_path.read_text()
     assert "shardlab: interrupted by SIGTERM: every rank stopped after step" in log, log[-3000:]
     assert "exit code 143" in log and f"requeueing job {job}" in log, log[-3000:]
