@@ -169,8 +169,16 @@ def test_a_signal_during_the_last_step_or_the_final_save_ends_interrupted(tmp_pa
 # --- drills of the chaos matrix -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    return chaos.reference(tmp_path_factory.mktemp("chaos"))
+def reference_run(tmp_path_factory):
+    """The uninterrupted run's directory (its checkpoints at every chaos.EVERY steps) and final parameters."""
+    work = tmp_path_factory.mktemp("chaos")
+    params = chaos.reference(work)
+    return work / "reference", params
+
+
+@pytest.fixture(scope="module")
+def reference(reference_run):
+    return reference_run[1]
 
 
 DRILLS = [("SIGINT", "group", "mid-step"), ("SIGTERM", "rank1", "mid-step"), ("SIGTERM", "launcher", "async-save"),
@@ -195,15 +203,20 @@ END_DRILLS = [("SIGTERM", "rank1", "last-step"), ("SIGINT", "group", "final-save
 
 
 @pytest.mark.parametrize("signame,target,moment", END_DRILLS)
-def test_drill_at_the_end(tmp_path, reference, signame, target, moment):
-    """The chaos drills' checks for a signal at the very end of a 2-rank run: during its last step (steps
-    slowed to 1 s, the signal sent once step STEPS - 1 is logged) or during the save of its last step (the
-    write widened and marked as the async-save drill does). Every rank stops after the last step with that
-    step's checkpoint, exit 130/143 in 3 lines, not a completed run; the resume then equals the reference."""
+def test_drill_at_the_end(tmp_path, reference_run, signame, target, moment):
+    """The chaos drills' checks for a signal at the very end of a 2-rank run: during its last step (a run that
+    continues the reference's checkpoint of step STEPS - EVERY, its steps slowed to 1 s, the signal sent once
+    step STEPS - 1 is logged) or during the save of its last step (the write widened and marked as the
+    async-save drill does). Every rank stops after the last step with that step's checkpoint, exit 130/143 in
+    3 lines, not a completed run; the resume then equals the reference."""
     run, marker = tmp_path / "run", tmp_path / "marker"
-    args, env = ["train", "--out", str(run), *chaos.RUN_ARGS], {}
+    (reference_dir, reference), args, env = reference_run, ["train", "--out", str(run), *chaos.RUN_ARGS], {}
     if moment == "last-step":
-        args += ["debug.slow_rank=0", "debug.slow_ms=1000"]  # a sleep: the same trajectory, a wide last step
+        # A sleep: the same trajectory, a wide last step. Only the steps after the reference's checkpoint of step
+        # STEPS - EVERY are run (continued bitwise, as every drill's resume continues its run), so only they are
+        # slowed, not all STEPS (8 s less).
+        start = reference_dir / "checkpoints" / f"step_{chaos.STEPS - chaos.EVERY:06d}"
+        args += [f"ckpt.resume={start}", "debug.slow_rank=0", "debug.slow_ms=1000"]
     else:
         env = {chaos.DELAY_ENV: f"save@{chaos.STEPS}:{chaos.WINDOW_S}:{marker}"}
     proc = chaos.start(args, env)
