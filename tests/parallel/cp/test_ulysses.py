@@ -177,16 +177,16 @@ COMMON = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "trai
 
 
 def _last_rows(root, runs: dict) -> dict:
-    """Each run of `runs` ({name: arguments}, in order: a resume reads an earlier run's checkpoint) as a real
-    `shardlab train` process; the last logged row of each."""
+    """Each run of `runs` ({name: arguments}, in order: a resume reads an earlier run's checkpoint) through
+    `shardlab train` (the cp runs real rank processes, the single-device ones in this process: run_harness.py);
+    the last logged row of each."""
     import json
 
-    from shardlab.testing.cli import run_cli
+    from run_harness import train
 
     last = {}
     for name, args in runs.items():
-        proc = run_cli(["train", *args, *COMMON, "--out", str(root / name)], timeout=400)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        train([*args, *COMMON, "--out", str(root / name)], timeout=400)
         rows = [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
         last[name] = [r for r in rows if "loss" in r][-1]
     return last

@@ -37,8 +37,8 @@ def _continue(run_dir: str, pp_run: str, overrides: list[str]) -> dict:
 
 def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_and_back(tmp_path, pool2):
     """The pp=2 run is a real `shardlab train` process (and `shardlab trace` reads it); the continuations
-    run the same trainer on the module's pool (the CLI's ckpt.resume with a layout change is a real process
-    in test_tp_compose.py and test_cp.py), each from the config the CLI would build."""
+    run the same trainer on the module's pool (the CLI's ckpt.resume with a layout change is `shardlab train`'s
+    own entry in test_tp_compose.py and test_cp.py), each from the config the CLI would build."""
     pp = tmp_path / "pp"
     r = run_cli(["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
                  "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
