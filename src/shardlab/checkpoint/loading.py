@@ -23,7 +23,8 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
-from shardlab.checkpoint.reader import Planner, Reader, split_direct
+from shardlab.checkpoint.index import Index
+from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
 from shardlab.config.init_from import TRAINING_KEYS, is_hf_dir
@@ -81,9 +82,8 @@ class Loading:
         self.wait()
         meta = json.loads((found / st.STATE_FILE).read_text())
         _check_model(found, meta, state, ignore=TRAINING_KEYS)
-        manifest = mf.read_manifest(found)
         tensors = {"model": state.strategy.model_state_dict()}
-        self._read(found, Reader(found, self._shares(manifest)[1] if manifest is not None else {}), tensors)
+        self._read(found, self._reader(found), tensors)
         state.strategy.load_model_state_dict(tensors["model"])
         if self.rank == 0:
             self._note(f"initialised the model from {found} (fresh optimizer, step 0)")
@@ -192,9 +192,8 @@ class Loading:
     def _plan_reads(self, path: Path, meta: dict, state) -> tuple[Reader, dict, bool, str]:
         """(the reader, the tensors to read into, whether this rank's RNG stream is in the checkpoint,
         its key there). The reader verifies this rank's share of the shard files as DCP reads them."""
-        manifest = mf.read_manifest(path)
-        reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
-        md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
+        reader = self._reader(path)
+        md_keys = reader.stored_keys()  # the shard index's, or .metadata's (read once: DCP's load asks again)
         fused = [f".{name}.weight" for a in anatomy.ANATOMIES.values() for name in a.fused]  # attn.qkv
         if any(k.endswith(tuple(fused)) for k in md_keys):
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
@@ -210,10 +209,17 @@ class Loading:
         tensors = st.tensor_state(state)
         del tensors["rng"]
         if same_layout:
-            tensors["rng"] = {rng_key: torch.empty(tuple(md_keys[f"rng.{rng_key}"].size), dtype=torch.uint8)}
+            tensors["rng"] = {rng_key: torch.empty(reader.stored_size(f"rng.{rng_key}"), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
             tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
         return reader, tensors, same_layout, rng_key
+
+    def _reader(self, path: Path) -> Reader:
+        """The reader of checkpoint `path` on this rank: the shard files it verifies while reading them, and
+        the shard files' index (index.py) when the checkpoint has one (else it reads `.metadata`)."""
+        manifest = mf.read_manifest(path)
+        return Reader(path, self._shares(manifest)[1] if manifest is not None else {},
+                      index=Index.read(path, manifest))
 
     def _read(self, path: Path, reader: Reader, tensors: dict) -> None:
         """Read `tensors` from `path` on every rank, then agree on the verdict: any rank's corrupt shard
@@ -224,7 +230,7 @@ class Loading:
         # The plain tensors stored whole are read without DCP's planner (split_direct); DCP plans the rest,
         # and its reads join theirs in one pass per file.
         try:
-            reader.direct, rest = split_direct(tensors, reader.read_metadata())
+            rest = reader.split(tensors)
             if rest:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="torch.distributed is disabled")

@@ -4,6 +4,7 @@
       step_000006/            committed: has MANIFEST.json, the commit record
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
+        __0_0.index.json ...  each shard file's index: where its whole plain tensors' bytes lie (index.py)
         train_state.json      step, sampler, scaler, config, versions
         MANIFEST.json         every file's size and checksum (xxh3_128; sha256 in older checkpoints), world size,
                               layout (mesh degrees), strategy, step
@@ -110,10 +111,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, obj) -> None:
+def write_json_atomic(path: Path, obj, compact: bool = False) -> None:
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
+        if compact:  # a file for programs (the shard index), not for people
+            json.dump(obj, f, separators=(",", ":"))
+        else:
+            json.dump(obj, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
