@@ -170,6 +170,9 @@ def read_manifest(step_dir: Path) -> dict | None:
     return load_manifest(step_dir)[0]
 
 
+SERIAL_BYTES = 16 << 20  # verify_files hashes files one after the other below this total
+
+
 def verify_files(step_dir: Path, entries: dict[str, dict], threads: int = 4) -> list[str]:
     """Recheck the given manifest entries; one problem line per bad file (empty = intact), in the entries'
     order. Several files are hashed at once (the reads and xxhash release the GIL): the launcher's check
@@ -179,7 +182,8 @@ def verify_files(step_dir: Path, entries: dict[str, dict], threads: int = 4) -> 
     def check(item):
         return check_entry(Path(step_dir) / item[0], item[1])
 
-    if len(items) > 1 and threads > 1:
+    # (small files, a rank's share before a load: one after the other; starting threads would cost more)
+    if len(items) > 1 and threads > 1 and sum(e.get("size", 0) for _, e in items) > SERIAL_BYTES:
         with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="ckpt-verify") as pool:
             found = list(pool.map(check, items))
     else:

@@ -37,11 +37,24 @@ from shardlab.checkpoint.index import Index
 from shardlab.checkpoint.zip_items import Heads, record_span
 
 SCRATCH = 8 << 20  # bytes hashed per read between the records we load
-THREADS = 4  # files read at once per rank
+THREADS = 4  # at most, files read at once per rank (see file_threads())
 # Bytes read, then hashed at once while in the CPU cache. 256 KiB: with two ranks on two cores, a gpt2 load's
 # reads and hashes into the live tensors ran at 0.92 of a plain read with 128-512 KiB, 0.85 with 1-2 MiB (the
 # chunk leaves the 2 MiB L2 before it is hashed) and 0.83 with 64 KiB (system calls).
 HASH_CHUNK = 256 << 10
+
+
+def file_threads() -> int:
+    """Files a rank reads at once: one per core it has to itself (the CPUs it may run on over the ranks
+    of its node), up to THREADS. The reads and the hash release the GIL, so a rank with cores to spare
+    streams its files side by side; where the ranks already fill the cores (2 ranks on 2 cores) a second
+    thread only adds its start and the switching between them."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, min(THREADS, cores // max(local, 1)))
 
 
 class Direct:
@@ -146,7 +159,7 @@ class Reader(FileSystemReader):
     def __init__(self, path: Path, verify: dict[str, dict] | None = None, threads: int | None = None,
                  index: Index | None = None):
         super().__init__(str(path))
-        self.threads = THREADS if threads is None else threads
+        self.threads = file_threads() if threads is None else threads
         self.index = index  # the shard files' index (index.py), when the checkpoint has one
         self.verify = dict(verify or {})
         self.problems: list[str] = []
