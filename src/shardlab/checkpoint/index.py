@@ -136,29 +136,32 @@ class Index:
         return out
 
     def _add(self, shard: str, idx: dict, size: int) -> None:
+        """One file's index; ValueError (the caller falls back to `.metadata`) for an entry that does not
+        fit the file (a checked index is what the save wrote: this guards the parsing, not the bytes)."""
+        first, tensors = self._first, self.tensors
         for fqn, at, nbytes, dtype, shape in idx["tensors"]:
-            dt, shape = _DTYPES[dtype], tuple(shape)
-            if not all(type(s) is int and s >= 0 for s in shape):
-                raise ValueError(f"{shard}: bad shape in the index entry for {fqn}")
-            numel = 1
-            for s in shape:
-                numel *= s
-            if not (type(at) is int and 0 <= at and nbytes == numel * dt.itemsize and at + nbytes <= size):
+            dt = _DTYPES[dtype]
+            n = dt.itemsize
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    raise ValueError(f"{shard}: bad shape in the index entry for {fqn}")
+                n *= d
+            if type(at) is not int or at < 0 or nbytes != n or at + n > size:
                 raise ValueError(f"{shard}: bad index entry for {fqn}")
-            if self._first(fqn):
-                self.tensors[fqn] = (shard, at, nbytes, dt, shape)
+            if first(fqn):
+                tensors[fqn] = (shard, at, n, dt, tuple(shape))
         for fqn, at, length in idx["bytes"]:
             if not (type(at) is int and type(length) is int and 0 <= at and at + length <= size):
                 raise ValueError(f"{shard}: bad index entry for {fqn}")
-            if self._first(fqn):
+            if first(fqn):
                 self.bytes[fqn] = (shard, at, length)
         for fqn in idx["other"]:
-            self._first(fqn)
+            first(fqn)
 
     def _first(self, fqn: str) -> bool:
         """Records the key; False (dropping what it had) when it was seen before: a key stored in more
         than one item (a DTensor's shards) is not the one whole item the index promises: DCP reads it."""
-        if not isinstance(fqn, str):
+        if type(fqn) is not str:
             raise TypeError(fqn)
         if fqn in self.keys:
             self.tensors.pop(fqn, None)

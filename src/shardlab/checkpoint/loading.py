@@ -145,11 +145,12 @@ class Loading:
     def _shares(self, manifest: dict) -> tuple[dict, dict]:
         """(the small files this rank rechecks before loading, the shard files it rechecks while loading).
         Shard file __R_*.distcp goes to rank R (mod world): with the same layout, the rank that reads it
-        anyway; the other files round-robin."""
+        anyway; the other files round-robin, from the last rank (rank 0 has the checkpoint's listing and
+        the messages to do besides)."""
         files = manifest["files"]
         writer = {n: int(m.group(1)) for n in files if (m := _SHARD_RE.match(n))}
         small = sorted(n for n in files if n not in writer)
-        mine_small = {n: files[n] for i, n in enumerate(small) if i % self.world == self.rank}
+        mine_small = {n: files[n] for i, n in enumerate(small) if (i + 1) % self.world == self.rank}
         return mine_small, {n: files[n] for n, r in writer.items() if r % self.world == self.rank}
 
     def _verify_distributed(self, path: Path) -> list[str]:

@@ -70,10 +70,12 @@ def entry_algo(entry: dict) -> str | None:
 
 
 def hash_file(path: Path, algo: str = CHECKSUM, chunk: int = 8 << 20) -> str:
-    """The file's digest, read in `chunk`-byte pieces into one reused buffer (no allocation per piece)."""
-    h, buf = new_hasher(algo), bytearray(chunk)
-    view = memoryview(buf)
+    """The file's digest, read in `chunk`-byte pieces into one reused buffer (no allocation per piece; no
+    larger than the file and a byte, so that a small file's check does not allocate 8 MiB)."""
+    h = new_hasher(algo)
     with open(path, "rb", buffering=0) as f:
+        buf = bytearray(max(1, min(chunk, os.fstat(f.fileno()).st_size + 1)))
+        view = memoryview(buf)
         while n := f.readinto(buf):
             h.update(view[:n])
     return h.hexdigest()
