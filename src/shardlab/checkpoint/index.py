@@ -29,7 +29,6 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import torch
-from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, MetadataIndex
 from torch.distributed.checkpoint.planner import WriteItemType
 
 from shardlab.checkpoint import manifest as mf
@@ -199,16 +198,9 @@ class Index:
 
         return direct, walk(state_dict, "")
 
-    def metadata_for(self, keys) -> Metadata | None:
-        """A `.metadata` for DCP's load of `keys` (flattened), when they are all bytes items (what DDP
-        leaves to DCP: the optimizer's hyperparameters), else None (DCP then reads `.metadata`)."""
+    def stored(self, keys) -> list[tuple] | None:
+        """[(fqn, file, offset, length)] of `keys` (DCP's flattened ones) when they are all bytes items (what
+        DDP leaves to DCP: the optimizer's hyperparameters), else None (DCP then loads them from `.metadata`)."""
         if any(k not in self.bytes for k in keys):
             return None
-        from torch.distributed.checkpoint.filesystem import _StorageInfo
-
-        md, storage = {}, {}
-        for k in keys:
-            shard, at, length = self.bytes[k]
-            md[k] = BytesStorageMetadata()
-            storage[MetadataIndex(k)] = _StorageInfo(shard, at, length)
-        return Metadata(state_dict_metadata=md, storage_data=storage)
+        return [(k, *self.bytes[k]) for k in keys]

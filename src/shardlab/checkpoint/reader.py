@@ -27,9 +27,11 @@ import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index  # (where DCP's reader takes it from)
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import create_default_local_load_plan
 from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.stateful import Stateful
 from torch.futures import Future
 
 from shardlab.checkpoint import manifest as mf
@@ -42,6 +44,16 @@ THREADS = 4  # at most, files read at once per rank (see file_threads())
 # reads and hashes into the live tensors ran at 0.92 of a plain read with 128-512 KiB, 0.85 with 1-2 MiB (the
 # chunk leaves the 2 MiB L2 before it is hashed) and 0.83 with 64 KiB (system calls).
 HASH_CHUNK = 256 << 10
+
+
+class Stored:
+    """A bytes item (DCP's BYTE_IO: a torch.save'd Python value, e.g. a hyperparameter) read in the walk;
+    `data` holds its bytes once read, `path` where it goes in the state dict."""
+
+    __slots__ = ("offset", "length", "path", "data")
+
+    def __init__(self, offset: int, length: int, path: tuple):
+        self.offset, self.length, self.path, self.data = offset, length, path, None
 
 
 def file_threads() -> int:
@@ -164,7 +176,8 @@ class Reader(FileSystemReader):
         self.verify = dict(verify or {})
         self.problems: list[str] = []
         self.direct_bytes = 0
-        self.direct: dict[str, list[Direct]] = {}  # split_direct's items, read with DCP's in one pass per file
+        self.direct: dict[str, list] = {}  # split's items (Direct, Stored), read with DCP's in one pass per file
+        self._stored_into: dict | None = None  # where the Stored items go (split's rest)
         self._metadata = None
 
     def read_metadata(self, *args, **kwargs):
@@ -183,9 +196,18 @@ class Reader(FileSystemReader):
             self.direct, rest = split_direct(tensors, self.read_metadata())
             return rest
         self.direct, rest = self.index.split(tensors, Direct)
-        if rest:
-            self._metadata = self.index.metadata_for(flatten_state_dict(rest)[0])
-        return rest
+        if not rest or any(isinstance(v, Stateful) for v in rest.values()):
+            return rest
+        flat, mappings = flatten_state_dict(rest)
+        found = self.index.stored(flat)
+        if found is None:
+            return rest
+        # Only bytes items are left (DDP: the hyperparameters): read in the same pass and unpickled as DCP's
+        # planner does (load_bytes: torch.load, set_element), without DCP's load around them.
+        self._stored_into = rest
+        for fqn, name, at, length in found:
+            self.direct.setdefault(name, []).append(Stored(at, length, mappings[fqn]))
+        return {}
 
     def stored_keys(self):
         """Every key the checkpoint holds (a container: `in`)."""
@@ -201,6 +223,11 @@ class Reader(FileSystemReader):
         """Read `direct` (and verify), when nothing is left for DCP's planner."""
         self.storage_data = {}
         self.read_data(LoadPlan([]), None)
+        if self._stored_into is not None:
+            for items in self.direct.values():
+                for d in items:
+                    if type(d) is Stored:
+                        set_element(self._stored_into, d.path, torch.load(io.BytesIO(d.data), weights_only=False))
 
     def read_data(self, plan, planner) -> Future:
         from shardlab.checkpoint.storage import injected_delay
@@ -238,8 +265,14 @@ class Reader(FileSystemReader):
             walk = _Walk(f, hasher) if hasher is not None else None
             try:
                 for req in reqs:
-                    direct += (self._read_direct(f, walk, req, heads) if type(req) is Direct
-                               else self._read_item(f, walk, req, planner, heads))
+                    kind = type(req)
+                    if kind is Direct:
+                        direct += self._read_direct(f, walk, req, heads)
+                    elif kind is Stored:
+                        req.data = bytearray(req.length)
+                        self._into(f, walk, req.offset, memoryview(req.data))
+                    else:
+                        direct += self._read_item(f, walk, req, planner, heads)
                 if walk is not None:
                     walk.finish()
             except Exception:
