@@ -207,8 +207,7 @@ class Loading:
             same_layout, rng_key = meta["layout"] == layout, st.rng_key(state.strategy.dims)
         else:
             same_layout, rng_key = meta["world_size"] == self.world, f"rank_{self.rank}"
-        tensors = st.tensor_state(state)
-        del tensors["rng"]
+        tensors = st.tensor_state(state, rng=False)
         if same_layout:
             tensors["rng"] = {rng_key: torch.empty(reader.stored_size(f"rng.{rng_key}"), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
