@@ -227,8 +227,9 @@ class Loading:
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
-        # The plain tensors stored whole are read without DCP's planner (split_direct); DCP plans the rest,
-        # and its reads join theirs in one pass per file.
+        # The plain tensors stored whole, and with the shard index the bytes items, are read without DCP's
+        # load (reader.split: from the index, else from .metadata); DCP plans the rest, and its reads join
+        # theirs in one pass per file.
         try:
             rest = reader.split(tensors)
             if rest:

@@ -5,8 +5,10 @@ copy out of the page cache) and then copies that into the target: two copies, on
 the common case (the same layout: DDP, or the same sharding) a stored chunk is read whole into a
 contiguous CPU target of the same dtype, and its bytes on disk are exactly the target's memory: a
 torch.save zip stores each storage uncompressed as one record (`<archive>/data/0`). Then we read the
-record's bytes straight into the target (one copy, into memory that the model already touched). Anything
-else (resharding, narrowing, a transform, another dtype, BYTE_IO items) takes DCP's path unchanged.
+record's bytes straight into the target (one copy, into memory that the model already touched). Where
+those bytes lie comes from the shard files' index (index.py) when the checkpoint has one, else from
+`.metadata` and the item's zip head (zip_items.py). Anything else (resharding, narrowing, a transform,
+another dtype; BYTE_IO items the index does not hold) takes DCP's path unchanged.
 
 Verification overlaps the read: for the shard files this rank checks (`verify`: name -> manifest entry),
 the reader walks the file once from start to end, hashing every byte as it passes (the records it loads
