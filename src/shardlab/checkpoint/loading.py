@@ -164,7 +164,17 @@ class Loading:
             problems = mf.verify_files(path, small)
             problems += [p for n, e in shards.items() if (p := mf.check_size(path / n, e)) is not None]
             problems += mf.unlisted(path, manifest) if self.rank == 0 else []
-        return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
+        return [p for ps in self._gather_if_any(problems, bool(problems)) or [] for p in ps]
+
+    def _gather_if_any(self, mine, flagged: bool) -> list | None:
+        """Every rank's `mine` (rank order) when any rank `flagged` something, else None: one small
+        all-reduce of the flags, and the objects themselves only when there is something to tell (an
+        object all-gather is two collectives and a pickle each way)."""
+        if self.world == 1:
+            return [mine] if flagged else None
+        flag = torch.tensor([int(flagged)])
+        comm.all_reduce(flag, group=self.pg, tag="control")
+        return comm.all_gather_object(mine, group=self.pg) if flag.item() else None
 
     def load(self, path: Path, state) -> int:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
@@ -244,7 +254,7 @@ class Loading:
         why = None
         if failure is not None:
             why = f"rank {self.rank}: {type(failure).__name__}: {(str(failure) + chr(10)).splitlines()[0]}"
-        reports = comm.all_gather_object((reader.problems, why), group=self.pg)
+        reports = self._gather_if_any((reader.problems, why), bool(reader.problems) or why is not None) or []
         problems = [p for ps, _ in reports for p in ps]
         if problems:
             raise CorruptShards(path, problems)
