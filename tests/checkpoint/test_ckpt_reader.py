@@ -96,3 +96,19 @@ def test_state_names_rebuild_what_torch_gives(tmp_path):
     asked = []
     names.model(model, lambda: asked.append(1) or get_model_state_dict(model))
     assert asked == [1]
+
+
+def test_plain_value_agrees_with_torch_load_and_refuses_the_rest():
+    # The bytes items a load reads itself (the hyperparameters) give what torch.load gives (DCP's load_bytes);
+    # anything holding a torch type, a storage or a class to import is left to torch.load.
+    import collections
+
+    for v in (0.1, (0.9, 0.95), None, True, 3, "x", ["a.b", "c"], {"k": [1, 2.5]}):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (True, torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+    for v in (torch.ones(2), collections.OrderedDict(a=1), torch.float32):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (False, None)
+    assert zip_items.plain_value(b"not a zip") == (False, None)

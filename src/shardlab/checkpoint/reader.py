@@ -38,7 +38,7 @@ from torch.futures import Future
 
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint.index import Index
-from shardlab.checkpoint.zip_items import Heads, record_span
+from shardlab.checkpoint.zip_items import Heads, plain_value, record_span
 
 # Bytes read (and hashed) at a time between the records we load and after the last: as HASH_CHUNK, so
 # that they too are hashed while in the CPU cache (and the buffer costs no 8 MiB allocation per file).
@@ -231,7 +231,10 @@ class Reader(FileSystemReader):
             for items in self.direct.values():
                 for d in items:
                     if type(d) is Stored:
-                        set_element(self._stored_into, d.path, torch.load(io.BytesIO(d.data), weights_only=False))
+                        plain, value = plain_value(bytes(d.data))
+                        if not plain:
+                            value = torch.load(io.BytesIO(d.data), weights_only=False)
+                        set_element(self._stored_into, d.path, value)
 
     def read_data(self, plan, planner) -> Future:
         from shardlab.checkpoint.storage import injected_delay
