@@ -227,3 +227,19 @@ def test_hopper_flash2_by_sequence():
     flat = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
                     replace(load_cluster("H100-SXM", 8), attention_by_seq=False))
     assert flat.step_time < p.step_time  # 35% both ways was faster than the figures at 8k
+
+
+def test_attention_at_the_sustained_clock():
+    """The attention kernels' published rates (short benchmarks, boost clock) at the clock a Hopper settles at under
+    its power limit: x MSMF / MAMF of the same GEMM benchmark; the A100 keeps its rates."""
+    from shardlab.plan import attention
+    h100, a100 = load_cluster("H100-SXM"), load_cluster("A100-80G")
+    assert h100.attention_sustained == 0.844 and load_cluster("H200").attention_sustained == 0.844
+    assert a100.attention_sustained == 1.0
+    burst = replace(h100, attention_sustained=1.0)
+    for bw in (False, True):
+        assert attention.kernel_time(1e12, h100, bw, seq=8192) == pytest.approx(
+            attention.kernel_time(1e12, burst, bw, seq=8192) / 0.844)
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
+                 load_cluster("H100-SXM", 8))
+    assert "x 0.844 (the papers' short benchmarks at the sustained clock" in p.explain["forward"]

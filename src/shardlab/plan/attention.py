@@ -78,7 +78,8 @@ def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None 
     `seq` the kernel's sequence length (used where the cluster rates attention by it: `attention_by_seq`)."""
     fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops,
                           seq if getattr(cluster, "attention_by_seq", False) else 0)
-    peak = cluster.peak_flops * cluster.clock_factor
+    # at the clock the chip sustains at its power limit, not the boost clock of the papers' short benchmarks
+    peak = cluster.peak_flops * cluster.clock_factor * getattr(cluster, "attention_sustained", 1.0)
     work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)
     return work / (peak * (bwd if backward else fwd))
 

@@ -361,7 +361,9 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
         f, b = efficiency(c.attention, c.peak_flops, by_seq)
         out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward"
                    + (f" (FlashAttention-2 on Hopper at seq {seq:,}: the FlashAttention-3 paper's figures)"
-                      if by_seq else ""))
+                      if by_seq else "")
+                   + (f" x {c.attention_sustained:.3f} (the papers' short benchmarks at the sustained clock: MSMF / "
+                      "MAMF)" if c.attention_sustained < 1 else ""))
     if c.hbm_efficiency:
         out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
                    + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)
