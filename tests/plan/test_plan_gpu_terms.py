@@ -168,3 +168,78 @@ def test_profile_file_keeps_the_hbm_curve(tmp_path):
     write_profile(bare, tmp_path / "p.toml")
     assert "hbm_efficiency" not in (tmp_path / "p.toml").read_text()
     assert read_profile(tmp_path / "p.toml").hbm_efficiency == ()
+
+
+def test_dropout_kernels_where_the_run_drops_out():
+    """Unfused attention with dropout runs a dropout kernel over the b*a*s*s probabilities (2e + 1 B each way)
+    and the bias-dropout-adds write 1-byte masks; a fused kernel, dropout 0 and llama blocks add nothing, and a
+    profile file (its own measured ops) never sees it."""
+    from shardlab.plan.ops import layer_ops
+    m = PRESETS["gpt3-1.3b"]
+    ops = layer_ops(m, 2, 2048, 1, 2, False, dropout=True)
+    drop = next(o for o in ops if o.name == "attn_dropout")
+    assert drop.bytes == drop.bwd_bytes == 5 * 2 * 16 * 2048 * 2048
+    assert not any(o.name == "attn_dropout" for o in layer_ops(m, 2, 2048, 1, 2, True, dropout=True))
+    assert layer_ops(PRESETS["llama3-8b"], 1, 64, 1, 2, False, dropout=True) == \
+        layer_ops(PRESETS["llama3-8b"], 1, 64, 1, 2, False, dropout=False)
+    a100, lay = load_cluster("A100-80G"), Layout(dp=8)
+    on, off = (evaluate(m, TrainSpec(16, 2, 2048, flash_attention=False, dropout=d), lay, a100) for d in (True, False))
+    assert on.step_time > off.step_time and "dropout kernels" in on.explain["forward"]
+    assert "dropout kernels" not in off.explain["forward"]
+    prof = replace(a100, gemm_fit=(2e14, 1e9), source="profile")
+    on, off = (evaluate(m, TrainSpec(16, 2, 2048, flash_attention=False, dropout=d), lay, prof) for d in (True, False))
+    assert on.step_time == off.step_time
+
+
+def test_torch_ring_merge_kernels():
+    """cp_impl=torch (torch's ring attention) adds its merge and fp32 accumulation kernels per layer on GPU
+    presets: 12 + 40.5 (cp - 1) bytes per output element forward, 84 + 58.5 (cp - 1) backward; shardlab's own
+    ring and a profile file do not."""
+    from shardlab.plan.compute import ring_merge_op
+    m = PRESETS["llama3-8b"]
+    op = ring_merge_op(m, 1, 32768, 1, 8)
+    assert (op.bytes, op.bwd_bytes) == (32768 * 4096 * (12 + 40.5 * 7), 32768 * 4096 * (84 + 58.5 * 7))
+    h, train = load_cluster("H100-SXM"), TrainSpec(4, 1, 65536, flash_attention=True)
+    torch_ring, own = (evaluate(m, train, Layout(dp=4, cp=2, strategy="zero3", cp_impl=i), h) for i in ("torch", "own"))
+    assert torch_ring.step_time > own.step_time
+    prof = replace(h, gemm_fit=(2e14, 1e9), source="profile")
+    torch_ring, own = (evaluate(m, train, Layout(dp=4, cp=2, strategy="zero3", cp_impl=i), prof) for i in ("torch", "own"))
+    assert torch_ring.step_time == own.step_time
+
+
+def test_hopper_flash2_by_sequence():
+    """FlashAttention-2 on Hopper at the FlashAttention-3 paper's rate for the kernel's sequence length and direction
+    (forward causal, backward), Triton's at half of it; the A100 keeps its one published fraction."""
+    from shardlab.plan import attention
+    h100, a100 = load_cluster("H100-SXM"), load_cluster("A100-80G")
+    assert h100.attention_by_seq and not a100.attention_by_seq
+    assert attention.efficiency("flash2", h100.peak_flops, 8192) == pytest.approx((333 / 989, 318 / 989))
+    assert attention.efficiency("triton", h100.peak_flops, 2048) == pytest.approx((149 / 989, 145.5 / 989))
+    assert attention.efficiency("flash2", h100.peak_flops, 1 << 20) == pytest.approx((335 / 989, 322 / 989))
+    f3k = attention.efficiency("flash2", h100.peak_flops, 3072)[0]
+    assert 298 / 989 < f3k < 319 / 989
+    assert attention.efficiency("flash2", a100.peak_flops, 8192) == attention.EFFICIENCY[("flash2", "ampere")]
+    assert attention.kernel_time(1e12, a100, True, seq=2048) == attention.kernel_time(1e12, a100, True)
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
+                 load_cluster("H100-SXM", 8))
+    assert "at 33.7% of peak forward, 2.5x at 32.2% backward (FlashAttention-2 on Hopper at seq 8,192" \
+        in p.explain["forward"]
+    flat = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
+                    replace(load_cluster("H100-SXM", 8), attention_by_seq=False))
+    assert flat.step_time < p.step_time  # 35% both ways was faster than the figures at 8k
+
+
+def test_attention_at_the_sustained_clock():
+    """The attention kernels' published rates (short benchmarks, boost clock) at the clock a Hopper settles at under
+    its power limit: x MSMF / MAMF of the same GEMM benchmark; the A100 keeps its rates."""
+    from shardlab.plan import attention
+    h100, a100 = load_cluster("H100-SXM"), load_cluster("A100-80G")
+    assert h100.attention_sustained == 0.844 and load_cluster("H200").attention_sustained == 0.844
+    assert a100.attention_sustained == 1.0
+    burst = replace(h100, attention_sustained=1.0)
+    for bw in (False, True):
+        assert attention.kernel_time(1e12, h100, bw, seq=8192) == pytest.approx(
+            attention.kernel_time(1e12, burst, bw, seq=8192) / 0.844)
+    p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
+                 load_cluster("H100-SXM", 8))
+    assert "x 0.844 (the papers' short benchmarks at the sustained clock" in p.explain["forward"]

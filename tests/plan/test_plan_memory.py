@@ -215,3 +215,14 @@ def test_published_runs_fit_as_they_ran():
         assert got["plan"].fits, row["case"]
         if row.get("mem_gib"):
             assert abs(got["mem_gib"] / row["mem_gib"] - 1) <= 0.10, row["case"]
+
+
+def test_dtensor_loss_parallel_holds_four_fp32_tensors_per_logit():
+    """torch's loss_parallel (torchtitan's loss under TP): its fused nll + log-softmax backward holds the saved
+    fp32 log-softmax, a zeroed fp32 gradient, exp(x) and their sum: 16sbv/t, where shardlab's holds 8sbv/t; at
+    t = 1 and with a fused loss the row input changes nothing."""
+    from shardlab.plan.model import PRESETS, logits_bytes
+    m = PRESETS["llama3-8b"]
+    assert logits_bytes(m, 2, 8192, 8, dtensor_loss=True) == 2 * logits_bytes(m, 2, 8192, 8)
+    assert logits_bytes(m, 2, 8192, 1, dtensor_loss=True) == logits_bytes(m, 2, 8192, 1)
+    assert logits_bytes(m, 2, 8192, 8, fused_loss=True, dtensor_loss=True) == logits_bytes(m, 2, 8192, 8, True)

@@ -90,7 +90,7 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
         key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
         return 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
     if op.name == "attention" and c.attention and not fp32:
-        return attention.kernel_time(op.flops, c, backward)
+        return attention.kernel_time(op.flops, c, backward, seq=op.shape[1])  # the keys a query sees
     if op.kind == "gemm":
         m, n, k = op.shape
         if backward:  # dX = dY W and dW = dY^T X, equal FLOPs
@@ -120,7 +120,12 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     fp32 = not train.mixed
     layers = stage_layers(model.n_layer, lay.pp, lay.v)
     sp = lay.sp and t > 1
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp), lay.cp)
+    roofline = not (c.gemm_table or c.gemm_fit or c.overhead)  # a GPU preset (a profile measured its own ops)
+    drops = train.dropout and roofline  # the dropout kernels, where the run drops out
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops),
+                             lay.cp)
+    if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
+        block = block + [ring_merge_op(model, b, s, t, lay.cp)]  # torch's ring: its merge kernels (attention.py)
     compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     eager_block, casts = block, None
     if compiled:
@@ -146,7 +151,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
         rec = layers * ops_time(_selective_op_recomputed(block), False)
     elif lay.recompute == "selective-attn":  # Megatron's: the attention core again
-        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_v")]
+        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
         rec = layers * ops_time(core, False)
     else:
         rec = 0.0
@@ -168,12 +173,34 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    why = ""
+    why = (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
     if compiled:
-        why = fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
+        why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
+
+
+def _ring_note(block: list[Op], ops_time) -> str:
+    """--explain's words for torch's ring attention merge kernels (cp_impl=torch), "" without them."""
+    merge = [o for o in block if o.name == "cp_merge"]
+    if not merge:
+        return ""
+    return (f"; torch's ring attention (cp_impl=torch): its merge and fp32 accumulation kernels "
+            f"{ops_time(merge, False) * 1e3:.3f} ms forward, {ops_time(merge, True) * 1e3:.3f} ms backward per "
+            f"block ({merge[0].bytes / 1e9:.2f} / {merge[0].bwd_bytes / 1e9:.2f} GB)")
+
+
+def _dropout_note(block: list[Op], ops_time) -> str:
+    """--explain's words for the dropout kernels of a block (attention probabilities, the residuals' masks)."""
+    drop = [o for o in block if o.name == "attn_dropout"]
+    res = [o for o in block if o.name == "residual"]
+    if not drop and not res:
+        return ""
+    f, b = ops_time(drop, False), ops_time(drop, True)
+    return (f"; dropout kernels (TrainSpec.dropout): " + (f"attention probabilities {f * 1e3:.3f} ms forward, "
+            f"{b * 1e3:.3f} ms backward per block (native_dropout over b*a*s*s: 2e + 1 B each way), " if drop else "")
+            + "1-byte masks in the bias-dropout-adds")
 
 
 def block_kernels(block: list[Op]) -> tuple[int, int]:
@@ -193,13 +220,20 @@ def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
     return f * c.kernel_gap_s, b * c.kernel_gap_s
 
 
+def ring_merge_op(model: ModelSpec, b: int, s: int, t: int, cp: int) -> Op:
+    """torch's ring attention's eager merge and accumulation kernels per layer (attention.RING_MERGE_BYTES),
+    over N = b x (heads / t) x s x d elements of this rank's s = seq/cp queries."""
+    fwd, bwd = attention.ring_merge_bytes(b * s * model.d_model / t, cp)
+    return Op("cp_merge", "elem", bytes=fwd, ew="add", bwd_bytes=bwd)
+
+
 def context_parallel(block: list[Op], cp: int) -> list[Op]:
     """A block's ops on one of `cp` ranks of a sequence: built at s/cp tokens, the attention core then
     scores the rank's s/cp queries against all s keys, cp times the (s/cp)^2 pairs (the ring's cp pair
     calls; Ulysses' one call on h/cp heads over s does the same work)."""
     if cp == 1:
         return block
-    core = ("attention", "scores", "softmax", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
+    core = ("attention", "scores", "softmax", "attn_dropout", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
     return [o if o.name not in core else replace(o, flops=o.flops * cp, count=o.count * cp) if o.kind == "gemm"
             else replace(o, bytes=o.bytes * cp) for o in block]
 

@@ -52,6 +52,14 @@ class Cluster:
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
     attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
+    # the attention kernel's rate by its sequence length where the papers' figures give one (attention.py:
+    # FlashAttention-2 and Triton's on Hopper); False = the backend's one published fraction
+    attention_by_seq: bool = False
+    # the rate a tensor-core kernel keeps at the board's power limit over the rate it reaches in a short benchmark
+    # (the boost burst): MSMF / MAMF of the same GEMM benchmark. The attention kernels' published rates are short
+    # benchmarks; in a training step the chip runs at its power limit and every kernel at the clock the GEMMs
+    # settle at. 1 = none known (the GEMM rate, gemm_efficiency, is sustained already where it is measured)
+    attention_sustained: float = 1.0
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
     unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
     pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
@@ -177,8 +185,14 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # at ~693 W and a settled ~1,374 MHz (the BF16 MSMF settles at ~1,465 MHz: FP8 draws more power per clock), so an
 # FP8 GEMM runs 1.84x, not 2x, a BF16 one (S. Bekman, ml-engineering, compute/accelerator/README.md, MAMF & MSMF
 # table, branch fast-mamf, commit 082816f)
+# attention_by_seq: FlashAttention-2's rate on an H100 by sequence length and direction, from the FlashAttention-3
+# paper's figures (attention.HOPPER_FA2_BY_SEQ), not its abstract's one "35%"
+# attention_sustained: those figures are a short benchmark's (30 repeats of each configuration); at the power limit a
+# GH100 settles below the boost clock they ran at: MSMF / MAMF of the same BF16 GEMM benchmark, 698.6 / ~828 = 0.844
+# (S. Bekman, ml-engineering, as gemm_efficiency above). The A100 keeps 1: no sustained figure is published
 _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
-               gemm_efficiency=0.706, gemm_efficiency_fp8=0.651)
+               gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
+               attention_sustained=round(698.6 / 828, 3))
 
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(

@@ -56,6 +56,9 @@ class TrainSpec:
     # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
     dropout: bool = True
     fused_loss: bool = False
+    # torch's loss_parallel (DTensor's vocab-parallel cross-entropy, torchtitan's loss under TP) rather than
+    # shardlab's vocab-parallel loss: its backward holds 16 B per logit where shardlab's holds 8 (model.logits_bytes)
+    dtensor_loss: bool = False
     # AdamW as the run stepped it: one eager kernel per tensor operation (torch's foreach AdamW, torchtitan's
     # default; Composer's DecoupledAdamW, a loop over tensors) rather than one fused kernel; a published row's input
     eager_adam: bool = False

@@ -89,7 +89,7 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
                                            dropout=train.dropout) * train.act_bytes_scale
     fl = in_flight(lay, m)
     extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl, dropout=train.dropout,
-                                   fused_loss=train.fused_loss) * train.act_bytes_scale
+                                   fused_loss=train.fused_loss, dtensor_loss=train.dtensor_loss) * train.act_bytes_scale
     one = per_layer * layers
     form = {"none": "sbh(34 + 5as/h)", "selective-attn": "sbh*34", "full": "2sbh",
             "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)",
@@ -106,10 +106,12 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     if not train.dropout and not model.llama and lay.recompute in ("none", "selective-attn"):
         form += ", less the 2 dropout masks (dropout 0)"
     scale = " x2 (fp32)" if train.act_bytes_scale != 1 else ""
-    logits = (logits_bytes(model, b, s, lay.tp, train.fused_loss) * train.act_bytes_scale) if lay.pp == 1 else 0.0
+    logits = (logits_bytes(model, b, s, lay.tp, train.fused_loss, train.dtensor_loss) * train.act_bytes_scale) \
+        if lay.pp == 1 else 0.0
     loss = (f"; of which the loss's logits {logits:,.0f} B ("
             + ("4sbv/t: fused cross-entropy, 16-bit logits and gradient" if train.fused_loss else
                "12sbv: F.cross_entropy's fp32 log-softmax and gradients" if lay.tp == 1 else
+               "16sbv/t: torch's loss_parallel backward, four fp32 tensors" if train.dtensor_loss else
                "8sbv/t: vocab-parallel softmax and gradient") + ")") if logits else ""
     lines = [
         Line("activations", one + extra,

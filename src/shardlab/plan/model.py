@@ -234,7 +234,8 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     return 2 * s * b * (rep + split) + 2 * core * b / t + 4 * s * d / (t if sp else 1)
 
 
-def logits_bytes(m: ModelSpec, b: int, s: int, t: int = 1, fused_loss: bool = False) -> float:
+def logits_bytes(m: ModelSpec, b: int, s: int, t: int = 1, fused_loss: bool = False,
+                 dtensor_loss: bool = False) -> float:
     """The loss's tensors of tokens x vocabulary at its backward (the step's peak, every layer's activations
     still held), 16-bit activations:
       F.cross_entropy on fp32 logits (t = 1)   12sbv: its saved log-softmax output, the gradient coming into it
@@ -243,15 +244,21 @@ def logits_bytes(m: ModelSpec, b: int, s: int, t: int = 1, fused_loss: bool = Fa
       fused cross-entropy (`fused_loss`)        4sbv/t: the 16-bit logits it saves and the 16-bit gradient it
                                                 writes (flash-attn's xentropy kernel, llm-foundry's default
                                                 `loss_fn: fused_crossentropy`: it reads bf16 logits, computes
-                                                in fp32 registers and keeps one fp32 log-sum-exp per token)"""
+                                                in fp32 registers and keeps one fp32 log-sum-exp per token)
+      torch's loss_parallel (`dtensor_loss`,   16sbv/t: its fused nll + log-softmax backward (torch/distributed/
+      t > 1; torchtitan's TP loss)              tensor/parallel/loss.py) holds the saved fp32 log-softmax output,
+                                                a zeroed fp32 gradient it scatters -1 into, exp(x) and their sum
+                                                (then the product in place of exp(x)): four fp32 tensors"""
     if fused_loss:
         return 4 * s * b * m.vocab / t
+    if dtensor_loss and t > 1:
+        return 16 * s * b * m.vocab / t
     return (12 if t == 1 else 8) * s * b * m.vocab / t
 
 
 def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                            p: int = 1, in_flight: float = 1.0, dropout: bool = True,
-                           fused_loss: bool = False) -> float:
+                           fused_loss: bool = False, dtensor_loss: bool = False) -> float:
     """Korthikanti et al. 2022 Sec. 4.3, outside the layers (first pipeline stage): the embedding
     dropout mask sbh per micro batch in flight; with p == 1 the same rank also holds the final
     LayerNorm and output projection inputs, 4sbh, and the loss's logits. The paper writes 4sbh(1 + v/h)/t
@@ -271,7 +278,7 @@ def activation_bytes_extra(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = 
     logits = 0.0
     if p == 1:
         rep += 4 * sbh
-        logits = logits_bytes(m, b, s, t, fused_loss)
+        logits = logits_bytes(m, b, s, t, fused_loss, dtensor_loss)
     return rep / (t if sp else 1) + logits
 
 

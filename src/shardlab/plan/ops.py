@@ -29,19 +29,31 @@ class Op:
 DEFAULT_OP_COUNTS = {"layer_fwd": 36, "layer_bwd": 60, "fixed_fwd": 20, "fixed_bwd": 30}
 
 
+# a dropout kernel (torch's native_dropout) per element: forward reads x and writes the output and a 1-byte mask,
+# backward reads the gradient and the mask and writes the input's gradient: 2e + 1 bytes each way
+def _dropout_bytes(elements: float, e: int) -> float:
+    return (2 * e + 1) * elements
+
+
 def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
-              sp: bool = False) -> list[Op]:
-    """One transformer block forward, tensor-parallel degree t, activation element size e."""
+              sp: bool = False, dropout: bool = False) -> list[Op]:
+    """One transformer block forward, tensor-parallel degree t, activation element size e. `dropout`: the
+    block's dropout kernels as a run with dropout > 0 executes them (GPU presets; Megatron's GPT: dropout on the
+    attention probabilities of the unfused core, a separate kernel over the b*a*s*s scores, and the 1-byte masks
+    of the two fused bias-dropout-adds; a fused attention kernel drops inside itself)."""
     if model.llama:
         return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp)
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
     att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
     if not flash:
+        drop = _dropout_bytes(b * ah * s * s, e)
         att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
+               *([Op("attn_dropout", "elem", bytes=drop, ew="softmax", bwd_bytes=drop)] if dropout else []),
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
+    res = (3 * e + (1 if dropout else 0)) * T * h  # bias-dropout-add: + the mask written, read back
     return [
         Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
         *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
@@ -51,12 +63,12 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eag
         *att,
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("residual", "elem", bytes=res, ew="add", bwd_bytes=res),
         Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
         Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
         Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
         Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("residual", "elem", bytes=res, ew="add", bwd_bytes=res),
         Op("bias_grads", "elem", bytes=0, ew="sum", bwd_bytes=(3 + 1 + r) * th + T * h * e),
     ]
 

@@ -36,7 +36,7 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
-            "source": TORCHTITAN}
+            "dtensor_loss": tp > 1, "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -163,6 +163,7 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                       eager_norm=row.get("eager_norm", False) and eager_norm,
                       dropout=row.get("dropout", True) or not row_dropout,
                       fused_loss=row.get("fused_loss", False) and row_loss,
+                      dtensor_loss=row.get("dtensor_loss", False) and row_loss,
                       eager_adam=row.get("eager_adam", False) and row_adam,
                       compile=row.get("compile", False) and row_compile)
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))

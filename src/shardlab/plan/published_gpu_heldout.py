@@ -153,16 +153,24 @@ def _nemo_rows() -> list[dict]:
 
 
 def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source, mem=None, cp=1, seq=8192,
-           fp8="none", eager_norm=False, notes="compiled (torch.compile)") -> dict:
+           fp8="none", eager_norm=False, notes="compiled (torch.compile)", y2025=False) -> dict:
     """A torchtitan row: FSDP2 over dp (x cp) ranks, TP with sequence-parallel norms, fp32 gradient reduction
-    (training.mixed_precision_reduce's default), SDPA; `eager_norm` only where the run used eager rmsnorm."""
+    (training.mixed_precision_reduce's default), SDPA; `eager_norm` only where the run used eager rmsnorm.
+    `y2025`: a run at a 2025-06 commit (820504e, e7c0cae), whose defaults differ from the 2024 ones: AdamW
+    `optimizer.implementation = "fused"` (config_manager.py; 2024's `foreach = not fused`, fused off), and with
+    `training.compile` the loss compiled too (components/loss.py `build_cross_entropy_loss`: torch.compile of
+    F.cross_entropy(pred.float()); at 9dec370 that line is commented out), which fuses the upcast into the
+    log-softmax and keeps the 16-bit logits and gradient (4sbv, `fused_loss`), not F.cross_entropy's fp32 12sbv.
+    Under TP torchtitan's loss is torch's loss_parallel (`training.disable_loss_parallel` false by default; the
+    output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
            "recompute": recompute}
     # The row inputs the planner gained after the set was recorded, as the sources state them: torch.compile where
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
-                fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"), eager_adam=True)
+                fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
+                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1)
 
 
 H5 = "H100-SXM-500W"
@@ -191,14 +199,15 @@ TITAN = [
            71.9, fp8="tensorwise", notes="compiled; float8 tensorwise; vanilla TP"),
     # 2025-06, Grand Teton H100, vanilla TP column
     *[_titan(f"tt 70B H100x256 TP8 {q}", "llama3-70b", H5, 256, 32, 8, "full", 16, tps, TITAN_2506,
-             fp8=q if q != "bf16" else "none", notes="compiled; vanilla TP")
+             fp8=q if q != "bf16" else "none", notes="compiled; vanilla TP", y2025=True)
       for q, tps in (("bf16", 597.3), ("tensorwise", 809.8), ("rowwise", 599.6))],
     *[_titan(f"tt 8B H100x64 TP8 {q}", "llama3-8b", H5, 64, 8, 8, "selective-op", 12, tps, TITAN_2506,
-             fp8=q if q != "bf16" else "none", notes="compiled; vanilla TP")
+             fp8=q if q != "bf16" else "none", notes="compiled; vanilla TP", y2025=True)
       for q, tps in (("bf16", 4378), ("tensorwise", 5078.1), ("rowwise", 3708.5))],
     # 2025-06, H200 (Trainy on WhiteFiber), llama3_8b.toml's selective op AC, float8 all-gather on
     *[_titan(f"tt 8B H200x{g} compile+fp8", "llama3-8b", "H200", g, g, 1, "selective-op", 2, tps, TRAINY, mem,
-             fp8="tensorwise", notes="compiled; float8 tensorwise, float8 all-gather, fp8 weight recomputed in bwd")
+             fp8="tensorwise", notes="compiled; float8 tensorwise, float8 all-gather, fp8 weight recomputed in bwd",
+             y2025=True)
       for g, tps, mem in ((32, 10938, 47.96), (64, 10753, 46.97))],
 ]
 
@@ -230,6 +239,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       precision=row["precision"], flash_attention=row["flash"], fp8=row["fp8"],
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
+                      dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 

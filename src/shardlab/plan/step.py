@@ -307,7 +307,8 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none")) + mt.compiled
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
+                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + mt.compiled
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -339,7 +340,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none") -> str:
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:
     """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
     if c.gemm_table or c.gemm_fit:
         return ""
@@ -354,9 +355,15 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
-        from .attention import efficiency
-        f, b = efficiency(c.attention, c.peak_flops)
-        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+        from .attention import efficiency, generation
+        by_seq = seq if c.attention_by_seq and generation(c.peak_flops) == "hopper" \
+            and c.attention in ("flash2", "triton") else 0
+        f, b = efficiency(c.attention, c.peak_flops, by_seq)
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward"
+                   + (f" (FlashAttention-2 on Hopper at seq {seq:,}: the FlashAttention-3 paper's figures)"
+                      if by_seq else "")
+                   + (f" x {c.attention_sustained:.3f} (the papers' short benchmarks at the sustained clock: MSMF / "
+                      "MAMF)" if c.attention_sustained < 1 else ""))
     if c.hbm_efficiency:
         out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
                    + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)
