@@ -26,13 +26,30 @@ def where(t: torch.Tensor) -> tuple:
     return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
 
 
-def _plain_load(module: nn.Module) -> bool:
-    """No module of `module` loads differently from nn.Module (own `_load_from_state_dict`, hooks)."""
+def walk(module: nn.Module) -> tuple[list, list, bool, bool]:
+    """`module.parameters()` and `module.buffers()` (the same tensors in the same order), and whether every
+    module saves and loads as nn.Module does (no `_save_to_state_dict` / `get_extra_state` /
+    `_load_from_state_dict` of its own, no state-dict or load hooks), in one pass over the modules: each
+    of those walks them again, and the walks were most of a per-load check's cost."""
+    params, buffers, seen_p, seen_b = [], [], set(), set()
+    plain_save = plain_load = True
     for m in module.modules():
-        if (type(m)._load_from_state_dict is not nn.Module._load_from_state_dict
-                or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks):
-            return False
-    return True
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen_p:
+                seen_p.add(id(p))
+                params.append(p)
+        for b in m._buffers.values():
+            if b is not None and id(b) not in seen_b:
+                seen_b.add(id(b))
+                buffers.append(b)
+        t = type(m)
+        if plain_save and (t._save_to_state_dict is not nn.Module._save_to_state_dict or t.get_extra_state
+                           is not nn.Module.get_extra_state or m._state_dict_hooks or m._state_dict_pre_hooks):
+            plain_save = False
+        if plain_load and (t._load_from_state_dict is not nn.Module._load_from_state_dict
+                           or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks):
+            plain_load = False
+    return params, buffers, plain_save, plain_load
 
 
 def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
@@ -40,10 +57,11 @@ def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
     every parameter, with nothing loaded another way: applying it would copy each tensor onto itself."""
     if not sd or any(type(v) is not torch.Tensor for v in sd.values()):
         return False
-    params = {where(p.detach()) for p in module.parameters()}
-    live = params | {where(b) for b in module.buffers()}
+    ps, bs, _, plain_load = walk(module)
+    params = {where(p) for p in ps}  # a parameter's memory is its detached view's
+    live = params | {where(b) for b in bs}
     given = {where(v) for v in sd.values()}
-    return given <= live and params <= given and _plain_load(module)
+    return given <= live and params <= given and plain_load
 
 
 def _tensors(state: dict) -> list | None:
