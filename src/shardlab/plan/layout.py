@@ -65,6 +65,10 @@ class TrainSpec:
     # train.compile: torch.compile (Inductor) on each block; on GPU presets its fusion changes the block's
     # elementwise bytes, kernel count and float8 casts (plan/fusion.py); false: eager, today's op list
     compile: bool = False
+    # each micro batch's 16-bit gradients added into a separate fp32 accumulation buffer by their own kernel,
+    # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
+    # wgrad GEMM does not accumulate itself); a published row's input
+    grad_copy: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

@@ -156,7 +156,7 @@ def _nemo_rows() -> list[dict]:
                    "zero_bucket_mb": 100.0, "overlap_grad_reduce": not (pp > 1 or sp)}
             out.append(_row(f"NeMo GPT-3 {size} A100x{g}", shape, "A100-80G", g, 2048, 2, 2048, lay,
                             round(tps / g, 1), NEMO, flash=False, published=f"{tps} tokens/s on {nodes} nodes",
-                            comm_dtype="fp32", fp32_grad_accum=True,
+                            comm_dtype="fp32", fp32_grad_accum=True, grad_copy=pp == 1,
                             notes="apex DistributedFusedAdam (NeMo 1.11): fp32 grads reduce-scattered once a step "
                                   "in 100 MB buckets, bf16 params all-gathered; vocab 50257 padded to 128 x tp"))
     return out
@@ -250,7 +250,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
-                      compile=row.get("compile", False))
+                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 
