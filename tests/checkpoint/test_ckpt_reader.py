@@ -60,7 +60,7 @@ def test_record_span_from_the_head_agrees_with_the_central_directory(tmp_path):
             n = len(blob) - 11
             nbytes = t.numel() * t.element_size()
             at = zip_items.record_span(fd, 11, n, torch.empty_like(t))
-            assert at is not None and at == zip_items._central_span(fd, 11, n, torch.empty_like(t), nbytes)
+            assert at is not None and at == zip_items._central_span(fd, 11, n, t.dtype, tuple(t.shape), t.numel())
             assert zip_items._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
             assert blob[11 + at:11 + at + nbytes] == t.contiguous().view(torch.uint8).numpy().tobytes()
             assert zip_items.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
@@ -96,3 +96,19 @@ def test_state_names_rebuild_what_torch_gives(tmp_path):
     asked = []
     names.model(model, lambda: asked.append(1) or get_model_state_dict(model))
     assert asked == [1]
+
+
+def test_plain_value_agrees_with_torch_load_and_refuses_the_rest():
+    # The bytes items a load reads itself (the hyperparameters) give what torch.load gives (DCP's load_bytes);
+    # anything holding a torch type, a storage or a class to import is left to torch.load.
+    import collections
+
+    for v in (0.1, (0.9, 0.95), None, True, 3, "x", ["a.b", "c"], {"k": [1, 2.5]}):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (True, torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+    for v in (torch.ones(2), collections.OrderedDict(a=1), torch.float32):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (False, None)
+    assert zip_items.plain_value(b"not a zip") == (False, None)
