@@ -23,7 +23,7 @@ def test_terms_are_off_on_a_profile_file():
     c = Cluster("p", 2, 2, 1e12, 1e12, 1e9, 1e9, 1e9, 1e-5, 1e9, 1e-5)
     assert (c.clock_factor, c.sm_share_comm, c.wave_efficiency(7, 9), c.call_latency, c.attention) == (1, 0, 1, 0, "")
     assert not c.unit_pipeline and load_cluster("H100-SXM").unit_pipeline
-    assert c.hbm_at(1e9) == c.hbm_bw and not c.pipelined_phases
+    assert c.hbm_at(1e9) == c.hbm_bw and not c.pipelined_phases and not c.ring_latency_steps
 
 
 def test_achieved_hbm_by_kernel_size():
@@ -243,3 +243,27 @@ def test_attention_at_the_sustained_clock():
     p = evaluate(PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3"),
                  load_cluster("H100-SXM", 8))
     assert "x 0.844 (the papers' short benchmarks at the sustained clock" in p.explain["forward"]
+
+
+def test_apex_distributed_adam_inputs():
+    """NeMo's optimizer as apex's DistributedFusedAdam ran it: ZeRO-1 traffic in 100 MB buckets of fp32
+    gradients, reduced after the backward where overlap_grad_sync is off, and each micro batch's gradients
+    added into the fp32 buffer (grad_copy), shown in explain."""
+    from shardlab.plan.comm import dp_collectives
+    from shardlab.plan.step import grad_copy_time
+    model, c = PRESETS["gpt3-1.3b"], load_cluster("A100-80G", 16)
+    train = TrainSpec(global_batch=64, micro_batch=2, fp32_grad_accum=True)
+    lay = Layout(dp=16, strategy="zero1", comm_dtype="fp32", zero_bucket_mb=100.0)
+    rs, ag = [x for x in dp_collectives(model, train, lay, 2) if x.op != "all_reduce"]
+    assert rs.calls == ag.calls == -(-int(rs.payload) // (100 * 2**20)) and rs.overlap == "backward"
+    assert rs.last_payload == 100 * 2**20
+    off = [x for x in dp_collectives(model, train, replace(lay, overlap_grad_reduce=False), 2)]
+    assert off[0].overlap == "none"
+    base = evaluate(model, train, lay, c)
+    copied = evaluate(model, replace(train, grad_copy=True), lay, c)
+    per = grad_copy_time(model, replace(train, grad_copy=True), lay, c)
+    # 2 + 4 + 4 B per parameter at ~90% of 2,039 GB/s for the large matrices
+    assert 10 * model.params / (2039e9 * 0.9) < per < 10 * model.params / (2039e9 * 0.6)
+    assert copied.times["backward"] == pytest.approx(base.times["backward"] + copied.m * per)
+    assert "gradient copy into the fp32 buffer" in copied.explain["backward"]
+    assert grad_copy_time(model, train, lay, c) == 0.0

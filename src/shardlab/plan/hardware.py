@@ -63,6 +63,10 @@ class Cluster:
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
     unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
     pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
+    # a ring across nodes pays a step's latency at each of its n - 1 steps (all-reduce 2(n - 1)), nodes - 1 of them
+    # (2(nodes - 1)) at the network's, as NCCL's tuning model counts (src/graph/tuning.cc); False = the
+    # hierarchical (local - 1) + (nodes - 1) steps of a two-level algorithm
+    ring_latency_steps: bool = False
     # achieved / datasheet HBM bandwidth of a memory-bound kernel by the bytes it moves: ((bytes, fraction), ...)
     # largest first, the first the kernel reaches applies (); () = the datasheet's (profiles: measured rates)
     hbm_efficiency: tuple = ()
@@ -176,7 +180,8 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # calculon/memory.py does): 90% of the datasheet from 100 MB a kernel, 75% from 10 MB, 60% from 1 MB, 30% below
 CALCULON_HBM = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.6), (0.0, 0.3))
 _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
-             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM)
+             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM,
+             ring_latency_steps=True)
 # gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
 # datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM

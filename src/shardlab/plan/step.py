@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
@@ -102,6 +102,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
                 capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
     mt = micro_batch_time(model, train, lay, cluster)
+    t_copy = grad_copy_time(model, train, lay, cluster)
+    if t_copy:
+        mt = replace(mt, bwd=mt.bwd + t_copy)
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
@@ -128,6 +131,17 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
     return plan
+
+
+def grad_copy_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> float:
+    """Seconds per micro batch of `TrainSpec.grad_copy`: each parameter's 16-bit gradient added into its fp32
+    accumulation buffer by a kernel of its own (apex DistributedFusedAdam `_grad_copy`: `grad_out.add_(grad_in)`,
+    once per parameter per backward), reading the gradient and the buffer and writing the buffer:
+    (e + 4 + 4) B per parameter at the achieved HBM bandwidth of that parameter's bytes."""
+    if not train.grad_copy or not train.mixed:
+        return 0.0
+    per = train.param_bytes + 8
+    return sum(per * x / cluster.hbm_at(per * x) for u in units(model, lay.tp, lay.pp, lay.v) for x in u)
 
 
 def _micro_batches(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> int:
@@ -312,7 +326,10 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
-                    + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
+                    + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") \
+                    + (f"; gradient copy into the fp32 buffer {grad_copy_time(plan.model, plan.train, plan.layout, cluster) * 1e3:.3f} ms"
+                       f" ({plan.train.param_bytes} + 4 + 4 B per parameter, TrainSpec.grad_copy)"
+                       if plan.train.grad_copy else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
     X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
