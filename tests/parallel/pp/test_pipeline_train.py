@@ -4,6 +4,8 @@ with clipping (the tied embedding summed between the first and last stage and co
 Runs are cached per layout, so a schedule run for its parity test is reused by the own-vs-torch test.
 Parity runs in float64 to compare.py's FP64_TOL (portable across CPU kernels: compare.py says why); 1f1b
 once in fp32 against compare.py's error model."""
+import functools
+
 import pytest
 
 from pipeline_harness import train
@@ -15,6 +17,13 @@ _RUNS: dict = {}
 
 @pytest.fixture(scope="module")
 def reference():
+    return _reference()
+
+
+@functools.lru_cache(maxsize=None)
+def _reference() -> dict:
+    # kept for the session: the world-8 test runs apart from the module's others (tests/conftest.py puts the
+    # world-8 tests together), and its module's fixtures are set up again for it
     return in_float64(train, STEPS, dp="single")
 
 
