@@ -13,7 +13,8 @@ from shardlab.plan.published_gpu import COMPILED, EXAMINED, GIVEN, HELD_OUT, HEL
 
 OFF = dict(call_latency=0.0, busbw_eff_intra=1.0, busbw_eff_allreduce_intra=1.0, busbw_eff_inter=1.0,
            nccl_ctas=0, gemm_roofline=False, attention="", gemm_efficiency=0.75, kernel_gap_s=0.0,
-           unit_pipeline=False, pipelined_phases=False, hbm_efficiency=())
+           unit_pipeline=False, pipelined_phases=False, hbm_efficiency=(), attention_by_seq=False,
+           attention_sustained=1.0, ring_latency_steps=False)
 LINKS = ("call_latency", "busbw_eff_intra", "busbw_eff_allreduce_intra", "busbw_eff_inter")
 # (label, what the step switches on: cluster fields, or row inputs)
 STEPS = [
@@ -35,6 +36,12 @@ STEPS = [
     ("+ one ring through every rank (NVLink and network hops at once: the slower link's time)", ("pipelined_phases",)),
     ("+ achieved HBM bandwidth by kernel size (Calculon's curve: 90% from 100 MB, 75% from 10 MB, 60% from 1 MB)",
      ("hbm_efficiency",)),
+    ("+ FlashAttention-2 on Hopper by sequence length and direction (the FlashAttention-3 paper's figures)",
+     ("attention_by_seq",)),
+    ("+ attention kernels at the sustained clock (the papers' short benchmarks x MSMF / MAMF = 0.844)",
+     ("attention_sustained",)),
+    ("+ NCCL's ring latency: n - 1 steps through every rank, nodes - 1 of them on the network (tuning.cc)",
+     ("ring_latency_steps",)),
 ]
 SETS = [("given: torchtitan", GIVEN), ("held out, then examined: llm-foundry H100 + A100 80GB modes", HELD_OUT),
         ("examined: llm-foundry A100 80GB 125M-13B", EXAMINED), ("held out: llm-foundry A100 40GB", HELD_OUT_2),

@@ -60,7 +60,7 @@ def test_record_span_from_the_head_agrees_with_the_central_directory(tmp_path):
             n = len(blob) - 11
             nbytes = t.numel() * t.element_size()
             at = zip_items.record_span(fd, 11, n, torch.empty_like(t))
-            assert at is not None and at == zip_items._central_span(fd, 11, n, torch.empty_like(t), nbytes)
+            assert at is not None and at == zip_items._central_span(fd, 11, n, t.dtype, tuple(t.shape), t.numel())
             assert zip_items._head_records(os.pread(fd, 4096, 11)) is not None  # the one-read path was taken
             assert blob[11 + at:11 + at + nbytes] == t.contiguous().view(torch.uint8).numpy().tobytes()
             assert zip_items.record_span(fd, 11, n, torch.empty(t.numel() + 1, dtype=t.dtype)) is None
@@ -96,3 +96,51 @@ def test_state_names_rebuild_what_torch_gives(tmp_path):
     asked = []
     names.model(model, lambda: asked.append(1) or get_model_state_dict(model))
     assert asked == [1]
+
+
+def test_plain_value_agrees_with_torch_load_and_refuses_the_rest():
+    # The bytes items a load reads itself (the hyperparameters) give what torch.load gives (DCP's load_bytes);
+    # anything holding a torch type, a storage or a class to import is left to torch.load.
+    import collections
+
+    for v in (0.1, (0.9, 0.95), None, True, 3, "x", ["a.b", "c"], {"k": [1, 2.5]}):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (True, torch.load(io.BytesIO(buf.getvalue()), weights_only=False))
+    for v in (torch.ones(2), collections.OrderedDict(a=1), torch.float32):
+        buf = io.BytesIO()
+        torch.save(v, buf)
+        assert zip_items.plain_value(buf.getvalue()) == (False, None)
+    assert zip_items.plain_value(b"not a zip") == (False, None)
+
+
+def test_in_place_checks_take_the_live_state_only():
+    # parallel/dp/in_place.py: a state dict that is the live tensors is applied by doing nothing (model) or by
+    # torch's load with the optimizer's own state (optimizer), skipped when that would change nothing; a copy,
+    # new hyperparameters or a load hook take torch's path as before.
+    from shardlab.parallel.dp import in_place
+    from shardlab.parallel.dp.sd_names import _model_signature, _tensors
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 2))
+    assert _tensors(model) == list(model.parameters()) + list(model.buffers())
+    assert _model_signature(model) is not None
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    live = {k: v.detach() for k, v in model.state_dict().items()}
+    assert in_place.model_loaded_in_place(model, live)
+    assert not in_place.model_loaded_in_place(model, {k: v.clone() for k, v in live.items()})
+    sd = opt.state_dict()
+    native = in_place.native_optim_state(opt, sd)
+    assert native is not None and in_place.loads_nothing(opt, native)
+    copied = {**sd, "state": {k: {n: v.clone() for n, v in st.items()} for k, st in sd["state"].items()}}
+    assert in_place.native_optim_state(opt, copied) is None
+    views = {**sd, "state": {k: {n: v.view(v.shape) for n, v in st.items()} for k, st in sd["state"].items()}}
+    assert in_place.native_optim_state(opt, views) is not None  # other objects, the same memory
+    newer = in_place.native_optim_state(opt, {**sd, "param_groups": [{**sd["param_groups"][0], "lr": 5e-4}]})
+    assert not in_place.loads_nothing(opt, newer)
+    opt.load_state_dict(newer)
+    assert opt.param_groups[0]["lr"] == 5e-4
+    seen = []
+    opt.register_load_state_dict_post_hook(lambda o: seen.append(1))
+    assert not in_place.loads_nothing(opt, in_place.native_optim_state(opt, opt.state_dict()))

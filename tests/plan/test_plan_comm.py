@@ -97,17 +97,41 @@ def test_hierarchical_all_reduce_across_nodes_uses_per_gpu_nic_bandwidth():
     # ring through every rank runs its NVLink and network hops at once: every step's latency adds up, the
     # transfer takes the slower link's time (nccl-tests: busbw is the hardware bottleneck's speed)
     bi, bo = c.intra_bw * c.busbw_eff_intra, c.inter_bw * c.busbw_eff_inter
-    lat_in, xfer_in = 2 * 7 * c.intra_latency, 2 * 7 / 8 * S / bi
-    ring, tree = (14 * c.inter_latency, 2 * 7 / 8 * (S / 8) / bo), (2 * 3 * c.inter_latency, 2 * (S / 8) / bo)
-    lat_out, xfer_out = min(ring, tree, key=sum)
-    assert t == pytest.approx(c.call_latency + lat_in + lat_out + max(xfer_in, xfer_out))
+    xfer_in = 2 * 7 / 8 * S / bi
+    # NCCL's tuning model: the ring's 2(n - 1) steps, 2(nodes - 1) of them on the network; the tree's
+    # 2((local - 1) NVLink + log2(nodes) network steps); the faster
+    ring = (112 * c.intra_latency + 14 * c.inter_latency, max(xfer_in, 2 * 7 / 8 * (S / 8) / bo))
+    tree = (14 * c.intra_latency + 2 * 3 * c.inter_latency, max(xfer_in, 2 * (S / 8) / bo))
+    assert t == pytest.approx(c.call_latency + sum(min(ring, tree, key=sum)))
     assert wo == pytest.approx(2 * 7 / 8 * S / 8)
     # bus bandwidth lands near what 8 x 400 Gb/s nodes give: algbw = S/t, busbw = 2(n-1)/n algbw
     busbw = S / t * 2 * 63 / 64
     assert 300e9 < busbw < 450e9
+    # the two-level count (ring_latency_steps off): intra RS + AG over 8, inter all-reduce of S/8 over 8 nodes
+    two = replace(c, ring_latency_steps=False)
+    lat_in = 2 * 7 * c.intra_latency
+    ring, tree = (14 * c.inter_latency, 2 * 7 / 8 * (S / 8) / bo), (2 * 3 * c.inter_latency, 2 * (S / 8) / bo)
+    lat_out, xfer_out = min(ring, tree, key=sum)
+    t2 = call_time("all_reduce", S, 64, 8, two)[0]
+    assert t2 == pytest.approx(c.call_latency + lat_in + lat_out + max(xfer_in, xfer_out))
     # without NCCL's terms (a profile file) the two levels run one after the other
-    seq = replace(c, pipelined_phases=False)
-    assert call_time("all_reduce", S, 64, 8, seq)[0] == pytest.approx(t - max(xfer_in, xfer_out) + xfer_in + xfer_out)
+    seq = replace(two, pipelined_phases=False)
+    assert call_time("all_reduce", S, 64, 8, seq)[0] == pytest.approx(t2 - max(xfer_in, xfer_out) + xfer_in + xfer_out)
+
+
+def test_ring_latency_grows_with_the_ranks_as_nccls_tuning_model():
+    """A ring through 256 ranks on 32 nodes takes 255 steps, 31 on the network (src/graph/tuning.cc), where
+    the two-level count had 7 + 31: a 50 MB all-gather there is latency-bound."""
+    c = load_cluster("A100-80G", 256)
+    S = 50e6
+    t = call_time("all_gather", S, 256, 8, c)[0]
+    xfer = max(7 / 8 * S / (c.intra_bw * c.busbw_eff_intra), 31 / 32 * S / 8 / (c.inter_bw * c.busbw_eff_inter))
+    assert t == pytest.approx(c.call_latency + 224 * c.intra_latency + 31 * c.inter_latency + xfer)
+    two = call_time("all_gather", S, 256, 8, replace(c, ring_latency_steps=False))[0]
+    assert two == pytest.approx(c.call_latency + 7 * c.intra_latency + 31 * c.inter_latency + xfer)
+    assert t > 2 * two
+    # inside a node nothing changes
+    assert call_time("all_gather", S, 8, 8, c) == call_time("all_gather", S, 8, 8, replace(c, ring_latency_steps=False))
 
 
 def test_tensor_parallel_four_all_reduces_per_layer_and_pipeline_sends():

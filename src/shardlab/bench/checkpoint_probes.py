@@ -92,6 +92,11 @@ class Probes:
         """Verify (each rank a share of the files) and load, as a resume does; (seconds, phases)."""
         from shardlab import comm
 
+        # A resumed run's fresh optimizer holds the schedule's first learning rate, not the checkpoint's: make
+        # the live one differ, so this load applies the hyperparameters as a resume does (loading into a state
+        # that already equals the checkpoint's lets the in-place path skip torch's optimizer load).
+        for group in getattr(self.st.optimizer, "param_groups", ()):
+            group["lr"] = group["lr"] * 0.5 + 1e-9
         comm.barrier()
         t0 = time.perf_counter()
         self.mgr.load_first(str(path), self.st)

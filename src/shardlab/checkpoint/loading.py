@@ -23,7 +23,8 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
-from shardlab.checkpoint.reader import Planner, Reader, split_direct
+from shardlab.checkpoint.index import Index
+from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
                                              resolve_resume_path)
 from shardlab.config.init_from import TRAINING_KEYS, is_hf_dir
@@ -81,9 +82,8 @@ class Loading:
         self.wait()
         meta = json.loads((found / st.STATE_FILE).read_text())
         _check_model(found, meta, state, ignore=TRAINING_KEYS)
-        manifest = mf.read_manifest(found)
         tensors = {"model": state.strategy.model_state_dict()}
-        self._read(found, Reader(found, self._shares(manifest)[1] if manifest is not None else {}), tensors)
+        self._read(found, self._reader(found), tensors)
         state.strategy.load_model_state_dict(tensors["model"])
         if self.rank == 0:
             self._note(f"initialised the model from {found} (fresh optimizer, step 0)")
@@ -145,11 +145,12 @@ class Loading:
     def _shares(self, manifest: dict) -> tuple[dict, dict]:
         """(the small files this rank rechecks before loading, the shard files it rechecks while loading).
         Shard file __R_*.distcp goes to rank R (mod world): with the same layout, the rank that reads it
-        anyway; the other files round-robin."""
+        anyway; the other files round-robin, from the last rank (rank 0 has the checkpoint's listing and
+        the messages to do besides)."""
         files = manifest["files"]
         writer = {n: int(m.group(1)) for n in files if (m := _SHARD_RE.match(n))}
         small = sorted(n for n in files if n not in writer)
-        mine_small = {n: files[n] for i, n in enumerate(small) if i % self.world == self.rank}
+        mine_small = {n: files[n] for i, n in enumerate(small) if (i + 1) % self.world == self.rank}
         return mine_small, {n: files[n] for n, r in writer.items() if r % self.world == self.rank}
 
     def _verify_distributed(self, path: Path) -> list[str]:
@@ -163,7 +164,17 @@ class Loading:
             problems = mf.verify_files(path, small)
             problems += [p for n, e in shards.items() if (p := mf.check_size(path / n, e)) is not None]
             problems += mf.unlisted(path, manifest) if self.rank == 0 else []
-        return [p for ps in comm.all_gather_object(problems, group=self.pg) for p in ps]
+        return [p for ps in self._gather_if_any(problems, bool(problems)) or [] for p in ps]
+
+    def _gather_if_any(self, mine, flagged: bool) -> list | None:
+        """Every rank's `mine` (rank order) when any rank `flagged` something, else None: one small
+        all-reduce of the flags, and the objects themselves only when there is something to tell (an
+        object all-gather is two collectives and a pickle each way)."""
+        if self.world == 1:
+            return [mine] if flagged else None
+        flag = torch.tensor([int(flagged)])
+        comm.all_reduce(flag, group=self.pg, tag="control")
+        return comm.all_gather_object(mine, group=self.pg) if flag.item() else None
 
     def load(self, path: Path, state) -> int:
         """Load checkpoint `path` (verified) into `state`, at any world size and strategy."""
@@ -192,9 +203,8 @@ class Loading:
     def _plan_reads(self, path: Path, meta: dict, state) -> tuple[Reader, dict, bool, str]:
         """(the reader, the tensors to read into, whether this rank's RNG stream is in the checkpoint,
         its key there). The reader verifies this rank's share of the shard files as DCP reads them."""
-        manifest = mf.read_manifest(path)
-        reader = Reader(path, self._shares(manifest)[1] if manifest is not None else {})
-        md_keys = reader.read_metadata().state_dict_metadata  # read once (DCP's load asks the reader again)
+        reader = self._reader(path)
+        md_keys = reader.stored_keys()  # the shard index's, or .metadata's (read once: DCP's load asks again)
         fused = [f".{name}.weight" for a in anatomy.ANATOMIES.values() for name in a.fused]  # attn.qkv
         if any(k.endswith(tuple(fused)) for k in md_keys):
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
@@ -207,13 +217,19 @@ class Loading:
             same_layout, rng_key = meta["layout"] == layout, st.rng_key(state.strategy.dims)
         else:
             same_layout, rng_key = meta["world_size"] == self.world, f"rank_{self.rank}"
-        tensors = st.tensor_state(state)
-        del tensors["rng"]
+        tensors = st.tensor_state(state, rng=False)
         if same_layout:
-            tensors["rng"] = {rng_key: torch.empty(tuple(md_keys[f"rng.{rng_key}"].size), dtype=torch.uint8)}
+            tensors["rng"] = {rng_key: torch.empty(reader.stored_size(f"rng.{rng_key}"), dtype=torch.uint8)}
         if "sync" in tensors:  # what the checkpoint has of local SGD / DiLoCo state (none: a fresh period)
             tensors["sync"] = st.present(tensors["sync"], md_keys, "sync")
         return reader, tensors, same_layout, rng_key
+
+    def _reader(self, path: Path) -> Reader:
+        """The reader of checkpoint `path` on this rank: the shard files it verifies while reading them, and
+        the shard files' index (index.py) when the checkpoint has one (else it reads `.metadata`)."""
+        manifest = mf.read_manifest(path)
+        return Reader(path, self._shares(manifest)[1] if manifest is not None else {},
+                      index=Index.read(path, manifest))
 
     def _read(self, path: Path, reader: Reader, tensors: dict) -> None:
         """Read `tensors` from `path` on every rank, then agree on the verdict: any rank's corrupt shard
@@ -221,10 +237,11 @@ class Loading:
         # Every rank plans its reads alone (no_dist): they depend only on the global .metadata and the
         # rank's own tensors (a DTensor's local shard), and DCP's load-plan exchange (rank 0 gathers every
         # rank's pickled plan and scatters it back unchanged) cost 0.4 s of a 1.7 s load at gpt2 size.
-        # The plain tensors stored whole are read without DCP's planner (split_direct); DCP plans the rest,
-        # and its reads join theirs in one pass per file.
+        # The plain tensors stored whole, and with the shard index the bytes items, are read without DCP's
+        # load (reader.split: from the index, else from .metadata); DCP plans the rest, and its reads join
+        # theirs in one pass per file.
         try:
-            reader.direct, rest = split_direct(tensors, reader.read_metadata())
+            rest = reader.split(tensors)
             if rest:
                 with warnings.catch_warnings():
                     warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -237,7 +254,7 @@ class Loading:
         why = None
         if failure is not None:
             why = f"rank {self.rank}: {type(failure).__name__}: {(str(failure) + chr(10)).splitlines()[0]}"
-        reports = comm.all_gather_object((reader.problems, why), group=self.pg)
+        reports = self._gather_if_any((reader.problems, why), bool(reader.problems) or why is not None) or []
         problems = [p for ps, _ in reports for p in ps]
         if problems:
             raise CorruptShards(path, problems)

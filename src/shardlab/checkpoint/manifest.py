@@ -4,6 +4,7 @@
       step_000006/            committed: has MANIFEST.json, the commit record
         .metadata             DCP's global index (which tensor chunk lives in which file)
         __0_0.distcp ...      DCP shards, one file per rank
+        __0_0.index.json ...  each shard file's index: where its whole plain tensors' bytes lie (index.py)
         train_state.json      step, sampler, scaler, config, versions
         MANIFEST.json         every file's size and checksum (xxh3_128; sha256 in older checkpoints), world size,
                               layout (mesh degrees), strategy, step
@@ -69,10 +70,12 @@ def entry_algo(entry: dict) -> str | None:
 
 
 def hash_file(path: Path, algo: str = CHECKSUM, chunk: int = 8 << 20) -> str:
-    """The file's digest, read in `chunk`-byte pieces into one reused buffer (no allocation per piece)."""
-    h, buf = new_hasher(algo), bytearray(chunk)
-    view = memoryview(buf)
+    """The file's digest, read in `chunk`-byte pieces into one reused buffer (no allocation per piece; no
+    larger than the file and a byte, so that a small file's check does not allocate 8 MiB)."""
+    h = new_hasher(algo)
     with open(path, "rb", buffering=0) as f:
+        buf = bytearray(max(1, min(chunk, os.fstat(f.fileno()).st_size + 1)))
+        view = memoryview(buf)
         while n := f.readinto(buf):
             h.update(view[:n])
     return h.hexdigest()
@@ -110,10 +113,13 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomic(path: Path, obj) -> None:
+def write_json_atomic(path: Path, obj, compact: bool = False) -> None:
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, sort_keys=True)
+        if compact:  # a file for programs (the shard index), not for people
+            json.dump(obj, f, separators=(",", ":"))
+        else:
+            json.dump(obj, f, indent=1, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -166,6 +172,9 @@ def read_manifest(step_dir: Path) -> dict | None:
     return load_manifest(step_dir)[0]
 
 
+SERIAL_BYTES = 16 << 20  # verify_files hashes files one after the other below this total
+
+
 def verify_files(step_dir: Path, entries: dict[str, dict], threads: int = 4) -> list[str]:
     """Recheck the given manifest entries; one problem line per bad file (empty = intact), in the entries'
     order. Several files are hashed at once (the reads and xxhash release the GIL): the launcher's check
@@ -175,7 +184,8 @@ def verify_files(step_dir: Path, entries: dict[str, dict], threads: int = 4) -> 
     def check(item):
         return check_entry(Path(step_dir) / item[0], item[1])
 
-    if len(items) > 1 and threads > 1:
+    # (small files, a rank's share before a load: one after the other; starting threads would cost more)
+    if len(items) > 1 and threads > 1 and sum(e.get("size", 0) for _, e in items) > SERIAL_BYTES:
         with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="ckpt-verify") as pool:
             found = list(pool.map(check, items))
     else:

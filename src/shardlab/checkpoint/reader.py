@@ -5,8 +5,10 @@ copy out of the page cache) and then copies that into the target: two copies, on
 the common case (the same layout: DDP, or the same sharding) a stored chunk is read whole into a
 contiguous CPU target of the same dtype, and its bytes on disk are exactly the target's memory: a
 torch.save zip stores each storage uncompressed as one record (`<archive>/data/0`). Then we read the
-record's bytes straight into the target (one copy, into memory that the model already touched). Anything
-else (resharding, narrowing, a transform, another dtype, BYTE_IO items) takes DCP's path unchanged.
+record's bytes straight into the target (one copy, into memory that the model already touched). Where
+those bytes lie comes from the shard files' index (index.py) when the checkpoint has one, else from
+`.metadata` and the item's zip head (zip_items.py). Anything else (resharding, narrowing, a transform,
+another dtype; BYTE_IO items the index does not hold) takes DCP's path unchanged.
 
 Verification overlaps the read: for the shard files this rank checks (`verify`: name -> manifest entry),
 the reader walks the file once from start to end, hashing every byte as it passes (the records it loads
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import io
+import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,29 +28,60 @@ from pathlib import Path
 import torch
 from torch.distributed._shard._utils import narrow_tensor_by_index  # (where DCP's reader takes it from)
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._traverse import set_element
 from torch.distributed.checkpoint.default_planner import create_default_local_load_plan
 from torch.distributed.checkpoint.metadata import MetadataIndex, TensorStorageMetadata
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.checkpoint.stateful import Stateful
 from torch.futures import Future
 
 from shardlab.checkpoint import manifest as mf
-from shardlab.checkpoint.zip_items import Heads, record_span
+from shardlab.checkpoint.index import Index
+from shardlab.checkpoint.zip_items import Heads, plain_value, record_span
 
-SCRATCH = 8 << 20  # bytes hashed per read between the records we load
-THREADS = 4  # files read at once per rank
+# Bytes read (and hashed) at a time between the records we load and after the last: as HASH_CHUNK, so
+# that they too are hashed while in the CPU cache (and the buffer costs no 8 MiB allocation per file).
+SCRATCH = 256 << 10
+THREADS = 4  # at most, files read at once per rank (see file_threads())
 # Bytes read, then hashed at once while in the CPU cache. 256 KiB: with two ranks on two cores, a gpt2 load's
 # reads and hashes into the live tensors ran at 0.92 of a plain read with 128-512 KiB, 0.85 with 1-2 MiB (the
 # chunk leaves the 2 MiB L2 before it is hashed) and 0.83 with 64 KiB (system calls).
 HASH_CHUNK = 256 << 10
 
 
+class Stored:
+    """A bytes item (DCP's BYTE_IO: a torch.save'd Python value, e.g. a hyperparameter) read in the walk;
+    `data` holds its bytes once read, `path` where it goes in the state dict."""
+
+    __slots__ = ("offset", "length", "path", "data")
+
+    def __init__(self, offset: int, length: int, path: tuple):
+        self.offset, self.length, self.path, self.data = offset, length, path, None
+
+
+def file_threads() -> int:
+    """Files a rank reads at once: one per core it has to itself (the CPUs it may run on over the ranks
+    of its node), up to THREADS. The reads and the hash release the GIL, so a rank with cores to spare
+    streams its files side by side; where the ranks already fill the cores (2 ranks on 2 cores) a second
+    thread only adds its start and the switching between them."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, min(THREADS, cores // max(local, 1)))
+
+
 class Direct:
-    """A plain tensor read straight from its record: where its item lies in which file, and the target."""
+    """A plain tensor read straight from its record: where its item lies in which file, and the target.
+    `known`: offset and length are those of the tensor's bytes themselves (the shard index's), not of the
+    item's torch.save zip (`.metadata`'s), whose head then says where the bytes start."""
 
-    __slots__ = ("offset", "length", "target")
+    __slots__ = ("offset", "length", "target", "known")
 
-    def __init__(self, offset: int, length: int, target: torch.Tensor):
-        self.offset, self.length, self.target = offset, length, target
+    def __init__(self, offset: int, length: int, target: torch.Tensor, known: bool = False):
+        self.offset, self.length, self.target, self.known = offset, length, target, known
 
 
 def split_direct(state_dict: Mapping, metadata) -> tuple[dict[str, list[Direct]], dict]:
@@ -90,49 +124,47 @@ def _bytes_of(t: torch.Tensor) -> memoryview:
     return memoryview((ctypes.c_char * n).from_address(t.data_ptr())).cast("B")
 
 
+def _pread_into(f, at: int, view: memoryview) -> None:
+    """`view` <- the file's bytes at `at` (a pread: the file position, the walk's, does not move)."""
+    fd, got = f.fileno(), 0
+    while got < view.nbytes:
+        n = os.preadv(fd, [view[got:]], at + got)
+        if not n:
+            raise OSError(f"{f.name}: ends early, at byte {at + got} (the file is truncated)")
+        got += n
+
+
 class _Walk:
-    """Reads one file forward from the start; with a hasher, every byte it passes is hashed, in order."""
+    """Reads one file forward from the start, every byte it passes hashed, in order. The file's position
+    is always `pos` (the reads that are not the walk's are preads)."""
 
     def __init__(self, f, hasher):
         self.f, self.hasher, self.pos = f, hasher, 0
-        self.scratch = memoryview(bytearray(SCRATCH)) if hasher is not None else None
+        self.scratch = memoryview(bytearray(SCRATCH))
 
     def readinto(self, view: memoryview) -> None:
-        # With a hasher, read in chunks and hash each one at once, while it is still in the CPU cache:
-        # hashing a whole large tensor after its read fetched it from DRAM a second time (0.055 s of a
-        # 0.40 s gpt2 load). Without one, one read call per view (the fewest system calls).
-        step = HASH_CHUNK if self.hasher is not None else view.nbytes
+        # Read in chunks and hash each one at once, while it is still in the CPU cache: hashing a whole
+        # large tensor after its read fetched it from DRAM a second time (0.055 s of a 0.40 s gpt2 load).
+        readinto, update, total = self.f.readinto, self.hasher.update, view.nbytes
         got = 0
-        while got < view.nbytes:
-            chunk = view[got:got + step]
-            done = 0
-            while done < chunk.nbytes:
-                n = self.f.readinto(chunk[done:])
-                if not n:
-                    raise OSError(f"{self.f.name}: ends early, at byte {self.pos + got + done} "
-                                  "(the file is truncated)")
-                done += n
-            if self.hasher is not None:
-                self.hasher.update(chunk)
-            got += done
-        self.pos += got
+        while got < total:
+            chunk = view[got:got + HASH_CHUNK]
+            n = readinto(chunk)
+            if not n:
+                raise OSError(f"{self.f.name}: ends early, at byte {self.pos} (the file is truncated)")
+            update(chunk if n == chunk.nbytes else chunk[:n])
+            got += n
+            self.pos += n
 
     def skip_to(self, offset: int) -> None:
-        if self.hasher is None:
-            self.f.seek(offset)
-            self.pos = offset
-            return
-        self.f.seek(self.pos)
         while self.pos < offset:
             self.readinto(self.scratch[:min(SCRATCH, offset - self.pos)])
 
     def finish(self) -> None:
-        """Hash what is left of the file (nothing to do without a hasher)."""
-        if self.hasher is None:
-            return
-        self.f.seek(self.pos)
-        while n := self.f.readinto(self.scratch):
-            self.hasher.update(self.scratch[:n])
+        """Hash what is left of the file."""
+        readinto, update, scratch = self.f.readinto, self.hasher.update, self.scratch
+        while n := readinto(scratch):
+            update(scratch[:n])
             self.pos += n
 
 
@@ -140,13 +172,16 @@ class Reader(FileSystemReader):
     """DCP's file reader that reads whole same-layout chunks straight into their targets and verifies the
     shard files named in `verify` while reading them. `direct_bytes` counts what took the direct path."""
 
-    def __init__(self, path: Path, verify: dict[str, dict] | None = None, threads: int = THREADS):
+    def __init__(self, path: Path, verify: dict[str, dict] | None = None, threads: int | None = None,
+                 index: Index | None = None):
         super().__init__(str(path))
-        self.threads = threads
+        self.threads = file_threads() if threads is None else threads
+        self.index = index  # the shard files' index (index.py), when the checkpoint has one
         self.verify = dict(verify or {})
         self.problems: list[str] = []
         self.direct_bytes = 0
-        self.direct: dict[str, list[Direct]] = {}  # split_direct's items, read with DCP's in one pass per file
+        self.direct: dict[str, list] = {}  # split's items (Direct, Stored), read with DCP's in one pass per file
+        self._stored_into: dict | None = None  # where the Stored items go (split's rest)
         self._metadata = None
 
     def read_metadata(self, *args, **kwargs):
@@ -157,10 +192,49 @@ class Reader(FileSystemReader):
             self._metadata = super().read_metadata()
         return self._metadata
 
+    def split(self, tensors: dict) -> dict:
+        """Set `direct` to what of `tensors` is read straight into place; returns the rest, for DCP's load.
+        From the index when there is one: then `.metadata` is not read unless DCP needs more of it than
+        the index holds (a tensor stored otherwise, say, resharded)."""
+        if self.index is None:
+            self.direct, rest = split_direct(tensors, self.read_metadata())
+            return rest
+        self.direct, rest = self.index.split(tensors, Direct)
+        if not rest or any(isinstance(v, Stateful) for v in rest.values()):
+            return rest
+        flat, mappings = flatten_state_dict(rest)
+        found = self.index.stored(flat)
+        if found is None:
+            return rest
+        # Only bytes items are left (DDP: the hyperparameters): read in the same pass and unpickled as DCP's
+        # planner does (load_bytes: torch.load, set_element), without DCP's load around them.
+        self._stored_into = rest
+        for fqn, name, at, length in found:
+            self.direct.setdefault(name, []).append(Stored(at, length, mappings[fqn]))
+        return {}
+
+    def stored_keys(self):
+        """Every key the checkpoint holds (a container: `in`)."""
+        return self.index.keys if self.index is not None else self.read_metadata().state_dict_metadata
+
+    def stored_size(self, fqn: str) -> tuple:
+        """The shape of a whole plain tensor of the checkpoint."""
+        if self.index is not None and fqn in self.index.tensors:
+            return self.index.size(fqn)
+        return tuple(self.read_metadata().state_dict_metadata[fqn].size)
+
     def read_direct(self) -> None:
         """Read `direct` (and verify), when nothing is left for DCP's planner."""
-        self.storage_data = self.read_metadata().storage_data
+        self.storage_data = {}
         self.read_data(LoadPlan([]), None)
+        if self._stored_into is not None:
+            for items in self.direct.values():
+                for d in items:
+                    if type(d) is Stored:
+                        plain, value = plain_value(bytes(d.data))
+                        if not plain:
+                            value = torch.load(io.BytesIO(d.data), weights_only=False)
+                        set_element(self._stored_into, d.path, value)
 
     def read_data(self, plan, planner) -> Future:
         from shardlab.checkpoint.storage import injected_delay
@@ -195,14 +269,21 @@ class Reader(FileSystemReader):
         hasher = mf.new_hasher(algo) if algo is not None else None
         heads = Heads()
         with open(path, "rb", buffering=0) as f:
-            walk = _Walk(f, hasher)
+            walk = _Walk(f, hasher) if hasher is not None else None
             try:
                 for req in reqs:
-                    direct += (self._read_direct(f, walk, req, heads) if type(req) is Direct
-                               else self._read_item(f, walk, req, planner, heads))
-                walk.finish()
+                    kind = type(req)
+                    if kind is Direct:
+                        direct += self._read_direct(f, walk, req, heads)
+                    elif kind is Stored:
+                        req.data = bytearray(req.length)
+                        self._into(f, walk, req.offset, memoryview(req.data))
+                    else:
+                        direct += self._read_item(f, walk, req, planner, heads)
+                if walk is not None:
+                    walk.finish()
             except Exception:
-                if hasher is None:
+                if walk is None:
                     raise
                 # A corrupt file can break the parse before its hash is complete: hash the rest and report
                 # the corruption; an intact file's error is a real one.
@@ -217,45 +298,44 @@ class Reader(FileSystemReader):
                 self.problems.append(problem)
         return direct
 
-    def _read_direct(self, f, walk: _Walk, d: Direct, heads: Heads) -> int:
+    def _read_direct(self, f, walk: _Walk | None, d: Direct, heads: Heads) -> int:
         """A split_direct item: its record's bytes straight into the target, or (a record laid out otherwise)
-        DCP's way: torch.load the item's bytes and copy them in."""
-        forward = d.offset >= walk.pos
+        DCP's way: torch.load the item's bytes and copy them in. The index's items say where the bytes lie."""
+        if d.known:
+            return self._into(f, walk, d.offset, _bytes_of(d.target))
         at = record_span(f.fileno(), d.offset, d.length, d.target, heads)
         if at is not None:
-            return self._into(f, walk, d.offset + at, _bytes_of(d.target), forward)
+            return self._into(f, walk, d.offset + at, _bytes_of(d.target))
         data = bytearray(d.length)
-        self._into(f, walk, d.offset, memoryview(data), forward)
+        self._into(f, walk, d.offset, memoryview(data))
         d.target.copy_(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True))
         return 0
 
     @staticmethod
-    def _into(f, walk: _Walk, at: int, view: memoryview, forward: bool) -> int:
+    def _into(f, walk: _Walk | None, at: int, view: memoryview) -> int:
         """Read the file's bytes at `at` into `view`: through the walk (hashed) when it has not passed
-        them, else again with a read of their own (a second request for the same bytes)."""
-        if forward:
+        them; else (a file not verified here, or bytes passed already: a second request) a pread."""
+        if walk is not None and at >= walk.pos:
             walk.skip_to(at)
             walk.readinto(view)
         else:
-            f.seek(at)
-            _Walk(f, None).readinto(view)
+            _pread_into(f, at, view)
         return view.nbytes
 
-    def _read_item(self, f, walk: _Walk, req, planner, heads: Heads | None = None) -> int:
+    def _read_item(self, f, walk: _Walk | None, req, planner, heads: Heads | None = None) -> int:
         md = self.storage_data[req.storage_index]
-        forward = md.offset >= walk.pos  # else a second request for bytes already passed (read them again)
         if req.type != LoadItemType.BYTE_IO and not md.transform_descriptors:
             target = planner.resolve_tensor(req).detach()
             if (type(target) is torch.Tensor and target.device.type == "cpu" and target.is_contiguous()
                     and all(o == 0 for o in req.storage_offsets) and tuple(req.lengths) == tuple(target.shape)):
                 at = record_span(f.fileno(), md.offset, md.length, target, heads)
                 if at is not None:
-                    n = self._into(f, walk, md.offset + at, _bytes_of(target), forward)
+                    n = self._into(f, walk, md.offset + at, _bytes_of(target))
                     planner.commit_tensor(req, target)
                     return n
         # DCP's path (FileSystemReader.read_data), on the item's bytes read once.
         data = bytearray(md.length)
-        self._into(f, walk, md.offset, memoryview(data), forward)
+        self._into(f, walk, md.offset, memoryview(data))
         stream = self.transforms.transform_load_stream(req, md.transform_descriptors or (), io.BytesIO(data))
         raw = io.BytesIO(stream.read(-1))
         if req.type == LoadItemType.BYTE_IO:

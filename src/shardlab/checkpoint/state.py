@@ -97,11 +97,13 @@ def rng_key(dims) -> str:
 
 # --- the full state ---------------------------------------------------------------------------------
 
-def tensor_state(state) -> dict:
-    """The DCP part: live tensors (DCP loads into them in place; an async save stages copies)."""
+def tensor_state(state, rng: bool = True) -> dict:
+    """The DCP part: live tensors (DCP loads into them in place; an async save stages copies). Without
+    `rng` (a load: it reads the stream into a tensor of its own) the RNG states are not pickled."""
     tensors = {"model": state.strategy.model_state_dict(),
-               "optim": optim_state_dict(state.strategy, state.optimizer),
-               "rng": {rng_key(state.strategy.dims): rng_tensor()}}
+               "optim": optim_state_dict(state.strategy, state.optimizer)}
+    if rng:
+        tensors["rng"] = {rng_key(state.strategy.dims): rng_tensor()}
     sync = state.strategy.sync_state_dict()  # local SGD / DiLoCo (parallel/sync/periodic.py); None for the others.
     if sync is not None:  # after optim's materialisation, so the inner state is there
         tensors["sync"] = sync

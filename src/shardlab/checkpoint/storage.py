@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.planner import WriteItemType
 from torch.distributed.checkpoint.filesystem import DEFAULT_SUFFIX, FileSystem
 from torch.utils.serialization import config as serialization_config
 
+from shardlab.checkpoint import index
 from shardlab.checkpoint import manifest as mf
 
 # Drill: make rank R's storage write fail at step S ("R@S"), as a full disk or a dead NFS mount would.
@@ -175,7 +176,10 @@ class Writer(FileSystemWriter):
             # Shard files are fsynced by HashingStream.close (timed there); DCP's own fsync is for .metadata.
             self.sync_files = False
             with crc32_off():
-                return super().write_data(plan, planner)  # synchronous: the future is already complete
+                fut = super().write_data(plan, planner)  # synchronous: the future is already complete
+            # Each shard file's index (where its tensors' bytes lie), so that a load need not find them.
+            index.write(self.path, index.build(self.path, plan.items, fut.value()))
+            return fut
         finally:
             self.sync_files = True
             self.fs.shutdown()

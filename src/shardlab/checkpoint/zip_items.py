@@ -156,11 +156,12 @@ def _head_records(head: bytes) -> tuple[dict[str, bytes], str, int] | None:
     return None
 
 
-def _matches(meta: tuple, order: str, target: torch.Tensor) -> bool:
-    """Whether the stored tensor (data.pkl's `meta`, the file's byte order) is target's bytes as they are."""
-    dtype, _key, numel, start, size, stride = meta
-    return (order == sys.byteorder and dtype == target.dtype and start == 0 and size == tuple(target.shape)
-            and stride == _contiguous_strides(size) and numel == target.numel())
+def _matches(meta: tuple, order: str, dtype: torch.dtype, shape: tuple, numel: int) -> bool:
+    """Whether the stored tensor (data.pkl's `meta`, the file's byte order) is, as it is, the bytes of a
+    contiguous tensor of `dtype` and `shape` (`numel` elements)."""
+    stored, _key, stored_numel, start, size, stride = meta
+    return (order == sys.byteorder and stored == dtype and start == 0 and size == shape
+            and stride == _contiguous_strides(size) and stored_numel == numel)
 
 
 _PARSE_ERRORS = (KeyError, StopIteration, ValueError, TypeError, UnicodeDecodeError, struct.error,
@@ -204,10 +205,18 @@ class Heads:
 def record_span(fd: int, offset: int, length: int, target: torch.Tensor, heads: Heads | None = None) -> int | None:
     """Where, relative to the item's start, the raw bytes of `target` lie in the torch.save zip stored at
     [offset, offset + length), if that item is a plain contiguous tensor of target's dtype and shape
-    stored uncompressed in native byte order; else None (the caller takes DCP's path). One read of the
-    item's first 4 KiB finds it (the records before the storage, _head_records; `heads` remembers the
-    parses); an item laid out otherwise is parsed from its central directory (_records)."""
-    nbytes = target.numel() * target.element_size()
+    stored uncompressed in native byte order; else None (the caller takes DCP's path)."""
+    return span(fd, offset, length, target.dtype, tuple(target.shape), heads)
+
+
+def span(fd: int, offset: int, length: int, dtype: torch.dtype, shape: tuple, heads: Heads | None = None) -> int | None:
+    """record_span for a tensor of `dtype` and `shape` (the save's index asks it of what it just wrote). One
+    read of the item's first 4 KiB finds it (the records before the storage, _head_records; `heads`
+    remembers the parses); an item laid out otherwise is parsed from its central directory (_records)."""
+    numel = 1
+    for s in shape:
+        numel *= s
+    nbytes = numel * dtype.itemsize
     head = os.pread(fd, min(length, _Bytes.EDGE), offset)
     try:
         parsed = (heads or Heads()).parse(head)
@@ -215,14 +224,15 @@ def record_span(fd: int, offset: int, length: int, target: torch.Tensor, heads: 
             return None
         if parsed is not CENTRAL:
             meta, order, at = parsed
-            return at if _matches(meta, order, target) and at + nbytes <= length else None
+            return at if _matches(meta, order, dtype, shape, numel) and at + nbytes <= length else None
     except _PARSE_ERRORS:
         pass
-    return _central_span(fd, offset, length, target, nbytes)
+    return _central_span(fd, offset, length, dtype, shape, numel)
 
 
-def _central_span(fd: int, offset: int, length: int, target: torch.Tensor, nbytes: int) -> int | None:
-    """record_span from the zip's central directory (any record order)."""
+def _central_span(fd: int, offset: int, length: int, dtype: torch.dtype, shape: tuple, numel: int) -> int | None:
+    """span from the zip's central directory (any record order)."""
+    nbytes = numel * dtype.itemsize
     try:
         b = _Bytes(fd, offset, length)
         recs = _records(b)
@@ -235,7 +245,45 @@ def _central_span(fd: int, offset: int, length: int, target: torch.Tensor, nbyte
         local, size, method = recs[f"{prefix}data/{meta[1]}"]
     except _PARSE_ERRORS:
         return None
-    if not (_matches(meta, order, target) and method == 0 and size == nbytes):
+    if not (_matches(meta, order, dtype, shape, numel) and method == 0 and size == nbytes):
         return None
     data = _data_offset(b, local)
     return data if data is not None and data + nbytes <= length else None
+
+
+class _PlainValue(pickle.Unpickler):
+    """Unpickles a value made of Python's own types alone: a class to import or a storage raises (the
+    caller then asks torch.load, which knows torch's types)."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"not a plain value: {module}.{name}")
+
+    def persistent_load(self, pid):
+        raise pickle.UnpicklingError("holds a storage")
+
+
+def plain_value(item: bytes) -> tuple[bool, object]:
+    """(True, the value) of a torch.save'd item that holds a plain Python value (DCP's BYTE_IO items: the
+    optimizer's hyperparameters, floats, tuples, bools), read from its data.pkl, the archive's first
+    record: what torch.load gives for it (DCP's load_bytes), without torch.load's archive reader and
+    unpickler set-up (~50 us an item). (False, None): anything else (a torch type, a storage, another
+    layout): the caller uses torch.load."""
+    if item[:4] != b"PK\x03\x04" or len(item) < _LOCAL.size:
+        return False, None
+    f = _LOCAL.unpack_from(item, 0)
+    name_len, extra_len, method = f[-2], f[-1], f[3]
+    at = _LOCAL.size + name_len + extra_len
+    if method != 0 or not item[_LOCAL.size:_LOCAL.size + name_len].endswith(b"/data.pkl"):
+        return False, None
+    q = at
+    while True:  # the record ends at the data descriptor that gives its own length (as in _head_records)
+        q = item.find(b"PK\x07\x08", q)
+        if q < 0 or q + 16 > len(item):
+            return False, None
+        if int.from_bytes(item[q + 8:q + 12], "little") == q - at:
+            break
+        q += 1
+    try:
+        return True, _PlainValue(io.BytesIO(item[at:q])).load()
+    except _PARSE_ERRORS:
+        return False, None

@@ -6,7 +6,8 @@ products to the forward's two (dV, dP, dQ, dK and the recomputed S): 2.5 times t
 FlashAttention papers count FLOPs this way and report the rate reached as a fraction of the dense 16-bit peak:
 
   flash2  FlashAttention-2 (Dao 2023, arXiv 2307.08691; what torch's SDPA runs as its flash backend):
-          50-73% of peak on A100 (abstract); on H100 only about 35% (FlashAttention-3 paper, abstract)
+          50-73% of peak on A100 (abstract); on H100 only about 35% (FlashAttention-3 paper, abstract), and by
+          sequence length and direction the FlashAttention-3 paper's own figures (HOPPER_FA2_BY_SEQ below)
   flash3  FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): up to 75% of H100's peak forward
           (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall
   triton  FlashAttention (the first algorithm) in Triton (flash-attn's flash_attn_triton.py; llm-foundry's
@@ -28,24 +29,57 @@ EFFICIENCY = {
 }
 BACKENDS = ("flash2", "flash3", "triton")
 
+# FlashAttention-2 on an H100 80GB SXM5, head dim 128, BF16, TFLOP/s counted as above (causal half, backward 2.5x),
+# by sequence length: (seq, forward with the causal mask, backward). Shah et al. 2024 (FlashAttention-3, arXiv
+# 2407.08608), Fig. 5 (forward, "with causal mask, head dim 128") and Fig. 6 (backward, head dim 128; the paper
+# shows the backward without the causal mask only), bars labelled "FlashAttention-2"; measured with flash-attention's
+# benchmark (benchmarks/benchmark_flash_attention.py: 16k tokens per configuration, 30 repeats). The abstract's
+# "35%" is the top of this table; at seq 2048 the kernel reaches 30% forward, 29% backward. Of the 989 TF peak
+HOPPER_FA2_BY_SEQ = ((512, 191.0, 214.0), (1024, 260.0, 260.0), (2048, 298.0, 291.0), (4096, 319.0, 310.0),
+                     (8192, 333.0, 318.0), (16384, 335.0, 322.0))
+HOPPER_FA2_PEAK = 989e12
+
+
+def hopper_fa2_by_seq(seq: int) -> tuple[float, float]:
+    """(forward, backward) fraction of the dense peak FlashAttention-2 reaches on Hopper at this sequence length
+    (the kernel's key length): the FlashAttention-3 paper's figures, linear in log2(seq) between the measured
+    lengths, the end values beyond them."""
+    import math
+    pts = HOPPER_FA2_BY_SEQ
+    x = math.log2(max(pts[0][0], min(pts[-1][0], seq)))
+    for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:]):
+        if x <= math.log2(s1):
+            w = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return ((f0 + w * (f1 - f0)) * 1e12 / HOPPER_FA2_PEAK, (b0 + w * (b1 - b0)) * 1e12 / HOPPER_FA2_PEAK)
+    return pts[-1][1] * 1e12 / HOPPER_FA2_PEAK, pts[-1][2] * 1e12 / HOPPER_FA2_PEAK
+
 
 def generation(peak_flops: float) -> str:
     """Ampere (A100: 312 TF dense BF16) or Hopper (H100/H200: 989 TF)."""
     return "hopper" if peak_flops > 500e12 else "ampere"
 
 
-def efficiency(backend: str, peak_flops: float) -> tuple[float, float]:
+def efficiency(backend: str, peak_flops: float, seq: int = 0) -> tuple[float, float]:
+    """(forward, backward) fraction of the dense peak. `seq` > 0 (a cluster with `attention_by_seq`): on Hopper,
+    FlashAttention-2 at the FlashAttention-3 paper's rate for that sequence length, Triton's at half of it."""
     gen = generation(peak_flops)
     if (backend, gen) not in EFFICIENCY:
         raise ValueError(f"attention backend {backend!r} has no published rate on {gen} "
                          f"(known: {', '.join(f'{b} on {g}' for b, g in EFFICIENCY)})")
+    if seq and gen == "hopper" and backend in ("flash2", "triton"):
+        f, b = hopper_fa2_by_seq(seq)
+        half = 0.5 if backend == "triton" else 1.0  # Triton's FlashAttention: half of FlashAttention-2's rate
+        return f * half, b * half
     return EFFICIENCY[(backend, gen)]
 
 
-def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None) -> float:
-    """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs."""
-    fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops)
-    peak = cluster.peak_flops * cluster.clock_factor
+def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None, seq: int = 0) -> float:
+    """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs;
+    `seq` the kernel's sequence length (used where the cluster rates attention by it: `attention_by_seq`)."""
+    fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops,
+                          seq if getattr(cluster, "attention_by_seq", False) else 0)
+    # at the clock the chip sustains at its power limit, not the boost clock of the papers' short benchmarks
+    peak = cluster.peak_flops * cluster.clock_factor * getattr(cluster, "attention_sustained", 1.0)
     work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)
     return work / (peak * (bwd if backward else fwd))
 

@@ -71,13 +71,21 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     reps = m if per_micro else 1
     g_bytes = gb * (psi if grad_op == "all_reduce" else full)
     # the root unit (embeddings) finishes its backward last: its reduction cannot overlap
-    out.append(Collective(grad_op, sg, s, g_bytes * reps, k * reps, "backward",
+    k_g, per, last = k, "one call per unit", gb * unit_full[0]
+    if lay.zero_bucket_mb > 0 and lay.strategy in ("zero1", "zero2"):
+        # flat buckets of the reduce dtype, one call each (apex's DistributedFusedAdam); the last bucket waits
+        # for every gradient (its ignore_last_bucket), the parameters come back in the same buckets
+        bucket = lay.zero_bucket_mb * MiB
+        k_g, per, last = max(1, -(-int(g_bytes) // int(bucket))), f"{lay.zero_bucket_mb:g} MiB buckets", bucket
+    out.append(Collective(grad_op, sg, s, g_bytes * reps, k_g * reps,
+                          "backward" if lay.overlap_grad_reduce else "none",
                           f"{gb}*Psi{'_padded' if grad_op != 'all_reduce' else ''} x {reps} "
-                          f"{'micro batches' if per_micro else 'step (last micro batch)'}, one call per unit",
-                          per_micro=per_micro, last_payload=gb * unit_full[0]))
+                          f"{'micro batches' if per_micro else 'step (last micro batch)'}, {per}"
+                          + ("" if lay.overlap_grad_reduce else ", after the backward (not overlapped)"),
+                          per_micro=per_micro, last_payload=last))
     if lay.strategy in ("zero1", "zero2"):
-        out.append(Collective("all_gather", sg, s, pb * full, k, "none",
-                              f"{pb}*Psi_padded updated parameters after the step, one call per unit"))
+        out.append(Collective("all_gather", sg, s, pb * full, k_g, "none",
+                              f"{pb}*Psi_padded updated parameters after the step, {per}"))
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
         f8 = fp8.all_gather_saving(model, train, lay, pb)  # the converted weights gathered in float8
         fwd = pb * full - f8

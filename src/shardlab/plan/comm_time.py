@@ -88,7 +88,28 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
     # "the speed of the hardware bottleneck"), while every step's latency still adds up. Summing the phases
     # (a two-level algorithm run phase after phase) stays on profiles without NCCL's terms
     xfer = max(xfer_in, xfer_out) if cluster.pipelined_phases else xfer_in + xfer_out
+    if cluster.ring_latency_steps:
+        lat_in, lat_out, xfer = nccl_latency(op, size, n, local, nodes, cluster, xfer_in)
     return base + lat_in + lat_out + xfer, w_in, wire_factor(op, nodes) * inner
+
+
+def nccl_latency(op: str, size: float, n: int, local: int, nodes: int, cluster: Cluster,
+                 xfer_in: float) -> tuple[float, float, float]:
+    """(NVLink-step latency, network-step latency, transfer) of one call across nodes as NCCL's tuning model
+    counts it (src/graph/tuning.cc, ncclTopoTuneModel): one ring through all n ranks takes n - 1 steps (all-reduce
+    2(n - 1)), nodes - 1 of them (all-reduce 2(nodes - 1)) over the network and the rest over NVLink, so its
+    latency grows with the ranks, not with (local - 1) + (nodes - 1); the double binary tree (all-reduce only)
+    takes 2((local - 1) NVLink + log2(nodes) network steps). The transfer is the slower link's share, as before.
+    All-reduce takes the faster of the two, as NCCL picks."""
+    inter_bw = achieved_bw(op, cluster, True)
+    inter = 2 * (nodes - 1) if op == "all_reduce" else nodes - 1
+    ring_lat = ((ring_steps(op, n) - inter) * cluster.intra_latency, inter * cluster.inter_latency)
+    ring_x = max(xfer_in, wire_factor(op, nodes) * size / local / inter_bw)
+    if op != "all_reduce":
+        return ring_lat + (ring_x,)
+    tree_lat = (2 * (local - 1) * cluster.intra_latency, 2 * math.ceil(math.log2(nodes)) * cluster.inter_latency)
+    tree_x = max(xfer_in, 2 * size / local / inter_bw)
+    return min(ring_lat + (ring_x,), tree_lat + (tree_x,), key=sum)
 
 
 def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:

@@ -52,9 +52,21 @@ class Cluster:
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
     attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
+    # the attention kernel's rate by its sequence length where the papers' figures give one (attention.py:
+    # FlashAttention-2 and Triton's on Hopper); False = the backend's one published fraction
+    attention_by_seq: bool = False
+    # the rate a tensor-core kernel keeps at the board's power limit over the rate it reaches in a short benchmark
+    # (the boost burst): MSMF / MAMF of the same GEMM benchmark. The attention kernels' published rates are short
+    # benchmarks; in a training step the chip runs at its power limit and every kernel at the clock the GEMMs
+    # settle at. 1 = none known (the GEMM rate, gemm_efficiency, is sustained already where it is measured)
+    attention_sustained: float = 1.0
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
     unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
     pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
+    # a ring across nodes pays a step's latency at each of its n - 1 steps (all-reduce 2(n - 1)), nodes - 1 of them
+    # (2(nodes - 1)) at the network's, as NCCL's tuning model counts (src/graph/tuning.cc); False = the
+    # hierarchical (local - 1) + (nodes - 1) steps of a two-level algorithm
+    ring_latency_steps: bool = False
     # achieved / datasheet HBM bandwidth of a memory-bound kernel by the bytes it moves: ((bytes, fraction), ...)
     # largest first, the first the kernel reaches applies (); () = the datasheet's (profiles: measured rates)
     hbm_efficiency: tuple = ()
@@ -168,7 +180,8 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # calculon/memory.py does): 90% of the datasheet from 100 MB a kernel, 75% from 10 MB, 60% from 1 MB, 30% below
 CALCULON_HBM = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.6), (0.0, 0.3))
 _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
-             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM)
+             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM,
+             ring_latency_steps=True)
 # gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the
 # datasheet's 989, 0.706 (S. Bekman, ml-engineering, compute/accelerator/benchmarks: MAMF and MSMF; the H100 SXM
@@ -177,8 +190,14 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # at ~693 W and a settled ~1,374 MHz (the BF16 MSMF settles at ~1,465 MHz: FP8 draws more power per clock), so an
 # FP8 GEMM runs 1.84x, not 2x, a BF16 one (S. Bekman, ml-engineering, compute/accelerator/README.md, MAMF & MSMF
 # table, branch fast-mamf, commit 082816f)
+# attention_by_seq: FlashAttention-2's rate on an H100 by sequence length and direction, from the FlashAttention-3
+# paper's figures (attention.HOPPER_FA2_BY_SEQ), not its abstract's one "35%"
+# attention_sustained: those figures are a short benchmark's (30 repeats of each configuration); at the power limit a
+# GH100 settles below the boost clock they ran at: MSMF / MAMF of the same BF16 GEMM benchmark, 698.6 / ~828 = 0.844
+# (S. Bekman, ml-engineering, as gemm_efficiency above). The A100 keeps 1: no sustained figure is published
 _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
-               gemm_efficiency=0.706, gemm_efficiency_fp8=0.651)
+               gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
+               attention_sustained=round(698.6 / 828, 3))
 
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(

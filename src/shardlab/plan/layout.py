@@ -65,6 +65,10 @@ class TrainSpec:
     # train.compile: torch.compile (Inductor) on each block; on GPU presets its fusion changes the block's
     # elementwise bytes, kernel count and float8 casts (plan/fusion.py); false: eager, today's op list
     compile: bool = False
+    # each micro batch's 16-bit gradients added into a separate fp32 accumulation buffer by their own kernel,
+    # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
+    # wgrad GEMM does not accumulate itself); a published row's input
+    grad_copy: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
@@ -141,6 +145,12 @@ class Layout:
     first_bucket_mb: float = 1.0  # DDP's first (earliest ready) bucket is smaller, as in torch DDP
     last_bucket_mb: float = 1.0  # shardlab's ddp: the last bucket, those before it doubling up to bucket_mb; 0 = none
     comm_dtype: str | None = None  # gradient collective dtype; None = gradient dtype
+    # ZeRO-1/2's collectives in flat buckets of this many MiB of the reduce dtype (apex's DistributedFusedAdam:
+    # bucket_cap_mb, 100 by default), one call per bucket; 0 = one call per wrap unit (shardlab's, FSDP's)
+    zero_bucket_mb: float = 0.0
+    # the gradient reduction hides behind the last backward (False: issued after it, as apex's optimizer does
+    # with overlap_grad_sync off, NeMo's setting under pipeline or sequence parallelism)
+    overlap_grad_reduce: bool = True
     health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
 
     @property

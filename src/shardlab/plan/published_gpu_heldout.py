@@ -145,10 +145,20 @@ def _nemo_rows() -> list[dict]:
     for size, (shape, tp, pp, rec, sp, by_nodes) in _NEMO.items():
         for nodes, tps in by_nodes.items():
             g = 8 * nodes
-            lay = {"dp": g // (tp * pp), "tp": tp, "pp": pp, "sp": sp, "recompute": rec, "strategy": "zero2"}
+            # distributed_fused_adam as NeMo 1.11 built it (the 22.08 container's; megatron_gpt_model.py) on apex's
+            # DistributedFusedAdam (apex 6f7d8ac3, 2022-08-25): gradients accumulate in a contiguous fp32 buffer
+            # (contiguous_grad_buffer, no_sync on every micro batch but the last), are reduce-scattered once a step
+            # in fp32 (grad_sync_dtype must equal the fp32 state dtype) in 100 MB buckets (bucket_cap_mb's default;
+            # the yaml sets none), and the bf16 parameters (param_sync_dtype = autocast dtype) are all-gathered
+            # after the step in the same buckets: ZeRO-1's traffic. overlap_grad_sync is switched off under
+            # pipeline or sequence parallelism (configure_optimizers): 175B reduces after its backward
+            lay = {"dp": g // (tp * pp), "tp": tp, "pp": pp, "sp": sp, "recompute": rec, "strategy": "zero1",
+                   "zero_bucket_mb": 100.0, "overlap_grad_reduce": not (pp > 1 or sp)}
             out.append(_row(f"NeMo GPT-3 {size} A100x{g}", shape, "A100-80G", g, 2048, 2, 2048, lay,
                             round(tps / g, 1), NEMO, flash=False, published=f"{tps} tokens/s on {nodes} nodes",
-                            notes="distributed_fused_adam read as ZeRO-2; vocab 50257 padded to 128 x tp"))
+                            comm_dtype="fp32", fp32_grad_accum=True, grad_copy=pp == 1,
+                            notes="apex DistributedFusedAdam (NeMo 1.11): fp32 grads reduce-scattered once a step "
+                                  "in 100 MB buckets, bf16 params all-gathered; vocab 50257 padded to 128 x tp"))
     return out
 
 
@@ -240,7 +250,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
-                      compile=row.get("compile", False))
+                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

@@ -11,7 +11,7 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
@@ -102,6 +102,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
                 capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
     mt = micro_batch_time(model, train, lay, cluster)
+    t_copy = grad_copy_time(model, train, lay, cluster)
+    if t_copy:
+        mt = replace(mt, bwd=mt.bwd + t_copy)
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
@@ -128,6 +131,17 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
     return plan
+
+
+def grad_copy_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> float:
+    """Seconds per micro batch of `TrainSpec.grad_copy`: each parameter's 16-bit gradient added into its fp32
+    accumulation buffer by a kernel of its own (apex DistributedFusedAdam `_grad_copy`: `grad_out.add_(grad_in)`,
+    once per parameter per backward), reading the gradient and the buffer and writing the buffer:
+    (e + 4 + 4) B per parameter at the achieved HBM bandwidth of that parameter's bytes."""
+    if not train.grad_copy or not train.mixed:
+        return 0.0
+    per = train.param_bytes + 8
+    return sum(per * x / cluster.hbm_at(per * x) for u in units(model, lay.tp, lay.pp, lay.v) for x in u)
 
 
 def _micro_batches(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> int:
@@ -307,11 +321,15 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "interpolated": "(this model's passes measured in situ at other micro batches: least-squares line in b)",
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
-        + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none")) + mt.compiled
+        + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
+                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + mt.compiled
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
-                    + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") + ")"
+                    + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") \
+                    + (f"; gradient copy into the fp32 buffer {grad_copy_time(plan.model, plan.train, plan.layout, cluster) * 1e3:.3f} ms"
+                       f" ({plan.train.param_bytes} + 4 + 4 B per parameter, TrainSpec.grad_copy)"
+                       if plan.train.grad_copy else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
     X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
@@ -339,7 +357,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none") -> str:
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:
     """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
     if c.gemm_table or c.gemm_fit:
         return ""
@@ -354,9 +372,15 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
-        from .attention import efficiency
-        f, b = efficiency(c.attention, c.peak_flops)
-        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward")
+        from .attention import efficiency, generation
+        by_seq = seq if c.attention_by_seq and generation(c.peak_flops) == "hopper" \
+            and c.attention in ("flash2", "triton") else 0
+        f, b = efficiency(c.attention, c.peak_flops, by_seq)
+        out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward"
+                   + (f" (FlashAttention-2 on Hopper at seq {seq:,}: the FlashAttention-3 paper's figures)"
+                      if by_seq else "")
+                   + (f" x {c.attention_sustained:.3f} (the papers' short benchmarks at the sustained clock: MSMF / "
+                      "MAMF)" if c.attention_sustained < 1 else ""))
     if c.hbm_efficiency:
         out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
                    + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)

@@ -9,9 +9,12 @@ quarter of its bytes). These checks say when that is so, from the tensors' memor
 - model: every value is the memory of a live parameter or buffer (same address, dtype, shape, strides),
   every parameter is covered, and no module changes what loading means (a `_load_from_state_dict` of its
   own, or load hooks): then `load_state_dict` would copy each tensor onto itself, and nothing is done;
-- optimizer: the state's tensors are exactly the live state's (one for one): then only the hyperparameters
-  are new, and torch's own `Optimizer.load_state_dict` is given the optimizer's own state dict with the
-  checkpoint's hyperparameters (no name resolution; its hooks and `__setstate__` run as before).
+- optimizer: the state's tensors are exactly the live state's (one for one: the same objects, or the same
+  memory): then only the hyperparameters are new, and torch's own `Optimizer.load_state_dict` is given the
+  optimizer's own state dict with the checkpoint's hyperparameters (no name resolution; its hooks and
+  `__setstate__` run as before). When those equal the live ones too (a load into the state it was saved
+  from), torch's load would rebuild the same containers around the same tensors: `loads_nothing` says
+  when it is skipped (torch's own load and `__setstate__`, no hooks, no tensor it would cast).
 
 Anything else (DTensors, a copy, a missing tensor, a custom load) returns False / None: the caller takes
 torch's path unchanged.
@@ -26,13 +29,30 @@ def where(t: torch.Tensor) -> tuple:
     return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
 
 
-def _plain_load(module: nn.Module) -> bool:
-    """No module of `module` loads differently from nn.Module (own `_load_from_state_dict`, hooks)."""
+def walk(module: nn.Module) -> tuple[list, list, bool, bool]:
+    """`module.parameters()` and `module.buffers()` (the same tensors in the same order), and whether every
+    module saves and loads as nn.Module does (no `_save_to_state_dict` / `get_extra_state` /
+    `_load_from_state_dict` of its own, no state-dict or load hooks), in one pass over the modules: each
+    of those walks them again, and the walks were most of a per-load check's cost."""
+    params, buffers, seen_p, seen_b = [], [], set(), set()
+    plain_save = plain_load = True
     for m in module.modules():
-        if (type(m)._load_from_state_dict is not nn.Module._load_from_state_dict
-                or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks):
-            return False
-    return True
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen_p:
+                seen_p.add(id(p))
+                params.append(p)
+        for b in m._buffers.values():
+            if b is not None and id(b) not in seen_b:
+                seen_b.add(id(b))
+                buffers.append(b)
+        t = type(m)
+        if plain_save and (t._save_to_state_dict is not nn.Module._save_to_state_dict or t.get_extra_state
+                           is not nn.Module.get_extra_state or m._state_dict_hooks or m._state_dict_pre_hooks):
+            plain_save = False
+        if plain_load and (t._load_from_state_dict is not nn.Module._load_from_state_dict
+                           or m._load_state_dict_pre_hooks or m._load_state_dict_post_hooks):
+            plain_load = False
+    return params, buffers, plain_save, plain_load
 
 
 def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
@@ -40,10 +60,11 @@ def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
     every parameter, with nothing loaded another way: applying it would copy each tensor onto itself."""
     if not sd or any(type(v) is not torch.Tensor for v in sd.values()):
         return False
-    params = {where(p.detach()) for p in module.parameters()}
-    live = params | {where(b) for b in module.buffers()}
+    ps, bs, _, plain_load = walk(module)
+    params = {where(p) for p in ps}  # a parameter's memory is its detached view's
+    live = params | {where(b) for b in bs}
     given = {where(v) for v in sd.values()}
-    return given <= live and params <= given and _plain_load(module)
+    return given <= live and params <= given and plain_load
 
 
 def _tensors(state: dict) -> list | None:
@@ -66,10 +87,44 @@ def native_optim_state(optimizer: torch.optim.Optimizer, sd: dict) -> dict | Non
     given, live = _tensors(sd.get("state", {})), _tensors(optimizer.state)
     if given is None or live is None or len(given) != len(live):
         return None
-    places = {where(v) for v in live}
-    if len(places) != len(live) or {where(v) for v in given} != places:
-        return None
+    ids = {id(v) for v in live}
+    # The handed-out state dict holds the live tensor objects themselves (a read copies into them): one for
+    # one by identity, which is what equal memory says, at a set of ids' cost. Else compare the memory.
+    if len(ids) != len(live) or {id(v) for v in given} != ids:
+        places = {where(v) for v in live}
+        if len(places) != len(live) or {where(v) for v in given} != places:
+            return None
     native = optimizer.state_dict()
     native["param_groups"] = [{**saved, "params": cur["params"]}
                               for saved, cur in zip(sd["param_groups"], native["param_groups"])]
     return native
+
+
+def _same_value(a, b) -> bool:
+    return type(a) is type(b) and not torch.is_tensor(a) and a == b
+
+
+def _cast_is_identity(p: torch.Tensor, key, v: torch.Tensor, group: dict) -> bool:
+    """torch's load keeps `v` as it is (Optimizer._process_value_according_to_param_policy)."""
+    if key == "step":
+        return not (group.get("capturable") or group.get("fused")) or (v.dtype == torch.float32 and v.device == p.device)
+    return v.device == p.device and (not p.is_floating_point() or v.dtype == p.dtype)
+
+
+def loads_nothing(optimizer: torch.optim.Optimizer, native: dict) -> bool:
+    """Whether `optimizer.load_state_dict(native)` (`native_optim_state`'s answer) would leave the optimizer
+    as it is: torch's own load and `__setstate__` (idempotent on a built optimizer), no load hooks, every
+    hyperparameter equal to the live one (same keys, types and values) and no state tensor it would cast."""
+    t = type(optimizer)
+    if (t.load_state_dict is not torch.optim.Optimizer.load_state_dict or not t.__setstate__.__module__.startswith(
+            "torch.optim.") or optimizer._optimizer_load_state_dict_pre_hooks
+            or optimizer._optimizer_load_state_dict_post_hooks):
+        return False
+    for g, saved in zip(optimizer.param_groups, native["param_groups"]):
+        if set(g) != set(saved) or not all(_same_value(g[k], v) for k, v in saved.items() if k != "params"):
+            return False
+        for p in g["params"]:
+            st = optimizer.state.get(p, {})
+            if not all(_cast_is_identity(p, k, v, g) for k, v in st.items()):
+                return False
+    return True

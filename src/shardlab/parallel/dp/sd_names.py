@@ -13,31 +13,21 @@ tensors (tests/checkpoint/test_ckpt_reader.py compares them).
 """
 from __future__ import annotations
 
-from itertools import chain
-
 import torch
 import torch.nn as nn
 
-from shardlab.parallel.dp.in_place import where
-
-
-def _plain_save(module: nn.Module) -> bool:
-    """No module saves differently from nn.Module (own `_save_to_state_dict`, extra state, hooks)."""
-    for m in module.modules():
-        t = type(m)
-        if (t._save_to_state_dict is not nn.Module._save_to_state_dict or t.get_extra_state is not
-                nn.Module.get_extra_state or m._state_dict_hooks or m._state_dict_pre_hooks):
-            return False
-    return True
+from shardlab.parallel.dp.in_place import walk, where
 
 
 def _tensors(module: nn.Module) -> list:
-    return list(chain(module.parameters(), module.buffers()))
+    params, buffers, _, _ = walk(module)
+    return params + buffers
 
 
 def _model_signature(module: nn.Module) -> tuple | None:
-    ts = _tensors(module)
-    if any(type(t) not in (torch.Tensor, nn.Parameter) for t in ts) or not _plain_save(module):
+    params, buffers, plain_save, _ = walk(module)
+    ts = params + buffers
+    if not plain_save or any(type(t) not in (torch.Tensor, nn.Parameter) for t in ts):
         return None
     return tuple((id(t), where(t)) for t in ts)
 

@@ -1,0 +1,206 @@
+"""The shard files' index: where each whole plain tensor's bytes lie, written at save, read at load.
+
+A load at the same layout reads every plain tensor's bytes straight into the live tensor; to find them it
+had to unpickle DCP's `.metadata` (~800 dataclass entries for gpt2: 5-9 ms a load), look every tensor up
+there, and parse each item's torch.save zip head in its shard file (a read of its own per item). All of it
+is fixed at save time, so each rank writes, after its shard file `__R_0.distcp`, the index of that file,
+`__R_0.index.json`:
+
+    {"format": 1, "file": "__R_0.distcp",
+     "tensors": [[fqn, data offset in the file, nbytes, dtype, shape], ...],  whole plain tensors
+     "bytes": [[fqn, offset, length], ...],                                   DCP's BYTE_IO items
+     "other": [fqn, ...]}                                                     anything else (a shard of a
+                                                                              DTensor, a transformed item)
+
+The offsets are found by the parser the reader used before (zip_items.span) on the bytes just written. The
+index is a file of the checkpoint like any other: listed in the manifest with its checksum, rechecked by
+one rank (the small files' share) before anything is read, so a damaged one is named and refused as any
+file is. A checkpoint whose shard files do not all have their index listed (written before 2026-12-06, an
+index the parser cannot use) loads through `.metadata` as before. Together the indexes name every key
+`.metadata` has (a key that is not a whole plain tensor or bytes under "other"), so a load that needs no
+other entry never unpickles `.metadata`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from torch.distributed.checkpoint.planner import WriteItemType
+
+from shardlab.checkpoint import manifest as mf
+from shardlab.checkpoint.zip_items import Heads, span
+
+FORMAT = 1
+SHARD_RE = re.compile(r"^(__\d+_\d+)\.distcp$")  # DCP's shard file of rank R: __R_0.distcp
+_DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
+    torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+
+
+def index_name(shard: str) -> str | None:
+    """`__R_0.distcp` -> `__R_0.index.json` (None: not a shard file)."""
+    m = SHARD_RE.match(shard)
+    return f"{m.group(1)}.index.json" if m else None
+
+
+# --- save -----------------------------------------------------------------------------------------------
+def build(step_dir: Path, items, results) -> dict[str, dict]:
+    """{index file name: its contents} for the shard files of one rank's write (DCP's write items and
+    their results)."""
+    by_index = {it.index: it for it in items}
+    out: dict[str, dict] = {}
+    heads: dict[str, Heads] = {}
+    fds: dict[str, int] = {}
+    try:
+        for res in results:
+            info, item = res.storage_data, by_index.get(res.index)
+            name = index_name(info.relative_path)
+            if name is None or item is None:
+                continue
+            idx = out.setdefault(name, {"format": FORMAT, "file": info.relative_path,
+                                        "tensors": [], "bytes": [], "other": []})
+            fqn = res.index.fqn
+            if item.type == WriteItemType.BYTE_IO:
+                if info.transform_descriptors:
+                    idx["other"].append(fqn)
+                else:
+                    idx["bytes"].append([fqn, info.offset, info.length])
+                continue
+            entry = _tensor_entry(step_dir, item, info, heads, fds)
+            (idx["tensors"] if entry is not None else idx["other"]).append(entry or fqn)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return out
+
+
+def _tensor_entry(step_dir: Path, item, info, heads: dict, fds: dict) -> list | None:
+    """[fqn, data offset, nbytes, dtype, shape] of a whole plain tensor's item, else None."""
+    td = item.tensor_data
+    dtype = td.properties.dtype
+    name = str(dtype).removeprefix("torch.")
+    if (info.transform_descriptors or any(td.chunk.offsets) or tuple(td.chunk.sizes) != tuple(td.size)
+            or _DTYPES.get(name) is not dtype):
+        return None
+    path = info.relative_path
+    if path not in fds:
+        fds[path] = os.open(Path(step_dir) / path, os.O_RDONLY)
+    shape = tuple(td.size)
+    at = span(fds[path], info.offset, info.length, dtype, shape, heads.setdefault(path, Heads()))
+    if at is None:
+        return None
+    nbytes = dtype.itemsize
+    for s in shape:
+        nbytes *= s
+    return [item.index.fqn, info.offset + at, nbytes, name, list(shape)]
+
+
+def write(step_dir: Path, indexes: dict[str, dict]) -> None:
+    for name, idx in indexes.items():
+
+        mf.write_json_atomic(Path(step_dir) / name, idx, compact=True)
+
+
+# --- load -----------------------------------------------------------------------------------------------
+class Index:
+    """The shard files' indexes of one checkpoint, merged: `tensors` fqn -> (file, data offset, nbytes, dtype,
+    shape), `bytes` fqn -> (file, offset, length), `keys` every key of the checkpoint."""
+
+    def __init__(self):
+        self.tensors: dict[str, tuple] = {}
+        self.bytes: dict[str, tuple] = {}
+        self.keys: set[str] = set()
+
+    @classmethod
+    def read(cls, step_dir: Path, manifest: dict | None) -> Index | None:
+        """The checkpoint's index, when the manifest lists one for every shard file (their checksums are
+        rechecked with the small files, before any read), else None: the load takes `.metadata`."""
+        files = (manifest or {}).get("files", {})
+        names = [(shard, index_name(shard)) for shard in files if SHARD_RE.match(shard)]
+        if not names or any(n not in files for _, n in names):
+            return None
+        out = cls()
+        try:
+            for shard, name in names:
+                idx = json.loads((Path(step_dir) / name).read_bytes())
+                if idx.get("format") != FORMAT or idx.get("file") != shard:
+                    return None
+                out._add(shard, idx, files[shard]["size"])
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return None  # not an index this reader understands: `.metadata` (the file itself was verified)
+        return out
+
+    def _add(self, shard: str, idx: dict, size: int) -> None:
+        """One file's index; ValueError (the caller falls back to `.metadata`) for an entry that does not
+        fit the file (a checked index is what the save wrote: this guards the parsing, not the bytes)."""
+        first, tensors = self._first, self.tensors
+        for fqn, at, nbytes, dtype, shape in idx["tensors"]:
+            dt = _DTYPES[dtype]
+            n = dt.itemsize
+            for d in shape:
+                if type(d) is not int or d < 0:
+                    raise ValueError(f"{shard}: bad shape in the index entry for {fqn}")
+                n *= d
+            if type(at) is not int or at < 0 or nbytes != n or at + n > size:
+                raise ValueError(f"{shard}: bad index entry for {fqn}")
+            if first(fqn):
+                tensors[fqn] = (shard, at, n, dt, tuple(shape))
+        for fqn, at, length in idx["bytes"]:
+            if not (type(at) is int and type(length) is int and 0 <= at and at + length <= size):
+                raise ValueError(f"{shard}: bad index entry for {fqn}")
+            if first(fqn):
+                self.bytes[fqn] = (shard, at, length)
+        for fqn in idx["other"]:
+            first(fqn)
+
+    def _first(self, fqn: str) -> bool:
+        """Records the key; False (dropping what it had) when it was seen before: a key stored in more
+        than one item (a DTensor's shards) is not the one whole item the index promises: DCP reads it."""
+        if type(fqn) is not str:
+            raise TypeError(fqn)
+        if fqn in self.keys:
+            self.tensors.pop(fqn, None)
+            self.bytes.pop(fqn, None)
+            return False
+        self.keys.add(fqn)
+        return True
+
+    def size(self, fqn: str) -> tuple:
+        """The shape of a whole plain tensor of the checkpoint."""
+        return self.tensors[fqn][4]
+
+    def split(self, state_dict: Mapping, direct_cls) -> tuple[dict[str, list], dict]:
+        """reader.split_direct from the index: (the plain tensors whose index entry is of their dtype and
+        shape, by file, as `direct_cls(data offset, nbytes, target, True)`; the rest, nested as it was)."""
+        direct: dict[str, list] = {}
+        tensors = self.tensors
+
+        def walk(node: Mapping, prefix: str) -> dict:
+            rest = {}
+            for k, v in node.items():
+                fqn = f"{prefix}{k}"
+                if type(v) is torch.Tensor:  # (first: most leaves are; an ABC isinstance costs ~1 us)
+                    e = tensors.get(fqn)
+                    if e is not None and v.dtype is e[3] and v.shape == e[4] and v.is_cpu and v.is_contiguous():
+                        direct.setdefault(e[0], []).append(direct_cls(e[1], e[2], v, True))
+                        continue
+                elif isinstance(v, Mapping):
+                    sub = walk(v, fqn + ".")
+                    if sub or not v:
+                        rest[k] = sub if sub else v
+                    continue
+                rest[k] = v
+            return rest
+
+        return direct, walk(state_dict, "")
+
+    def stored(self, keys) -> list[tuple] | None:
+        """[(fqn, file, offset, length)] of `keys` (DCP's flattened ones) when they are all bytes items (what
+        DDP leaves to DCP: the optimizer's hyperparameters), else None (DCP then loads them from `.metadata`)."""
+        if any(k not in self.bytes for k in keys):
+            return None
+        return [(k, *self.bytes[k]) for k in keys]
