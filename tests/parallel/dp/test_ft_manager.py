@@ -327,13 +327,7 @@ def test_a_join_key_left_by_a_killed_incarnation_does_not_complete_the_next_requ
     server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                            timeout=datetime.timedelta(seconds=30))
 
-    def manager(rid, shard):
-        pcfg = SimpleNamespace(replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{server.port}", ft_job="stale",
-                               ft_timeout=TIMEOUT_S, ft_join_timeout=20, ft_job_dir="")
-        m = Manager(pcfg, shard, 2)
-        m.connect()
-        return m
-
+    manager = _shard_managers(server, "stale")
     r0 = [manager(0, 0), manager(0, 1)]
     old = [manager(1, 0), manager(1, 1)]
     founded = _run_all(*(lambda m=m: m.quorum(0, 0, founding=True) for m in r0 + old))
@@ -342,7 +336,8 @@ def test_a_join_key_left_by_a_killed_incarnation_does_not_complete_the_next_requ
     # replica 1 dies; its rank 1 had not deleted its request of an earlier join (a killed incarnation's key)
     jobkeys = dist.PrefixStore("stale/e0", server)
     jobkeys.set("join/1/1", json.dumps({"inc": old[1].incarnation, "req": "earlier"}))
-    new0 = manager(1, 0)
+    share = _Share(2)  # the new incarnation's own group: its ranks share rank 0's admission
+    new0 = manager(1, 0, share.of(0))
     joined = {}
 
     def join0():
@@ -356,7 +351,7 @@ def test_a_join_key_left_by_a_killed_incarnation_does_not_complete_the_next_requ
     d = _run_all(lambda: r0[0].quorum(1, 0), lambda: r0[1].quorum(1, 0))
     assert all(x["participants"] == [0] and x["joiners"] == {} for x in d), d
     # the new rank 1 asks: the whole replica is admitted at the next quorum, with the new processes
-    new1 = manager(1, 1)
+    new1 = manager(1, 1, share.of(1))
     incs = {"0": new0.incarnation, "1": new1.incarnation}
 
     def quorum_once_asked(m):
@@ -369,3 +364,78 @@ def test_a_join_key_left_by_a_killed_incarnation_does_not_complete_the_next_requ
     th.join(timeout=30)
     assert not th.is_alive()
     assert d0 == d1 == j1 == joined[0] and d0["joiners"] == {"1": incs} and d0["participants"] == [0, 1]
+
+
+class _Share:
+    """`Manager(share=...)` for the ranks of one replica on threads: rank 0's object on every rank (what
+    comm.broadcast_object does over the replica's own group)."""
+
+    def __init__(self, n: int):
+        self.barrier, self.box = threading.Barrier(n, timeout=60), None
+
+    def of(self, shard: int):
+        def share(obj):
+            if shard == 0:
+                self.box = obj
+            self.barrier.wait()
+            out = self.box
+            self.barrier.wait()
+            return out
+        return share
+
+
+def _shard_managers(server, job: str, timeout: float = TIMEOUT_S):
+    """manager(rid, shard, share=None): rank `shard` of a replica of two ranks, connected to `server`."""
+    def manager(rid, shard, share=None):
+        pcfg = SimpleNamespace(replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{server.port}", ft_job=job,
+                               ft_timeout=timeout, ft_join_timeout=20, ft_job_dir="")
+        m = Manager(pcfg, shard, 2, share=share)
+        m.connect()
+        return m
+    return manager
+
+
+def test_an_admission_told_to_one_rank_of_a_joiner_does_not_split_it():
+    """Replicas of two ranks; replica 1 restarted asks to join on both ranks. The quorum that admits it tells
+    its rank 1 only (replica 0's rank 0 did not tell: it lost the lighthouse, or kept its last quorum, between
+    the decision and telling). The joiner's ranks follow one decision, its rank 0's: neither leaves for that
+    admission (rank 1 alone would heal and wait inside its replica for a rank 0 that waits for an admission
+    forever); the groups of that quorum fail on replica 0, and the next quorum admits the whole joiner."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+    manager = _shard_managers(server, "split", timeout=2.0)
+    r0 = [manager(0, 0), manager(0, 1)]
+    old = [manager(1, 0), manager(1, 1)]
+    _run_all(*(lambda m=m: m.quorum(0, 0, founding=True) for m in r0 + old))
+
+    share = _Share(2)
+    new = [manager(1, 0, share.of(0)), manager(1, 1, share.of(1))]
+    joined = {}
+
+    def join(k):
+        joined[k] = new[k].join("again")
+    threads = [threading.Thread(target=join, args=(k,), daemon=True) for k in (0, 1)]
+    for th in threads:
+        th.start()
+    jobkeys = dist.PrefixStore("split/e0", server)
+    while not all(jobkeys.check([f"join/1/{k}"]) for k in (0, 1)):
+        time.sleep(0.01)
+
+    incs = {"0": new[0].incarnation, "1": new[1].incarnation}  # the processes asking
+    r0[0]._admit = lambda *args: None  # the half-told admission: replica 0's rank 0 does not tell
+    d = _run_all(lambda: r0[0].quorum(1, 0), lambda: r0[1].quorum(1, 0))
+    assert all(x["joiners"] == {"1": incs} for x in d), d
+    assert jobkeys.check(["admit/1/1"]) and not jobkeys.check(["admit/1/0"])
+    time.sleep(1.0)  # time enough for a rank that took its own admission to leave
+    assert not joined and all(th.is_alive() for th in threads), joined
+    assert all(jobkeys.check([f"join/1/{k}"]) for k in (0, 1))  # still one whole request
+
+    del r0[0]._admit  # the next quorum tells both ranks: the whole joiner is admitted, to one decision
+    d0, d1 = _run_all(lambda: r0[0].quorum(2, 0), lambda: r0[1].quorum(2, 0))
+    for th in threads:
+        th.join(timeout=30)
+    assert not any(th.is_alive() for th in threads)
+    assert d0 == d1 == joined[0] == joined[1] and d0["step"] == 2 and d0["joiners"] == {"1": incs}
+    assert not any(jobkeys.check([f"join/1/{k}"]) for k in (0, 1))  # admitted: not a request any more
+    for k in (0, 1):  # the groups of that quorum, shard by shard
+        assert _both(lambda: _sum_over(r0[k], 1), lambda: _sum_over(new[k], 2)) == ([3.0] * 3, [3.0] * 3)

@@ -111,7 +111,7 @@ class EveryStepFaultTolerance(ReplicaHooks, DPView):
         named = dp.replicas_step_alone()  # HSDP zero: the in-job replicate all-reduce goes (there is none)
         self.__dict__.update(params=[p for _, p in named], optimizer=optimizer, train_state=None,
                              manager=Manager(pcfg, comm.rank(), comm.world_size(), absent, agree=self._replica_min,
-                                             device=dp.device),
+                                             device=dp.device, share=self._replica_share),
                              ready_step=None, skip_update=False, heals=0, heal_s=[], heal_bytes=0,
                              retries=0, absent_steps=0)
 
@@ -236,6 +236,12 @@ class EveryStepFaultTolerance(ReplicaHooks, DPView):
         t = torch.tensor(values, dtype=torch.int32, device=self.device)
         comm.all_reduce(t, op=comm.ReduceOp.MIN, tag=tag)
         return t.tolist()
+
+    @staticmethod
+    def _replica_share(obj):
+        """Rank 0's `obj` on every rank of this replica (its own job's group): a joiner's ranks follow the one
+        admission its rank 0 found."""
+        return comm.broadcast_object(obj if comm.rank() == 0 else None, src=0)
 
     def optimizer_step(self, optimizer) -> None:
         if self.skip_update:  # the step was abandoned: this replica was healed to a later one

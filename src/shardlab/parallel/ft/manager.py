@@ -13,7 +13,12 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   is admitted; it takes the state of the lowest member (the caller heals it over the new group) and trains
   step s with the others. The request id (one per join, agreed by the replica's ranks) keeps a key left by a
   previous incarnation (killed between its admission and the deletion of its request) from completing the
-  request of the next one with a process that no longer exists.
+  request of the next one with a process that no longer exists. Each participant's rank k tells the joiner's
+  rank k where it was admitted (`admit/<i>/<k>`), but only the joiner's rank 0 reads that: it shares the
+  decision with its replica's other ranks, so they all follow one decision. An admission told to some ranks
+  of a joiner and not to others (a participant's rank lost the lighthouse, or kept its last quorum, between
+  the decision and telling) would otherwise split the joiner: the told ranks heal and wait inside their replica
+  for the untold, which wait for an admission that never comes (their request lost its other keys).
 - **Quorum id.** It grows by one whenever the participants change, and at every retry; the group of quorum q
   is built under the prefix `q<q>/shard<k>` (quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
@@ -44,6 +49,9 @@ from shardlab.parallel.ft.lighthouse import (  # noqa: F401 - FaultToleranceErro
     _KEEP, _REACHED, FaultToleranceError, LighthouseLoss, _KeepInstead, log_replica)
 
 _POLL_S = 0.01  # how often a waiting rank looks at the store again
+# A joiner's rank 0 shares what it found at least this often (the replica's other ranks wait for it in a
+# broadcast of their own job's group: kept short, well inside that group's timeout)
+_SHARE_S = 2.0
 
 
 def restarts() -> int:
@@ -95,10 +103,11 @@ class _Round:
 
 class Manager(LighthouseLoss):
     """`agree(values)`: the elementwise MIN of `values` over the ranks of this replica (its own job's group);
-    the default, the values themselves, is right for a replica of one process. `device`: where the replica's
+    `share(obj)`: rank 0's `obj` on every rank of this replica (a broadcast over its own job's group); the
+    defaults, the values themselves, are right for a replica of one process. `device`: where the replica's
     tensors live (an NCCL quorum group on CUDA, quorum.quorum_backend)."""
 
-    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None, device=None):
+    def __init__(self, pcfg, shard: int, n_shards: int, absent: str = "", agree=None, device=None, share=None):
         self.rid, self.n_replicas = int(pcfg.replica_id), int(pcfg.replicas)
         self.shard, self.n_shards = shard, n_shards
         self.address, self.job = pcfg.ft_store, pcfg.ft_job
@@ -118,6 +127,7 @@ class Manager(LighthouseLoss):
         self.reconnects = 0  # times the lighthouse came back
         self.kept = 0  # quorums kept without the lighthouse
         self.agree = agree or (lambda values: values)
+        self.share = share or (lambda obj: obj)
         self.lane = _Lane()
         self._pending: dict[str, str] = {}  # what this rank has posted for the quorum it waits in
         self._last: tuple[str, str] | None = None  # (key, value) of the last lighthouse decision it followed
@@ -307,7 +317,8 @@ class Manager(LighthouseLoss):
         return decision
 
     def _admit(self, decision: dict, step: int, attempt: int) -> None:
-        """Tell each joiner's rank k where it was admitted; mark the job started and beating."""
+        """Tell each joiner's rank k where it was admitted (its rank 0 reads it for the whole joiner: `join`);
+        mark the job started and beating."""
         def admit():
             for j, incs in decision["joiners"].items():
                 store_set(self.store, f"admit/{j}/{self.shard}", json.dumps(
@@ -334,38 +345,55 @@ class Manager(LighthouseLoss):
 
     def join(self, request: str = "") -> dict:
         """Ask to join; wait (parallel.ft_join_timeout) to be admitted; follow that quorum's decision.
-        `request`: this join's id, the same on every rank of the replica (a fresh one per join)."""
-        self._pending = {f"join/{self.rid}/{self.shard}": json.dumps({"inc": self.incarnation, "req": request})}
+        `request`: this join's id, the same on every rank of the replica (a fresh one per join). Every rank
+        posts its request; rank 0 alone looks for the admission and shares what it found (`share`), round by
+        round, so the replica's ranks leave together, with one decision (or one error)."""
+        key = f"join/{self.rid}/{self.shard}"
+        self._pending = {key: json.dumps({"inc": self.incarnation, "req": request})}
         log_replica(self.rid, f"rank {self.shard} asking to join (process {os.getpid()}; waiting up to "
                               f"{self.join_timeout:g} s)")
         deadline = time.monotonic() + self.join_timeout
-        key = f"admit/{self.rid}/{self.shard}"
-
-        def ask():
-            store = self.store
-            self._post()
-            while True:
-                if self._has(key):
-                    admit = json.loads(self._op(store_get, store, key))
-                    if admit["inc"] == self.incarnation:
-                        break
-                if time.monotonic() > deadline:
-                    raise FaultToleranceError(f"replica {self.rid}: not admitted within parallel.ft_join_timeout="
-                                              f"{self.join_timeout:g} s; are the other replicas still training?")
-                time.sleep(_POLL_S)
-            base = f"s{admit['step']}/a{admit['attempt']}"
-            raw = self._op(store_get, store, f"{base}/decision")
-            self._op(store_delete, store, f"join/{self.rid}/{self.shard}")  # admitted: not a request any more
-            return base, raw
-
-        base, raw = self._reliably(ask)
-        self._pending = {}
-        self._last = (f"{base}/decision", raw.decode())
-        self._back = False
+        news, posted = None, False
+        while news is None:
+            # posted once (over a key a killed incarnation may have left), and again whenever it is missing: a
+            # lighthouse that came back holds nothing
+            self._reliably(lambda: None if posted and self._has(key) else self._post())
+            posted = True
+            news = self.share(self._reliably(lambda: self._admission(deadline)) if self.shard == 0 else None)
+        if "error" in news:
+            raise FaultToleranceError(news["error"])
+        base, raw = news["base"], news["raw"]
         decision = json.loads(raw)
+        if decision["joiners"].get(str(self.rid), {}).get(str(self.shard)) != self.incarnation:
+            raise FaultToleranceError(f"replica {self.rid}: rank {self.shard} is not among the joiners of the "
+                                      f"decision its rank 0 was admitted to ({base})")
+        self._reliably(lambda: self._op(store_delete, self.store, key))  # admitted: not a request any more
+        self._pending = {}
+        self._last = (f"{base}/decision", raw)
+        self._back = False
         self.incarnation = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # its posts from now on
         self._follow(decision)
         return decision
+
+    def _admission(self, deadline: float) -> dict | None:
+        """Rank 0 of a joiner, for at most _SHARE_S: {"base", "raw"}: the decision it was admitted to (its
+        own incarnation named: an admission left for an earlier one is not taken); {"error"}: none within
+        parallel.ft_join_timeout; None: not yet."""
+        store, key = self.store, f"admit/{self.rid}/{self.shard}"
+        until = min(deadline, time.monotonic() + _SHARE_S)
+        while True:
+            if self._has(key):
+                admit = json.loads(self._op(store_get, store, key))
+                if admit["inc"] == self.incarnation:
+                    base = f"s{admit['step']}/a{admit['attempt']}"
+                    raw = self._op(store_get, store, f"{base}/decision")
+                    return {"base": base, "raw": raw.decode() if isinstance(raw, bytes) else raw}
+            if time.monotonic() > deadline:
+                return {"error": f"replica {self.rid}: not admitted within parallel.ft_join_timeout="
+                                 f"{self.join_timeout:g} s; are the other replicas still training?"}
+            if time.monotonic() > until:
+                return None
+            time.sleep(_POLL_S)
 
     def _follow(self, decision: dict, here: bool = False) -> None:
         """Become a participant of `decision`: its group (built anew when the participants changed), its log.
