@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -101,7 +100,6 @@ def _tensor_entry(step_dir: Path, item, info, heads: dict, fds: dict) -> list | 
 
 def write(step_dir: Path, indexes: dict[str, dict]) -> None:
     for name, idx in indexes.items():
-
         mf.write_json_atomic(Path(step_dir) / name, idx, compact=True)
 
 
@@ -173,30 +171,18 @@ class Index:
         """The shape of a whole plain tensor of the checkpoint."""
         return self.tensors[fqn][4]
 
-    def split(self, state_dict: Mapping, direct_cls) -> tuple[dict[str, list], dict]:
-        """reader.split_direct from the index: (the plain tensors whose index entry is of their dtype and
-        shape, by file, as `direct_cls(data offset, nbytes, target, True)`; the rest, nested as it was)."""
-        direct: dict[str, list] = {}
+    def taker(self, direct_cls):
+        """reader.split_direct's `take` from the index: a contiguous CPU tensor whose entry is of its dtype and
+        shape, as `direct_cls(data offset, nbytes, target, True)`."""
         tensors = self.tensors
 
-        def walk(node: Mapping, prefix: str) -> dict:
-            rest = {}
-            for k, v in node.items():
-                fqn = f"{prefix}{k}"
-                if type(v) is torch.Tensor:  # (first: most leaves are; an ABC isinstance costs ~1 us)
-                    e = tensors.get(fqn)
-                    if e is not None and v.dtype is e[3] and v.shape == e[4] and v.is_cpu and v.is_contiguous():
-                        direct.setdefault(e[0], []).append(direct_cls(e[1], e[2], v, True))
-                        continue
-                elif isinstance(v, Mapping):
-                    sub = walk(v, fqn + ".")
-                    if sub or not v:
-                        rest[k] = sub if sub else v
-                    continue
-                rest[k] = v
-            return rest
+        def take(fqn: str, v: torch.Tensor):
+            e = tensors.get(fqn)
+            if e is not None and v.dtype is e[3] and v.shape == e[4] and v.is_cpu and v.is_contiguous():
+                return e[0], direct_cls(e[1], e[2], v, True)
+            return None
 
-        return direct, walk(state_dict, "")
+        return take
 
     def stored(self, keys) -> list[tuple] | None:
         """[(fqn, file, offset, length)] of `keys` (DCP's flattened ones) when they are all bytes items (what
