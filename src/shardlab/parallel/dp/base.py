@@ -285,8 +285,7 @@ class Strategy:
         if len(optimizer.param_groups) == len(sd["param_groups"]):
             native = in_place.native_optim_state(optimizer, sd)  # the state read into the live tensors
             if native is not None:
-                if not in_place.loads_nothing(optimizer, native):
-                    optimizer.load_state_dict(native)  # what is left: the hyperparameters
+                optimizer.load_state_dict(native)  # what is left: the hyperparameters
                 return
         local = get_optimizer_state_dict(self.module, optimizer)["param_groups"]
         if len(local) != len(sd["param_groups"]):

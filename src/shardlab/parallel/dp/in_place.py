@@ -12,9 +12,7 @@ quarter of its bytes). These checks say when that is so, from the tensors' memor
 - optimizer: the state's tensors are exactly the live state's (one for one: the same objects, or the same
   memory): then only the hyperparameters are new, and torch's own `Optimizer.load_state_dict` is given the
   optimizer's own state dict with the checkpoint's hyperparameters (no name resolution; its hooks and
-  `__setstate__` run as before). When those equal the live ones too (a load into the state it was saved
-  from), torch's load would rebuild the same containers around the same tensors: `loads_nothing` says
-  when it is skipped (torch's own load and `__setstate__`, no hooks, no tensor it would cast).
+  `__setstate__` run as before).
 
 Anything else (DTensors, a copy, a missing tensor, a custom load) returns False / None: the caller takes
 torch's path unchanged.
@@ -99,32 +97,3 @@ def native_optim_state(optimizer: torch.optim.Optimizer, sd: dict) -> dict | Non
                               for saved, cur in zip(sd["param_groups"], native["param_groups"])]
     return native
 
-
-def _same_value(a, b) -> bool:
-    return type(a) is type(b) and not torch.is_tensor(a) and a == b
-
-
-def _cast_is_identity(p: torch.Tensor, key, v: torch.Tensor, group: dict) -> bool:
-    """torch's load keeps `v` as it is (Optimizer._process_value_according_to_param_policy)."""
-    if key == "step":
-        return not (group.get("capturable") or group.get("fused")) or (v.dtype == torch.float32 and v.device == p.device)
-    return v.device == p.device and (not p.is_floating_point() or v.dtype == p.dtype)
-
-
-def loads_nothing(optimizer: torch.optim.Optimizer, native: dict) -> bool:
-    """Whether `optimizer.load_state_dict(native)` (`native_optim_state`'s answer) would leave the optimizer
-    as it is: torch's own load and `__setstate__` (idempotent on a built optimizer), no load hooks, every
-    hyperparameter equal to the live one (same keys, types and values) and no state tensor it would cast."""
-    t = type(optimizer)
-    if (t.load_state_dict is not torch.optim.Optimizer.load_state_dict or not t.__setstate__.__module__.startswith(
-            "torch.optim.") or optimizer._optimizer_load_state_dict_pre_hooks
-            or optimizer._optimizer_load_state_dict_post_hooks):
-        return False
-    for g, saved in zip(optimizer.param_groups, native["param_groups"]):
-        if set(g) != set(saved) or not all(_same_value(g[k], v) for k, v in saved.items() if k != "params"):
-            return False
-        for p in g["params"]:
-            st = optimizer.state.get(p, {})
-            if not all(_cast_is_identity(p, k, v, g) for k, v in st.items()):
-                return False
-    return True
