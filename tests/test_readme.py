@@ -6,16 +6,14 @@ torchrun's RANK/WORLD_SIZE set) on a pool of N gloo ranks (the session's, tests/
 command runs in this process (the launcher's own one-process path). `runs/x` is a directory of this module,
 written first by the quick start's own command that trains into it.
 """
-import contextlib
-import io
 import json
-import os
 import re
 import shlex
 from pathlib import Path
 
 import pytest
 
+from cli_harness import as_rank, in_process as _in_process
 
 ROOT = Path(__file__).resolve().parent.parent
 POOLS = {2: "pool2", 3: "pool3", 4: "pool4"}
@@ -85,34 +83,6 @@ def _how(cmd: list[str]) -> str:
     if kind in ("train", "plan", "bench", "doctor", "ckpt", "data"):
         return "in-process"
     pytest.fail(f"README quick start: no way to run {' '.join(cmd)!r} here; teach tests/test_readme.py")
-
-
-def as_rank(argv: list[str]) -> tuple[int, str, str]:
-    """What each rank of the job runs (`shardlab train|resume|generate` with torchrun's RANK/WORLD_SIZE set), on a
-    rank of a pool: the same code path as the launcher's re-execution. (The re-execution itself is a real
-    process in tests/launch/test_launch.py, test_resume.py and test_generate.py.)"""
-    from shardlab import cli, comm
-
-    os.chdir(ROOT)  # the README's paths are relative to the checkout
-    leave = comm.shutdown
-    comm.shutdown = lambda clean=True: None  # the pool's process group outlives the run
-    try:
-        return _in_process(argv)
-    finally:
-        comm.shutdown = leave
-
-
-def _in_process(argv: list[str]) -> tuple[int, str, str]:
-    from shardlab import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli.main(argv)
-            code = 0
-        except SystemExit as e:
-            code = e.code if isinstance(e.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
 
 
 def _run(cmd: list[str], argv: list[str], request) -> tuple[int, str, str]:
