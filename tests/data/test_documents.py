@@ -19,6 +19,7 @@ from shardlab.data.documents import count_documents, doc_positions, eos_id_of, p
 from shardlab.model.documents import block_causal_mask
 from shardlab.testing.cli import run_cli
 from shardlab.testing.compare import assert_float64_equal, in_float64
+from cli_harness import as_rank
 from docmask_harness import _cfg, alone_losses, documents, packed_batch as fixed_batch, packed_losses
 
 
@@ -89,9 +90,10 @@ def test_cli_refuses_torch_ring_with_document_masks_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_train_on_eos_separated_documents(tmp_path):
+def test_train_on_eos_separated_documents(tmp_path, pool2):
     """`shardlab train data.doc_mask=true` on a bin: corpus of documents ended by EOS (0) trains and
-    evaluates with the masks (finite losses); data.doc_mask=false on the same corpus is another run."""
+    evaluates with the masks (finite losses); data.doc_mask=false on the same corpus is another run. Both are
+    what each rank of the 2-rank run (the default world) runs, on the session's pool (tests/drivers/cli_harness.py)."""
     gen = np.random.default_rng(0)
     docs = [np.append(gen.integers(97, 123, int(n)), 0) for n in gen.integers(5, 60, 400)]
     np.concatenate(docs).astype(np.uint16).tofile(tmp_path / "docs.bin")
@@ -100,8 +102,8 @@ def test_train_on_eos_separated_documents(tmp_path):
             "ckpt.final=false", "train.warmup_steps=1"]
     runs = {}
     for mask in ("true", "false"):
-        out = run_cli(args + ["--out", str(tmp_path / mask), f"data.doc_mask={mask}"], timeout=300)
-        assert out.returncode == 0, out.stderr[-2000:]
+        ranks = pool2.run(as_rank, args + ["--out", str(tmp_path / mask), f"data.doc_mask={mask}"], timeout=300)
+        assert [code for code, _, _ in ranks] == [0, 0], [err[-2000:] for _, _, err in ranks]
         runs[mask] = json.loads((tmp_path / mask / "summary.json").read_text())
     for s in runs.values():
         assert np.isfinite(s["final_train_loss"]) and np.isfinite(s["final_val_loss"])
