@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from bpe_harness import VOCAB, prepare, train
+from cli_harness import run_in_process
 from shardlab.data import tokenizer as tk
 from shardlab.data.tokens import open_corpus
-from shardlab.testing.cli import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +36,10 @@ def test_a_short_training_on_a_prepared_bpe_corpus(tokens, tmp_path):
     assert tk.load(run / "tokenizer").fingerprint() == tk.load(step / "tokenizer").fingerprint() == want
     manifest = json.loads((step / "MANIFEST.json").read_text())
     assert {"tokenizer/tokenizer.json", "tokenizer/shardlab_tokenizer.json"} <= set(manifest["files"])
-    v = run_cli(["ckpt", "verify", str(run)])
+    v = run_in_process(["ckpt", "verify", str(run)])
     assert v.returncode == 0 and "ok" in v.stdout, v.stdout + v.stderr
     (step / "tokenizer" / "tokenizer.json").write_text("{}")  # the tokenizer's bytes are checked like any file
-    v = run_cli(["ckpt", "verify", str(step)])
+    v = run_in_process(["ckpt", "verify", str(step)])
     assert v.returncode != 0 and "tokenizer/tokenizer.json" in v.stdout + v.stderr
 
 

@@ -3,6 +3,7 @@ Each run is a few seconds of a tiny 3-layer GPT; every subprocess has a hard tim
 import json
 import re
 
+from cli_harness import run_in_process
 from shardlab.testing import run_cli
 
 BASE = ["--nproc", "2", "model.preset=tiny", "model.n_layer=3", "train.seq_len=32", "train.micro_batch=4",
@@ -81,7 +82,7 @@ def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path
     run = shardlab.run.load(tmp_path)
     assert run.config.doctor.on_anomaly == "rollback" and run.metrics == rows and run.summary == summary
     assert run.events == [events[4], events[8]] and run.series("loss")[0] == [row["step"] for row in rows if "loss" in row]
-    rep = run_cli(["doctor", "replay", str(tmp_path), "--step", "7"], timeout=90)
+    rep = run_in_process(["doctor", "replay", str(tmp_path), "--step", "7"])  # one process either way
     assert rep.returncode == 0, rep.stderr[-2000:]
     assert "does NOT reproduce" in rep.stdout and "DISTRIBUTED or TRANSIENT" in rep.stdout
 
@@ -95,7 +96,7 @@ def test_injected_hang_exits_and_is_named(tmp_path):
     last = r.stderr.strip().splitlines()[-4:]
     assert last[0].startswith("shardlab: FAILED: hang") and "rank 1 never joined all_reduce #" in last[0]
     assert last[-1] == "shardlab: exit code 3 (hang)"
-    h = run_cli(["doctor", "hang", str(tmp_path)], timeout=60)
+    h = run_in_process(["doctor", "hang", str(tmp_path)])
     assert h.returncode == 0, h.stderr
     first = h.stdout.splitlines()[0]
     assert first.startswith("rank 1 never joined all_reduce #") and "it was in: data loading" in first

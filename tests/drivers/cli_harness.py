@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,3 +39,11 @@ def in_process(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else 1
     return code, out.getvalue(), err.getvalue()
+
+
+def run_in_process(argv: list[str]) -> subprocess.CompletedProcess:
+    """`shardlab ARGV` through its main in this process, answered as run_cli answers (returncode, stdout,
+    stderr): for a command that reads or writes files only (trace, doctor, ckpt ...), where a subprocess adds
+    nothing but a fresh interpreter and torch's import (seconds on 2 cores)."""
+    code, out, err = in_process(argv)
+    return subprocess.CompletedProcess(["shardlab", *argv], code, out, err)

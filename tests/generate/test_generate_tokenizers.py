@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from bpe_harness import VOCAB, prepare, train
+from cli_harness import run_in_process
 from shardlab.data import tokenizer as tk
 from shardlab.generate.engine import Options, generate
 from shardlab.generate.load import load_model
-from shardlab.testing.cli import run_cli
 
 PROMPT = "def main():\n    return"
 
@@ -68,7 +68,7 @@ def test_the_repetition_penalty_only_moves_sampling():
 
 def test_export_of_a_bpe_run_loads_in_transformers_with_its_tokenizer(run, tmp_path):
     transformers = pytest.importorskip("transformers")
-    r = run_cli(["ckpt", "export", str(run), "--hf", str(tmp_path / "hf")])
+    r = run_in_process(["ckpt", "export", str(run), "--hf", str(tmp_path / "hf")])
     assert r.returncode == 0, r.stderr
     config = json.loads((tmp_path / "hf" / "config.json").read_text())
     ours = tk.load(run / "tokenizer")

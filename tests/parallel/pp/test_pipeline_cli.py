@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_harness import run_in_process
 from shardlab.testing import run_cli
 
 BASE = ["--config", "configs/tiny.toml", "train.global_batch=8", "train.eval_every=0", "train.log_every=1"]
@@ -50,7 +51,7 @@ def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_a
     # two stages: each holds part of the model (the last its head, tied to the first's embedding: held twice)
     assert len(per_rank) == 2 and all(0 < n < total for n in per_rank) and sum(per_rank) >= total
     # the traced run's bubble is measured per stage beside the formula, and drawn
-    t = run_cli(["trace", str(pp)], timeout=120, cwd=ROOT)
+    t = run_in_process(["trace", str(pp)])  # reads the run directory: no fresh interpreter needed
     assert t.returncode == 0 and "pipeline bubble" in t.stdout and "analytic 33.3% (1f1b, p=2, m=2)" in t.stdout, t.stdout
     assert (pp / "trace" / "pipeline.png").stat().st_size > 0
     for nproc, layout in ((1, "parallel.strategy=single"), (2, "parallel.strategy=ddp"), (2, "parallel.strategy=zero3")):
@@ -121,6 +122,6 @@ def test_a_stage_that_never_sends_is_named(tmp_path):
                  "train.global_batch=0", "train.grad_accum=2", "train.steps=6", "train.eval_every=0", "ckpt.final=false",
                  "debug.hang_rank=0@2", "doctor.hang_timeout_s=3"], timeout=180, cwd=ROOT)
     assert r.returncode == 3, r.stderr[-2000:]  # the watchdog's exit code
-    h = run_cli(["doctor", "hang", str(out)], timeout=60, cwd=ROOT)
+    h = run_in_process(["doctor", "hang", str(out)])
     assert h.returncode == 0, h.stderr
     assert "rank 0 never posted the send matching recv" in h.stdout and "act 0->1 mb0" in h.stdout, h.stdout
