@@ -147,7 +147,7 @@ COMMON = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "trai
           "train.warmup_steps=1", "train.log_every=1", "train.eval_seqs=8", "doctor.hang_timeout_s=0"]
 
 
-def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_path):
+def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_path, pool2):
     """`shardlab train --nproc 2 parallel.cp=2`: training and validation losses equal the single-device
     run's; its checkpoint (replicated parameters, the bare model's names) resumes on one process, and the
     next step's loss equals an uninterrupted single-device run's."""
@@ -157,8 +157,8 @@ def test_cli_cp2_equals_single_and_its_checkpoint_resumes_on_one_process(tmp_pat
                        "parallel.cp=1", f"ckpt.resume={tmp_path / 'cp' / 'checkpoints' / 'step_000002'}"]
     rows = {}
     for name, args in runs.items():  # in order: the resume reads the cp run's checkpoint
-        # the cp run as real rank processes, the single-device ones in this process (run_harness.py)
-        train([*args, *COMMON, "--out", str(tmp_path / name)], timeout=400)
+        # the cp run's ranks on the pool, the single-device ones in this process (run_harness.py)
+        train([*args, *COMMON, "--out", str(tmp_path / name)], timeout=400, pool=pool2)
         rows[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
     summary = json.loads((tmp_path / "cp" / "summary.json").read_text())
     assert summary["layout"]["cp"] == 2 and summary["params_per_rank"] == [summary["params_total"]] * 2

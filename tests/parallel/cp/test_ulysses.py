@@ -176,9 +176,9 @@ COMMON = ["model.preset=tiny", "train.seq_len=32", "train.global_batch=4", "trai
           "train.warmup_steps=1", "train.log_every=1", "doctor.hang_timeout_s=0", "train.eval_every=0"]
 
 
-def _last_rows(root, runs: dict) -> dict:
+def _last_rows(root, runs: dict, pool=None) -> dict:
     """Each run of `runs` ({name: arguments}, in order: a resume reads an earlier run's checkpoint) through
-    `shardlab train` (the cp runs real rank processes, the single-device ones in this process: run_harness.py);
+    `shardlab train` (the cp runs' ranks on `pool`, the single-device ones in this process: run_harness.py);
     the last logged row of each."""
     import json
 
@@ -186,7 +186,7 @@ def _last_rows(root, runs: dict) -> dict:
 
     last = {}
     for name, args in runs.items():
-        train([*args, *COMMON, "--out", str(root / name)], timeout=400)
+        train([*args, *COMMON, "--out", str(root / name)], timeout=400, pool=pool)
         rows = [json.loads(line) for line in (root / name / "metrics.jsonl").read_text().splitlines()]
         last[name] = [r for r in rows if "loss" in r][-1]
     return last
@@ -198,7 +198,7 @@ def whole(tmp_path_factory):
     return _last_rows(tmp_path_factory.mktemp("whole"), {"whole": ["parallel.strategy=single", "train.steps=3"]})["whole"]
 
 
-def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path, whole):
+def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path, whole, pool2):
     """Parameters are replicated over cp whatever the implementation: a ulysses cp=2 checkpoint resumes at
     cp=1 and under the ring at cp=2, and the next step's loss equals an uninterrupted single-device run's."""
     ckpt = tmp_path / "uly" / "checkpoints" / "step_000002"
@@ -206,7 +206,8 @@ def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path
         "uly": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=ulysses", "train.steps=2", "ckpt.final=true"],
         "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
                    f"ckpt.resume={ckpt}"],
-        "ring": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=own", "train.steps=3", f"ckpt.resume={ckpt}"]})
+        "ring": ["--nproc", "2", "parallel.cp=2", "parallel.cp_impl=own", "train.steps=3", f"ckpt.resume={ckpt}"]},
+        pool2)
     for name in ("uly", "single", "ring"):
         assert last[name]["step"] == (2 if name == "uly" else 3)
     assert whole["step"] == 3
@@ -214,7 +215,7 @@ def test_a_ulysses_checkpoint_resumes_under_the_ring_and_on_one_process(tmp_path
     assert last["ring"]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
 
 
-def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path, whole):
+def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path, whole, pool4):
     """The 2-D hybrid (cp=4, U=2: Ulysses inside a ring of 2) holds every parameter whole on each of its ranks:
     its checkpoint resumes at cp=1, and the next step's loss equals an uninterrupted single-device run's."""
     ckpt = tmp_path / "hybrid" / "checkpoints" / "step_000002"
@@ -222,7 +223,7 @@ def test_a_hybrid_checkpoint_resumes_on_one_process(tmp_path, whole):
         "hybrid": ["--nproc", "4", "parallel.cp=4", "parallel.cp_impl=hybrid", "parallel.cp_ulysses=2",
                    "train.steps=2", "ckpt.final=true"],
         "single": ["parallel.strategy=single", "train.steps=3", "--nproc", "1", "parallel.cp=1",
-                   f"ckpt.resume={ckpt}"]})
+                   f"ckpt.resume={ckpt}"]}, pool4)
     assert last["hybrid"]["step"] == 2 and last["single"]["step"] == 3
     assert last["single"]["loss"] == pytest.approx(whole["loss"], rel=1e-5)
 

@@ -92,7 +92,7 @@ def test_tp2_x_ddp_with_dropout_keeps_replicas_identical(pool4, sp):
     assert outs[0]["losses"] != pytest.approx(_single()["losses"], rel=1e-3)  # dropout is on
 
 
-def test_cli_tp2_equals_single_and_its_checkpoint_resumes_on_one_device(tmp_path):
+def test_cli_tp2_equals_single_and_its_checkpoint_resumes_on_one_device(tmp_path, pool2):
     """`shardlab train --nproc 2 parallel.tp=2`: training and validation losses equal the single-device
     run's; its checkpoint (the bare model's names, split tensors as DTensors over tp) resumes on one
     process, and the next step's loss and validation loss equal an uninterrupted single-device run's.
@@ -108,8 +108,8 @@ def test_cli_tp2_equals_single_and_its_checkpoint_resumes_on_one_device(tmp_path
                                        f"ckpt.resume={tmp_path / 'tp' / 'checkpoints' / 'step_000002'}"]
     rows = {}
     for name, args in runs.items():  # in order: the resume reads the tp run's checkpoint
-        # the tp run as real rank processes, the single-device ones in this process (run_harness.py)
-        train([*args, *common, "--out", str(tmp_path / name)], timeout=400)
+        # the tp run's ranks on the pool, the single-device ones in this process (run_harness.py)
+        train([*args, *common, "--out", str(tmp_path / name)], timeout=400, pool=pool2)
         rows[name] = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
     summary = {n: json.loads((tmp_path / n / "summary.json").read_text()) for n in ("tp", "whole")}
     assert summary["tp"]["layout"]["tp"] == 2 and summary["whole"]["layout"]["dp"] == "single"
