@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from cli_harness import run_in_process
 from shardlab import config
 from shardlab.fp8 import Float8Linear
 from shardlab.parallel import compose
@@ -69,10 +70,10 @@ def test_unaligned_dimensions_convert_what_they_can(capsys):
 def test_metrics_carry_the_casts_and_the_doctor_names_the_first_nonfinite_scale(tmp_path):
     """Logged steps hold each converted layer's amax, scale, underflow and saturation per operand; a NaN
     planted in blocks.0.mlp.fc's output reaches the float8 casts first as blocks.0.mlp.proj's input."""
-    out = subprocess.run([sys.executable, "-m", "shardlab", "train", "--out", str(tmp_path / "run"), *TINY,
-                          "train.steps=4", "train.log_every=2", "train.eval_every=0", "train.dtype=bf16",
-                          "train.fp8=tensorwise", "debug.inject_nan=2:0:blocks.0.mlp.fc"],
-                         capture_output=True, text=True, timeout=300)
+    # one process, single device: run through shardlab's main here (the launcher runs it in-process either way)
+    out = run_in_process(["train", "--out", str(tmp_path / "run"), *TINY, "train.steps=4", "train.log_every=2",
+                          "train.eval_every=0", "train.dtype=bf16", "train.fp8=tensorwise",
+                          "debug.inject_nan=2:0:blocks.0.mlp.fc"])
     assert "The first float8 layer whose scale went non-finite: blocks.0.mlp.proj input" in out.stderr
     import json
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
