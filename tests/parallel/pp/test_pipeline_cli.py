@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_harness import run_in_process
+from cli_harness import as_rank, run_in_process
 from shardlab.testing import run_cli
 
 BASE = ["--config", "configs/tiny.toml", "train.global_batch=8", "train.eval_every=0", "train.log_every=1"]
@@ -37,13 +37,14 @@ def _continue(run_dir: str, pp_run: str, overrides: list[str]) -> dict:
 
 
 def test_pp2_run_is_traced_and_its_checkpoint_continues_under_single_ddp_zero3_and_back(tmp_path, pool2):
-    """The pp=2 run is a real `shardlab train` process (and `shardlab trace` reads it); the continuations
-    run the same trainer on the module's pool (the CLI's ckpt.resume with a layout change is `shardlab train`'s
-    own entry in test_tp_compose.py and test_cp.py), each from the config the CLI would build."""
+    """The pp=2 run is what each rank of `shardlab train --nproc 2` runs (its CLI entry, torchrun's variables
+    set) on the module's pool, and `shardlab trace` reads its directory; the continuations run the same trainer
+    on the pool (the CLI's ckpt.resume with a layout change is `shardlab train`'s own entry in
+    test_tp_compose.py and test_cp.py), each from the config the CLI would build."""
     pp = tmp_path / "pp"
-    r = run_cli(["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
-                 "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
+    ranks = pool2.run(as_rank, ["train", "--nproc", "2", "--out", str(pp), *BASE, "parallel.pp=2", "train.steps=5",
+                                "ckpt.every=3", "ckpt.final=false", "trace.enabled=true"], timeout=300)
+    assert [code for code, _, _ in ranks] == [0, 0], [err[-3000:] for _, _, err in ranks]
     ref = _losses(pp)
     summary = json.loads((pp / "summary.json").read_text())
     assert summary["layout"]["pp"] == 2 and summary["layout"]["pp_schedule"] == "1f1b"
