@@ -173,6 +173,11 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
             out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
                                   f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
                                   + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
+        if torch_tp.amax_calls(train, lay, layers, m):
+            k = torch_tp.amax_calls(train, lay, layers, m)
+            out.append(Collective("all_reduce", "tp", lay.tp, 4 * k, k, "none",
+                                  f"float8 tensorwise: 4 B amax agreed over TP x {k} casts of sharded tensors",
+                                  per_micro=True))
         out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.GRAD_NORM_BYTES, 1, "none",
                               f"{tp_cost.GRAD_NORM_BYTES} B: grad-norm partial sums (split, copied)"))
     if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:
