@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_harness import as_rank
 from generate_harness import CFG, PROMPTS, decisive_model, run_layout
 from shardlab.generate.engine import Layout, Options, generate
 from shardlab.testing.cli import run_cli
@@ -161,11 +162,15 @@ def test_cli_pipeline_two_ranks_equals_single(hf_dir):
     assert "tokens/s" in r.stderr and "KV cache" in r.stderr
 
 
-def test_cli_tp_times_pp_four_ranks_equals_single(hf_dir):
-    r = run_cli(["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new", "12", "--json",
-                 "--temperature", "0", "--nproc", "4", "parallel.tp=2", "parallel.pp=2"], timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert [json.loads(line)["tokens"] for line in r.stdout.splitlines()] == _single()[:2].tolist()
+def test_cli_tp_times_pp_four_ranks_equals_single(hf_dir, pool4):
+    # what each of the 4 ranks of `shardlab generate --nproc 4` runs (its CLI entry, torchrun's variables set),
+    # on the module's pool: the launch and re-execution themselves are the pp=2 test's real process above
+    ranks = pool4.run(as_rank, ["generate", str(hf_dir), "--prompt", "def main():", "--prompt", "x", "--max-new",
+                                "12", "--json", "--temperature", "0", "--nproc", "4", "parallel.tp=2", "parallel.pp=2"],
+                      timeout=300)
+    assert [code for code, _, _ in ranks] == [0] * 4, [err[-2000:] for _, _, err in ranks]
+    stdout = ranks[0][1]  # rank 0 prints the answers
+    assert [json.loads(line)["tokens"] for line in stdout.splitlines()] == _single()[:2].tolist()
 
 
 @pytest.mark.parametrize("args,words", [
