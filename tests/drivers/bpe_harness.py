@@ -1,5 +1,6 @@
 """Shared pieces of the tokenizer tests: a small corpus (some standard-library modules as a .jsonl), prepared
-with a byte-level BPE, and a short `shardlab train` on it (one process), as a user would run them."""
+with a byte-level BPE, and a short `shardlab train` on it (one process, single device: through shardlab's main in
+the test's process, the launcher's own one-process path), as a user would run them."""
 from __future__ import annotations
 
 import json
@@ -32,7 +33,10 @@ def prepare(root: Path, workers: int = 2) -> Path:
 
 
 def train(root: Path, tokens: Path, *overrides: str):
-    """`shardlab train` on tokens:DIR; returns (the completed process, the run directory)."""
+    """`shardlab train` on tokens:DIR; returns (returncode, stdout and stderr as a completed process, the run
+    directory). In this process: a subprocess added only a fresh interpreter and torch's import."""
+    from cli_harness import run_in_process
+
     run = root / "run"
-    r = run_cli(["train", "--out", str(run), *TRAIN, f"data.source=tokens:{tokens}", *overrides], timeout=300)
+    r = run_in_process(["train", "--out", str(run), *TRAIN, f"data.source=tokens:{tokens}", *overrides])
     return r, run
