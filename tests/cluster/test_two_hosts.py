@@ -11,7 +11,8 @@ import time
 import pytest
 import torch
 
-from shardlab.testing import free_port, run_cli
+from cli_harness import as_rank
+from shardlab.testing import free_port
 
 TINY = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.global_batch=4", "train.steps=8",
         "train.log_every=4", "train.eval_every=0", "train.warmup_steps=1"]
@@ -58,10 +59,11 @@ def _params(run, step=8):
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero3"])
-def test_two_hosts_train_bitwise_like_one_host(hosts, tmp_path, strategy):
+def test_two_hosts_train_bitwise_like_one_host(hosts, tmp_path, strategy, pool2):
     args = [f"parallel.strategy={strategy}", *TINY]
-    one = run_cli(["train", "--nproc", "2", "--out", str(tmp_path / "one"), *args], timeout=240)
-    assert one.returncode == 0, one.stderr[-3000:]
+    # the same world on one host: what each rank of `shardlab train --nproc 2` runs, on the session's pool
+    ranks = pool2.run(as_rank, ["train", "--nproc", "2", "--out", str(tmp_path / "one"), *args], timeout=240)
+    assert [code for code, _, _ in ranks] == [0, 0], [err[-3000:] for _, _, err in ranks]
     port, out = free_port(), tmp_path / "two"
     procs = [_node(hosts, r, port, out, args) for r in (0, 1)]
     outputs = _wait(procs, 240)
