@@ -18,7 +18,8 @@ import time
 import pytest
 import torch
 
-from shardlab.testing import free_port, run_cli
+from cli_harness import as_rank
+from shardlab.testing import free_port
 from test_two_hosts import hosts  # noqa: F401 (the module's namespaces: the fixture)
 
 STEPS = 20
@@ -30,12 +31,13 @@ NODE = ["--max-restarts", "1", *RUN, "ckpt.resume=latest"]  # what every recipe 
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """The uninterrupted run: the same world (2 ranks) on one host."""
+def reference(tmp_path_factory, pool2):
+    """The uninterrupted run: the same world (2 ranks) on one host, as what each rank of `shardlab train
+    --nproc 2` runs, on the session's pool."""
     out = tmp_path_factory.mktemp("reference") / "run"
     # no straggler: nothing is killed here, and the sleep changes no number (6 s less)
-    res = run_cli(["train", "--nproc", "2", "--out", str(out), *RUN, "debug.slow_ms=0"], timeout=240)
-    assert res.returncode == 0, res.stderr[-3000:]
+    ranks = pool2.run(as_rank, ["train", "--nproc", "2", "--out", str(out), *RUN, "debug.slow_ms=0"], timeout=240)
+    assert [code for code, _, _ in ranks] == [0, 0], [err[-3000:] for _, _, err in ranks]
     return out
 
 
