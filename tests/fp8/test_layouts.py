@@ -61,9 +61,9 @@ def test_fp8_layouts_agree_with_one_rank_as_bf16_does(pool2, tmp_path, single, l
         assert most[r] <= 0.05, (layout, most)
 
 
-def test_recompute_is_bitwise_the_same(tmp_path):
+def test_recompute_is_bitwise_the_same(tmp_path, single):
     for r in ("tensorwise", "rowwise"):
-        plain = losses(tmp_path / f"{r}-none", ["parallel.strategy=single", f"train.fp8={r}"], 1)[0]
+        plain = single[r]  # the module's one-rank run of this recipe: the same config, without recompute
         for mode in ("full", "selective"):
             again = losses(tmp_path / f"{r}-{mode}", ["parallel.strategy=single", f"train.fp8={r}",
                                                       f"train.recompute={mode}"], 1)[0]
