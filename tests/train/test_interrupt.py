@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from cli_harness import as_rank
 from shardlab.launch import failure, interrupt, runlock
 from shardlab.bench import chaos
 
@@ -169,11 +170,14 @@ def test_a_signal_during_the_last_step_or_the_final_save_ends_interrupted(tmp_pa
 # --- drills of the chaos matrix -------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory):
-    """The uninterrupted run's directory (its checkpoints at every chaos.EVERY steps) and final parameters."""
-    work = tmp_path_factory.mktemp("chaos")
-    params = chaos.reference(work)
-    return work / "reference", params
+def reference_run(tmp_path_factory, pool2):
+    """The uninterrupted run's directory (its checkpoints at every chaos.EVERY steps) and final parameters:
+    chaos.reference's run (`shardlab train RUN_ARGS`) as what each of its 2 ranks runs, on the session's pool
+    (cli_harness.as_rank); the drills and their resumes are real launches."""
+    run = tmp_path_factory.mktemp("chaos") / "reference"
+    ranks = pool2.run(as_rank, ["train", "--out", str(run), *chaos.RUN_ARGS], timeout=240)
+    assert [code for code, _, _ in ranks] == [0, 0], [err[-2000:] for _, _, err in ranks]
+    return run, chaos.final_params(run)
 
 
 @pytest.fixture(scope="module")
