@@ -95,11 +95,12 @@ def _run(cmd: list[str], argv: list[str], request) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def pool3():
-    from shardlab.testing import WorkerPool
-
-    with WorkerPool(3) as pool:
-        yield pool
+def pool3(_shared_pools):
+    """The one 3-rank command's pool, one of the session's (tests/conftest.py): at most MAX_RANKS rank
+    processes alive with the idle pool2 and pool4 (a pool of its own beside them made 9), stopped at the
+    module's end as it was."""
+    yield _shared_pools.get(3)
+    _shared_pools.release(3)
 
 
 @pytest.fixture(scope="module")
