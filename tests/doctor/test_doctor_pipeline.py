@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cli_harness import as_rank
 from shardlab.testing import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,7 +63,11 @@ def test_a_nan_planted_in_one_stage_is_named_at_its_step_rank_stage_and_module(t
     assert "at step 3" in last and f"{module} (pipeline stage {stage}, on rank {rank})" in last
 
 
-def test_a_nan_target_off_its_rank_is_refused(tmp_path):
-    r = run_cli(["train", "--out", str(tmp_path / "run"), *BASE, "debug.inject_nan=3:1:blocks.0.mlp"],
-                timeout=180, cwd=ROOT)
-    assert r.returncode != 0 and "runs on pipeline stage 0, held by rank 0, not by rank 1" in r.stderr, r.stderr[-2000:]
+def test_a_nan_target_off_its_rank_is_refused(tmp_path, pool2):
+    # refused where the ranks build the trainer (every rank places the stages alike): what each rank of the
+    # 2-rank run does, on the session's pool (cli_harness.as_rank)
+    ranks = pool2.run(as_rank, ["train", "--out", str(tmp_path / "run"), *BASE, "debug.inject_nan=3:1:blocks.0.mlp"],
+                      timeout=180)
+    err = "".join(e for _, _, e in ranks)
+    assert all(code != 0 for code, _, _ in ranks), err[-2000:]
+    assert "runs on pipeline stage 0, held by rank 0, not by rank 1" in err, err[-2000:]
