@@ -1,9 +1,11 @@
 """The doctor end to end: `shardlab train --nproc 2` with injected faults, then `shardlab doctor ...`.
-Each run is a few seconds of a tiny 3-layer GPT; every subprocess has a hard timeout."""
+Each run is a few seconds of a tiny 3-layer GPT; every subprocess has a hard timeout. A run whose launcher's
+lines are asserted (a failure's verdict) is a real launch; one that finishes is what each of its ranks runs,
+on the session's pool (cli_harness.as_rank)."""
 import json
 import re
 
-from cli_harness import run_in_process
+from cli_harness import as_rank, run_in_process
 from shardlab.testing import run_cli
 
 BASE = ["--nproc", "2", "model.preset=tiny", "model.n_layer=3", "train.seq_len=32", "train.micro_batch=4",
@@ -19,6 +21,12 @@ def _strict_rows(run):
 
 def train(out, *overrides, timeout=120):
     return run_cli(["train", "--out", str(out), *BASE, *overrides], timeout=timeout)
+
+
+def train_on(pool, out, *overrides, timeout=120):
+    """The run's ranks on `pool`: (exit codes, the ranks' stdout, their stderr), each output joined."""
+    ranks = pool.run(as_rank, ["train", "--out", str(out), *BASE, *overrides], timeout=timeout)
+    return [c for c, _, _ in ranks], "".join(o for _, o, _ in ranks), "".join(e for _, _, e in ranks)
 
 
 def test_injected_nan_stops_with_step_rank_module(tmp_path):
@@ -39,10 +47,11 @@ def test_injected_nan_stops_with_step_rank_module(tmp_path):
     assert len(report["per_rank"]["1"]["sample_indices"]) == 4
 
 
-def test_skip_and_uneven_join_finish_with_consistent_replicas(tmp_path):
-    r = train(tmp_path, "train.steps=10", "debug.inject_nan=7:0:blocks.1.attn", "doctor.on_anomaly=skip",
-              "debug.uneven_rank=1@4", "data.uneven=join", "doctor.checksum_every=3")
-    assert r.returncode == 0, r.stderr[-3000:]
+def test_skip_and_uneven_join_finish_with_consistent_replicas(tmp_path, pool2):
+    codes, _, err = train_on(pool2, tmp_path, "train.steps=10", "debug.inject_nan=7:0:blocks.1.attn",
+                             "doctor.on_anomaly=skip", "debug.uneven_rank=1@4", "data.uneven=join",
+                             "doctor.checksum_every=3")
+    assert codes == [0, 0], err[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["ranks_consistent"] is True and summary["anomalies"] == 1 and summary["steps"] == 10
     report = json.loads((tmp_path / "anomalies" / "step_7.json").read_text())
@@ -55,16 +64,16 @@ def test_skip_and_uneven_join_finish_with_consistent_replicas(tmp_path):
     assert summary["skipped_steps"] == 1 and summary["events"] == {"skip": 1, "rollback": 0}
 
 
-def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path):
+def test_rollback_heals_corruption_and_nan_then_replay_says_distributed(tmp_path, pool2):
     # corruption of rank 1 after step 2 -> checksum after step 3 names it -> rollback to step_000002;
     # NaN at step 7 -> rollback to step_000006 and skip step 7's batch; the run then finishes consistent.
-    r = train(tmp_path, "train.steps=10", "ckpt.every=2", "doctor.on_anomaly=rollback", "doctor.checksum_every=2",
-              "debug.corrupt_rank=1@2", "debug.inject_nan=7:1:blocks.2.mlp")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "REPLICAS DIVERGED: rank 1 differs" in r.stderr
+    codes, out, err = train_on(pool2, tmp_path, "train.steps=10", "ckpt.every=2", "doctor.on_anomaly=rollback",
+                               "doctor.checksum_every=2", "debug.corrupt_rank=1@2", "debug.inject_nan=7:1:blocks.2.mlp")
+    assert codes == [0, 0], err[-3000:]
+    assert "REPLICAS DIVERGED: rank 1 differs" in err
     div = json.loads((tmp_path / "doctor" / "divergence_step_3.json").read_text())
     assert div["first"]["ranks"] == [1] and div["first"]["param"]
-    assert "rolled back to step_000002" in r.stdout and "rolled back to step_000006" in r.stdout
+    assert "rolled back to step_000002" in out and "rolled back to step_000006" in out
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["ranks_consistent"] is True and summary["anomalies"] == 1
     # metrics: one record per step however often it was replayed; each rollback is an event at the step it
