@@ -10,6 +10,7 @@ from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import PRESETS
 from shardlab.plan.published_gpu import COMPILED, GIVEN, HELD_OUT, predict
 from shardlab.plan.published_gpu_heldout import HELD_OUT as HELD_OUT_GPU, plan_row
+from shardlab.plan.report import render
 from shardlab.plan.step import evaluate
 
 H100 = load_cluster("H100-SXM-500W", 8)
@@ -40,6 +41,8 @@ def test_bytes_as_torch_moves_them():
     assert k.post_reduce == 0.0  # fp32 reduce, one micro batch: ReduceOp.AVG, no cast, no accumulation
     assert p.times["zero_copies"] == pytest.approx(k.seconds)
     assert "FSDP2's own kernels" in p.explain["zero_copies"] and "chunk_cat" in p.explain["zero_copies"]
+    line = next(ln for ln in render(p, explain=True).splitlines() if ln.strip().startswith("zero_copies"))
+    assert "FSDP2's own kernels" in line  # the --explain report prints it on the zero_copies line
 
 
 def test_the_copy_in_shrinks_with_the_shard_the_copy_out_does_not():
