@@ -118,9 +118,10 @@ def pool8(_shared_pools, request):
 def bench_on_session_pools(_shared_pools, monkeypatch):
     """A `shardlab bench` suite run through bench's main in the test process measures on the session's pools
     instead of a fresh pool per measurement (common.run_on_ranks starts and stops one each time: seconds of
-    start-up, torch's import and shardlab's in every rank). The functions and the ranks are as real; what
+    start-up, torch's import and shardlab's in every rank), and runs its training jobs there too
+    (common.run_jobs launches torchrun and a worker per call). The functions and the ranks are as real; what
     differs is only the allocator setting run_on_ranks gives its own ranks so that frees show in RSS, which
-    moves peak-RSS figures, never asserted in a test."""
+    moves peak-RSS figures, never asserted in a test, and the progress lines run_jobs prints per finished job."""
     from shardlab.bench import common
 
     used = set()
@@ -129,7 +130,29 @@ def bench_on_session_pools(_shared_pools, monkeypatch):
         used.add(world)
         return _shared_pools.get(world).run(fn, *args, timeout=timeout)[0]
 
+    def run_jobs(jobs: list[dict], nproc: int, work, timeout: float = 900) -> list[dict]:
+        # what `python -m shardlab.bench.worker JOBS.json` runs on each of its ranks (bench/worker.py's
+        # run_job, every job in order), on the session's pool of nproc ranks; one rank runs in this process
+        # (the worker's one-process launch has no process group either)
+        import shutil
+
+        from shardlab.bench.worker import run_job
+
+        work.mkdir(parents=True, exist_ok=True)
+        for j in jobs:  # a fresh run directory: the trainer appends to metrics.jsonl
+            shutil.rmtree(j["out"], ignore_errors=True)
+        if nproc == 1:
+            for j in jobs:
+                run_job(j)
+        else:
+            used.add(nproc)
+            from bench_harness import run_jobs as on_each_rank
+
+            _shared_pools.get(nproc).run(on_each_rank, jobs, timeout=timeout)
+        return [common.load_run(Path(j["out"]), j.get("name", "")) for j in jobs]
+
     monkeypatch.setattr(common, "run_on_ranks", run_on_ranks)
+    monkeypatch.setattr(common, "run_jobs", run_jobs)
     yield
     for world in sorted(used):
         _shared_pools.recycle_if_grown(world)

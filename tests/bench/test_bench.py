@@ -90,7 +90,7 @@ def _bench(monkeypatch, capsys, *argv) -> tuple[str, str]:
     return capsys.readouterr()
 
 
-def test_bench_microbatch_quick(tmp_path, monkeypatch, capsys):
+def test_bench_microbatch_quick(tmp_path, monkeypatch, capsys, bench_on_session_pools):
     _bench(monkeypatch, capsys, "microbatch", "--quick", "--out", str(tmp_path))
     doc = _check(tmp_path, "microbatch")
     assert doc["figures"]["seed000_payload_kib_mb1"] == 838.8
