@@ -139,7 +139,7 @@ def test_default_output_folder_is_ignored_by_git():
     assert r.returncode == 1  # the package of the same name is not
 
 
-def test_bench_memory_runs_every_row_and_writes_its_figures(tmp_path, monkeypatch):
+def test_bench_memory_runs_every_row_and_writes_its_figures(tmp_path, monkeypatch, bench_on_session_pools):
     """The memory suite end to end on a toy model (its `--quick` size shrunk further, gpt2's subset of rows:
     recompute x {ddp, zero3}, each offload with recompute none): the figures the issue names, exact activation
     bytes, the plot."""
