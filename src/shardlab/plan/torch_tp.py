@@ -4,7 +4,8 @@ sends beyond comm.py's Megatron count of the sequence-parallel regions, from the
 - selective-op recompute (torchtitan's op-level policy) reruns the regions' forward all-gathers in the
   backward: its save list (`_save_list`, `models/llama3/parallelize_llama.py` at e7c0cae, the same at 9dec370)
   names `_c10d_functional.reduce_scatter_tensor` and no all-gather, and every op not saved is recomputed
-  (PREFER_RECOMPUTE); the gathered input of q, k, v and of w1, w3 is needed by their weight gradients, so the
+  (PREFER_RECOMPUTE, which torch's min-cut partitioner treats as must-recompute under compile too:
+  `torch/_functorch/partitioners.py`, `must_recompute`); the gathered input of q, k, v and of w1, w3 is needed by their weight gradients, so the
   block's two all-gathers run again, its reduce-scatters do not. (comm.py's `rerun` is for full and shardlab's
   selective recompute, which rerun both.)
 - float8 tensorwise (`train.fp8=tensorwise`): torchtitan applies torchao's `Float8ColwiseParallel`,
