@@ -17,7 +17,9 @@ from shardlab.checkpoint import storage
 
 
 @pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
-def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
+@pytest.mark.parametrize("hasher_on", [True, False])
+@pytest.mark.parametrize("writeback", [storage.WRITEBACK_BYTES, 1])
+def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, monkeypatch, algo, hasher_on, writeback):
     from concurrent.futures import ThreadPoolExecutor
 
     import xxhash
@@ -27,8 +29,11 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     pieces = [b"header", big, memoryview(b"x" * 1000), tensor.numpy().data, b"", b"tail" * 3]
     path = tmp_path / "f.bin"
     timing = {}
+    # writeback 1: the kernel is asked to start writing after every large write (the bytes and their hash
+    # must be unaffected by it)
+    monkeypatch.setattr(storage, "WRITEBACK_BYTES", writeback)
     with ThreadPoolExecutor(1) as hasher, open(path, "wb") as raw:
-        stream = storage.HashingStream(raw, hasher, timing, algo)
+        stream = storage.HashingStream(raw, hasher if hasher_on else None, timing, algo)
         for p in pieces:
             assert stream.write(p) == memoryview(p).nbytes
         stream.close()
@@ -36,7 +41,10 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     assert stream.size == len(on_disk)
     reference = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}[algo](on_disk).hexdigest()
     assert stream.hash.hexdigest() == mf.hash_file(path, algo) == reference
-    assert timing["fsync_s"] >= 0 and "hash_wait_s" in timing and "hash_inline_s" in timing  # both paths taken
+    # the large buffers' path was taken (the small pieces are hashed without a clock)
+    assert timing["fsync_s"] >= 0 and ("hash_wait_s" if hasher_on else "hash_inline_s") in timing
+    if writeback == 1 and storage._start_writeback is not None:
+        assert "writeback_s" in timing and stream._flushed_to > 0
 
 
 def test_writer_hashes_match_disk_crc_is_off_only_while_writing_and_files_load_exactly(tmp_path):
