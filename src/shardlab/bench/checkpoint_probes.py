@@ -99,14 +99,17 @@ class Probes:
             group["lr"] = group["lr"] * 0.5 + 1e-9
         comm.barrier()
         t0 = time.perf_counter()
+        c0 = time.process_time()
         self.mgr.load_first(str(path), self.st)
+        cpu = time.process_time() - c0
         comm.barrier()
         t2 = time.perf_counter()
         timing = self.mgr.load_timing
         return t2 - t0, {"read_s": timing["read_s"], "apply_s": timing["apply_s"],
-                         "direct_bytes": timing["direct_bytes"]}
+                         "direct_bytes": timing["direct_bytes"], "cpu_s": cpu}
 
     def plain_read(self, path: Path, stream: bool) -> float:
+        """Seconds, barrier to barrier; `cpu_s` afterwards: this process's CPU time for the read alone."""
         from shardlab import comm
 
         files = sorted(p for p in path.iterdir() if p.is_file())
@@ -116,9 +119,11 @@ class Probes:
             self.resident = memoryview(torch.zeros(sum(p.stat().st_size for p in files), dtype=torch.uint8).numpy())
         comm.barrier()
         t0 = time.perf_counter()
+        c0 = time.process_time()
         if stream:
             _plain_read(files, self.readbuf)
         else:
             _plain_read_resident(files, self.resident)
+        self.cpu_s = time.process_time() - c0
         comm.barrier()
         return time.perf_counter() - t0

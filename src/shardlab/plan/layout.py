@@ -129,6 +129,9 @@ class Layout:
     cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
     cp_impl: str = "own"  # own | torch (the ring) | ulysses (all-to-all over heads) | hybrid (both, parallel/cp/)
     cp_ulysses: int = 0  # hybrid: the Ulysses degree inside the ring
+    # own (shardlab's, Megatron's count) | dtensor (torch's parallelize_module as torchtitan applies it: its
+    # recompute policy and float8 all-gathers, plan/torch_tp.py); a published row's input
+    tp_impl: str = "own"
     schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"

@@ -175,7 +175,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
-           "recompute": recompute}
+           "recompute": recompute, **({"tp_impl": "dtensor"} if tp > 1 else {})}
     # The row inputs the planner gained after the set was recorded, as the sources state them: torch.compile where
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",

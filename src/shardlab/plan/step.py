@@ -369,6 +369,9 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
         eff8 = c.gemm_efficiency_fp8 or c.gemm_efficiency
         out.append(f"FP8 GEMMs ({fp8}) at {eff8:g} of the {c.peak_flops_fp8 / 1e12:,.0f} TF FP8 peak"
                    + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else ""))
+    if fp8 == "rowwise" and c.fp8_rowwise_by_shape:
+        from .fp8_rowwise import SOURCE
+        out.append(f"compiled rowwise linears: 16-bit time / {SOURCE}")
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
