@@ -47,6 +47,20 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, monkeypat
         assert "writeback_s" in timing and stream._flushed_to > 0
 
 
+def test_a_refused_early_write_out_is_not_asked_again_and_changes_no_byte(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(storage, "WRITEBACK_BYTES", 1)
+    monkeypatch.setattr(storage, "_start_writeback", lambda fd, offset, nbytes: calls.append(offset) or -1)
+    path = tmp_path / "f.bin"
+    with open(path, "wb") as raw:
+        stream = storage.HashingStream(raw, None)
+        for _ in range(3):
+            stream.write(os.urandom(storage.OVERLAP_MIN_BYTES))
+        stream.close()
+    assert calls == [0]  # asked once, refused, never again for this file
+    assert stream.size == path.stat().st_size and stream.hash.hexdigest() == mf.hash_file(path)
+
+
 def test_writer_hashes_match_disk_crc_is_off_only_while_writing_and_files_load_exactly(tmp_path):
     state = {"big": torch.randn(600_000), "small": torch.arange(10), "nested": {"w": torch.randn(3, 4)}}
     writer = storage.Writer(tmp_path, fail=False)

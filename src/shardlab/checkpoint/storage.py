@@ -145,7 +145,10 @@ class HashingStream:
         if _start_writeback is None:
             return
         t0 = time.perf_counter()
-        if _start_writeback(self.raw.fileno(), self._flushed_to, self.size - self._flushed_to) == 0:
+        if _start_writeback(self.raw.fileno(), self._flushed_to, self.size - self._flushed_to) != 0:
+            # a file system that refuses it: no more requests for this file (the fsync at close does it all)
+            self._flushed_to = float("inf")
+        else:
             self._flushed_to = self.size
         self._add("writeback_s", time.perf_counter() - t0)
 
