@@ -137,7 +137,8 @@ def test_bench_checkpoint_quick(pool2, tmp_path):
 
     doc = checkpoint.run(tmp_path, quick=True, pool=pool2)
     fig = doc["figures"]
-    for name in ("save_bw_ratio", "load_bw_ratio", "load_cpu_ratio", "async_block_ratio", "save_fixed_ms"):
+    for name in ("save_bw_ratio", "save_fsync_ratio", "load_bw_ratio", "load_cpu_ratio", "async_block_ratio",
+                 "save_fixed_ms"):
         assert fig[name] > 0 and fig[f"{name}_lo90"] <= fig[name] <= fig[f"{name}_hi90"]
     assert set(doc["verdicts"]) == {"save_bw_ratio", "load_bw_ratio", "async_block_ratio"}
     assert doc["load_avg"]["tiny"]["start"] >= 0
