@@ -142,6 +142,9 @@ class Layout:
     # (torch-zero1, ZeroRedundancyOptimizer: whole parameters, partitioned greedily by size); Muon's cost reads it
     zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
+    # own (shardlab's flat-buffer zero3) | fsdp2 (torch's fully_shard, as torchtitan runs it: per-parameter
+    # shards and the copies around its collectives, plan/fsdp2_kernels.py); a published row's input
+    zero3_impl: str = "own"
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
     bucket_mb: float = 25.0  # DDP gradient bucket size (MiB)
@@ -204,6 +207,7 @@ class Layout:
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         _one_of("zero_partition", self.zero_partition, ("rows", "params"))
+        _one_of("zero3_impl", self.zero3_impl, ("own", "fsdp2"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
