@@ -17,7 +17,9 @@ from shardlab.checkpoint import storage
 
 
 @pytest.mark.parametrize("algo", ["xxh3_128", "sha256"])
-def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
+@pytest.mark.parametrize("hasher_on", [True, False])
+@pytest.mark.parametrize("writeback", [storage.WRITEBACK_BYTES, 1])
+def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, monkeypatch, algo, hasher_on, writeback):
     from concurrent.futures import ThreadPoolExecutor
 
     import xxhash
@@ -27,8 +29,11 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     pieces = [b"header", big, memoryview(b"x" * 1000), tensor.numpy().data, b"", b"tail" * 3]
     path = tmp_path / "f.bin"
     timing = {}
+    # writeback 1: the kernel is asked to start writing after every large write (the bytes and their hash
+    # must be unaffected by it)
+    monkeypatch.setattr(storage, "WRITEBACK_BYTES", writeback)
     with ThreadPoolExecutor(1) as hasher, open(path, "wb") as raw:
-        stream = storage.HashingStream(raw, hasher, timing, algo)
+        stream = storage.HashingStream(raw, hasher if hasher_on else None, timing, algo)
         for p in pieces:
             assert stream.write(p) == memoryview(p).nbytes
         stream.close()
@@ -36,7 +41,24 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, algo):
     assert stream.size == len(on_disk)
     reference = {"xxh3_128": xxhash.xxh3_128, "sha256": hashlib.sha256}[algo](on_disk).hexdigest()
     assert stream.hash.hexdigest() == mf.hash_file(path, algo) == reference
-    assert timing["fsync_s"] >= 0 and "hash_wait_s" in timing and "hash_inline_s" in timing  # both paths taken
+    # the large buffers' path was taken (the small pieces are hashed without a clock)
+    assert timing["fsync_s"] >= 0 and ("hash_wait_s" if hasher_on else "hash_inline_s") in timing
+    if writeback == 1 and storage._start_writeback is not None:
+        assert "writeback_s" in timing and stream._flushed_to > 0
+
+
+def test_a_refused_early_write_out_is_not_asked_again_and_changes_no_byte(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(storage, "WRITEBACK_BYTES", 1)
+    monkeypatch.setattr(storage, "_start_writeback", lambda fd, offset, nbytes: calls.append(offset) or -1)
+    path = tmp_path / "f.bin"
+    with open(path, "wb") as raw:
+        stream = storage.HashingStream(raw, None)
+        for _ in range(3):
+            stream.write(os.urandom(storage.OVERLAP_MIN_BYTES))
+        stream.close()
+    assert calls == [0]  # asked once, refused, never again for this file
+    assert stream.size == path.stat().st_size and stream.hash.hexdigest() == mf.hash_file(path)
 
 
 def test_writer_hashes_match_disk_crc_is_off_only_while_writing_and_files_load_exactly(tmp_path):
@@ -115,7 +137,8 @@ def test_bench_checkpoint_quick(pool2, tmp_path):
 
     doc = checkpoint.run(tmp_path, quick=True, pool=pool2)
     fig = doc["figures"]
-    for name in ("save_bw_ratio", "load_bw_ratio", "load_cpu_ratio", "async_block_ratio", "save_fixed_ms"):
+    for name in ("save_bw_ratio", "save_fsync_ratio", "load_bw_ratio", "load_cpu_ratio", "async_block_ratio",
+                 "save_fixed_ms"):
         assert fig[name] > 0 and fig[f"{name}_lo90"] <= fig[name] <= fig[f"{name}_hi90"]
     assert set(doc["verdicts"]) == {"save_bw_ratio", "load_bw_ratio", "async_block_ratio"}
     assert doc["load_avg"]["tiny"]["start"] >= 0

@@ -280,7 +280,9 @@ class CheckpointManager(Loading):
     def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:
         """Where this rank's save time went, in seconds (the bench's `save_fixed_ms` breakdown).
         planning: DCP's local and global plan exchange; write: the shard file's bytes into the page cache
-        (hashing hidden under it included); hash: hashing the write did not hide; fsync; metadata: DCP's
+        and the requests that start their write-out to the disk (hashing hidden under it and the small
+        records' hashing included); hash: hashing of large buffers the write did not hide; fsync: the
+        shard file's, at close (what the early write-out left); metadata: DCP's
         .metadata (coordinator) and train_state.json (rank 0); barrier: waiting for the other ranks (DCP's
         exchanges after the write, the reports, the outcome); commit: rank 0's manifest (hashing the small
         files), rename and `latest`. They add up to total_s."""
