@@ -222,3 +222,27 @@ def test_sync_save_returns_after_the_commit_is_visible_and_loads_directly(pool2,
         assert seen == [("step_000001", True), ("step_000002", True)]
         assert step == 2 and same
         assert direct > 2 * param_bytes  # under DDP every rank reads model and AdamW state straight in
+
+
+def test_the_tokenizer_files_are_durable_before_the_manifest_lists_them(tmp_path, monkeypatch):
+    """rank 0's small files: train_state.json (written atomically, fsynced) and the tokenizer a library writes,
+    whose files and directory entries are fsynced before the commit's manifest names them."""
+    import types
+
+    from shardlab.checkpoint import manager, manifest as mf
+
+    synced = []
+    real = os.fsync
+    monkeypatch.setattr(mf.os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real(fd)))
+
+    class Tok:
+        def save(self, d):
+            (d / "sub").mkdir(parents=True)
+            (d / "vocab.json").write_text("{}")
+            (d / "sub" / "merges.txt").write_text("a b")
+
+    fake = types.SimpleNamespace(tokenizer=Tok())
+    manager.CheckpointManager._write_small(fake, tmp_path, {"step": 1})
+    tok = tmp_path / "tokenizer"
+    for p in (tmp_path / "train_state.json.partial", tok / "vocab.json", tok / "sub" / "merges.txt", tok, tok / "sub"):
+        assert str(p) in synced, (p, synced)

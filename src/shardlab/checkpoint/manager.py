@@ -275,6 +275,7 @@ class CheckpointManager(Loading):
         mf.write_json_atomic(tmp / st.STATE_FILE, meta)
         if self.tokenizer is not None:
             self.tokenizer.save(tmp / "tokenizer")
+            mf.fsync_tree(tmp / "tokenizer")  # before the manifest lists them (DCP's own files are fsynced)
 
     @staticmethod
     def _phases(writer, t0, t_dcp, t_meta, waited_s, commit_s, t_end) -> dict:

@@ -113,6 +113,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_tree(path: Path) -> None:
+    """Make the files a library wrote under `path` (the tokenizer's) durable, and their directory entries:
+    the manifest that lists them is written after, so a crash must not leave it naming unwritten bytes."""
+    for p in sorted(Path(path).rglob("*")):
+        if p.is_file():
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for d in sorted({p.parent for p in Path(path).rglob("*")} | {Path(path)}):
+        fsync_dir(d)
+
+
 def write_json_atomic(path: Path, obj, compact: bool = False) -> None:
     tmp = path.with_name(path.name + ".partial")
     with open(tmp, "w") as f:
