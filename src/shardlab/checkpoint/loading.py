@@ -23,6 +23,7 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
+from shardlab.parallel.dp import in_place
 from shardlab.checkpoint.index import Index
 from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
@@ -183,11 +184,12 @@ class Loading:
         if meta.get("imported"):
             raise CheckpointError(imported_message(path))
         _check_model(path, meta, state)
-        reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
-        t0 = time.perf_counter()
-        self._read(path, reader, tensors)
-        t1 = time.perf_counter()
-        _apply(state, tensors, meta)
+        with in_place.held_still():  # nothing but the load touches the modules until the state is applied
+            reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
+            t0 = time.perf_counter()
+            self._read(path, reader, tensors)
+            t1 = time.perf_counter()
+            _apply(state, tensors, meta)
         self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
                             "direct_bytes": reader.direct_bytes}
         if same_layout:

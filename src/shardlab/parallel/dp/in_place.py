@@ -20,6 +20,7 @@ torch's path unchanged.
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
@@ -29,11 +30,46 @@ def where(t: torch.Tensor) -> tuple:
     return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
 
 
+_held: dict | None = None  # while a load holds the modules still: (what, id(module)) -> (module, its value)
+
+
+@contextmanager
+def held_still():
+    """Within: nothing changes the modules (their tensors, their classes' state-dict methods, their hooks)
+    but loads into their tensors' memory: a checkpoint load, from handing out the state dicts to applying
+    them. The walk over the modules and the model's signature (sd_names.py) are then taken once per module
+    instead of once by each state dict taken or applied (three times a load). A module with state-dict or
+    load hooks is walked every time (a hook may change it)."""
+    global _held
+    outer, _held = _held, {}
+    try:
+        yield
+    finally:
+        _held = outer
+
+
+def held(what: str, module, compute, keep=lambda value: value is not None):
+    """`compute()`, once per `module` while a load holds it still (held_still) and `keep(value)`."""
+    if _held is None:
+        return compute()
+    hit = _held.get((what, id(module)))
+    if hit is not None and hit[0] is module:
+        return hit[1]
+    value = compute()
+    if keep(value):
+        _held[(what, id(module))] = (module, value)
+    return value
+
+
 def walk(module: nn.Module) -> tuple[list, list, bool, bool]:
     """`module.parameters()` and `module.buffers()` (the same tensors in the same order), and whether every
     module saves and loads as nn.Module does (no `_save_to_state_dict` / `get_extra_state` /
     `_load_from_state_dict` of its own, no state-dict or load hooks), in one pass over the modules: each
-    of those walks them again, and the walks were most of a per-load check's cost."""
+    of those walks them again, and the walks were most of a per-load check's cost. Once per load (held)."""
+    return held("walk", module, lambda: _walk(module), keep=lambda w: w[2] and w[3])  # (hooks: walked again)
+
+
+def _walk(module: nn.Module) -> tuple[list, list, bool, bool]:
     params, buffers, seen_p, seen_b = [], [], set(), set()
     plain_save = plain_load = True
     for m in module.modules():
@@ -60,11 +96,20 @@ def model_loaded_in_place(module: nn.Module, sd: dict) -> bool:
     every parameter, with nothing loaded another way: applying it would copy each tensor onto itself."""
     if not sd or any(type(v) is not torch.Tensor for v in sd.values()):
         return False
-    ps, bs, _, plain_load = walk(module)
-    params = {where(p) for p in ps}  # a parameter's memory is its detached view's
-    live = params | {where(b) for b in bs}
+    ps, _, _, plain_load = walk(module)
+    at = places(module)
+    params = set(at[:len(ps)])  # a parameter's memory is its detached view's
     given = {where(v) for v in sd.values()}
-    return given <= live and params <= given and plain_load
+    return given <= set(at) and params <= given and plain_load
+
+
+def places(module: nn.Module) -> tuple:
+    """`where` of the module's parameters, then its buffers (walk's order). Once per load (held)."""
+    def compute():
+        ps, bs, _, _ = walk(module)
+        return tuple(where(t) for t in ps + bs)
+
+    return held("places", module, compute)
 
 
 def _tensors(state: dict) -> list | None:

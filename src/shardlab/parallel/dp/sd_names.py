@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shardlab.parallel.dp.in_place import walk, where
+from shardlab.parallel.dp.in_place import held, places, walk, where
 
 
 def _tensors(module: nn.Module) -> list:
@@ -25,11 +25,15 @@ def _tensors(module: nn.Module) -> list:
 
 
 def _model_signature(module: nn.Module) -> tuple | None:
+    return held("signature", module, lambda: _signature(module))  # (once per load)
+
+
+def _signature(module: nn.Module) -> tuple | None:
     params, buffers, plain_save, _ = walk(module)
     ts = params + buffers
     if not plain_save or any(type(t) not in (torch.Tensor, nn.Parameter) for t in ts):
         return None
-    return tuple((id(t), where(t)) for t in ts)
+    return tuple(zip(map(id, ts), places(module)))
 
 
 def _optim_signature(optimizer) -> tuple:
