@@ -23,6 +23,7 @@ other entry never unpickles `.metadata`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -38,6 +39,7 @@ SHARD_RE = re.compile(r"^(__\d+_\d+)\.distcp$")  # DCP's shard file of rank R: _
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
     torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+_INT = frozenset((int,))
 
 
 def index_name(shard: str) -> str | None:
@@ -135,15 +137,12 @@ class Index:
     def _add(self, shard: str, idx: dict, size: int) -> None:
         """One file's index; ValueError (the caller falls back to `.metadata`) for an entry that does not
         fit the file (a checked index is what the save wrote: this guards the parsing, not the bytes)."""
-        first, tensors = self._first, self.tensors
+        first, tensors, dtypes, prod = self._first, self.tensors, _DTYPES, math.prod
         for fqn, at, nbytes, dtype, shape in idx["tensors"]:
-            dt = _DTYPES[dtype]
-            n = dt.itemsize
-            for d in shape:
-                if type(d) is not int or d < 0:
-                    raise ValueError(f"{shard}: bad shape in the index entry for {fqn}")
-                n *= d
-            if type(at) is not int or at < 0 or nbytes != n or at + n > size:
+            dt = dtypes[dtype]
+            n = dt.itemsize * prod(shape)  # (a float or a bool in the shape: not an int, or not only ints)
+            if (type(at) is not int or type(n) is not int or nbytes != n or at < 0 or at + n > size
+                    or (shape and (min(shape) < 0 or not _INT.issuperset(map(type, shape))))):
                 raise ValueError(f"{shard}: bad index entry for {fqn}")
             if first(fqn):
                 tensors[fqn] = (shard, at, n, dt, tuple(shape))
@@ -171,16 +170,21 @@ class Index:
         """The shape of a whole plain tensor of the checkpoint."""
         return self.tensors[fqn][4]
 
-    def taker(self, direct_cls):
-        """reader.split_direct's `take` from the index: a contiguous CPU tensor whose entry is of its dtype and
-        shape, as `direct_cls(data offset, nbytes, target, True)`."""
+    def taker(self, direct_cls, direct: dict):
+        """reader.split_direct's `take` from the index, into `direct` (shard file -> items): a contiguous CPU
+        tensor whose entry is of its dtype and shape, as `direct_cls(data offset, nbytes, target, True)`."""
         tensors = self.tensors
+        lists = {}  # (one list per file, looked up once)
 
-        def take(fqn: str, v: torch.Tensor):
+        def take(fqn: str, v: torch.Tensor) -> bool:
             e = tensors.get(fqn)
-            if e is not None and v.dtype is e[3] and v.shape == e[4] and v.is_cpu and v.is_contiguous():
-                return e[0], direct_cls(e[1], e[2], v, True)
-            return None
+            if e is not None and v.dtype is e[3] and v.is_cpu and v.is_contiguous() and v.shape == e[4]:
+                items = lists.get(e[0])
+                if items is None:
+                    items = lists[e[0]] = direct.setdefault(e[0], [])
+                items.append(direct_cls(e[1], e[2], v, True))
+                return True
+            return False
 
         return take
 

@@ -84,48 +84,45 @@ class Direct:
         self.offset, self.length, self.target, self.known = offset, length, target, known
 
 
-def split_direct(state_dict: Mapping, take) -> tuple[dict[str, list[Direct]], dict]:
-    """(the plain tensors of `state_dict` read straight into place, by shard file; the rest, nested as it
-    was, for DCP's planner). `take(fqn, tensor)`: (shard file, Direct) for a tensor read directly, else None
-    (`from_metadata`, or the shard files' `index.Index.take`). The first are read without DCP's planning: its
-    generic flattening, planning and per-item lookups were ~0.1 s of a 0.35 s gpt2 load at world 2, where
-    the reads themselves take 0.23 s. Keys are DCP's: the path joined by dots."""
-    direct: dict[str, list[Direct]] = {}
-
+def split_direct(state_dict: Mapping, take) -> dict:
+    """The rest of `state_dict` (nested as it was, for DCP's planner) once `take` took the plain tensors read
+    straight into place. `take(fqn, tensor)`: True when it recorded the tensor (as a Direct, in the dict of
+    shard file -> items it was made with: `from_metadata`, or the shard files' `index.Index.taker`). Those
+    are read without DCP's planning: its generic flattening, planning and per-item lookups were ~0.1 s of a
+    0.35 s gpt2 load at world 2, where the reads themselves take 0.23 s. Keys are DCP's: the path joined by
+    dots."""
     def walk(node: Mapping, prefix: str) -> dict:
         rest = {}
         for k, v in node.items():
-            fqn = f"{prefix}{k}"
             if type(v) is torch.Tensor:  # (first: most leaves are; an ABC isinstance costs ~1 us)
-                hit = take(fqn, v)
-                if hit is not None:
-                    direct.setdefault(hit[0], []).append(hit[1])
+                if take(f"{prefix}{k}", v):
                     continue
             elif isinstance(v, Mapping):
-                sub = walk(v, fqn + ".")
+                sub = walk(v, f"{prefix}{k}.")
                 if sub or not v:
                     rest[k] = sub if sub else v
                 continue
             rest[k] = v
         return rest
 
-    return direct, walk(state_dict, "")
+    return walk(state_dict, "")
 
 
-def from_metadata(metadata):
-    """split_direct's `take` from DCP's `.metadata`: a contiguous CPU tensor whose entry is one whole chunk
-    of its shape and dtype, stored without a transform."""
+def from_metadata(metadata, direct: dict):
+    """split_direct's `take` from DCP's `.metadata`, into `direct` (shard file -> [Direct]): a contiguous CPU
+    tensor whose entry is one whole chunk of its shape and dtype, stored without a transform."""
     md, storage = metadata.state_dict_metadata, metadata.storage_data
 
-    def take(fqn: str, v: torch.Tensor):
+    def take(fqn: str, v: torch.Tensor) -> bool:
         m = md.get(fqn)
         if (v.device.type == "cpu" and v.is_contiguous() and isinstance(m, TensorStorageMetadata)
                 and len(m.chunks) == 1 and m.properties.dtype == v.dtype
                 and v.size() == m.size == m.chunks[0].sizes and not any(m.chunks[0].offsets)):
             info = storage.get(MetadataIndex(fqn, m.chunks[0].offsets))
             if info is not None and not info.transform_descriptors:
-                return info.relative_path, Direct(info.offset, info.length, v)
-        return None
+                direct.setdefault(info.relative_path, []).append(Direct(info.offset, info.length, v))
+                return True
+        return False
 
     return take
 
@@ -211,10 +208,10 @@ class Reader(FileSystemReader):
         """Set `direct` to what of `tensors` is read straight into place; returns the rest, for DCP's load.
         From the index when there is one: then `.metadata` is not read unless DCP needs more of it than
         the index holds (a tensor stored otherwise, say, resharded)."""
+        self.direct = {}
         if self.index is None:
-            self.direct, rest = split_direct(tensors, from_metadata(self.read_metadata()))
-            return rest
-        self.direct, rest = split_direct(tensors, self.index.taker(Direct))
+            return split_direct(tensors, from_metadata(self.read_metadata(), self.direct))
+        rest = split_direct(tensors, self.index.taker(Direct, self.direct))
         if not rest or any(isinstance(v, Stateful) for v in rest.values()):
             return rest
         flat, mappings = flatten_state_dict(rest)

@@ -27,7 +27,7 @@ import torch.nn as nn
 
 
 def where(t: torch.Tensor) -> tuple:
-    return t.data_ptr(), t.dtype, tuple(t.shape), t.stride()
+    return t.data_ptr(), t.dtype, t.shape, t.stride()  # (a torch.Size is a tuple: equal, and hashed, as one)
 
 
 _held: dict | None = None  # while a load holds the modules still: (what, id(module)) -> (module, its value)
