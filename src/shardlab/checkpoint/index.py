@@ -137,14 +137,17 @@ class Index:
     def _add(self, shard: str, idx: dict, size: int) -> None:
         """One file's index; ValueError (the caller falls back to `.metadata`) for an entry that does not
         fit the file (a checked index is what the save wrote: this guards the parsing, not the bytes)."""
-        first, tensors, dtypes, prod = self._first, self.tensors, _DTYPES, math.prod
+        first, keys, tensors, dtypes, prod = self._first, self.keys, self.tensors, _DTYPES, math.prod
         for fqn, at, nbytes, dtype, shape in idx["tensors"]:
             dt = dtypes[dtype]
             n = dt.itemsize * prod(shape)  # (a float or a bool in the shape: not an int, or not only ints)
             if (type(at) is not int or type(n) is not int or nbytes != n or at < 0 or at + n > size
                     or (shape and (min(shape) < 0 or not _INT.issuperset(map(type, shape))))):
                 raise ValueError(f"{shard}: bad index entry for {fqn}")
-            if first(fqn):
+            if type(fqn) is str and fqn not in keys:  # (first(fqn), inlined: the common case)
+                keys.add(fqn)
+                tensors[fqn] = (shard, at, n, dt, tuple(shape))
+            elif first(fqn):
                 tensors[fqn] = (shard, at, n, dt, tuple(shape))
         for fqn, at, length in idx["bytes"]:
             if not (type(at) is int and type(length) is int and 0 <= at and at + length <= size):

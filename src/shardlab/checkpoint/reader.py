@@ -23,6 +23,7 @@ import io
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 
 import torch
@@ -258,7 +259,7 @@ class Reader(FileSystemReader):
         for name, items in self.direct.items():
             per_file.setdefault(name, []).extend((d.offset, d) for d in items)
         names = sorted(set(per_file) | set(self.verify))
-        jobs = [(n, [r for _, r in sorted(per_file.get(n, []), key=lambda e: e[0])]) for n in names]
+        jobs = [(n, [r for _, r in sorted(per_file.get(n, []), key=itemgetter(0))]) for n in names]
         # One thread per file (up to THREADS): the reads (readinto) and the hashing (xxhash) release the GIL,
         # so the files of one rank stream concurrently; the items of one file stay in order (one pass).
         if len(jobs) > 1 and self.threads > 1:
