@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from shardlab import precision
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
-from . import fp8
+from . import fp8, torch_tp
 # call_time, padded, units, ddp_buckets and local_params are also named as `plan.comm`'s (the registry's cost
 # hooks, parallel/tp/spec.py; the benches; the tests)
 from .comm_time import call_time, wire_factor  # noqa: F401
@@ -151,9 +151,10 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
         rerun = lay.recompute in ("full", "selective")
         n = tp_cost.region_calls(layers, m, recompute=rerun)  # + vocab-parallel embedding fwd / head bwd
-        if lay.sp:
-            out.append(Collective("all_gather", "tp", lay.tp, act * n, n, "none",
-                                  f"sbh*{e} x {n} (sequence parallel: entering each region, both passes)",
+        if lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
+            ag, n_ag, why = torch_tp.sp_all_gather(train, lay, layers, m, act, n)
+            out.append(Collective("all_gather", "tp", lay.tp, ag, n_ag, "none",
+                                  f"sbh*{e} x {n} (sequence parallel: entering each region, both passes){why}",
                                   per_micro=True))
             out.append(Collective("reduce_scatter", "tp", lay.tp, act * n, n, "none",
                                   f"sbh*{e} x {n} (sequence parallel: leaving each region, both passes)",
@@ -172,6 +173,11 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
             out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
                                   f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
                                   + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
+        if torch_tp.amax_calls(train, lay, layers, m):
+            k = torch_tp.amax_calls(train, lay, layers, m)
+            out.append(Collective("all_reduce", "tp", lay.tp, 4 * k, k, "none",
+                                  f"float8 tensorwise: 4 B amax agreed over TP x {k} casts of sharded tensors",
+                                  per_micro=True))
         out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.GRAD_NORM_BYTES, 1, "none",
                               f"{tp_cost.GRAD_NORM_BYTES} B: grad-norm partial sums (split, copied)"))
     if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:

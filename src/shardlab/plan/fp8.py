@@ -15,6 +15,7 @@ import importlib
 
 from shardlab.fp8.cost import cast_bytes
 
+from . import fp8_rowwise
 from .layout import stage_layers
 
 CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # ops.py's op names
@@ -42,6 +43,8 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
     if not on(train) or op.kind != "gemm" or op.name not in CONVERTED:
         return seconds
     m, n, k = op.shape  # (tokens, out, in)
+    if fp8_rowwise.applies(train, c, compiled_casts is not None):  # torchao's measured table (plan/fp8_rowwise.py)
+        return seconds / fp8_rowwise.speedup(m, k, n)
     if compiled_casts is not None:
         cast = compiled_casts(op, train.fp8, a=2, w=train.param_bytes, gathered=gathered_in_float8(train, lay),
                               backward=backward)

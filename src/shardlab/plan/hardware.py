@@ -34,6 +34,9 @@ class Cluster:
     gemm_efficiency: float = 0.75  # fraction of peak a large GEMM reaches
     # fraction of the FP8 peak a large FP8 GEMM (train.fp8) sustains; 0 = gemm_efficiency's (FP8 at 2x the 16-bit rate)
     gemm_efficiency_fp8: float = 0.0
+    # float8 rowwise linears (compiled) at torchao's measured speedup over bf16 by M, K, N (plan/fp8_rowwise.py):
+    # the H100 parts the table was measured on
+    fp8_rowwise_by_shape: bool = False
     # 16-bit GEMMs with a dimension that is not a multiple of 8 (16 bytes: cuBLAS's tensor-core alignment)
     # run on slower kernels: their rate relative to an aligned GEMM's (1 = no penalty known)
     unaligned_gemm_factor: float = 1.0
@@ -208,7 +211,7 @@ PRESETS: dict[str, Cluster] = {
     "H100-SXM": _node(
         "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER),
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, fp8_rowwise_by_shape=True, **_HOPPER),
     # Meta's Grand Teton H100s (torchtitan docs/performance.md): the SXM part with 96 GB of HBM2e at
     # 2.4 TB/s, run at its default 500 W limit; the MFU denominator stays the SXM datasheet's 989 TF, and its
     # tensor cores are the SXM part's, FP8 included (1,979 TF dense; the preset had left it out until 2026-12-06,
@@ -216,7 +219,7 @@ PRESETS: dict[str, Cluster] = {
     "H100-SXM-500W": _node(
         "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=96 * GB,
         hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_HOPPER, power_w=500.0),
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, fp8_rowwise_by_shape=True, **_HOPPER, power_w=500.0),
     "H200": _node(
         "H200", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,

@@ -129,6 +129,9 @@ class Layout:
     cp: int = 1  # context parallelism: every sequence split over cp ranks (zigzag chunks, ring attention)
     cp_impl: str = "own"  # own | torch (the ring) | ulysses (all-to-all over heads) | hybrid (both, parallel/cp/)
     cp_ulysses: int = 0  # hybrid: the Ulysses degree inside the ring
+    # own (shardlab's, Megatron's count) | dtensor (torch's parallelize_module as torchtitan applies it: its
+    # recompute policy and float8 all-gathers, plan/torch_tp.py); a published row's input
+    tp_impl: str = "own"
     schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
     recompute: str = "none"
@@ -139,6 +142,9 @@ class Layout:
     # (torch-zero1, ZeroRedundancyOptimizer: whole parameters, partitioned greedily by size); Muon's cost reads it
     zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
+    # own (shardlab's flat-buffer zero3) | fsdp2 (torch's fully_shard, as torchtitan runs it: per-parameter
+    # shards and the copies around its collectives, plan/fsdp2_kernels.py); a published row's input
+    zero3_impl: str = "own"
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
     bucket_mb: float = 25.0  # DDP gradient bucket size (MiB)
@@ -201,6 +207,7 @@ class Layout:
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         _one_of("zero_partition", self.zero_partition, ("rows", "params"))
+        _one_of("zero3_impl", self.zero3_impl, ("own", "fsdp2"))
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):

@@ -31,10 +31,12 @@ FOUNDRY = "https://github.com/mosaicml/llm-foundry/blob/main/scripts/train/bench
 
 def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     """A torchtitan row: FSDP2 over gpus/tp ranks (TP with its sequence-parallel norms), bf16 parameters,
-    fp32 gradient reduction (its default training.mixed_precision_reduce), SDPA, seq 8192, and its default
+    fp32 gradient reduction (its default training.mixed_precision_reduce) with FSDP2's own copies around the
+    collectives (plan/fsdp2_kernels.py), SDPA, seq 8192, and its default
     norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/ops.py EAGER_NORM_BYTES)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
-            "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute},
+            "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute,
+                       "zero3_impl": "fsdp2"},
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
             "dtensor_loss": tp > 1, "source": TORCHTITAN}
 
@@ -147,15 +149,18 @@ def _model(row) -> ModelSpec:
 
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
-            row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True, row_compile: bool = True) -> dict:
+            row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True, row_compile: bool = True,
+            row_fsdp2: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
     papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, `row_adam=False` a fused AdamW,
-    `row_compile=False` eager kernels where the run compiled, for the per-term tables)."""
+    `row_compile=False` eager kernels where the run compiled, `row_fsdp2=False` shardlab's flat-buffer copies
+    where the run used FSDP2, for the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
-    lay = Layout(**{**row["layout"], **({"recompute": recompute} if recompute else {})},
+    lay = Layout(**{**row["layout"], **({"recompute": recompute} if recompute else {}),
+                    **({} if row_fsdp2 else {"zero3_impl": "own"})},
                  comm_dtype=row["comm_dtype"] if comm_dtype == "row" else comm_dtype)
     mb = row["micro_batch"]
     train = TrainSpec(global_batch=mb * row.get("accum", 1) * lay.dp, micro_batch=mb, seq=row["seq"],

@@ -164,7 +164,8 @@ def _nemo_rows() -> list[dict]:
 
 def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source, mem=None, cp=1, seq=8192,
            fp8="none", eager_norm=False, notes="compiled (torch.compile)", y2025=False) -> dict:
-    """A torchtitan row: FSDP2 over dp (x cp) ranks, TP with sequence-parallel norms, fp32 gradient reduction
+    """A torchtitan row: FSDP2 over dp (x cp) ranks (its own copies around the collectives,
+    plan/fsdp2_kernels.py), TP with sequence-parallel norms, fp32 gradient reduction
     (training.mixed_precision_reduce's default), SDPA; `eager_norm` only where the run used eager rmsnorm.
     `y2025`: a run at a 2025-06 commit (820504e, e7c0cae), whose defaults differ from the 2024 ones: AdamW
     `optimizer.implementation = "fused"` (config_manager.py; 2024's `foreach = not fused`, fused off), and with
@@ -175,7 +176,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
-           "recompute": recompute}
+           "zero3_impl": "fsdp2", "recompute": recompute, **({"tp_impl": "dtensor"} if tp > 1 else {})}
     # The row inputs the planner gained after the set was recorded, as the sources state them: torch.compile where
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import overlap
+from . import fsdp2_kernels, overlap
 from .comm import Collective, dp_collectives, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -113,7 +113,9 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
-    copies = _zero_copies(plan.comm, lay, cluster)
+    # torch's fully_shard runs its own copies around its collectives in place of the flat-buffer ones
+    fsdp2 = fsdp2_kernels.kernels(model, train, lay, cluster, plan.comm, m)
+    copies = fsdp2.seconds if fsdp2 else _zero_copies(plan.comm, lay, cluster)
     bubble = bubble_units(lay, m) * t_mb
     t_opt, opt_why = _optimizer_step(model, train, lay, cluster)
 
@@ -130,6 +132,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["trainer"] = _trainer_time(plan.comm, lay, cluster)
     T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
+    if fsdp2:
+        plan.explain["zero_copies"] = fsdp2.why
     return plan
 
 
@@ -369,6 +373,9 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
         eff8 = c.gemm_efficiency_fp8 or c.gemm_efficiency
         out.append(f"FP8 GEMMs ({fp8}) at {eff8:g} of the {c.peak_flops_fp8 / 1e12:,.0f} TF FP8 peak"
                    + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else ""))
+    if fp8 == "rowwise" and c.fp8_rowwise_by_shape:
+        from .fp8_rowwise import SOURCE
+        out.append(f"compiled rowwise linears: 16-bit time / {SOURCE}")
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:

@@ -1,0 +1,62 @@
+"""What torch's DTensor tensor parallelism (`tp_impl=dtensor`: `parallelize_module`, as torchtitan applies it)
+sends beyond comm.py's Megatron count of the sequence-parallel regions, from the sources of the runs:
+
+- selective-op recompute (torchtitan's op-level policy) reruns the regions' forward all-gathers in the
+  backward: its save list (`_save_list`, `models/llama3/parallelize_llama.py` at e7c0cae, the same at 9dec370)
+  names `_c10d_functional.reduce_scatter_tensor` and no all-gather, and every op not saved is recomputed
+  (PREFER_RECOMPUTE); the gathered input of q, k, v and of w1, w3 is needed by their weight gradients, so the
+  block's two all-gathers run again, its reduce-scatters do not. (comm.py's `rerun` is for full and shardlab's
+  selective recompute, which rerun both.)
+- float8 tensorwise (`train.fp8=tensorwise`): torchtitan applies torchao's `Float8ColwiseParallel`,
+  `Float8RowwiseParallel` and `PrepareFloat8ModuleInput` (`enable_float8_tensorwise_tp`: "float8 all-gather
+  with TP is only supported for tensorwise float8 scaling recipes. For rowwise recipes, we use regular TP and
+  all-gather happens in high precision"). `PrepareFloat8ModuleInput` casts the region's input to float8 before
+  its Shard(1) -> Replicate redistribute, so the forward all-gather moves 1 B an element; the row-parallel
+  output's `NoopFwToFloat8BwDynamic` runs after its redistribute, so in the backward the gradient is cast
+  first and the all-gather (the reduce-scatter's backward) moves float8 too. The reduce-scatters stay 16-bit
+  (a partial sum; torchao `float8/float8_tensor_parallel.py` at 6243040). Each such cast of a DTensor agrees
+  its amax over the TP group first (`tensor_to_amax`: a max over a sharded DTensor, one all-reduce of 4 B):
+  the two region inputs per forward (and their rerun), and in the backward the two row-parallel output
+  gradients and the five column-parallel ones (q, k, v, w1, w3: `Float8ColwiseParallel._prepare_output_fn`).
+The embedding's and the head's collectives stay 16-bit (not converted).
+"""
+from __future__ import annotations
+
+COLWISE_OUT = 5  # q, k, v, w1, w3: the column-parallel linears whose output gradient is cast (tensorwise)
+
+
+def applies(lay) -> bool:
+    return lay.tp > 1 and lay.sp and getattr(lay, "tp_impl", "own") == "dtensor"
+
+
+def rerun_gathers(lay) -> bool:
+    """torchtitan's op-level policy reruns the block's two forward all-gathers (module docstring)."""
+    return applies(lay) and lay.recompute == "selective-op"
+
+
+def float8_gathers(train, lay) -> bool:
+    return applies(lay) and getattr(train, "fp8", "none") == "tensorwise"
+
+
+def sp_all_gather(train, lay, layers: int, m: int, act: float, n: int) -> tuple[float, int, str]:
+    """(payload, calls, why) of the sequence-parallel all-gathers: comm.py's n calls of `act` bytes, plus the
+    rerun ones, the block's at 1 B an element under float8 tensorwise."""
+    extra = 2 * layers * m if rerun_gathers(lay) else 0
+    calls = n + extra
+    if not float8_gathers(train, lay):
+        why = f" + {extra} rerun by selective-op recompute (torchtitan's save list: no all-gather)" if extra else ""
+        return act * calls, calls, why
+    e = 2 if train.mixed else 4
+    edge = 2 * m  # the embedding's and the head's: 16-bit
+    f8 = (calls - edge) * act / e
+    why = (f"{' + ' + str(extra) + ' rerun by selective-op recompute' if extra else ''}; the block's "
+           f"{calls - edge} in float8 (torchao's Float8ColwiseParallel: 1 B an element)")
+    return f8 + act * edge, calls, why
+
+
+def amax_calls(train, lay, layers: int, m: int) -> int:
+    """All-reduces of one fp32 amax over the TP group per step under float8 tensorwise (module docstring)."""
+    if not float8_gathers(train, lay):
+        return 0
+    fwd = 2 * (2 if (rerun_gathers(lay) or lay.recompute == "full") else 1)
+    return (fwd + 2 + COLWISE_OUT) * layers * m
