@@ -99,7 +99,7 @@ def split_direct(state_dict: Mapping, take) -> dict:
             if type(v) is torch.Tensor:  # (first: most leaves are; an ABC isinstance costs ~1 us)
                 if take(f"{prefix}{k}", v):
                     continue
-            elif isinstance(v, Mapping):
+            elif type(v) is dict or isinstance(v, Mapping):  # (an ABC isinstance: only for the rest)
                 sub = walk(v, f"{prefix}{k}.")
                 if sub or not v:
                     rest[k] = sub if sub else v

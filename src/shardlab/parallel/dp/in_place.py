@@ -114,15 +114,13 @@ def places(module: nn.Module) -> tuple:
 
 def _tensors(state: dict) -> list | None:
     """The tensors of an optimizer state ({key: {name: value}}), or None when a value is not a plain tensor."""
-    out = []
-    for per_param in state.values():
-        if not isinstance(per_param, dict):
-            return None
-        for v in per_param.values():
-            if type(v) is not torch.Tensor:
-                return None
-            out.append(v)
-    return out
+    if not _DICT.issuperset(map(type, state.values())) and not all(isinstance(d, dict) for d in state.values()):
+        return None
+    out = [v for per_param in state.values() for v in per_param.values()]
+    return out if _TENSOR.issuperset(map(type, out)) else None
+
+
+_DICT, _TENSOR = frozenset((dict,)), frozenset((torch.Tensor,))
 
 
 def same_state(optimizer: torch.optim.Optimizer, sd: dict) -> bool:
@@ -130,10 +128,10 @@ def same_state(optimizer: torch.optim.Optimizer, sd: dict) -> bool:
     given, live = _tensors(sd.get("state", {})), _tensors(optimizer.state)
     if given is None or live is None or len(given) != len(live):
         return False
-    ids = {id(v) for v in live}
+    ids = set(map(id, live))
     # The handed-out state dict holds the live tensor objects themselves (a read copies into them): one for
     # one by identity, which is what equal memory says, at a set of ids' cost. Else compare the memory.
-    if len(ids) != len(live) or {id(v) for v in given} != ids:
+    if len(ids) != len(live) or set(map(id, given)) != ids:
         places = {where(v) for v in live}
         if len(places) != len(live) or {where(v) for v in given} != places:
             return False
