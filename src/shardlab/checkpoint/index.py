@@ -27,7 +27,7 @@ import math
 import os
 import re
 from itertools import chain, repeat
-from operator import add, attrgetter, mul
+from operator import add, mul
 from pathlib import Path
 
 import torch
@@ -41,6 +41,7 @@ SHARD_RE = re.compile(r"^(__\d+_\d+)\.distcp$")  # DCP's shard file of rank R: _
 _DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8, torch.int16,
     torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128)}
+_ITEMSIZE = {name: d.itemsize for name, d in _DTYPES.items()}
 _INT, _STR, _LIST = frozenset((int,)), frozenset((str,)), frozenset((list,))
 
 
@@ -162,7 +163,7 @@ class Index:
         if not _LIST.issuperset(map(type, shapes)):
             raise ValueError(f"{shard}: bad shapes in the index")
         dims = list(chain.from_iterable(shapes))
-        n = tuple(map(mul, map(attrgetter("itemsize"), dts), map(math.prod, shapes)))
+        n = tuple(map(mul, map(_ITEMSIZE.__getitem__, names), map(math.prod, shapes)))
         if (not _INT.issuperset(map(type, dims)) or min(dims, default=0) < 0 or not _INT.issuperset(map(type, ats))
                 or min(ats) < 0 or nbytes != n or max(map(add, ats, n)) > size
                 or not _STR.issuperset(map(type, fqns))):
@@ -192,9 +193,9 @@ class Index:
         """The shape of a whole plain tensor of the checkpoint."""
         return self.tensors[fqn][4]
 
-    def taker(self, direct_cls, direct: dict):
+    def taker(self, direct: dict):
         """reader.split_direct's `take` from the index, into `direct` (shard file -> items): a contiguous CPU
-        tensor whose entry is of its dtype and shape, as `direct_cls(data offset, nbytes, target, True)`."""
+        tensor whose entry is of its dtype and shape, as the pair (data offset, the tensor)."""
         tensors = self.tensors
         lists = {}  # (one list per file, looked up once)
 
@@ -204,7 +205,7 @@ class Index:
                 items = lists.get(e[0])
                 if items is None:
                     items = lists[e[0]] = direct.setdefault(e[0], [])
-                items.append(direct_cls(e[1], e[2], v, True))
+                items.append((e[1], v))
                 return True
             return False
 

@@ -76,20 +76,20 @@ def file_threads() -> int:
 
 
 class Direct:
-    """A plain tensor read straight from its record: where its item lies in which file, and the target.
-    `known`: offset and length are those of the tensor's bytes themselves (the shard index's), not of the
-    item's torch.save zip (`.metadata`'s), whose head then says where the bytes start."""
+    """A plain tensor read straight from its record, found through `.metadata`: where its item (a torch.save
+    zip, whose head says where the bytes start) lies in which file, and the target. (An item of the shard
+    index, whose offset is the tensor's bytes themselves, is the pair (offset, the target tensor).)"""
 
-    __slots__ = ("offset", "length", "target", "known")
+    __slots__ = ("offset", "length", "target")
 
-    def __init__(self, offset: int, length: int, target: torch.Tensor, known: bool = False):
-        self.offset, self.length, self.target, self.known = offset, length, target, known
+    def __init__(self, offset: int, length: int, target: torch.Tensor):
+        self.offset, self.length, self.target = offset, length, target
 
 
 def split_direct(state_dict: Mapping, take) -> dict:
     """The rest of `state_dict` (nested as it was, for DCP's planner) once `take` took the plain tensors read
-    straight into place. `take(fqn, tensor)`: True when it recorded the tensor (as a Direct, in the dict of
-    shard file -> items it was made with: `from_metadata`, or the shard files' `index.Index.taker`). Those
+    straight into place. `take(fqn, tensor)`: True when it recorded the tensor (as an (offset, item) pair, in
+    the dict of shard file -> pairs it was made with: `from_metadata`, or the shard files' `index.Index.taker`). Those
     are read without DCP's planning: its generic flattening, planning and per-item lookups were ~0.1 s of a
     0.35 s gpt2 load at world 2, where the reads themselves take 0.23 s. Keys are DCP's: the path joined by
     dots."""
@@ -111,7 +111,7 @@ def split_direct(state_dict: Mapping, take) -> dict:
 
 
 def from_metadata(metadata, direct: dict):
-    """split_direct's `take` from DCP's `.metadata`, into `direct` (shard file -> [Direct]): a contiguous CPU
+    """split_direct's `take` from DCP's `.metadata`, into `direct` (shard file -> [(offset, Direct)]): a contiguous CPU
     tensor whose entry is one whole chunk of its shape and dtype, stored without a transform."""
     md, storage = metadata.state_dict_metadata, metadata.storage_data
 
@@ -122,7 +122,7 @@ def from_metadata(metadata, direct: dict):
                 and v.size() == m.size == m.chunks[0].sizes and not any(m.chunks[0].offsets)):
             info = storage.get(MetadataIndex(fqn, m.chunks[0].offsets))
             if info is not None and not info.transform_descriptors:
-                direct.setdefault(info.relative_path, []).append(Direct(info.offset, info.length, v))
+                direct.setdefault(info.relative_path, []).append((info.offset, Direct(info.offset, info.length, v)))
                 return True
         return False
 
@@ -295,7 +295,7 @@ class Reader(FileSystemReader):
         self.direct = {}
         if self.index is None:
             return split_direct(tensors, from_metadata(self.read_metadata(), self.direct))
-        rest = split_direct(tensors, self.index.taker(Direct, self.direct))
+        rest = split_direct(tensors, self.index.taker(self.direct))
         if not rest or any(isinstance(v, Stateful) for v in rest.values()):
             return rest
         flat, mappings = flatten_state_dict(rest)
@@ -306,7 +306,7 @@ class Reader(FileSystemReader):
         # planner does (load_bytes: torch.load, set_element), without DCP's load around them.
         self._stored_into = rest
         for fqn, name, at, length in found:
-            self.direct.setdefault(name, []).append(Stored(at, length, mappings[fqn]))
+            self.direct.setdefault(name, []).append((at, Stored(at, length, mappings[fqn])))
         return {}
 
     def stored_keys(self):
@@ -325,7 +325,7 @@ class Reader(FileSystemReader):
         self.read_data(LoadPlan([]), None)
         if self._stored_into is not None:
             for items in self.direct.values():
-                for d in items:
+                for _, d in items:
                     if type(d) is Stored:
                         plain, value = plain_value(bytes(d.data))
                         if not plain:
@@ -340,9 +340,9 @@ class Reader(FileSystemReader):
             md = self.storage_data[req.storage_index]
             per_file.setdefault(md.relative_path, []).append((md.offset, req))
         for name, items in self.direct.items():
-            per_file.setdefault(name, []).extend((d.offset, d) for d in items)
+            per_file.setdefault(name, []).extend(items)
         names = sorted(set(per_file) | set(self.verify))
-        jobs = [(n, [r for _, r in sorted(per_file.get(n, []), key=itemgetter(0))]) for n in names]
+        jobs = [(n, sorted(per_file.get(n, []), key=itemgetter(0))) for n in names]
         # One thread per file (up to THREADS): the reads (readinto) and the hashing (xxhash) release the GIL,
         # so the files of one rank stream concurrently; the items of one file stay in order (one pass).
         if len(jobs) > 1 and self.threads > 1:
@@ -356,8 +356,8 @@ class Reader(FileSystemReader):
         return fut
 
     def _read_file(self, name: str, reqs: list, planner) -> int:
-        """Read `reqs` from file `name` in one forward pass (hashing it when it is to be verified); returns
-        the bytes read straight into their targets."""
+        """Read `reqs` ([(offset, item)], by offset) from file `name` in one forward pass (hashing it when it
+        is to be verified); returns the bytes read straight into their targets."""
         path = Path(self.path) / name
         direct = 0
         entry = self.verify.get(name)
@@ -368,16 +368,16 @@ class Reader(FileSystemReader):
             walk = _Walk(f, hasher) if hasher is not None else None
             parts = []  # (offset, view) of the index's items in a row, read together (read_parts, _pread_parts)
             try:
-                for req in reqs:
+                for at, req in reqs:
                     kind = type(req)
-                    if kind is Direct and req.known:
-                        view = _bytes_of(req.target)
-                        parts.append((req.offset, view))
+                    if kind is torch.Tensor:  # the shard index's item: its bytes at `at`
+                        view = _bytes_of(req)
+                        parts.append((at, view))
                         direct += view.nbytes
                         continue
                     if kind is Stored:
                         req.data = bytearray(req.length)
-                        parts.append((req.offset, memoryview(req.data)))
+                        parts.append((at, memoryview(req.data)))
                         continue
                     self._read_parts(f, walk, parts)
                     parts = []
@@ -414,9 +414,7 @@ class Reader(FileSystemReader):
 
     def _read_direct(self, f, walk: _Walk | None, d: Direct, heads: Heads) -> int:
         """A split_direct item: its record's bytes straight into the target, or (a record laid out otherwise)
-        DCP's way: torch.load the item's bytes and copy them in. The index's items say where the bytes lie."""
-        if d.known:
-            return self._into(f, walk, d.offset, _bytes_of(d.target))
+        DCP's way: torch.load the item's bytes and copy them in."""
         at = record_span(f.fileno(), d.offset, d.length, d.target, heads)
         if at is not None:
             return self._into(f, walk, d.offset + at, _bytes_of(d.target))
