@@ -145,3 +145,46 @@ def test_kill9_one_rank_elastic_restart_finishes_identically(tmp_path, straight)
 def torch_equal(a, b):
     import torch
     return torch.equal(a, b)
+
+
+def _resume_counting_torch_loads(run, overrides):
+    """train_run's resume, counting torch's Optimizer.load_state_dict calls and recording the lr that the
+    fresh optimizer held when the checkpoint was applied."""
+    import torch
+
+    from shardlab.parallel.dp import in_place
+
+    calls, fresh = [], []
+    torch_load, direct = torch.optim.Optimizer.load_state_dict, in_place.load_optim_in_place
+
+    def counted(self, sd):
+        calls.append(1)
+        return torch_load(self, sd)
+
+    def recorded(optimizer, sd):
+        fresh.append((optimizer.param_groups[0]["lr"], sd["param_groups"][0]["lr"]))
+        return direct(optimizer, sd)
+
+    torch.optim.Optimizer.load_state_dict, in_place.load_optim_in_place = counted, recorded
+    try:
+        out = train_run(run, overrides, 2)
+    finally:
+        torch.optim.Optimizer.load_state_dict, in_place.load_optim_in_place = torch_load, direct
+    return {**out, "torch_loads": len(calls), "fresh": fresh}
+
+
+def test_ddp_resume_applies_the_optimizer_without_torchs_repacking(pool2, tmp_path):
+    """A real torch-ddp resume (the fresh optimizer's lr, the schedule's first, differs from the checkpoint's)
+    applies the optimizer state read in place without torch's Optimizer.load_state_dict
+    (parallel/dp/in_place.py), and continues exactly as the run that was not stopped."""
+    common = ["parallel.strategy=torch-ddp", "train.steps=6", "train.warmup_steps=4"]
+    straight = pool2.run(train_run, tmp_path / "straight", common, 2)
+    run = tmp_path / "resumed"
+    pool2.run(train_run, run, common + ["ckpt.every=3"], 2, stop_after=3)
+    resumed = pool2.run(_resume_counting_torch_loads, run, common + ["ckpt.resume=latest"])
+    for r in range(2):
+        assert resumed[r]["start"] == 3 and resumed[r]["torch_loads"] == 0
+        (live_lr, saved_lr), = resumed[r]["fresh"]
+        assert live_lr != saved_lr  # a real resume's case
+        assert_params_equal(resumed[r]["params"], straight[r]["params"], exact=True)
+    assert [straight[0]["losses"][s] for s in (4, 5, 6)] == [resumed[0]["losses"][s] for s in (4, 5, 6)]

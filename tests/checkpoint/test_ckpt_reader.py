@@ -147,3 +147,99 @@ def test_in_place_checks_take_the_live_state_only():
     newer = in_place.native_optim_state(opt, {**sd, "param_groups": [{**sd["param_groups"][0], "lr": 5e-4}]})
     opt.load_state_dict(newer)  # the checkpoint's hyperparameters, around the live state tensors
     assert opt.param_groups[0]["lr"] == 5e-4 and _tensors_of(opt) == _tensors_of_sd(sd)
+
+
+def _adamw(model, cls=torch.optim.AdamW, **kw):
+    return cls([{"params": list(model[0].parameters())},
+                {"params": list(model[1:].parameters()), "weight_decay": 0.0}], lr=1e-3, **kw)
+
+
+def _adamw_after_a_step(**kw):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3), torch.nn.Linear(3, 2))
+    opt = _adamw(model, **kw)
+    model(torch.randn(5, 4)).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def _optim_snapshot(opt):
+    return ([(list(g), g) for g in opt.param_groups], [(p, list(st.items())) for p, st in opt.state.items()],
+            type(opt.state), dict(opt.defaults))
+
+
+def test_optimizer_load_in_place_builds_what_torch_builds():
+    # in_place.load_optim_in_place skips torch's pack / unpack of the optimizer's own state dict when nothing
+    # can differ: the param groups (equal dicts, the same keys in the same order, the live params lists) and
+    # the state (the same parameters in the same order, new per-parameter dicts holding the very same
+    # tensors) are those torch's Optimizer.load_state_dict builds, in a real resume's case (the live lr
+    # differs from the checkpoint's); hooks, another fused / foreach, a tensor hyperparameter take torch's.
+    from shardlab.parallel.dp import in_place
+
+    def saved(opt, **changes):  # the checkpoint's hyperparameters (DCP's format: params by name)
+        return {"state": {f"p{i}": st for i, st in enumerate(opt.state.values())},
+                "param_groups": [{**{k: v for k, v in g.items() if k != "params"}, **changes,
+                                  "params": [f"p{i}" for i in range(len(g["params"]))]} for g in opt.param_groups]}
+
+    calls = []
+    torch_load = torch.optim.Optimizer.load_state_dict
+
+    def counted(self, sd):
+        calls.append(1)
+        return torch_load(self, sd)
+
+    for kw in ({}, {"foreach": False}, {"amsgrad": True}, {"fused": True}):
+        model, ref = _adamw_after_a_step(**kw)
+        opt = _adamw(model, **kw)
+        opt.state = ref.state  # the same state tensors: one was loaded in place into the other's live state
+        for o in (ref, opt):
+            o.param_groups[0]["lr"] = 0.5  # a fresh optimizer's lr; the checkpoint's is 1e-3
+        sd = saved(ref, lr=1e-3)
+        old = {p: st for p, st in ref.state.items()}
+        lists = [[g["params"] for g in o.param_groups] for o in (ref, opt)]
+        ref.load_state_dict(in_place.native_optim_state(ref, sd))  # torch's
+        torch.optim.Optimizer.load_state_dict = counted
+        try:
+            assert in_place.load_optim_in_place(opt, saved(opt, lr=1e-3))
+        finally:
+            torch.optim.Optimizer.load_state_dict = torch_load
+        assert calls == [], kw  # the direct path was taken
+        (gr, st, kind, dflt), (go, so, kind2, dflt2) = _optim_snapshot(ref), _optim_snapshot(opt)
+        assert [k for k, _ in gr] == [k for k, _ in go] and [g for _, g in gr] == [g for _, g in go]
+        assert [[g["params"] for g in o.param_groups] for o in (ref, opt)] == lists  # the live lists
+        assert all(a is b for o, ls in zip((ref, opt), lists) for a, b in zip(ls, [g["params"] for g in o.param_groups]))
+        assert opt.param_groups[0]["lr"] == 1e-3 and kind is kind2 and dflt == dflt2
+        assert [p for p, _ in st] == [p for p, _ in so]
+        assert all([k for k, _ in a] == [k for k, _ in b] and all(x is y for (_, x), (_, y) in zip(a, b))
+                   for (_, a), (_, b) in zip(st, so))
+        assert all(opt.state[p] is not old[p] for p in old)  # new per-parameter dicts, as torch's
+
+    # Where torch's load may do something else, it is torch's load that runs.
+    def takes_torch(opt, sd):
+        torch.optim.Optimizer.load_state_dict = counted
+        try:
+            calls.clear()
+            assert in_place.load_optim_in_place(opt, sd)
+        finally:
+            torch.optim.Optimizer.load_state_dict = torch_load
+        return calls == [1]
+
+    _, opt = _adamw_after_a_step()
+    assert takes_torch(opt, saved(opt, foreach=True))
+    assert takes_torch(opt, saved(opt, lr=torch.tensor(1e-3)))
+    opt.register_load_state_dict_post_hook(lambda o: None)
+    assert takes_torch(opt, saved(opt))
+    _, opt = _adamw_after_a_step()
+    opt.param_groups[0]["params"][0].data = opt.param_groups[0]["params"][0].data.double()  # a cast to make
+    assert takes_torch(opt, saved(opt))
+
+    class Custom(torch.optim.AdamW):
+        def __setstate__(self, state):
+            super().__setstate__(state)
+
+    model, ref = _adamw_after_a_step()
+    opt = _adamw(model, Custom)
+    opt.state = ref.state
+    assert takes_torch(opt, saved(opt))
+    copied = {**saved(opt), "state": {k: {n: v.clone() for n, v in st.items()} for k, st in saved(opt)["state"].items()}}
+    assert not in_place.load_optim_in_place(opt, copied)  # not the live state: the caller's (DCP's) path

@@ -12,6 +12,7 @@ import os
 import re
 import time
 import warnings
+from itertools import repeat
 from pathlib import Path
 
 import torch
@@ -23,6 +24,7 @@ from shardlab.checkpoint import hf_dcp
 from shardlab.checkpoint import manifest as mf
 from shardlab.checkpoint import state as st
 from shardlab.model import anatomy
+from shardlab.parallel.dp import in_place
 from shardlab.checkpoint.index import Index
 from shardlab.checkpoint.reader import Planner, Reader
 from shardlab.checkpoint.resume_path import (CheckpointError, CorruptShards, imported_message, no_intact_message,
@@ -157,6 +159,7 @@ class Loading:
         """Every rank rechecks the checksums of its share of the small files and the presence and size of
         its shard files (their checksums are checked while they are loaded); all ranks get all problems."""
         manifest, problem = mf.load_manifest(path)
+        self._verified = (path, manifest)  # (the load that follows plans from it: _reader)
         if manifest is None:  # every rank read the same file: the same problem everywhere
             problems = [problem] if self.rank == 0 else []
         else:
@@ -183,11 +186,12 @@ class Loading:
         if meta.get("imported"):
             raise CheckpointError(imported_message(path))
         _check_model(path, meta, state)
-        reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
-        t0 = time.perf_counter()
-        self._read(path, reader, tensors)
-        t1 = time.perf_counter()
-        _apply(state, tensors, meta)
+        with in_place.held_still():  # nothing but the load touches the modules until the state is applied
+            reader, tensors, same_layout, rng_key = self._plan_reads(path, meta, state)
+            t0 = time.perf_counter()
+            self._read(path, reader, tensors)
+            t1 = time.perf_counter()
+            _apply(state, tensors, meta)
         self.load_timing = {"read_s": t1 - t0, "apply_s": time.perf_counter() - t1,
                             "direct_bytes": reader.direct_bytes}
         if same_layout:
@@ -205,8 +209,8 @@ class Loading:
         its key there). The reader verifies this rank's share of the shard files as DCP reads them."""
         reader = self._reader(path)
         md_keys = reader.stored_keys()  # the shard index's, or .metadata's (read once: DCP's load asks again)
-        fused = [f".{name}.weight" for a in anatomy.ANATOMIES.values() for name in a.fused]  # attn.qkv
-        if any(k.endswith(tuple(fused)) for k in md_keys):
+        fused = tuple(f".{name}.weight" for a in anatomy.ANATOMIES.values() for name in a.fused)  # attn.qkv
+        if any(map(str.endswith, md_keys, repeat(fused))):  # (a C loop over ~800 keys)
             raise CheckpointError(f"checkpoint {path} holds the fused attention projection attn.qkv (shardlab 0.1; "
                                   "now attn.q, attn.k, attn.v); export it with `shardlab ckpt export --hf` or retrain")
         # RNG streams are saved per mesh coordinate: the same degrees find this rank's stream wherever
@@ -227,7 +231,8 @@ class Loading:
     def _reader(self, path: Path) -> Reader:
         """The reader of checkpoint `path` on this rank: the shard files it verifies while reading them, and
         the shard files' index (index.py) when the checkpoint has one (else it reads `.metadata`)."""
-        manifest = mf.read_manifest(path)
+        verified = self.__dict__.pop("_verified", None)  # the manifest _verify_distributed just read
+        manifest = verified[1] if verified is not None and verified[0] == path else mf.read_manifest(path)
         return Reader(path, self._shares(manifest)[1] if manifest is not None else {},
                       index=Index.read(path, manifest))
 

@@ -23,6 +23,7 @@ import io
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from operator import itemgetter
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ from shardlab.checkpoint.zip_items import Heads, plain_value, record_span
 # Bytes read (and hashed) at a time between the records we load and after the last: as HASH_CHUNK, so
 # that they too are hashed while in the CPU cache (and the buffer costs no 8 MiB allocation per file).
 SCRATCH = 256 << 10
+assert SCRATCH >= 256 << 10  # (_Walk.read_parts: a readv's gaps, HASH_CHUNK bytes at most, fit in it)
 THREADS = 4  # at most, files read at once per rank (see file_threads())
 # Bytes read, then hashed at once while in the CPU cache. 256 KiB: with two ranks on two cores, a gpt2 load's
 # reads and hashes into the live tensors ran at 0.92 of a plain read with 128-512 KiB, 0.85 with 1-2 MiB (the
@@ -74,58 +76,55 @@ def file_threads() -> int:
 
 
 class Direct:
-    """A plain tensor read straight from its record: where its item lies in which file, and the target.
-    `known`: offset and length are those of the tensor's bytes themselves (the shard index's), not of the
-    item's torch.save zip (`.metadata`'s), whose head then says where the bytes start."""
+    """A plain tensor read straight from its record, found through `.metadata`: where its item (a torch.save
+    zip, whose head says where the bytes start) lies in which file, and the target. (An item of the shard
+    index, whose offset is the tensor's bytes themselves, is the pair (offset, the target tensor).)"""
 
-    __slots__ = ("offset", "length", "target", "known")
+    __slots__ = ("offset", "length", "target")
 
-    def __init__(self, offset: int, length: int, target: torch.Tensor, known: bool = False):
-        self.offset, self.length, self.target, self.known = offset, length, target, known
+    def __init__(self, offset: int, length: int, target: torch.Tensor):
+        self.offset, self.length, self.target = offset, length, target
 
 
-def split_direct(state_dict: Mapping, take) -> tuple[dict[str, list[Direct]], dict]:
-    """(the plain tensors of `state_dict` read straight into place, by shard file; the rest, nested as it
-    was, for DCP's planner). `take(fqn, tensor)`: (shard file, Direct) for a tensor read directly, else None
-    (`from_metadata`, or the shard files' `index.Index.take`). The first are read without DCP's planning: its
-    generic flattening, planning and per-item lookups were ~0.1 s of a 0.35 s gpt2 load at world 2, where
-    the reads themselves take 0.23 s. Keys are DCP's: the path joined by dots."""
-    direct: dict[str, list[Direct]] = {}
-
+def split_direct(state_dict: Mapping, take) -> dict:
+    """The rest of `state_dict` (nested as it was, for DCP's planner) once `take` took the plain tensors read
+    straight into place. `take(fqn, tensor)`: True when it recorded the tensor (as an (offset, item) pair, in
+    the dict of shard file -> pairs it was made with: `from_metadata`, or the shard files' `index.Index.taker`). Those
+    are read without DCP's planning: its generic flattening, planning and per-item lookups were ~0.1 s of a
+    0.35 s gpt2 load at world 2, where the reads themselves take 0.23 s. Keys are DCP's: the path joined by
+    dots."""
     def walk(node: Mapping, prefix: str) -> dict:
         rest = {}
         for k, v in node.items():
-            fqn = f"{prefix}{k}"
             if type(v) is torch.Tensor:  # (first: most leaves are; an ABC isinstance costs ~1 us)
-                hit = take(fqn, v)
-                if hit is not None:
-                    direct.setdefault(hit[0], []).append(hit[1])
+                if take(f"{prefix}{k}", v):
                     continue
-            elif isinstance(v, Mapping):
-                sub = walk(v, fqn + ".")
+            elif type(v) is dict or isinstance(v, Mapping):  # (an ABC isinstance: only for the rest)
+                sub = walk(v, f"{prefix}{k}.")
                 if sub or not v:
                     rest[k] = sub if sub else v
                 continue
             rest[k] = v
         return rest
 
-    return direct, walk(state_dict, "")
+    return walk(state_dict, "")
 
 
-def from_metadata(metadata):
-    """split_direct's `take` from DCP's `.metadata`: a contiguous CPU tensor whose entry is one whole chunk
-    of its shape and dtype, stored without a transform."""
+def from_metadata(metadata, direct: dict):
+    """split_direct's `take` from DCP's `.metadata`, into `direct` (shard file -> [(offset, Direct)]): a contiguous CPU
+    tensor whose entry is one whole chunk of its shape and dtype, stored without a transform."""
     md, storage = metadata.state_dict_metadata, metadata.storage_data
 
-    def take(fqn: str, v: torch.Tensor):
+    def take(fqn: str, v: torch.Tensor) -> bool:
         m = md.get(fqn)
         if (v.device.type == "cpu" and v.is_contiguous() and isinstance(m, TensorStorageMetadata)
                 and len(m.chunks) == 1 and m.properties.dtype == v.dtype
                 and v.size() == m.size == m.chunks[0].sizes and not any(m.chunks[0].offsets)):
             info = storage.get(MetadataIndex(fqn, m.chunks[0].offsets))
             if info is not None and not info.transform_descriptors:
-                return info.relative_path, Direct(info.offset, info.length, v)
-        return None
+                direct.setdefault(info.relative_path, []).append((info.offset, Direct(info.offset, info.length, v)))
+                return True
+        return False
 
     return take
 
@@ -149,6 +148,47 @@ def _pread_into(f, at: int, view: memoryview) -> None:
         got += n
 
 
+def _fill(f, bufs: list, total: int, at: int | None) -> int:
+    """Fill `bufs` (`total` bytes together) from file `f`: one readv at its position (`at` None), or one
+    preadv at `at`, and more only when the system returns less. Returns the bytes read: fewer than
+    `total` only where the file ends."""
+    fd, got = f.fileno(), 0
+    while True:
+        n = os.readv(fd, bufs) if at is None else os.preadv(fd, bufs, at + got)
+        got += n
+        if got == total or not n:
+            return got
+        i = 0
+        while n >= bufs[i].nbytes:
+            n -= bufs[i].nbytes
+            i += 1
+        bufs = [bufs[i][n:], *bufs[i + 1:]]
+
+
+def _pread_parts(f, parts: list, scratch: memoryview) -> None:
+    """Read `parts` ([(offset, view)], by offset) with preads, the small ones near each other together: one
+    preadv fills several views and the bytes between them (into `scratch`, thrown away) up to HASH_CHUNK
+    bytes of the file: a system call per item was ~1/3 of the CPU a gpt2 load spends besides the copy."""
+    i, count = 0, len(parts)
+    while i < count:
+        at, view = parts[i]
+        bufs, end, i = [view], at + view.nbytes, i + 1
+        while i < count and len(bufs) < _IOV:
+            nxt, v = parts[i]
+            if nxt < end or nxt + v.nbytes - at > HASH_CHUNK or nxt - end > scratch.nbytes:
+                break
+            if nxt > end:
+                bufs.append(scratch[:nxt - end])
+            bufs.append(v)
+            end, i = nxt + v.nbytes, i + 1
+        got = _fill(f, bufs, end - at, at)
+        if got < end - at:
+            raise OSError(f"{f.name}: ends early, at byte {at + got} (the file is truncated)")
+
+
+_IOV = 512  # buffers per readv / preadv at most (the system's IOV_MAX is 1024)
+
+
 class _Walk:
     """Reads one file forward from the start, every byte it passes hashed, in order. The file's position
     is always `pos` (the reads that are not the walk's are preads)."""
@@ -156,6 +196,47 @@ class _Walk:
     def __init__(self, f, hasher):
         self.f, self.hasher, self.pos = f, hasher, 0
         self.scratch = memoryview(bytearray(SCRATCH))
+
+    def read_parts(self, parts: list) -> None:
+        """Read `parts` ([(offset, view)], by offset) in the walk, hashing every byte passed: each readv fills
+        the next HASH_CHUNK bytes of the file (or fewer), however many views and gaps between them they
+        span (a gap's bytes into the scratch buffer, apart from the other gaps of the same readv), and its
+        pieces are hashed in order right after it. A part the walk has passed already is preaded."""
+        batch, size, used = [], 0, 0  # the next readv's pieces, their bytes, the scratch they use
+        end = self.pos  # where the batch ends in the file
+        for at, view in parts:
+            if at < end:
+                _pread_into(self.f, at, view)
+                continue
+            for buf, total in ((None, at - end), (view, view.nbytes)):
+                off = 0
+                while off < total:
+                    if size == HASH_CHUNK or len(batch) == _IOV:
+                        self._readv(batch, size)
+                        batch, size, used = [], 0, 0
+                    k = min(HASH_CHUNK - size, total - off)
+                    if buf is None:
+                        batch.append(self.scratch[used:used + k])
+                        used += k
+                    else:
+                        batch.append(buf[off:off + k] if k != total else buf)
+                    size, off = size + k, off + k
+                end += total
+        if batch:
+            self._readv(batch, size)
+
+    def _readv(self, pieces: list, size: int) -> None:
+        got = _fill(self.f, list(pieces), size, None)
+        update, left = self.hasher.update, got
+        for piece in pieces:  # (what was read, where the file ends early: finish() hashes on from there)
+            if left < piece.nbytes:
+                update(piece[:left])
+                break
+            update(piece)
+            left -= piece.nbytes
+        self.pos += got
+        if got < size:
+            raise OSError(f"{self.f.name}: ends early, at byte {self.pos} (the file is truncated)")
 
     def readinto(self, view: memoryview) -> None:
         # Read in chunks and hash each one at once, while it is still in the CPU cache: hashing a whole
@@ -211,10 +292,10 @@ class Reader(FileSystemReader):
         """Set `direct` to what of `tensors` is read straight into place; returns the rest, for DCP's load.
         From the index when there is one: then `.metadata` is not read unless DCP needs more of it than
         the index holds (a tensor stored otherwise, say, resharded)."""
+        self.direct = {}
         if self.index is None:
-            self.direct, rest = split_direct(tensors, from_metadata(self.read_metadata()))
-            return rest
-        self.direct, rest = split_direct(tensors, self.index.taker(Direct))
+            return split_direct(tensors, from_metadata(self.read_metadata(), self.direct))
+        rest = split_direct(tensors, self.index.taker(self.direct))
         if not rest or any(isinstance(v, Stateful) for v in rest.values()):
             return rest
         flat, mappings = flatten_state_dict(rest)
@@ -225,7 +306,7 @@ class Reader(FileSystemReader):
         # planner does (load_bytes: torch.load, set_element), without DCP's load around them.
         self._stored_into = rest
         for fqn, name, at, length in found:
-            self.direct.setdefault(name, []).append(Stored(at, length, mappings[fqn]))
+            self.direct.setdefault(name, []).append((at, Stored(at, length, mappings[fqn])))
         return {}
 
     def stored_keys(self):
@@ -244,7 +325,7 @@ class Reader(FileSystemReader):
         self.read_data(LoadPlan([]), None)
         if self._stored_into is not None:
             for items in self.direct.values():
-                for d in items:
+                for _, d in items:
                     if type(d) is Stored:
                         plain, value = plain_value(bytes(d.data))
                         if not plain:
@@ -259,9 +340,9 @@ class Reader(FileSystemReader):
             md = self.storage_data[req.storage_index]
             per_file.setdefault(md.relative_path, []).append((md.offset, req))
         for name, items in self.direct.items():
-            per_file.setdefault(name, []).extend((d.offset, d) for d in items)
+            per_file.setdefault(name, []).extend(items)
         names = sorted(set(per_file) | set(self.verify))
-        jobs = [(n, [r for _, r in sorted(per_file.get(n, []), key=lambda e: e[0])]) for n in names]
+        jobs = [(n, sorted(per_file.get(n, []), key=itemgetter(0))) for n in names]
         # One thread per file (up to THREADS): the reads (readinto) and the hashing (xxhash) release the GIL,
         # so the files of one rank stream concurrently; the items of one file stay in order (one pass).
         if len(jobs) > 1 and self.threads > 1:
@@ -275,8 +356,8 @@ class Reader(FileSystemReader):
         return fut
 
     def _read_file(self, name: str, reqs: list, planner) -> int:
-        """Read `reqs` from file `name` in one forward pass (hashing it when it is to be verified); returns
-        the bytes read straight into their targets."""
+        """Read `reqs` ([(offset, item)], by offset) from file `name` in one forward pass (hashing it when it
+        is to be verified); returns the bytes read straight into their targets."""
         path = Path(self.path) / name
         direct = 0
         entry = self.verify.get(name)
@@ -285,16 +366,26 @@ class Reader(FileSystemReader):
         heads = Heads()
         with open(path, "rb", buffering=0) as f:
             walk = _Walk(f, hasher) if hasher is not None else None
+            parts = []  # (offset, view) of the index's items in a row, read together (read_parts, _pread_parts)
             try:
-                for req in reqs:
+                for at, req in reqs:
                     kind = type(req)
+                    if kind is torch.Tensor:  # the shard index's item: its bytes at `at`
+                        view = _bytes_of(req)
+                        parts.append((at, view))
+                        direct += view.nbytes
+                        continue
+                    if kind is Stored:
+                        req.data = bytearray(req.length)
+                        parts.append((at, memoryview(req.data)))
+                        continue
+                    self._read_parts(f, walk, parts)
+                    parts = []
                     if kind is Direct:
                         direct += self._read_direct(f, walk, req, heads)
-                    elif kind is Stored:
-                        req.data = bytearray(req.length)
-                        self._into(f, walk, req.offset, memoryview(req.data))
                     else:
                         direct += self._read_item(f, walk, req, planner, heads)
+                self._read_parts(f, walk, parts)
                 if walk is not None:
                     walk.finish()
             except Exception:
@@ -313,11 +404,17 @@ class Reader(FileSystemReader):
                 self.problems.append(problem)
         return direct
 
+    @staticmethod
+    def _read_parts(f, walk: _Walk | None, parts: list) -> None:
+        if parts:
+            if walk is not None:
+                walk.read_parts(parts)
+            else:
+                _pread_parts(f, parts, memoryview(bytearray(SCRATCH)))
+
     def _read_direct(self, f, walk: _Walk | None, d: Direct, heads: Heads) -> int:
         """A split_direct item: its record's bytes straight into the target, or (a record laid out otherwise)
-        DCP's way: torch.load the item's bytes and copy them in. The index's items say where the bytes lie."""
-        if d.known:
-            return self._into(f, walk, d.offset, _bytes_of(d.target))
+        DCP's way: torch.load the item's bytes and copy them in."""
         at = record_span(f.fileno(), d.offset, d.length, d.target, heads)
         if at is not None:
             return self._into(f, walk, d.offset + at, _bytes_of(d.target))

@@ -283,10 +283,8 @@ class Strategy:
         # stage's parameters, and taking them as they are dropped this stage's lr and betas (KeyError 'betas'
         # at the first step after a pp=2 -> pp=2 resume).
         if len(optimizer.param_groups) == len(sd["param_groups"]):
-            native = in_place.native_optim_state(optimizer, sd)  # the state read into the live tensors
-            if native is not None:
-                optimizer.load_state_dict(native)  # what is left: the hyperparameters
-                return
+            if in_place.load_optim_in_place(optimizer, sd):  # the state read into the live tensors: what is
+                return                                        # left is the hyperparameters
         local = get_optimizer_state_dict(self.module, optimizer)["param_groups"]
         if len(local) != len(sd["param_groups"]):
             raise ValueError(f"the checkpoint's optimizer has {len(sd['param_groups'])} param groups, this model's "

@@ -5,8 +5,9 @@
 checkpoint). For a module whose tensors are plain and whose state dict is the default one, the answer
 is a function of which tensors the module and the optimizer hold: `StateNames` keeps torch's answer
 as (name -> live tensor) and rebuilds it from the live tensors while those are the same objects at the
-same addresses (the signature: every parameter, buffer and optimizer state tensor's identity, address,
-dtype, shape and strides, and each state's keys). Anything else recomputes with torch (a new tensor, a
+same addresses (the signature: every parameter's and buffer's identity, address, dtype, shape and
+strides; each param group's parameters, and each optimizer state's keys and value types: its values are
+read from the live state, as torch's answer holds them). Anything else recomputes with torch (a new tensor, a
 custom `state_dict`, DTensors); a cached answer is the same dict torch gives: the same names in the same
 order, the same hyperparameters, detached views of the same parameters, the optimizer's own state
 tensors (tests/checkpoint/test_ckpt_reader.py compares them).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from shardlab.parallel.dp.in_place import walk, where
+from shardlab.parallel.dp.in_place import held, places, walk, where
 
 
 def _tensors(module: nn.Module) -> list:
@@ -25,17 +26,23 @@ def _tensors(module: nn.Module) -> list:
 
 
 def _model_signature(module: nn.Module) -> tuple | None:
+    return held("signature", module, lambda: _signature(module))  # (once per load)
+
+
+def _signature(module: nn.Module) -> tuple | None:
     params, buffers, plain_save, _ = walk(module)
     ts = params + buffers
     if not plain_save or any(type(t) not in (torch.Tensor, nn.Parameter) for t in ts):
         return None
-    return tuple((id(t), where(t)) for t in ts)
+    return tuple(zip(map(id, ts), places(module)))
 
 
 def _optim_signature(optimizer) -> tuple:
-    groups = tuple(tuple(id(p) for p in g["params"]) for g in optimizer.param_groups)
-    state = tuple((id(p), tuple((k, where(v) if type(v) is torch.Tensor else repr(type(v))) for k, v in st.items()))
-                  for p, st in optimizer.state.items())
+    """Which parameters each group holds, and which parameters have state under which keys, of which types.
+    Not the state tensors' places: the rebuild reads them from the live state (torch's answer holds the
+    optimizer's own state objects, whatever they are; the model's signature covers the names)."""
+    groups = tuple(tuple(map(id, g["params"])) for g in optimizer.param_groups)
+    state = tuple((id(p), tuple(st), tuple(map(type, st.values()))) for p, st in optimizer.state.items())
     return groups, state
 
 
