@@ -5,25 +5,25 @@ import os
 import torch
 
 from shardlab.checkpoint import manifest as mf
-from shardlab.checkpoint import reader, zip_items
+from shardlab.checkpoint import walk, zip_items
 
 
 def test_chunked_hashing_hashes_every_byte_once_in_order(tmp_path, monkeypatch):
     # A chunk smaller than the views and not dividing them: the chunk loop's edges are exercised.
-    monkeypatch.setattr(reader, "HASH_CHUNK", 7)
+    monkeypatch.setattr(walk, "HASH_CHUNK", 7)
     data = os.urandom(1000)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
     hasher = mf.new_hasher()
     with open(path, "rb", buffering=0) as f:
-        walk = reader._Walk(f, hasher)
-        walk.skip_to(13)
+        w = walk.Walk(f, hasher)
+        w.skip_to(13)
         view = memoryview(bytearray(500))
-        walk.readinto(view)
-        walk.finish()
+        w.readinto(view)
+        w.finish()
     want = mf.new_hasher()
     want.update(data)
-    assert bytes(view) == data[13:513] and walk.pos == len(data)
+    assert bytes(view) == data[13:513] and w.pos == len(data)
     assert hasher.hexdigest() == want.hexdigest()
 
 
