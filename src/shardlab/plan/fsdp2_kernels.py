@@ -90,7 +90,7 @@ def kernels(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster, c
     fp16 = (lay.comm_dtype or ("fp16" if train.precision.startswith("fp16") and e_red == 2 else "")) == "fp16"
     b_post = (m * MASTER * shard if e_red != MASTER else 0) + (m - 1) * 3 * MASTER * shard \
         + (m * (2 * e_red * full + 2 * e_red * shard) if fp16 else 0)
-    ag_call, rs_call = gathered / ag.calls, rs.payload / rs.calls
+    ag_call = gathered / ag.calls
     speed = cluster.compute_speed(lay.world)
     t = [b / cluster.hbm_at(b / c) / speed if b else 0.0
          for b, c in ((b_out, ag.calls), (b_rs, rs.calls), (b_in, ag.calls), (b_post, rs.calls))]
