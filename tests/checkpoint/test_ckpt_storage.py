@@ -43,14 +43,14 @@ def test_overlapped_hash_equals_the_hash_of_the_file_on_disk(tmp_path, monkeypat
     assert stream.hash.hexdigest() == mf.hash_file(path, algo) == reference
     # the large buffers' path was taken (the small pieces are hashed without a clock)
     assert timing["fsync_s"] >= 0 and ("hash_wait_s" if hasher_on else "hash_inline_s") in timing
-    if writeback == 1 and storage._start_writeback is not None:
+    if writeback == 1 and storage.start_writeback is not None:
         assert "writeback_s" in timing and stream._flushed_to > 0
 
 
 def test_a_refused_early_write_out_is_not_asked_again_and_changes_no_byte(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(storage, "WRITEBACK_BYTES", 1)
-    monkeypatch.setattr(storage, "_start_writeback", lambda fd, offset, nbytes: calls.append(offset) or -1)
+    monkeypatch.setattr(storage, "start_writeback", lambda fd, offset, nbytes: calls.append(offset) or -1)
     path = tmp_path / "f.bin"
     with open(path, "wb") as raw:
         stream = storage.HashingStream(raw, None)

@@ -23,8 +23,8 @@ def _plain_write(path: Path, nbytes: int, buf: bytes, early: bool = True) -> Non
         while left > 0:
             n = f.write(buf[:min(left, len(buf))])
             left, done = left - n, done + n
-            if early and storage._start_writeback is not None and done - started >= storage.WRITEBACK_BYTES:
-                storage._start_writeback(f.fileno(), started, done - started)
+            if early and storage.start_writeback is not None and done - started >= storage.WRITEBACK_BYTES:
+                storage.start_writeback(f.fileno(), started, done - started)
                 started = done
         os.fsync(f.fileno())
 

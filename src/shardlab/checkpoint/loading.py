@@ -159,7 +159,6 @@ class Loading:
         """Every rank rechecks the checksums of its share of the small files and the presence and size of
         its shard files (their checksums are checked while they are loaded); all ranks get all problems."""
         manifest, problem = mf.load_manifest(path)
-        self._verified = (path, manifest)  # (the load that follows plans from it: _reader)
         if manifest is None:  # every rank read the same file: the same problem everywhere
             problems = [problem] if self.rank == 0 else []
         else:
@@ -231,8 +230,7 @@ class Loading:
     def _reader(self, path: Path) -> Reader:
         """The reader of checkpoint `path` on this rank: the shard files it verifies while reading them, and
         the shard files' index (index.py) when the checkpoint has one (else it reads `.metadata`)."""
-        verified = self.__dict__.pop("_verified", None)  # the manifest _verify_distributed just read
-        manifest = verified[1] if verified is not None and verified[0] == path else mf.read_manifest(path)
+        manifest = mf.read_manifest(path)
         return Reader(path, self._shares(manifest)[1] if manifest is not None else {},
                       index=Index.read(path, manifest))
 

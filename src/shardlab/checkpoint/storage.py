@@ -86,7 +86,7 @@ def _sync_file_range():
     return lambda fd, offset, nbytes: fn(fd, offset, nbytes, write_only)
 
 
-_start_writeback = _sync_file_range()
+start_writeback = _sync_file_range()
 
 
 class HashingStream:
@@ -142,10 +142,10 @@ class HashingStream:
     def _writeback(self) -> None:
         """Start the disk write of the bytes written since the last request (the few still in the
         BufferedWriter's buffer, if any, go with the next one or with the fsync)."""
-        if _start_writeback is None:
+        if start_writeback is None:
             return
         t0 = time.perf_counter()
-        if _start_writeback(self.raw.fileno(), self._flushed_to, self.size - self._flushed_to) != 0:
+        if start_writeback(self.raw.fileno(), self._flushed_to, self.size - self._flushed_to) != 0:
             # a file system that refuses it: no more requests for this file (the fsync at close does it all)
             self._flushed_to = float("inf")
         else:

@@ -173,8 +173,8 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
             out.append(Collective("all_reduce", "tp", lay.tp, gb * r, 1, "none",
                                   f"sequence parallel: {gb} B x {r:,.0f} replicated parameters' gradients"
                                   + (f" (this rank's 1/{sh} shard)" if lay.strategy != "ddp" and sh > 1 else "")))
-        if torch_tp.amax_calls(train, lay, layers, m):
-            k = torch_tp.amax_calls(train, lay, layers, m)
+        k = torch_tp.amax_calls(train, lay, layers, m)
+        if k:
             out.append(Collective("all_reduce", "tp", lay.tp, 4 * k, k, "none",
                                   f"float8 tensorwise: 4 B amax agreed over TP x {k} casts of sharded tensors",
                                   per_micro=True))

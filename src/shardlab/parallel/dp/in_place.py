@@ -114,13 +114,10 @@ def places(module: nn.Module) -> tuple:
 
 def _tensors(state: dict) -> list | None:
     """The tensors of an optimizer state ({key: {name: value}}), or None when a value is not a plain tensor."""
-    if not _DICT.issuperset(map(type, state.values())) and not all(isinstance(d, dict) for d in state.values()):
+    if not all(isinstance(d, dict) for d in state.values()):
         return None
     out = [v for per_param in state.values() for v in per_param.values()]
-    return out if _TENSOR.issuperset(map(type, out)) else None
-
-
-_DICT, _TENSOR = frozenset((dict,)), frozenset((torch.Tensor,))
+    return out if all(type(v) is torch.Tensor for v in out) else None
 
 
 def same_state(optimizer: torch.optim.Optimizer, sd: dict) -> bool:
