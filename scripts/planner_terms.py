@@ -44,6 +44,8 @@ STEPS = [
      ("ring_latency_steps",)),
     ("+ FSDP2's own kernels (torchtitan: copy-in, copy-out, chunk_cat, in place of the flat-buffer copies)",
      ("fsdp2",)),
+    ("+ torch's checkpoint early stop (torchtitan: the recompute ends before the block's last GEMM)",
+     ("early_stop",)),
 ]
 SETS = [("given: torchtitan", GIVEN), ("held out, then examined: llm-foundry H100 + A100 80GB modes", HELD_OUT),
         ("examined: llm-foundry A100 80GB 125M-13B", EXAMINED), ("held out: llm-foundry A100 40GB", HELD_OUT_2),
@@ -60,7 +62,8 @@ def errors(rows: list[dict], on: set) -> list[float]:
         recompute = None if "recompute_op" in on else row["layout"]["recompute"].replace("selective-op", "selective")
         got = predict(row, c, comm_dtype="row" if "comm_dtype" in on else None, recompute=recompute,
                       row_attention="row_attention" in on, eager_norm="eager_norm" in on,
-                      row_adam="eager_adam" in on, row_compile="compile" in on, row_fsdp2="fsdp2" in on)
+                      row_adam="eager_adam" in on, row_compile="compile" in on, row_fsdp2="fsdp2" in on,
+                      row_early_stop="early_stop" in on)
         out.append(got["tokens_per_gpu"] / row["tokens_per_gpu"] - 1)
     return out
 

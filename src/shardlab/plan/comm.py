@@ -151,18 +151,22 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
         rerun = lay.recompute in ("full", "selective")
         n = tp_cost.region_calls(layers, m, recompute=rerun)  # + vocab-parallel embedding fwd / head bwd
+        # torch's checkpoint with early stop (TrainSpec.recompute_early_stop, compute.early_stop_recomputed) ends
+        # before the block's last GEMM: the region collective after it (SP's reduce-scatter) is not rerun
+        skip = layers * m if (lay.recompute == "full" and train.recompute_early_stop) else 0
+        stop = f" - {skip} not rerun (the recompute's early stop: the block's last one)" if skip else ""
         if lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
             ag, n_ag, why = torch_tp.sp_all_gather(train, lay, layers, m, act, n)
             out.append(Collective("all_gather", "tp", lay.tp, ag, n_ag, "none",
                                   f"sbh*{e} x {n} (sequence parallel: entering each region, both passes){why}",
                                   per_micro=True))
-            out.append(Collective("reduce_scatter", "tp", lay.tp, act * n, n, "none",
-                                  f"sbh*{e} x {n} (sequence parallel: leaving each region, both passes)",
+            out.append(Collective("reduce_scatter", "tp", lay.tp, act * (n - skip), n - skip, "none",
+                                  f"sbh*{e} x {n} (sequence parallel: leaving each region, both passes){stop}",
                                   per_micro=True))
         else:
-            out.append(Collective("all_reduce", "tp", lay.tp, act * n, n, "none",
+            out.append(Collective("all_reduce", "tp", lay.tp, act * (n - skip), n - skip, "none",
                                   f"sbh*{e} x (4 per layer{' +2 recompute' if rerun else ''}"
-                                  f" x {layers} layers + 2) x {m} micro batches", per_micro=True))
+                                  f" x {layers} layers + 2) x {m} micro batches{stop}", per_micro=True))
         out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.LOSS_BYTES_PER_TOKEN * tokens * m, 2 * m, "none",
                               f"vocab-parallel loss: 3 fp32 per token (max; target logit, sum of exp) x "
                               f"{tokens} tokens x {m} micro batches", per_micro=True))

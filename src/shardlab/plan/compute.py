@@ -143,18 +143,10 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         ends.append((f_head, b_head))
     f_end, b_end = max(ends, key=lambda x: x[0] + x[1])
     fwd = layers * f_block + f_end
-    if lay.recompute == "full":
-        rec = layers * f_block
-    elif lay.recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
-        cheap = [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
-        rec = layers * ops_time(cheap, False)
-    elif lay.recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
-        rec = layers * ops_time(_selective_op_recomputed(block), False)
-    elif lay.recompute == "selective-attn":  # Megatron's: the attention core again
-        core = [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
-        rec = layers * ops_time(core, False)
-    else:
-        rec = 0.0
+    # torch's checkpoint ends at the last GEMM's pack (a dropout mask after it would be saved: GPT-2's blocks)
+    stop = train.recompute_early_stop and not (drops and not model.llama)
+    rec_ops = recomputed_ops(block, lay.recompute, stop)
+    rec = layers * ops_time(rec_ops, False)
     fw_extra, bw_extra = _framework(c, len(block), layers)
     gap_f, gap_b = launch_gaps(block, c)
     fwd, bwd = fwd + fw_extra + layers * gap_f, layers * (b_block + gap_b) + b_end + bw_extra
@@ -172,8 +164,9 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
-        gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    why = (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
+        gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
+    why = _early_stop_note(block, lay.recompute, ops_time) if stop else ""
+    why += (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
@@ -236,6 +229,55 @@ def context_parallel(block: list[Op], cp: int) -> list[Op]:
     core = ("attention", "scores", "softmax", "attn_dropout", "attn_v")  # a GEMM's count is its batch; an elementwise op's bytes total
     return [o if o.name not in core else replace(o, flops=o.flops * cp, count=o.count * cp) if o.kind == "gemm"
             else replace(o, bytes=o.bytes * cp) for o in block]
+
+
+# the attention core's GEMM-kind ops: never the block's last GEMM
+_CORE_GEMMS = ("attention", "scores", "attn_v")
+
+
+def early_stop_recomputed(block: list[Op]) -> list[Op]:
+    """The forward ops torch's non-reentrant checkpoint runs again in the backward (`TrainSpec.recompute_early_stop`).
+    The recompute stops once the last tensor the block's forward saved has been packed again (early stop,
+    torch/utils/checkpoint.py, `_StopRecomputationError` in `_recomputation_hook`; the default since pytorch#96866,
+    torch 2.1). Autograd packs a GEMM's saved inputs when it builds the GEMM's node, before the kernel runs (the
+    generated VariableType code: SavedVariable of self and mat2, then the redispatch), and the residual add after
+    it saves nothing: so the block's last GEMM (llama's down, GPT-2's mlp_proj) and what follows it are not run
+    again. Under torch.compile the min-cut partitioner recomputes only what the backward reads, and no gradient
+    reads that GEMM's output: the same ops. Without a trailing GEMM followed by saving-free ops: the whole block.
+    (torch's ring merge, listed last, is the attention's and stays.)"""
+    gemms = [i for i, o in enumerate(block) if o.kind == "gemm" and o.name not in _CORE_GEMMS]
+    tail = block[gemms[-1] + 1:] if gemms else [Op("none", "elem")]
+    if any(o.name not in ("residual", "bias_grads", "cp_merge") for o in tail):
+        return block
+    return block[:gemms[-1]] + [o for o in tail if o.name == "cp_merge"]
+
+
+def recomputed_ops(block: list[Op], recompute: str, early_stop: bool = False) -> list[Op]:
+    """The forward ops of one block the backward runs again under `recompute` ([] for none)."""
+    if early_stop and recompute in ("full", "selective-op"):
+        block = early_stop_recomputed(block)
+    if recompute == "full":
+        return block
+    if recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
+        return [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
+    if recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
+        return _selective_op_recomputed(block)
+    if recompute == "selective-attn":  # Megatron's: the attention core again
+        return [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
+    return []
+
+
+def _early_stop_note(block: list[Op], recompute: str, ops_time) -> str:
+    """--explain's words for the recompute's early stop (what it does not run again, per block)."""
+    saved = ops_time(recomputed_ops(block, recompute), False) - ops_time(recomputed_ops(block, recompute, True), False)
+    kept = recomputed_ops(block, recompute, True)
+    skipped = [o.name for o in recomputed_ops(block, recompute) if not any(o is x for x in kept)]
+    if not skipped:
+        return ""
+    return (f"; recompute with torch's early stop (non-reentrant checkpoint, the default since torch 2.1, "
+            f"pytorch#96866; under compile the partitioner's dead-code elimination): it ends at the pack of the "
+            f"block's last saved tensor, the inputs of its last GEMM (saved before the GEMM runs), so "
+            f"{', '.join(skipped)} not run again: {saved * 1e3:.3f} ms per block")
 
 
 def _selective_op_recomputed(block: list[Op]) -> list[Op]:

@@ -69,6 +69,10 @@ class TrainSpec:
     # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
     # wgrad GEMM does not accumulate itself); a published row's input
     grad_copy: bool = False
+    # the recompute as torch's non-reentrant checkpoint runs it (early stop, default since torch 2.1, and under
+    # compile the partitioner's dead-code elimination): it ends where the block's last saved tensor is packed,
+    # before the block's last GEMM (plan/compute.py `early_stop_recomputed`); a published row's input (torchtitan)
+    recompute_early_stop: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

@@ -173,7 +173,10 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     F.cross_entropy(pred.float()); at 9dec370 that line is commented out), which fuses the upcast into the
     log-softmax and keeps the 16-bit logits and gradient (4sbv, `fused_loss`), not F.cross_entropy's fp32 12sbv.
     Under TP torchtitan's loss is torch's loss_parallel (`training.disable_loss_parallel` false by default; the
-    output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager."""
+    output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager.
+    Activation checkpointing is torch's non-reentrant checkpoint at every commit (`ptd_checkpoint_wrapper`:
+    CheckpointImpl.NO_REENTRANT at 395a52627, the wrapper's default from 9dec370 on), whose early stop ends the
+    recompute before the block's last GEMM (`early_stop`, plan/compute.py `early_stop_recomputed`)."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
            "zero3_impl": "fsdp2", "recompute": recompute, **({"tp_impl": "dtensor"} if tp > 1 else {})}
@@ -181,7 +184,8 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
-                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1)
+                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1,
+                early_stop=True)
 
 
 H5 = "H100-SXM-500W"
@@ -251,7 +255,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
-                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False))
+                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
+                      recompute_early_stop=row.get("early_stop", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 
