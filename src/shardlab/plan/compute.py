@@ -122,11 +122,12 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     sp = lay.sp and t > 1
     roofline = not (c.gemm_table or c.gemm_fit or c.overhead)  # a GPU preset (a profile measured its own ops)
     drops = train.dropout and roofline  # the dropout kernels, where the run drops out
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops),
+    compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
+    impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
+    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl),
                              lay.cp)
     if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
         block = block + [ring_merge_op(model, b, s, t, lay.cp)]  # torch's ring: its merge kernels (attention.py)
-    compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     eager_block, casts = block, None
     if compiled:
         block = fusion.compiled_block(block, model, b, s, t, e, sp and model.llama)
@@ -136,7 +137,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay, casts) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
-    head = head_ops(model, b, s, t, e)
+    head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss)
     f_head, b_head = ops_time(head, False), ops_time(head, True)
     ends = [(f_emb, b_emb)] if lay.pp > 1 else [(f_emb + f_head, b_emb + b_head)]
     if lay.pp > 1:
@@ -166,12 +167,26 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.recompute == "full":
         gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
     why = _early_stop_note(block, lay.recompute, ops_time) if stop else ""
+    why += _titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""
     why += (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
+
+
+def _titan_note(block: list[Op], head: list[Op], ops_time) -> str:
+    """--explain's words for torchtitan's llama kernels (TrainSpec.llama_impl, plan/ops.py)."""
+    ours = [o for o in block if o.name in ("rope", "repeat_kv")] if not any(o.name == "merge_heads" for o in block) \
+        else []
+    up = [o for o in head if o.name == "logits_float"]
+    words = [f"{o.name} {ops_time([o], False) * 1e3:.3f} / {ops_time([o], True) * 1e3:.3f} ms" for o in ours + up]
+    if not words:
+        return ""
+    return ("; torchtitan's llama kernels (llama_impl=torchtitan: rope in complex fp32, repeat_kv's copies of k "
+            "and v, no head-merge copy; the logits cast to fp32 before the loss), forward / backward: "
+            + ", ".join(words) + (" per block" if ours else "") + (" (logits_float: once, in the head)" if up else ""))
 
 
 def _ring_note(block: list[Op], ops_time) -> str:

@@ -73,6 +73,10 @@ class TrainSpec:
     # compile the partitioner's dead-code elimination): it ends where the block's last saved tensor is packed,
     # before the block's last GEMM (plan/compute.py `early_stop_recomputed`); a published row's input (torchtitan)
     recompute_early_stop: bool = False
+    # whose llama module the run built: "own" (shardlab's model/llama.py) or "torchtitan" (its models/llama/model.py:
+    # rope in complex fp32, repeat_kv's copies, no head-merge copy, the logits cast to fp32 before the loss;
+    # plan/ops.py `titan_attention_kernels`); a published row's input, eager blocks only
+    llama_impl: str = "own"
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

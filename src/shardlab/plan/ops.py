@@ -36,13 +36,14 @@ def _dropout_bytes(elements: float, e: int) -> float:
 
 
 def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
-              sp: bool = False, dropout: bool = False) -> list[Op]:
+              sp: bool = False, dropout: bool = False, impl: str = "own") -> list[Op]:
     """One transformer block forward, tensor-parallel degree t, activation element size e. `dropout`: the
     block's dropout kernels as a run with dropout > 0 executes them (GPU presets; Megatron's GPT: dropout on the
     attention probabilities of the unfused core, a separate kernel over the b*a*s*s scores, and the 1-byte masks
-    of the two fused bias-dropout-adds; a fused attention kernel drops inside itself)."""
+    of the two fused bias-dropout-adds; a fused attention kernel drops inside itself). `impl`: whose llama
+    module's eager kernels (`titan_attention_kernels`)."""
     if model.llama:
-        return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp)
+        return llama_layer_ops(model, b, s, t, e, flash, eager_norm, sp, impl)
     h, r, a = model.d_model, model.mlp_ratio, model.n_head
     T, dh, ah = b * s, h // a, a // t
     att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
@@ -87,11 +88,35 @@ def _rms_norm(name: str, T: int, h: int, e: int, eager: bool) -> Op:
     return Op(name, "elem", bytes=fwd * T * h, ew="ln", bwd_bytes=bwd * T * h)
 
 
+# torchtitan's llama attention in eager kernels (torchtitan/models/llama/model.py at 395a52627, the same at 9dec370):
+# apply_rotary_emb rotates q and k as complex numbers in fp32: xq.float() (e + 4 B per element), the complex product
+# with freqs_cis (4 + 4: read and write the fp32 pairs; freqs_cis is s x d/2, read from cache), type_as back (4 + e);
+# autograd runs the same three backward (to fp32, the product with the conjugate, to the 16-bit dtype). fp32 training:
+# the two casts are no-ops (x.float() returns x), only the product's 8 B.
+def titan_rope_bytes(e: int) -> float:
+    return 8 if e == 4 else 2 * e + 16
+
+
+def titan_attention_kernels(T: int, h: int, gt: int, t: int, e: int, flash: bool) -> list[Op]:
+    """The kernels torchtitan's llama attention runs around SDPA where shardlab's llama runs others (`impl`
+    "torchtitan", a row input; eager only, plan/compute.py): rope in complex fp32 (`titan_rope_bytes` per element of
+    q and k, each way); repeat_kv's `expand(...).reshape(...)` of k and v to every local query head, a copy reading
+    the g/t-wide tensor and writing the h/t-wide one, whose backward (expand's) sums the n_rep copies back (as many
+    bytes); no head-merge copy: SDPA's flash output is laid out (b, s, heads, d) and its transpose(1, 2) back
+    is contiguous already, so `.contiguous()` copies nothing (torch `_scaled_dot_product_flash_attention`)."""
+    q, kv = T * h / t, T * gt  # elements of this rank's q and of one of k, v
+    rep = 2 * (kv + q) * e if flash and kv < q else 0.0  # k and v widened to the local query heads
+    return [Op("rope", "elem", bytes=titan_rope_bytes(e) * (q + kv), ew="copy",
+               bwd_bytes=titan_rope_bytes(e) * (q + kv)),
+            *([Op("repeat_kv", "elem", bytes=rep, ew="copy", bwd_bytes=rep)] if rep else [])]
+
+
 def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
-                    sp: bool = False) -> list[Op]:
+                    sp: bool = False, impl: str = "own") -> list[Op]:
     """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
     rotary positions on q and k, grouped-query attention (each key/value head read by its group),
-    SwiGLU (gate, up, silu x up, down)."""
+    SwiGLU (gate, up, silu x up, down). `impl` "torchtitan": torchtitan's attention kernels in place of
+    shardlab's rope and head-merge copy (`titan_attention_kernels`)."""
     h, a, g, f = model.d_model, model.n_head, model.kv_width, model.ffn
     T, dh, ah = b * s, h // a, a // t
     gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
@@ -101,14 +126,16 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
+    # rotary: q and k read, rotated half built, two products and a sum written; the heads merged by a copy
+    own = [Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"), Op("merge_heads", "elem", bytes=2 * th, ew="copy")]
+    rope, merge = (titan_attention_kernels(T, h, gt, t, e, flash), []) if impl == "torchtitan" else (own[:1], own[1:])
     return [
         _rms_norm("ln_1", T // (t if sp else 1), h, e, eager_norm),  # sequence parallel: s/t tokens
         Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
-        # rotary: q and k read, rotated half built, two products and a sum written
-        Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"),
+        *rope,
         *att,
-        Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
+        *merge,
         Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
         Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
         _rms_norm("ln_2", T // (t if sp else 1), h, e, eager_norm),
@@ -126,10 +153,15 @@ def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
                bwd_bytes=(model.vocab * h + (0 if model.llama else model.seq * h)) * e + 3 * T * h * e)]
 
 
-def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int) -> list[Op]:
+def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int, upcast: bool = False) -> list[Op]:
+    """The final norm, the logits and the loss. `upcast`: the logits cast to fp32 by a kernel of their own before
+    the loss, e + 4 B a logit each way (torchtitan's `self.output(h).float()` in its llama forward, 395a52627 and
+    9dec370; a row input where the loss runs eager), where F.cross_entropy's log-softmax reads them as they are."""
     T, h, v = b * s, model.d_model, model.vocab
+    up = [Op("logits_float", "elem", bytes=(e + 4) * T * v / t, ew="copy", bwd_bytes=(e + 4) * T * v / t)]
     return [Op("ln_f", "elem", bytes=2 * T * h * e, ew="ln"),
             Op("logits", "gemm", 2 * T * h * v / t, shape=(T, v // t, h)),
+            *(up if upcast and e != 4 else []),
             Op("cross_entropy", "elem", bytes=2 * T * v * 4 / t, ew="ce")]  # fp32 log-softmax
 
 

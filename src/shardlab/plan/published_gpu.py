@@ -35,12 +35,13 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     collectives (plan/fsdp2_kernels.py), SDPA, seq 8192, and its default
     norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/ops.py EAGER_NORM_BYTES); its
     activation checkpointing torch's non-reentrant checkpoint, whose early stop ends the recompute before the
-    block's last GEMM (plan/compute.py `early_stop_recomputed`)."""
+    block's last GEMM (plan/compute.py `early_stop_recomputed`); its llama module torchtitan's own (complex fp32
+    rope, repeat_kv, the logits cast to fp32: `llama_impl`, plan/ops.py `titan_attention_kernels`)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute,
                        "zero3_impl": "fsdp2"},
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
-            "dtensor_loss": tp > 1, "early_stop": True, "source": TORCHTITAN}
+            "dtensor_loss": tp > 1, "early_stop": True, "llama_impl": "torchtitan", "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -152,13 +153,14 @@ def _model(row) -> ModelSpec:
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
             row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True, row_compile: bool = True,
-            row_fsdp2: bool = True, row_early_stop: bool = True) -> dict:
+            row_fsdp2: bool = True, row_early_stop: bool = True, row_model: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
     papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, `row_adam=False` a fused AdamW,
     `row_compile=False` eager kernels where the run compiled, `row_fsdp2=False` shardlab's flat-buffer copies
     where the run used FSDP2, `row_early_stop=False` the whole block recomputed where torch's checkpoint
-    stopped early, for the per-term tables)."""
+    stopped early, `row_model=False` shardlab's llama kernels where the run built torchtitan's, for the per-term
+    tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -174,7 +176,8 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                       dtensor_loss=row.get("dtensor_loss", False) and row_loss,
                       eager_adam=row.get("eager_adam", False) and row_adam,
                       compile=row.get("compile", False) and row_compile,
-                      recompute_early_stop=row.get("early_stop", False) and row_early_stop)
+                      recompute_early_stop=row.get("early_stop", False) and row_early_stop,
+                      llama_impl=row.get("llama_impl", "own") if row_model else "own")
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 

@@ -176,7 +176,10 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager.
     Activation checkpointing is torch's non-reentrant checkpoint at every commit (`ptd_checkpoint_wrapper`:
     CheckpointImpl.NO_REENTRANT at 395a52627, the wrapper's default from 9dec370 on), whose early stop ends the
-    recompute before the block's last GEMM (`early_stop`, plan/compute.py `early_stop_recomputed`)."""
+    recompute before the block's last GEMM (`early_stop`, plan/compute.py `early_stop_recomputed`). The llama
+    module is torchtitan's (`llama_impl`): its eager rope in complex fp32, repeat_kv's copies, no head-merge copy
+    (plan/ops.py `titan_attention_kernels`; compiled blocks keep fusion.py's count) and `self.output(h).float()`
+    before an eager loss (395a52627, 9dec370; not the 2025 rows, whose compiled loss fuses the upcast)."""
     shape = LLAMA2[model] if model in LLAMA2 else model
     lay = {"dp": dp, "tp": tp, "sp": tp > 1, "cp": cp, "cp_impl": "torch", "strategy": "zero3",
            "zero3_impl": "fsdp2", "recompute": recompute, **({"tp_impl": "dtensor"} if tp > 1 else {})}
@@ -185,7 +188,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
                 eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1,
-                early_stop=True)
+                early_stop=True, llama_impl="torchtitan")
 
 
 H5 = "H100-SXM-500W"
@@ -256,7 +259,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
-                      recompute_early_stop=row.get("early_stop", False))
+                      recompute_early_stop=row.get("early_stop", False),
+                      llama_impl=row.get("llama_impl", "own"))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 
