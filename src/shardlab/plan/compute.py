@@ -181,12 +181,14 @@ def _titan_note(block: list[Op], head: list[Op], ops_time) -> str:
     ours = [o for o in block if o.name in ("rope", "repeat_kv")] if not any(o.name == "merge_heads" for o in block) \
         else []
     up = [o for o in head if o.name == "logits_float"]
-    words = [f"{o.name} {ops_time([o], False) * 1e3:.3f} / {ops_time([o], True) * 1e3:.3f} ms" for o in ours + up]
-    if not words:
+    def words(ops, where):
+        return [f"{o.name} {ops_time([o], False) * 1e3:.3f} / {ops_time([o], True) * 1e3:.3f} ms {where}" for o in ops]
+    said = words(ours, "per block") + words(up, "in the head (once)")
+    if not said:
         return ""
     return ("; torchtitan's llama kernels (llama_impl=torchtitan: rope in complex fp32, repeat_kv's copies of k "
             "and v, no head-merge copy; the logits cast to fp32 before the loss), forward / backward: "
-            + ", ".join(words) + (" per block" if ours else "") + (" (logits_float: once, in the head)" if up else ""))
+            + ", ".join(said))
 
 
 def _ring_note(block: list[Op], ops_time) -> str:
