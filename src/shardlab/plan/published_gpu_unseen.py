@@ -49,10 +49,11 @@ The recipe every row shares, from those files and the code they ran:
   its model sizes confirm (the 195B of 106 x 12288 needs ~250k), and the padded size is taken for it too.
 
 What the planner has no input for, kept in each row's notes: the cluster. Jean Zay's A100 nodes have 8 A100
-80GB SXM on NVLink and "4 OmniPath links" per node (README "Hardware": 4 x 100 Gb/s, 6.25 GB/s per GPU) where the
-A100-80G preset is a DGX A100 (one 200 Gb/s HDR link per GPU, 25 GB/s): the closest existing preset, not one
-tuned to these rows; the runs also set CUDA_LAUNCH_BLOCKING=1 (to avoid hangs on 40+ nodes; "makes a tiny impact
-or no impact at all to the throughput", README). BENCH's Mem is nvidia-smi's (the CUDA context, ~1.5 GB by the
+80GB on NVLink and "4 OmniPath links" per node (README "Hardware"; the link rate is not stated there: at
+Omni-Path's 100 Gb/s a link, a product figure not read in these sources, 6.25 GB/s per GPU) where the A100-80G
+preset is a DGX A100 (25 GB/s per GPU across nodes): the closest existing preset, not one tuned to these rows;
+the runs also set CUDA_LAUNCH_BLOCKING=1 (to avoid hangs on 40+ nodes; "makes a tiny impact or no impact at all
+to the throughput", README). BENCH's Mem is nvidia-smi's (the CUDA context, ~1.5 GB by the
 document's own measurement, and the caching allocator's reserve included; written "GB", read here as GiB:
 within 2.4%). BENCH's seconds are one iteration's (the document's benchmark method: "I take the snapshot of a
 single iteration (always 2nd)").
@@ -93,8 +94,9 @@ RUN = (f"BigScience BLOOM-176B training run ({REPO}, train/tr11-176B-ml/README.m
 SEQ, GBS, VOCAB = 2048, 2048, 250880
 # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE (runtime/engine.py, pipe/engine.py): 5e8 elements a buffer, fp32 here
 ALLREDUCE_BUCKET_MIB = 500_000_000 * 4 / 2**20
-NETWORK = ("Jean Zay: 8 A100 80GB per node, NVLink, 4 x 100 Gb/s Omni-Path per node (a quarter of the A100-80G "
-           "preset's per-GPU inter-node bandwidth: the closest preset); CUDA_LAUNCH_BLOCKING=1")
+NETWORK = ("Jean Zay: 8 A100 80GB per node, NVLink, 4 Omni-Path links per node (rate not stated; at 100 Gb/s a "
+           "link a quarter of the A100-80G preset's per-GPU inter-node bandwidth: the closest preset); "
+           "CUDA_LAUNCH_BLOCKING=1")
 
 
 def tokens_per_gpu(seconds: float, gpus: int, gbs: int = GBS, seq: int = SEQ) -> float:
