@@ -134,6 +134,11 @@ class Layout:
     tp_impl: str = "own"
     schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
+    # where the pipeline cuts, for the step time: "blocks" (the blocks as evenly as their count goes, the embedding
+    # and the head added to the end stages: Megatron-LM's uniform split) | "ends-as-blocks" (the embedding and the
+    # head weigh one block each in the count: Megatron-DeepSpeed's --pp-partition-method 'type:transformer|embedding',
+    # BLOOM's); a published row's input
+    pp_split: str = "blocks"
     recompute: str = "none"
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
@@ -208,6 +213,7 @@ class Layout:
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         _one_of("zero_partition", self.zero_partition, ("rows", "params"))
         _one_of("zero3_impl", self.zero3_impl, ("own", "fsdp2"))
+        _one_of("pp_split", self.pp_split, PP_SPLITS)
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
@@ -257,6 +263,21 @@ class Layout:
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
         return " ".join(parts)
+
+
+PP_SPLITS = ("blocks", "ends-as-blocks")
+
+
+def ends_as_blocks(n_layer: int, pp: int, v: int = 1) -> list[tuple[int, int, int]]:
+    """(blocks, embedding, head) on each pipeline rank when the embedding and the head count as one block each
+    (Megatron-DeepSpeed's `type:transformer|embedding`: DeepSpeed's PipelineModule weighs the layers whose class
+    matches 1 and the rest 0, and cuts the n_layer + 2 weighted layers into pp*v contiguous stages as evenly as the
+    count goes); rank r holds stages r, r + pp, ..."""
+    n = pp * v
+    q, extra = divmod(n_layer + 2, n)
+    sizes = [q + (1 if s < extra else 0) for s in range(n)]
+    stages = [(size - (s == 0) - (s == n - 1), int(s == 0), int(s == n - 1)) for s, size in enumerate(sizes)]
+    return [tuple(map(sum, zip(*stages[r::pp]))) for r in range(pp)]
 
 
 def stage_layers(n_layer: int, pp: int, v: int = 1) -> int:
