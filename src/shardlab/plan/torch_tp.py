@@ -39,13 +39,20 @@ def float8_gathers(train, lay) -> bool:
     return applies(lay) and getattr(train, "fp8", "none") == "tensorwise"
 
 
+def counted(train, lay) -> bool:
+    """Whether the plan of DTensor TP differs from the own count here (one of the terms above applies)."""
+    return rerun_gathers(lay) or float8_gathers(train, lay)
+
+
 def sp_all_gather(train, lay, layers: int, m: int, act: float, n: int) -> tuple[float, int, str]:
     """(payload, calls, why) of the sequence-parallel all-gathers: comm.py's n calls of `act` bytes, plus the
     rerun ones, the block's at 1 B an element under float8 tensorwise."""
     extra = 2 * layers * m if rerun_gathers(lay) else 0
     calls = n + extra
     if not float8_gathers(train, lay):
-        why = f" + {extra} rerun by selective-op recompute (torchtitan's save list: no all-gather)" if extra else ""
+        why = f" + {extra} rerun by selective-op recompute (torchtitan's save list: no all-gather)" if extra else (
+            "; DTensor TP (tp_impl=dtensor) as the own count here: its extra gathers come with selective-op "
+            "recompute or float8 tensorwise" if applies(lay) else "")
         return act * calls, calls, why
     e = 2 if train.mixed else 4
     edge = 2 * m  # the embedding's and the head's: 16-bit
