@@ -10,9 +10,11 @@ trains the tokens the user asked for. A candidate the trainer would refuse (the 
 divide the heads, pp needs two microbatches, a dp layer that does not compose) is dropped before it is
 planned, through the `runnable` check the caller passes (the config is a floor above the planner).
 
-Two candidates the planner cannot tell apart (torch-fsdp2 moves zero3's bytes, and FSDP2's own kernels are
-planned on GPU presets only: plan/fsdp2_kernels.py; zb is planned as 1f1b: plan/layout.py) are one prediction:
-the first in the order above is kept, so a tie goes to the own layer.
+Two candidates of one layout are one choice: the first in the order above is kept, so it goes to the own layer.
+torch-fsdp2 is zero3's layout in torch's layer; it is planned with FSDP2's own kernels (plan/fsdp2_kernels.py,
+GPU presets only; on a calibrated profile it moves zero3's bytes), but the choice does not search
+implementations (as `plan search` does not): it is kept only where the trainer refuses the own zero3. A schedule
+planned as another (plan/layout.py) is one prediction too.
 """
 from __future__ import annotations
 
@@ -24,7 +26,6 @@ from typing import Callable
 
 from shardlab.parallel.pp import registry
 
-from . import fsdp2_kernels, torch_tp
 from .from_config import from_config
 from .hardware import Cluster, meminfo
 from .search import why
@@ -98,7 +99,7 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
             plan = evaluate(model, train, lay, cluster)
         except ValueError:  # a feature the planner has no model of
             continue
-        key = (_as_planned(lay, train, cluster), train)  # frozen dataclasses: equal when planned the same
+        key = (replace(lay, zero3_impl="own"), train)  # frozen dataclasses: equal for one layout (docstring)
         if key in seen:
             continue
         seen.add(key)
@@ -115,14 +116,6 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
                          f"the smallest ({small.layout.describe()}) needs {small.mem_total / 1e9:.3g} GB; raise "
                          "parallel.mem_budget_gb, lower train.micro_batch or set train.recompute=full")
     return Choice(best[0], best[1], plans[1] if len(plans) > 1 else None, runs, len(plans), fit)
-
-
-def _as_planned(lay, train, cluster):
-    """`lay` as the planner tells it apart on `cluster`: an implementation whose terms do not apply here (FSDP2's
-    kernels on a calibrated profile, DTensor TP without selective-op recompute or float8 tensorwise) plans as
-    the own one."""
-    return replace(lay, zero3_impl=lay.zero3_impl if fsdp2_kernels.applies(lay, cluster) else "own",
-                   tp_impl=lay.tp_impl if torch_tp.counted(train, lay) else "own")
 
 
 def _size(b: float) -> str:

@@ -39,11 +39,6 @@ def float8_gathers(train, lay) -> bool:
     return applies(lay) and getattr(train, "fp8", "none") == "tensorwise"
 
 
-def counted(train, lay) -> bool:
-    """Whether the plan of DTensor TP differs from the own count here (one of the terms above applies)."""
-    return rerun_gathers(lay) or float8_gathers(train, lay)
-
-
 def sp_all_gather(train, lay, layers: int, m: int, act: float, n: int) -> tuple[float, int, str]:
     """(payload, calls, why) of the sequence-parallel all-gathers: comm.py's n calls of `act` bytes, plus the
     rerun ones, the block's at 1 B an element under float8 tensorwise."""
