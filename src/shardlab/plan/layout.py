@@ -33,6 +33,7 @@ STRATEGY_IMPL = {"torch-zero1": {"zero_partition": "params"}, "torch-fsdp2": {"z
 TP_IMPLS = ("own", "dtensor")  # training's parallel.tp_impl, each with its plan (plan/torch_tp.py)
 CP_IMPLS = ("own", "torch", "ulysses", "hybrid")  # training's parallel.cp_impl
 ZERO3_IMPLS = ("own", "fsdp2")
+PP_SPLITS = ("blocks", "ends-as-blocks")  # where the pipeline cuts (Layout.pp_split)
 
 
 def strategy_name(name: str) -> str:
@@ -300,9 +301,6 @@ class Layout:
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
         return " ".join(parts)
-
-
-PP_SPLITS = ("blocks", "ends-as-blocks")
 
 
 def ends_as_blocks(n_layer: int, pp: int, v: int = 1) -> list[tuple[int, int, int]]:
