@@ -69,6 +69,10 @@ class TrainSpec:
     # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
     # wgrad GEMM does not accumulate itself); a published row's input
     grad_copy: bool = False
+    # the 16-bit param.grad tensors kept beside the fp32 accumulation buffer, not freed after each copy (DeepSpeed's
+    # BF16_Optimizer under its PipelineEngine: clear_lp_grads() only at the next backward's start and
+    # update_hp_grads(clear_lp_grads=False), runtime/bf16_optimizer.py and pipe/engine.py, 2022); a row's input
+    lp_grads_kept: bool = False
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)

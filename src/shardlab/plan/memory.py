@@ -69,7 +69,22 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
              f"K={k:g} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
              + (" (offloaded to host)" if lay.offload != "none" else "")),
     ]
+    if train.lp_grads_kept and gb != pb:
+        lines.append(lp_grads_line(psi, pb))
     return lines
+
+
+def lp_grads_line(psi: float, pb: int) -> Line:
+    """The 16-bit gradients autograd writes (param.grad), kept beside the fp32 buffer they are added into.
+    DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py, PR #1801, the branch BLOOM ran) copies each micro
+    batch's bf16 grads into its unsharded fp32 flat buffer with update_hp_grads(clear_lp_grads=False), and its
+    PipelineEngine (pipe/engine.py `_exec_backward_pass`) frees them only with clear_lp_grads() at the start of
+    the next backward: between backwards, through the next forwards and the step, every parameter of the stage
+    holds a 16-bit gradient too (BLOOM's README: the fp32 buffer is 4 B per parameter "of additional memory").
+    Unsharded (one per parameter of the stage), unpadded (autograd's own tensors)."""
+    return Line("16-bit grads kept", pb * psi,
+                f"{pb} B x Psi = {pb} x {psi:,.0f} (param.grad kept beside the fp32 buffer: DeepSpeed "
+                "BF16_Optimizer update_hp_grads(clear_lp_grads=False), freed at the next backward)")
 
 
 def in_flight(lay: Layout, m: int) -> float:

@@ -251,7 +251,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
-                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False))
+                      compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
+                      lp_grads_kept=row.get("lp_grads_kept", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 
