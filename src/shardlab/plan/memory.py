@@ -188,6 +188,20 @@ def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     return Line("comm buffers", 2 * bucket, f"2 buckets x min({lay.bucket_mb:g} MiB, {gb}*Psi)")
 
 
+def context_line(train: TrainSpec) -> Line:
+    """The CUDA context (the driver's state and the loaded kernel images) as nvidia-smi shows it: outside torch's
+    allocator, so in a figure that measures the whole process ("device") and not in torch's allocated or reserved
+    peaks (torch.cuda.memory_stats; torchtitan's max_reserved_gib). Its size is the row's source's own measurement
+    (BigScience, train/tr11-176B-ml/chronicles-prequel.md: 1573 MiB on an A100, `torch.ones(1).cuda()` read in
+    nvidia-smi, which also holds the allocator's first 2 MiB segment)."""
+    return Line("CUDA context", train.cuda_context_mib * MiB,
+                f"{train.cuda_context_mib:g} MiB, the process's CUDA context as the source measured it (nvidia-smi "
+                "of torch.ones(1).cuda()): counted because the figure is nvidia-smi's (mem_measure=device)")
+
+
 def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
-    return (state_lines(model, train, lay) + activation_lines(model, train, lay, m)
-            + [buffer_line(model, train, lay)])
+    lines = (state_lines(model, train, lay) + activation_lines(model, train, lay, m)
+             + [buffer_line(model, train, lay)])
+    if train.mem_measure == "device":
+        lines.append(context_line(train))
+    return lines

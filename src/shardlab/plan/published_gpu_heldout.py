@@ -181,7 +181,10 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     # the run compiled (every row but the 2024-04 eager ones), and torchtitan's default foreach AdamW (eager kernels).
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
-                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1)
+                eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1,
+                # torchtitan logs torch.cuda.memory_stats' "reserved_bytes.all.peak" (torchtitan/metrics.py
+                # DeviceMemoryMonitor at 9dec370): the allocator's segments, no CUDA context, no NCCL buffers
+                mem_measure="reserved")
 
 
 H5 = "H100-SXM-500W"
@@ -252,7 +255,9 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
-                      lp_grads_kept=row.get("lp_grads_kept", False))
+                      lp_grads_kept=row.get("lp_grads_kept", False),
+                      mem_measure=row.get("mem_measure", "allocated"),
+                      cuda_context_mib=row.get("cuda_context_mib", 0.0))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

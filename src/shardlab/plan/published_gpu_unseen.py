@@ -135,10 +135,20 @@ _BENCH = [(106, 12288, 64, 8, 4, 12, 2, 67, 116.54),
           (70, 14336, 64, 8, 4, 12, 4, 73, 102.27)]
 
 
+# The CUDA context nvidia-smi shows for a torch process on an A100 (chronicles-prequel.md, "Possible topologies for
+# 200B": "40GB A100 takes 1573MiB for cuda kernels", measured with `torch.ones(1).cuda()` and nvidia-smi; the
+# document's own figure, from the team and the software era of these rows)
+CUDA_CONTEXT_MIB = 1573
+
+
 def _bench_rows() -> list[dict]:
-    return [_bloom(f"BLOOM bench {L}L h{h} a{a} A100x384 t{tp} p{pp} mb{mb}", L, h, a, 384, dp, tp, pp, mb, secs,
+    # Mem is nvidia-smi's (the section: `pdsh -w jean-zay-iam01 "...; nvidia-smi"`): the whole process's device memory
+    rows = [_bloom(f"BLOOM bench {L}L h{h} a{a} A100x384 t{tp} p{pp} mb{mb}", L, h, a, 384, dp, tp, pp, mb, secs,
                    BENCH, mem=float(mem), notes="one iteration's time (the benchmark's 2nd); Mem by nvidia-smi")
             for L, h, a, dp, tp, pp, mb, mem, secs in _BENCH]
+    for r in rows:
+        r.update(mem_measure="device", cuda_context_mib=CUDA_CONTEXT_MIB)
+    return rows
 
 
 # ---- RESHAPE: BLOOM-176B resumed at iteration 94767: (nodes, TP, PP, MBS, last logged s/iteration, iteration)
