@@ -199,9 +199,23 @@ def context_line(train: TrainSpec) -> Line:
                 "of torch.ones(1).cuda()): counted because the figure is nvidia-smi's (mem_measure=device)")
 
 
+def after_backward(buf: Line, acts: list[Line]) -> Line:
+    """Buckets reduced after the backward (`overlap_grad_reduce` off: DeepSpeed's PipelineEngine reduces in its
+    ReduceGrads instruction once the pipeline has drained, pipe/engine.py `_exec_reduce_grads`; apex's optimizer
+    with overlap_grad_sync off) live when every activation has been freed: they raise the peak only by what they
+    exceed the activations by."""
+    held = sum(ln.bytes for ln in acts)
+    return Line(buf.name, max(0.0, buf.bytes - held),
+                f"{buf.formula} = {buf.bytes:,.0f} B, reduced after the backward (not overlapped), when the "
+                f"{held:,.0f} B of activations are freed: max(0, buckets - activations)")
+
+
 def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
-    lines = (state_lines(model, train, lay) + activation_lines(model, train, lay, m)
-             + [buffer_line(model, train, lay)])
+    acts = activation_lines(model, train, lay, m)
+    buf = buffer_line(model, train, lay)
+    if not lay.overlap_grad_reduce and lay.strategy != "zero3" and buf.bytes:
+        buf = after_backward(buf, acts)
+    lines = state_lines(model, train, lay) + acts + [buf]
     if train.mem_measure == "device":
         lines.append(context_line(train))
     return lines
