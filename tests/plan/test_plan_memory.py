@@ -267,3 +267,13 @@ def test_buckets_reduced_after_the_backward_count_above_the_activations_only():
     assert over["comm buffers"] > 0 and after["comm buffers"] == max(0.0, over["comm buffers"] - over["activations"])
     assert {k: v for k, v in after.items() if k != "comm buffers"} == {k: v for k, v in over.items()
                                                                         if k != "comm buffers"}
+
+
+def test_embedding_norm_keeps_its_input_and_statistics_per_micro_batch_in_flight():
+    from shardlab.plan.memory import memory_lines
+    m, lay = PRESETS["gpt2"], Layout(dp=1, pp=4, tp=2)
+    t = TrainSpec(global_batch=32, micro_batch=2, embed_norm=True)
+    got = {ln.name: ln.bytes for ln in memory_lines(m, t, lay, 16)}
+    s, b, h = m.seq, 2, m.d_model
+    assert got["embedding norm"] == (2 * s * b * h + 8 * s * b) * in_flight(lay, 16) == (2 * s * b * h + 8 * s * b) * 4
+    assert "embedding norm" not in {ln.name for ln in memory_lines(m, TrainSpec(global_batch=32, micro_batch=2), lay, 16)}

@@ -77,6 +77,9 @@ class TrainSpec:
     # max_memory_reserved: the caching allocator's segments; nothing derivable is added) or "device" (nvidia-smi: the
     # whole process, with its CUDA context, `cuda_context_mib` as the row's source measured it); a row's input
     mem_measure: str = "allocated"
+    # a LayerNorm after the word embedding (BLOOM's --embed-layernorm, Megatron-DeepSpeed's bigscience fork): its
+    # saved input and statistics per micro batch in flight on the first stage (memory only); a row's input
+    embed_norm: bool = False
     cuda_context_mib: float = 0.0
 
     def check(self) -> None:

@@ -133,6 +133,8 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
              f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
              f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
+    if train.embed_norm:
+        lines.append(embed_norm_line(model, train, lay, b, s, fl))
     if lay.recompute == "full":
         lines.append(working_set_line(model, train, lay, b, s))
     if train.fp8 != "none":
@@ -144,6 +146,20 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
     return lines
+
+
+def embed_norm_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int, fl: float) -> Line:
+    """A LayerNorm on the embedding's output (BLOOM: `--embed-layernorm`, README "we use the added by us
+    embedding layer norm"; bigscience-workshop/Megatron-DeepSpeed megatron/mpu/layers.py VocabParallelEmbedding:
+    `self.norm` applied to the output after the tensor-parallel reduce): outside the checkpointed blocks (DeepSpeed's PipelineModule checkpoints only the
+    transformer layers, pipe/module.py `_is_checkpointable`), so every micro batch in flight on the first stage
+    keeps what a LayerNorm saves for backward: its 16-bit input (the embedding's output, whole after the
+    vocab-parallel all-reduce, /t with sequence parallelism) and its fp32 mean and inverse deviation per token."""
+    act = 2 * s * b * model.d_model / (lay.tp if lay.sp else 1) * train.act_bytes_scale
+    stats = 8 * s * b
+    return Line("embedding norm", (act + stats) * fl,
+                f"(2sbh{'/t' if lay.sp else ''} + 8sb) x {fl:g} micro batches in flight = "
+                f"{act + stats:,.0f} B x {fl:g} (the LayerNorm's 16-bit input and fp32 mean, rstd)")
 
 
 def working_set_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int) -> Line:

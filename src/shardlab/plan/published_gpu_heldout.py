@@ -257,7 +257,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
                       lp_grads_kept=row.get("lp_grads_kept", False),
                       mem_measure=row.get("mem_measure", "allocated"),
-                      cuda_context_mib=row.get("cuda_context_mib", 0.0))
+                      cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

@@ -111,7 +111,7 @@ def _bloom(case, L, h, a, gpus, dp, tp, pp, mb, secs, source, mem=None, notes=""
            "zero_bucket_mb": round(ALLREDUCE_BUCKET_MIB, 1), "overlap_grad_reduce": False}
     return _row(case, dict(n_layer=L, d_model=h, n_head=a, vocab=VOCAB), "A100-80G", gpus, SEQ, mb, GBS, lay,
                 round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype="fp32", flash=False,
-                fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, published=f"{secs} s/iteration at GBS {GBS}",
+                fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, embed_norm=True, published=f"{secs} s/iteration at GBS {GBS}",
                 notes="; ".join(x for x in (notes, NETWORK) if x))
 
 
