@@ -18,7 +18,7 @@ def _stats(errs: list[float], limit: float = 0.15) -> str:
     if not errs:
         return "-"
     a = [abs(e) for e in errs]
-    return f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:g}: {sum(x > limit for x in a)} ({len(a)} rows)"
+    return f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:.2f}: {sum(x > limit for x in a)} ({len(a)} rows)"
 
 
 def _source(row: dict) -> str:

@@ -78,6 +78,12 @@ Skipped (the planner cannot express the run, or the source leaves the layout ope
   rows FP8 only (Transformer Engine recipes), BF16 only for MoE models. The PyTorch FSDP paper (Zhao et al.
   2023): its TFLOPS are in figures, no text of the figures was available to read. OPT-175B: layout (micro batch,
   recompute) not stated in what was read. Pythia: its README gives shapes, no throughput.
+
+Examined since (docs/planner.md, "Memory: what the published figure measures"): the memory rows. After their
+errors were seen, four row inputs were added from the sources (not fitted): what BENCH's Mem measures
+(`mem_measure="device"`, nvidia-smi, with the CUDA context the prequel measured, `cuda_context_mib`), the bf16
+gradients BF16_Optimizer keeps beside its fp32 buffer (`lp_grads_kept`) and the embedding LayerNorm
+(`embed_norm`). No time term or time input changed: the tokens/s figures are still unseen.
 """
 from __future__ import annotations
 
