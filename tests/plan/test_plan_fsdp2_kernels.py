@@ -1,5 +1,6 @@
 """FSDP2's own kernels around its collectives (plan/fsdp2_kernels.py): the bytes torch's fully_shard moves
 per step, where the term applies and where it must not (shardlab's own zero3, Megatron's layouts, profiles)."""
+import json
 from dataclasses import replace
 
 import pytest
@@ -90,3 +91,68 @@ def test_published_rows_mark_fsdp2_where_the_run_used_it():
     on, off = predict(row)["plan"], predict(row, row_fsdp2=False)["plan"]
     assert on.times["zero_copies"] != off.times["zero_copies"]
     assert abs(on.step_time / off.step_time - 1) < 0.02  # small: torch's count against the flat-buffer one
+
+
+GPT2_8 = ["model=gpt2", "cluster=H100-SXM-500W", "gpus=8", "global_batch=64", "micro_batch=8"]
+
+
+def _cli(capsys, argv):
+    from shardlab.plan.cli import main
+
+    rc = main(argv)
+    return rc, capsys.readouterr()
+
+
+def test_strategy_torch_fsdp2_is_a_plan_input(capsys):
+    """`shardlab plan strategy=torch-fsdp2` plans torch's fully_shard: FSDP2's kernels on the zero_copies line
+    of --explain, a step that differs from shardlab's own zero3, and the layout line says which it is."""
+    out = {s: _cli(capsys, [f"strategy={s}", *GPT2_8, "--explain"]) for s in ("zero3", "torch-fsdp2")}
+    assert out["zero3"][0] == out["torch-fsdp2"][0] == 0
+    lines = {s: o.out.splitlines() for s, (_, o) in out.items()}
+    copies = {s: next(ln for ln in ls if ln.strip().startswith("zero_copies")) for s, ls in lines.items()}
+    assert "FSDP2's own kernels" in copies["torch-fsdp2"] and "chunk_cat" in copies["torch-fsdp2"]
+    assert "FSDP2" not in copies["zero3"] and "ZeRO flat buffers" in copies["zero3"]
+    step = {s: next(ln for ln in ls if ln.startswith("step ")) for s, ls in lines.items()}
+    assert step["zero3"] != step["torch-fsdp2"]
+    layout = {s: next(ln for ln in ls if ln.startswith("layout:")) for s, ls in lines.items()}
+    assert "dp=8 zero3 fsdp2 " in layout["torch-fsdp2"] and "fsdp2" not in layout["zero3"]
+    rc, o = _cli(capsys, ["strategy=torch-fsdp2", *GPT2_8, "--json"])
+    d = json.loads(o.out)
+    assert rc == 0 and d["layout"]["strategy"] == "zero3" and d["layout"]["zero3_impl"] == "fsdp2"
+
+
+def test_torch_fsdp2_on_a_profile_and_in_search_and_from_config(capsys):
+    from shardlab import config
+    from shardlab.plan.from_config import from_config
+    from shardlab.plan.search import args_of, search
+
+    # a calibrated profile measures its copies: the name changes the label, not the plan
+    prof = replace(H100, gemm_table={"ew:copy": 5e11, "ew:flat": 3e11})
+    assert _plan(prof, zero3_impl="fsdp2").times == _plan(prof).times
+    # the search keeps shardlab's own layers unless the user fixed the strategy's implementation
+    m, tr = PRESETS["gpt2"], TrainSpec(64, 8, flash_attention=True)
+    own = search(m, tr, H100, 8)
+    assert all(p.layout.zero3_impl == "own" for p in own)
+    fsdp2 = search(m, tr, H100, 8, {"zero3_impl": "fsdp2"})
+    zero3 = [p for p in fsdp2 if p.layout.strategy == "zero3"]
+    assert zero3 and all(p.layout.zero3_impl == "fsdp2" for p in zero3)
+    assert all(p.layout.zero3_impl == "own" for p in fsdp2 if p.layout.strategy != "zero3")
+    assert "strategy=torch-fsdp2" in args_of(zero3[0])  # the arguments that plan it again
+    # a training config's parallel.strategy, read the same way
+    for name, impl in (("torch-fsdp2", "fsdp2"), ("zero3", "own")):
+        cfg = config.validate(config.load(None, ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2",
+                                                 "train.global_batch=8", f"parallel.strategy={name}"]), 4)
+        lay = from_config(cfg, 4)[2]
+        assert (lay.strategy, lay.zero3_impl) == ("zero3", impl)
+
+
+TP_IMPLS = "tp_impl must be one of own, dtensor"
+
+
+@pytest.mark.parametrize("argv,needle", [(["tp=2", "sp=true", "tp_impl=megatron"], TP_IMPLS),
+                                         (["search", "gpus=4", "tp_impl=x"], TP_IMPLS),
+                                         (["cp=2", "cp_impl=ring"], "cp_impl must be one of own, torch, ulysses"),
+                                         (["strategy=torch-fsdp3"], "torch-fsdp2")])
+def test_bad_implementation_is_one_line_exit_2(capsys, argv, needle):
+    rc, o = _cli(capsys, argv)
+    assert rc == 2 and needle in o.err and len(o.err.strip().splitlines()) == 1, o.err

@@ -4,7 +4,7 @@ import pytest
 
 from shardlab.plan.cli import main
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec, stage_layers
+from shardlab.plan.layout import Layout, TrainSpec, ends_as_blocks, stage_layers
 from shardlab.plan.model import ModelSpec
 from shardlab.plan.step import evaluate
 
@@ -59,3 +59,20 @@ def test_planner_p2p_bytes_equal_the_comm_recorders_at_pp2(pool2, m):
     for rank in got:
         assert rank["send"] > 0 and rank["recv"] > 0
         assert plan.bytes_per_step()["p2p"] == rank["send"] + rank["recv"]
+
+
+def test_ends_as_blocks_split():
+    """pp_split=ends-as-blocks (Megatron-DeepSpeed's 'type:transformer|embedding'): BLOOM's 70 blocks + 2 ends
+    over 12 stages are 6 each, the end stages one block short; the slowest rank is then a full middle stage or
+    the head's, never 6 blocks plus the head (the default "blocks" count)."""
+    assert ends_as_blocks(70, 12) == [(5, 1, 0)] + [(6, 0, 0)] * 10 + [(5, 0, 1)]
+    assert ends_as_blocks(70, 36)[-1] == (1, 0, 1)
+    assert ends_as_blocks(6, 2, 2) == [(3, 1, 0), (3, 0, 1)]  # interleaved: rank 0 holds stages 0 and 2
+    model = ModelSpec("bloomish", n_layer=22, d_model=1024, n_head=16, vocab=250880, seq=2048)
+    train = TrainSpec(global_batch=64, micro_batch=1, seq=2048, precision="bf16-mixed")
+    plans = {s: evaluate(model, train, Layout(dp=1, pp=4, pp_split=s, recompute="full"),
+                         load_cluster("A100-80G", 4)) for s in ("blocks", "ends-as-blocks")}
+    assert plans["ends-as-blocks"].step_time < plans["blocks"].step_time
+    assert "ends-as-blocks" in plans["ends-as-blocks"].explain["forward"]
+    with pytest.raises(ValueError, match="pp_split"):
+        Layout(pp=2, pp_split="even").check(model)

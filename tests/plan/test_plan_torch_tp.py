@@ -50,3 +50,39 @@ def test_rowwise_rows_run_at_the_table_on_h100_only():
     assert "torchao's measured rowwise" in plan_row(row).explain["forward"]
     assert not load_cluster("H200").fp8_rowwise_by_shape
     assert row_model(row).d_model == 4096
+
+
+def test_tp_impl_is_a_plan_key(capsys):
+    """`shardlab plan tp_impl=dtensor` (training's parallel.tp_impl) plans DTensor TP: under torchtitan's op-level
+    recompute its rerun all-gathers show on --explain's all_gather line and the step differs from own TP; the
+    layout line says which; the search keeps it for its tensor-parallel candidates; a config reads it too."""
+    from shardlab import config
+    from shardlab.plan.cli import main
+    from shardlab.plan.from_config import from_config
+    from shardlab.plan.search import args_of, search
+
+    args = ["model=gpt2", "cluster=H100-SXM-500W", "gpus=8", "strategy=zero3", "tp=2", "sp=true",
+            "recompute=selective-op", "global_batch=64", "micro_batch=8"]
+    out = {}
+    for impl in ("own", "dtensor"):
+        assert main([*args, f"tp_impl={impl}", "--explain"]) == 0
+        out[impl] = capsys.readouterr().out.splitlines()
+    gather = {k: next(ln for ln in v if ln.strip().startswith("all_gather tp")) for k, v in out.items()}
+    assert "rerun by selective-op recompute" in gather["dtensor"] and "rerun" not in gather["own"]
+    step = {k: next(ln for ln in v if ln.startswith("step ")) for k, v in out.items()}
+    assert step["own"] != step["dtensor"]
+    layout = {k: next(ln for ln in v if ln.startswith("layout:")) for k, v in out.items()}
+    assert "tp=2+sp dtensor" in layout["dtensor"] and "dtensor" not in layout["own"]
+    # without the terms' recipes the count is the own one, and --explain says so
+    assert main([a for a in args if not a.startswith("recompute=")] + ["tp_impl=dtensor", "--explain"]) == 0
+    assert "as the own count here" in capsys.readouterr().out
+    m, tr, c = PRESETS["gpt2"], TrainSpec(64, 8, flash_attention=True), load_cluster("H100-SXM-500W", 8)
+    assert all(p.layout.tp_impl == "own" for p in search(m, tr, c, 8))
+    dt = search(m, tr, c, 8, {"tp_impl": "dtensor"})
+    assert all(p.layout.tp_impl == ("dtensor" if p.layout.tp > 1 else "own") for p in dt)
+    assert "tp_impl=dtensor" in args_of(next(p for p in dt if p.layout.tp > 1))
+    cfg = config.validate(config.load(None, ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2",
+                                             "train.global_batch=8", "parallel.strategy=torch-fsdp2", "parallel.tp=2",
+                                             "parallel.sp=true", "parallel.tp_impl=dtensor"]), 4)
+    lay = from_config(cfg, 4)[2]
+    assert (lay.tp, lay.sp, lay.tp_impl, lay.zero3_impl) == (2, True, "dtensor", "fsdp2")

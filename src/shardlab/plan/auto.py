@@ -10,8 +10,11 @@ trains the tokens the user asked for. A candidate the trainer would refuse (the 
 divide the heads, pp needs two microbatches, a dp layer that does not compose) is dropped before it is
 planned, through the `runnable` check the caller passes (the config is a floor above the planner).
 
-Two candidates the planner cannot tell apart (torch-fsdp2 moves zero3's bytes; zb is planned as 1f1b:
-plan/layout.py) are one prediction: the first in the order above is kept, so a tie goes to the own layer.
+Two candidates of one layout are one choice: the first in the order above is kept, so it goes to the own layer.
+torch-fsdp2 is zero3's layout in torch's layer; it is planned with FSDP2's own kernels (plan/fsdp2_kernels.py,
+GPU presets only; on a calibrated profile it moves zero3's bytes), but the choice does not search
+implementations (as `plan search` does not): it is kept only where the trainer refuses the own zero3. A schedule
+planned as another (plan/layout.py) is one prediction too.
 """
 from __future__ import annotations
 
@@ -96,7 +99,7 @@ def choose(cfg, world: int, cluster: Cluster, budget_bytes: float,
             plan = evaluate(model, train, lay, cluster)
         except ValueError:  # a feature the planner has no model of
             continue
-        key = (lay, train)  # frozen dataclasses: equal when the planner sees the same layout
+        key = (replace(lay, zero3_impl="own"), train)  # frozen dataclasses: equal for one layout (docstring)
         if key in seen:
             continue
         seen.add(key)

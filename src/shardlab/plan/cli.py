@@ -19,7 +19,7 @@ from shardlab.parallel.pp import registry
 
 from .from_config import trainer_defaults
 from .hardware import load_cluster
-from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_name
+from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_fields
 from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
@@ -28,8 +28,8 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool"}  # compile: torch.compile each block (train.compile; plan/fusion.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
-               "cp_impl": str, "cp_ulysses": int,
-               "schedule": str, "v": int, "recompute": str, "offload": str, "zero1_impl": str,
+               "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
+               "schedule": str, "v": int, "pp_split": str, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool"}
@@ -39,6 +39,8 @@ MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacit
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  # dp_replicate: dp_shard = dp / it
               "power_w": float, "attention": str}  # the GPU's power limit; the fused attention kernel
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
+IMPL_FIELDS = ("zero_partition", "zero3_impl")  # Layout fields a strategy name sets (layout.STRATEGY_IMPL), no keys
+IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)  # how the layers run: `plan search` plans its candidates with the user's
 
 
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
@@ -127,9 +129,9 @@ def _parse_kv(items: list[str]) -> dict:
             if out.get("dp", 1) != 1:
                 raise ValueError(f"strategy single runs on one rank: dp must be 1, got {out['dp']}")
             out["dp"] = 1
-        if out["strategy"] == "torch-zero1":  # planned as zero1 over whole parameters (ZeroRedundancyOptimizer)
-            out["zero_partition"] = "params"
-        out["strategy"] = strategy_name(out["strategy"])
+        # the planner's strategy, and a torch layer's own way (torch-zero1: whole parameters; torch-fsdp2:
+        # FSDP2's kernels, plan/fsdp2_kernels.py)
+        out.update(strategy_fields(out["strategy"]))
     return out
 
 
@@ -145,7 +147,7 @@ def build(kv: dict, for_search: bool = False):
             raise ValueError(f"attention must be one of {', '.join(attention.BACKENDS)}, got {kv['attention']!r}")
         cluster = replace(cluster, power_w=kv.get("power_w", cluster.power_w),
                           attention=kv.get("attention", cluster.attention))
-    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, "zero_partition") if k in kv}
+    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, *IMPL_FIELDS) if k in kv}
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))
@@ -226,7 +228,7 @@ def _search(args) -> int:
         raise ValueError("plan search does not search MoE layouts yet; use shardlab plan with moe_experts and ep")
     model, train, _, cluster = build(kv, for_search=True)
     t0 = time.perf_counter()
-    plans = search(model, train, cluster, kv.get("gpus"))
+    plans = search(model, train, cluster, kv.get("gpus"), impl={k: kv[k] for k in IMPL_KEYS if k in kv})
     dt = time.perf_counter() - t0
     fitting = [p for p in plans if p.fits]
     top = fitting[:args.top]

@@ -15,7 +15,7 @@ from functools import partial
 
 from . import attention, fp8, fusion
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, stage_layers
+from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec
 from .ops import DEFAULT_OP_COUNTS, Op, embed_ops, head_ops, layer_ops
 
@@ -142,6 +142,15 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if lay.pp > 1:
         ends.append((f_head, b_head))
     f_end, b_end = max(ends, key=lambda x: x[0] + x[1])
+    split_why = ""
+    if lay.pp > 1 and lay.pp_split == "ends-as-blocks":  # the slowest rank of DeepSpeed's split by count
+        per_block = f_block * (2 if lay.recompute == "full" else 1) + b_block
+        layers, n_emb, n_head = max(ends_as_blocks(model.n_layer, lay.pp, lay.v),
+                                    key=lambda r: r[0] * per_block + r[1] * (f_emb + b_emb) + r[2] * (f_head + b_head))
+        f_end, b_end = n_emb * f_emb + n_head * f_head, n_emb * b_emb + n_head * b_head
+        split_why = (f"; stages cut with the embedding and the head weighing a block each (pp_split=ends-as-blocks: "
+                     f"{model.n_layer} + 2 over {lay.pp * lay.v} stages), the slowest rank {layers} blocks"
+                     + (" + the head" if n_head else "") + (" + the embedding" if n_emb else ""))
     fwd = layers * f_block + f_end
     if lay.recompute == "full":
         rec = layers * f_block
@@ -173,7 +182,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
     if lay.recompute == "full":
         gemm += sum(o.flops for o in block if o.kind == "gemm") * layers
-    why = (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time)
+    why = (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time) + split_why
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from shardlab import precision
 from shardlab.optim import registry as optimizers
-from .layout import Layout, TrainSpec, strategy_name
+from .layout import Layout, TrainSpec, strategy_fields
 from .model import ModelSpec
 
 _RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
@@ -56,14 +56,16 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                       optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
                       flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8, compile=bool(t.compile),
                       dropout=float(cfg.model.dropout) > 0)  # p = 0 keeps no masks (as the model runs)
+    # the strategy with its implementation (torch-fsdp2: FSDP2's kernels; torch-zero1: whole parameters), as
+    # `shardlab plan strategy=...` reads it; parallel.tp_impl as the plan key tp_impl
+    how = strategy_fields(p.strategy)
     schedule = registry.spec(p.pp_schedule).planned_as
     # a schedule planned as another keeps its stages per rank only where the plan interleaves them too
-    layout = Layout.from_degrees(dims, strategy_name(p.strategy), sp=bool(p.sp), schedule=schedule,
+    layout = Layout.from_degrees(dims, how.pop("strategy"), **how, tp_impl=p.tp_impl, sp=bool(p.sp), schedule=schedule,
                                  v=int(p.pp_virtual) if registry.many_stages(schedule) else 1, recompute=_RECOMPUTE.get(t.recompute, "none"),
                                  cp_impl=p.cp_impl, cp_ulysses=p.cp_ulysses, offload=p.offload, bucket_mb=p.bucket_mb, first_bucket_mb=p.first_bucket_mb,
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
                                  reshard_after_forward=bool(p.reshard_after_forward),
-                                 health_check=trainer_defaults()["health_check"],
-                                 zero_partition="params" if p.strategy == "torch-zero1" else "rows")
+                                 health_check=trainer_defaults()["health_check"])
     return model_spec(cfg), train, layout

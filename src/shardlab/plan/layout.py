@@ -25,11 +25,36 @@ STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 # the own ones); FSDP (full sharding) is ZeRO-3; `single` is one rank (dp=1)
 STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1", "torch-fsdp2": "zero3",
                     "fsdp": "zero3", "fsdp2": "zero3"}
+# ... and where torch's layer runs its own way, the Layout fields that say so: ZeroRedundancyOptimizer's whole
+# parameters; FSDP2's per-parameter shards and the copies around its collectives (plan/fsdp2_kernels.py; `fsdp2`
+# names torch's fully_shard too, `fsdp` the flat-parameter FSDP planned as the own flat-buffer zero3)
+STRATEGY_IMPL = {"torch-zero1": {"zero_partition": "params"}, "torch-fsdp2": {"zero3_impl": "fsdp2"},
+                 "fsdp2": {"zero3_impl": "fsdp2"}}
+TP_IMPLS = ("own", "dtensor")  # training's parallel.tp_impl, each with its plan (plan/torch_tp.py)
+CP_IMPLS = ("own", "torch", "ulysses", "hybrid")  # training's parallel.cp_impl
+ZERO3_IMPLS = ("own", "fsdp2")
+PP_SPLITS = ("blocks", "ends-as-blocks")  # where the pipeline cuts (Layout.pp_split)
 
 
 def strategy_name(name: str) -> str:
     """The planner's strategy for a training or common name (ddp, zero1-3 pass through)."""
     return STRATEGY_ALIASES.get(name, name)
+
+
+def strategy_fields(name: str) -> dict:
+    """The Layout fields a training or common strategy name sets: the planner's strategy and, for a torch
+    layer that runs its own way, its implementation (`STRATEGY_IMPL`)."""
+    return {"strategy": strategy_name(name), **STRATEGY_IMPL.get(name, {})}
+
+
+def training_strategy(lay: "Layout") -> str:
+    """The strategy name that selects `lay`'s data-parallel layer and its implementation (the inverse of
+    `strategy_fields` over the training names)."""
+    if lay.strategy == "zero3" and lay.zero3_impl == "fsdp2":
+        return "torch-fsdp2"
+    if lay.strategy == "zero1" and lay.zero_partition == "params":
+        return "torch-zero1"
+    return lay.strategy
 # selective: shardlab's; selective-attn: Megatron's; selective-op: torchtitan's op-level policy (every matmul and
 # the attention kernel kept but every second matmul of a block, the rest recomputed)
 RECOMPUTE = ("none", "selective", "selective-attn", "full", "selective-op")
@@ -143,10 +168,15 @@ class Layout:
     cp_impl: str = "own"  # own | torch (the ring) | ulysses (all-to-all over heads) | hybrid (both, parallel/cp/)
     cp_ulysses: int = 0  # hybrid: the Ulysses degree inside the ring
     # own (shardlab's, Megatron's count) | dtensor (torch's parallelize_module as torchtitan applies it: its
-    # recompute policy and float8 all-gathers, plan/torch_tp.py); a published row's input
+    # recompute policy and float8 all-gathers, plan/torch_tp.py); the plan key tp_impl, training's parallel.tp_impl
     tp_impl: str = "own"
     schedule: str = registry.DEFAULT
     v: int = 1  # interleaved virtual stages per rank
+    # where the pipeline cuts, for the step time: "blocks" (the blocks as evenly as their count goes, the embedding
+    # and the head added to the end stages: Megatron-LM's uniform split) | "ends-as-blocks" (the embedding and the
+    # head weigh one block each in the count: Megatron-DeepSpeed's --pp-partition-method 'type:transformer|embedding',
+    # BLOOM's); a published row's input
+    pp_split: str = "blocks"
     recompute: str = "none"
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
@@ -156,7 +186,7 @@ class Layout:
     zero_partition: str = "rows"
     reshard_after_forward: bool = True  # zero3: free gathered params after forward
     # own (shardlab's flat-buffer zero3) | fsdp2 (torch's fully_shard, as torchtitan runs it: per-parameter
-    # shards and the copies around its collectives, plan/fsdp2_kernels.py); a published row's input
+    # shards and the copies around its collectives, plan/fsdp2_kernels.py); set by strategy=torch-fsdp2 (fsdp2)
     zero3_impl: str = "own"
     root_reshards: bool = False  # zero3: the root unit (embeddings, final LN) reshards too
     padding: str = "per_param"  # shard padding: per parameter (torch.chunk), flat buffer, none
@@ -220,7 +250,10 @@ class Layout:
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
         _one_of("zero_partition", self.zero_partition, ("rows", "params"))
-        _one_of("zero3_impl", self.zero3_impl, ("own", "fsdp2"))
+        _one_of("zero3_impl", self.zero3_impl, ZERO3_IMPLS)
+        _one_of("tp_impl", self.tp_impl, TP_IMPLS)
+        _one_of("cp_impl", self.cp_impl, CP_IMPLS)
+        _one_of("pp_split", self.pp_split, PP_SPLITS)
         if self.comm_dtype is not None:
             _one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
         for k in ("dp", "tp", "pp", "v", "cp"):
@@ -256,10 +289,13 @@ class Layout:
 
     def describe(self) -> str:
         parts = [f"dp={self.dp}", self.strategy]
+        if self.strategy == "zero3" and self.zero3_impl != "own":  # torch's layer, planned with its own terms
+            parts.append(self.zero3_impl)
         if self.strategy != "ddp" and self.replicate > 1:
             parts.append(f"hsdp {self.replicate}x{self.shard}")
         if self.tp > 1:
-            parts.append(f"tp={self.tp}" + ("+sp" if self.sp else ""))
+            parts.append(f"tp={self.tp}" + ("+sp" if self.sp else "")
+                         + ("" if self.tp_impl == "own" else f" {self.tp_impl}"))
         if self.cp > 1:
             parts.append(f"cp={self.cp}" + ("" if self.cp_impl in ("own", "torch") else f" {self.cp_impl}")
                          + (f" U={self.cp_ulysses}" if self.cp_impl == "hybrid" else ""))
@@ -270,6 +306,18 @@ class Layout:
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
         return " ".join(parts)
+
+
+def ends_as_blocks(n_layer: int, pp: int, v: int = 1) -> list[tuple[int, int, int]]:
+    """(blocks, embedding, head) on each pipeline rank when the embedding and the head count as one block each
+    (Megatron-DeepSpeed's `type:transformer|embedding`: DeepSpeed's PipelineModule weighs the layers whose class
+    matches 1 and the rest 0, and cuts the n_layer + 2 weighted layers into pp*v contiguous stages as evenly as the
+    count goes); rank r holds stages r, r + pp, ..."""
+    n = pp * v
+    q, extra = divmod(n_layer + 2, n)
+    sizes = [q + (1 if s < extra else 0) for s in range(n)]
+    stages = [(size - (s == 0) - (s == n - 1), int(s == 0), int(s == n - 1)) for s, size in enumerate(sizes)]
+    return [tuple(map(sum, zip(*stages[r::pp]))) for r in range(pp)]
 
 
 def stage_layers(n_layer: int, pp: int, v: int = 1) -> int:

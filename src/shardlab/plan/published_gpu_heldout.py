@@ -235,7 +235,9 @@ for _r in HELD_OUT:
 
 
 def row_cluster(row) -> Cluster:
-    return load_cluster(row["cluster"], row["gpus"])
+    """The row's preset, with the fields where the row's machine is known to differ from it (`cluster_fields`:
+    e.g. its network), each stated with its source in the row's module."""
+    return replace(load_cluster(row["cluster"], row["gpus"]), **row.get("cluster_fields", {}))
 
 
 def row_model(row) -> ModelSpec:

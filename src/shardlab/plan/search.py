@@ -8,7 +8,7 @@ from dataclasses import replace
 from shardlab.parallel.pp import registry
 
 from .hardware import Cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout, TrainSpec, training_strategy
 from .model import ModelSpec
 from .step import Plan, evaluate
 
@@ -34,8 +34,9 @@ def cp_layouts(seq: int, ranks: int) -> list[dict]:
     return out
 
 
-def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
+def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int, impl: dict | None = None):
     g = cluster.gpus_per_node
+    impl = impl or {}
     for tp, pp, ctx in ((t, p, c) for t in _divisors(gpus) if t <= g and model.tp_ok(t)
                         for p in _divisors(gpus // t) if p <= min(16, model.n_layer)  # uneven splits too
                         for c in cp_layouts(train.seq or model.seq, gpus // (t * p))):
@@ -55,16 +56,38 @@ def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int):
                 shards.append(g // tp)  # HSDP: shard inside a node, replicate across nodes
             for dsh in shards:
                 lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp,
-                             schedule=sched, v=v, recompute=rec, **ctx)
+                             schedule=sched, v=v, recompute=rec, **ctx, **_impl_for(impl, strat, tp))
                 yield lay, TrainSpec(**{**train.__dict__, "micro_batch": b})
 
 
-def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None):
-    """All evaluated plans (fitting first, by tokens/s) and the number of layouts tried."""
+def _impl_for(impl: dict, strategy: str, tp: int) -> dict:
+    """The user's implementations that apply to a candidate: tp_impl where it has tensor parallelism, the
+    strategy's own way (torch-fsdp2, torch-zero1) on candidates of that strategy."""
+    out = {"tp_impl": impl["tp_impl"]} if tp > 1 and "tp_impl" in impl else {}
+    if strategy == "zero3" and "zero3_impl" in impl:
+        out["zero3_impl"] = impl["zero3_impl"]
+    if strategy == "zero1" and "zero_partition" in impl:
+        out["zero_partition"] = impl["zero_partition"]
+    return out
+
+
+def impl_of(lay: Layout) -> dict:
+    """`lay`'s implementations where they are not shardlab's own (what `search` keeps for its candidates)."""
+    own = Layout()
+    return {k: getattr(lay, k) for k in ("tp_impl", "zero3_impl", "zero_partition")
+            if getattr(lay, k) != getattr(own, k)}
+
+
+def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None, impl: dict | None = None):
+    """All evaluated plans (fitting first, by tokens/s) and the number of layouts tried. The candidates run
+    shardlab's own layers unless `impl` fixes one (tp_impl, zero3_impl, zero_partition: the user's tp_impl or
+    torch strategy): then the candidates it applies to run it; the search does not choose implementations."""
     gpus = gpus or cluster.num_gpus
     train.check()
+    impl = impl or {}
+    Layout(**impl).check(model)  # a bad value is the user's (one line), not every candidate's refusal
     plans: list[Plan] = []
-    for lay, tr in candidates(model, train, cluster, gpus):
+    for lay, tr in candidates(model, train, cluster, gpus, impl):
         try:
             plans.append(evaluate(model, tr, lay, cluster))
         except ValueError:
@@ -97,11 +120,12 @@ def why(best: Plan, nxt: Plan) -> str:
 
 def args_of(p: Plan) -> str:
     """The key=value arguments that select this plan's layout and micro batch (for `shardlab plan`)."""
-    lay, out = p.layout, [f"dp={p.layout.dp}", f"strategy={p.layout.strategy}"]
+    lay, out = p.layout, [f"dp={p.layout.dp}", f"strategy={training_strategy(p.layout)}"]
     if lay.dp_shard and lay.dp_shard != lay.dp and lay.strategy != "ddp":
         out.append(f"dp_shard={lay.dp_shard}")
     if lay.tp > 1:
-        out += [f"tp={lay.tp}"] + (["sp=true"] if lay.sp else [])
+        out += [f"tp={lay.tp}"] + (["sp=true"] if lay.sp else []) + ([f"tp_impl={lay.tp_impl}"]
+                                                                     if lay.tp_impl != "own" else [])
     if lay.cp > 1:
         out += [f"cp={lay.cp}", f"cp_impl={lay.cp_impl}"] + ([f"cp_ulysses={lay.cp_ulysses}"]
                                                             if lay.cp_impl == "hybrid" else [])
@@ -172,7 +196,7 @@ def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:
             near.append((what, q))
     near.sort(key=lambda x: -x[1].tokens_per_s)
     try:
-        found = [q for q in search(p.model, p.train, p.cluster, p.layout.world) if q.fits][:top]
+        found = [q for q in search(p.model, p.train, p.cluster, p.layout.world, impl_of(p.layout)) if q.fits][:top]
     except ValueError:
         found = []
     return near[:top], found

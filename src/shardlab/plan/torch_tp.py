@@ -45,7 +45,9 @@ def sp_all_gather(train, lay, layers: int, m: int, act: float, n: int) -> tuple[
     extra = 2 * layers * m if rerun_gathers(lay) else 0
     calls = n + extra
     if not float8_gathers(train, lay):
-        why = f" + {extra} rerun by selective-op recompute (torchtitan's save list: no all-gather)" if extra else ""
+        why = f" + {extra} rerun by selective-op recompute (torchtitan's save list: no all-gather)" if extra else (
+            "; DTensor TP (tp_impl=dtensor) as the own count here: its extra gathers come with selective-op "
+            "recompute or float8 tensorwise" if applies(lay) else "")
         return act * calls, calls, why
     e = 2 if train.mixed else 4
     edge = 2 * m  # the embedding's and the head's: 16-bit
