@@ -277,3 +277,22 @@ def test_embedding_norm_keeps_its_input_and_statistics_per_micro_batch_in_flight
     s, b, h = m.seq, 2, m.d_model
     assert got["embedding norm"] == (2 * s * b * h + 8 * s * b) * in_flight(lay, 16) == (2 * s * b * h + 8 * s * b) * 4
     assert "embedding norm" not in {ln.name for ln in memory_lines(m, TrainSpec(global_batch=32, micro_batch=2), lay, 16)}
+
+
+def test_memory_of_the_first_rank_under_the_ends_as_blocks_split():
+    """pp_split=ends-as-blocks (DeepSpeed's type:transformer|embedding): the first rank holds the embedding and
+    one block fewer than a middle stage, and its memory counts those blocks (states and activations)."""
+    from dataclasses import replace
+
+    from shardlab.plan.layout import ends_as_blocks
+    from shardlab.plan.memory import memory_lines
+    m = ModelSpec("bloomish", n_layer=10, d_model=256, n_head=4, vocab=4096, seq=128)
+    lay = Layout(dp=1, pp=4)
+    t = TrainSpec(global_batch=16, micro_batch=1)
+    cost, ends = ({ln.name: ln.bytes for ln in memory_lines(m, t, x, 16)}
+                  for x in (lay, replace(lay, pp_split="ends-as-blocks")))
+    blocks = ends_as_blocks(10, 4)[0][0]
+    assert blocks == 2  # 12 weighted layers over 4 stages: the embedding and 2 blocks
+    us = units(m, 1, 4, 1)
+    assert ends["params"] == 2 * sum(sum(u) for u in us[:1 + blocks]) < cost["params"]
+    assert ends["activations"] < cost["activations"]

@@ -16,8 +16,8 @@ from shardlab.parallel.pp import registry
 
 from . import fp8
 from .comm import MiB
-from .geometry import padded_units, units
-from .layout import Layout, TrainSpec, stage_layers
+from .geometry import padded, padded_units, units
+from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
 
 
@@ -46,11 +46,25 @@ def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 
             "optimizer": k * (full if strategy == "ddp" else sh)}
 
 
+def split_blocks(model: ModelSpec, lay: Layout) -> int | None:
+    """Blocks on the first pipeline rank under `pp_split=ends-as-blocks` (Megatron-DeepSpeed's
+    'type:transformer|embedding': DeepSpeed's PipelineModule `_partition_layers` weighs each transformer layer and
+    each embedding 1, so the first stage holds the embedding and one block fewer than a middle stage; BLOOM's
+    82 layers on 12 stages: 6), None for the planner's cost-balanced cut (`first_rank_layers`). Memory is the
+    first rank's (the embedding, the most micro batches in flight), so its blocks are this split's too."""
+    if lay.pp > 1 and lay.pp_split == "ends-as-blocks":
+        return ends_as_blocks(model.n_layer, lay.pp, lay.v)[0][0]
+    return None
+
+
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
-    numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
+    us = units(model, lay.tp, lay.pp, lay.v)
+    blocks = split_blocks(model, lay)
+    numels = [x for u in (us if blocks is None else us[:1 + blocks]) for x in u]
     psi = sum(numels)
     n = lay.shard
-    shard = padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] / n
+    shard = (padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] if blocks is None
+             else padded(numels, n, lay.padding)) / n
     pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes_of(model, lay)  # its registry row
     z = lay.strategy
     p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"
@@ -63,7 +77,8 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     lines = [
         Line("params", 0 if lay.offload == "params" else st["params"],
              f"{pb} B x Psi{dn if p_sh else ''} = {pb} x {pe:,.0f}"
-             + (" (offloaded to host)" if lay.offload == "params" else "")),
+             + (" (offloaded to host)" if lay.offload == "params" else "")
+             + ("" if blocks is None else f" (first rank of pp_split=ends-as-blocks: the embedding + {blocks} blocks)")),
         Line("grads", st["grads"], f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
         Line("optimizer", 0 if lay.offload != "none" else st["optimizer"],
              f"K={k:g} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
@@ -99,7 +114,8 @@ def in_flight(lay: Layout, m: int) -> float:
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
-    layers = stage_layers(model.n_layer, lay.pp, lay.v)
+    blocks = split_blocks(model, lay)
+    layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
     per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute, flash=train.flash_attention,
                                            dropout=train.dropout) * train.act_bytes_scale
     fl = in_flight(lay, m)
@@ -130,7 +146,8 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
                "8sbv/t: vocab-parallel softmax and gradient") + ")") if logits else ""
     lines = [
         Line("activations", one + extra,
-             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
+             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers"
+             f"{'' if blocks is None else ' (the first rank of pp_split=ends-as-blocks)'} + embedding/output "
              f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
     if train.embed_norm:
