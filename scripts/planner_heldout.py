@@ -14,11 +14,11 @@ import argparse
 from shardlab.plan.published_gpu_heldout import HELD_OUT, evaluate_rows
 
 
-def _stats(errs: list[float]) -> str:
+def _stats(errs: list[float], limit: float = 0.15) -> str:
     if not errs:
         return "-"
     a = [abs(e) for e in errs]
-    return f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over 0.15: {sum(x > 0.15 for x in a)} ({len(a)} rows)"
+    return f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:.2f}: {sum(x > limit for x in a)} ({len(a)} rows)"
 
 
 def _source(row: dict) -> str:
@@ -44,7 +44,8 @@ def summary(rows: list[dict]) -> list[str]:
         out.append(f"  {src}: {_stats([r['err'] for r in rows if _source(r) == src])}")
     for gpu in dict.fromkeys(r["cluster"] for r in rows):
         out.append(f"  {gpu}: {_stats([r['err'] for r in rows if r['cluster'] == gpu])}")
-    out.append(f"memory (published rows): {_stats([r['mem_err'] for r in rows if r['mem_err'] is not None])}")
+    # memory is judged "within 10%" (issue text), tokens/s at 0.15 a row
+    out.append(f"memory (published rows): {_stats([r['mem_err'] for r in rows if r['mem_err'] is not None], 0.10)}")
     return out
 
 

@@ -226,3 +226,73 @@ def test_dtensor_loss_parallel_holds_four_fp32_tensors_per_logit():
     assert logits_bytes(m, 2, 8192, 8, dtensor_loss=True) == 2 * logits_bytes(m, 2, 8192, 8)
     assert logits_bytes(m, 2, 8192, 1, dtensor_loss=True) == logits_bytes(m, 2, 8192, 1)
     assert logits_bytes(m, 2, 8192, 8, fused_loss=True, dtensor_loss=True) == logits_bytes(m, 2, 8192, 8, True)
+
+
+def test_kept_16bit_grads_are_a_line_of_2_bytes_per_parameter():
+    """DeepSpeed's BF16_Optimizer under its PipelineEngine keeps param.grad beside the fp32 buffer
+    (lp_grads_kept): one more 2 B x Psi line, unsharded; off by default, and nothing without fp32 grads."""
+    from shardlab.plan.memory import memory_lines
+    m = PRESETS["gpt2"]
+    lay = Layout(dp=8, strategy="zero1", pp=2)
+    base = TrainSpec(global_batch=64, micro_batch=2, fp32_grad_accum=True)
+    kept = TrainSpec(global_batch=64, micro_batch=2, fp32_grad_accum=True, lp_grads_kept=True)
+    a, b = ({ln.name: ln.bytes for ln in memory_lines(m, t, lay, 4)} for t in (base, kept))
+    psi = sum(sum(u) for u in units(m, lay.tp, lay.pp, lay.v))  # autograd's own tensors: unpadded
+    assert "16-bit grads kept" not in a and b["16-bit grads kept"] == 2 * psi <= a["grads"] / 2
+    assert sum(b.values()) - sum(a.values()) == b["16-bit grads kept"]
+    no_fp32 = TrainSpec(global_batch=64, micro_batch=2, lp_grads_kept=True)  # 16-bit grads are the grads
+    assert "16-bit grads kept" not in {ln.name for ln in memory_lines(m, no_fp32, lay, 4)}
+
+
+def test_what_the_figure_measures_adds_only_the_cuda_context_for_nvidia_smi():
+    from shardlab.plan.memory import memory_lines
+    m, lay = PRESETS["gpt2"], Layout(dp=2)
+    plain = memory_lines(m, TrainSpec(global_batch=8), lay, 4)
+    reserved = memory_lines(m, TrainSpec(global_batch=8, mem_measure="reserved"), lay, 4)
+    device = memory_lines(m, TrainSpec(global_batch=8, mem_measure="device", cuda_context_mib=1573), lay, 4)
+    assert plain == reserved
+    assert device[:-1] == plain and device[-1].name == "CUDA context" and device[-1].bytes == 1573 * 2**20
+    with pytest.raises(ValueError):
+        TrainSpec(global_batch=8, mem_measure="smi").check()
+
+
+def test_buckets_reduced_after_the_backward_count_above_the_activations_only():
+    from dataclasses import replace
+
+    from shardlab.plan.memory import memory_lines
+    m, t = PRESETS["gpt2"], TrainSpec(global_batch=64, micro_batch=8)
+    lay = Layout(dp=8, strategy="zero1")
+    over = {ln.name: ln.bytes for ln in memory_lines(m, t, lay, 1)}
+    after = {ln.name: ln.bytes for ln in memory_lines(m, t, replace(lay, overlap_grad_reduce=False), 1)}
+    assert over["comm buffers"] > 0 and after["comm buffers"] == max(0.0, over["comm buffers"] - over["activations"])
+    assert {k: v for k, v in after.items() if k != "comm buffers"} == {k: v for k, v in over.items()
+                                                                        if k != "comm buffers"}
+
+
+def test_embedding_norm_keeps_its_input_and_statistics_per_micro_batch_in_flight():
+    from shardlab.plan.memory import memory_lines
+    m, lay = PRESETS["gpt2"], Layout(dp=1, pp=4, tp=2)
+    t = TrainSpec(global_batch=32, micro_batch=2, embed_norm=True)
+    got = {ln.name: ln.bytes for ln in memory_lines(m, t, lay, 16)}
+    s, b, h = m.seq, 2, m.d_model
+    assert got["embedding norm"] == (2 * s * b * h + 8 * s * b) * in_flight(lay, 16) == (2 * s * b * h + 8 * s * b) * 4
+    assert "embedding norm" not in {ln.name for ln in memory_lines(m, TrainSpec(global_batch=32, micro_batch=2), lay, 16)}
+
+
+def test_memory_of_the_first_rank_under_the_ends_as_blocks_split():
+    """pp_split=ends-as-blocks (DeepSpeed's type:transformer|embedding): the first rank holds the embedding and
+    one block fewer than a middle stage, and its memory counts those blocks (states and activations)."""
+    from dataclasses import replace
+
+    from shardlab.plan.layout import ends_as_blocks
+    from shardlab.plan.memory import memory_lines
+    m = ModelSpec("bloomish", n_layer=10, d_model=256, n_head=4, vocab=4096, seq=128)
+    lay = Layout(dp=1, pp=4)
+    t = TrainSpec(global_batch=16, micro_batch=1)
+    cost, ends = ({ln.name: ln.bytes for ln in memory_lines(m, t, x, 16)}
+                  for x in (lay, replace(lay, pp_split="ends-as-blocks")))
+    blocks = ends_as_blocks(10, 4)[0][0]
+    assert blocks == 2  # 12 weighted layers over 4 stages: the embedding and 2 blocks
+    us = units(m, 1, 4, 1)
+    assert ends["params"] == 2 * sum(sum(u) for u in us[:1 + blocks]) < cost["params"]
+    assert ends["activations"] < cost["activations"]

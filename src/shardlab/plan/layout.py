@@ -102,10 +102,23 @@ class TrainSpec:
     # rope in complex fp32, repeat_kv's copies, no head-merge copy, the logits cast to fp32 before the loss;
     # plan/ops.py `titan_attention_kernels`); a published row's input, eager blocks only
     llama_impl: str = "own"
+    # the 16-bit param.grad tensors kept beside the fp32 accumulation buffer, not freed after each copy (DeepSpeed's
+    # BF16_Optimizer under its PipelineEngine: clear_lp_grads() only at the next backward's start and
+    # update_hp_grads(clear_lp_grads=False), runtime/bf16_optimizer.py and pipe/engine.py, 2022); a row's input
+    lp_grads_kept: bool = False
+    # what a memory figure measures: "allocated" (the plan's peak of live tensors, the default), "reserved" (torch's
+    # max_memory_reserved: the caching allocator's segments; nothing derivable is added) or "device" (nvidia-smi: the
+    # whole process, with its CUDA context, `cuda_context_mib` as the row's source measured it); a row's input
+    mem_measure: str = "allocated"
+    # a LayerNorm after the word embedding (BLOOM's --embed-layernorm, Megatron-DeepSpeed's bigscience fork): its
+    # saved input and statistics per micro batch in flight on the first stage (memory only); a row's input
+    embed_norm: bool = False
+    cuda_context_mib: float = 0.0
 
     def check(self) -> None:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
+        _one_of("mem_measure", self.mem_measure, ("allocated", "reserved", "device"))
         if self.global_batch <= 0 or self.micro_batch <= 0:
             raise ValueError("global_batch and micro_batch must be positive")
 

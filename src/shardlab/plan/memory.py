@@ -16,8 +16,8 @@ from shardlab.parallel.pp import registry
 
 from . import fp8
 from .comm import MiB
-from .geometry import padded_units, units
-from .layout import Layout, TrainSpec, stage_layers
+from .geometry import padded, padded_units, units
+from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
 
 
@@ -46,11 +46,25 @@ def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 
             "optimizer": k * (full if strategy == "ddp" else sh)}
 
 
+def split_blocks(model: ModelSpec, lay: Layout) -> int | None:
+    """Blocks on the first pipeline rank under `pp_split=ends-as-blocks` (Megatron-DeepSpeed's
+    'type:transformer|embedding': DeepSpeed's PipelineModule `_partition_layers` weighs each transformer layer and
+    each embedding 1, so the first stage holds the embedding and one block fewer than a middle stage; BLOOM's
+    82 layers on 12 stages: 6), None for the planner's cost-balanced cut (`first_rank_layers`). Memory is the
+    first rank's (the embedding, the most micro batches in flight), so its blocks are this split's too."""
+    if lay.pp > 1 and lay.pp_split == "ends-as-blocks":
+        return ends_as_blocks(model.n_layer, lay.pp, lay.v)[0][0]
+    return None
+
+
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
-    numels = [x for u in units(model, lay.tp, lay.pp, lay.v) for x in u]
+    us = units(model, lay.tp, lay.pp, lay.v)
+    blocks = split_blocks(model, lay)
+    numels = [x for u in (us if blocks is None else us[:1 + blocks]) for x in u]
     psi = sum(numels)
     n = lay.shard
-    shard = padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] / n
+    shard = (padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] if blocks is None
+             else padded(numels, n, lay.padding)) / n
     pb, gb, k = train.param_bytes, train.grad_bytes, train.optimizer_bytes_of(model, lay)  # its registry row
     z = lay.strategy
     p_sh, g_sh, o_sh = z == "zero3", z in ("zero2", "zero3"), z != "ddp"
@@ -63,13 +77,29 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     lines = [
         Line("params", 0 if lay.offload == "params" else st["params"],
              f"{pb} B x Psi{dn if p_sh else ''} = {pb} x {pe:,.0f}"
-             + (" (offloaded to host)" if lay.offload == "params" else "")),
+             + (" (offloaded to host)" if lay.offload == "params" else "")
+             + ("" if blocks is None else f" (first rank of pp_split=ends-as-blocks: the embedding + {blocks} blocks)")),
         Line("grads", st["grads"], f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
         Line("optimizer", 0 if lay.offload != "none" else st["optimizer"],
              f"K={k:g} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
              + (" (offloaded to host)" if lay.offload != "none" else "")),
     ]
+    if train.lp_grads_kept and gb != pb:
+        lines.append(lp_grads_line(psi, pb))
     return lines
+
+
+def lp_grads_line(psi: float, pb: int) -> Line:
+    """The 16-bit gradients autograd writes (param.grad), kept beside the fp32 buffer they are added into.
+    DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py, PR #1801, the branch BLOOM ran) copies each micro
+    batch's bf16 grads into its unsharded fp32 flat buffer with update_hp_grads(clear_lp_grads=False), and its
+    PipelineEngine (pipe/engine.py `_exec_backward_pass`) frees them only with clear_lp_grads() at the start of
+    the next backward: between backwards, through the next forwards and the step, every parameter of the stage
+    holds a 16-bit gradient too (BLOOM's README: the fp32 buffer is 4 B per parameter "of additional memory").
+    Unsharded (one per parameter of the stage), unpadded (autograd's own tensors)."""
+    return Line("16-bit grads kept", pb * psi,
+                f"{pb} B x Psi = {pb} x {psi:,.0f} (param.grad kept beside the fp32 buffer: DeepSpeed "
+                "BF16_Optimizer update_hp_grads(clear_lp_grads=False), freed at the next backward)")
 
 
 def in_flight(lay: Layout, m: int) -> float:
@@ -84,7 +114,8 @@ def in_flight(lay: Layout, m: int) -> float:
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
-    layers = stage_layers(model.n_layer, lay.pp, lay.v)
+    blocks = split_blocks(model, lay)
+    layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
     per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute, flash=train.flash_attention,
                                            dropout=train.dropout) * train.act_bytes_scale
     fl = in_flight(lay, m)
@@ -115,9 +146,12 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
                "8sbv/t: vocab-parallel softmax and gradient") + ")") if logits else ""
     lines = [
         Line("activations", one + extra,
-             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers + embedding/output "
+             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers"
+             f"{'' if blocks is None else ' (the first rank of pp_split=ends-as-blocks)'} + embedding/output "
              f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
+    if train.embed_norm:
+        lines.append(embed_norm_line(model, train, lay, b, s, fl))
     if lay.recompute == "full":
         lines.append(working_set_line(model, train, lay, b, s))
     if train.fp8 != "none":
@@ -129,6 +163,20 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
     return lines
+
+
+def embed_norm_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int, fl: float) -> Line:
+    """A LayerNorm on the embedding's output (BLOOM: `--embed-layernorm`, README "we use the added by us
+    embedding layer norm"; bigscience-workshop/Megatron-DeepSpeed megatron/mpu/layers.py VocabParallelEmbedding:
+    `self.norm` applied to the output after the tensor-parallel reduce): outside the checkpointed blocks (DeepSpeed's PipelineModule checkpoints only the
+    transformer layers, pipe/module.py `_is_checkpointable`), so every micro batch in flight on the first stage
+    keeps what a LayerNorm saves for backward: its 16-bit input (the embedding's output, whole after the
+    vocab-parallel all-reduce, /t with sequence parallelism) and its fp32 mean and inverse deviation per token."""
+    act = 2 * s * b * model.d_model / (lay.tp if lay.sp else 1) * train.act_bytes_scale
+    stats = 8 * s * b
+    return Line("embedding norm", (act + stats) * fl,
+                f"(2sbh{'/t' if lay.sp else ''} + 8sb) x {fl:g} micro batches in flight = "
+                f"{act + stats:,.0f} B x {fl:g} (the LayerNorm's 16-bit input and fp32 mean, rstd)")
 
 
 def working_set_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int) -> Line:
@@ -173,6 +221,34 @@ def buffer_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     return Line("comm buffers", 2 * bucket, f"2 buckets x min({lay.bucket_mb:g} MiB, {gb}*Psi)")
 
 
+def context_line(train: TrainSpec) -> Line:
+    """The CUDA context (the driver's state and the loaded kernel images) as nvidia-smi shows it: outside torch's
+    allocator, so in a figure that measures the whole process ("device") and not in torch's allocated or reserved
+    peaks (torch.cuda.memory_stats; torchtitan's max_reserved_gib). Its size is the row's source's own measurement
+    (BigScience, train/tr11-176B-ml/chronicles-prequel.md: 1573 MiB on an A100, `torch.ones(1).cuda()` read in
+    nvidia-smi, which also holds the allocator's first 2 MiB segment)."""
+    return Line("CUDA context", train.cuda_context_mib * MiB,
+                f"{train.cuda_context_mib:g} MiB, the process's CUDA context as the source measured it (nvidia-smi "
+                "of torch.ones(1).cuda()): counted because the figure is nvidia-smi's (mem_measure=device)")
+
+
+def after_backward(buf: Line, acts: list[Line]) -> Line:
+    """Buckets reduced after the backward (`overlap_grad_reduce` off: DeepSpeed's PipelineEngine reduces in its
+    ReduceGrads instruction once the pipeline has drained, pipe/engine.py `_exec_reduce_grads`; apex's optimizer
+    with overlap_grad_sync off) live when every activation has been freed: they raise the peak only by what they
+    exceed the activations by."""
+    held = sum(ln.bytes for ln in acts)
+    return Line(buf.name, max(0.0, buf.bytes - held),
+                f"{buf.formula} = {buf.bytes:,.0f} B, reduced after the backward (not overlapped), when the "
+                f"{held:,.0f} B of activations are freed: max(0, buckets - activations)")
+
+
 def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
-    return (state_lines(model, train, lay) + activation_lines(model, train, lay, m)
-            + [buffer_line(model, train, lay)])
+    acts = activation_lines(model, train, lay, m)
+    buf = buffer_line(model, train, lay)
+    if not lay.overlap_grad_reduce and lay.strategy != "zero3" and buf.bytes:
+        buf = after_backward(buf, acts)
+    lines = state_lines(model, train, lay) + acts + [buf]
+    if train.mem_measure == "device":
+        lines.append(context_line(train))
+    return lines

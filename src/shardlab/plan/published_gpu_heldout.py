@@ -188,7 +188,10 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     return _row(case, shape, cluster, gpus, seq, micro, micro * dp, lay, tokens, source, mem, comm_dtype="fp32",
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
                 eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1,
-                early_stop=True, llama_impl="torchtitan")
+                early_stop=True, llama_impl="torchtitan",
+                # torchtitan logs torch.cuda.memory_stats' "reserved_bytes.all.peak" (torchtitan/metrics.py
+                # DeviceMemoryMonitor at 9dec370): the allocator's segments, no CUDA context, no NCCL buffers
+                mem_measure="reserved")
 
 
 H5 = "H100-SXM-500W"
@@ -262,7 +265,10 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
                       recompute_early_stop=row.get("early_stop", False),
-                      llama_impl=row.get("llama_impl", "own"))
+                      llama_impl=row.get("llama_impl", "own"),
+                      lp_grads_kept=row.get("lp_grads_kept", False),
+                      mem_measure=row.get("mem_measure", "allocated"),
+                      cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

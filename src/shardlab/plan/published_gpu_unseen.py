@@ -78,6 +78,12 @@ Skipped (the planner cannot express the run, or the source leaves the layout ope
   rows FP8 only (Transformer Engine recipes), BF16 only for MoE models. The PyTorch FSDP paper (Zhao et al.
   2023): its TFLOPS are in figures, no text of the figures was available to read. OPT-175B: layout (micro batch,
   recompute) not stated in what was read. Pythia: its README gives shapes, no throughput.
+
+Examined since (docs/planner.md, "Memory: what the published figure measures"): the memory rows. After their
+errors were seen, four row inputs were added from the sources (not fitted): what BENCH's Mem measures
+(`mem_measure="device"`, nvidia-smi, with the CUDA context the prequel measured, `cuda_context_mib`), the bf16
+gradients BF16_Optimizer keeps beside its fp32 buffer (`lp_grads_kept`) and the embedding LayerNorm
+(`embed_norm`). That round changed no time term or time input.
 """
 from __future__ import annotations
 
@@ -117,7 +123,8 @@ def _bloom(case, L, h, a, gpus, dp, tp, pp, mb, secs, source, mem=None, notes=""
            "pp_split": "ends-as-blocks"}  # --pp-partition-method 'type:transformer|embedding' (the docstring)
     return _row(case, dict(n_layer=L, d_model=h, n_head=a, vocab=VOCAB), "A100-80G", gpus, SEQ, mb, GBS, lay,
                 round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype="fp32", flash=False,
-                fp32_grad_accum=True, grad_copy=True, published=f"{secs} s/iteration at GBS {GBS}",
+                fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, embed_norm=True,
+                published=f"{secs} s/iteration at GBS {GBS}",
                 notes="; ".join(x for x in (notes, NETWORK) if x), cluster_fields={"inter_bw": JEAN_ZAY_INTER_BW})
 
 
@@ -141,10 +148,20 @@ _BENCH = [(106, 12288, 64, 8, 4, 12, 2, 67, 116.54),
           (70, 14336, 64, 8, 4, 12, 4, 73, 102.27)]
 
 
+# The CUDA context nvidia-smi shows for a torch process on an A100 (chronicles-prequel.md, "Possible topologies for
+# 200B": "40GB A100 takes 1573MiB for cuda kernels", measured with `torch.ones(1).cuda()` and nvidia-smi; the
+# document's own figure, from the team and the software era of these rows)
+CUDA_CONTEXT_MIB = 1573
+
+
 def _bench_rows() -> list[dict]:
-    return [_bloom(f"BLOOM bench {L}L h{h} a{a} A100x384 t{tp} p{pp} mb{mb}", L, h, a, 384, dp, tp, pp, mb, secs,
+    # Mem is nvidia-smi's (the section: `pdsh -w jean-zay-iam01 "...; nvidia-smi"`): the whole process's device memory
+    rows = [_bloom(f"BLOOM bench {L}L h{h} a{a} A100x384 t{tp} p{pp} mb{mb}", L, h, a, 384, dp, tp, pp, mb, secs,
                    BENCH, mem=float(mem), notes="one iteration's time (the benchmark's 2nd); Mem by nvidia-smi")
             for L, h, a, dp, tp, pp, mb, mem, secs in _BENCH]
+    for r in rows:
+        r.update(mem_measure="device", cuda_context_mib=CUDA_CONTEXT_MIB)
+    return rows
 
 
 # ---- RESHAPE: BLOOM-176B resumed at iteration 94767: (nodes, TP, PP, MBS, last logged s/iteration, iteration)
