@@ -54,9 +54,12 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eag
                *([Op("attn_dropout", "elem", bytes=drop, ew="softmax", bwd_bytes=drop)] if dropout else []),
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
-    res = (3 * e + (1 if dropout else 0)) * T * h  # bias-dropout-add: + the mask written, read back
+    # sequence parallelism: the norms, residual adds and their dropout masks run on this rank's s/t tokens
+    # (Korthikanti et al. 2022, Sec. 4.2.2; shardlab's own SP, docs/tp.md: (b, s/N, h))
+    Ts = T // (t if sp else 1)
+    res = (3 * e + (1 if dropout else 0)) * Ts * h  # bias-dropout-add: + the mask written, read back
     return [
-        Op("ln_1", "elem", bytes=2 * T * h * e, ew="ln"),
+        Op("ln_1", "elem", bytes=2 * Ts * h * e, ew="ln"),
         *(Op(z, "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h // t, h)) for z in "qkv"),
         # backward: each of the q, k, v gradients copied back from the heads layout (separate
         # projections: no concatenation of the three, as the fused qkv had)
@@ -65,7 +68,7 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eag
         Op("merge_heads", "elem", bytes=2 * th, ew="copy"),
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
         Op("residual", "elem", bytes=res, ew="add", bwd_bytes=res),
-        Op("ln_2", "elem", bytes=2 * T * h * e, ew="ln"),
+        Op("ln_2", "elem", bytes=2 * Ts * h * e, ew="ln"),
         Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
         Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
         Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t)),
@@ -126,23 +129,24 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
                Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
     th = T * h * e / t
+    Ts = T // (t if sp else 1)  # sequence parallel: the norms and residual adds on this rank's s/t tokens
     # rotary: q and k read, rotated half built, two products and a sum written; the heads merged by a copy
     own = [Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"), Op("merge_heads", "elem", bytes=2 * th, ew="copy")]
     rope, merge = (titan_attention_kernels(T, h, gt, t, e, flash), []) if impl == "torchtitan" else (own[:1], own[1:])
     return [
-        _rms_norm("ln_1", T // (t if sp else 1), h, e, eager_norm),  # sequence parallel: s/t tokens
+        _rms_norm("ln_1", Ts, h, e, eager_norm),
         Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
         *rope,
         *att,
         *merge,
         Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
-        _rms_norm("ln_2", T // (t if sp else 1), h, e, eager_norm),
+        Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
+        _rms_norm("ln_2", Ts, h, e, eager_norm),
         *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
         Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
         Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
-        Op("residual", "elem", bytes=3 * T * h * e, ew="add", bwd_bytes=3 * T * h * e),
+        Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
     ]
 
 
