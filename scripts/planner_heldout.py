@@ -5,7 +5,8 @@ tokens/s/GPU per row, and of memory where the run published it, with mean / max 
     PYTHONPATH=src python scripts/planner_heldout.py --summary  # the means only
 
 Evaluate it once per change of the planner, after the change is committed: the rows are for estimating the
-error on unseen runs, and a term chosen by looking at them makes them given inputs.
+error on unseen runs, and a term chosen by looking at them makes them given inputs (they have been, since the
+seventh round: docs/planner.md).
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def table(rows: list[dict]) -> list[str]:
 def summary(rows: list[dict]) -> list[str]:
     unseen = [r["err"] for r in rows if not r["seen"]]
     out = [f"tokens/s/GPU, all: {_stats([r['err'] for r in rows])}",
-           f"  unseen only (no figure or twin run in the project): {_stats(unseen)}"]
+           f"  rows whose figure or twin run no other file of the project holds: {_stats(unseen)}"]
     for src in dict.fromkeys(_source(r) for r in rows):
         out.append(f"  {src}: {_stats([r['err'] for r in rows if _source(r) == src])}")
     for gpu in dict.fromkeys(r["cluster"] for r in rows):
@@ -49,11 +50,12 @@ def summary(rows: list[dict]) -> list[str]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(rows: list[dict] | None = None, doc: str = __doc__) -> None:
+    """Print the table (unless --summary) and the summary of `rows` (the fifth set by default)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--summary", action="store_true", help="the means only")
     args = ap.parse_args()
-    rows = evaluate_rows(HELD_OUT)
+    rows = evaluate_rows(HELD_OUT if rows is None else rows)
     if not args.summary:
         print("\n".join(table(rows)))
         print()

@@ -1,6 +1,7 @@
 """Published GPU training runs kept back from the planner: a held-out set for estimating its error on runs it
 was not given (docs/planner.md, "Against published GPU runs"). None of these rows is in plan/published_gpu.py;
-none was looked at while a GPU term was chosen. Collected 2026-12-06 from the sources below; every figure is the
+when collected, none had been looked at while a GPU term was chosen; the rounds since (docs/planner.md, from
+"The seventh round") examined them, so they are examined rows now, not unseen ones. Collected 2026-12-06 from the sources below; every figure is the
 source's own, converted to tokens/s/GPU by the source's own definition (never through the planner).
 
   NARAYANAN   Narayanan et al. 2021 (SC21), "Efficient Large-Scale Language Model Training on GPU Clusters Using

