@@ -205,20 +205,25 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
     (parallel/cp/cost.py): a block is one rank's K and V, 2 * b * (s/cp) * g*d elements (g = n_kv_heads/t
     grouped K/V heads of d = h/a: llama's GQA sends its K/V heads as they are). Per layer and micro batch:
     forward cp-1 blocks; backward cp-1 blocks and cp dK/dV accumulators (fp32 or wider, the last one home
-    to its owner); full recompute repeats the forward ring."""
+    to its owner); full recompute repeats the forward ring. torchtitan's llama (llama_impl=torchtitan)
+    repeats k and v to every query head before SDPA (`repeat_kv`), so torch's ring (cp_impl=torch) gathers
+    and returns g = n_head/t heads: 4x the bytes of Llama 3's 8 K/V heads."""
     from shardlab.parallel import layers as registry_
 
     e = 2 if train.mixed else 4
     layers, full = model.n_layer // lay.pp, lay.recompute == "full"
     d = model.d_model // model.n_head
     kv = max((model.n_kv_heads or model.n_head) // lay.tp, 1)
+    if train.llama_impl == "torchtitan" and lay.cp_impl == "torch":
+        kv = model.n_head // lay.tp  # the repeated heads are what SDPA, and so the ring, receives
     tags = registry_.load(registry_.BY_NAME["cp"].cost["bytes"])(
         "own", train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv, d, lay.cp, 1, e, layers, full)
     fwd = (lay.cp - 1) * (2 if full else 1)
     sends = (fwd + 2 * lay.cp - 1) * layers * m
+    rep = ", repeated by torchtitan's repeat_kv" if kv != max((model.n_kv_heads or model.n_head) // lay.tp, 1) else ""
     syncs = _cp_syncs("own", lay, layers, full)["ring"] * m
     return Collective("p2p", "cp", lay.cp, sum(tags.values()) * m, sends, "none",
-                      f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}) x ({fwd} fwd + {lay.cp - 1} bwd) + "
+                      f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}{rep}) x ({fwd} fwd + {lay.cp - 1} bwd) + "
                       f"dK/dV x {lay.cp}, x {layers} layers x {m} micro batches", per_micro=True, syncs=syncs)
 
 
