@@ -207,6 +207,20 @@ def test_torch_ring_merge_kernels():
     assert torch_ring.step_time == own.step_time
 
 
+
+def test_torch_ring_compiled_merges_and_repeated_heads():
+    """Under compile the ring's merges are Inductor's fused count (10.5 + 7.6 (cp - 1) forward, 36 + 32.5 (cp - 1)
+    backward); under torchtitan's llama (repeat_kv before SDPA) torch's ring carries n_head/t k/v heads."""
+    from shardlab.plan.comm import cp_ring
+    from shardlab.plan.compute import ring_merge_op
+    m = PRESETS["llama3-8b"]
+    op = ring_merge_op(m, 1, 32768, 1, 8, compiled=True)
+    assert (op.bytes, op.bwd_bytes) == pytest.approx((32768 * 4096 * (10.5 + 7.6 * 7), 32768 * 4096 * (36 + 32.5 * 7)))
+    train, lay = TrainSpec(1, 1, 262144, flash_attention=True), Layout(dp=1, cp=8, strategy="zero3", cp_impl="torch")
+    own, titan = (cp_ring(m, replace(train, llama_impl=i), lay, 1) for i in ("own", "torchtitan"))
+    assert titan.payload == pytest.approx(own.payload * m.n_head / m.n_kv_heads)
+    assert cp_ring(m, replace(train, llama_impl="torchtitan"), replace(lay, cp_impl="own"), 1).payload == own.payload
+
 def test_hopper_flash2_by_sequence():
     """FlashAttention-2 on Hopper at the FlashAttention-3 paper's rate for the kernel's sequence length and direction
     (forward causal, backward), Triton's at half of it; the A100 keeps its one published fraction."""

@@ -97,9 +97,21 @@ def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None 
 #             one and its cat), dK and dV concatenated in fp32 to send on (16), k and v concatenated (8), the
 #             sums cast back (6 + 12): 84 + 58.5 (cp - 1)
 RING_MERGE_BYTES = ((12.0, 40.5), (84.0, 58.5))  # (forward, backward): (fixed, per further block) bytes per element
+# Under torch.compile (torchtitan compiles each block with fullgraph=True, so the ring is traced into the block's
+# graph: a graph break would be an error) Inductor runs the same source as fused kernels. Two things follow from
+# the source alone: with the all-gather rotater the k/v torch.cat of every step but the first feeds
+# `exchange_buffers`, which ignores it, so the graph drops it as dead code (0 B; the first step's cat, 8 B, stays);
+# the merge's chain (upcast, sigmoid, subtracts, `_partial_update`'s cat) is pointwise. The fused bytes were
+# counted by compiling the ring's merge and accumulation code (the source's steps, the flash kernels' outputs
+# as graph inputs, ranks averaged, cp = 2, 4, 8) with Inductor and summing its kernels' read and write buffers:
+#   forward   7.6 per further block, 2.5 fixed (+ the first step's k/v cat: 8)
+#   backward  32.5 per further block (dQ, dK, dV accumulated; dK/dV written once into the fp32 send buffer),
+#             16 fixed (+ the first k/v cat 8 + the received dK/dV cast back 12)
+RING_MERGE_BYTES_COMPILED = ((10.5, 7.6), (36.0, 32.5))
 
 
-def ring_merge_bytes(elements: float, cp: int) -> tuple[float, float]:
-    """(forward, backward) bytes the ring's merge and accumulation kernels move per layer, N = `elements`."""
-    (f0, f1), (b0, b1) = RING_MERGE_BYTES
+def ring_merge_bytes(elements: float, cp: int, compiled: bool = False) -> tuple[float, float]:
+    """(forward, backward) bytes the ring's merge and accumulation kernels move per layer, N = `elements`
+    (`compiled`: as Inductor fuses them, RING_MERGE_BYTES_COMPILED)."""
+    (f0, f1), (b0, b1) = RING_MERGE_BYTES_COMPILED if compiled else RING_MERGE_BYTES
     return elements * (f0 + f1 * (cp - 1)), elements * (b0 + b1 * (cp - 1))

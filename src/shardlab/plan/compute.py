@@ -127,7 +127,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl),
                              lay.cp)
     if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
-        block = block + [ring_merge_op(model, b, s, t, lay.cp)]  # torch's ring: its merge kernels (attention.py)
+        block = block + [ring_merge_op(model, b, s, t, lay.cp, compiled)]  # torch's ring: its merge kernels
     eager_block, casts = block, None
     if compiled:
         block = fusion.compiled_block(block, model, b, s, t, e, sp and model.llama)
@@ -177,7 +177,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
         gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
     why = _early_stop_note(block, lay.recompute, ops_time) if stop else ""
     why += _titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""
-    why += (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time) \
+    why += (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time, compiled) \
         + split_why
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
@@ -201,12 +201,13 @@ def _titan_note(block: list[Op], head: list[Op], ops_time) -> str:
             + ", ".join(said))
 
 
-def _ring_note(block: list[Op], ops_time) -> str:
+def _ring_note(block: list[Op], ops_time, compiled: bool = False) -> str:
     """--explain's words for torch's ring attention merge kernels (cp_impl=torch), "" without them."""
     merge = [o for o in block if o.name == "cp_merge"]
     if not merge:
         return ""
-    return (f"; torch's ring attention (cp_impl=torch): its merge and fp32 accumulation kernels "
+    return (f"; torch's ring attention (cp_impl=torch): its merge and fp32 accumulation kernels"
+            f"{' (compiled: fused by Inductor, k/v cats after the first step dropped as dead code)' if compiled else ''} "
             f"{ops_time(merge, False) * 1e3:.3f} ms forward, {ops_time(merge, True) * 1e3:.3f} ms backward per "
             f"block ({merge[0].bytes / 1e9:.2f} / {merge[0].bwd_bytes / 1e9:.2f} GB)")
 
@@ -240,10 +241,11 @@ def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
     return f * c.kernel_gap_s, b * c.kernel_gap_s
 
 
-def ring_merge_op(model: ModelSpec, b: int, s: int, t: int, cp: int) -> Op:
-    """torch's ring attention's eager merge and accumulation kernels per layer (attention.RING_MERGE_BYTES),
-    over N = b x (heads / t) x s x d elements of this rank's s = seq/cp queries."""
-    fwd, bwd = attention.ring_merge_bytes(b * s * model.d_model / t, cp)
+def ring_merge_op(model: ModelSpec, b: int, s: int, t: int, cp: int, compiled: bool = False) -> Op:
+    """torch's ring attention's merge and accumulation kernels per layer (attention.RING_MERGE_BYTES; fused
+    under compile, RING_MERGE_BYTES_COMPILED), over N = b x (heads / t) x s x d elements of this rank's
+    s = seq/cp queries."""
+    fwd, bwd = attention.ring_merge_bytes(b * s * model.d_model / t, cp, compiled)
     return Op("cp_merge", "elem", bytes=fwd, ew="add", bwd_bytes=bwd)
 
 
