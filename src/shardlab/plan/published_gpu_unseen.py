@@ -90,6 +90,9 @@ errors were seen, four row inputs were added from the sources (not fitted): what
 (`mem_measure="device"`, nvidia-smi, with the CUDA context the prequel measured, `cuda_context_mib`), the bf16
 gradients BF16_Optimizer keeps beside its fp32 buffer (`lp_grads_kept`) and the embedding LayerNorm
 (`embed_norm`). That round changed no time term or time input.
+After it, one time input from DeepSpeed's code (docs/planner.md, "The sixth set"): the gradient all-reduce's wire
+dtype, bf16 where the recipe had first read fp32 (`COMM_DTYPE`, the recipe's first item); the activation-checkpointing
+options the slurm could have set (partition, contiguous buffers, CPU copies, synchronize) were read and are all off.
 """
 from __future__ import annotations
 
