@@ -139,19 +139,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss)
     f_head, b_head = ops_time(head, False), ops_time(head, True)
-    ends = [(f_emb, b_emb)] if lay.pp > 1 else [(f_emb + f_head, b_emb + b_head)]
-    if lay.pp > 1:
-        ends.append((f_head, b_head))
-    f_end, b_end = max(ends, key=lambda x: x[0] + x[1])
-    split_why = ""
-    if lay.pp > 1 and lay.pp_split == "ends-as-blocks":  # the slowest rank of DeepSpeed's split by count
-        per_block = f_block * (2 if lay.recompute == "full" else 1) + b_block
-        layers, n_emb, n_head = max(ends_as_blocks(model.n_layer, lay.pp, lay.v),
-                                    key=lambda r: r[0] * per_block + r[1] * (f_emb + b_emb) + r[2] * (f_head + b_head))
-        f_end, b_end = n_emb * f_emb + n_head * f_head, n_emb * b_emb + n_head * b_head
-        split_why = (f"; stages cut with the embedding and the head weighing a block each (pp_split=ends-as-blocks: "
-                     f"{model.n_layer} + 2 over {lay.pp * lay.v} stages), the slowest rank {layers} blocks"
-                     + (" + the head" if n_head else "") + (" + the embedding" if n_emb else ""))
+    layers, (f_end, b_end), split_why = _slowest_rank(model, lay, layers, f_block * (
+        2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head))
     fwd = layers * f_block + f_end
     # torch's checkpoint ends at the last GEMM's pack (a dropout mask after it would be saved: GPT-2's blocks)
     stop = train.recompute_early_stop and not (drops and not model.llama)
@@ -184,6 +173,22 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k))
+
+
+def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple):
+    """(blocks, (forward, backward) of its ends, --explain's words) of the pipeline rank that sets the pace.
+    pp_split=blocks: the busiest rank's blocks and the costlier end (the embedding or the head + loss) added;
+    ends-as-blocks: the slowest rank of DeepSpeed's cut by count (`ends_as_blocks`), its own ends."""
+    if lay.pp == 1:
+        return layers, (emb[0] + head[0], emb[1] + head[1]), ""
+    if lay.pp_split != "ends-as-blocks":
+        return layers, max((emb, head), key=lambda x: x[0] + x[1]), ""
+    n, n_emb, n_head = max(ends_as_blocks(model.n_layer, lay.pp, lay.v),
+                           key=lambda r: r[0] * per_block + r[1] * sum(emb) + r[2] * sum(head))
+    why = (f"; stages cut with the embedding and the head weighing a block each (pp_split=ends-as-blocks: "
+           f"{model.n_layer} + 2 over {lay.pp * lay.v} stages), the slowest rank {n} blocks"
+           + (" + the head" if n_head else "") + (" + the embedding" if n_emb else ""))
+    return n, (n_emb * emb[0] + n_head * head[0], n_emb * emb[1] + n_head * head[1]), why
 
 
 def _titan_note(block: list[Op], head: list[Op], ops_time) -> str:

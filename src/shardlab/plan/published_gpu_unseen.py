@@ -34,8 +34,14 @@ The recipe every row shares, from those files and the code they ran:
   `_exec_reduce_grads` -> `_bf16_reduce_grads`: `buffered_allreduce_fallback` over `get_grads_for_reduction()`,
   the fp32 buffers, in buffers of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements = 1907 MiB of fp32), an instruction
   of the schedule after the last backward, not overlapped with it; each rank steps its shard and the bf16 shards
-  are all-gathered. Planner inputs: zero1 with `zero1_impl=all_reduce`, comm_dtype fp32,
-  `zero_bucket_mb=1907.3`, `overlap_grad_reduce=False`.
+  are all-gathered. The wire dtype is bf16, not the buffers' fp32 (read after the set was first evaluated):
+  runtime/engine.py `allreduce_bucket` casts each bucket to `communication_data_type` before `dist.all_reduce`
+  and copies the result back, and that property, with no `communication_data_type` in the ds_config (none in
+  tr11-176B-ml.slurm's), returns fp16 under fp16 or a nonzero ZeRO stage, else bf16 under bf16 (DeepSpeed at
+  15293139f, 2022-02-28, the benchmarks' day, and at 5ea1c60f8, the olruwase/bf16-updates head the run used from
+  2022-04-04, chronicles.md; README "Packages": PyTorch 1.11 "for its NCCL version which supports BF16 comms").
+  Planner inputs: zero1 with `zero1_impl=all_reduce`, comm_dtype bf16, `zero_bucket_mb=1907.3`,
+  `overlap_grad_reduce=False`.
 - Pipeline: DeepSpeed's TrainSchedule, synchronous 1F1B (pipe/schedule.py: 2(m + p - 1) steps, p - stage
   buffers), the planner's default schedule. `type:transformer|embedding` balances the embedding as a block's
   equal on the first and last stage (the planner's stage split counts the embedding and head too).
@@ -84,6 +90,9 @@ errors were seen, four row inputs were added from the sources (not fitted): what
 (`mem_measure="device"`, nvidia-smi, with the CUDA context the prequel measured, `cuda_context_mib`), the bf16
 gradients BF16_Optimizer keeps beside its fp32 buffer (`lp_grads_kept`) and the embedding LayerNorm
 (`embed_norm`). That round changed no time term or time input.
+After it, one time input from DeepSpeed's code (docs/planner.md, "The sixth set"): the gradient all-reduce's wire
+dtype, bf16 where the recipe had first read fp32 (`COMM_DTYPE`, the recipe's first item); the activation-checkpointing
+options the slurm could have set (partition, contiguous buffers, CPU copies, synchronize) were read and are all off.
 """
 from __future__ import annotations
 
@@ -98,6 +107,11 @@ RUN = (f"BigScience BLOOM-176B training run ({REPO}, train/tr11-176B-ml/README.m
        "layout: 'Replica setup' and tr11-176B-ml.slurm)")
 
 SEQ, GBS, VOCAB = 2048, 2048, 250880
+# The gradient all-reduce's wire dtype: DeepSpeed's runtime/engine.py `communication_data_type` (15293139f and
+# 5ea1c60f8, the olruwase/bf16-updates commits BLOOM ran): the ds_config's key if set (tr11-176B-ml.slurm's sets
+# none), else fp16 under fp16 or ZeRO stage > 0, else bf16 under bf16; `allreduce_bucket` casts the fp32 buffer to
+# it for `dist.all_reduce` and copies back. Was "fp32" until read after the set's first evaluation.
+COMM_DTYPE = "bf16"
 # DeepSpeed's MEMORY_OPT_ALLREDUCE_SIZE (runtime/engine.py, pipe/engine.py): 5e8 elements a buffer, fp32 here
 ALLREDUCE_BUCKET_MIB = 500_000_000 * 4 / 2**20
 NETWORK = ("Jean Zay: 8 A100 80GB per node, NVLink, 4 Omni-Path links per node (the A100-80G preset with its "
@@ -122,7 +136,7 @@ def _bloom(case, L, h, a, gpus, dp, tp, pp, mb, secs, source, mem=None, notes=""
            "zero_bucket_mb": round(ALLREDUCE_BUCKET_MIB, 1), "overlap_grad_reduce": False,
            "pp_split": "ends-as-blocks"}  # --pp-partition-method 'type:transformer|embedding' (the docstring)
     return _row(case, dict(n_layer=L, d_model=h, n_head=a, vocab=VOCAB), "A100-80G", gpus, SEQ, mb, GBS, lay,
-                round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype="fp32", flash=False,
+                round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype=COMM_DTYPE, flash=False,
                 fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, embed_norm=True,
                 published=f"{secs} s/iteration at GBS {GBS}",
                 notes="; ".join(x for x in (notes, NETWORK) if x), cluster_fields={"inter_bw": JEAN_ZAY_INTER_BW})
