@@ -4,7 +4,8 @@ from dataclasses import replace
 
 import pytest
 
-from shardlab.plan.compute import early_stop_recomputed, micro_batch_time, recomputed_ops
+from shardlab.plan.compute import micro_batch_time
+from shardlab.plan.recompute import early_stop_recomputed, recomputed_ops
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout, TrainSpec
 from shardlab.plan.model import PRESETS

@@ -151,7 +151,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
         rerun = lay.recompute in ("full", "selective")
         n = tp_cost.region_calls(layers, m, recompute=rerun)  # + vocab-parallel embedding fwd / head bwd
-        # torch's checkpoint with early stop (TrainSpec.recompute_early_stop, compute.early_stop_recomputed) ends
+        # torch's checkpoint with early stop (TrainSpec.recompute_early_stop, recompute.early_stop_recomputed) ends
         # before the block's last GEMM: the region collective after it (SP's reduce-scatter) is not rerun
         skip = layers * m if (lay.recompute == "full" and train.recompute_early_stop) else 0
         stop = f" - {skip} not rerun (the recompute's early stop: the block's last one)" if skip else ""
@@ -213,14 +213,15 @@ def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collecti
     e = 2 if train.mixed else 4
     layers, full = model.n_layer // lay.pp, lay.recompute == "full"
     d = model.d_model // model.n_head
-    kv = max((model.n_kv_heads or model.n_head) // lay.tp, 1)
-    if train.llama_impl == "torchtitan" and lay.cp_impl == "torch":
-        kv = model.n_head // lay.tp  # the repeated heads are what SDPA, and so the ring, receives
+    own_kv = max((model.n_kv_heads or model.n_head) // lay.tp, 1)
+    # torchtitan's repeated heads are what SDPA, and so torch's ring, receives
+    repeated = train.llama_impl == "torchtitan" and lay.cp_impl == "torch"
+    kv = model.n_head // lay.tp if repeated else own_kv
     tags = registry_.load(registry_.BY_NAME["cp"].cost["bytes"])(
         "own", train.micro_batch, train.seq or model.seq, model.n_head // lay.tp, kv, d, lay.cp, 1, e, layers, full)
     fwd = (lay.cp - 1) * (2 if full else 1)
     sends = (fwd + 2 * lay.cp - 1) * layers * m
-    rep = ", repeated by torchtitan's repeat_kv" if kv != max((model.n_kv_heads or model.n_head) // lay.tp, 1) else ""
+    rep = ", repeated by torchtitan's repeat_kv" if kv != own_kv else ""
     syncs = _cp_syncs("own", lay, layers, full)["ring"] * m
     return Collective("p2p", "cp", lay.cp, sum(tags.values()) * m, sends, "none",
                       f"K/V block 2*b*(s/cp)*g*d*{e} (g={kv} K/V heads of d={d}{rep}) x ({fwd} fwd + {lay.cp - 1} bwd) + "

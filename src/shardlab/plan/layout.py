@@ -96,7 +96,7 @@ class TrainSpec:
     grad_copy: bool = False
     # the recompute as torch's non-reentrant checkpoint runs it (early stop, default since torch 2.1, and under
     # compile the partitioner's dead-code elimination): it ends where the block's last saved tensor is packed,
-    # before the block's last GEMM (plan/compute.py `early_stop_recomputed`); a published row's input (torchtitan)
+    # before the block's last GEMM (plan/recompute.py `early_stop_recomputed`); a published row's input (torchtitan)
     recompute_early_stop: bool = False
     # whose llama module the run built: "own" (shardlab's model/llama.py) or "torchtitan" (its models/llama/model.py:
     # rope in complex fp32, repeat_kv's copies, no head-merge copy, the logits cast to fp32 before the loss;

@@ -168,8 +168,8 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
 def embed_norm_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int, fl: float) -> Line:
     """A LayerNorm on the embedding's output (BLOOM: `--embed-layernorm`, README "we use the added by us
     embedding layer norm"; bigscience-workshop/Megatron-DeepSpeed megatron/mpu/layers.py VocabParallelEmbedding:
-    `self.norm` applied to the output after the tensor-parallel reduce): outside the checkpointed blocks (DeepSpeed's PipelineModule checkpoints only the
-    transformer layers, pipe/module.py `_is_checkpointable`), so every micro batch in flight on the first stage
+    `self.norm` applied to the output after the tensor-parallel reduce): outside the checkpointed blocks
+    (DeepSpeed's PipelineModule checkpoints only the transformer layers, pipe/module.py `_is_checkpointable`), so every micro batch in flight on the first stage
     keeps what a LayerNorm saves for backward: its 16-bit input (the embedding's output, whole after the
     vocab-parallel all-reduce, /t with sequence parallelism) and its fp32 mean and inverse deviation per token."""
     act = 2 * s * b * model.d_model / (lay.tp if lay.sp else 1) * train.act_bytes_scale

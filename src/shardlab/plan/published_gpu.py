@@ -35,7 +35,7 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     collectives (plan/fsdp2_kernels.py), SDPA, seq 8192, and its default
     norm_type "rmsnorm": Meta's reference RMSNorm, eager kernels in fp32 (plan/ops.py EAGER_NORM_BYTES); its
     activation checkpointing torch's non-reentrant checkpoint, whose early stop ends the recompute before the
-    block's last GEMM (plan/compute.py `early_stop_recomputed`); its llama module torchtitan's own (complex fp32
+    block's last GEMM (plan/recompute.py `early_stop_recomputed`); its llama module torchtitan's own (complex fp32
     rope, repeat_kv, the logits cast to fp32: `llama_impl`, plan/ops.py `titan_attention_kernels`)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute,

@@ -177,7 +177,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
     output layer Shard(-1), parallelize_llama.py): `dtensor_loss`, 16sbv/t at its backward where it runs eager.
     Activation checkpointing is torch's non-reentrant checkpoint at every commit (`ptd_checkpoint_wrapper`:
     CheckpointImpl.NO_REENTRANT at 395a52627, the wrapper's default from 9dec370 on), whose early stop ends the
-    recompute before the block's last GEMM (`early_stop`, plan/compute.py `early_stop_recomputed`). The llama
+    recompute before the block's last GEMM (`early_stop`, plan/recompute.py `early_stop_recomputed`). The llama
     module is torchtitan's (`llama_impl`): its eager rope in complex fp32, repeat_kv's copies, no head-merge copy
     (plan/ops.py `titan_attention_kernels`; compiled blocks keep fusion.py's count) and `self.output(h).float()`
     before an eager loss (395a52627, 9dec370; not the 2025 rows, whose compiled loss fuses the upcast)."""

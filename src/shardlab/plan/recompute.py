@@ -1,0 +1,71 @@
+"""Which forward ops of a block the backward runs again, per recompute policy: shardlab's selective, Megatron's
+selective-attn, torchtitan's selective-op, full; and torch's non-reentrant checkpoint's early stop, which ends the
+recompute before the block's last GEMM (`TrainSpec.recompute_early_stop`). plan/compute.py times what is listed."""
+from __future__ import annotations
+
+from . import fusion
+from .ops import Op
+
+# the attention core's GEMM-kind ops: never the block's last GEMM
+_CORE_GEMMS = ("attention", "scores", "attn_v")
+
+
+def early_stop_recomputed(block: list[Op]) -> list[Op]:
+    """The forward ops torch's non-reentrant checkpoint runs again in the backward (`TrainSpec.recompute_early_stop`).
+    The recompute stops once the last tensor the block's forward saved has been packed again (early stop,
+    torch/utils/checkpoint.py, `_StopRecomputationError` in `_recomputation_hook`; the default since pytorch#96866,
+    torch 2.1). Autograd packs a GEMM's saved inputs when it builds the GEMM's node, before the kernel runs (the
+    generated VariableType code: SavedVariable of self and mat2, then the redispatch), and the residual add after
+    it saves nothing: so the block's last GEMM (llama's down, GPT-2's mlp_proj) and what follows it are not run
+    again. Under torch.compile the min-cut partitioner recomputes only what the backward reads, and no gradient
+    reads that GEMM's output: the same ops. Without a trailing GEMM followed by saving-free ops: the whole block.
+    (torch's ring merge, listed last, is the attention's and stays.)"""
+    gemms = [i for i, o in enumerate(block) if o.kind == "gemm" and o.name not in _CORE_GEMMS]
+    tail = block[gemms[-1] + 1:] if gemms else [Op("none", "elem")]
+    if any(o.name not in ("residual", "bias_grads", "cp_merge") for o in tail):
+        return block
+    return block[:gemms[-1]] + [o for o in tail if o.name == "cp_merge"]
+
+
+def recomputed_ops(block: list[Op], recompute: str, early_stop: bool = False) -> list[Op]:
+    """The forward ops of one block the backward runs again under `recompute` ([] for none)."""
+    if early_stop and recompute in ("full", "selective-op"):
+        block = early_stop_recomputed(block)
+    if recompute == "full":
+        return block
+    if recompute == "selective":  # shardlab's policy: the cheap ops between the matmuls again
+        return [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
+    if recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
+        return _selective_op_recomputed(block)
+    if recompute == "selective-attn":  # Megatron's: the attention core again
+        return [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
+    return []
+
+
+def early_stop_note(block: list[Op], recompute: str, ops_time) -> str:
+    """--explain's words for the recompute's early stop (what it does not run again, per block)."""
+    whole, kept = recomputed_ops(block, recompute), recomputed_ops(block, recompute, True)
+    skipped = [o for o in whole if not any(o is x for x in kept)]
+    if not skipped:
+        return ""
+    saved = ops_time(skipped, False)
+    return (f"; recompute with torch's early stop (non-reentrant checkpoint, the default since torch 2.1, "
+            f"pytorch#96866; under compile the partitioner's dead-code elimination): it ends at the pack of the "
+            f"block's last saved tensor, the inputs of its last GEMM (saved before the GEMM runs), so "
+            f"{', '.join(o.name for o in skipped)} not run again: {saved * 1e3:.3f} ms per block")
+
+
+def _selective_op_recomputed(block: list[Op]) -> list[Op]:
+    """torchtitan's op-level selective checkpointing (its parallelize_llama's policy): it saves the outputs of
+    the matmuls, of the attention kernel and of the TP reduce-scatters, except every second matmul of a block
+    (counted in forward order: q k v proj gate up down for llama, q k v proj fc mlp_proj for GPT-2); the rest of
+    the forward runs again in the backward: the elementwise ops and the even-numbered matmuls."""
+    out, mm = [], 0
+    for o in block:
+        if o.kind == "gemm" and o.name not in _CORE_GEMMS:
+            mm += 1
+            if mm % 2 == 0:
+                out.append(o)
+        elif o.kind == "elem":
+            out.append(o)
+    return out
