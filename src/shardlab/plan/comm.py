@@ -29,7 +29,7 @@ class Collective:
     n: int  # group size
     payload: float  # bytes per rank per step, summed over calls
     calls: int  # calls per step
-    overlap: str  # compute it can hide behind: backward | forward+backward | none
+    overlap: str  # compute it can hide behind: backward | forward+backward | none | wgrad | dgrad (TP's, step.py)
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
     last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
@@ -155,18 +155,34 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # before the block's last GEMM: the region collective after it (SP's reduce-scatter) is not rerun
         skip = layers * m if (lay.recompute == "full" and train.recompute_early_stop) else 0
         stop = f" - {skip} not rerun (the recompute's early stop: the block's last one)" if skip else ""
+        # Megatron's async TP backward (Layout.tp_async_backward): the column-parallel linears' input-gradient
+        # collectives, 2 per layer, run beside their weight-gradient GEMMs (step.py hides them there)
+        beside = 2 * layers * m if lay.tp_async_backward else 0
         if lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
             ag, n_ag, why = torch_tp.sp_all_gather(train, lay, layers, m, act, n)
             out.append(Collective("all_gather", "tp", lay.tp, ag, n_ag, "none",
                                   f"sbh*{e} x {n} (sequence parallel: entering each region, both passes){why}",
                                   per_micro=True))
-            out.append(Collective("reduce_scatter", "tp", lay.tp, act * (n - skip), n - skip, "none",
-                                  f"sbh*{e} x {n} (sequence parallel: leaving each region, both passes){stop}",
+            out.append(Collective("reduce_scatter", "tp", lay.tp, act * (n - skip - beside), n - skip - beside,
+                                  "none", f"sbh*{e} x {n - beside} (sequence parallel: leaving each region, both "
+                                  f"passes{', but the backward beside the weight gradient' if beside else ''}){stop}",
                                   per_micro=True))
         else:
-            out.append(Collective("all_reduce", "tp", lay.tp, act * (n - skip), n - skip, "none",
+            out.append(Collective("all_reduce", "tp", lay.tp, act * (n - skip - beside), n - skip - beside, "none",
                                   f"sbh*{e} x (4 per layer{' +2 recompute' if rerun else ''}"
+                                  f"{' -2 beside the weight gradient' if beside else ''}"
                                   f" x {layers} layers + 2) x {m} micro batches{stop}", per_micro=True))
+        if beside:
+            op = "reduce_scatter" if lay.sp else "all_reduce"
+            out.append(Collective(op, "tp", lay.tp, act * beside, beside, "wgrad",
+                                  f"sbh*{e} x 2 per layer x {layers} layers x {m} micro batches (async TP backward: "
+                                  "each column-parallel linear's input gradient, beside its weight-gradient GEMM)",
+                                  per_micro=True))
+            if lay.sp:  # the weight gradient wants the whole input: gathered again, beside the input-gradient GEMM
+                out.append(Collective("all_gather", "tp", lay.tp, act * beside, beside, "dgrad",
+                                      f"sbh*{e} x 2 per layer x {layers} layers x {m} micro batches (async TP "
+                                      "backward: the input gathered again for the weight gradient, beside the "
+                                      "input-gradient GEMM)", per_micro=True))
         out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.LOSS_BYTES_PER_TOKEN * tokens * m, 2 * m, "none",
                               f"vocab-parallel loss: 3 fp32 per token (max; target logit, sum of exp) x "
                               f"{tokens} tokens x {m} micro batches", per_micro=True))
@@ -193,10 +209,16 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         out += [cp_ring(model, train, lay, m)] if lay.cp_impl in ("own", "torch") else cp_a2a(model, train, lay, m)
     if lay.pp > 1:
         sends = 2 * m * lay.v
-        b = act / (lay.tp if lay.sp else 1)
+        gather = lay.pp_scatter_gather and lay.tp > 1 and not lay.sp  # Megatron's scatter/gather (Layout)
+        b = act / (lay.tp if lay.sp or gather else 1)
         out.append(Collective("p2p", "pp", 2, b * sends, sends, "none",
-                              f"sbh*{e}{'/t' if lay.sp else ''} x 2 x {m} micro batches x v={lay.v}",
+                              f"sbh*{e}{'/t' if lay.sp or gather else ''} x 2 x {m} micro batches x v={lay.v}"
+                              + (" (scatter/gather: 1/t of the activation on each TP rank's send)" if gather else ""),
                               per_micro=True))
+        if gather:
+            out.append(Collective("all_gather", "tp", lay.tp, act * sends, sends, "none",
+                                  f"sbh*{e} x 2 x {m} micro batches x v={lay.v} (scatter/gather: the receiving stage "
+                                  "gathers the t pieces of each activation and gradient)", per_micro=True))
     return out
 
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, replace
 from functools import partial
 
-from . import attention, fp8, fusion
+from . import attention, fp8, fusion, torch_tp
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
@@ -83,6 +83,9 @@ class MicroTime:
     # launch gaps included) and the head's (final norm, logits, loss), forward and backward; per-op roofline
     block: tuple = (0.0, 0.0)
     head: tuple = (0.0, 0.0)
+    # per region a block enters (attention, MLP): its column-parallel linears' weight-gradient GEMMs' seconds and
+    # input-gradient GEMMs' seconds, ((w_att, w_mlp), (d_att, d_mlp)): what Megatron's async TP backward hides behind
+    tp_hide: tuple = ()
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -112,6 +115,21 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
     return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / rate)
 
 
+# the column-parallel linears entering each tensor-parallel region of a block: the attention's, the MLP's
+COLUMN_PARALLEL = (("q", "k", "v"), ("fc", "gate", "up"))
+
+
+def tp_hiding(block: list[Op], c: Cluster, fp32: bool) -> tuple:
+    """((weight-gradient s), (input-gradient s)) of each region's column-parallel linears, attention then MLP:
+    the GEMMs Megatron's async TP backward runs its collectives beside (Layout.tp_async_backward)."""
+    regions = [[o for o in block if o.kind == "gemm" and o.name in names] for names in COLUMN_PARALLEL]
+    wgrad = tuple(sum(_gemm_time(o, c, "mm_ta", (o.shape[1], o.shape[2], o.shape[0]), fp32) for o in ops)
+                  for ops in regions)
+    dgrad = tuple(sum(_gemm_time(o, c, "mm", (o.shape[0], o.shape[2], o.shape[1]), fp32) for o in ops)
+                  for ops in regions)
+    return wgrad, dgrad
+
+
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
     """Slowest pipeline stage: the busiest rank's layers (stage_layers) plus the first stage's
     embedding or the last stage's logits + loss, whichever costs more."""
@@ -125,8 +143,10 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     drops = train.dropout and roofline  # the dropout kernels, where the run drops out
     compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
-    block = context_parallel(layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl),
-                             lay.cp)
+    block = layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl)
+    if roofline:  # DTensor TP's sequence-dim copies around its collectives (plan/torch_tp.py)
+        block = torch_tp.cat_copies(block, train, lay, b * s, model.d_model)
+    block = context_parallel(block, lay.cp)
     if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
         block = block + [ring_merge_op(model, b, s, t, lay.cp, compiled)]  # torch's ring: its merge kernels
     eager_block, casts = block, None
@@ -172,8 +192,9 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
+    hide = tuple(tuple(x / k for x in pair) for pair in tp_hiding(block, c, fp32)) if lay.tp_async_backward else ()
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
-                     (f_head / k, b_head / k))
+                     (f_head / k, b_head / k), hide)
 
 
 def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple):

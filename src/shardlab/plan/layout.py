@@ -208,6 +208,15 @@ class Layout:
     # the gradient reduction hides behind the last backward (False: issued after it, as apex's optimizer does
     # with overlap_grad_sync off, NeMo's setting under pipeline or sequence parallelism)
     overlap_grad_reduce: bool = True
+    # Megatron's async TP backward (LinearWithGradAccumulationAndAsyncCommunication; Megatron-LM from 2021-09, apex's
+    # tensor_parallel): each column-parallel linear's input-gradient all-reduce (SP: reduce-scatter) runs while its
+    # weight-gradient GEMM computes, and under SP the input's re-gather for that GEMM while the input-gradient GEMM
+    # does; False: every TP collective on the critical path (shardlab's own TP, DTensor's); a published row's input
+    tp_async_backward: bool = False
+    # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
+    # SP): under TP without SP each TP rank sends 1/t of the activation to the next stage and the receiver
+    # all-gathers the pieces over the node's links; False: the whole activation on every rank's send
+    pp_scatter_gather: bool = False
     health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
 
     @property

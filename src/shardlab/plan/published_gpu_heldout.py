@@ -103,8 +103,10 @@ def narayanan_tokens(tflops: float, L: int, h: int, s: int = 2048, V: int = V_ME
 def _narayanan_rows() -> list[dict]:
     out = []
     for name, L, h, a, t, p, mb, gbs, g, tf, v, ddp in _NARAYANAN:
-        lay = {"dp": g // (t * p), "tp": t, "pp": p, "v": v, "recompute": "full",
-               **({"schedule": MEGATRON_INTERLEAVED} if v > 1 else {})}
+        # Megatron-LM at 50a4b5fa02 (2021-04): scatter/gather between stages on by default (Sec. 4.1;
+        # --no-scatter-gather-tensors-in-pipeline); "local" DDP all-reduces the gradient buffer after the backward
+        lay = {"dp": g // (t * p), "tp": t, "pp": p, "v": v, "recompute": "full", "pp_scatter_gather": True,
+               "overlap_grad_reduce": ddp != "local", **({"schedule": MEGATRON_INTERLEAVED} if v > 1 else {})}
         note = "DDP local: gradient all-reduce after the backward, not overlapped" if ddp == "local" else \
             "torch DDP (overlapped all-reduce)"
         out.append(_row(f"Megatron GPT-{name} A100x{g} t{t} p{p}" + (f" v{v}" if v > 1 else ""),
@@ -125,7 +127,10 @@ def _korthikanti_rows() -> list[dict]:
     out = []
     for name, L, h, a, p, g, gbs, mb, v, t_full, t_sel in _KORTHIKANTI:
         for label, secs, rec, sp in (("full", t_full, "full", False), ("SP+sel", t_sel, "selective-attn", True)):
-            lay = {"dp": 1, "tp": 8, "pp": p, "v": v, "sp": sp, "recompute": rec,
+            # Megatron-LM's async TP backward (on by default since 2021-09: --no-async-tensor-model-parallel-allreduce;
+            # under SP the re-gather and the reduce-scatter run async instead), as the paper's Sec. 6.2 says
+            lay = {"dp": 1, "tp": 8, "pp": p, "v": v, "sp": sp, "recompute": rec, "tp_async_backward": True,
+                   "pp_scatter_gather": True,  # Megatron's default, off under SP (p2p_communication.py)
                    **({"schedule": MEGATRON_INTERLEAVED} if v > 1 else {})}
             out.append(_row(f"Korthikanti {name} A100x{g} {label}", dict(n_layer=L, d_model=h, n_head=a,
                             vocab=V_MEGATRON), "A100-80G", g, 2048, mb, gbs, lay, round(gbs * 2048 / (secs * g), 1),
@@ -153,8 +158,10 @@ def _nemo_rows() -> list[dict]:
             # the yaml sets none), and the bf16 parameters (param_sync_dtype = autocast dtype) are all-gathered
             # after the step in the same buckets: ZeRO-1's traffic. overlap_grad_sync is switched off under
             # pipeline or sequence parallelism (configure_optimizers): 175B reduces after its backward
+            # apex's ColumnParallelLinear (6f7d8ac3, LinearWithGradAccumulationAndAsyncCommunication): under SP the
+            # backward's re-gather and reduce-scatter run async beside the GEMMs (tp_async_backward)
             lay = {"dp": g // (tp * pp), "tp": tp, "pp": pp, "sp": sp, "recompute": rec, "strategy": "zero1",
-                   "zero_bucket_mb": 100.0, "overlap_grad_reduce": not (pp > 1 or sp)}
+                   "zero_bucket_mb": 100.0, "overlap_grad_reduce": not (pp > 1 or sp), "tp_async_backward": tp > 1}
             out.append(_row(f"NeMo GPT-3 {size} A100x{g}", shape, "A100-80G", g, 2048, 2, 2048, lay,
                             round(tps / g, 1), NEMO, flash=False, published=f"{tps} tokens/s on {nodes} nodes",
                             comm_dtype="fp32", fp32_grad_accum=True, grad_copy=pp == 1,

@@ -3,7 +3,7 @@ selective-attn, torchtitan's selective-op, full; and torch's non-reentrant check
 recompute before the block's last GEMM (`TrainSpec.recompute_early_stop`). plan/compute.py times what is listed."""
 from __future__ import annotations
 
-from . import fusion
+from . import fusion, torch_tp
 from .ops import Op
 
 # the attention core's GEMM-kind ops: never the block's last GEMM
@@ -22,7 +22,7 @@ def early_stop_recomputed(block: list[Op]) -> list[Op]:
     (torch's ring merge, listed last, is the attention's and stays.)"""
     gemms = [i for i, o in enumerate(block) if o.kind == "gemm" and o.name not in _CORE_GEMMS]
     tail = block[gemms[-1] + 1:] if gemms else [Op("none", "elem")]
-    if any(o.name not in ("residual", "bias_grads", "cp_merge") for o in tail):
+    if any(o.name not in ("residual", "bias_grads", "cp_merge", torch_tp.SCATTER_CAT) for o in tail):
         return block
     return block[:gemms[-1]] + [o for o in tail if o.name == "cp_merge"]
 
@@ -59,13 +59,14 @@ def _selective_op_recomputed(block: list[Op]) -> list[Op]:
     """torchtitan's op-level selective checkpointing (its parallelize_llama's policy): it saves the outputs of
     the matmuls, of the attention kernel and of the TP reduce-scatters, except every second matmul of a block
     (counted in forward order: q k v proj gate up down for llama, q k v proj fc mlp_proj for GPT-2); the rest of
-    the forward runs again in the backward: the elementwise ops and the even-numbered matmuls."""
+    the forward runs again in the backward: the elementwise ops and the even-numbered matmuls. (DTensor's copy
+    before a reduce-scatter feeds only that saved output: not run again.)"""
     out, mm = [], 0
     for o in block:
         if o.kind == "gemm" and o.name not in _CORE_GEMMS:
             mm += 1
             if mm % 2 == 0:
                 out.append(o)
-        elif o.kind == "elem":
+        elif o.kind == "elem" and o.name != torch_tp.SCATTER_CAT:
             out.append(o)
     return out

@@ -108,11 +108,13 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp = _critical_comm(plan.comm) + _sync_waits(plan.comm, mt, m, cluster)
+    tp_pp, tp_hidden = _critical_comm(plan.comm, mt)
+    tp_pp += _sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
-    sm_cost = cluster.sm_share_comm * sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
+    sm_cost = cluster.sm_share_comm * (tp_hidden + sum(cl.time - cl.exposed for cl in plan.comm
+                                                       if cl.c.group not in _CRITICAL))
     # torch's fully_shard runs its own copies around its collectives in place of the flat-buffer ones
     fsdp2 = fsdp2_kernels.kernels(model, train, lay, cluster, plan.comm, m)
     copies = fsdp2.seconds if fsdp2 else _zero_copies(plan.comm, lay, cluster)
@@ -172,13 +174,23 @@ def bubble_units(lay: Layout, m: int) -> float:
     return float(lay.pp - 1) if f is None else f / (1 - f) * m
 
 
-def _critical_comm(comm: list[CommLine]) -> float:
-    """Seconds per step of the tensor-parallel, context-parallel and pipeline collectives, all exposed."""
-    tp_pp = sum(cl.time for cl in comm if cl.c.group in _CRITICAL)
+def _critical_comm(comm: list[CommLine], mt) -> tuple[float, float]:
+    """(exposed, hidden) seconds per step of the tensor-parallel, context-parallel and pipeline collectives: all
+    exposed, but Megatron's async TP backward (Layout.tp_async_backward), whose calls hide behind the GEMM beside
+    them (mt.tp_hide: each region's column-parallel weight- or input-gradient GEMMs) and show only what outlasts it."""
+    exposed = hidden = 0.0
     for cl in comm:
-        if cl.c.group in _CRITICAL:
-            cl.exposed = cl.time
-    return tp_pp
+        if cl.c.group not in _CRITICAL:
+            continue
+        cl.exposed = cl.time
+        if cl.c.overlap in ("wgrad", "dgrad") and cl.c.calls and mt.tp_hide:
+            beside = mt.tp_hide[0 if cl.c.overlap == "wgrad" else 1]
+            call = cl.time / cl.c.calls
+            # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs
+            cl.exposed = cl.c.calls / len(beside) * sum(max(0.0, call - g) for g in beside)
+        exposed += cl.exposed
+        hidden += cl.time - cl.exposed
+    return exposed, hidden
 
 
 def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
@@ -336,6 +348,11 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                        if plan.train.grad_copy else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
+    beside = [cl for cl in plan.comm if cl.c.overlap in ("wgrad", "dgrad")]
+    if beside:
+        X["tp_pp_comm"] += "; Megatron's async TP backward (tp_async_backward): " + ", ".join(
+            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed beside the "
+            f"{'weight' if cl.c.overlap == 'wgrad' else 'input'}-gradient GEMMs" for cl in beside)
     X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
                   f"(p-1)/v interleaved, (p-1)/3 zb, max(p-1, 2(2p-1-m))/6 zbv/dualpipev); fraction of the busy " \
                   f"time {units / m:.3f}"
@@ -352,7 +369,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         X["exposed_comm"] += "; ZeRO's per-unit collectives unit by unit (one unit prefetched ahead, one NCCL " \
             "stream): " + ", ".join(f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed"
                                     for cl in piped)
-    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL)
+    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL or cl in beside)
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute")
     X["optimizer"] = opt_why

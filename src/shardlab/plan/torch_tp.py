@@ -20,8 +20,22 @@ sends beyond comm.py's Megatron count of the sequence-parallel regions, from the
   the two region inputs per forward (and their rerun), and in the backward the two row-parallel output
   gradients and the five column-parallel ones (q, k, v, w1, w3: `Float8ColwiseParallel._prepare_output_fn`).
 The embedding's and the head's collectives stay 16-bit (not converted).
+- the sequence dimension's copies: torch's functional collectives gather and scatter along dim 0 of a flat
+  buffer, and DTensor's Shard(1) -> Replicate (the region's input) and Partial -> Shard(1) (its output) run them
+  on the sequence dimension of a (batch, sequence, hidden) activation: `all_gather_tensor` with gather_dim 1
+  follows the all-gather with `torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)`, and
+  `reduce_scatter_tensor` with scatter_dim 1 makes its input contiguous per rank with `torch.cat(torch.chunk(...))`
+  first (torch `distributed/_functional_collectives.py`; a later torch takes a view instead when the batch is 1,
+  `_maybe_view_chunk_cat`, which none of the rows has). Each copy reads and writes the whole gathered activation,
+  on the compute stream, and under compile too (a cat between a collective and a GEMM, an extern kernel, has no
+  pointwise neighbour to fuse into). torchtitan's pytorch/torchtitan#437 measured two of them at 0.18 ms of
+  3 ms of FFN compute on an H100 (8k tokens, batch 1). Per block and micro batch: each region's input gathered
+  (2; their backward, a reduce-scatter of the gradient: 2) and output scattered (2; backward, a gather: 2), the
+  gathers rerun where the recompute reruns them; `cat_copies`.
 """
 from __future__ import annotations
+
+from .ops import Op
 
 COLWISE_OUT = 5  # q, k, v, w1, w3: the column-parallel linears whose output gradient is cast (tensorwise)
 
@@ -63,3 +77,29 @@ def amax_calls(train, lay, layers: int, m: int) -> int:
         return 0
     fwd = 2 * (2 if (rerun_gathers(lay) or lay.recompute == "full") else 1)
     return (fwd + 2 + COLWISE_OUT) * layers * m
+
+
+# the copies' op names: recompute.py keeps the scatter's out of torchtitan's selective-op rerun (the reduce-scatter's
+# output is saved) and lets it follow the block's last GEMM under the checkpoint's early stop
+GATHER_CAT, SCATTER_CAT = "tp_gather_cat", "tp_scatter_cat"
+
+
+def cat_copies(block: list, train, lay, T: int, h: int) -> list:
+    """The block's ops with DTensor's sequence-dim copies in place (module docstring): before each region's first
+    column-parallel GEMM the input's gather copy (its backward: the gradient's scatter copy), after each
+    row-parallel GEMM the output's scatter copy (backward: the gradient's gather copy), T tokens of width h each;
+    under float8 tensorwise the gathers move 1 B an element. Unchanged where DTensor TP with SP does not apply."""
+    if not applies(lay):
+        return block
+    e = 2 if train.mixed else 4
+    g = 1 if float8_gathers(train, lay) else e
+    gather = Op(GATHER_CAT, "elem", bytes=2 * T * h * g, ew="copy", bwd_bytes=2 * T * h * e)
+    scatter = Op(SCATTER_CAT, "elem", bytes=2 * T * h * e, ew="copy", bwd_bytes=2 * T * h * g)
+    out = []
+    for o in block:
+        if o.kind == "gemm" and o.name in ("q", "gate", "fc"):  # each region's first column-parallel GEMM
+            out.append(gather)
+        out.append(o)
+        if o.kind == "gemm" and o.name in ("proj", "down", "mlp_proj"):  # each region's row-parallel GEMM
+            out.append(scatter)
+    return out
