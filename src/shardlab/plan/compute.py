@@ -145,7 +145,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
     block = layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl)
     if roofline:  # DTensor TP's sequence-dim copies around its collectives (plan/torch_tp.py)
-        block = torch_tp.cat_copies(block, train, lay, b * s, model.d_model)
+        block = torch_tp.cat_copies(block, train, lay, b, s, model.d_model)
     block = context_parallel(block, lay.cp)
     if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
         block = block + [ring_merge_op(model, b, s, t, lay.cp, compiled)]  # torch's ring: its merge kernels
@@ -398,7 +398,25 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
         how = " (AdamW as eager kernels, one per tensor operation)"
     # the achieved HBM bandwidth at one tensor's fp32 operand: the kernels run tensor by tensor
     bw = c.hbm_at(psi_opt * 4 / max(1, tensors))
-    return psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s{how}"
+    t, why = psi_opt * per / bw, f"{psi_opt:,.0f} params x {per} B / {bw:.3g} B/s{how}"
+    for name in train.optimizer_passes:  # the run's own passes around the update (TrainSpec.optimizer_passes)
+        nbytes, flat = OPTIMIZER_PASSES[name]
+        rate = c.hbm_at(psi_opt * 4) if flat else bw
+        t += psi_opt * nbytes / rate
+        why += f" + {name} {nbytes} B / {rate:.3g} B/s"
+    return t, why
+
+
+# Passes over the fp32 gradients and master weights a stack runs around its fused update, per parameter per step:
+# (bytes, over one flat buffer). Megatron-LM's bf16 path at the Korthikanti et al. runs (55ba1f7b96, 2022-05): bf16
+# forces fp32 accumulation in local DDP's contiguous buffer (arguments.py), which train_step zeroes every step
+# (zero_grad_buffer: 4 B written) and allreduce_gradients divides by the data-parallel size in place before its
+# all-reduce, at any size (`buffer_.data /= world`: 4 B read, 4 written); Float16OptimizerWithFloat16Params.step clips
+# (--clip-grad 1.0: multi_tensor_l2norm reads every fp32 gradient, 4 B; the scale pass only when the norm exceeds
+# the limit, not counted) and after apex's FusedAdam copies the fp32 master into the 16-bit params with
+# multi_tensor_scale (_copy_main_params_to_model_params: the master read again, 4 B; the 16-bit write is in `per`)
+OPTIMIZER_PASSES = {"zero_grads": (4, True), "grad_divide": (8, True), "grad_norm": (4, False),
+                    "master_copy": (4, False)}
 
 
 # AdamW in eager kernels, per fp32 parameter: torch's foreach AdamW (torch.optim.adamw._multi_tensor_adamw:

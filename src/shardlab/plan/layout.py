@@ -30,6 +30,7 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 # names torch's fully_shard too, `fsdp` the flat-parameter FSDP planned as the own flat-buffer zero3)
 STRATEGY_IMPL = {"torch-zero1": {"zero_partition": "params"}, "torch-fsdp2": {"zero3_impl": "fsdp2"},
                  "fsdp2": {"zero3_impl": "fsdp2"}}
+OPTIMIZER_PASSES = ("zero_grads", "grad_divide", "grad_norm", "master_copy")  # TrainSpec.optimizer_passes' names
 TP_IMPLS = ("own", "dtensor")  # training's parallel.tp_impl, each with its plan (plan/torch_tp.py)
 CP_IMPLS = ("own", "torch", "ulysses", "hybrid")  # training's parallel.cp_impl
 ZERO3_IMPLS = ("own", "fsdp2")
@@ -94,6 +95,10 @@ class TrainSpec:
     # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
     # wgrad GEMM does not accumulate itself); a published row's input
     grad_copy: bool = False
+    # passes over the fp32 gradients and master weights outside the fused update, each step, by name
+    # (OPTIMIZER_PASSES; their bytes in compute.OPTIMIZER_PASSES), as the run's code makes them
+    # (Megatron-LM's bf16 optimizer and local DDP); a published row's input
+    optimizer_passes: tuple = ()
     # the recompute as torch's non-reentrant checkpoint runs it (early stop, default since torch 2.1, and under
     # compile the partitioner's dead-code elimination): it ends where the block's last saved tensor is packed,
     # before the block's last GEMM (plan/recompute.py `early_stop_recomputed`); a published row's input (torchtitan)
@@ -119,6 +124,8 @@ class TrainSpec:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _one_of("mem_measure", self.mem_measure, ("allocated", "reserved", "device"))
+        for name in self.optimizer_passes:
+            _one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:
             raise ValueError("global_batch and micro_batch must be positive")
 

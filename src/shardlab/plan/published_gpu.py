@@ -39,7 +39,7 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
     rope, repeat_kv, the logits cast to fp32: `llama_impl`, plan/ops.py `titan_attention_kernels`)."""
     return {"case": case, "model": model, "cluster": cluster, "gpus": gpus, "seq": 8192, "micro_batch": micro,
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute,
-                       "zero3_impl": "fsdp2"},
+                       "zero3_impl": "fsdp2", **({"tp_impl": "dtensor"} if tp > 1 else {})},  # torchtitan's TP: DTensor
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
             "dtensor_loss": tp > 1, "early_stop": True, "llama_impl": "torchtitan", "source": TORCHTITAN}
 

@@ -135,6 +135,7 @@ def _korthikanti_rows() -> list[dict]:
             out.append(_row(f"Korthikanti {name} A100x{g} {label}", dict(n_layer=L, d_model=h, n_head=a,
                             vocab=V_MEGATRON), "A100-80G", g, 2048, mb, gbs, lay, round(gbs * 2048 / (secs * g), 1),
                             KORTHIKANTI, flash=False, fp32_grad_accum=True, published=f"{secs} s/iteration",
+                            optimizer_passes=("zero_grads", "grad_divide", "grad_norm", "master_copy"),
                             notes="mixed precision (bf16 read; A100 fp16 and bf16 rates are equal); dp 1"))
     return out
 
@@ -276,7 +277,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       llama_impl=row.get("llama_impl", "own"),
                       lp_grads_kept=row.get("lp_grads_kept", False),
                       mem_measure=row.get("mem_measure", "allocated"),
-                      cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False))
+                      cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False),
+                      optimizer_passes=row.get("optimizer_passes", ()))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

@@ -25,8 +25,9 @@ The embedding's and the head's collectives stay 16-bit (not converted).
   on the sequence dimension of a (batch, sequence, hidden) activation: `all_gather_tensor` with gather_dim 1
   follows the all-gather with `torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)`, and
   `reduce_scatter_tensor` with scatter_dim 1 makes its input contiguous per rank with `torch.cat(torch.chunk(...))`
-  first (torch `distributed/_functional_collectives.py`; a later torch takes a view instead when the batch is 1,
-  `_maybe_view_chunk_cat`, which none of the rows has). Each copy reads and writes the whole gathered activation,
+  first (torch `distributed/_functional_collectives.py`). torch of 2026 (`_maybe_view_chunk_cat`, the pinned
+  2.13 has it) returns a view for the gather when the micro batch is 1, so the plan counts no gather copy there;
+  the published rows all have batches above 1 and torch of 2024-25. Each copy reads and writes the whole gathered activation,
   on the compute stream, and under compile too (a cat between a collective and a GEMM, an extern kernel, has no
   pointwise neighbour to fuse into). torchtitan's pytorch/torchtitan#437 measured two of them at 0.18 ms of
   3 ms of FFN compute on an H100 (8k tokens, batch 1). Per block and micro batch: each region's input gathered
@@ -84,15 +85,16 @@ def amax_calls(train, lay, layers: int, m: int) -> int:
 GATHER_CAT, SCATTER_CAT = "tp_gather_cat", "tp_scatter_cat"
 
 
-def cat_copies(block: list, train, lay, T: int, h: int) -> list:
+def cat_copies(block: list, train, lay, b: int, s: int, h: int) -> list:
     """The block's ops with DTensor's sequence-dim copies in place (module docstring): before each region's first
     column-parallel GEMM the input's gather copy (its backward: the gradient's scatter copy), after each
-    row-parallel GEMM the output's scatter copy (backward: the gradient's gather copy), T tokens of width h each;
-    under float8 tensorwise the gathers move 1 B an element. Unchanged where DTensor TP with SP does not apply."""
+    row-parallel GEMM the output's scatter copy (backward: the gradient's gather copy), b x s tokens of width h
+    each; under float8 tensorwise the gathers move 1 B an element; a gather of one sequence is a view (module
+    docstring). Unchanged where DTensor TP with SP does not apply."""
     if not applies(lay):
         return block
-    e = 2 if train.mixed else 4
-    g = 1 if float8_gathers(train, lay) else e
+    T, e = b * s, 2 if train.mixed else 4
+    g = 0 if b == 1 else 1 if float8_gathers(train, lay) else e  # bytes an element of a gather's copy
     gather = Op(GATHER_CAT, "elem", bytes=2 * T * h * g, ew="copy", bwd_bytes=2 * T * h * e)
     scatter = Op(SCATTER_CAT, "elem", bytes=2 * T * h * e, ew="copy", bwd_bytes=2 * T * h * g)
     out = []
