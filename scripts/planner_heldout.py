@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from shardlab.plan.published_gpu_heldout import HELD_OUT, evaluate_rows
+from shardlab.plan.published_gpu_layer import SOURCE, evaluate_layers
 
 
 def _stats(errs: list[float], limit: float = 0.15) -> str:
@@ -50,16 +51,33 @@ def summary(rows: list[dict]) -> list[str]:
     return out
 
 
+def layer_table(summary_only: bool = False) -> list[str]:
+    """Korthikanti et al.'s one layer (plan/published_gpu_layer.py) against the planner's, ms."""
+    rows = evaluate_layers()
+    out = [] if summary_only else [
+        f"{SOURCE}:", "| recipe | forward | planner | error | backward | planner | error |", "| --- " * 7 + "|",
+        *(f"| {r['recipe']} | {r['forward_ms']} | {r['plan_forward_ms']:.2f} | {r['forward_err']:+.1%} | "
+          f"{r['backward_ms']} | {r['plan_backward_ms']:.2f} | {r['backward_err']:+.1%} |" for r in rows)]
+    errs = [abs(r[k]) for r in rows for k in ("forward_err", "backward_err")]
+    return out + [f"one layer (Korthikanti Table 4, {len(rows)} recipes x forward, backward): mean "
+                  f"{sum(errs) / len(errs):.3f} / max {max(errs):.3f}"]
+
+
 def main(rows: list[dict] | None = None, doc: str = __doc__) -> None:
-    """Print the table (unless --summary) and the summary of `rows` (the fifth set by default)."""
+    """Print the table (unless --summary) and the summary of `rows` (the fifth set by default, and then the
+    published layer it holds the 22B rows' twin of)."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--summary", action="store_true", help="the means only")
     args = ap.parse_args()
+    fifth = rows is None
     rows = evaluate_rows(HELD_OUT if rows is None else rows)
     if not args.summary:
         print("\n".join(table(rows)))
         print()
     print("\n".join(summary(rows)))
+    if fifth:
+        print()
+        print("\n".join(layer_table(args.summary)))
 
 
 if __name__ == "__main__":
