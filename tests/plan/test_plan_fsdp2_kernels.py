@@ -152,7 +152,10 @@ TP_IMPLS = "tp_impl must be one of own, dtensor"
 @pytest.mark.parametrize("argv,needle", [(["tp=2", "sp=true", "tp_impl=megatron"], TP_IMPLS),
                                          (["search", "gpus=4", "tp_impl=x"], TP_IMPLS),
                                          (["cp=2", "cp_impl=ring"], "cp_impl must be one of own, torch, ulysses"),
-                                         (["strategy=torch-fsdp3"], "torch-fsdp2")])
+                                         (["strategy=torch-fsdp3"], "torch-fsdp2"),
+                                         # the pairs training refuses (parallel/rules.py), refused the same way
+                                         (["tp=2", "cp=2", "tp_impl=dtensor"], "tp_impl=dtensor with cp=2"),
+                                         (["tp=2", "pp=2", "tp_impl=dtensor"], "tp_impl=dtensor with pp=2")])
 def test_bad_implementation_is_one_line_exit_2(capsys, argv, needle):
     rc, o = _cli(capsys, argv)
     assert rc == 2 and needle in o.err and len(o.err.strip().splitlines()) == 1, o.err

@@ -289,6 +289,10 @@ class Layout:
             kv = f" (and n_kv_heads {model.n_kv_heads} must divide it or be divisible by it, and it must divide " \
                  f"the SwiGLU width {model.ffn})" if model.llama else ""
             raise ValueError(f"tp {self.tp} must divide n_head {model.n_head}{kv}")
+        if self.tp > 1 and self.tp_impl == "dtensor" and max(self.cp, self.pp) > 1:  # as parallel/rules.py refuses
+            other = f"cp={self.cp}" if self.cp > 1 else f"pp={self.pp}"
+            raise ValueError(f"tp_impl=dtensor with {other}: training runs DTensor TP without context or pipeline "
+                             "parallelism in this version; use tp_impl=own")
         if self.cp > 1 and self.cp_impl in ("ulysses", "hybrid"):  # the line training refuses the heads with
             from shardlab.parallel.cp.checks import heads_refusal, ulysses_degree
 
@@ -321,7 +325,7 @@ class Layout:
             parts.append(f"tp={self.tp}" + ("+sp" if self.sp else "")
                          + ("" if self.tp_impl == "own" else f" {self.tp_impl}"))
         if self.cp > 1:
-            parts.append(f"cp={self.cp}" + ("" if self.cp_impl in ("own", "torch") else f" {self.cp_impl}")
+            parts.append(f"cp={self.cp}" + ("" if self.cp_impl == "own" else f" {self.cp_impl}")
                          + (f" U={self.cp_ulysses}" if self.cp_impl == "hybrid" else ""))
         if self.pp > 1:
             parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
