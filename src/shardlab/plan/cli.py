@@ -169,7 +169,8 @@ def build(kv: dict, for_search: bool = False):
     else:
         gbs = kv.get("global_batch", (512 if for_search else b * layout.dp))
     tr_kw = {k: kv[k] for k in TRAIN_KEYS if k in kv and k not in ("global_batch", "global_batch_tokens")}
-    train = TrainSpec(global_batch=gbs, seq=seq, **{**{k: v for k, v in defaults.items() if k in TRAIN_KEYS}, **tr_kw})
+    train = TrainSpec(global_batch=gbs, seq=seq, recompute_early_stop=defaults["recompute_early_stop"],
+                      **{**{k: v for k, v in defaults.items() if k in TRAIN_KEYS}, **tr_kw})
     if kv.get("gpus") is None and not for_search:
         from dataclasses import replace
         cluster = replace(cluster, num_gpus=max(cluster.num_gpus, layout.world))

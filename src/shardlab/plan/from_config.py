@@ -23,10 +23,13 @@ def trainer_defaults() -> dict:
     `shardlab plan` and of every plan of a run. The precision is train.dtype's default (fp32; train.dtype=bf16
     is precision=bf16-autocast: the trainer has no Megatron-style 16-bit weights); attention is always fused
     (the models call F.scaled_dot_product_attention, which never stores the s x s scores); the doctor's
-    per-step check always runs (one all-gather of 8 fp64 signals)."""
+    per-step check always runs (one all-gather of 8 fp64 signals); activation checkpointing is torch's
+    non-reentrant checkpoint (parallel/recompute.py: use_reentrant=False), whose early stop ends a full
+    recompute before the block's last GEMM (plan/recompute.py)."""
     # "fp32" is TrainConfig.dtype's default, written here because plan/ sits below config/ (the import floors);
     # tests/plan/test_planner_defaults.py holds the two equal
-    return {"precision": precision.PLANNED_AS["fp32"], "flash_attention": True, "health_check": True}
+    return {"precision": precision.PLANNED_AS["fp32"], "flash_attention": True, "health_check": True,
+            "recompute_early_stop": True}
 
 
 def model_spec(cfg) -> ModelSpec:
@@ -55,6 +58,7 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                       seq=t.seq_len, precision=precision.PLANNED_AS[t.dtype],
                       optimizer=row.planned_as, optim_dtype=getattr(t, "optim_dtype", "fp32"),
                       flash_attention=trainer_defaults()["flash_attention"], fp8=t.fp8, compile=bool(t.compile),
+                      recompute_early_stop=trainer_defaults()["recompute_early_stop"],
                       dropout=float(cfg.model.dropout) > 0)  # p = 0 keeps no masks (as the model runs)
     # the strategy with its implementation (torch-fsdp2: FSDP2's kernels; torch-zero1: whole parameters), as
     # `shardlab plan strategy=...` reads it; parallel.tp_impl as the plan key tp_impl
