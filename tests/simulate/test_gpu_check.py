@@ -154,3 +154,17 @@ def test_a_model_too_big_for_one_copy_per_rank_is_built_sharded():
     zero3 (each rank allocates only its shards); CUDA only (too big to rehearse on a CPU)."""
     (big,) = [c for c in cases() if c.name.startswith("meta build")]
     assert big.world == 4 and big.cuda_only and "parallel.strategy=zero3" in big.keys
+
+
+def test_block_probe_rehearses_on_cpu(capsys):
+    """The block probe gpu-check ends with (testing/block_probe.py): a tiny Llama block timed on CPU beside the
+    planner's block, its table and the profiler's top kernels; without a GPU it refuses with exit 2."""
+    from shardlab.testing import block_probe
+
+    assert block_probe.main(["--device", "cpu", "--tiny", "--repeat", "1", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "| eager |" in out and "a CPU rehearsal" in out and "aten::mm" in out
+    if not torch.cuda.is_available():
+        assert block_probe.main([]) == 2
+    fwd, bwd = block_probe.planned(block_probe.LLAMA3_8B, 2, 8192, "H100-SXM", compiled=False)
+    assert 0 < fwd < bwd  # the planner's Llama 3 8B block on an H100: the backward about twice the forward

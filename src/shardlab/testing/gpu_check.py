@@ -20,7 +20,8 @@ A case passes when the run exits 0 with a finite final loss. Then the performanc
 gpt2 124M and a Llama of Llama 3.2 1B's shape), bf16 on one rank, compiled and eager, one at a time: tokens/s
 and MFU as summary.json reports them (PaLM's model FLOPs, 6N + 12·L·d·T per token, over the GPU's spec bf16
 dense peak), peak memory, `shardlab explain --cluster <the GPU's preset>` (the planner's step and memory
-against the measured ones) and torch.profiler's top kernels over two steps (trace.profile).
+against the measured ones) and torch.profiler's top kernels over two steps (trace.profile). Last, one Llama 3 8B
+block timed beside the planner's block (testing/block_probe.py; block.md with --out).
 
 One table on stdout (and with --out DIR, five files written as the cases finish: a check cut off by a time
 limit keeps what it did); exit 0 when every case passed, 1 otherwise, 2 when there is no CUDA device.
@@ -348,7 +349,21 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if r.status == "FAIL"]
     print(f"{len(results) - len(failed)} of {len(results)} passed in {time.perf_counter() - t0:.0f}s"
           + (f"; FAILED: {', '.join(f'{r.case.name} w{r.case.world}' for r in failed)}" if failed else ""))
+    if perf:  # one Llama 3 8B block timed beside the planner's (testing/block_probe.py); a record, not a case
+        _block_probe(args.out)
     return 1 if failed else 0
+
+
+def _block_probe(out: str) -> None:
+    from shardlab.testing import block_probe
+
+    try:
+        lines = block_probe.report(profile=True)
+    except Exception as e:  # noqa: BLE001 - the probe informs; it never fails the check
+        lines = [f"block probe: not run ({type(e).__name__}: {e})"]
+    print("\n".join(lines), flush=True)
+    if out:
+        (Path(out) / "block.md").write_text("\n".join(lines) + "\n")
 
 
 def run_all(args, chosen: list[Case], perf: list[Case], sink: Sink) -> None:
