@@ -221,8 +221,9 @@ class Layout:
     # does; False: every TP collective on the critical path (shardlab's own TP, DTensor's); a published row's input
     tp_async_backward: bool = False
     # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
-    # SP): under TP without SP each TP rank sends 1/t of the activation to the next stage and the receiver
-    # all-gathers the pieces over the node's links; False: the whole activation on every rank's send
+    # SP; DeepSpeed's PipelineEngine partitions the same way under TP): under TP without SP each TP rank sends 1/t of
+    # the activation to the next stage and the receiver all-gathers the pieces over the node's links; False: the
+    # whole activation on every rank's send
     pp_scatter_gather: bool = False
     health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
 

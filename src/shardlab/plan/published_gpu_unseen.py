@@ -93,6 +93,8 @@ gradients BF16_Optimizer keeps beside its fp32 buffer (`lp_grads_kept`) and the 
 After it, one time input from DeepSpeed's code (docs/planner.md, "The sixth set"): the gradient all-reduce's wire
 dtype, bf16 where the recipe had first read fp32 (`COMM_DTYPE`, the recipe's first item); the activation-checkpointing
 options the slurm could have set (partition, contiguous buffers, CPU copies, synchronize) were read and are all off.
+In the eleventh round, one more from DeepSpeed's code: its PipelineEngine partitions the sends between stages under
+TP (`pp_scatter_gather`, the row recipe's comment), where the rows had sent the whole activation.
 """
 from __future__ import annotations
 
@@ -134,7 +136,12 @@ def _bloom(case, L, h, a, gpus, dp, tp, pp, mb, secs, source, mem=None, notes=""
     assert dp * tp * pp == gpus, case
     lay = {"dp": dp, "tp": tp, "pp": pp, "strategy": "zero1", "zero1_impl": "all_reduce", "recompute": "full",
            "zero_bucket_mb": round(ALLREDUCE_BUCKET_MIB, 1), "overlap_grad_reduce": False,
-           "pp_split": "ends-as-blocks"}  # --pp-partition-method 'type:transformer|embedding' (the docstring)
+           "pp_split": "ends-as-blocks",  # --pp-partition-method 'type:transformer|embedding' (the docstring)
+           # DeepSpeed's PipelineEngine with TP partitions what it sends between stages, activations and gradients
+           # (runtime/pipe/engine.py at 15293139f and 5ea1c60f8: is_pipe_partitioned = is_grad_partitioned =
+           # is_model_parallel; PartitionedTensor over the slice-parallel group, .full() gathers it on arrival):
+           # Megatron's scatter/gather (docs/planner.md, "The eleventh round")
+           "pp_scatter_gather": True}
     return _row(case, dict(n_layer=L, d_model=h, n_head=a, vocab=VOCAB), "A100-80G", gpus, SEQ, mb, GBS, lay,
                 round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype=COMM_DTYPE, flash=False,
                 fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, embed_norm=True,
