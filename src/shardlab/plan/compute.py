@@ -247,7 +247,7 @@ def _dropout_note(block: list[Op], ops_time) -> str:
     if not drop and not res:
         return ""
     f, b = ops_time(drop, False), ops_time(drop, True)
-    return (f"; dropout kernels (TrainSpec.dropout): " + (f"attention probabilities {f * 1e3:.3f} ms forward, "
+    return ("; dropout kernels (TrainSpec.dropout): " + (f"attention probabilities {f * 1e3:.3f} ms forward, "
             f"{b * 1e3:.3f} ms backward per block (native_dropout over b*a*s*s: 2e + 1 B each way), " if drop else "")
             + "1-byte masks in the bias-dropout-adds")
 
