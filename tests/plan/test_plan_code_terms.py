@@ -130,3 +130,21 @@ def test_optimizer_passes():
     assert "grad_divide 8 B" in why
     with pytest.raises(ValueError, match="optimizer_passes must be one of"):
         replace(T22, optimizer_passes=("clip",)).check()
+
+
+def test_autograds_gradient_accumulation():
+    """Megatron 2021's fp16 rows: each micro batch's gradient after the first is added into param.grad by
+    AccumulateGrad, 3e B per parameter, m - 1 times a step (averaged per micro batch); none at m = 1; in explain."""
+    from shardlab.plan.step import grad_accumulate_time
+    a100 = load_cluster("A100-80G", 8)
+    m = PRESETS["gpt3-1.3b"]
+    train = TrainSpec(global_batch=32, micro_batch=4, seq=2048, precision="fp16-mixed", grad_accum_add=True)
+    lay = Layout(dp=2)
+    one = grad_accumulate_time(m, replace(train), lay, a100, 2) * 2  # (m - 1) / m of one pass at m = 2
+    assert 6 * m.params / (2039e9 * 0.9) < one < 6 * m.params / (2039e9 * 0.6)
+    assert grad_accumulate_time(m, train, lay, a100, 4) == pytest.approx(one * 3 / 4)
+    assert grad_accumulate_time(m, train, lay, a100, 1) == 0.0
+    assert grad_accumulate_time(m, replace(train, grad_accum_add=False), lay, a100, 4) == 0.0
+    on, off = (evaluate(m, replace(train, grad_accum_add=a), lay, a100) for a in (True, False))
+    assert on.m == 4 and on.times["backward"] == pytest.approx(off.times["backward"] + 4 * one * 3 / 4)
+    assert "autograd's gradient accumulation" in on.explain["backward"]

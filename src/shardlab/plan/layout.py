@@ -95,6 +95,10 @@ class TrainSpec:
     # parameter by parameter (apex DistributedFusedAdam's greedy_grad_copy, NeMo's grad accumulation where the
     # wgrad GEMM does not accumulate itself); a published row's input
     grad_copy: bool = False
+    # autograd's own accumulation: each micro batch's 16-bit gradient after the first added into param.grad by
+    # AccumulateGrad (`grad += new`: 3e B per parameter), where the stack keeps no fp32 buffer of its own
+    # (Megatron-LM 2021's fp16 defaults); a published row's input
+    grad_accum_add: bool = False
     # passes over the fp32 gradients and master weights outside the fused update, each step, by name
     # (OPTIMIZER_PASSES; their bytes in compute.OPTIMIZER_PASSES), as the run's code makes them
     # (Megatron-LM's bf16 optimizer and local DDP); a published row's input

@@ -112,7 +112,10 @@ def _narayanan_rows() -> list[dict]:
         out.append(_row(f"Megatron GPT-{name} A100x{g} t{t} p{p}" + (f" v{v}" if v > 1 else ""),
                         dict(n_layer=L, d_model=h, n_head=a, vocab=V_MEGATRON), "A100-80G", g, 2048, mb, gbs, lay,
                         round(narayanan_tokens(tf, L, h), 1), NARAYANAN, precision="fp16-mixed", flash=False,
-                        published=f"{tf} TFLOP/s/GPU (eq. 3, with recompute)", notes=note))
+                        published=f"{tf} TFLOP/s/GPU (eq. 3, with recompute)", notes=note,
+                        # fp16 at 50a4b5fa02: no fp32 buffer unless asked (accumulate_allreduce_grads_in_fp32, off
+                        # by default), so autograd accumulates each micro batch's fp16 gradient into param.grad
+                        grad_accum_add=True))
     return out
 
 
@@ -278,7 +281,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       lp_grads_kept=row.get("lp_grads_kept", False),
                       mem_measure=row.get("mem_measure", "allocated"),
                       cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False),
-                      optimizer_passes=row.get("optimizer_passes", ()))
+                      optimizer_passes=row.get("optimizer_passes", ()), grad_accum_add=row.get("grad_accum_add", False))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

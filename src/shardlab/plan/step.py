@@ -102,7 +102,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
                 capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
     mt = micro_batch_time(model, train, lay, cluster)
-    t_copy = grad_copy_time(model, train, lay, cluster)
+    t_copy = grad_copy_time(model, train, lay, cluster) + grad_accumulate_time(model, train, lay, cluster, m)
     if t_copy:
         mt = replace(mt, bwd=mt.bwd + t_copy)
     # communication, each collective timed alone, then overlapped where the strategy allows
@@ -137,6 +137,18 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     if fsdp2:
         plan.explain["zero_copies"] = fsdp2.why
     return plan
+
+
+def grad_accumulate_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster, m: int) -> float:
+    """Seconds per micro batch, averaged over the step's m, of `TrainSpec.grad_accum_add`: autograd's AccumulateGrad
+    adds every micro batch's gradient after the first into param.grad (torch/csrc/autograd/functions/accumulate_grad.h:
+    the first is stolen, later ones `variable_grad += new_grad`), reading both and writing one: 3e B per parameter
+    at the achieved HBM bandwidth of that parameter's bytes, (m - 1) times a step."""
+    if not train.grad_accum_add or m < 2:
+        return 0.0
+    per = 3 * train.param_bytes
+    one = sum(per * x / cluster.hbm_at(per * x) for u in units(model, lay.tp, lay.pp, lay.v) for x in u)
+    return one * (m - 1) / m
 
 
 def grad_copy_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> float:
@@ -345,7 +357,11 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                     + (f"; recompute {mt.recompute * 1e3:.3f} ms" if mt.recompute else "") \
                     + (f"; gradient copy into the fp32 buffer {grad_copy_time(plan.model, plan.train, plan.layout, cluster) * 1e3:.3f} ms"
                        f" ({plan.train.param_bytes} + 4 + 4 B per parameter, TrainSpec.grad_copy)"
-                       if plan.train.grad_copy else "") + ")"
+                       if plan.train.grad_copy else "") \
+                    + (f"; autograd's gradient accumulation "
+                       f"{grad_accumulate_time(plan.model, plan.train, plan.layout, cluster, m) * 1e3:.3f} ms (3 x "
+                       f"{plan.train.param_bytes} B per parameter, m - 1 of m micro batches, TrainSpec.grad_accum_add)"
+                       if plan.train.grad_accum_add and m > 1 else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
     beside = [cl for cl in plan.comm if cl.c.overlap in ("wgrad", "dgrad")]
