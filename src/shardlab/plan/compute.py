@@ -16,9 +16,9 @@ from functools import partial
 from . import attention, fp8, fusion, torch_tp
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
+from .layout import OPTIMIZER_PASSES, Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec
-from .ops import DEFAULT_OP_COUNTS, Op, embed_ops, head_ops, layer_ops
+from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, Op, embed_ops, head_ops, layer_ops
 
 
 def in_situ_keyed(op: Op) -> bool:
@@ -115,10 +115,6 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
     return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / rate)
 
 
-# the column-parallel linears entering each tensor-parallel region of a block: the attention's, the MLP's
-COLUMN_PARALLEL = (("q", "k", "v"), ("fc", "gate", "up"))
-
-
 def tp_hiding(block: list[Op], c: Cluster, fp32: bool) -> tuple:
     """((weight-gradient s), (input-gradient s)) of each region's column-parallel linears, attention then MLP:
     the GEMMs Megatron's async TP backward runs its collectives beside (Layout.tp_async_backward)."""
@@ -145,7 +141,7 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
     block = layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl)
     if roofline:  # DTensor TP's sequence-dim copies around its collectives (plan/torch_tp.py)
-        block = torch_tp.cat_copies(block, train, lay, b, s, model.d_model)
+        block = torch_tp.cat_copies(block, train, lay, b, s, model.d_model, e)
     block = context_parallel(block, lay.cp)
     if lay.cp > 1 and lay.cp_impl == "torch" and train.flash_attention and roofline:
         block = block + [ring_merge_op(model, b, s, t, lay.cp, compiled)]  # torch's ring: its merge kernels
@@ -374,8 +370,6 @@ def _line_at(xs: list[int], ys: list[float], x: float) -> float:
     return max(0.0, my + slope * (x - mx))
 
 
-
-
 def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
                    tensors: int = 0) -> tuple[float, str]:
     """Adam reads param, grad, m, v and writes param, m, v: 28 B per fp32 parameter (the registry row's
@@ -405,18 +399,6 @@ def optimizer_time(psi_opt: float, train: TrainSpec, lay: Layout, c: Cluster,
         t += psi_opt * nbytes / rate
         why += f" + {name} {nbytes} B / {rate:.3g} B/s"
     return t, why
-
-
-# Passes over the fp32 gradients and master weights a stack runs around its fused update, per parameter per step:
-# (bytes, over one flat buffer). Megatron-LM's bf16 path at the Korthikanti et al. runs (55ba1f7b96, 2022-05): bf16
-# forces fp32 accumulation in local DDP's contiguous buffer (arguments.py), which train_step zeroes every step
-# (zero_grad_buffer: 4 B written) and allreduce_gradients divides by the data-parallel size in place before its
-# all-reduce, at any size (`buffer_.data /= world`: 4 B read, 4 written); Float16OptimizerWithFloat16Params.step clips
-# (--clip-grad 1.0: multi_tensor_l2norm reads every fp32 gradient, 4 B; the scale pass only when the norm exceeds
-# the limit, not counted) and after apex's FusedAdam copies the fp32 master into the 16-bit params with
-# multi_tensor_scale (_copy_main_params_to_model_params: the master read again, 4 B; the 16-bit write is in `per`)
-OPTIMIZER_PASSES = {"zero_grads": (4, True), "grad_divide": (8, True), "grad_norm": (4, False),
-                    "master_copy": (4, False)}
 
 
 # AdamW in eager kernels, per fp32 parameter: torch's foreach AdamW (torch.optim.adamw._multi_tensor_adamw:

@@ -30,7 +30,16 @@ STRATEGY_ALIASES = {"single": "ddp", "torch-ddp": "ddp", "torch-zero1": "zero1",
 # names torch's fully_shard too, `fsdp` the flat-parameter FSDP planned as the own flat-buffer zero3)
 STRATEGY_IMPL = {"torch-zero1": {"zero_partition": "params"}, "torch-fsdp2": {"zero3_impl": "fsdp2"},
                  "fsdp2": {"zero3_impl": "fsdp2"}}
-OPTIMIZER_PASSES = ("zero_grads", "grad_divide", "grad_norm", "master_copy")  # TrainSpec.optimizer_passes' names
+# Passes over the fp32 gradients and master weights a stack runs around its fused update, per parameter per step:
+# (bytes, over one flat buffer). Megatron-LM's bf16 path at the Korthikanti et al. runs (55ba1f7b96, 2022-05): bf16
+# forces fp32 accumulation in local DDP's contiguous buffer (arguments.py), which train_step zeroes every step
+# (zero_grad_buffer: 4 B written) and allreduce_gradients divides by the data-parallel size in place before its
+# all-reduce, at any size (`buffer_.data /= world`: 4 B read, 4 written); Float16OptimizerWithFloat16Params.step clips
+# (--clip-grad 1.0: multi_tensor_l2norm reads every fp32 gradient, 4 B; the scale pass only when the norm exceeds
+# the limit, not counted) and after apex's FusedAdam copies the fp32 master into the 16-bit params with
+# multi_tensor_scale (_copy_main_params_to_model_params: the master read again, 4 B; the 16-bit write is in `per`)
+OPTIMIZER_PASSES = {"zero_grads": (4, True), "grad_divide": (8, True), "grad_norm": (4, False),
+                    "master_copy": (4, False)}
 TP_IMPLS = ("own", "dtensor")  # training's parallel.tp_impl, each with its plan (plan/torch_tp.py)
 CP_IMPLS = ("own", "torch", "ulysses", "hybrid")  # training's parallel.cp_impl
 ZERO3_IMPLS = ("own", "fsdp2")
@@ -100,7 +109,7 @@ class TrainSpec:
     # (Megatron-LM 2021's fp16 defaults); a published row's input
     grad_accum_add: bool = False
     # passes over the fp32 gradients and master weights outside the fused update, each step, by name
-    # (OPTIMIZER_PASSES; their bytes in compute.OPTIMIZER_PASSES), as the run's code makes them
+    # (OPTIMIZER_PASSES: the name and its bytes), as the run's code makes them
     # (Megatron-LM's bf16 optimizer and local DDP); a published row's input
     optimizer_passes: tuple = ()
     # the recompute as torch's non-reentrant checkpoint runs it (early stop, default since torch 2.1, and under

@@ -23,6 +23,13 @@ class Op:
     bwd_bytes: float | None = None  # bytes the backward moves (None: 2 x forward)
 
 
+# the block's GEMMs by tensor-parallel region (attention, MLP), as layer_ops names them: the column-parallel ones
+# entering each region and the row-parallel one leaving it (Megatron's split; async TP backward and DTensor's
+# copies are placed by these)
+COLUMN_PARALLEL = (("q", "k", "v"), ("fc", "gate", "up"))
+ROW_PARALLEL = ("proj", "mlp_proj", "down")
+
+
 # dispatched aten ops (views included) per block and outside the blocks, forward and backward, in
 # shardlab.model.gpt under eager autograd (counted once with a dispatch mode); used when a profile
 # gives a per-op cost but no measured framework overhead

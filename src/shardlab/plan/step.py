@@ -95,6 +95,7 @@ class Plan:
 
 # Groups on the critical path of every micro batch: their collectives are never overlapped.
 _CRITICAL = ("tp", "pp", "cp")
+_BESIDE = ("wgrad", "dgrad")  # TP collectives beside a backward GEMM (Layout.tp_async_backward)
 
 
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
@@ -146,9 +147,7 @@ def grad_accumulate_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluste
     at the achieved HBM bandwidth of that parameter's bytes, (m - 1) times a step."""
     if not train.grad_accum_add or m < 2:
         return 0.0
-    per = 3 * train.param_bytes
-    one = sum(per * x / cluster.hbm_at(per * x) for u in units(model, lay.tp, lay.pp, lay.v) for x in u)
-    return one * (m - 1) / m
+    return _per_parameter_pass(3 * train.param_bytes, model, lay, cluster) * (m - 1) / m
 
 
 def grad_copy_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> float:
@@ -158,7 +157,12 @@ def grad_copy_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Clu
     (e + 4 + 4) B per parameter at the achieved HBM bandwidth of that parameter's bytes."""
     if not train.grad_copy or not train.mixed:
         return 0.0
-    per = train.param_bytes + 8
+    return _per_parameter_pass(train.param_bytes + 8, model, lay, cluster)
+
+
+def _per_parameter_pass(per: float, model: ModelSpec, lay: Layout, cluster: Cluster) -> float:
+    """Seconds of one kernel per parameter of this rank moving `per` bytes an element, each at the achieved HBM
+    bandwidth of its own bytes (the backward's gradient passes above)."""
     return sum(per * x / cluster.hbm_at(per * x) for u in units(model, lay.tp, lay.pp, lay.v) for x in u)
 
 
@@ -195,7 +199,7 @@ def _critical_comm(comm: list[CommLine], mt) -> tuple[float, float]:
         if cl.c.group not in _CRITICAL:
             continue
         cl.exposed = cl.time
-        if cl.c.overlap in ("wgrad", "dgrad") and cl.c.calls and mt.tp_hide:
+        if cl.c.overlap in _BESIDE and cl.c.calls and mt.tp_hide:
             beside = mt.tp_hide[0 if cl.c.overlap == "wgrad" else 1]
             call = cl.time / cl.c.calls
             # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs
@@ -364,7 +368,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                        if plan.train.grad_accum_add and m > 1 else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
-    beside = [cl for cl in plan.comm if cl.c.overlap in ("wgrad", "dgrad")]
+    beside = [cl for cl in plan.comm if cl.c.overlap in _BESIDE]
     if beside:
         X["tp_pp_comm"] += "; Megatron's async TP backward (tp_async_backward): " + ", ".join(
             f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed beside the "
@@ -385,7 +389,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         X["exposed_comm"] += "; ZeRO's per-unit collectives unit by unit (one unit prefetched ahead, one NCCL " \
             "stream): " + ", ".join(f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed"
                                     for cl in piped)
-    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL or cl in beside)
+    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL or cl.c.overlap in _BESIDE)
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute")
     X["optimizer"] = opt_why

@@ -20,23 +20,23 @@ sends beyond comm.py's Megatron count of the sequence-parallel regions, from the
   the two region inputs per forward (and their rerun), and in the backward the two row-parallel output
   gradients and the five column-parallel ones (q, k, v, w1, w3: `Float8ColwiseParallel._prepare_output_fn`).
 The embedding's and the head's collectives stay 16-bit (not converted).
-- the sequence dimension's copies: torch's functional collectives gather and scatter along dim 0 of a flat
-  buffer, and DTensor's Shard(1) -> Replicate (the region's input) and Partial -> Shard(1) (its output) run them
-  on the sequence dimension of a (batch, sequence, hidden) activation: `all_gather_tensor` with gather_dim 1
-  follows the all-gather with `torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)`, and
-  `reduce_scatter_tensor` with scatter_dim 1 makes its input contiguous per rank with `torch.cat(torch.chunk(...))`
-  first (torch `distributed/_functional_collectives.py`). torch of 2026 (`_maybe_view_chunk_cat`, the pinned
-  2.13 has it) returns a view for the gather when the micro batch is 1, so the plan counts no gather copy there;
-  the published rows all have batches above 1 and torch of 2024-25. Each copy reads and writes the whole gathered activation,
-  on the compute stream, and under compile too (a cat between a collective and a GEMM, an extern kernel, has no
-  pointwise neighbour to fuse into). torchtitan's pytorch/torchtitan#437 measured two of them at 0.18 ms of
-  3 ms of FFN compute on an H100 (8k tokens, batch 1). Per block and micro batch: each region's input gathered
-  (2; their backward, a reduce-scatter of the gradient: 2) and output scattered (2; backward, a gather: 2), the
-  gathers rerun where the recompute reruns them; `cat_copies`.
+- the sequence dimension's copies: torch's functional collectives gather and scatter along dim 0 of a flat buffer,
+  and DTensor's Shard(1) -> Replicate (the region's input) and Partial -> Shard(1) (its output) run them on the
+  sequence dimension of a (batch, sequence, hidden) activation: `all_gather_tensor` with gather_dim 1 follows the
+  all-gather with `torch.cat(torch.chunk(res, group_size, dim=0), dim=gather_dim)`, and `reduce_scatter_tensor` with
+  scatter_dim 1 makes its input contiguous per rank with `torch.cat(torch.chunk(...))` first (torch
+  `distributed/_functional_collectives.py`). torch of 2026 (`_maybe_view_chunk_cat`, the pinned 2.13 has it) returns
+  a view for the gather when the micro batch is 1, so the plan counts no gather copy there; the published rows all
+  have batches above 1 and torch of 2024-25. Each copy reads and writes the whole gathered activation, on the
+  compute stream, and under compile too (a cat between a collective and a GEMM, an extern kernel, has no pointwise
+  neighbour to fuse into). torchtitan's pytorch/torchtitan#437 measured two of them at 0.18 ms of 3 ms of FFN
+  compute on an H100 (8k tokens, batch 1). Per block and micro batch: each region's input gathered (2; their
+  backward, a reduce-scatter of the gradient: 2) and output scattered (2; backward, a gather: 2), the gathers rerun
+  where the recompute reruns them; `cat_copies`.
 """
 from __future__ import annotations
 
-from .ops import Op
+from .ops import COLUMN_PARALLEL, ROW_PARALLEL, Op
 
 COLWISE_OUT = 5  # q, k, v, w1, w3: the column-parallel linears whose output gradient is cast (tensorwise)
 
@@ -85,23 +85,25 @@ def amax_calls(train, lay, layers: int, m: int) -> int:
 GATHER_CAT, SCATTER_CAT = "tp_gather_cat", "tp_scatter_cat"
 
 
-def cat_copies(block: list, train, lay, b: int, s: int, h: int) -> list:
+def cat_copies(block: list, train, lay, b: int, s: int, h: int, e: int) -> list:
     """The block's ops with DTensor's sequence-dim copies in place (module docstring): before each region's first
     column-parallel GEMM the input's gather copy (its backward: the gradient's scatter copy), after each
     row-parallel GEMM the output's scatter copy (backward: the gradient's gather copy), b x s tokens of width h
-    each; under float8 tensorwise the gathers move 1 B an element; a gather of one sequence is a view (module
-    docstring). Unchanged where DTensor TP with SP does not apply."""
+    each, e B an element; under float8 tensorwise the gathers move 1 B an element; a gather of one sequence is a
+    view (module docstring). Unchanged where DTensor TP with SP does not apply."""
     if not applies(lay):
         return block
-    T, e = b * s, 2 if train.mixed else 4
+    T = b * s
     g = 0 if b == 1 else 1 if float8_gathers(train, lay) else e  # bytes an element of a gather's copy
     gather = Op(GATHER_CAT, "elem", bytes=2 * T * h * g, ew="copy", bwd_bytes=2 * T * h * e)
     scatter = Op(SCATTER_CAT, "elem", bytes=2 * T * h * e, ew="copy", bwd_bytes=2 * T * h * g)
-    out = []
+    region = {name: i for i, names in enumerate(COLUMN_PARALLEL) for name in names}
+    out, entered = [], set()
     for o in block:
-        if o.kind == "gemm" and o.name in ("q", "gate", "fc"):  # each region's first column-parallel GEMM
+        if o.kind == "gemm" and o.name in region and region[o.name] not in entered:
+            entered.add(region[o.name])  # the region's first column-parallel GEMM reads the gathered input
             out.append(gather)
         out.append(o)
-        if o.kind == "gemm" and o.name in ("proj", "down", "mlp_proj"):  # each region's row-parallel GEMM
+        if o.kind == "gemm" and o.name in ROW_PARALLEL:
             out.append(scatter)
     return out

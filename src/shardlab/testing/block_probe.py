@@ -32,31 +32,26 @@ def _block(shape: dict, seq: int, device: str, dtype):
     return LlamaBlock(LlamaConfig(**shape, max_seq_len=seq)).to(device=device, dtype=dtype)
 
 
-def _time(fn, device: str, warmup: int, repeat: int) -> float:
-    """Seconds per call: CUDA events on a GPU, the wall clock on CPU."""
+def _seconds(fn, device: str) -> float:
+    """Seconds of one call of `fn`, after the device is idle: CUDA events around it on a GPU, the wall clock on CPU."""
     import torch
 
-    for _ in range(warmup):
-        fn()
     if device != "cuda":
         t0 = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        return (time.perf_counter() - t0) / repeat
+        fn()
+        return time.perf_counter() - t0
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    total = 0.0
-    for _ in range(repeat):
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        total += start.elapsed_time(end) / 1e3
-    return total / repeat
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3
 
 
 def measure(shape: dict, batch: int, seq: int, device: str, compiled: bool, warmup: int, repeat: int):
-    """(forward, backward) seconds of one block: the backward timed alone, each after its own forward."""
+    """(forward, backward) seconds of one block, means of `repeat` after `warmup`: the backward timed alone, each
+    after a forward of its own outside the timed call."""
     import torch
 
     dtype = torch.bfloat16
@@ -64,48 +59,17 @@ def measure(shape: dict, batch: int, seq: int, device: str, compiled: bool, warm
     run = torch.compile(block) if compiled else block
     x = torch.randn(batch, seq, shape["d_model"], device=device, dtype=dtype, requires_grad=True)
     grad = torch.randn_like(x)
-    fwd = _time(lambda: run(x), device, warmup, repeat)
-    outs = []
 
-    def backward():
-        outs.pop().backward(grad)
+    def forward() -> float:
+        return _seconds(lambda: run(x), device)
 
-    def forward_then_backward():  # the forward outside the timed region
-        outs.append(run(x))
-        _sync(device)
-        t0 = _now(device)
-        backward()
-        return _since(t0, device)
+    def backward() -> float:
+        y = run(x)
+        return _seconds(lambda: y.backward(grad), device)
 
     for _ in range(warmup):
-        forward_then_backward()
-    bwd = sum(forward_then_backward() for _ in range(repeat)) / repeat
-    return fwd, bwd
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-        torch.cuda.synchronize()
-
-
-def _now(device: str):
-    if device == "cuda":
-        import torch
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-    return time.perf_counter()
-
-
-def _since(t0, device: str) -> float:
-    if device == "cuda":
-        import torch
-        end = torch.cuda.Event(enable_timing=True)
-        end.record()
-        torch.cuda.synchronize()
-        return t0.elapsed_time(end) / 1e3
-    return time.perf_counter() - t0
+        forward(), backward()
+    return (sum(forward() for _ in range(repeat)) / repeat, sum(backward() for _ in range(repeat)) / repeat)
 
 
 def planned(shape: dict, batch: int, seq: int, preset: str, compiled: bool) -> tuple[float, float]:
@@ -156,8 +120,7 @@ def _top_kernels(shape: dict, batch: int, seq: int, device: str, top: int = 15) 
     block(x).sum().backward()  # warm-up outside the trace
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts) as prof:
-        block(x).sum().backward()
-        _sync(device)
+        _seconds(lambda: block(x).sum().backward(), device)  # waits for the device before the trace ends
     key = "self_device_time_total" if device == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=key, row_limit=top)
     return ["", f"top {top} kernels of one eager forward and backward (by {key}):", table]
