@@ -296,3 +296,44 @@ def test_memory_of_the_first_rank_under_the_ends_as_blocks_split():
     us = units(m, 1, 4, 1)
     assert ends["params"] == 2 * sum(sum(u) for u in us[:1 + blocks]) < cost["params"]
     assert ends["activations"] < cost["activations"]
+
+
+def test_a_transient_larger_than_any_activation_takes_a_segment_of_its_own():
+    """DeepSpeed's all-reduce of BF16_Optimizer's flat fp32 gradient casts it whole to the wire dtype
+    (flat_grad_cast): 2 B x Psi in bf16, none when the wire dtype is the buffer's. Reduced after the backward it
+    counts above the activations only in the allocated peak, and in full where the figure counts the caching
+    allocator's segments (reserved, nvidia-smi), since no freed activation block is that large."""
+    from dataclasses import replace
+
+    from shardlab.plan.memory import first_rank_numels, largest_activation, memory_lines
+    m = PRESETS["gpt2"]
+    lay = Layout(dp=8, strategy="zero1", pp=2, overlap_grad_reduce=False, comm_dtype="bf16")
+    t = TrainSpec(global_batch=64, micro_batch=2, fp32_grad_accum=True, flat_grad_cast=True)
+    psi = sum(first_rank_numels(m, lay))
+
+    def lines(train, layout=lay):
+        return {ln.name: ln.bytes for ln in memory_lines(m, train, layout, 8)}
+    alloc, seg = lines(t), lines(replace(t, mem_measure="reserved"))
+    assert 2 * psi > largest_activation(m, t, lay)
+    held = sum(v for k, v in alloc.items() if k in ("activations", "pipeline in-flight"))
+    assert alloc["comm buffers"] == max(0.0, 2 * psi - held) < seg["comm buffers"] == 2 * psi
+    assert lines(t, replace(lay, comm_dtype="fp32"))["comm buffers"] == 0  # the same dtype: no copy
+
+
+def test_the_fp32_cast_of_the_largest_16bit_gradient():
+    """BF16_Optimizer.update_hp_grads casts each 16-bit gradient to fp32 before the add (hp_grad_cast): 4 B x
+    the stage's largest parameter, above what the finished micro batch freed (allocated), in full where the
+    figure counts segments and it is larger than any activation tensor."""
+    from dataclasses import replace
+
+    from shardlab.plan.memory import first_rank_numels, largest_activation, memory_lines
+    m = PRESETS["gpt2"]
+    lay = Layout(dp=8, strategy="zero1", pp=2, recompute="full")
+    t = TrainSpec(global_batch=64, micro_batch=1, fp32_grad_accum=True, hp_grad_cast=True)
+    big = 4 * max(first_rank_numels(m, lay))
+    assert big == 4 * m.vocab * m.d_model > largest_activation(m, t, lay)  # the word embedding on the first stage
+    seg = {ln.name: ln.bytes for ln in memory_lines(m, replace(t, mem_measure="device", cuda_context_mib=1), lay, 8)}
+    alloc = {ln.name: ln.bytes for ln in memory_lines(m, t, lay, 8)}
+    assert seg["16-bit grad's fp32 cast"] == big > alloc["16-bit grad's fp32 cast"] >= 0
+    off = {ln.name for ln in memory_lines(m, replace(t, hp_grad_cast=False), lay, 8)}
+    assert "16-bit grad's fp32 cast" not in off

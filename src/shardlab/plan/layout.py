@@ -124,6 +124,15 @@ class TrainSpec:
     # BF16_Optimizer under its PipelineEngine: clear_lp_grads() only at the next backward's start and
     # update_hp_grads(clear_lp_grads=False), runtime/bf16_optimizer.py and pipe/engine.py, 2022); a row's input
     lp_grads_kept: bool = False
+    # DeepSpeed's BF16_Optimizer casts each micro batch's 16-bit gradient to fp32 before adding it into its buffer,
+    # one parameter at a time (update_hp_grads: `lp.grad.data.to(hp_grad.dtype)`, a new tensor): the stage's largest
+    # parameter's 4-byte copy is live right after a backward (memory only); a row's input
+    hp_grad_cast: bool = False
+    # the gradient all-reduce takes the optimizer's flat fp32 buffer as one bucket and casts it whole to the wire
+    # dtype in a new tensor (DeepSpeed: BF16_Optimizer.get_grads_for_reduction returns its flat groups, and
+    # engine.allreduce_bucket's flatten of one tensor is a view, `.to(communication_data_type)` a copy): wire bytes x
+    # Psi after the backward (memory only; the calls' count stays the bucket size's); a row's input
+    flat_grad_cast: bool = False
     # what a memory figure measures: "allocated" (the plan's peak of live tensors, the default), "reserved" (torch's
     # max_memory_reserved: the caching allocator's segments; nothing derivable is added) or "device" (nvidia-smi: the
     # whole process, with its CUDA context, `cuda_context_mib` as the row's source measured it); a row's input

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from shardlab.parallel.pp import registry
 
 from . import fp8
-from .comm import MiB
+from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
@@ -57,10 +57,16 @@ def split_blocks(model: ModelSpec, lay: Layout) -> int | None:
     return None
 
 
-def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
+def first_rank_numels(model: ModelSpec, lay: Layout) -> list[int]:
+    """Each parameter's elements as the first pipeline rank holds it (TP-local; the split's blocks)."""
     us = units(model, lay.tp, lay.pp, lay.v)
     blocks = split_blocks(model, lay)
-    numels = [x for u in (us if blocks is None else us[:1 + blocks]) for x in u]
+    return [x for u in (us if blocks is None else us[:1 + blocks]) for x in u]
+
+
+def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
+    blocks = split_blocks(model, lay)
+    numels = first_rank_numels(model, lay)
     psi = sum(numels)
     n = lay.shard
     shard = (padded_units(model, lay.tp, lay.pp, lay.v, n, lay.padding)[0] if blocks is None
@@ -111,13 +117,21 @@ def in_flight(lay: Layout, m: int) -> float:
     return registry.in_flight(lay.schedule, lay.pp, m, lay.v)  # the schedule's row says which
 
 
+def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[float, int]:
+    """(bytes one micro batch keeps per layer for its backward, the first rank's layers)."""
+    s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
+    blocks = split_blocks(model, lay)
+    layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
+    per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
+                                           flash=train.flash_attention, dropout=train.dropout) * train.act_bytes_scale
+    return per_layer, layers
+
+
 def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     b = train.micro_batch
     blocks = split_blocks(model, lay)
-    layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-    per_layer = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute, flash=train.flash_attention,
-                                           dropout=train.dropout) * train.act_bytes_scale
+    per_layer, layers = stored_per_layer(model, train, lay)
     fl = in_flight(lay, m)
     extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl, dropout=train.dropout,
                                    fused_loss=train.fused_loss, dtensor_loss=train.dtensor_loss) * train.act_bytes_scale
@@ -232,22 +246,89 @@ def context_line(train: TrainSpec) -> Line:
                 "of torch.ones(1).cuda()): counted because the figure is nvidia-smi's (mem_measure=device)")
 
 
-def after_backward(buf: Line, acts: list[Line]) -> Line:
+def largest_activation(model: ModelSpec, train: TrainSpec, lay: Layout) -> float:
+    """An upper bound on one activation tensor's bytes: the attention scores b(a/t)s^2 where attention is not
+    fused, the MLP's b·s·f/t, a whole b·s·h, the fp32 logits b·s·v/t where the rank computes the loss."""
+    b, s, t = train.micro_batch, (train.seq or model.seq) // lay.cp, lay.tp
+    e = 2 * train.act_bytes_scale
+    f = model.ffn if model.llama else model.mlp_ratio * model.d_model
+    out = [b * s * f / t * e, b * s * model.d_model * e]
+    if not train.flash_attention:
+        out.append(b * model.n_head / t * s * s * e)
+    if lay.pp == 1:
+        out.append(b * s * model.vocab / t * 4)
+    return max(out)
+
+
+def after_backward(buf: Line, acts: list[Line], segments: bool, largest: float) -> Line:
     """Buckets reduced after the backward (`overlap_grad_reduce` off: DeepSpeed's PipelineEngine reduces in its
     ReduceGrads instruction once the pipeline has drained, pipe/engine.py `_exec_reduce_grads`; apex's optimizer
-    with overlap_grad_sync off) live when every activation has been freed: they raise the peak only by what they
-    exceed the activations by."""
+    with overlap_grad_sync off) live when every activation has been freed: they raise the peak of live tensors only
+    by what they exceed the activations by. A figure of segments (`segments`) counts a bucket larger than any
+    activation tensor in full (`own_segment`)."""
     held = sum(ln.bytes for ln in acts)
+    if segments and buf.bytes > largest:
+        return own_segment(Line(buf.name, buf.bytes, f"{buf.formula} = {buf.bytes:,.0f} B"), largest,
+                           "reduced after the backward")
     return Line(buf.name, max(0.0, buf.bytes - held),
                 f"{buf.formula} = {buf.bytes:,.0f} B, reduced after the backward (not overlapped), when the "
                 f"{held:,.0f} B of activations are freed: max(0, buckets - activations)")
 
 
+def flat_cast_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
+    """The all-reduce's copy of the optimizer's flat fp32 gradient buffer in the wire dtype (`flat_grad_cast`):
+    DeepSpeed's PipelineEngine reduces BF16_Optimizer.get_grads_for_reduction(), its flat groups, through
+    engine.buffered_allreduce_fallback; a bucket closes once past 5e8 elements, so the first group, nearly every
+    parameter, is a bucket alone; allreduce_bucket flattens it (one tensor: a view, torch's flatten_dense_tensors)
+    and casts it with `.to(communication_data_type)`, a new tensor of the wire dtype (deepspeed/runtime/engine.py
+    and bf16_optimizer.py at 15293139f and 5ea1c60f8). A wire dtype equal to the buffer's needs no copy."""
+    psi = sum(first_rank_numels(model, lay))
+    wire = DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
+    nbytes = 0.0 if wire == train.grad_bytes else wire * psi
+    return Line("comm buffers", nbytes, f"the flat gradient buffer cast to the wire dtype: {wire} B x Psi = "
+                f"{wire} x {psi:,.0f}")
+
+
+def hp_cast_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
+    """DeepSpeed BF16_Optimizer.update_hp_grads (`hp_grad_cast`; runtime/bf16_optimizer.py at 15293139f and
+    5ea1c60f8: `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`) casts each parameter's 16-bit gradient to a new
+    fp32 tensor before adding it, one parameter at a time, right after each micro batch's backward. The largest
+    (the first stage's word embedding, v/t x h) is live once that micro batch's stored layer inputs and the
+    recompute working set are freed, beside every other micro batch in flight: it raises the peak by what it
+    exceeds them by."""
+    big = 4 * max(first_rank_numels(model, lay))
+    per_layer, layers = stored_per_layer(model, train, lay)
+    freed = per_layer * layers
+    if lay.recompute == "full":
+        b, s = train.micro_batch, (train.seq or model.seq) // lay.cp
+        freed += working_set_line(model, train, lay, b, s).bytes
+    line = Line("16-bit grad's fp32 cast", big, f"4 B x the largest parameter {big / 4:,.0f} = {big:,.0f} B")
+    largest = largest_activation(model, train, lay)
+    if train.mem_measure != "allocated" and big > largest:
+        return own_segment(line, largest, "made after a micro batch's backward")
+    return Line(line.name, max(0.0, big - freed), f"{line.formula}, made after a micro batch's backward has freed "
+                f"its {freed:,.0f} B (stored inputs, recompute working set): max(0, cast - freed)")
+
+
+def own_segment(line: Line, largest: float, when: str) -> Line:
+    """A transient counted in full in a figure of the caching allocator's segments (torch's reserved memory,
+    nvidia-smi): torch's allocator (c10/cuda/CUDACachingAllocator.cpp) places a request in one free block of one
+    segment, merges freed blocks only within their segment, and cudaMallocs a large request's segment at its own
+    rounded size, so the blocks activations free are each at most the largest activation tensor (`largest`) and a
+    bigger request takes a segment of its own, which the allocator keeps."""
+    return Line(line.name, line.bytes,
+                f"{line.formula}, {when}, into a segment of its own: larger than any freed activation block (at "
+                f"most {largest:,.0f} B), the caching allocator cannot place it there, and the figure counts segments")
+
+
 def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     acts = activation_lines(model, train, lay, m)
-    buf = buffer_line(model, train, lay)
+    buf = flat_cast_line(model, train, lay) if train.flat_grad_cast and lay.dp_cp > 1 else \
+        buffer_line(model, train, lay)
     if not lay.overlap_grad_reduce and lay.strategy != "zero3" and buf.bytes:
-        buf = after_backward(buf, acts)
+        buf = after_backward(buf, acts, train.mem_measure != "allocated", largest_activation(model, train, lay))
+    if train.hp_grad_cast:
+        acts = acts + [hp_cast_line(model, train, lay)]
     lines = state_lines(model, train, lay) + acts + [buf]
     if train.mem_measure == "device":
         lines.append(context_line(train))

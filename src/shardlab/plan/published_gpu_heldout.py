@@ -278,7 +278,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),
                       recompute_early_stop=row.get("early_stop", False),
                       llama_impl=row.get("llama_impl", "own"),
-                      lp_grads_kept=row.get("lp_grads_kept", False),
+                      lp_grads_kept=row.get("lp_grads_kept", False), hp_grad_cast=row.get("hp_grad_cast", False),
+                      flat_grad_cast=row.get("flat_grad_cast", False),
                       mem_measure=row.get("mem_measure", "allocated"),
                       cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False),
                       optimizer_passes=row.get("optimizer_passes", ()), grad_accum_add=row.get("grad_accum_add", False))

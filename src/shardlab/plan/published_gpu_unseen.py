@@ -32,7 +32,8 @@ The recipe every row shares, from those files and the code they ran:
   bf16_optimizer.py: `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`, hence `fp32_grad_accum` and
   `grad_copy`); after the pipeline's backward the fp32 gradients are all-reduced over DP (pipe/engine.py
   `_exec_reduce_grads` -> `_bf16_reduce_grads`: `buffered_allreduce_fallback` over `get_grads_for_reduction()`,
-  the fp32 buffers, in buffers of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements = 1907 MiB of fp32), an instruction
+  the fp32 buffers, in buffers of MEMORY_OPT_ALLREDUCE_SIZE = 5e8 elements = 1907 MiB of fp32; a buffer closes
+  once past that, so the first flat group is one alone: planned as 1907 MiB calls), an instruction
   of the schedule after the last backward, not overlapped with it; each rank steps its shard and the bf16 shards
   are all-gathered. The wire dtype is bf16, not the buffers' fp32 (read after the set was first evaluated):
   runtime/engine.py `allreduce_bucket` casts each bucket to `communication_data_type` before `dist.all_reduce`
@@ -95,6 +96,9 @@ dtype, bf16 where the recipe had first read fp32 (`COMM_DTYPE`, the recipe's fir
 options the slurm could have set (partition, contiguous buffers, CPU copies, synchronize) were read and are all off.
 In the eleventh round, one more from DeepSpeed's code: its PipelineEngine partitions the sends between stages under
 TP (`pp_scatter_gather`, the row recipe's comment), where the rows had sent the whole activation.
+In the twelfth round, two memory inputs from DeepSpeed's code (docs/planner.md, "Memory: the caching allocator's
+segments"): the all-reduce's bf16 cast of the flat fp32 gradient buffer (`flat_grad_cast`) and update_hp_grads' fp32
+cast of each 16-bit gradient (`hp_grad_cast`), each in a segment of its own in the nvidia-smi figure.
 """
 from __future__ import annotations
 
@@ -145,6 +149,7 @@ def _bloom(case, L, h, a, gpus, dp, tp, pp, mb, secs, source, mem=None, notes=""
     return _row(case, dict(n_layer=L, d_model=h, n_head=a, vocab=VOCAB), "A100-80G", gpus, SEQ, mb, GBS, lay,
                 round(tokens_per_gpu(secs, gpus), 1), source, mem, comm_dtype=COMM_DTYPE, flash=False,
                 fp32_grad_accum=True, grad_copy=True, lp_grads_kept=True, embed_norm=True,
+                hp_grad_cast=True, flat_grad_cast=True,  # BF16_Optimizer's two casts (docs/planner.md, twelfth round)
                 published=f"{secs} s/iteration at GBS {GBS}",
                 notes="; ".join(x for x in (notes, NETWORK) if x), cluster_fields={"inter_bw": JEAN_ZAY_INTER_BW})
 
