@@ -48,6 +48,7 @@ STEPS = [
      ("early_stop",)),
     ("+ torchtitan's llama kernels (eager: rope in complex fp32, repeat_kv's copies, no head-merge copy; "
      "the logits' .float())", ("titan_model",)),
+    ("+ gradient clipping's passes (torch's clip_grad_norm_: the norm's read, the unconditional scale)", ("clip",)),
 ]
 SETS = [("given: torchtitan", GIVEN), ("held out, then examined: llm-foundry H100 + A100 80GB modes", HELD_OUT),
         ("examined: llm-foundry A100 80GB 125M-13B", EXAMINED), ("held out: llm-foundry A100 40GB", HELD_OUT_2),
@@ -65,7 +66,7 @@ def errors(rows: list[dict], on: set) -> list[float]:
         got = predict(row, c, comm_dtype="row" if "comm_dtype" in on else None, recompute=recompute,
                       row_attention="row_attention" in on, eager_norm="eager_norm" in on,
                       row_adam="eager_adam" in on, row_compile="compile" in on, row_fsdp2="fsdp2" in on,
-                      row_early_stop="early_stop" in on, row_model="titan_model" in on)
+                      row_early_stop="early_stop" in on, row_model="titan_model" in on, row_clip="clip" in on)
         out.append(got["tokens_per_gpu"] / row["tokens_per_gpu"] - 1)
     return out
 

@@ -1,6 +1,7 @@
 """The eleventh round's terms, each read from the code the runs used (docs/planner.md, "The eleventh round: one
 layer, timed"): Megatron's async TP backward, Megatron's scatter/gather between stages, DTensor's sequence-dim
-copies around its collectives, Megatron's optimizer passes; and Korthikanti et al.'s one layer, timed."""
+copies around its collectives, Megatron's optimizer passes; and Korthikanti et al.'s one layer, timed. Also the
+twelfth round's gradient clipping passes (torch's clip_grad_norm_, on the torchtitan and llm-foundry rows)."""
 from dataclasses import replace
 
 import pytest
@@ -129,6 +130,22 @@ def test_optimizer_passes():
     assert "grad_divide 8 B" in why
     with pytest.raises(ValueError, match="optimizer_passes must be one of"):
         replace(T22, optimizer_passes=("clip",)).check()
+
+
+def test_gradient_clippings_passes():
+    """torch's clip_grad_norm_ (torchtitan's, FSDP1's under Composer) reads every gradient for the norm and scales
+    every gradient whatever the norm (no host sync): 4 + 8 B a parameter, per tensor; the published torchtitan and
+    llm-foundry rows carry it."""
+    from shardlab.plan.layout import CLIP_PASSES
+    from shardlab.plan.published_gpu import GIVEN, HELD_OUT
+    from shardlab.plan.published_gpu_heldout import TITAN
+
+    a100 = load_cluster("A100-80G", 8)
+    lay, psi = Layout(tp=8), 2.7e9
+    base, _ = optimizer_time(psi, T22, lay, a100, tensors=600)
+    more, why = optimizer_time(psi, replace(T22, optimizer_passes=CLIP_PASSES), lay, a100, tensors=600)
+    assert more - base == pytest.approx(psi * 12 / a100.hbm_at(psi * 4 / 600)) and "clip_scale 8 B" in why
+    assert all(r["clip"] for r in GIVEN + HELD_OUT) and all(r["optimizer_passes"] == CLIP_PASSES for r in TITAN)
 
 
 def test_autograds_gradient_accumulation():

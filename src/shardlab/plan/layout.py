@@ -38,8 +38,15 @@ STRATEGY_IMPL = {"torch-zero1": {"zero_partition": "params"}, "torch-fsdp2": {"z
 # (--clip-grad 1.0: multi_tensor_l2norm reads every fp32 gradient, 4 B; the scale pass only when the norm exceeds
 # the limit, not counted) and after apex's FusedAdam copies the fp32 master into the 16-bit params with
 # multi_tensor_scale (_copy_main_params_to_model_params: the master read again, 4 B; the 16-bit write is in `per`)
+# torch's gradient clipping (clip_grad_norm_: torch.nn.utils' foreach one, FSDP1's method) reads every gradient
+# for the norm ("grad_norm") and then multiplies every gradient by the clamped coefficient whatever the norm, to
+# spare a host sync (`_clip_grads_with_norm_`: torch._foreach_mul_; FullyShardedDataParallel.clip_grad_norm_:
+# grad.mul_, "avoids the host-device sync that would result from `if clip_coef < 1`"): 4 B read and 4 written,
+# "clip_scale". torchtitan clips every step (training.max_norm 1.0; train.py at 395a52627, 9dec370, 820504e), as
+# llm-foundry's MPT yamls do through Composer's gradient_clipping (clipping_type norm, threshold 1.0)
 OPTIMIZER_PASSES = {"zero_grads": (4, True), "grad_divide": (8, True), "grad_norm": (4, False),
-                    "master_copy": (4, False)}
+                    "master_copy": (4, False), "clip_scale": (8, False)}
+CLIP_PASSES = ("grad_norm", "clip_scale")
 TP_IMPLS = ("own", "dtensor")  # training's parallel.tp_impl, each with its plan (plan/torch_tp.py)
 CP_IMPLS = ("own", "torch", "ulysses", "hybrid")  # training's parallel.cp_impl
 ZERO3_IMPLS = ("own", "fsdp2")

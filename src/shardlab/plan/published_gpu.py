@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .hardware import Cluster, load_cluster
-from .layout import Layout, TrainSpec
+from .layout import CLIP_PASSES, Layout, TrainSpec
 from .model import PRESETS, ModelSpec
 from .step import evaluate
 
@@ -41,7 +41,7 @@ def _tt(case, model, cluster, gpus, tp, recompute, micro, tokens, mem=None):
             "layout": {"dp": gpus // tp, "tp": tp, "sp": tp > 1, "strategy": "zero3", "recompute": recompute,
                        "zero3_impl": "fsdp2", **({"tp_impl": "dtensor"} if tp > 1 else {})},  # torchtitan's TP: DTensor
             "comm_dtype": "fp32", "tokens_per_gpu": tokens, "mem_gib": mem, "eager_norm": True, "eager_adam": True,
-            "dtensor_loss": tp > 1, "early_stop": True, "llama_impl": "torchtitan", "source": TORCHTITAN}
+            "dtensor_loss": tp > 1, "early_stop": True, "llama_impl": "torchtitan", "clip": True, "source": TORCHTITAN}
 
 
 GIVEN = [
@@ -84,7 +84,8 @@ def _mpt(size, gpus, gpu, micro, accum, tokens, ckpt, mp="DEFAULT"):
             "micro_batch": micro, "accum": accum,
             "layout": {"dp": gpus, "tp": 1, "sp": False, "strategy": "zero3", "recompute": "full" if ckpt else "none"},
             "comm_dtype": "fp32" if mp == "DEFAULT" else "bf16", "tokens_per_gpu": tokens, "mem_gib": None,
-            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "eager_adam": True, "source": FOUNDRY}
+            "attention": FOUNDRY_ATTENTION, "dropout": False, "fused_loss": True, "eager_adam": True, "clip": True,
+            "source": FOUNDRY}
 
 
 # every BF16 row at sequence 2048 of the tables "H100 80GB BF16" and "A100 80GB with 1600 Gbps node-node
@@ -153,14 +154,15 @@ def _model(row) -> ModelSpec:
 def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = "row",
             recompute: str | None = None, row_attention: bool = True, eager_norm: bool = True,
             row_dropout: bool = True, row_loss: bool = True, row_adam: bool = True, row_compile: bool = True,
-            row_fsdp2: bool = True, row_early_stop: bool = True, row_model: bool = True) -> dict:
+            row_fsdp2: bool = True, row_early_stop: bool = True, row_model: bool = True,
+            row_clip: bool = True) -> dict:
     """The planner's tokens/s/GPU and memory for a row (its own configuration; `comm_dtype`/`recompute`
     override it, and `row_attention=False` leaves the cluster's attention kernel, `row_dropout=False` the
     papers' dropout masks, `row_loss=False` F.cross_entropy's fp32 loss, `row_adam=False` a fused AdamW,
     `row_compile=False` eager kernels where the run compiled, `row_fsdp2=False` shardlab's flat-buffer copies
     where the run used FSDP2, `row_early_stop=False` the whole block recomputed where torch's checkpoint
-    stopped early, `row_model=False` shardlab's llama kernels where the run built torchtitan's, for the per-term
-    tables)."""
+    stopped early, `row_model=False` shardlab's llama kernels where the run built torchtitan's, `row_clip=False`
+    no gradient clipping's passes where the run clipped, for the per-term tables)."""
     c = cluster or row_cluster(row)
     if row_attention and row.get("attention") and c.attention:
         c = replace(c, attention=row["attention"])
@@ -177,7 +179,8 @@ def predict(row: dict, cluster: Cluster | None = None, comm_dtype: str | None = 
                       eager_adam=row.get("eager_adam", False) and row_adam,
                       compile=row.get("compile", False) and row_compile,
                       recompute_early_stop=row.get("early_stop", False) and row_early_stop,
-                      llama_impl=row.get("llama_impl", "own") if row_model else "own")
+                      llama_impl=row.get("llama_impl", "own") if row_model else "own",
+                      optimizer_passes=CLIP_PASSES if row.get("clip") and row_clip else ())
     p = evaluate(_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
     return {"tokens_per_gpu": p.tokens_per_s / row["gpus"], "mem_gib": p.mem_total / 2**30, "plan": p}
 

@@ -47,7 +47,7 @@ from dataclasses import replace
 from shardlab.parallel.pp import registry
 
 from .hardware import Cluster, load_cluster
-from .layout import Layout, TrainSpec
+from .layout import CLIP_PASSES, Layout, TrainSpec
 from .model import PRESETS, ModelSpec
 from .step import evaluate
 
@@ -201,6 +201,7 @@ def _titan(case, model, cluster, gpus, dp, tp, recompute, micro, tokens, source,
                 fp8=fp8, eager_norm=eager_norm, notes=notes, compile=not notes.startswith("eager"),
                 eager_adam=not y2025, fused_loss=y2025 and not notes.startswith("eager"), dtensor_loss=tp > 1,
                 early_stop=True, llama_impl="torchtitan",
+                optimizer_passes=CLIP_PASSES,  # training.max_norm 1.0, every step (layout.OPTIMIZER_PASSES)
                 # torchtitan logs torch.cuda.memory_stats' "reserved_bytes.all.peak" (torchtitan/metrics.py
                 # DeviceMemoryMonitor at 9dec370): the allocator's segments, no CUDA context, no NCCL buffers
                 mem_measure="reserved")
