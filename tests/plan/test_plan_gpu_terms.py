@@ -281,3 +281,18 @@ def test_apex_distributed_adam_inputs():
     assert copied.times["backward"] == pytest.approx(base.times["backward"] + copied.m * per)
     assert "gradient copy into the fp32 buffer" in copied.explain["backward"]
     assert grad_copy_time(model, train, lay, c) == 0.0
+
+
+def test_the_parts_derived_from_the_presets():
+    """A100 40GB: the 80GB part's compute and links, 40 GB of HBM2 at 1,555 GB/s; H800: the H100 SXM with NVLink at
+    200 GB/s a direction (400 total). Everything else equal, so a plan differs only where memory or NVLink does."""
+    from dataclasses import fields
+
+    from shardlab.plan.hardware import PRESETS
+
+    def differ(a: str, b: str) -> set:
+        return {f.name for f in fields(Cluster) if getattr(PRESETS[a], f.name) != getattr(PRESETS[b], f.name)}
+    assert differ("A100-40G", "A100-80G") == {"name", "hbm_bytes", "hbm_bw"}
+    assert PRESETS["A100-40G"].hbm_bytes == 40e9 and PRESETS["A100-40G"].hbm_bw == 1555e9
+    assert differ("H800", "H100-SXM") == {"name", "intra_bw"} and PRESETS["H800"].intra_bw == 200e9
+    assert load_cluster("h800").name == "H800" and load_cluster("a100-40g").name == "A100-40G"

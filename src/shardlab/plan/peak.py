@@ -19,7 +19,9 @@ import time
 
 from .hardware import PRESETS, default_profile_path, read_profile
 
-_GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100-80G"))  # substring of the name -> preset
+# substring of the name -> preset, the first that matches ("NVIDIA A100-SXM4-40GB" is the 40 GB part)
+_GPU_NAMES = (("H200", "H200"), ("H800", "H800"), ("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40G"),
+              ("A100", "A100-80G"))
 GEMM_N = 1024  # 2 GFLOP per product: long enough to saturate, short enough to repeat
 
 

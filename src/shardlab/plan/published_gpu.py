@@ -133,14 +133,8 @@ _A40 = [("70b", 128, 4, 1, 376, True), ("70b", 64, 2, 1, 276, True), ("30b", 128
         ("125m", 64, 26, 1, 125234, False), ("125m", 32, 26, 1, 127122, False),
         ("125m", 16, 26, 1, 130535, False), ("125m", 8, 26, 3, 136334, False)]
 HELD_OUT_2 = [_mpt(size, g, "A100-40G", mb, acc, tok, ck, "PURE") for size, g, mb, acc, tok, ck in _A40]
-# the A100 40GB part: the A100 80GB's compute and links with 40 GB of HBM2 at 1,555 GB/s (NVIDIA A100 datasheet)
-_PARTS = {"A100-40G": dict(name="A100-40G", hbm_bytes=40e9, hbm_bw=1555e9)}
-
-
 def row_cluster(row) -> Cluster:
-    """The row's GPU: a preset, or the A100 40GB (the 80GB preset with the 40GB part's memory)."""
-    if row["cluster"] in _PARTS:
-        return replace(load_cluster("A100-80G", row["gpus"]), **_PARTS[row["cluster"]])
+    """The row's GPU: its preset (the A100 40GB part's among them)."""
     return load_cluster(row["cluster"], row["gpus"])
 
 
