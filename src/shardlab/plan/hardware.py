@@ -220,24 +220,16 @@ PRESETS: dict[str, Cluster] = {
         "H100-SXM-500W", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=96 * GB,
         hbm_bw=2400 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, fp8_rowwise_by_shape=True, **_HOPPER, power_w=500.0),
-    # the A100's 40 GB part: the 80 GB part's compute and links with 40 GB of HBM2 at 1,555 GB/s (NVIDIA A100
-    # datasheet; DGX A100 320GB: the same 8 x 200 Gb/s HDR network)
-    "A100-40G": _node(
-        "A100-40G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=40 * GB,
-        hbm_bw=1555 * GB, intra_bw=300 * GB, intra_latency=5.7e-6,
-        inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB,
-        **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8),
-    # the H800 SXM5: the H100 SXM's GH100 and HBM3 with NVLink cut to 400 GB/s total, 200 GB/s a direction (NVIDIA
-    # H800 datasheet); its network as the DGX H100's (8 x 400 Gb/s NDR)
-    "H800": _node(
-        "H800", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
-        hbm_bw=3350 * GB, intra_bw=200 * GB, intra_latency=5.7e-6,
-        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, fp8_rowwise_by_shape=True, **_HOPPER),
     "H200": _node(
         "H200", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18, **_HOPPER),
 }
+# Parts that are a preset's silicon with other memory or links, every other field that preset's: the A100's 40 GB
+# part (NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s; the DGX A100 320GB has the same network) and the H800
+# SXM5 (NVIDIA H800 datasheet: the H100 SXM's GH100 and HBM3, NVLink cut to 400 GB/s total, 200 GB/s a direction)
+PRESETS["A100-40G"] = replace(PRESETS["A100-80G"], name="A100-40G", hbm_bytes=40 * GB, hbm_bw=1555 * GB)
+PRESETS["H800"] = replace(PRESETS["H100-SXM"], name="H800", intra_bw=200 * GB)
 ALIASES = {"a100": "A100-80G", "a100-40g": "A100-40G", "h100": "H100-SXM", "h800": "H800", "h200": "H200",
            "h100-500w": "H100-SXM-500W"}
 
