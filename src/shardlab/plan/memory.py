@@ -294,8 +294,8 @@ def hp_cast_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
     5ea1c60f8: `hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))`) casts each parameter's 16-bit gradient to a new
     fp32 tensor before adding it, one parameter at a time, right after each micro batch's backward. The largest
     (the first stage's word embedding, v/t x h) is live once that micro batch's stored layer inputs and the
-    recompute working set are freed, beside every other micro batch in flight: it raises the peak by what it
-    exceeds them by."""
+    recompute working set are freed, beside every other micro batch in flight: it raises the peak of live tensors
+    by what it exceeds them by, and a figure of segments by all of it (`own_segment`)."""
     big = 4 * max(first_rank_numels(model, lay))
     per_layer, layers = stored_per_layer(model, train, lay)
     freed = per_layer * layers
@@ -304,10 +304,15 @@ def hp_cast_line(model: ModelSpec, train: TrainSpec, lay: Layout) -> Line:
         freed += working_set_line(model, train, lay, b, s).bytes
     line = Line("16-bit grad's fp32 cast", big, f"4 B x the largest parameter {big / 4:,.0f} = {big:,.0f} B")
     largest = largest_activation(model, train, lay)
-    if train.mem_measure != "allocated" and big > largest:
+    if counts_segments(train) and big > largest:
         return own_segment(line, largest, "made after a micro batch's backward")
     return Line(line.name, max(0.0, big - freed), f"{line.formula}, made after a micro batch's backward has freed "
                 f"its {freed:,.0f} B (stored inputs, recompute working set): max(0, cast - freed)")
+
+
+def counts_segments(train: TrainSpec) -> bool:
+    """Whether the memory figure counts the caching allocator's segments (reserved, nvidia-smi), not live tensors."""
+    return train.mem_measure != "allocated"
 
 
 def own_segment(line: Line, largest: float, when: str) -> Line:
@@ -326,7 +331,7 @@ def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> lis
     buf = flat_cast_line(model, train, lay) if train.flat_grad_cast and lay.dp_cp > 1 else \
         buffer_line(model, train, lay)
     if not lay.overlap_grad_reduce and lay.strategy != "zero3" and buf.bytes:
-        buf = after_backward(buf, acts, train.mem_measure != "allocated", largest_activation(model, train, lay))
+        buf = after_backward(buf, acts, counts_segments(train), largest_activation(model, train, lay))
     if train.hp_grad_cast:
         acts = acts + [hp_cast_line(model, train, lay)]
     lines = state_lines(model, train, lay) + acts + [buf]
