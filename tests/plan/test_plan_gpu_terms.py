@@ -296,3 +296,33 @@ def test_the_parts_derived_from_the_presets():
     assert PRESETS["A100-40G"].hbm_bytes == 40e9 and PRESETS["A100-40G"].hbm_bw == 1555e9
     assert differ("H800", "H100-SXM") == {"name", "intra_bw"} and PRESETS["H800"].intra_bw == 200e9
     assert load_cluster("h800").name == "H800" and load_cluster("a100-40g").name == "A100-40G"
+
+
+def test_the_b200_preset_and_blackwell_attention():
+    """DGX B200: the datasheet's figures, the sustained GEMM rates (MSMF / 2,250 and / 4,500) and Blackwell's own
+    attention rates (FlashAttention-2 as torch's SDPA runs it, FlashAttention-4); a kernel with no published rate on
+    Blackwell (FlashAttention-3 is Hopper-only) is refused in one line, as the plan CLI prints it. Every B200 plan
+    above the one cited B200 run's MFU is flagged (its power limit is not stated)."""
+    from shardlab.plan import anchors, attention
+    from shardlab.plan.peak import gpu_preset
+    b = load_cluster("b200", 16)
+    assert (b.name, b.gpus_per_node, b.nodes, b.sms, b.tdp_w) == ("B200", 8, 2, 148, 1000.0)
+    assert (b.peak_flops, b.peak_flops_fp8, b.hbm_bytes, b.hbm_bw, b.intra_bw, b.inter_bw) == (
+        2250e12, 4500e12, 180e9, 8000e9, 900e9, 50e9)
+    assert (b.gemm_efficiency, b.gemm_efficiency_fp8, b.attention_sustained) == (0.647, 0.621, 0.822)
+    assert b.attention == "flash2" and not b.attention_by_seq
+    assert attention.generation(b.peak_flops) == "blackwell" and attention.generation(989e12) == "hopper"
+    assert attention.efficiency("flash2", b.peak_flops, 8192) == (0.158, 0.145)  # no rate by length on Blackwell
+    assert attention.efficiency("flash4", b.peak_flops) == (0.63, 0.537)
+    for backend, gen in (("flash3", "blackwell"), ("flash4", "hopper")):
+        with pytest.raises(ValueError, match=f"'{backend}' has no published rate on {gen}"):
+            attention.efficiency(backend, b.peak_flops if gen == "blackwell" else 989e12)
+    assert gpu_preset("NVIDIA B200") == "B200" and gpu_preset("NVIDIA GB200") is None  # GB200: not this preset
+    model, train, lay = PRESETS["llama3-8b"], TrainSpec(8, 1, 8192, flash_attention=True), \
+        Layout(dp=8, strategy="zero3", recompute="selective")
+    f2, f4 = evaluate(model, train, lay, load_cluster("B200", 8)), \
+        evaluate(model, train, lay, replace(load_cluster("B200", 8), attention="flash4"))
+    h100 = evaluate(model, train, lay, load_cluster("H100-SXM", 8))
+    assert f4.step_time < f2.step_time < h100.step_time
+    flag = anchors.check(f2.mfu, b.peak_flops, True)
+    assert flag["generation"] == "Blackwell (B200)" and flag["ceiling"] == 0.214 and flag["above"]

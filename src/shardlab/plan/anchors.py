@@ -23,7 +23,7 @@ class Anchor:
 
 
 # Dense bf16 tensor-core peak per GPU (plan/hardware.py presets) -> generation
-GENERATIONS = {989e12: "Hopper (H100/H200)", 312e12: "Ampere (A100)"}
+GENERATIONS = {2250e12: "Blackwell (B200)", 989e12: "Hopper (H100/H200)", 312e12: "Ampere (A100)"}
 
 ANCHORS: dict[str, tuple[Anchor, ...]] = {
     "Hopper (H100/H200)": (
@@ -36,6 +36,13 @@ ANCHORS: dict[str, tuple[Anchor, ...]] = {
                "torchtitan docs/performance.md, Table 1"),
         Anchor(0.29, "Llama 3.1 405B, FSDP 16 x TP 8 on 128 H100, full checkpointing: 109 tokens/s/GPU",
                "torchtitan docs/performance.md"),
+    ),
+    # the one B200 training figure cited: its power limit is not stated, so it bounds nothing from above; it is the
+    # highest measured all the same, and a B200 plan (datasheet and kernel rates only) above it is flagged
+    "Blackwell (B200)": (
+        Anchor(0.214, "Llama 3 8B, FSDP2 on 8 power-limited B200 (limit not stated), bf16, compiled, per-op "
+                      "selective checkpointing, batch 1 x 8192: 8,307.5 tokens/s/GPU",
+               "pytorch/ao docs/source/workflows/training.md, 'Training e2e benchmarks on NVIDIA B200'"),
     ),
     "Ampere (A100)": (
         Anchor(0.582, "Llama 3 8B, FSDP on 64 A100, local batch 1, selective op checkpointing",

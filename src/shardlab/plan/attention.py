@@ -10,6 +10,10 @@ FlashAttention papers count FLOPs this way and report the rate reached as a frac
           sequence length and direction the FlashAttention-3 paper's own figures (HOPPER_FA2_BY_SEQ below)
   flash3  FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): up to 75% of H100's peak forward
           (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall
+  flash4  FlashAttention-4 (Zadouri et al. 2026, arXiv 2603.05451; CuTe-DSL kernels for Blackwell, which torch's
+          SDPA runs once registered: torch.nn.attention's FA4 registration): on B200 at head dim 128, causal,
+          8k tokens, 1,418 TFLOP/s forward and 1,209 backward (flash-attention PR #2280, 2026-02-27, the 2-CTA
+          backward it made the default), 63% and 54% of the 2,250 TF peak
   triton  FlashAttention (the first algorithm) in Triton (flash-attn's flash_attn_triton.py; llm-foundry's
           attn_impl=triton, its benchmarks' default): FlashAttention-2 is "around 2x" FlashAttention (Dao 2023,
           abstract), so half of FlashAttention-2's rate on either generation (on Hopper both run Ampere's
@@ -26,8 +30,15 @@ EFFICIENCY = {
     ("flash3", "hopper"): (0.75, 0.55),  # 75% forward; backward 1.5-1.75x FlashAttention-2's
     ("triton", "ampere"): (0.31, 0.31),  # FlashAttention-2's rate / 2
     ("triton", "hopper"): (0.175, 0.175),
+    # Blackwell (B200, 2,250 TF dense BF16). FlashAttention-2 (torch SDPA's own flash kernel): 352 / 354 / 362 TFLOP/s
+    # forward at 2k / 4k / 8k tokens, head dim 128, without the causal mask (meta-pytorch/tritonbench PR #171,
+    # 2025-03-04), 0.158 of peak; the backward at the forward's rate x 0.914, the mean backward / forward of
+    # flash-attn 2.7.4 on a B200 at 2k-16k tokens (head dim 64, no causal mask: Dao-AILab/flash-attention#1589).
+    # Non-causal rates: on an H100 the causal kernel runs 8-10% slower at 4k-8k (FlashAttention-2 release figure)
+    ("flash2", "blackwell"): (0.158, 0.145),
+    ("flash4", "blackwell"): (round(1418.1 / 2250, 3), round(1208.6 / 2250, 3)),  # flash-attention PR #2280
 }
-BACKENDS = ("flash2", "flash3", "triton")
+BACKENDS = ("flash2", "flash3", "flash4", "triton")
 
 # FlashAttention-2 on an H100 80GB SXM5, head dim 128, BF16, TFLOP/s counted as above (causal half, backward 2.5x),
 # by sequence length: (seq, forward with the causal mask, backward). Shah et al. 2024 (FlashAttention-3, arXiv
@@ -55,8 +66,10 @@ def hopper_fa2_by_seq(seq: int) -> tuple[float, float]:
 
 
 def generation(peak_flops: float) -> str:
-    """Ampere (A100: 312 TF dense BF16) or Hopper (H100/H200: 989 TF)."""
-    return "hopper" if peak_flops > 500e12 else "ampere"
+    """Ampere (A100: 312 TF dense BF16), Hopper (H100/H200: 989 TF) or Blackwell (B200: 2,250 TF): a kernel's
+    published fraction of one generation's peak says nothing of another's (FlashAttention-2 reaches 62% of an
+    A100's, 35% of an H100's, 16% of a B200's)."""
+    return "blackwell" if peak_flops >= 2000e12 else "hopper" if peak_flops > 500e12 else "ampere"
 
 
 def efficiency(backend: str, peak_flops: float, seq: int = 0) -> tuple[float, float]:

@@ -54,7 +54,7 @@ class Cluster:
     call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
-    attention: str = ""  # the fused attention kernel: flash2, flash3, triton (plan/attention.py), "" = GEMM rate
+    attention: str = ""  # the fused attention kernel: flash2, flash3, flash4, triton (plan/attention.py), "" = GEMM rate
     # the attention kernel's rate by its sequence length where the papers' figures give one (attention.py:
     # FlashAttention-2 and Triton's on Hopper); False = the backend's one published fraction
     attention_by_seq: bool = False
@@ -202,6 +202,17 @@ _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allred
                gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
                attention_sustained=round(698.6 / 828, 3))
 
+# Blackwell (B200): the same NCCL and HBM terms as Hopper (NVLink 5 switches do NVLink SHARP too), its own sustained
+# rates. gemm_efficiency: 1,456.3 of 2,250 TFLOP/s BF16, 0.647 (MSMF: ~994 W at a settled ~1,339 MHz against the
+# 1,965 MHz boost the datasheet's peak assumes); gemm_efficiency_fp8: 2,795.7 of 4,500, 0.621 (S. Bekman,
+# ml-engineering, compute/accelerator/README.md, MAMF & MSMF table, branch fast-mamf, commit 082816f).
+# attention: torch SDPA's own flash kernel (FlashAttention-2) unless a run registers FlashAttention-4
+# (`attention=flash4`); its rates by backend in attention.EFFICIENCY. attention_sustained: MSMF / MAMF of the same
+# benchmark, 1,456.3 / 1,770.9. No rate by sequence length is published for Blackwell (attention_by_seq off)
+_BLACKWELL = dict(_HOPPER, sms=148, tdp_w=1000.0, gemm_efficiency=round(1456.3 / 2250, 3),
+                  gemm_efficiency_fp8=round(2795.7 / 4500, 3), attention_by_seq=False,
+                  attention_sustained=round(1456.3 / 1770.9, 3))
+
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(
         "A100-80G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=80 * GB,
@@ -224,6 +235,13 @@ PRESETS: dict[str, Cluster] = {
         "H200", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=141 * GB,
         hbm_bw=4800 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, unaligned_gemm_factor=0.18, **_HOPPER),
+    # NVIDIA DGX B200: 8 B200 (180 GB HBM3e each, 1,440 GB in all; 64 TB/s in all), NVLink 5 at 1.8 TB/s per GPU
+    # (14.4 TB/s in all), 8 single-port ConnectX-7 at 400 Gb/s; 72 PFLOPS FP8 training for 8 GPUs = 4.5 dense FP8
+    # and 2.25 dense BF16 per GPU; FP32 80 TFLOP/s (ml-engineering's peak table, from the same datasheet)
+    "B200": _node(
+        "B200", peak_flops=2250e12, peak_flops_fp32=80e12, peak_flops_fp8=4500e12, hbm_bytes=180 * GB,
+        hbm_bw=8000 * GB, intra_bw=900 * GB, intra_latency=5.7e-6,
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_BLACKWELL),
 }
 # Parts that are a preset's silicon with other memory or links, every other field that preset's: the A100's 40 GB
 # part (NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s; the DGX A100 320GB has the same network) and the H800
@@ -231,7 +249,7 @@ PRESETS: dict[str, Cluster] = {
 PRESETS["A100-40G"] = replace(PRESETS["A100-80G"], name="A100-40G", hbm_bytes=40 * GB, hbm_bw=1555 * GB)
 PRESETS["H800"] = replace(PRESETS["H100-SXM"], name="H800", intra_bw=200 * GB)
 ALIASES = {"a100": "A100-80G", "a100-40g": "A100-40G", "h100": "H100-SXM", "h800": "H800", "h200": "H200",
-           "h100-500w": "H100-SXM-500W"}
+           "h100-500w": "H100-SXM-500W", "b200": "B200"}
 
 
 def default_profile_path() -> Path:
