@@ -326,3 +326,22 @@ def test_the_b200_preset_and_blackwell_attention():
     assert f4.step_time < f2.step_time < h100.step_time
     flag = anchors.check(f2.mfu, b.peak_flops, True)
     assert flag["generation"] == "Blackwell (B200)" and flag["ceiling"] == 0.214 and flag["above"]
+
+
+def test_hopper_flash3_and_cudnn_by_sequence():
+    """FlashAttention-3 and cuDNN's fused attention on Hopper at the FlashAttention-3 paper's bars for the kernel's
+    sequence length (Figs. 5 and 6, head dim 128, the same figures as FlashAttention-2's), not the abstract's one
+    75%; --explain names the kernel and the length."""
+    from shardlab.plan import attention
+    h100 = load_cluster("H100-SXM", 8)
+    assert attention.efficiency("flash3", h100.peak_flops, 8192) == pytest.approx((602 / 989, 559 / 989))
+    assert attention.efficiency("cudnn", h100.peak_flops, 2048) == pytest.approx((484 / 989, 465 / 989))
+    assert attention.efficiency("cudnn", h100.peak_flops, 1 << 17) == pytest.approx((539 / 989, 516 / 989))
+    assert attention.efficiency("flash3", h100.peak_flops) == (0.75, 0.55)  # no length: the abstract's figure
+    with pytest.raises(ValueError, match="'cudnn' has no published rate on ampere"):
+        attention.efficiency("cudnn", 312e12)
+    model, train, lay = PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3")
+    steps = {a: evaluate(model, train, lay, replace(h100, attention=a)) for a in ("flash2", "cudnn", "flash3")}
+    assert steps["flash3"].step_time < steps["cudnn"].step_time < steps["flash2"].step_time
+    assert "(cuDNN attention on Hopper at seq 8,192: the FlashAttention-3 paper's figures)" \
+        in steps["cudnn"].explain["forward"]

@@ -9,7 +9,9 @@ FlashAttention papers count FLOPs this way and report the rate reached as a frac
           50-73% of peak on A100 (abstract); on H100 only about 35% (FlashAttention-3 paper, abstract), and by
           sequence length and direction the FlashAttention-3 paper's own figures (HOPPER_FA2_BY_SEQ below)
   flash3  FlashAttention-3 (Shah et al. 2024, arXiv 2407.08608): up to 75% of H100's peak forward
-          (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall
+          (740 TFLOP/s BF16), 1.5-2.0x FlashAttention-2 overall; by sequence length HOPPER_BY_SEQ below
+  cudnn   cuDNN's fused attention (torch SDPA's CUDNN_ATTENTION backend; Transformer Engine's FusedAttention, which
+          Megatron-Core and NeMo run): on Hopper the FlashAttention-3 paper's cuDNN bars, by sequence length
   flash4  FlashAttention-4 (Zadouri et al. 2026, arXiv 2603.05451; CuTe-DSL kernels for Blackwell, which torch's
           SDPA runs once registered: torch.nn.attention's FA4 registration): on B200 at head dim 128, causal,
           8k tokens, 1,418 TFLOP/s forward and 1,209 backward (flash-attention PR #2280, 2026-02-27, the 2-CTA
@@ -28,6 +30,7 @@ EFFICIENCY = {
     ("flash2", "ampere"): (0.62, 0.62),  # the middle of FlashAttention-2's 50-73% on A100
     ("flash2", "hopper"): (0.35, 0.35),  # "only 35% utilization on H100" (FlashAttention-3)
     ("flash3", "hopper"): (0.75, 0.55),  # 75% forward; backward 1.5-1.75x FlashAttention-2's
+    ("cudnn", "hopper"): (539 / 989, 516 / 989),  # HOPPER_BY_SEQ's 16k figures (no single one is published)
     ("triton", "ampere"): (0.31, 0.31),  # FlashAttention-2's rate / 2
     ("triton", "hopper"): (0.175, 0.175),
     # Blackwell (B200, 2,250 TF dense BF16). FlashAttention-2 (torch SDPA's own flash kernel): 352 / 354 / 362 TFLOP/s
@@ -38,7 +41,7 @@ EFFICIENCY = {
     ("flash2", "blackwell"): (0.158, 0.145),
     ("flash4", "blackwell"): (round(1418.1 / 2250, 3), round(1208.6 / 2250, 3)),  # flash-attention PR #2280
 }
-BACKENDS = ("flash2", "flash3", "flash4", "triton")
+BACKENDS = ("flash2", "flash3", "flash4", "cudnn", "triton")
 
 # FlashAttention-2 on an H100 80GB SXM5, head dim 128, BF16, TFLOP/s counted as above (causal half, backward 2.5x),
 # by sequence length: (seq, forward with the causal mask, backward). Shah et al. 2024 (FlashAttention-3, arXiv
@@ -48,15 +51,26 @@ BACKENDS = ("flash2", "flash3", "flash4", "triton")
 # "35%" is the top of this table; at seq 2048 the kernel reaches 30% forward, 29% backward. Of the 989 TF peak
 HOPPER_FA2_BY_SEQ = ((512, 191.0, 214.0), (1024, 260.0, 260.0), (2048, 298.0, 291.0), (4096, 319.0, 310.0),
                      (8192, 333.0, 318.0), (16384, 335.0, 322.0))
+# The same two figures' other bars: FlashAttention-3 and cuDNN (the paper's cuDNN 9.x), forward with the causal mask,
+# backward without (the paper's backward figure has no causal panel; FlashAttention-2's rows read it the same way)
+HOPPER_BY_SEQ = {
+    "flash2": HOPPER_FA2_BY_SEQ,
+    "flash3": ((512, 292.0, 316.0), (1024, 423.0, 424.0), (2048, 521.0, 501.0), (4096, 579.0, 542.0),
+               (8192, 602.0, 559.0), (16384, 616.0, 561.0)),
+    "cudnn": ((512, 315.0, 305.0), (1024, 410.0, 408.0), (2048, 484.0, 465.0), (4096, 518.0, 499.0),
+              (8192, 529.0, 518.0), (16384, 539.0, 516.0)),
+}
 HOPPER_FA2_PEAK = 989e12
+NAMES = {"flash2": "FlashAttention-2", "flash3": "FlashAttention-3", "flash4": "FlashAttention-4",
+         "cudnn": "cuDNN attention", "triton": "Triton's FlashAttention"}
 
 
-def hopper_fa2_by_seq(seq: int) -> tuple[float, float]:
-    """(forward, backward) fraction of the dense peak FlashAttention-2 reaches on Hopper at this sequence length
-    (the kernel's key length): the FlashAttention-3 paper's figures, linear in log2(seq) between the measured
-    lengths, the end values beyond them."""
+def hopper_by_seq(backend: str, seq: int) -> tuple[float, float]:
+    """(forward, backward) fraction of the dense peak `backend` (flash2, flash3, cudnn) reaches on Hopper at this
+    sequence length (the kernel's key length): the FlashAttention-3 paper's figures, linear in log2(seq) between
+    the measured lengths, the end values beyond them."""
     import math
-    pts = HOPPER_FA2_BY_SEQ
+    pts = HOPPER_BY_SEQ[backend]
     x = math.log2(max(pts[0][0], min(pts[-1][0], seq)))
     for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:]):
         if x <= math.log2(s1):
@@ -72,15 +86,22 @@ def generation(peak_flops: float) -> str:
     return "blackwell" if peak_flops >= 2000e12 else "hopper" if peak_flops > 500e12 else "ampere"
 
 
+def by_seq(backend: str, gen: str) -> bool:
+    """Whether `backend` has rates by sequence length on generation `gen` (Hopper's figures; Triton's from
+    FlashAttention-2's)."""
+    return gen == "hopper" and (backend in HOPPER_BY_SEQ or backend == "triton")
+
+
 def efficiency(backend: str, peak_flops: float, seq: int = 0) -> tuple[float, float]:
     """(forward, backward) fraction of the dense peak. `seq` > 0 (a cluster with `attention_by_seq`): on Hopper,
-    FlashAttention-2 at the FlashAttention-3 paper's rate for that sequence length, Triton's at half of it."""
+    FlashAttention-2, FlashAttention-3 and cuDNN at the FlashAttention-3 paper's rate for that sequence length,
+    Triton's at half of FlashAttention-2's."""
     gen = generation(peak_flops)
     if (backend, gen) not in EFFICIENCY:
         raise ValueError(f"attention backend {backend!r} has no published rate on {gen} "
                          f"(known: {', '.join(f'{b} on {g}' for b, g in EFFICIENCY)})")
-    if seq and gen == "hopper" and backend in ("flash2", "triton"):
-        f, b = hopper_fa2_by_seq(seq)
+    if seq and by_seq(backend, gen):
+        f, b = hopper_by_seq("flash2" if backend == "triton" else backend, seq)
         half = 0.5 if backend == "triton" else 1.0  # Triton's FlashAttention: half of FlashAttention-2's rate
         return f * half, b * half
     return EFFICIENCY[(backend, gen)]

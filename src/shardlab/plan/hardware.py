@@ -54,7 +54,7 @@ class Cluster:
     call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
     gemm_roofline: bool = False  # GEMMs by shape: wave quantization and max(compute, HBM traffic)
-    attention: str = ""  # the fused attention kernel: flash2, flash3, flash4, triton (plan/attention.py), "" = GEMM rate
+    attention: str = ""  # the fused attention kernel: flash2, flash3, flash4, cudnn, triton (plan/attention.py); "" = GEMM rate
     # the attention kernel's rate by its sequence length where the papers' figures give one (attention.py:
     # FlashAttention-2 and Triton's on Hopper); False = the backend's one published fraction
     attention_by_seq: bool = False
