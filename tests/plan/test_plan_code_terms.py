@@ -43,7 +43,7 @@ def test_async_tp_backward_hides_its_calls_behind_the_gemms():
     p = evaluate(M22, T22, replace(lay, tp_async_backward=True), slow)
     (beside,) = _tp_lines(p, "wgrad")
     from shardlab.plan.compute import micro_batch_time
-    w = micro_batch_time(M22, T22, p.layout, slow).tp_hide[0]
+    w = micro_batch_time(M22, T22, p.layout, slow).tp_hide["wgrad"]
     call = beside.time / beside.c.calls
     assert beside.exposed == pytest.approx(48 * sum(call - g for g in w)) and 0 < beside.exposed < beside.time
     # sequence parallelism: the reduce-scatters beside the weight gradient, the re-gathers beside the input gradient

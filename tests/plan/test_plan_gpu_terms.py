@@ -345,3 +345,26 @@ def test_hopper_flash3_and_cudnn_by_sequence():
     assert steps["flash3"].step_time < steps["cudnn"].step_time < steps["flash2"].step_time
     assert "(cuDNN attention on Hopper at seq 8,192: the FlashAttention-3 paper's figures)" \
         in steps["cudnn"].explain["forward"]
+
+
+def test_userbuffers_hide_every_block_collective_beside_a_gemm():
+    """Transformer Engine's userbuffers (tp_comm_overlap): the block's sequence-parallel collectives each run beside
+    the GEMM they feed or follow, ring exchange showing one chunk (1/t of the shorter), bulk only what outlasts its
+    GEMM; the hidden time costs the SMs its kernels hold. It needs sp (one line); without it the plan is as before."""
+    m, c = PRESETS["llama3-70b"], replace(load_cluster("H100-SXM", 64), attention="cudnn")
+    t = TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True)
+
+    def plan(**kw):
+        return evaluate(m, t, Layout(dp=2, tp=4, pp=8, v=5, sp=True, strategy="zero1", schedule="interleaved", **kw), c)
+    plain, async_bwd, ub = plan(), plan(tp_async_backward=True), plan(tp_comm_overlap=True)
+    assert ub.times["tp_pp_comm"] < async_bwd.times["tp_pp_comm"] < plain.times["tp_pp_comm"]
+    assert ub.step_time < async_bwd.step_time < plain.step_time
+    lines = {cl.c.overlap: cl for cl in ub.comm if cl.c.group == "tp"}
+    assert {"col_fprop", "row_fprop", "row_dgrad", "dgrad", "wgrad"} <= set(lines)
+    ring = lines["col_fprop"]
+    assert 0 < ring.exposed <= ring.time / 4 + 1e-12  # one chunk of four, the GEMM longer than the gather
+    assert lines["wgrad"].exposed == 0.0  # bulk, beside a longer weight-gradient GEMM
+    assert 0 < ub.times["comm_sm_cost"] < async_bwd.times["comm_sm_cost"]  # 1-24 SMs, not NCCL's 16 CTAs throughout
+    assert "Transformer Engine's userbuffers (tp_comm_overlap)" in ub.explain["tp_pp_comm"]
+    with pytest.raises(ValueError, match="tp_comm_overlap .* needs tp > 1 and sp=true"):
+        Layout(dp=8, tp=4, tp_comm_overlap=True).check(m)

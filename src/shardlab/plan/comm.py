@@ -29,7 +29,8 @@ class Collective:
     n: int  # group size
     payload: float  # bytes per rank per step, summed over calls
     calls: int  # calls per step
-    overlap: str  # compute it can hide behind: backward | forward+backward | none | wgrad | dgrad (TP's, step.py)
+    overlap: str  # compute it can hide behind: backward | forward+backward | none; TP's beside a GEMM (step.py):
+    #              wgrad | dgrad (async TP backward, userbuffers' bulk) | col_fprop | row_fprop | row_dgrad (userbuffers)
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
     last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
@@ -130,6 +131,37 @@ def payload_kib_per_token(params: int, mb: int, seq: int, bytes_per_value: int =
     return params * bytes_per_value / (mb * seq) / 1024
 
 
+def _userbuffers(t: int, layers: int, m: int, act: float, e: int, rerun: bool) -> list[Collective]:
+    """Sequence parallelism's collectives under Transformer Engine's userbuffers (Layout.tp_comm_overlap), per
+    region collective of a block and micro batch, each tagged with the GEMM it runs beside (compute.tp_hiding):
+    the forward's all-gather into the column-parallel GEMMs and reduce-scatter out of the row-parallel one (again
+    under recompute), the backward's gradient all-gather into the row-parallel input gradient, the input's re-gather
+    beside the column-parallel input gradient and that gradient's reduce-scatter beside the weight gradient. The
+    embedding's and the head's (2 a micro batch each way) are not overlapped."""
+    n = 2 * layers * m  # one per region
+    fwd = 2 * n if rerun else n
+    where = f"sbh*{e} x 2 per layer x {layers} layers x {m} micro batches"
+    again = " (and again in the recompute)" if rerun else ""
+    return [Collective("all_gather", "tp", t, act * fwd, fwd, "col_fprop",
+                       f"{where}{again} (userbuffers: into the column-parallel GEMMs, ring exchange)", per_micro=True),
+            Collective("reduce_scatter", "tp", t, act * fwd, fwd, "row_fprop",
+                       f"{where}{again} (userbuffers: out of the row-parallel GEMM, ring exchange)", per_micro=True),
+            Collective("all_gather", "tp", t, act * n, n, "row_dgrad",
+                       f"{where} (userbuffers: the output gradient into the row-parallel input gradient)",
+                       per_micro=True),
+            Collective("all_gather", "tp", t, act * n, n, "dgrad",
+                       f"{where} (userbuffers, bulk: the input again for the weight gradient, beside the "
+                       "column-parallel input gradient)", per_micro=True),
+            Collective("reduce_scatter", "tp", t, act * n, n, "wgrad",
+                       f"{where} (userbuffers, bulk: the input gradient, beside the weight gradient)", per_micro=True),
+            Collective("all_gather", "tp", t, act * 2 * m, 2 * m, "none",
+                       f"sbh*{e} x 2 x {m} micro batches (the embedding's and the head's, not overlapped)",
+                       per_micro=True),
+            Collective("reduce_scatter", "tp", t, act * 2 * m, 2 * m, "none",
+                       f"sbh*{e} x 2 x {m} micro batches (the embedding's and the head's, not overlapped)",
+                       per_micro=True)]
+
+
 def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Collective]:
     """Megatron tensor parallelism, as shardlab's own TP sends it (docs/tp.md), per rank per step:
     per layer 2 all-reduces forward (g) and 2 backward (f) of the b*s*h activation, plus the
@@ -158,7 +190,9 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # Megatron's async TP backward (Layout.tp_async_backward): the column-parallel linears' input-gradient
         # collectives, 2 per layer, run beside their weight-gradient GEMMs (step.py hides them there)
         beside = 2 * layers * m if lay.tp_async_backward else 0
-        if lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
+        if lay.tp_comm_overlap:  # Transformer Engine's userbuffers: every block collective beside a GEMM
+            out += _userbuffers(lay.tp, layers, m, act, e, rerun)
+        elif lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
             ag, n_ag, why = torch_tp.sp_all_gather(train, lay, layers, m, act, n)
             out.append(Collective("all_gather", "tp", lay.tp, ag, n_ag, "none",
                                   f"sbh*{e} x {n} (sequence parallel: entering each region, both passes){why}",
@@ -172,7 +206,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
                                   f"sbh*{e} x (4 per layer{' +2 recompute' if rerun else ''}"
                                   f"{' -2 beside the weight gradient' if beside else ''}"
                                   f" x {layers} layers + 2) x {m} micro batches{stop}", per_micro=True))
-        if beside:
+        if beside and not lay.tp_comm_overlap:
             op = "reduce_scatter" if lay.sp else "all_reduce"
             out.append(Collective(op, "tp", lay.tp, act * beside, beside, "wgrad",
                                   f"sbh*{e} x 2 per layer x {layers} layers x {m} micro batches (async TP backward: "

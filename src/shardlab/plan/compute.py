@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 from . import attention, fp8, fusion, torch_tp
@@ -18,7 +18,7 @@ from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
 from .layout import OPTIMIZER_PASSES, Layout, TrainSpec, ends_as_blocks, stage_layers
 from .model import ModelSpec
-from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, Op, embed_ops, head_ops, layer_ops
+from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, ROW_REGIONS, Op, embed_ops, head_ops, layer_ops
 
 
 def in_situ_keyed(op: Op) -> bool:
@@ -85,7 +85,7 @@ class MicroTime:
     head: tuple = (0.0, 0.0)
     # per region a block enters (attention, MLP): its column-parallel linears' weight-gradient GEMMs' seconds and
     # input-gradient GEMMs' seconds, ((w_att, w_mlp), (d_att, d_mlp)): what Megatron's async TP backward hides behind
-    tp_hide: tuple = ()
+    tp_hide: dict = field(default_factory=dict)
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -115,15 +115,39 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
     return op.count * (c.gemm_table.get(f"ewa{pre}:{op.ew}", 0.0) + nbytes / rate)
 
 
-def tp_hiding(block: list[Op], c: Cluster, fp32: bool) -> tuple:
-    """((weight-gradient s), (input-gradient s)) of each region's column-parallel linears, attention then MLP:
-    the GEMMs Megatron's async TP backward runs its collectives beside (Layout.tp_async_backward)."""
-    regions = [[o for o in block if o.kind == "gemm" and o.name in names] for names in COLUMN_PARALLEL]
-    wgrad = tuple(sum(_gemm_time(o, c, "mm_ta", (o.shape[1], o.shape[2], o.shape[0]), fp32) for o in ops)
-                  for ops in regions)
-    dgrad = tuple(sum(_gemm_time(o, c, "mm", (o.shape[0], o.shape[2], o.shape[1]), fp32) for o in ops)
-                  for ops in regions)
-    return wgrad, dgrad
+def tp_hiding(block: list[Op], c: Cluster, fp32: bool, lay: Layout, rate=None) -> dict:
+    """{overlap tag: (attention region's s, MLP region's s)}: the GEMMs a TP collective runs beside.
+    Megatron's async TP backward (Layout.tp_async_backward): "wgrad" and "dgrad", each region's column-parallel
+    weight- and input-gradient GEMMs. Transformer Engine's userbuffers (Layout.tp_comm_overlap) adds the forward's
+    "col_fprop" (the column-parallel GEMMs an all-gather feeds), "row_fprop" (the row-parallel GEMM a reduce-scatter
+    follows) and the backward's "row_dgrad" (the row-parallel input-gradient GEMM a gradient all-gather feeds).
+    `rate(op, seconds, backward)`: the op's seconds as run (train.fp8's converted GEMMs)."""
+    if not (lay.tp_async_backward or lay.tp_comm_overlap):
+        return {}
+    rate = rate or (lambda o, t, backward: t)
+
+    def part(o, kind, shape, backward, whole):  # one of the op's GEMMs, at the op's run rate
+        t, run = _gemm_time(o, c, kind, shape, fp32), rate(o, whole, backward)
+        return t if run == whole or not whole else t * run / whole
+
+    def fwd(o):
+        return part(o, "linear" if o.bias else "linear_nobias", o.shape, False, _op_time(o, c, fp32, False))
+
+    def dx(o):
+        return part(o, "mm", (o.shape[0], o.shape[2], o.shape[1]), True, _op_time(o, c, fp32, True))
+
+    def dw(o):
+        return part(o, "mm_ta", (o.shape[1], o.shape[2], o.shape[0]), True, _op_time(o, c, fp32, True))
+    gemms = [o for o in block if o.kind == "gemm"]
+    cols = [[o for o in gemms if o.name in names] for names in COLUMN_PARALLEL]
+    rows = [[o for o in gemms if o.name in names] for names in ROW_REGIONS]
+    out = {"wgrad": tuple(sum(dw(o) for o in ops) for ops in cols),
+           "dgrad": tuple(sum(dx(o) for o in ops) for ops in cols)}
+    if lay.tp_comm_overlap:
+        out.update(col_fprop=tuple(sum(fwd(o) for o in ops) for ops in cols),
+                   row_fprop=tuple(sum(fwd(o) for o in ops) for ops in rows),
+                   row_dgrad=tuple(sum(dx(o) for o in ops) for ops in rows))
+    return out
 
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
@@ -188,7 +212,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
-    hide = tuple(tuple(x / k for x in pair) for pair in tp_hiding(block, c, fp32)) if lay.tp_async_backward else ()
+    hide = {tag: tuple(x / k for x in pair) for tag, pair in tp_hiding(
+        block, c, fp32, lay, lambda o, t, bw: fp8.gemm_seconds(o, t, bw, c, train, lay, casts)).items()}
     return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
                      (f_head / k, b_head / k), hide)
 

@@ -249,6 +249,13 @@ class Layout:
     # weight-gradient GEMM computes, and under SP the input's re-gather for that GEMM while the input-gradient GEMM
     # does; False: every TP collective on the critical path (shardlab's own TP, DTensor's); a published row's input
     tp_async_backward: bool = False
+    # Transformer Engine's userbuffers TP overlap (Megatron-Core's --tp-comm-overlap; sequence parallel only): every
+    # TP collective of a block runs beside a GEMM, the forward's all-gathers split against the column-parallel GEMMs
+    # they feed and its reduce-scatters against the row-parallel GEMMs they follow (ring exchange), the backward's
+    # gradient all-gathers against the row-parallel input-gradient GEMMs, the inputs' re-gather and the input
+    # gradients' reduce-scatter in bulk beside the column-parallel input- and weight-gradient GEMMs; each shows only
+    # what outlasts its GEMM (plan/step.py), and its hidden time costs the SMs its kernels hold (UB_SMS)
+    tp_comm_overlap: bool = False
     # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
     # SP; DeepSpeed's PipelineEngine partitions the same way under TP): under TP without SP each TP rank sends 1/t of
     # the activation to the next stage and the receiver all-gathers the pieces over the node's links; False: the
@@ -303,6 +310,9 @@ class Layout:
         _one_of("offload", self.offload, OFFLOAD)
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        if self.tp_comm_overlap and not (self.tp > 1 and self.sp):
+            raise ValueError("tp_comm_overlap (Transformer Engine's userbuffers) needs tp > 1 and sp=true: it "
+                             "overlaps sequence parallelism's all-gathers and reduce-scatters")
         _one_of("zero_partition", self.zero_partition, ("rows", "params"))
         _one_of("zero3_impl", self.zero3_impl, ZERO3_IMPLS)
         _one_of("tp_impl", self.tp_impl, TP_IMPLS)

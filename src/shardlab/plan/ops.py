@@ -28,6 +28,7 @@ class Op:
 # copies are placed by these)
 COLUMN_PARALLEL = (("q", "k", "v"), ("fc", "gate", "up"))
 ROW_PARALLEL = ("proj", "mlp_proj", "down")
+ROW_REGIONS = (("proj",), ("mlp_proj", "down"))  # the row-parallel linear of each region, attention then MLP
 
 
 # dispatched aten ops (views included) per block and outside the blocks, forward and backward, in

@@ -95,7 +95,16 @@ class Plan:
 
 # Groups on the critical path of every micro batch: their collectives are never overlapped.
 _CRITICAL = ("tp", "pp", "cp")
-_BESIDE = ("wgrad", "dgrad")  # TP collectives beside a backward GEMM (Layout.tp_async_backward)
+# TP collectives beside a GEMM (compute.tp_hiding): the async TP backward's, and Transformer Engine's userbuffers'
+_BESIDE = ("wgrad", "dgrad", "col_fprop", "row_fprop", "row_dgrad")
+_BESIDE_WORDS = {"wgrad": "beside the weight-gradient GEMMs", "dgrad": "beside the input-gradient GEMMs",
+                 "col_fprop": "into the column-parallel GEMMs", "row_fprop": "out of the row-parallel GEMMs",
+                 "row_dgrad": "into the row-parallel input-gradient GEMMs"}
+# SMs a userbuffers overlap holds while it runs, (attention region, MLP region): Megatron-Bridge's
+# userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (src/megatron/bridge/training/comm_overlap.py @97ad8cc6f): ring
+# exchange 1 SM (qkv/fc1 fprop, proj/fc2 fprop and dgrad), bulk qkv_dgrad 4 / fc1_dgrad 2, qkv_wgrad 24 / fc1_wgrad 4
+UB_SMS = {"col_fprop": (1, 1), "row_fprop": (1, 1), "row_dgrad": (1, 1), "dgrad": (4, 2), "wgrad": (24, 4)}
+_RING = ("col_fprop", "row_fprop", "row_dgrad")  # userbuffers' ring exchange (the rest: bulk, the whole call beside)
 
 
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
@@ -109,13 +118,13 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp, tp_hidden = _critical_comm(plan.comm, mt)
+    tp_pp, tp_hidden, ub_cost = _critical_comm(plan.comm, mt, lay, cluster)
     tp_pp += _sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * (tp_hidden + sum(cl.time - cl.exposed for cl in plan.comm
-                                                       if cl.c.group not in _CRITICAL))
+                                                       if cl.c.group not in _CRITICAL)) + ub_cost
     # torch's fully_shard runs its own copies around its collectives in place of the flat-buffer ones
     fsdp2 = fsdp2_kernels.kernels(model, train, lay, cluster, plan.comm, m)
     copies = fsdp2.seconds if fsdp2 else _zero_copies(plan.comm, lay, cluster)
@@ -190,23 +199,35 @@ def bubble_units(lay: Layout, m: int) -> float:
     return float(lay.pp - 1) if f is None else f / (1 - f) * m
 
 
-def _critical_comm(comm: list[CommLine], mt) -> tuple[float, float]:
-    """(exposed, hidden) seconds per step of the tensor-parallel, context-parallel and pipeline collectives: all
-    exposed, but Megatron's async TP backward (Layout.tp_async_backward), whose calls hide behind the GEMM beside
-    them (mt.tp_hide: each region's column-parallel weight- or input-gradient GEMMs) and show only what outlasts it."""
-    exposed = hidden = 0.0
+def _critical_comm(comm: list[CommLine], mt, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
+    """(exposed, hidden, userbuffers' SM seconds) per step of the tensor-parallel, context-parallel and pipeline
+    collectives: all exposed, but those beside a GEMM (mt.tp_hide: Megatron's async TP backward, Transformer
+    Engine's userbuffers), which show only what outlasts it. The async backward's hidden time costs NCCL's SM share
+    (the caller); userbuffers' costs the SMs its kernels hold (UB_SMS) for the time they run hidden."""
+    exposed = hidden = ub = 0.0
     for cl in comm:
         if cl.c.group not in _CRITICAL:
             continue
         cl.exposed = cl.time
-        if cl.c.overlap in _BESIDE and cl.c.calls and mt.tp_hide:
-            beside = mt.tp_hide[0 if cl.c.overlap == "wgrad" else 1]
+        beside = mt.tp_hide.get(cl.c.overlap) if cl.c.calls else None
+        if beside:
             call = cl.time / cl.c.calls
             # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs
-            cl.exposed = cl.c.calls / len(beside) * sum(max(0.0, call - g) for g in beside)
+            shown = [max(0.0, call - g) for g in beside]
+            if lay.tp_comm_overlap and cl.c.overlap in _RING:
+                # split in t chunks, one a rank: the last chunk's GEMM (all-gather) or send (reduce-scatter) runs
+                # alone, so max(c, g) + min(c, g) / t of the two together, where they took c + g in turn
+                shown = [max(0.0, call - g) + min(call, g) / lay.tp for g in beside]
+            per = cl.c.calls / len(beside)
+            cl.exposed = per * sum(shown)
+            if lay.tp_comm_overlap:
+                if cluster.sms:  # a GPU preset (a profile file has no SM count)
+                    ub += per * sum((call - x) * k for x, k in zip(shown, UB_SMS[cl.c.overlap])) / cluster.sms
+                exposed += cl.exposed
+                continue
         exposed += cl.exposed
         hidden += cl.time - cl.exposed
-    return exposed, hidden
+    return exposed, hidden, ub
 
 
 def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
@@ -370,9 +391,10 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
     beside = [cl for cl in plan.comm if cl.c.overlap in _BESIDE]
     if beside:
-        X["tp_pp_comm"] += "; Megatron's async TP backward (tp_async_backward): " + ", ".join(
-            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed beside the "
-            f"{'weight' if cl.c.overlap == 'wgrad' else 'input'}-gradient GEMMs" for cl in beside)
+        X["tp_pp_comm"] += ("; Transformer Engine's userbuffers (tp_comm_overlap): " if plan.layout.tp_comm_overlap
+                            else "; Megatron's async TP backward (tp_async_backward): ") + ", ".join(
+            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed {_BESIDE_WORDS[cl.c.overlap]}"
+            for cl in beside)
     X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
                   f"(p-1)/v interleaved, (p-1)/3 zb, max(p-1, 2(2p-1-m))/6 zbv/dualpipev); fraction of the busy " \
                   f"time {units / m:.3f}"
@@ -389,9 +411,13 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         X["exposed_comm"] += "; ZeRO's per-unit collectives unit by unit (one unit prefetched ahead, one NCCL " \
             "stream): " + ", ".join(f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed"
                                     for cl in piped)
-    hidden = sum(cl.time - cl.exposed for cl in plan.comm if cl.c.group not in _CRITICAL or cl.c.overlap in _BESIDE)
+    ub = plan.layout.tp_comm_overlap
+    hidden = sum(cl.time - cl.exposed for cl in plan.comm
+                 if cl.c.group not in _CRITICAL or (cl.c.overlap in _BESIDE and not ub))
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
-                         f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute")
+                         f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute"
+                         + ("; userbuffers' hidden TP collectives x the SMs their kernels hold (ring exchange 1, "
+                            "bulk 2-24: UB_SMS) / the SMs" if ub else ""))
     X["optimizer"] = opt_why
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
