@@ -337,3 +337,24 @@ def test_the_fp32_cast_of_the_largest_16bit_gradient():
     assert seg["16-bit grad's fp32 cast"] == big > alloc["16-bit grad's fp32 cast"] >= 0
     off = {ln.name for ln in memory_lines(m, replace(t, hp_grad_cast=False), lay, 8)}
     assert "16-bit grad's fp32 cast" not in off
+
+
+def test_transformer_engine_llama_block_keeps_less():
+    """llama_impl=te: what TE's modules save (the norms' input and 1/rms, the GEMMs' inputs, FP8 ones at 1 B, q/k/v/o
+    and the log-sum-exp, SwiGLU's gate and up), counted by hand for Llama 3 70B at TP 4 with SP, 8,192 tokens; the
+    plan's in-flight activations follow it, and the time does not move."""
+    from shardlab.plan.hardware import load_cluster
+    from shardlab.plan.model import te_llama_activation_bytes_per_layer, llama_activation_bytes_per_layer
+    from shardlab.plan.step import evaluate
+    m = PRESETS["llama3-70b"]
+    h, g, f, a, t = 8192, 1024, 28672, 64, 4
+    bf16 = 2 * (2 * h + 4) / t + 2 * 2 * h / t + 2 * f / t + (2 * (h + 2 * g) + 2 * h + 4 * a) / t + 4 * f / t
+    fp8 = 2 * (2 * h + 4) / t + 2 * h / t + h / t + f / t + (2 * (h + 2 * g) + 2 * h + 4 * a) / t + 4 * f / t
+    assert te_llama_activation_bytes_per_layer(m, 1, 8192, t, True) == pytest.approx(8192 * bf16)
+    assert te_llama_activation_bytes_per_layer(m, 1, 8192, t, True, fp8=True) == pytest.approx(8192 * fp8)
+    assert fp8 < bf16 < llama_activation_bytes_per_layer(m, 1, 8192, t, True, "none", True) / 8192
+    lay = Layout(dp=2, tp=4, sp=True, pp=8, v=5, schedule="interleaved", strategy="zero1")
+    c = load_cluster("H100-SXM", 64)
+    own, te = (evaluate(m, TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True, fp8="tensorwise",
+                                     llama_impl=impl), lay, c) for impl in ("own", "te"))
+    assert te.mem_total < own.mem_total and te.step_time == own.step_time

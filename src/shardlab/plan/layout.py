@@ -125,7 +125,9 @@ class TrainSpec:
     recompute_early_stop: bool = False
     # whose llama module the run built: "own" (shardlab's model/llama.py) or "torchtitan" (its models/llama/model.py:
     # rope in complex fp32, repeat_kv's copies, no head-merge copy, the logits cast to fp32 before the loss;
-    # plan/ops.py `titan_attention_kernels`); a published row's input, eager blocks only
+    # plan/ops.py `titan_attention_kernels`); a published row's input, eager blocks only. "te": Transformer Engine's
+    # modules (Megatron-Core's TE spec): what they save for backward (model.te_llama_activation_bytes_per_layer);
+    # their kernels are planned as the own block's with fused norms
     llama_impl: str = "own"
     # the 16-bit param.grad tensors kept beside the fp32 accumulation buffer, not freed after each copy (DeepSpeed's
     # BF16_Optimizer under its PipelineEngine: clear_lp_grads() only at the next backward's start and
@@ -153,6 +155,7 @@ class TrainSpec:
         _one_of("precision", self.precision, PRECISIONS)
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _one_of("mem_measure", self.mem_measure, ("allocated", "reserved", "device"))
+        _one_of("llama_impl", self.llama_impl, ("own", "torchtitan", "te"))
         for name in self.optimizer_passes:
             _one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:

@@ -123,7 +123,8 @@ def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[f
     blocks = split_blocks(model, lay)
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
     per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
-                                           flash=train.flash_attention, dropout=train.dropout) * train.act_bytes_scale
+                                           flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
+                                           fp8=train.fp8 != "none") * train.act_bytes_scale
     return per_layer, layers
 
 

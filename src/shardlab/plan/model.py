@@ -163,7 +163,8 @@ class ModelSpec:
 
 
 def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                               recompute: str = "none", flash: bool = False, dropout: bool = True) -> float:
+                               recompute: str = "none", flash: bool = False, dropout: bool = True,
+                               impl: str = "own", fp8: bool = False) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro
     batch with 16-bit activations and 1-byte dropout masks.
 
@@ -187,6 +188,8 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     """
     h, a = m.d_model, m.n_head
     sbh = s * b * h
+    if m.llama and impl == "te" and recompute == "none" and flash:
+        return te_llama_activation_bytes_per_layer(m, b, s, t, sp, fp8)
     if m.llama and recompute != "full":
         return llama_activation_bytes_per_layer(m, b, s, t, sp, recompute, flash)
     if recompute == "full":
@@ -199,6 +202,32 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     if sp:
         return sbh * ((34 - masks) / t + attn_core / t)
     return sbh * (10 - masks + 24 / t + attn_core / t)
+
+
+def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
+                                        fp8: bool = False) -> float:
+    """What a Llama block built of Transformer Engine's modules keeps for backward (Megatron-Core's TE layer spec:
+    TELayerNormColumnParallelLinear for q/k/v and fc1, TE's fused attention, TERowParallelLinear for proj and fc2,
+    Megatron's fused SwiGLU), no recompute, 16-bit activations. TE's LayerNormLinear saves the norm's input, its
+    fp32 1/rms and the GEMM's input, which under FP8 is the quantized one, 1 B an element, and under sequence
+    parallelism the local shard, gathered again in the backward (transformer_engine/pytorch/module/
+    layernorm_linear.py, `tensors_to_save_from_forward`; Linear likewise its input). Per token, ts = t with
+    sequence parallelism, else 1, q = 1 under FP8, else 2:
+      the two norms          2 x (2h/ts + 4/ts)              input and 1/rms (no normalised copy, no output)
+      their GEMMs' inputs    2 x q h/ts                       q/k/v's and fc1's
+      attention              2(h + 2g)/t + 2h/t + 4a/t        q, k, v, the output, the fp32 log-sum-exp
+      proj's input           h/t under FP8                    (16-bit: the attention output itself)
+      SwiGLU                 2 x 2f/t                         gate and up (fused: no silu or product kept)
+      fc2's input            q f/t
+    shardlab's own block keeps more (`llama_activation_bytes_per_layer`: each norm's normalised input and output,
+    silu(gate) and the product apart)."""
+    h, a, g, f = m.d_model, m.n_head, m.kv_width, m.ffn
+    ts = t if sp else 1
+    q = 1 if fp8 else 2
+    norms = 2 * (2 * h + 4) / ts
+    inputs = 2 * q * h / ts + (h / t if fp8 else 0) + q * f / t
+    attn = (2 * (h + 2 * g) + 2 * h + 4 * a) / t
+    return s * b * (norms + inputs + attn + 4 * f / t)
 
 
 def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,

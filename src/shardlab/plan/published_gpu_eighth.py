@@ -33,6 +33,10 @@ What the planner has no input for, in the rows' notes: the overlapped pipeline s
 parameter all-gathers under the distributed optimizer (the planner's float8 gather is FSDP's), the bf16 first and
 last blocks, TE's CP ring kernels (planned as the own ring), `overlap_param_gather_with_optimizer_step`.
 
+After the first evaluation, one input was added to every row, for memory only: `llama_impl="te"` (what Transformer
+Engine's modules save for backward, read in TE's source; the first evaluation planned shardlab's own block and put
+five of the seven runs over the GPU's memory). No time moved.
+
 Seen before freezing (`seen`): two rows were planned, by hand and with their recipe guessed, while the B200 preset
 and the Hopper attention rates were written (docs/planner.md, "Cluster presets"): the 8B rows on 8 B200 and on 8 H100.
 """
@@ -67,6 +71,9 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
     return _row(case, _llama(size, tp), cluster, gpus, 8192, micro, gbs, lay, tokens,
                 f"{SOURCE}, {container} container (first published in {commit})", None, comm_dtype="bf16",
                 fp8="tensorwise", dropout=False, fused_loss=True, optimizer_passes=PASSES, seen=seen,
+                # after the first evaluation (which planned shardlab's own block's saved tensors: five of seven
+                # did not fit): Transformer Engine's modules, memory only (TrainSpec.llama_impl)
+                llama_impl="te",
                 cluster_fields={"attention": "cudnn", **cluster_fields},
                 notes=notes or "TE userbuffers, distributed optimizer, FP8 current scaling")
 
