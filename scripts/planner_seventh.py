@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from shardlab.plan.published_gpu import error_stats as _stats
 from shardlab.plan.published_gpu_seventh import SEVENTH, evaluate_rows
-
-
-def _stats(errs: list[float], limit: float = 0.15) -> str:
-    a = [abs(e) for e in errs]
-    return (f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:.2f}: {sum(x > limit for x in a)} "
-            f"({len(a)} rows); signed mean {sum(errs) / len(errs):+.3f}")
 
 
 def main() -> None:

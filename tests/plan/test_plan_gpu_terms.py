@@ -368,3 +368,22 @@ def test_userbuffers_hide_every_block_collective_beside_a_gemm():
     assert "Transformer Engine's userbuffers (tp_comm_overlap)" in ub.explain["tp_pp_comm"]
     with pytest.raises(ValueError, match="tp_comm_overlap .* needs tp > 1 and sp=true"):
         Layout(dp=8, tp=4, tp_comm_overlap=True).check(m)
+
+
+def test_overlapped_pipeline_transfers_show_what_outlasts_a_chunk():
+    """Megatron-Core's overlap_p2p_comm (interleaved schedule only): each pipeline transfer runs beside a chunk's
+    compute, activations beside a forward chunk and gradients beside a backward one; refused without interleaving."""
+    m, c = PRESETS["llama3-70b"], load_cluster("H100-SXM", 64)
+    t = TrainSpec(256, 1, 8192, precision="bf16-mixed", flash_attention=True)
+
+    def plan(**kw):
+        return evaluate(m, t, Layout(dp=2, tp=4, pp=8, v=5, sp=True, strategy="zero1", schedule="interleaved",
+                                     **kw), c)
+    plain, over = plan(), plan(overlap_p2p_comm=True)
+    (send,) = [cl for cl in over.comm if cl.c.group == "pp"]
+    call, chunk_f, chunk_b = send.time / send.c.calls, over.times["forward"] / over.m / 5, over.times["backward"] / over.m / 5
+    assert send.exposed == pytest.approx(send.c.calls / 2 * (max(0, call - chunk_f) + max(0, call - chunk_b)))
+    assert over.times["tp_pp_comm"] < plain.times["tp_pp_comm"] and over.step_time < plain.step_time
+    assert "overlap_p2p_comm" in over.explain["tp_pp_comm"]
+    with pytest.raises(ValueError, match="overlap_p2p_comm needs pp > 1 and v > 1"):
+        Layout(dp=8, pp=8, overlap_p2p_comm=True).check(m)

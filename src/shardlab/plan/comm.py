@@ -245,7 +245,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         sends = 2 * m * lay.v
         gather = lay.pp_scatter_gather and lay.tp > 1 and not lay.sp  # Megatron's scatter/gather (Layout)
         b = act / (lay.tp if lay.sp or gather else 1)
-        out.append(Collective("p2p", "pp", 2, b * sends, sends, "none",
+        out.append(Collective("p2p", "pp", 2, b * sends, sends, "chunk" if lay.overlap_p2p_comm else "none",
                               f"sbh*{e}{'/t' if lay.sp or gather else ''} x 2 x {m} micro batches x v={lay.v}"
                               + (" (scatter/gather: 1/t of the activation on each TP rank's send)" if gather else ""),
                               per_micro=True))

@@ -259,6 +259,10 @@ class Layout:
     # gradients' reduce-scatter in bulk beside the column-parallel input- and weight-gradient GEMMs; each shows only
     # what outlasts its GEMM (plan/step.py), and its hidden time costs the SMs its kernels hold (UB_SMS)
     tp_comm_overlap: bool = False
+    # Megatron-Core's overlap_p2p_comm (interleaved schedule only): a chunk's send and the next chunk's receive are
+    # posted without waiting and waited just before they are needed, so each pipeline transfer runs beside a chunk's
+    # compute and shows only what outlasts it (plan/step.py); False: every transfer on the critical path
+    overlap_p2p_comm: bool = False
     # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
     # SP; DeepSpeed's PipelineEngine partitions the same way under TP): under TP without SP each TP rank sends 1/t of
     # the activation to the next stage and the receiver all-gathers the pieces over the node's links; False: the
@@ -313,6 +317,9 @@ class Layout:
         _one_of("offload", self.offload, OFFLOAD)
         _one_of("padding", self.padding, PADDING)
         _one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
+        if self.overlap_p2p_comm and not (self.pp > 1 and self.v > 1):
+            raise ValueError("overlap_p2p_comm needs pp > 1 and v > 1: Megatron-Core overlaps the pipeline's sends in "
+                             "its interleaved schedule only")
         if self.tp_comm_overlap and not (self.tp > 1 and self.sp):
             raise ValueError("tp_comm_overlap (Transformer Engine's userbuffers) needs tp > 1 and sp=true: it "
                              "overlaps sequence parallelism's all-gathers and reduce-scatters")

@@ -187,3 +187,12 @@ def evaluate_rows(rows: list[dict]) -> list[dict]:
                     "planner_mem_gib": got["mem_gib"],
                     "mem_err": (got["mem_gib"] / r["mem_gib"] - 1) if r.get("mem_gib") else None})
     return out
+
+
+def error_stats(errs: list[float], limit: float = 0.15) -> str:
+    """A set's errors as the issue judges them: mean and max |error|, the rows over `limit`, the signed mean."""
+    if not errs:
+        return "no rows"
+    a = [abs(e) for e in errs]
+    return (f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:.2f}: {sum(x > limit for x in a)} "
+            f"({len(a)} rows); signed mean {sum(errs) / len(errs):+.3f}")

@@ -33,9 +33,10 @@ What the planner has no input for, in the rows' notes: the overlapped pipeline s
 parameter all-gathers under the distributed optimizer (the planner's float8 gather is FSDP's), the bf16 first and
 last blocks, TE's CP ring kernels (planned as the own ring), `overlap_param_gather_with_optimizer_step`.
 
-After the first evaluation, one input was added to every row, for memory only: `llama_impl="te"` (what Transformer
-Engine's modules save for backward, read in TE's source; the first evaluation planned shardlab's own block and put
-five of the seven runs over the GPU's memory). No time moved.
+After the first evaluation, two inputs the planner gained then, each read in the code the runs used, not fitted:
+`llama_impl="te"` on every row (what Transformer Engine's modules save for backward: the first evaluation planned
+shardlab's own block and put five of the seven runs over the GPU's memory; no time moved), and `overlap_p2p_comm`
+on the interleaved rows (Megatron-Core's pipeline transfers beside the chunks' compute, the recipes' setting).
 
 Seen before freezing (`seen`): two rows were planned, by hand and with their recipe guessed, while the B200 preset
 and the Hopper attention rates were written (docs/planner.md, "Cluster presets"): the 8B rows on 8 B200 and on 8 H100.
@@ -66,7 +67,9 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
            "strategy": "zero3" if fsdp else "zero1", "overlap_grad_reduce": True,
            **({} if fsdp else {"zero_bucket_mb": 256.0}),
            **({"cp_impl": "own"} if cp > 1 else {}),
-           **({"schedule": "interleaved", "v": vp} if vp > 1 else {}),
+           # overlap_p2p_comm: the recipe's (`overlap_p2p_comm=True`, `batch_p2p_comm=False`), a row input since
+           # the planner gained it after the first evaluation
+           **({"schedule": "interleaved", "v": vp, "overlap_p2p_comm": True} if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if size == "405b" else {})}
     return _row(case, _llama(size, tp), cluster, gpus, 8192, micro, gbs, lay, tokens,
                 f"{SOURCE}, {container} container (first published in {commit})", None, comm_dtype="bf16",

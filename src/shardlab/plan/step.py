@@ -210,7 +210,12 @@ def _critical_comm(comm: list[CommLine], mt, lay: Layout, cluster: Cluster) -> t
             continue
         cl.exposed = cl.time
         beside = mt.tp_hide.get(cl.c.overlap) if cl.c.calls else None
-        if beside:
+        if cl.c.overlap == "chunk" and cl.c.calls:
+            # Megatron-Core's overlap_p2p_comm: half the transfers (activations) beside a forward chunk, half
+            # (gradients) beside a backward chunk, each chunk 1/v of the stage's pass
+            call = cl.time / cl.c.calls
+            cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.fwd / lay.v) + max(0.0, call - mt.bwd / lay.v))
+        elif beside:
             call = cl.time / cl.c.calls
             # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs
             shown = [max(0.0, call - g) for g in beside]
@@ -389,6 +394,10 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                        if plan.train.grad_accum_add and m > 1 else "") + ")"
     X["compute"] = "forward + backward"
     X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
+    chunked = [cl for cl in plan.comm if cl.c.overlap == "chunk"]
+    if chunked:
+        X["tp_pp_comm"] += "; the pipeline's transfers beside the next chunk's compute (overlap_p2p_comm): " + ", ".join(
+            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed" for cl in chunked)
     beside = [cl for cl in plan.comm if cl.c.overlap in _BESIDE]
     if beside:
         X["tp_pp_comm"] += ("; Transformer Engine's userbuffers (tp_comm_overlap): " if plan.layout.tp_comm_overlap
@@ -413,7 +422,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                                     for cl in piped)
     ub = plan.layout.tp_comm_overlap
     hidden = sum(cl.time - cl.exposed for cl in plan.comm
-                 if cl.c.group not in _CRITICAL or (cl.c.overlap in _BESIDE and not ub))
+                 if cl.c.group not in _CRITICAL or (cl.c.overlap in _BESIDE and not ub) or cl.c.overlap == "chunk")
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute"
                          + ("; userbuffers' hidden TP collectives x the SMs their kernels hold (ring exchange 1, "
