@@ -46,7 +46,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from .model import PRESETS
-from .published_gpu_heldout import _row, evaluate_rows  # noqa: F401  (evaluate_rows: re-exported for the script)
+from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
 
 SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary{,-archive}.md"
 PASSES = ("zero_grads", "grad_norm", "master_copy")
@@ -69,7 +69,7 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
            **({"cp_impl": "own"} if cp > 1 else {}),
            # overlap_p2p_comm: the recipe's (`overlap_p2p_comm=True`, `batch_p2p_comm=False`), a row input since
            # the planner gained it after the first evaluation
-           **({"schedule": "interleaved", "v": vp, "overlap_p2p_comm": True} if vp > 1 else {}),
+           **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": True} if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if size == "405b" else {})}
     return _row(case, _llama(size, tp), cluster, gpus, 8192, micro, gbs, lay, tokens,
                 f"{SOURCE}, {container} container (first published in {commit})", None, comm_dtype="bf16",

@@ -93,7 +93,8 @@ class Plan:
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
 
 
-# Groups on the critical path of every micro batch: their collectives are never overlapped.
+# Groups on the critical path of every micro batch: their collectives are exposed unless a layout hides one beside
+# compute (_critical_comm: the async TP backward, userbuffers, overlap_p2p_comm).
 _CRITICAL = ("tp", "pp", "cp")
 # TP collectives beside a GEMM (compute.tp_hiding): the async TP backward's, and Transformer Engine's userbuffers'
 _BESIDE = ("wgrad", "dgrad", "col_fprop", "row_fprop", "row_dgrad")
@@ -202,8 +203,8 @@ def bubble_units(lay: Layout, m: int) -> float:
 def _critical_comm(comm: list[CommLine], mt, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
     """(exposed, hidden, userbuffers' SM seconds) per step of the tensor-parallel, context-parallel and pipeline
     collectives: all exposed, but those beside a GEMM (mt.tp_hide: Megatron's async TP backward, Transformer
-    Engine's userbuffers), which show only what outlasts it. The async backward's hidden time costs NCCL's SM share
-    (the caller); userbuffers' costs the SMs its kernels hold (UB_SMS) for the time they run hidden."""
+    Engine's userbuffers) or a pipeline chunk's compute (Megatron-Core's overlap_p2p_comm), which show only what
+    outlasts it. Hidden time costs NCCL's SM share (the caller), userbuffers' the SMs its kernels hold (UB_SMS)."""
     exposed = hidden = ub = 0.0
     for cl in comm:
         if cl.c.group not in _CRITICAL:
