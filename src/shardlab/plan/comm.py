@@ -29,7 +29,7 @@ class Collective:
     n: int  # group size
     payload: float  # bytes per rank per step, summed over calls
     calls: int  # calls per step
-    overlap: str  # compute it can hide behind: backward | forward+backward | none; TP's beside a GEMM (step.py):
+    overlap: str  # compute it can hide behind: backward | forward+backward | none; TP's beside a GEMM (critical.py):
     #              wgrad | dgrad (async TP backward, userbuffers' bulk) | col_fprop | row_fprop | row_dgrad (userbuffers)
     why: str  # the formula, for --explain
     per_micro: bool = False  # issued every micro batch (else once per step)
@@ -188,7 +188,7 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         skip = layers * m if (lay.recompute == "full" and train.recompute_early_stop) else 0
         stop = f" - {skip} not rerun (the recompute's early stop: the block's last one)" if skip else ""
         # Megatron's async TP backward (Layout.tp_async_backward): the column-parallel linears' input-gradient
-        # collectives, 2 per layer, run beside their weight-gradient GEMMs (step.py hides them there)
+        # collectives, 2 per layer, run beside their weight-gradient GEMMs (critical.py hides them there)
         beside = 2 * layers * m if lay.tp_async_backward else 0
         if lay.tp_comm_overlap:  # Transformer Engine's userbuffers: every block collective beside a GEMM
             out += _userbuffers(lay.tp, layers, m, act, e, rerun)

@@ -257,11 +257,11 @@ class Layout:
     # they feed and its reduce-scatters against the row-parallel GEMMs they follow (ring exchange), the backward's
     # gradient all-gathers against the row-parallel input-gradient GEMMs, the inputs' re-gather and the input
     # gradients' reduce-scatter in bulk beside the column-parallel input- and weight-gradient GEMMs; each shows only
-    # what outlasts its GEMM (plan/step.py), and its hidden time costs the SMs its kernels hold (UB_SMS)
+    # what outlasts its GEMM (plan/critical.py), and its hidden time costs the SMs its kernels hold (UB_SMS)
     tp_comm_overlap: bool = False
     # Megatron-Core's overlap_p2p_comm (interleaved schedule only): a chunk's send and the next chunk's receive are
     # posted without waiting and waited just before they are needed, so each pipeline transfer runs beside a chunk's
-    # compute and shows only what outlasts it (plan/step.py); False: every transfer on the critical path
+    # compute and shows only what outlasts it (plan/critical.py); False: every transfer on the critical path
     overlap_p2p_comm: bool = False
     # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
     # SP; DeepSpeed's PipelineEngine partitions the same way under TP): under TP without SP each TP rank sends 1/t of

@@ -1,7 +1,7 @@
 """One training step, end to end: evaluate(model, train, layout, cluster) -> Plan.
 
   t_mb     = forward + backward of one micro batch on the slowest stage
-             + its tensor-parallel collectives and pipeline sends (not overlapped)
+             + its tensor-parallel collectives and pipeline sends (exposed, but where critical.py hides them)
   pipeline = m * t_mb + bubble,  bubble = the schedule's idle micro-batch times x t_mb (bubble_units)
   exposed  = data-parallel comm not hidden behind compute: bucketed gradient collectives overlap
              the backward pass except the last bucket; ZeRO-3 prefetch overlaps forward and
@@ -20,6 +20,7 @@ from .comm import Collective, dp_collectives, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
 from .compute import micro_batch_time, optimizer_time
+from .critical import BESIDE, BESIDE_WORDS, CRITICAL, critical_comm, sync_waits
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum
 from .memory import Line, memory_lines
@@ -93,19 +94,6 @@ class Plan:
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
 
 
-# Groups on the critical path of every micro batch: their collectives are exposed unless a layout hides one beside
-# compute (_critical_comm: the async TP backward, userbuffers, overlap_p2p_comm).
-_CRITICAL = ("tp", "pp", "cp")
-# TP collectives beside a GEMM (compute.tp_hiding): the async TP backward's, and Transformer Engine's userbuffers'
-_BESIDE = ("wgrad", "dgrad", "col_fprop", "row_fprop", "row_dgrad")
-_BESIDE_WORDS = {"wgrad": "beside the weight-gradient GEMMs", "dgrad": "beside the input-gradient GEMMs",
-                 "col_fprop": "into the column-parallel GEMMs", "row_fprop": "out of the row-parallel GEMMs",
-                 "row_dgrad": "into the row-parallel input-gradient GEMMs"}
-# SMs a userbuffers overlap holds while it runs, (attention region, MLP region): Megatron-Bridge's
-# userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192 (src/megatron/bridge/training/comm_overlap.py @97ad8cc6f): ring
-# exchange 1 SM (qkv/fc1 fprop, proj/fc2 fprop and dgrad), bulk qkv_dgrad 4 / fc1_dgrad 2, qkv_wgrad 24 / fc1_wgrad 4
-UB_SMS = {"col_fprop": (1, 1), "row_fprop": (1, 1), "row_dgrad": (1, 1), "dgrad": (4, 2), "wgrad": (24, 4)}
-_RING = ("col_fprop", "row_fprop", "row_dgrad")  # userbuffers' ring exchange (the rest: bulk, the whole call beside)
 
 
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
@@ -119,13 +107,13 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp, tp_hidden, ub_cost = _critical_comm(plan.comm, mt, lay, cluster)
-    tp_pp += _sync_waits(plan.comm, mt, m, cluster)
+    tp_pp, tp_hidden, ub_cost = critical_comm(plan.comm, mt, lay, cluster)
+    tp_pp += sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * (tp_hidden + sum(cl.time - cl.exposed for cl in plan.comm
-                                                       if cl.c.group not in _CRITICAL)) + ub_cost
+                                                       if cl.c.group not in CRITICAL)) + ub_cost
     # torch's fully_shard runs its own copies around its collectives in place of the flat-buffer ones
     fsdp2 = fsdp2_kernels.kernels(model, train, lay, cluster, plan.comm, m)
     copies = fsdp2.seconds if fsdp2 else _zero_copies(plan.comm, lay, cluster)
@@ -200,58 +188,6 @@ def bubble_units(lay: Layout, m: int) -> float:
     return float(lay.pp - 1) if f is None else f / (1 - f) * m
 
 
-def _critical_comm(comm: list[CommLine], mt, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
-    """(exposed, hidden, userbuffers' SM seconds) per step of the tensor-parallel, context-parallel and pipeline
-    collectives: all exposed, but those beside a GEMM (mt.tp_hide: Megatron's async TP backward, Transformer
-    Engine's userbuffers) or a pipeline chunk's compute (Megatron-Core's overlap_p2p_comm), which show only what
-    outlasts it. Hidden time costs NCCL's SM share (the caller), userbuffers' the SMs its kernels hold (UB_SMS)."""
-    exposed = hidden = ub = 0.0
-    for cl in comm:
-        if cl.c.group not in _CRITICAL:
-            continue
-        cl.exposed = cl.time
-        beside = mt.tp_hide.get(cl.c.overlap) if cl.c.calls else None
-        if cl.c.overlap == "chunk" and cl.c.calls:
-            # Megatron-Core's overlap_p2p_comm: half the transfers (activations) beside a forward chunk, half
-            # (gradients) beside a backward chunk, each chunk 1/v of the stage's pass
-            call = cl.time / cl.c.calls
-            cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.fwd / lay.v) + max(0.0, call - mt.bwd / lay.v))
-        elif beside:
-            call = cl.time / cl.c.calls
-            # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs
-            shown = [max(0.0, call - g) for g in beside]
-            if lay.tp_comm_overlap and cl.c.overlap in _RING:
-                # split in t chunks, one a rank: the last chunk's GEMM (all-gather) or send (reduce-scatter) runs
-                # alone, so max(c, g) + min(c, g) / t of the two together, where they took c + g in turn
-                shown = [max(0.0, call - g) + min(call, g) / lay.tp for g in beside]
-            per = cl.c.calls / len(beside)
-            cl.exposed = per * sum(shown)
-            if lay.tp_comm_overlap:
-                if cluster.sms:  # a GPU preset (a profile file has no SM count)
-                    ub += per * sum((call - x) * k for x, k in zip(shown, UB_SMS[cl.c.overlap])) / cluster.sms
-                exposed += cl.exposed
-                continue
-        exposed += cl.exposed
-        hidden += cl.time - cl.exposed
-    return exposed, hidden, ub
-
-
-def _sync_waits(comm: list[CommLine], mt, m: int, cluster: Cluster) -> float:
-    """Seconds per step the ranks of tensor- and context-parallel groups wait for each other at their
-    collectives: every call ends a compute segment (the micro batch's passes split among the calls), and
-    on shared cores the members finish the same segment apart (cluster.sync_wait_at; 0 on presets).
-    Added to those collectives' exposed time: that is where the trace counts the wait."""
-    lines = [cl for cl in comm if cl.c.group in ("tp", "cp") and cl.c.calls and cl.time]
-    # a collective's waits: one per call, unless it declares fewer (cp: calls back to back share one)
-    calls = sum(cl.c.syncs or cl.c.calls for cl in lines)
-    if not calls or not cluster.sync_wait:
-        return 0.0
-    wait = cluster.sync_wait_at(m * (mt.fwd + mt.bwd) / calls)
-    for cl in lines:
-        cl.exposed += wait * (cl.c.syncs or cl.c.calls)
-    return wait * calls
-
-
 def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster, model: ModelSpec = None,
                      t_mb: float = 0.0) -> float:
     """Sets each data-parallel collective's exposed time; returns their sum."""
@@ -261,7 +197,7 @@ def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Clu
     # one compute budget shared by every overlappable collective: all of forward+backward, of which
     # gradient collectives may only use the backward part (and once-per-step ones the last one)
     for cl in comm:
-        if cl.c.group in _CRITICAL or getattr(cl, "pipelined", False):
+        if cl.c.group in CRITICAL or getattr(cl, "pipelined", False):
             continue
         if cl.c.overlap == "none" or cl.time == 0:
             cl.exposed = cl.time
@@ -278,7 +214,7 @@ def _overlap_dp_comm(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Clu
         used_all += hidden
         used_bwd += hidden if cl.c.overlap == "backward" else 0.0
         cl.exposed = cl.time - hidden
-    return sum(cl.exposed for cl in comm if cl.c.group not in _CRITICAL)
+    return sum(cl.exposed for cl in comm if cl.c.group not in CRITICAL)
 
 
 def _unit_pipeline(comm: list[CommLine], mt, m: int, lay: Layout, cluster: Cluster, model, t_mb: float):
@@ -365,7 +301,7 @@ def _optimizer_step(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cl
 def _trainer_time(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     # calibrated on shardlab's trainer: data, doctor, bookkeeping per step, and each collective's
     # Python path and sync skew per call (0 on presets)
-    dp_calls = sum(cl.c.calls for cl in comm if cl.c.group not in _CRITICAL) if lay.world > 1 else 0
+    dp_calls = sum(cl.c.calls for cl in comm if cl.c.group not in CRITICAL) if lay.world > 1 else 0
     per_call = cluster.call_overhead.get(lay.strategy, cluster.call_overhead.get("ddp", 0.0))
     return trainer_step_overhead(cluster, lay.world) + dp_calls * per_call
 
@@ -399,11 +335,11 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     if chunked:
         X["tp_pp_comm"] += "; the pipeline's transfers beside the next chunk's compute (overlap_p2p_comm): " + ", ".join(
             f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed" for cl in chunked)
-    beside = [cl for cl in plan.comm if cl.c.overlap in _BESIDE]
+    beside = [cl for cl in plan.comm if cl.c.overlap in BESIDE]
     if beside:
         X["tp_pp_comm"] += ("; Transformer Engine's userbuffers (tp_comm_overlap): " if plan.layout.tp_comm_overlap
                             else "; Megatron's async TP backward (tp_async_backward): ") + ", ".join(
-            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed {_BESIDE_WORDS[cl.c.overlap]}"
+            f"{cl.c.op} {cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed {BESIDE_WORDS[cl.c.overlap]}"
             for cl in beside)
     X["bubble"] = f"the schedule's idle t_mb per step x t_mb = {units:.3g} x {t_mb * 1e3:.3f} ms (p-1 for 1f1b, " \
                   f"(p-1)/v interleaved, (p-1)/3 zb, max(p-1, 2(2p-1-m))/6 zbv/dualpipev); fraction of the busy " \
@@ -423,7 +359,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                                     for cl in piped)
     ub = plan.layout.tp_comm_overlap
     hidden = sum(cl.time - cl.exposed for cl in plan.comm
-                 if cl.c.group not in _CRITICAL or (cl.c.overlap in _BESIDE and not ub) or cl.c.overlap == "chunk")
+                 if cl.c.group not in CRITICAL or (cl.c.overlap in BESIDE and not ub) or cl.c.overlap == "chunk")
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute"
                          + ("; userbuffers' hidden TP collectives x the SMs their kernels hold (ring exchange 1, "
