@@ -3,12 +3,14 @@ replica killed, then all started again with the same commands, resume from the n
 committed, in a new epoch of the job's keys, and end bitwise equal to a run that was never stopped.
 
 The replicas are one `single` process each (the resume logic does not depend on the layout inside). Replica
-1 is held with SIGSTOP while replica 0 saves one more checkpoint than it, so the newest *common* step is older
-than replica 0's latest: the resume must load replica 0's older checkpoint. Every wait has a deadline."""
+1 hangs at the start of step 3 (debug.hang_rank), after it committed step 2, while replica 0 goes on alone and
+saves one more checkpoint than it, so the newest *common* step is older than replica 0's latest: the resume must
+load replica 0's older checkpoint. The hang is injected in replica 1's own step rather than sent as SIGSTOP after
+a log line is seen: on a loaded machine the line reached the log late enough for replica 1 to commit step 4
+first (a CI run). Every wait has a deadline."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 
 import pytest
@@ -39,11 +41,10 @@ def test_whole_job_killed_resumes_from_the_newest_common_step(tmp_path):
     try:
         procs.append(ft.lighthouse(tmp_path, port, t_end))
         ov = _ov(port, "resume", job_dir)
-        r0, r1 = ft.replica(tmp_path, "r0", 0, 1, ov, t_end), ft.replica(tmp_path, "r1", 1, 1, ov, t_end)
+        r0 = ft.replica(tmp_path, "r0", 0, 1, ov, t_end)
+        r1 = ft.replica(tmp_path, "r1", 1, 1, ov + ["debug.hang_rank=0@3"], t_end)
         procs += [r0, r1]
-        p0, p1 = ft.rank_pids(r0, 0, 1), ft.rank_pids(r1, 1, 1)
-        r1.wait_for(r"quorum 1 for step 3 ")  # replica 1 committed step 2 (synchronous saves), not step 4
-        ft.signal_ranks(p1.values(), signal.SIGSTOP)
+        r1.wait_for(r"injected hang at step 3 ")  # replica 1 committed step 2 (synchronous saves), never step 4
         r0.wait_for(r"quorum \d+ for step 5 ")  # replica 0 went on alone and committed step 4
         for p in (r0, r1):
             p.kill()  # the whole job is dead
@@ -53,7 +54,8 @@ def test_whole_job_killed_resumes_from_the_newest_common_step(tmp_path):
         q0, q1 = ft.replica(tmp_path, "ref0", 0, 1, ref, t_end), ft.replica(tmp_path, "ref1", 1, 1, ref, t_end)
         procs += [q0, q1]
         time.sleep(8.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
-        again = ov + ["ckpt.resume=latest"]
+        # the resumed run starts from its own config.toml (launch/resume.py): the injected hang is lifted by name
+        again = ov + ["ckpt.resume=latest", "debug.hang_rank="]
         a0, a1 = ft.replica(tmp_path, "r0", 0, 1, again, t_end), ft.replica(tmp_path, "r1", 1, 1, again, t_end)
         procs += [a0, a1]
         assert a0.exitcode() == 0, a0.text()[-4000:]
