@@ -317,7 +317,7 @@ def test_the_b200_preset_and_blackwell_attention():
     for backend, gen in (("flash3", "blackwell"), ("flash4", "hopper")):
         with pytest.raises(ValueError, match=f"'{backend}' has no published rate on {gen}"):
             attention.efficiency(backend, b.peak_flops if gen == "blackwell" else 989e12)
-    assert gpu_preset("NVIDIA B200") == "B200" and gpu_preset("NVIDIA GB200") is None  # GB200: not this preset
+    assert gpu_preset("NVIDIA B200") == "B200" and gpu_preset("NVIDIA GB200") == "GB200"  # GB200: its own preset
     model, train, lay = PRESETS["llama3-8b"], TrainSpec(8, 1, 8192, flash_attention=True), \
         Layout(dp=8, strategy="zero3", recompute="selective")
     f2, f4 = evaluate(model, train, lay, load_cluster("B200", 8)), \
@@ -326,6 +326,23 @@ def test_the_b200_preset_and_blackwell_attention():
     assert f4.step_time < f2.step_time < h100.step_time
     flag = anchors.check(f2.mfu, b.peak_flops, True)
     assert flag["generation"] == "Blackwell (B200)" and flag["ceiling"] == 0.214 and flag["above"]
+
+
+def test_the_nvl72_presets():
+    """GB200 and GB300 (the NVL72 racks' GPUs): their datasheet figures, a node of 64 (the NVLink domain as
+    power-of-two jobs take it), Blackwell's attention rates, and sustained rates derived from the GB200's MAMF at each
+    part's power (no MSMF is published): more power, a higher settled clock, never above the burst."""
+    from shardlab.plan import attention
+    from shardlab.plan.peak import gpu_preset
+    g2, g3, b = load_cluster("gb200", 256), load_cluster("gb300", 64), load_cluster("B200")
+    assert (g2.gpus_per_node, g2.nodes, g3.nodes, g2.tdp_w, g3.tdp_w) == (64, 4, 1, 1200.0, 1400.0)
+    assert (g2.peak_flops, g2.peak_flops_fp8, g2.hbm_bytes, g3.hbm_bytes, g2.inter_bw, g3.inter_bw) == (
+        2500e12, 5000e12, 186e9, 288e9, 50e9, 100e9)
+    assert (g2.gemm_efficiency, g2.gemm_efficiency_fp8, g2.attention_sustained) == (0.607, 0.596, 0.833)
+    assert b.attention_sustained < g2.attention_sustained < g3.attention_sustained <= 1.0
+    assert g2.gemm_efficiency < g3.gemm_efficiency  # the same burst (MAMF), 1,400 W against 1,200 W
+    assert attention.generation(g2.peak_flops) == "blackwell" and g2.attention == "flash2"
+    assert gpu_preset("NVIDIA GB300") == "GB300"
 
 
 def test_hopper_flash3_and_cudnn_by_sequence():

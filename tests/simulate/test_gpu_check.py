@@ -110,7 +110,7 @@ def test_spec_peaks_match_torch_device_names():
     assert gpu_peak("NVIDIA H800", "bf16") == (989e12, "spec H800 (bf16)")
     assert gpu_peak("NVIDIA A100-SXM4-40GB", "bf16") == (312e12, "spec A100-40G (bf16)")
     assert gpu_peak("NVIDIA B200", "bf16") == (2250e12, "spec B200 (bf16)")
-    assert gpu_peak("NVIDIA GB200", "bf16")[0] is None  # the NVL72 part runs its dies faster than the DGX B200
+    assert gpu_peak("NVIDIA GB200", "bf16") == (2500e12, "spec GB200 (bf16)")  # the NVL72 part: its own preset
     for name in ("NVIDIA H200 NVL", "NVIDIA H100 PCIe", "Some Future GPU"):
         assert gpu_peak(name, "bf16")[0] is None, name
 

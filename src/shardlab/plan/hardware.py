@@ -213,6 +213,30 @@ _BLACKWELL = dict(_HOPPER, sms=148, tdp_w=1000.0, gemm_efficiency=round(1456.3 /
                   gemm_efficiency_fp8=round(2795.7 / 4500, 3), attention_by_seq=False,
                   attention_sustained=round(1456.3 / 1770.9, 3))
 
+
+
+def _sustained_at(power_w: float, boost_mhz: float) -> float:
+    """MSMF / MAMF of a Blackwell GPU run at `power_w` whose burst clock is `boost_mhz`, from the B200's measured pair
+    (1,456.3 / 1,770.9 BF16 at 1,000 W: a ~1,339 MHz settled clock against the 1,965 MHz boost) with the settled clock
+    scaled by the power limit's cube root, as Cluster.clock_factor scales it. No MSMF is published for these parts."""
+    settled = 1339.0 * (power_w / 1000.0) ** (1 / 3)
+    return (1456.3 / 1770.9) * (settled / boost_mhz) / (1339.0 / 1965.0)
+
+
+# The NVL72 parts (Grace Blackwell): the B200's terms with their own sustained rates. gemm_efficiency: the GB200's
+# measured MAMF (1,822.0 BF16, 3,615.6 FP8, of 2,500 / 5,000: S. Bekman, ml-engineering, MAMF table, branch fast-mamf,
+# commit 082816f; boost 2,062 MHz, the device's maximum SM clock, same README) times _sustained_at its 1,200 W (the
+# FP8 pair: the B200's 2,795.7 / 3,435.2). The GB300 has no MAMF or clock published: the GB200's MAMF (its B300
+# silicon bursts as the B200 does: 1,769.0 against 1,770.9) and boost clock, at its 1,400 W. Derived, not measured:
+# docs/planner.md says so beside every figure planned on them
+_B200_FP8_RATIO = (2795.7 / 3435.2) / (1456.3 / 1770.9)  # the FP8 GEMM's MSMF / MAMF over the BF16 one's
+_GRACE_BLACKWELL = {
+    name: dict(_BLACKWELL, tdp_w=watts,
+               gemm_efficiency=round(1822.0 * _sustained_at(watts, 2062.0) / 2500, 3),
+               gemm_efficiency_fp8=round(3615.6 * _sustained_at(watts, 2062.0) * _B200_FP8_RATIO / 5000, 3),
+               attention_sustained=round(min(1.0, _sustained_at(watts, 2062.0)), 3))
+    for name, watts in (("GB200", 1200.0), ("GB300", 1400.0))}
+
 PRESETS: dict[str, Cluster] = {
     "A100-80G": _node(
         "A100-80G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=80 * GB,
@@ -242,6 +266,21 @@ PRESETS: dict[str, Cluster] = {
         "B200", peak_flops=2250e12, peak_flops_fp32=80e12, peak_flops_fp8=4500e12, hbm_bytes=180 * GB,
         hbm_bw=8000 * GB, intra_bw=900 * GB, intra_latency=5.7e-6,
         inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=64 * GB, **_BLACKWELL),
+    # NVIDIA GB200 NVL72 (docs/planner.md, "Cluster presets", GB200 and GB300): two Blackwell GPUs and a Grace CPU per
+    # superchip, 72 GPUs on one NVLink 5 domain (900 GB/s a direction each, as the B200's). Per GPU: 2,500 dense BF16
+    # and 5,000 FP8 TFLOP/s, 186 GB of HBM3e at 8 TB/s, 1,200 W, one ConnectX-7 at 400 Gb/s; the host link is the
+    # superchip's 900 GB/s bidirectional NVLink-C2C shared by its two GPUs. gpus_per_node 64: the NVLink domain as
+    # jobs take it (power-of-two groups tile 64 of its 72 GPUs; a node here is what an NVLink group can span)
+    "GB200": _node(
+        "GB200", gpus_per_node=64, peak_flops=2500e12, peak_flops_fp32=80e12, peak_flops_fp8=5000e12,
+        hbm_bytes=186 * GB, hbm_bw=8000 * GB, intra_bw=900 * GB, intra_latency=5.7e-6,
+        inter_bw=50 * GB, inter_latency=6.6e-6, pcie_bw=225 * GB, **_GRACE_BLACKWELL["GB200"]),
+    # NVIDIA GB300 NVL72: Blackwell Ultra, the GB200's compute peaks (2,500 / 5,000), 288 GB of HBM3e at 8 TB/s,
+    # 1,400 W, one ConnectX-8 at 800 Gb/s per GPU
+    "GB300": _node(
+        "GB300", gpus_per_node=64, peak_flops=2500e12, peak_flops_fp32=80e12, peak_flops_fp8=5000e12,
+        hbm_bytes=288 * GB, hbm_bw=8000 * GB, intra_bw=900 * GB, intra_latency=5.7e-6,
+        inter_bw=100 * GB, inter_latency=6.6e-6, pcie_bw=225 * GB, **_GRACE_BLACKWELL["GB300"]),
 }
 # Parts that are a preset's silicon with other memory or links, every other field that preset's: the A100's 40 GB
 # part (NVIDIA A100 datasheet: 40 GB of HBM2 at 1,555 GB/s; the DGX A100 320GB has the same network) and the H800
@@ -249,7 +288,7 @@ PRESETS: dict[str, Cluster] = {
 PRESETS["A100-40G"] = replace(PRESETS["A100-80G"], name="A100-40G", hbm_bytes=40 * GB, hbm_bw=1555 * GB)
 PRESETS["H800"] = replace(PRESETS["H100-SXM"], name="H800", intra_bw=200 * GB)
 ALIASES = {"a100": "A100-80G", "a100-40g": "A100-40G", "h100": "H100-SXM", "h800": "H800", "h200": "H200",
-           "h100-500w": "H100-SXM-500W", "b200": "B200"}
+           "h100-500w": "H100-SXM-500W", "b200": "B200", "gb200": "GB200", "gb300": "GB300"}
 
 
 def default_profile_path() -> Path:

@@ -20,14 +20,14 @@ import time
 from .hardware import PRESETS, default_profile_path, read_profile
 
 # substring of the name -> preset, the first that matches ("NVIDIA A100-SXM4-40GB" is the 40 GB part)
-_GPU_NAMES = (("B200", "B200"), ("H200", "H200"), ("H800", "H800"), ("H100", "H100-SXM"),
-              ("A100-SXM4-40GB", "A100-40G"), ("A100", "A100-80G"))
+_GPU_NAMES = (("GB200", "GB200"), ("GB300", "GB300"), ("B200", "B200"), ("H200", "H200"), ("H800", "H800"),
+              ("H100", "H100-SXM"), ("A100-SXM4-40GB", "A100-40G"), ("A100", "A100-80G"))
 GEMM_N = 1024  # 2 GFLOP per product: long enough to saturate, short enough to repeat
 
 
-# H100/H200 NVL (835 TFLOP/s bf16) and H100 PCIe (756): not the SXM presets; GB200 (its B200 dies at 2,500 TF
-# bf16 in the NVL72 racks, 4 GPUs to a tray): not the DGX B200 preset
-_OTHER_PARTS = ("NVL", "PCIe", "GB200")
+# H100/H200 NVL (835 TFLOP/s bf16) and H100 PCIe (756): not the SXM presets (the GB200 and GB300, the NVL72 racks'
+# parts, have presets of their own, matched before "B200")
+_OTHER_PARTS = ("NVL", "PCIe")
 
 
 def gpu_preset(device_name: str) -> str | None:
