@@ -9,26 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from shardlab.plan.published_gpu import error_stats as _stats
+from shardlab.plan.published_gpu import print_set
 from shardlab.plan.published_gpu_eighth import EIGHTH, evaluate_rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--summary", action="store_true", help="the means only")
-    args = ap.parse_args()
-    rows = evaluate_rows(EIGHTH)
-    if not args.summary:
-        print("| case | published tok/s/GPU | planner | error | fits | seen |")
-        print("| --- | --- | --- | --- | --- | --- |")
-        for r in rows:
-            print(f"| {r['case']} | {r['tokens_per_gpu']:,.0f} | {r['planner']:,.0f} | {r['err']:+.1%} | "
-                  f"{'yes' if r['fits'] else 'no'} | {'yes' if r['seen'] else ''} |")
-        print()
-    print(f"tokens/s/GPU, all: {_stats([r['err'] for r in rows])}")
-    print(f"  not seen before freezing: {_stats([r['err'] for r in rows if not r['seen']])}")
-    for gpu in dict.fromkeys(r["cluster"] for r in rows):
-        print(f"  {gpu}: {_stats([r['err'] for r in rows if r['cluster'] == gpu])}")
+    print_set(evaluate_rows(EIGHTH), ap.parse_args().summary)
 
 
 if __name__ == "__main__":

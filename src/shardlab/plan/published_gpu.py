@@ -196,3 +196,19 @@ def error_stats(errs: list[float], limit: float = 0.15) -> str:
     a = [abs(e) for e in errs]
     return (f"mean {sum(a) / len(a):.3f} / max {max(a):.3f} / over {limit:.2f}: {sum(x > limit for x in a)} "
             f"({len(a)} rows); signed mean {sum(errs) / len(errs):+.3f}")
+
+
+def print_set(rows: list[dict], summary: bool = False) -> None:
+    """A frozen set's evaluated rows (evaluate_rows) as the set scripts print them: the table, then error_stats of all
+    rows, of those not seen before freezing, and of each cluster."""
+    if not summary:
+        print("| case | published tok/s/GPU | planner | error | fits | seen |")
+        print("| --- | --- | --- | --- | --- | --- |")
+        for r in rows:
+            print(f"| {r['case']} | {r['tokens_per_gpu']:,.0f} | {r['planner']:,.0f} | {r['err']:+.1%} | "
+                  f"{'yes' if r['fits'] else 'no'} | {'yes' if r['seen'] else ''} |")
+        print()
+    print(f"tokens/s/GPU, all: {error_stats([r['err'] for r in rows])}")
+    print(f"  not seen before freezing: {error_stats([r['err'] for r in rows if not r['seen']])}")
+    for gpu in dict.fromkeys(r["cluster"] for r in rows):
+        print(f"  {gpu}: {error_stats([r['err'] for r in rows if r['cluster'] == gpu])}")
