@@ -33,7 +33,8 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "schedule": str, "v": int, "pp_split": str, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
-               "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool"}
+               "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
+               "offload_activations": int}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
             "moe_router_lr_scale": float, "ep": int}  # plan/moe.py (weights and balancing change nothing)
@@ -50,7 +51,7 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "global_batch": (1, 2**24),
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
-          "cp": (1, 4096), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
+          "cp": (1, 4096), "offload_activations": (0, 1024), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
           "ep": (1, 2**16)}
 FLOAT_RANGES = {"power_w": (1.0, 2000.0), "bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),
                 "last_bucket_mb": (0.0, 2**20)}

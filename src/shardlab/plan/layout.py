@@ -263,6 +263,10 @@ class Layout:
     # posted without waiting and waited just before they are needed, so each pipeline transfer runs beside a chunk's
     # compute and shows only what outlasts it (plan/critical.py); False: every transfer on the critical path
     overlap_p2p_comm: bool = False
+    # blocks whose saved activations go to host memory during the forward and come back for the backward
+    # (Megatron-Core's cpu_offloading_num_layers: Transformer Engine's CPU offloading; plan/offload.py): the first N
+    # blocks, at most n_layer - N blocks' activations on the GPU; 0 = none
+    offload_activations: int = 0
     # Megatron's scatter/gather between pipeline stages (Narayanan et al. 2021, Sec. 4.1; on by default, off under
     # SP; DeepSpeed's PipelineEngine partitions the same way under TP): under TP without SP each TP rank sends 1/t of
     # the activation to the next stage and the receiver all-gathers the pieces over the node's links; False: the
@@ -360,6 +364,14 @@ class Layout:
         if self.pp * self.v > model.n_layer:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
                              "every stage needs a layer")
+        if self.offload_activations:
+            n = self.offload_activations
+            if not 0 < n < model.n_layer:
+                raise ValueError(f"offload_activations={n}: between 1 and n_layer - 1 = {model.n_layer - 1} blocks "
+                                 "(at least one block's activations stay on the GPU)")
+            if self.pp > 1 or self.recompute != "none":
+                raise ValueError("offload_activations needs pp=1 and recompute=none: Megatron-Core refuses CPU "
+                                 "offloading with pipeline parallelism and with recomputation")
         if self.offload != "none" and self.strategy == "ddp":
             raise ValueError("offload needs a ZeRO strategy (zero1/zero2/zero3)")
         if self.offload == "params" and self.strategy != "zero3":
@@ -383,6 +395,8 @@ class Layout:
             parts.append(f"recompute={self.recompute}")
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
+        if self.offload_activations:
+            parts.append(f"offload_activations={self.offload_activations}")
         return " ".join(parts)
 
 

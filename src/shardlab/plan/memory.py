@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from shardlab.parallel.pp import registry
 
-from . import fp8
+from . import fp8, offload
 from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
@@ -136,7 +136,7 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
     fl = in_flight(lay, m)
     extra = activation_bytes_extra(model, b, s, lay.tp, lay.sp, lay.pp, fl, dropout=train.dropout,
                                    fused_loss=train.fused_loss, dtensor_loss=train.dtensor_loss) * train.act_bytes_scale
-    one = per_layer * layers
+    one = per_layer * offload.kept_layers(layers, lay)  # offload_activations: the rest in host memory
     form = {"none": "sbh(34 + 5as/h)", "selective-attn": "sbh*34", "full": "2sbh",
             "selective": "sbh(2/t_sp + 16/t + 4) + 4asb/t (shardlab's selective)",
             "selective-op": "as selective (torchtitan's op policy: counted for llama only)"}[lay.recompute]
@@ -161,7 +161,8 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
                "8sbv/t: vocab-parallel softmax and gradient") + ")") if logits else ""
     lines = [
         Line("activations", one + extra,
-             f"{form}{scale} per layer = {per_layer:,.0f} B x {layers} layers"
+             f"{form}{scale} per layer = {per_layer:,.0f} B x {offload.kept_layers(layers, lay)} layers"
+             f"{f' (of {layers}: {lay.offload_activations} offloaded to host memory)' if lay.offload_activations else ''}"
              f"{'' if blocks is None else ' (the first rank of pp_split=ends-as-blocks)'} + embedding/output "
              f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]

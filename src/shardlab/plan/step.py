@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import fsdp2_kernels, overlap
+from . import fsdp2_kernels, offload, overlap
 from .comm import Collective, dp_collectives, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -23,7 +23,7 @@ from .compute import micro_batch_time, optimizer_time
 from .critical import BESIDE, BESIDE_WORDS, CRITICAL, critical_comm, sync_waits
 from .hardware import Cluster
 from .layout import Layout, TrainSpec, grad_accum
-from .memory import Line, memory_lines
+from .memory import Line, memory_lines, stored_per_layer
 from .model import ModelSpec
 
 
@@ -104,6 +104,11 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     t_copy = grad_copy_time(model, train, lay, cluster) + grad_accumulate_time(model, train, lay, cluster, m)
     if t_copy:
         mt = replace(mt, bwd=mt.bwd + t_copy)
+    # offload_activations: the passes wait where a block's copy to or from host memory outlasts what hides it
+    offload_why = ""
+    if lay.offload_activations:
+        wf, wb, offload_why = offload.seconds(*stored_per_layer(model, train, lay), mt.fwd, mt.bwd, lay, cluster)
+        mt = replace(mt, fwd=mt.fwd + wf, bwd=mt.bwd + wb)
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
@@ -133,6 +138,8 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["trainer"] = _trainer_time(plan.comm, lay, cluster)
     T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
+    if offload_why:
+        plan.explain["forward"] += f"; {offload_why}"
     if fsdp2:
         plan.explain["zero_copies"] = fsdp2.why
     return plan
