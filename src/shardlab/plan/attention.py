@@ -41,7 +41,8 @@ EFFICIENCY = {
     ("flash2", "blackwell"): (0.158, 0.145),
     ("flash4", "blackwell"): (round(1418.1 / 2250, 3), round(1208.6 / 2250, 3)),  # flash-attention PR #2280
     # cuDNN's fused attention (Transformer Engine's FusedAttention, which it prefers on Hopper and later) on Blackwell:
-    # FlashAttention-4's rates. Beside it on one B200 (flash-attention PR #2605, forward, head dim 64, causal) cuDNN
+    # FlashAttention-4's rates. Beside it on one GB200 or GB300 (flash-attention PR #2605, forward, head dim 64, causal;
+    # its MFU column divides by those parts' 2,500 TF) cuDNN
     # ran 977 / 1,071 / 1,115 TFLOP/s at 4k / 8k / 16k against FlashAttention-4's 917 / 1,079 / 1,176, within 6%;
     # the FlashAttention-4 paper's "up to 1.3x over cuDNN 9.13" is its best case. No backward comparison was read
     ("cudnn", "blackwell"): (round(1418.1 / 2250, 3), round(1208.6 / 2250, 3)),
