@@ -102,3 +102,15 @@ def test_explain_names_the_fp8_rate():
     fwd = evaluate(BIG, train("tensorwise"), lay, H100).explain["forward"]
     assert "FP8 GEMMs (tensorwise) at 0.651 of the 1,979 TF FP8 peak (sustained, FP8 MSMF)" in fwd
     assert "FP8 GEMMs" not in evaluate(BIG, train(), lay, H100).explain["forward"]
+
+
+def test_fp8_is_a_plan_key():
+    """`fp8` (training's train.fp8) plans the block linears' GEMMs at the FP8 rate; an unknown recipe is one line."""
+    from shardlab.plan.cli import _parse_kv, build
+    kv = _parse_kv(["model=llama3-8b", "cluster=B200", "gpus=16", "strategy=zero1", "precision=bf16-mixed",
+                    "global_batch=64", "train.seq_len=8192"])
+    plain = evaluate(*build(kv))
+    fp8 = evaluate(*build({**kv, **_parse_kv(["train.fp8=tensorwise"])}))
+    assert fp8.train.fp8 == "tensorwise" and fp8.step_time < 0.9 * plain.step_time  # attention and the head stay 16-bit
+    with pytest.raises(ValueError, match="fp8 must be one of none, tensorwise, rowwise, mxfp8"):
+        evaluate(*build({**kv, **_parse_kv(["fp8=fp4"])}))

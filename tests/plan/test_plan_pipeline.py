@@ -42,6 +42,10 @@ def test_cli_plans_bloom_on_12_stages(capsys):
     assert "pp=12" in capsys.readouterr().out
     assert main(["model=gpt2", "n_layer=4", "pp=8", "gpus=8"]) == 2  # more stages than layers: bad input
     assert "every stage needs a layer" in capsys.readouterr().err
+    # the embedding and the head weigh a block each (Megatron's 126 + 2 over 128 stages): one stage each is a plan
+    ends = ["model=llama3-8b", "n_layer=6", "cluster=B200", "gpus=8", "pp=4", "v=2", "schedule=interleaved",
+            "strategy=zero1", "global_batch=64"]
+    assert main(ends + ["pp_split=ends-as-blocks"]) in (0, 1) and main(ends) == 2
 
 
 @pytest.mark.parametrize("m", [2, 4])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from shardlab import precision
 from shardlab.degrees import Degrees
+from shardlab.fp8.recipes import NAMES as FP8_RECIPES
 from shardlab.optim import registry as optimizers
 from shardlab.parallel.pp import registry
 from shardlab.parallel.pp.registry import PLANNED as SCHEDULES  # the schedules the planner models
@@ -156,6 +157,7 @@ class TrainSpec:
         _one_of("optimizer", self.optimizer, OPTIMIZERS)
         _one_of("mem_measure", self.mem_measure, ("allocated", "reserved", "device"))
         _one_of("llama_impl", self.llama_impl, ("own", "torchtitan", "te"))
+        _one_of("fp8", self.fp8, ("none", *FP8_RECIPES))
         for name in self.optimizer_passes:
             _one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:
@@ -361,8 +363,12 @@ class Layout:
         if self.v < lo or (hi is not None and self.v > hi):
             raise ValueError(f"schedule {self.schedule} runs {lo}{'' if hi == lo else f' to {hi}'} stages per rank "
                              f"(v={lo} for its V placement), got v={self.v}")
-        if self.pp * self.v > model.n_layer:
-            raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}: "
+        # ends-as-blocks: the embedding and the head weigh a block each, so a stage may hold one of them alone
+        # (Megatron-Core's account_for_embedding/loss_in_pipeline_split: 126 blocks + 2 over 128 stages)
+        layers = model.n_layer + (2 if self.pp_split == "ends-as-blocks" else 0)
+        if self.pp * self.v > layers:
+            raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}"
+                             f"{' (+ 2: pp_split=ends-as-blocks)' if layers > model.n_layer else ''}: "
                              "every stage needs a layer")
         if self.offload_activations:
             n = self.offload_activations
