@@ -46,16 +46,18 @@ def losses_of(par, steps=STEPS):
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_losses_agree_over_50_steps(recipe):
-    """Bound: 0.02 nats at every step, on a loss falling from 5.5 to 0.15 (the tiny GPT-2 memorising four
+    """Bound: 3% of the loss at every step, on a loss falling from 5.5 to 0.15 (the tiny GPT-2 memorising four
     sequences). Each GEMM agrees to fp32 accumulation order (tensorwise; rowwise exactly in isolation, the
-    bias and output casts around it differ in the last bit); AdamW amplifies such differences over 50 steps.
-    Measured: at most 0.0053 (tensorwise) and 0.0050 nats (rowwise); relative 4e-5 to 3e-4 over the first 20
-    steps, up to 2.6% (tensorwise) and 0.7% (rowwise) at the end, where the loss is 0.15."""
+    bias and output casts around it differ in the last bit; tests/fp8/test_gemm.py holds each to 1e-6); AdamW
+    amplifies such differences over 50 steps, by how much depends on the CPU's bf16 kernels. Measured on two
+    machines: up to 2.6% of the loss (at the end, where it is 0.15); in nats at most 0.0053 on one, while on the
+    other (and with ATEN_CPU_CAPABILITY=default) steps 4-5 swing by 0.03-0.04 nats either way (0.7-1.0% of a
+    4.5 loss) and come back: an absolute bound of 0.02 nats held on one machine only."""
     own, tao = losses_of(built(recipe, "own")), losses_of(built(recipe, "torchao"))
-    gaps = [abs(a - b) for a, b in zip(own, tao)]
-    print(recipe, f"max gap over {STEPS} steps {max(gaps):.4f} nats, final {own[-1]:.4f} vs {tao[-1]:.4f}")
+    gaps = [abs(a - b) / max(a, b) for a, b in zip(own, tao)]
+    print(recipe, f"max gap over {STEPS} steps {max(gaps):.2%} of the loss, final {own[-1]:.4f} vs {tao[-1]:.4f}")
     assert own[-1] < own[0] - 1.0 and tao[-1] < tao[0] - 1.0
-    assert max(gaps) < 0.02
+    assert max(gaps) < 0.03
 
 
 def test_fsdp_float8_all_gather_needs_nccl():
