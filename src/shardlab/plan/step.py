@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import fsdp2_kernels, offload, overlap
+from . import fp8 as fp8_mod, fsdp2_kernels, offload, overlap
 from .comm import Collective, dp_collectives, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -388,7 +388,9 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
     if fp8 != "none" and c.peak_flops_fp8:
         eff8 = c.gemm_efficiency_fp8 or c.gemm_efficiency
         out.append(f"FP8 GEMMs ({fp8}) at {eff8:g} of the {c.peak_flops_fp8 / 1e12:,.0f} TF FP8 peak"
-                   + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else ""))
+                   + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else "")
+                   + (f" x {fp8_mod.MXFP8_KERNEL:g} (MXFP8's block-scaled kernels against tensorwise's, Transformer "
+                      "Engine's GEMM profile)" if fp8 == "mxfp8" else ""))
     if fp8 == "rowwise" and c.fp8_rowwise_by_shape:
         from .fp8_rowwise import SOURCE
         out.append(f"compiled rowwise linears: 16-bit time / {SOURCE}")
