@@ -1,0 +1,30 @@
+"""The planner against the frozen sets of Megatron-Bridge's performance tables (Megatron-Core with Transformer
+Engine), each committed before the planner was first run on it; evaluate once per committed change of the planner:
+  eighth  dense Llama 3 rows on DGX H100 and DGX B200, FP8 current scaling (plan/published_gpu_eighth.py)
+  ninth   the same on GB200 and GB300, the NVL72 racks' GPUs (plan/published_gpu_ninth.py)
+  tenth   dense Llama 3 rows in MXFP8 on B200, GB200 and GB300 (plan/published_gpu_tenth.py)
+
+    PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
+    PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+from shardlab.plan.published_gpu import print_set
+
+SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH"}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("set", choices=SETS, help="which frozen set")
+    ap.add_argument("--summary", action="store_true", help="the means only")
+    args = ap.parse_args()
+    mod = importlib.import_module(f"shardlab.plan.published_gpu_{args.set}")
+    print_set(mod.evaluate_rows(getattr(mod, SETS[args.set])), args.summary)
+
+
+if __name__ == "__main__":
+    main()
