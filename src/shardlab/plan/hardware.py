@@ -214,7 +214,6 @@ _BLACKWELL = dict(_HOPPER, sms=148, tdp_w=1000.0, gemm_efficiency=round(1456.3 /
                   attention_sustained=round(1456.3 / 1770.9, 3))
 
 
-
 def _sustained_at(power_w: float, boost_mhz: float) -> float:
     """MSMF / MAMF of a Blackwell GPU run at `power_w` whose burst clock is `boost_mhz`, from the B200's measured pair
     (1,456.3 / 1,770.9 BF16 at 1,000 W: a ~1,339 MHz settled clock against the 1,965 MHz boost) with the settled clock
