@@ -16,6 +16,7 @@ import importlib
 from shardlab.fp8.cost import cast_bytes
 
 from . import fp8_rowwise
+from .attention import generation
 from .layout import stage_layers
 
 CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # ops.py's op names
@@ -56,7 +57,15 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
     else:
         cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
     peak8 = sustained_fp8_peak(c) * (MXFP8_KERNEL if train.fp8 == "mxfp8" else 1.0)
+    if train.fp8 == "mxfp8" and not mxfp8_native(c):
+        peak8 = 0.0  # emulated, as the float8 layer runs it there: quantize-dequantize and a 16-bit GEMM
     return hook("flops")(seconds, c.peak_flops, peak8, cast, c.elementwise_bw or c.hbm_bw)
+
+
+def mxfp8_native(c) -> bool:
+    """Whether the cluster's GPUs run MXFP8 GEMMs on block-scaled tensor cores: Blackwell's (Transformer Engine's GEMM
+    profile: "On Hopper (H100/H200), skip MXFP8 and NVFP4 which require Blackwell"); elsewhere MXFP8 is emulated."""
+    return bool(c.peak_flops_fp8) and generation(c.peak_flops) == "blackwell"
 
 
 def sustained_fp8_peak(c) -> float:

@@ -385,7 +385,9 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
     if c.clock_factor < 1:
         out.append(f"sustained clock ({c.power_w:g} W / {c.tdp_w:g} W)^(1/3) = {c.clock_factor:.3f}")
     out.append(f"GEMMs at {c.gemm_efficiency:g} of peak" + (" (sustained, MSMF)" if c.gemm_efficiency != 0.75 else ""))
-    if fp8 != "none" and c.peak_flops_fp8:
+    if fp8 == "mxfp8" and c.peak_flops_fp8 and not fp8_mod.mxfp8_native(c):
+        out.append("MXFP8 emulated (quantize-dequantize, 16-bit GEMMs): no block-scaled tensor cores before Blackwell")
+    elif fp8 != "none" and c.peak_flops_fp8:
         eff8 = c.gemm_efficiency_fp8 or c.gemm_efficiency
         out.append(f"FP8 GEMMs ({fp8}) at {eff8:g} of the {c.peak_flops_fp8 / 1e12:,.0f} TF FP8 peak"
                    + (" (sustained, FP8 MSMF)" if c.gemm_efficiency_fp8 else "")
