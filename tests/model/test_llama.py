@@ -209,7 +209,8 @@ def test_planner_tp_rule_and_traffic_for_grouped_query_attention():
     all-reduce of their gradients (2 L g h elements) joins the tp traffic; a tp that breaks the rule is
     refused, as training refuses it."""
     from shardlab.plan.comm import tp_pp_collectives, units
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import PRESETS as PLAN
     from shardlab.plan.model import ModelSpec
 

@@ -6,7 +6,8 @@ import pytest
 
 from shardlab.plan.calibrate_compute import refit_in_situ_families
 from shardlab.plan.hardware import PRESETS
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import ModelSpec
 from shardlab.plan.step import evaluate
 

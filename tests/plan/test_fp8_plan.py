@@ -8,7 +8,8 @@ from shardlab.fp8.cost import all_gather_bytes, scale_bytes
 from shardlab.plan.compute import micro_batch_time
 from shardlab.plan.fp8 import converted_shapes
 from shardlab.plan.hardware import PRESETS, load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS as MODELS, model_from_args
 from shardlab.plan.step import evaluate
 

@@ -94,7 +94,8 @@ def test_in_situ_remainder_makes_the_whole_pass():
     from shardlab.plan.calibrate_insitu import measure_in_situ
     from shardlab.plan.compute import keyed_time, micro_batch_time, rest_key
     from shardlab.plan.hardware import Cluster
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import PRESETS
     m, b = PRESETS["tiny"], 2
     table, _ = measure_in_situ(m, b, steps=2, min_time=0.5)  # averaged: the remainder is a difference

@@ -8,7 +8,8 @@ import pytest
 
 from shardlab.plan.compute import optimizer_time
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS, ModelSpec
 from shardlab.plan.ops import layer_ops
 from shardlab.plan.step import evaluate
@@ -136,7 +137,7 @@ def test_gradient_clippings_passes():
     """torch's clip_grad_norm_ (torchtitan's, FSDP1's under Composer) reads every gradient for the norm and scales
     every gradient whatever the norm (no host sync): 4 + 8 B a parameter, per tensor; the published torchtitan and
     llm-foundry rows carry it."""
-    from shardlab.plan.layout import CLIP_PASSES
+    from shardlab.plan.train_spec import CLIP_PASSES
     from shardlab.plan.published_gpu import GIVEN, HELD_OUT
     from shardlab.plan.published_gpu_heldout import TITAN
 

@@ -6,7 +6,8 @@ import pytest
 
 from shardlab.plan.comm import call_time, ddp_buckets, dp_bytes_per_step, dp_collectives, padded, units, wire_factor
 from shardlab.plan.hardware import PRESETS as CLUSTERS, load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS
 
 SMALL = PRESETS["small"]

@@ -8,7 +8,8 @@ from dataclasses import replace
 from shardlab.plan import auto
 from shardlab.plan.comm import tp_pp_collectives
 from shardlab.plan.hardware import PRESETS
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import memory_lines
 from shardlab.plan.model import model_from_args
 from shardlab.plan.search import candidates, cp_layouts

@@ -10,7 +10,8 @@ from shardlab.plan.cli import _parse_kv, build
 from shardlab.plan.compute import block_kernels, micro_batch_time
 from shardlab.plan.ops import Op, layer_ops
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS, ModelSpec
 from shardlab.plan.published_gpu import COMPILED, GIVEN, predict
 from shardlab.plan.step import evaluate

@@ -2,7 +2,8 @@
 import pytest
 
 from shardlab.plan.comm import padded, units
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import in_flight, model_state_bytes, state_bytes
 from shardlab.plan.model import PRESETS, ModelSpec, activation_bytes_extra, activation_bytes_per_layer
 

@@ -4,7 +4,8 @@ import pytest
 
 from shardlab.plan.cli import main
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec, ends_as_blocks, stage_layers
+from shardlab.plan.layout import Layout, ends_as_blocks, stage_layers
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import ModelSpec
 from shardlab.plan.step import evaluate
 

@@ -2,7 +2,8 @@
 import pytest
 
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS
 from shardlab.plan.step import evaluate
 

@@ -7,7 +7,8 @@ import pytest
 from shardlab.plan.compute import micro_batch_time
 from shardlab.plan.recompute import early_stop_recomputed, recomputed_ops
 from shardlab.plan.hardware import load_cluster
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import PRESETS
 from shardlab.plan.ops import head_ops, layer_ops, titan_rope_bytes
 from shardlab.plan.report import render

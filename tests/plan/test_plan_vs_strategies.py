@@ -3,7 +3,8 @@ on 2 gloo ranks: bytes per collective per step and params/grads/optimizer bytes 
 import pytest
 
 from shardlab.plan.comm import dp_bytes_per_step
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import state_bytes
 from shardlab.plan.model import ModelSpec
 from zero_harness import ODD, train

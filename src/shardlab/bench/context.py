@@ -197,7 +197,8 @@ def measure(quick: bool = True) -> dict:
     equal the planner's at every length)."""
     from shardlab.bench import common
     from shardlab.plan.comm import cp_ring
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import model_from_args
 
     size = SIZES["quick" if quick else "full"]

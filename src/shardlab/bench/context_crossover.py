@@ -104,7 +104,8 @@ def formula_bytes(seq: int, cp: int, spec: str) -> int:
 
 def predicted(seq: int, cp: int, spec: str, cluster) -> float:
     """The planner's step seconds for this layout."""
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import model_from_args
     from shardlab.plan.step import evaluate
 

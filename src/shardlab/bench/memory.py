@@ -145,7 +145,8 @@ def _measure(size: dict) -> dict:
 def _planner(size: dict, row: tuple) -> dict:
     """The planner's predictions for a row: activation bytes (its per-layer term x2 for fp32, fused
     attention, x n_layer) and the state it keeps in device memory per rank (offloaded state excluded)."""
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.memory import state_bytes
     from shardlab.plan.model import ModelSpec, activation_bytes_per_layer
 

@@ -160,7 +160,8 @@ def planner_view(name: str, p: int, m: int, v: int) -> dict:
     if name not in PLANNED:
         return {"plan_bubble": None, "plan_p2p_bytes": None}
     from shardlab.plan.hardware import load_cluster
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import ModelSpec
     from shardlab.plan.step import evaluate
 

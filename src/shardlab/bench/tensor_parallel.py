@@ -164,7 +164,8 @@ def analytic_bytes(world: int, label: str, model_kw: dict) -> dict[str, float]:
     """The planner's payload bytes per rank per step (comm's convention), by op, for a configuration:
     tensor-parallel collectives plus the data-parallel layer's."""
     from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import ModelSpec
 
     tp, _, sp = CONFIGS[world][label]

@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from .hardware import Cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout
+from .train_spec import TrainSpec
 from .model import ModelSpec
 from .step import evaluate
 

@@ -19,7 +19,8 @@ from shardlab.parallel.pp import registry
 
 from .from_config import trainer_defaults
 from .hardware import load_cluster
-from .layout import STRATEGY_ALIASES, Layout, TrainSpec, strategy_fields
+from .layout import STRATEGY_ALIASES, Layout, strategy_fields
+from .train_spec import TrainSpec
 from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,

@@ -15,7 +15,8 @@ from . import fp8, torch_tp
 # hooks, parallel/tp/spec.py; the benches; the tests)
 from .comm_time import call_time, wire_factor  # noqa: F401
 from .geometry import ddp_buckets, local_params, padded, padded_units, tp_replicated_params, units  # noqa: F401
-from .layout import Layout, TrainSpec, stage_layers
+from .layout import Layout, stage_layers
+from .train_spec import TrainSpec
 from .model import ModelSpec
 
 DTYPE_BYTES = precision.BYTES

@@ -16,7 +16,8 @@ from functools import partial
 from . import attention, fp8, fusion, torch_tp
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
-from .layout import OPTIMIZER_PASSES, Layout, TrainSpec, ends_as_blocks, stage_layers
+from .layout import Layout, ends_as_blocks, stage_layers
+from .train_spec import OPTIMIZER_PASSES, TrainSpec
 from .model import ModelSpec
 from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, ROW_REGIONS, Op, embed_ops, head_ops, layer_ops
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from shardlab import precision
 from shardlab.optim import registry as optimizers
-from .layout import Layout, TrainSpec, strategy_fields
+from .layout import Layout, strategy_fields
+from .train_spec import TrainSpec
 from .model import ModelSpec
 
 _RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}

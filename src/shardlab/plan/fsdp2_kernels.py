@@ -41,7 +41,8 @@ from dataclasses import dataclass
 
 from .geometry import padded_units
 from .hardware import Cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout
+from .train_spec import TrainSpec
 from .model import ModelSpec
 
 MASTER = 4  # the sharded parameters (and their gradients) are fp32 under torchtitan's mixed precision

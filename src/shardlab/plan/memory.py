@@ -17,7 +17,8 @@ from shardlab.parallel.pp import registry
 from . import fp8, offload
 from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
-from .layout import Layout, TrainSpec, ends_as_blocks, stage_layers
+from .layout import Layout, ends_as_blocks, stage_layers
+from .train_spec import TrainSpec
 from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
 
 

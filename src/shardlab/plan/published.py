@@ -10,7 +10,8 @@ Each case names its source; configurations not stated in the source are marked a
 from __future__ import annotations
 
 from .hardware import load_cluster
-from .layout import Layout, TrainSpec
+from .layout import Layout
+from .train_spec import TrainSpec
 from .memory import model_state_bytes
 from .model import PRESETS
 from .step import evaluate

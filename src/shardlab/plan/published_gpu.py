@@ -21,7 +21,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .hardware import Cluster, load_cluster
-from .layout import CLIP_PASSES, Layout, TrainSpec
+from .layout import Layout
+from .train_spec import CLIP_PASSES, TrainSpec
 from .model import PRESETS, ModelSpec
 from .step import evaluate
 

@@ -47,7 +47,8 @@ from dataclasses import replace
 from shardlab.parallel.pp import registry
 
 from .hardware import Cluster, load_cluster
-from .layout import CLIP_PASSES, Layout, TrainSpec
+from .layout import Layout
+from .train_spec import CLIP_PASSES, TrainSpec
 from .model import PRESETS, ModelSpec
 from .step import evaluate
 

@@ -8,7 +8,8 @@ from dataclasses import replace
 from shardlab.parallel.pp import registry
 
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, training_strategy
+from .layout import Layout, training_strategy
+from .train_spec import TrainSpec
 from .model import ModelSpec
 from .step import Plan, evaluate
 

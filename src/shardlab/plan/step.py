@@ -22,7 +22,8 @@ from .geometry import local_params, padded_units, units
 from .compute import micro_batch_time, optimizer_time
 from .critical import BESIDE, BESIDE_WORDS, CRITICAL, critical_comm, sync_waits
 from .hardware import Cluster
-from .layout import Layout, TrainSpec, grad_accum
+from .layout import Layout, grad_accum
+from .train_spec import TrainSpec
 from .memory import Line, memory_lines, stored_per_layer
 from .model import ModelSpec
 

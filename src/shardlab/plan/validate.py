@@ -30,7 +30,8 @@ from pathlib import Path
 from .calibrate import calibrate
 from .calibrate_compute import measure_share
 from .hardware import read_profile
-from .layout import Layout, TrainSpec, strategy_name
+from .layout import Layout, strategy_name
+from .train_spec import TrainSpec
 from .model import PRESETS, ModelSpec
 from .published import evaluate_published
 from .step import evaluate

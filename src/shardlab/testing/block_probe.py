@@ -76,7 +76,8 @@ def planned(shape: dict, batch: int, seq: int, preset: str, compiled: bool) -> t
     """The planner's (forward, backward) seconds of one block: plan/compute.py's per-block times on `preset`."""
     from shardlab.plan.compute import micro_batch_time
     from shardlab.plan.hardware import load_cluster
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import ModelSpec
 
     model = ModelSpec("probe", n_layer=1, d_model=shape["d_model"], n_head=shape["n_head"], vocab=shape["vocab_size"],

@@ -125,7 +125,8 @@ def test_cp2_fp32_within_the_error_model(pool2):
 
 def test_planner_kv_traffic_equals_the_recorded_and_activations_divide_by_cp(pool2):
     from shardlab.plan.comm import tp_pp_collectives
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.memory import activation_lines
     from shardlab.plan.model import model_from_args
 

@@ -235,7 +235,8 @@ def test_planner_all_to_all_bytes_equal_the_recorded(pool4, impl, cp, u):
     """The planner's cp traffic (the spec's cost hook) equals what comm recorded in one fp32 step: the
     all-to-alls' payload and, under the hybrid, the ring's sends."""
     from shardlab.plan.comm import tp_pp_collectives
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import model_from_args
 
     model = model_from_args("tiny", seq=32)
@@ -257,7 +258,8 @@ def test_sync_points_count_the_waits_on_peers_not_the_calls():
     backward waits once per step for its block and accumulator together, 2R-1 per layer against 3R-2 sends."""
     from shardlab.parallel.cp.cost import sync_points
     from shardlab.plan.comm import tp_pp_collectives
-    from shardlab.plan.layout import Layout, TrainSpec
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.model import model_from_args
 
     assert sync_points("ulysses", 4, 4, 2) == {"a2a": 8} and sync_points("ulysses", 2, 2, 1, True) == {"a2a": 6}

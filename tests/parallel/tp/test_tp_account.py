@@ -4,7 +4,8 @@ doctor compares what TP keeps whole within the TP group."""
 import pytest
 
 from shardlab.plan.comm import local_params, tp_bytes_per_step, tp_pp_collectives
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import ModelSpec
 from tp_account_harness import BATCH, TINY, doctor_checksums, held_bytes, recorded_bytes
 

@@ -9,7 +9,8 @@ import pytest
 
 from shardlab.cli import trace as cli
 from shardlab.plan.comm import dp_bytes_per_step, tp_bytes_per_step
-from shardlab.plan.layout import Layout, TrainSpec
+from shardlab.plan.layout import Layout
+from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.model import ModelSpec
 from tp_account_harness import BATCH, TINY, doctor_stop_run, recorded_bytes, traced_steps
 
