@@ -346,6 +346,31 @@ def test_the_nvl72_presets():
     assert gpu_preset("NVIDIA GB300") == "GB300"
 
 
+def test_cudnn_attention_as_measured_on_each_nvl72_part():
+    """cuDNN's attention on GB200 and GB300 at cuDNN's own benchmark's rates for that part and sequence length (not
+    the B200's FlashAttention-4 fractions): Blackwell Ultra's doubled exponential rate shows as a faster forward; the
+    GB200's 8k figures are the B200's fractions within 1%. --explain names the device and the length."""
+    from shardlab.plan import attention
+    g2, g3 = load_cluster("GB200", 8), load_cluster("GB300", 8)
+    assert (g2.attention_device, g3.attention_device) == ("GB200", "GB300") and g3.attention_by_seq
+    assert attention.efficiency("cudnn", g3.peak_flops, 8192, "GB300") == pytest.approx((1856 / 2500, 1435 / 2500))
+    assert attention.efficiency("cudnn", g2.peak_flops, 0, "GB200") == pytest.approx((1574 / 2500, 1332 / 2500))
+    assert attention.efficiency("cudnn", g2.peak_flops, 8192, "GB200") == pytest.approx(
+        attention.EFFICIENCY[("cudnn", "blackwell")], abs=0.005)
+    f6k = attention.efficiency("cudnn", g3.peak_flops, 6144, "GB300")[0]
+    assert 1703 / 2500 < f6k < 1856 / 2500
+    # a backend not measured on the part keeps the generation's fractions
+    assert attention.efficiency("flash4", g3.peak_flops, 8192, "GB300") == attention.EFFICIENCY[("flash4", "blackwell")]
+    model, train, lay = PRESETS["llama3-8b"], TrainSpec(16, 2, 8192, flash_attention=True), Layout(dp=8, strategy="zero3")
+    for bw in (False, True):  # the same chip clock (attention_sustained) on both: the kernel alone differs
+        t2 = attention.kernel_time(1e12, replace(g2, attention="cudnn", attention_sustained=1.0), bw, seq=8192)
+        t3 = attention.kernel_time(1e12, replace(g3, attention="cudnn", attention_sustained=1.0), bw, seq=8192)
+        assert t2 / t3 == pytest.approx(1856 / 1574 if not bw else 1435 / 1332)
+    p = evaluate(model, train, lay, replace(g3, attention="cudnn"))
+    assert "at 74.2% of peak forward, 2.5x at 57.4% backward (cuDNN attention measured on a GB300 at seq 8,192" \
+        in p.explain["forward"]
+
+
 def test_hopper_flash3_and_cudnn_by_sequence():
     """FlashAttention-3 and cuDNN's fused attention on Hopper at the FlashAttention-3 paper's bars for the kernel's
     sequence length (Figs. 5 and 6, head dim 128, the same figures as FlashAttention-2's), not the abstract's one

@@ -67,22 +67,45 @@ HOPPER_BY_SEQ = {
               (8192, 529.0, 518.0), (16384, 539.0, 516.0)),
 }
 HOPPER_FA2_PEAK = 989e12
+# cuDNN's fused attention measured on each NVL72 part by cuDNN's own training benchmark (NVIDIA/cudnn-frontend,
+# benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/ at 60e572b, 2026-04-24; cuDNN 9.22, frontend
+# 1.21.1): Llama 3.1 405B's attention (64 query heads, 8 k/v heads, head dim 128, batch 2), causal, BF16, the
+# backward non-deterministic (Transformer Engine's default); TFLOP/s counted as above (causal half, backward 2.5x),
+# by sequence length: (seq, forward, backward). The benchmark spaces its runs "to avoid GPU throttling" (its README),
+# so these are burst-clock rates, as the papers' are: Cluster.attention_sustained applies to them too. Blackwell Ultra
+# (GB300) doubles the special-function units' MUFU.EX2 rate, softmax's exponential (NVIDIA technical blog, "Making
+# Softmax More Efficient with NVIDIA Blackwell Ultra"; FlashAttention-4 turns its emulated exp2 off on sm_103 for it:
+# flash_attn/cute/flash_fwd_sm100.py): the forward, which the exponentials bound on Blackwell, runs 1.18x the GB200's
+# at 8k; the backward, bound by shared memory (the FlashAttention-4 paper), 1.08x. The GB200's figures at 8k are
+# FlashAttention-4's on a B200 (EFFICIENCY) scaled to its peak within 1%
+MEASURED_BY_SEQ = {
+    ("cudnn", "GB200"): ((2048, 1097.0, 885.0), (4096, 1408.0, 1148.0), (8192, 1574.0, 1332.0),
+                         (16384, 1708.0, 1328.0), (32768, 1622.0, 1226.0)),
+    ("cudnn", "GB300"): ((2048, 1373.0, 967.0), (4096, 1703.0, 1248.0), (8192, 1856.0, 1435.0),
+                         (16384, 1915.0, 1507.0), (32768, 1953.0, 1490.0)),
+}
+MEASURED_SEQ = 8192  # the figure a cluster without attention_by_seq takes from a measured table
 NAMES = {"flash2": "FlashAttention-2", "flash3": "FlashAttention-3", "flash4": "FlashAttention-4",
          "cudnn": "cuDNN attention", "triton": "Triton's FlashAttention"}
+
+
+def _interpolate(pts, seq: int, peak: float) -> tuple[float, float]:
+    """(forward, backward) fraction of `peak` from TFLOP/s points ((seq, forward, backward), ...), linear in log2(seq)
+    between the measured lengths, the end values beyond them."""
+    import math
+    x = math.log2(max(pts[0][0], min(pts[-1][0], seq)))
+    for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:]):
+        if x <= math.log2(s1):
+            w = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
+            return (f0 + w * (f1 - f0)) * 1e12 / peak, (b0 + w * (b1 - b0)) * 1e12 / peak
+    return pts[-1][1] * 1e12 / peak, pts[-1][2] * 1e12 / peak
 
 
 def hopper_by_seq(backend: str, seq: int) -> tuple[float, float]:
     """(forward, backward) fraction of the dense peak `backend` (flash2, flash3, cudnn) reaches on Hopper at this
     sequence length (the kernel's key length): the FlashAttention-3 paper's figures, linear in log2(seq) between
     the measured lengths, the end values beyond them."""
-    import math
-    pts = HOPPER_BY_SEQ[backend]
-    x = math.log2(max(pts[0][0], min(pts[-1][0], seq)))
-    for (s0, f0, b0), (s1, f1, b1) in zip(pts, pts[1:]):
-        if x <= math.log2(s1):
-            w = (x - math.log2(s0)) / (math.log2(s1) - math.log2(s0))
-            return ((f0 + w * (f1 - f0)) * 1e12 / HOPPER_FA2_PEAK, (b0 + w * (b1 - b0)) * 1e12 / HOPPER_FA2_PEAK)
-    return pts[-1][1] * 1e12 / HOPPER_FA2_PEAK, pts[-1][2] * 1e12 / HOPPER_FA2_PEAK
+    return _interpolate(HOPPER_BY_SEQ[backend], seq, HOPPER_FA2_PEAK)
 
 
 def generation(peak_flops: float) -> str:
@@ -92,16 +115,20 @@ def generation(peak_flops: float) -> str:
     return "blackwell" if peak_flops >= 2000e12 else "hopper" if peak_flops > 500e12 else "ampere"
 
 
-def by_seq(backend: str, gen: str) -> bool:
+def by_seq(backend: str, gen: str, device: str = "") -> bool:
     """Whether `backend` has rates by sequence length on generation `gen` (Hopper's figures; Triton's from
-    FlashAttention-2's)."""
-    return gen == "hopper" and (backend in HOPPER_BY_SEQ or backend == "triton")
+    FlashAttention-2's) or on `device` (a cluster's `attention_device`: MEASURED_BY_SEQ)."""
+    return (backend, device) in MEASURED_BY_SEQ or (
+        gen == "hopper" and (backend in HOPPER_BY_SEQ or backend == "triton"))
 
 
-def efficiency(backend: str, peak_flops: float, seq: int = 0) -> tuple[float, float]:
+def efficiency(backend: str, peak_flops: float, seq: int = 0, device: str = "") -> tuple[float, float]:
     """(forward, backward) fraction of the dense peak. `seq` > 0 (a cluster with `attention_by_seq`): on Hopper,
     FlashAttention-2, FlashAttention-3 and cuDNN at the FlashAttention-3 paper's rate for that sequence length,
-    Triton's at half of FlashAttention-2's."""
+    Triton's at half of FlashAttention-2's. `device` (a cluster's `attention_device`) with a measurement of `backend`
+    on it (MEASURED_BY_SEQ): that device's rate, at `seq` (MEASURED_SEQ without one)."""
+    if (backend, device) in MEASURED_BY_SEQ:
+        return _interpolate(MEASURED_BY_SEQ[(backend, device)], seq or MEASURED_SEQ, peak_flops)
     gen = generation(peak_flops)
     if (backend, gen) not in EFFICIENCY:
         raise ValueError(f"attention backend {backend!r} has no published rate on {gen} "
@@ -117,7 +144,8 @@ def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None 
     """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs;
     `seq` the kernel's sequence length (used where the cluster rates attention by it: `attention_by_seq`)."""
     fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops,
-                          seq if getattr(cluster, "attention_by_seq", False) else 0)
+                          seq if getattr(cluster, "attention_by_seq", False) else 0,
+                          getattr(cluster, "attention_device", ""))
     # at the clock the chip sustains at its power limit, not the boost clock of the papers' short benchmarks
     peak = cluster.peak_flops * cluster.clock_factor * getattr(cluster, "attention_sustained", 1.0)
     work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)

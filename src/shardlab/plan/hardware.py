@@ -58,6 +58,9 @@ class Cluster:
     # the attention kernel's rate by its sequence length where the papers' figures give one (attention.py:
     # FlashAttention-2 and Triton's on Hopper); False = the backend's one published fraction
     attention_by_seq: bool = False
+    # the device whose own measured attention rates apply (attention.MEASURED_BY_SEQ: cuDNN's on GB200 and GB300), for
+    # the backends measured there; "" = the generation's published fractions
+    attention_device: str = ""
     # the rate a tensor-core kernel keeps at the board's power limit over the rate it reaches in a short benchmark
     # (the boost burst): MSMF / MAMF of the same GEMM benchmark. The attention kernels' published rates are short
     # benchmarks; in a training step the chip runs at its power limit and every kernel at the clock the GEMMs
@@ -227,13 +230,15 @@ def _sustained_at(power_w: float, boost_mhz: float) -> float:
 # commit 082816f; boost 2,062 MHz, the device's maximum SM clock, same README) times _sustained_at its 1,200 W (the
 # FP8 pair: the B200's 2,795.7 / 3,435.2). The GB300 has no MAMF or clock published: the GB200's MAMF (its B300
 # silicon bursts as the B200 does: 1,769.0 against 1,770.9) and boost clock, at its 1,400 W. Derived, not measured:
-# docs/planner.md says so beside every figure planned on them
+# docs/planner.md says so beside every figure planned on them. attention_device: cuDNN's attention measured on each
+# part by cuDNN's own benchmark, by sequence length (attention.MEASURED_BY_SEQ), at the same sustained clock
 _B200_FP8_RATIO = (2795.7 / 3435.2) / (1456.3 / 1770.9)  # the FP8 GEMM's MSMF / MAMF over the BF16 one's
 _GRACE_BLACKWELL = {
     name: dict(_BLACKWELL, tdp_w=watts,
                gemm_efficiency=round(1822.0 * _sustained_at(watts, 2062.0) / 2500, 3),
                gemm_efficiency_fp8=round(3615.6 * _sustained_at(watts, 2062.0) * _B200_FP8_RATIO / 5000, 3),
-               attention_sustained=round(min(1.0, _sustained_at(watts, 2062.0)), 3))
+               attention_sustained=round(min(1.0, _sustained_at(watts, 2062.0)), 3),
+               attention_device=name, attention_by_seq=True)
     for name, watts in (("GB200", 1200.0), ("GB300", 1400.0))}
 
 PRESETS: dict[str, Cluster] = {

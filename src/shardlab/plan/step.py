@@ -400,13 +400,16 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
     if c.gemm_roofline:
         out.append(f"x wave quantization on {c.sms} SMs, never faster than their HBM traffic")
     if c.attention and mixed:
-        from .attention import NAMES, by_seq, efficiency, generation
-        at = seq if c.attention_by_seq and by_seq(c.attention, generation(c.peak_flops)) else 0
-        f, b = efficiency(c.attention, c.peak_flops, at)
+        from .attention import MEASURED_BY_SEQ, MEASURED_SEQ, NAMES, by_seq, efficiency, generation
+        at = seq if c.attention_by_seq and by_seq(c.attention, generation(c.peak_flops), c.attention_device) else 0
+        f, b = efficiency(c.attention, c.peak_flops, at, c.attention_device)
         named = NAMES["flash2" if c.attention == "triton" else c.attention]
+        measured = (c.attention, c.attention_device) in MEASURED_BY_SEQ
         out.append(f"attention {c.attention}: causal half of 4Tsh/t at {f:.1%} of peak forward, 2.5x at {b:.1%} backward"
+                   + (f" ({named} measured on a {c.attention_device} at seq {at or MEASURED_SEQ:,}: cuDNN's own "
+                      "benchmark)" if measured else "")
                    + (f" ({named} on Hopper at seq {seq:,}: the FlashAttention-3 paper's figures"
-                      + ("; Triton's at half" if c.attention == "triton" else "") + ")" if at else "")
+                      + ("; Triton's at half" if c.attention == "triton" else "") + ")" if at and not measured else "")
                    + (f" x {c.attention_sustained:.3f} (the papers' short benchmarks at the sustained clock: MSMF / "
                       "MAMF)" if c.attention_sustained < 1 else ""))
     if c.hbm_efficiency:
