@@ -25,6 +25,10 @@ CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "d
 # Wgrad) on a B300 (Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs
 # Pre-quantized", at d0067d0da). The casts are the float8 layer's either way (cast_bytes)
 MXFP8_KERNEL = round(6.812 / 7.161, 3)
+# Transformer Engine's MXFP8 quantization against its current scaling's, the same tensors: the same profile's autocast
+# time less its pre-quantized time per layer, 8.984 - 7.161 = 1.823 ms against 9.147 - 6.812 = 2.335 ms (current
+# scaling reads each tensor twice, once for its amax; MXFP8's block scales come out of the one pass)
+TE_MXFP8_CAST = round(1.823 / 2.335, 3)
 
 
 def hook(kind: str):
@@ -43,6 +47,16 @@ def gathered_in_float8(train, lay) -> bool:
     return on(train) and train.fp8 == "tensorwise" and lay.strategy == "zero3" and lay.dp > 1
 
 
+def weights_cast_per_step(train) -> bool:
+    """Whether a micro batch's GEMMs take float8 weights made once a step, not cast again each micro batch:
+    Transformer Engine's layers (llama_impl=te). Megatron-Core tells them the first micro batch of each step
+    (schedules.py `set_is_first_microbatch`), and TE then caches the weights' FP8 copies until the next step
+    (te.Linear's `is_first_microbatch`: "it allows caching of the FP8 versions of the weights"); with
+    `fp8_param_gather` the parameters are FP8 tensors already, cast once a step from the optimizer's shard. Either
+    way a step's weight casts are one micro batch's or less, not counted (the float8 layer casts W each forward)."""
+    return on(train) and train.llama_impl == "te"
+
+
 def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_casts=None) -> float:
     """An op's seconds with FP8 on: a converted linear's GEMMs at the FP8 peak plus its casts (eager: the
     layer's cast_bytes; under torch.compile `compiled_casts`, plan/fusion.py's cast_bytes)."""
@@ -55,11 +69,24 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
         cast = compiled_casts(op, train.fp8, a=2, w=train.param_bytes, gathered=gathered_in_float8(train, lay),
                               backward=backward)
     else:
-        cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay))
+        cast = cast_bytes(m, k, n, "backward" if backward else "forward",
+                          gathered_in_float8(train, lay) or weights_cast_per_step(train))
+        if train.fp8 == "mxfp8" and weights_cast_per_step(train):
+            cast *= TE_MXFP8_CAST  # TE's one-pass MXFP8 quantization (its measured time against current scaling's)
     peak8 = sustained_fp8_peak(c) * (MXFP8_KERNEL if train.fp8 == "mxfp8" else 1.0)
     if train.fp8 == "mxfp8" and not mxfp8_native(c):
         peak8 = 0.0  # emulated, as the float8 layer runs it there: quantize-dequantize and a 16-bit GEMM
     return hook("flops")(seconds, c.peak_flops, peak8, cast, c.elementwise_bw or c.hbm_bw)
+
+
+def cast_note(train) -> str:
+    """--explain's words for the casts where they are not the float8 layer's (Transformer Engine's layers)."""
+    if not weights_cast_per_step(train):
+        return ""
+    return ("; float8 casts of activations and gradients each micro batch, of weights once a step (Transformer "
+            "Engine's FP8 weight cache, is_first_microbatch)"
+            + (f", MXFP8's at {TE_MXFP8_CAST:g} of current scaling's (TE's GEMM profile)" if train.fp8 == "mxfp8"
+               else ""))
 
 
 def mxfp8_native(c) -> bool:

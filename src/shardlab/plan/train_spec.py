@@ -80,7 +80,8 @@ class TrainSpec:
     # rope in complex fp32, repeat_kv's copies, no head-merge copy, the logits cast to fp32 before the loss;
     # plan/ops.py `titan_attention_kernels`); a published row's input, eager blocks only. "te": Transformer Engine's
     # modules (Megatron-Core's TE spec): what they save for backward (model.te_llama_activation_bytes_per_layer);
-    # their kernels are planned as the own block's with fused norms
+    # their kernels are planned as the own block's with fused norms; under fp8 their weights are cast once a step,
+    # not each micro batch (plan/fp8.py weights_cast_per_step)
     llama_impl: str = "own"
     # the 16-bit param.grad tensors kept beside the fp32 accumulation buffer, not freed after each copy (DeepSpeed's
     # BF16_Optimizer under its PipelineEngine: clear_lp_grads() only at the next backward's start and
