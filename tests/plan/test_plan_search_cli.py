@@ -24,6 +24,11 @@ def test_search_7b_on_64_h100_returns_valid_layouts_with_a_reason():
     assert not any(p.fits for p in plans if p.layout.strategy == "ddp" and p.layout.tp == 1 and p.layout.pp == 1)
     reason = why(fitting[0], fitting[1])
     assert "tokens/s" in reason and "more per step" in reason
+    # the search for fitting layouts only (the fixes a plan that does not fit gets) times only those, with the
+    # same plans in the same order
+    only = search(m, TrainSpec(global_batch=512), c, fitting_only=True)
+    assert [(p.layout, p.train, p.step_time, p.mem_total) for p in only] == \
+        [(p.layout, p.train, p.step_time, p.mem_total) for p in fitting]
 
 
 def test_cli_search_prints_table_and_reason(capsys):

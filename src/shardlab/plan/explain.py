@@ -197,7 +197,7 @@ def what_to_try(plan: Plan, top: int = 3) -> list[dict]:
     are predicted faster than the run's own layout (none: the run's is already the fastest it knows)."""
     cluster = replace(plan.cluster, num_gpus=plan.layout.world)
     try:
-        found = [q for q in search(plan.model, plan.train, cluster, plan.layout.world) if q.fits]
+        found = search(plan.model, plan.train, cluster, plan.layout.world, fitting_only=True)
     except ValueError:
         return []
     same = args_of(plan)

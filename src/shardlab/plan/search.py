@@ -11,7 +11,7 @@ from .hardware import Cluster
 from .layout import Layout, training_strategy
 from .train_spec import TrainSpec
 from .model import ModelSpec
-from .step import Plan, evaluate
+from .step import Plan, evaluate, memory_fits
 
 
 def _divisors(n: int) -> list[int]:
@@ -79,10 +79,12 @@ def impl_of(lay: Layout) -> dict:
             if getattr(lay, k) != getattr(own, k)}
 
 
-def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None, impl: dict | None = None):
-    """All evaluated plans (fitting first, by tokens/s) and the number of layouts tried. The candidates run
-    shardlab's own layers unless `impl` fixes one (tp_impl, zero3_impl, zero_partition: the user's tp_impl or
-    torch strategy): then the candidates it applies to run it; the search does not choose implementations."""
+def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None, impl: dict | None = None,
+           fitting_only: bool = False):
+    """All evaluated plans (fitting first, by tokens/s); `fitting_only`: only the layouts that fit, the others
+    never timed (their memory says so first). The candidates run shardlab's own layers unless `impl` fixes one
+    (tp_impl, zero3_impl, zero_partition: the user's tp_impl or torch strategy): then the candidates it applies to
+    run it; the search does not choose implementations."""
     gpus = gpus or cluster.num_gpus
     train.check()
     impl = impl or {}
@@ -90,6 +92,8 @@ def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | Non
     plans: list[Plan] = []
     for lay, tr in candidates(model, train, cluster, gpus, impl):
         try:
+            if fitting_only and not memory_fits(model, tr, lay, cluster):
+                continue
             plans.append(evaluate(model, tr, lay, cluster))
         except ValueError:
             continue
@@ -197,7 +201,7 @@ def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:
             near.append((what, q))
     near.sort(key=lambda x: -x[1].tokens_per_s)
     try:
-        found = [q for q in search(p.model, p.train, p.cluster, p.layout.world, impl_of(p.layout)) if q.fits][:top]
+        found = search(p.model, p.train, p.cluster, p.layout.world, impl_of(p.layout), fitting_only=True)[:top]
     except ValueError:
         found = []
     return near[:top], found

@@ -146,6 +146,13 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     return plan
 
 
+def memory_fits(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> bool:
+    """Whether `evaluate` would find the layout fits, without timing it: the memory lines need no times (a search
+    that keeps only fitting layouts times only those)."""
+    m = _micro_batches(model, train, lay, cluster)
+    return sum(ln.bytes for ln in memory_lines(model, train, lay, m)) <= cluster.hbm_bytes * cluster.mem_usable_fraction
+
+
 def grad_accumulate_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster, m: int) -> float:
     """Seconds per micro batch, averaged over the step's m, of `TrainSpec.grad_accum_add`: autograd's AccumulateGrad
     adds every micro batch's gradient after the first into param.grad (torch/csrc/autograd/functions/accumulate_grad.h:
