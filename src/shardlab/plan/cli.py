@@ -28,7 +28,7 @@ MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq"
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool",  # compile: torch.compile each block (train.compile; plan/fusion.py)
-              "llama_impl": str,  # whose llama block: own, torchtitan, te (Transformer Engine's: its saved tensors, its FP8 weight cache)
+              "llama_impl": str,  # whose llama block: own, torchtitan, te (TE's: its saved tensors, FP8 weight cache)
               "fp8": str}  # train.fp8: the block linears' float8 recipe (none, tensorwise, rowwise, mxfp8; plan/fp8.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
