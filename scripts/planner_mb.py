@@ -3,6 +3,7 @@ Engine), each committed before the planner was first run on it; evaluate once pe
   eighth  dense Llama 3 rows on DGX H100 and DGX B200, FP8 current scaling (plan/published_gpu_eighth.py)
   ninth   the same on GB200 and GB300, the NVL72 racks' GPUs (plan/published_gpu_ninth.py)
   tenth   dense Llama 3 rows in MXFP8 on B200, GB200 and GB300 (plan/published_gpu_tenth.py)
+  eleventh  Llama 3 70B fine-tuning (SFT) rows on GB300, GB200 and H100 (plan/published_gpu_eleventh.py)
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -14,7 +15,7 @@ import importlib
 
 from shardlab.plan.published_gpu import print_set
 
-SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH"}
+SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH"}
 
 
 def main() -> None:
