@@ -26,9 +26,11 @@ def test_search_7b_on_64_h100_returns_valid_layouts_with_a_reason():
     assert "tokens/s" in reason and "more per step" in reason
     # the search for fitting layouts only (the fixes a plan that does not fit gets) times only those, with the
     # same plans in the same order
-    only = search(m, TrainSpec(global_batch=512), c, fitting_only=True)
+    counts = {}
+    only = search(m, TrainSpec(global_batch=512), c, fitting_only=True, counts=counts)
     assert [(p.layout, p.train, p.step_time, p.mem_total) for p in only] == \
         [(p.layout, p.train, p.step_time, p.mem_total) for p in fitting]
+    assert counts["tried"] == len(plans)  # what `plan search` reports as evaluated, fitting or not
 
 
 def test_cli_search_prints_table_and_reason(capsys):

@@ -233,19 +233,20 @@ def _search(args) -> int:
         raise ValueError("plan search does not search MoE layouts yet; use shardlab plan with moe_experts and ep")
     model, train, _, cluster = build(kv, for_search=True)
     t0 = time.perf_counter()
-    plans = search(model, train, cluster, kv.get("gpus"), impl={k: kv[k] for k in IMPL_KEYS if k in kv})
+    counts: dict = {}
+    fitting = search(model, train, cluster, kv.get("gpus"), impl={k: kv[k] for k in IMPL_KEYS if k in kv},
+                     fitting_only=True, counts=counts)  # only the fitting layouts are timed
     dt = time.perf_counter() - t0
-    fitting = [p for p in plans if p.fits]
     top = fitting[:args.top]
     reason = why(top[0], top[1]) if len(top) > 1 else (
         "only one layout fits" if top else "no layout fits in memory")
     if args.json:
-        print(json.dumps({"tried": len(plans), "fitting": len(fitting), "seconds": dt, "reason": reason,
+        print(json.dumps({"tried": counts["tried"], "fitting": len(fitting), "seconds": dt, "reason": reason,
                           "top": [to_dict(p) for p in top]}, indent=2))
         return 0 if top else 1
     print(f"plan search: {model.name} ({model.params / 1e9:.2f}B params) on {cluster.num_gpus} x "
           f"{cluster.name}, global batch {train.global_batch} x {train.seq} tokens, {train.precision}")
-    print(f"{len(plans)} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory\n")
+    print(f"{counts['tried']} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory (only those timed)\n")
     print(f"{'#':>3}  {'layout':<48}{'mb':>4}{'tokens/s':>14}{'MFU':>8}{'step':>12}{'mem/GPU':>12}  bound")
     flags = [mfu_flag(p) for p in top]
     for i, (p, flag) in enumerate(zip(top, flags), 1):

@@ -80,23 +80,29 @@ def impl_of(lay: Layout) -> dict:
 
 
 def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None, impl: dict | None = None,
-           fitting_only: bool = False):
+           fitting_only: bool = False, counts: dict | None = None):
     """All evaluated plans (fitting first, by tokens/s); `fitting_only`: only the layouts that fit, the others
-    never timed (their memory says so first). The candidates run shardlab's own layers unless `impl` fixes one
-    (tp_impl, zero3_impl, zero_partition: the user's tp_impl or torch strategy): then the candidates it applies to
-    run it; the search does not choose implementations."""
+    never timed (their memory says so first). `counts` (a dict) receives `tried`: the layouts whose memory was
+    planned, fitting or not. The candidates run shardlab's own layers unless `impl` fixes one (tp_impl, zero3_impl,
+    zero_partition: the user's tp_impl or torch strategy): then the candidates it applies to run it; the search
+    does not choose implementations."""
     gpus = gpus or cluster.num_gpus
     train.check()
     impl = impl or {}
     Layout(**impl).check(model)  # a bad value is the user's (one line), not every candidate's refusal
     plans: list[Plan] = []
+    tried = 0
     for lay, tr in candidates(model, train, cluster, gpus, impl):
         try:
             if fitting_only and not memory_fits(model, tr, lay, cluster):
+                tried += 1
                 continue
             plans.append(evaluate(model, tr, lay, cluster))
+            tried += 1
         except ValueError:
             continue
+    if counts is not None:
+        counts["tried"] = tried
     plans.sort(key=lambda p: (not p.fits, -p.tokens_per_s))
     return plans
 
