@@ -69,9 +69,9 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
         cast = compiled_casts(op, train.fp8, a=2, w=train.param_bytes, gathered=gathered_in_float8(train, lay),
                               backward=backward)
     else:
-        cast = cast_bytes(m, k, n, "backward" if backward else "forward",
-                          gathered_in_float8(train, lay) or weights_cast_per_step(train))
-        if train.fp8 == "mxfp8" and weights_cast_per_step(train):
+        te = weights_cast_per_step(train)
+        cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay) or te)
+        if train.fp8 == "mxfp8" and te:
             cast *= TE_MXFP8_CAST  # TE's one-pass MXFP8 quantization (its measured time against current scaling's)
     peak8 = sustained_fp8_peak(c) * (MXFP8_KERNEL if train.fp8 == "mxfp8" else 1.0)
     if train.fp8 == "mxfp8" and not mxfp8_native(c):

@@ -61,7 +61,7 @@ def _llama(size: str, tp: int) -> dict:
 
 
 def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container, commit, fsdp=False, seen="",
-        notes="", **cluster_fields) -> dict:
+        notes="", seq=8192, **cluster_fields) -> dict:
     dp = gpus // (tp * pp * cp)
     lay = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": tp > 1, "tp_comm_overlap": tp > 1,
            "strategy": "zero3" if fsdp else "zero1", "overlap_grad_reduce": True,
@@ -71,7 +71,7 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
            # the planner gained it after the first evaluation
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": True} if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if size == "405b" else {})}
-    return _row(case, _llama(size, tp), cluster, gpus, 8192, micro, gbs, lay, tokens,
+    return _row(case, _llama(size, tp), cluster, gpus, seq, micro, gbs, lay, tokens,
                 f"{SOURCE}, {container} container (first published in {commit})", None, comm_dtype="bf16",
                 fp8="tensorwise", dropout=False, fused_loss=True, optimizer_passes=PASSES, seen=seen,
                 # after the first evaluation (which planned shardlab's own block's saved tensors: five of seven

@@ -37,9 +37,8 @@ SEQ = 4096
 
 def _sft(case, cluster, tp, pp, vp, tokens, notes) -> dict:
     """A 26.06 SFT row: Llama 3 70B on 32 GPUs, GBS 32, micro batch 1, 4,096 tokens."""
-    row = _mb(case, "70b", cluster, 32, 32, 1, tp, pp, 1, vp, tokens, "26.06", "63b08b397",
-              notes=f"SFT, packed sequences of {SEQ}; {notes}")
-    return {**row, "seq": SEQ}
+    return _mb(case, "70b", cluster, 32, 32, 1, tp, pp, 1, vp, tokens, "26.06", "63b08b397",
+               notes=f"SFT, packed sequences of {SEQ}; {notes}", seq=SEQ)
 
 
 _GB300 = "_LLAMA3_70B_SFT_CONFIG_GB300: TP 1, PP 2 VP 20 (DP 16: 2 micro batches a step); TE graphs of the MLPs"

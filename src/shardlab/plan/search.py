@@ -94,13 +94,11 @@ def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | Non
     tried = 0
     for lay, tr in candidates(model, train, cluster, gpus, impl):
         try:
-            if fitting_only and not memory_fits(model, tr, lay, cluster):
-                tried += 1
-                continue
-            plans.append(evaluate(model, tr, lay, cluster))
-            tried += 1
+            if not fitting_only or memory_fits(model, tr, lay, cluster):
+                plans.append(evaluate(model, tr, lay, cluster))
         except ValueError:
             continue
+        tried += 1
     if counts is not None:
         counts["tried"] = tried
     plans.sort(key=lambda p: (not p.fits, -p.tokens_per_s))

@@ -99,8 +99,7 @@ class Plan:
 
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
     m = _micro_batches(model, train, lay, cluster)
-    plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [],
-                capacity=cluster.hbm_bytes * cluster.mem_usable_fraction)
+    plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [], capacity=capacity(cluster))
     mt = micro_batch_time(model, train, lay, cluster)
     t_copy = grad_copy_time(model, train, lay, cluster) + grad_accumulate_time(model, train, lay, cluster, m)
     if t_copy:
@@ -146,11 +145,16 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     return plan
 
 
+def capacity(cluster: Cluster) -> float:
+    """Bytes a GPU's allocator can hand out: what a plan's memory must fit in."""
+    return cluster.hbm_bytes * cluster.mem_usable_fraction
+
+
 def memory_fits(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> bool:
     """Whether `evaluate` would find the layout fits, without timing it: the memory lines need no times (a search
     that keeps only fitting layouts times only those)."""
     m = _micro_batches(model, train, lay, cluster)
-    return sum(ln.bytes for ln in memory_lines(model, train, lay, m)) <= cluster.hbm_bytes * cluster.mem_usable_fraction
+    return sum(ln.bytes for ln in memory_lines(model, train, lay, m)) <= capacity(cluster)
 
 
 def grad_accumulate_time(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster, m: int) -> float:
