@@ -80,7 +80,7 @@ def test_plan_cli_takes_moe_keys_and_ep(capsys):
     (["moe_experts=3", "ep=2"], "not divisible by ep"),
     (["moe_experts=4", "moe_top_k=5"], "moe_top_k 5"),
     (["ep=2"], "needs moe_experts"),
-    (["moe_experts=4", "ep=2", "tp=2"], "ddp only"),
+    (["moe_experts=6", "ep=3"], "must divide moe_experts 6 and tp x cp x dp = 4"),
 ])
 def test_plan_cli_bad_moe_input_exits_2_with_one_line(capsys, args, needle):
     assert plan_main(["model=tiny", "gpus=4", *args]) == 2

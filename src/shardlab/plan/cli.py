@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from shardlab.parallel.pp import registry
@@ -24,7 +25,8 @@ from .train_spec import TrainSpec
 from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
-              "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int}
+              "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int}
+MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every")  # the model's MoE blocks (ModelSpec); ep is the layout's
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool",  # compile: torch.compile each block (train.compile; plan/fusion.py)
@@ -50,7 +52,7 @@ IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)  # how the layers run: `plan search` plans
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
 # runs for minutes, and no real model or cluster is near them (GPT-3 175B: 96 layers, h = 12,288)
 RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "vocab": (1, 2**24),
-          "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "global_batch": (1, 2**24),
+          "seq": (1, 2**22), "mlp_ratio": (1, 64), "n_kv_heads": (1, 4096), "ffn": (1, 2**20), "head_dim": (1, 2**16), "global_batch": (1, 2**24),
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096), "offload_activations": (0, 1024), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
@@ -142,16 +144,15 @@ def _parse_kv(items: list[str]) -> dict:
 def build(kv: dict, for_search: bool = False):
     """(model, train, layout, cluster) from parsed key=value pairs, with defaults."""
     model = model_from_args(kv.get("model", "small" if "n_layer" not in kv else None),
-                            **{k: kv[k] for k in MODEL_KEYS if k in kv})
+                            **{k: kv[k] for k in (*MODEL_KEYS, *MODEL_MOE_KEYS) if k in kv})
     cluster = load_cluster(kv.get("cluster", "H100-SXM"), kv.get("gpus"))
     if "power_w" in kv or "attention" in kv:
-        from dataclasses import replace
         from . import attention
         if kv.get("attention", cluster.attention) not in ("",) + attention.BACKENDS:
             raise ValueError(f"attention must be one of {', '.join(attention.BACKENDS)}, got {kv['attention']!r}")
         cluster = replace(cluster, power_w=kv.get("power_w", cluster.power_w),
                           attention=kv.get("attention", cluster.attention))
-    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, *IMPL_FIELDS) if k in kv}
+    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, *IMPL_FIELDS, "ep") if k in kv}
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))
@@ -176,7 +177,6 @@ def build(kv: dict, for_search: bool = False):
     train = TrainSpec(global_batch=gbs, seq=seq, recompute_early_stop=defaults["recompute_early_stop"],
                       **{**{k: v for k, v in defaults.items() if k in TRAIN_KEYS}, **tr_kw})
     if kv.get("gpus") is None and not for_search:
-        from dataclasses import replace
         cluster = replace(cluster, num_gpus=max(cluster.num_gpus, layout.world))
     return model, train, layout, cluster
 
@@ -215,12 +215,15 @@ def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
         if kv.get("ep", 1) > 1:
             raise ValueError(f"ep={kv['ep']} needs moe_experts (expert parallelism splits the experts)")
         return None
+    # the trainer's own MoE layout (data parallel, ddp; its routing's terms in fp32, docs/moe.md); every layout's
+    # step time, memory and all-to-alls are in the plan itself (the model's MoE blocks, Layout.ep)
     if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.strategy != "ddp":
-        raise ValueError("an MoE plan is data parallel with ddp only (tp=pp=cp=1), as the trainer runs it")
+        return None
     spec = moe.MoESpec(kv["moe_experts"], kv.get("moe_top_k", 2), kv.get("moe_every", 1),
                        kv.get("moe_capacity", 1.25), kv.get("ep", 1))
     per_param = train.param_bytes + train.grad_bytes + train.optimizer_bytes
-    return moe.plan(model, spec, layout.dp, train.micro_batch, train.seq or model.seq, microbatches, per_param)
+    dense = replace(model, moe_experts=0)  # plan/moe.py counts the experts on top of the dense model
+    return moe.plan(dense, spec, layout.dp, train.micro_batch, train.seq or model.seq, microbatches, per_param)
 
 
 def _search(args) -> int:

@@ -139,7 +139,7 @@ def _userbuffers(t: int, layers: int, m: int, act: float, e: int, rerun: bool) -
     under recompute), the backward's gradient all-gather into the row-parallel input gradient, the input's re-gather
     beside the column-parallel input gradient and that gradient's reduce-scatter beside the weight gradient. The
     embedding's and the head's (2 a micro batch each way) are not overlapped."""
-    n = 2 * layers * m  # one per region
+    n = round(2 * layers * m)  # one per region
     fwd = 2 * n if rerun else n
     where = f"sbh*{e} x 2 per layer x {layers} layers x {m} micro batches"
     again = " (and again in the recompute)" if rerun else ""
@@ -183,14 +183,19 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # shardlab's selective recompute reruns the block's TP collectives too (own TP's go through
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
         rerun = lay.recompute in ("full", "selective")
-        n = tp_cost.region_calls(layers, m, recompute=rerun)  # + vocab-parallel embedding fwd / head bwd
+        # an MoE block has one TP region, its attention: its experts are whole on each rank, which routes its own
+        # sequence-parallel tokens (the MLP region's collectives give way to ep_all_to_all); as half a block each
+        full_layers = layers
+        if model.moe_blocks:
+            layers = layers - 0.5 * layers * model.moe_blocks / model.n_layer
+        n = round(tp_cost.region_calls(layers, m, recompute=rerun))  # + vocab-parallel embedding fwd / head bwd
         # torch's checkpoint with early stop (TrainSpec.recompute_early_stop, recompute.early_stop_recomputed) ends
         # before the block's last GEMM: the region collective after it (SP's reduce-scatter) is not rerun
-        skip = layers * m if (lay.recompute == "full" and train.recompute_early_stop) else 0
+        skip = round(layers * m) if (lay.recompute == "full" and train.recompute_early_stop) else 0
         stop = f" - {skip} not rerun (the recompute's early stop: the block's last one)" if skip else ""
         # Megatron's async TP backward (Layout.tp_async_backward): the column-parallel linears' input-gradient
         # collectives, 2 per layer, run beside their weight-gradient GEMMs (critical.py hides them there)
-        beside = 2 * layers * m if lay.tp_async_backward else 0
+        beside = round(2 * layers * m) if lay.tp_async_backward else 0
         if lay.tp_comm_overlap:  # Transformer Engine's userbuffers: every block collective beside a GEMM
             out += _userbuffers(lay.tp, layers, m, act, e, rerun)
         elif lay.sp:  # torch's DTensor TP under torchtitan's recipes: plan/torch_tp.py
@@ -236,10 +241,12 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         out.append(Collective("all_reduce", "tp", lay.tp, tp_cost.GRAD_NORM_BYTES, 1, "none",
                               f"{tp_cost.GRAD_NORM_BYTES} B: grad-norm partial sums (split, copied)"))
     if lay.tp > 1 and model.llama and model.n_kv_heads < lay.tp:
-        g = train.grad_bytes * 2 * layers * model.kv_width * model.d_model
+        g = train.grad_bytes * 2 * full_layers * model.kv_width * model.d_model
         out.append(Collective("all_reduce", "tp", lay.tp, g, 1, "none",
-                              f"2 x {layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
+                              f"2 x {full_layers} layers x g*h x {train.grad_bytes} B (replicated k, v gradients: "
                               f"n_kv_heads {model.n_kv_heads} < t)"))
+    if lay.ep > 1:
+        out.append(ep_all_to_all(model, train, lay, m))
     if lay.cp > 1:
         out += [cp_ring(model, train, lay, m)] if lay.cp_impl in ("own", "torch") else cp_a2a(model, train, lay, m)
     if lay.pp > 1:
@@ -255,6 +262,25 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
                                   f"sbh*{e} x 2 x {m} micro batches x v={lay.v} (scatter/gather: the receiving stage "
                                   "gathers the t pieces of each activation and gradient)", per_micro=True))
     return out
+
+
+def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:
+    """Expert parallelism's token exchange (plan/moe.py; Megatron-Core's all-to-all token dispatcher): per MoE
+    block and micro batch the forward's dispatch (each token-slot to its expert's rank) and combine (the results
+    back), and the same two in the backward, each handing over this rank's tokens x k rows of h in the
+    activations' dtype (balanced routing: (ep - 1) / ep of them leave the rank). On the critical path: each
+    waits for the router, the experts for it. Full recomputation dispatches and combines again."""
+    s = (train.seq or model.seq) // lay.cp
+    e = 2 if train.mixed else 4
+    tokens = train.micro_batch * s // (lay.tp if lay.sp else 1)  # under SP each TP rank dispatches its share
+    layers = stage_layers(model.n_layer, lay.pp, lay.v) * model.moe_blocks / model.n_layer
+    per = 6 if lay.recompute == "full" else 4
+    calls = round(per * layers * m)
+    size = tokens * model.moe_top_k * model.d_model * e
+    return Collective("all_to_all", "ep", lay.ep, size * calls, calls, "none",
+                      f"tokens x k x h x {e} B = {tokens} x {model.moe_top_k} x {model.d_model} x {e} x {per} per MoE "
+                      f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches",
+                      per_micro=True)
 
 
 def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:

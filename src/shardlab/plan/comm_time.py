@@ -31,10 +31,11 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp_cp, "cp": lay.tp}[group]  # cp (Ulysses' all-to-all): just outside tp
+              "pp": lay.tp * lay.dp_cp, "cp": lay.tp, "ep": 1}[group]  # cp (Ulysses' all-to-all): just outside tp
+    # ep: consecutive ranks (Megatron-Core's expert mesh with expert_tensor_parallel_size 1 puts ep innermost)
     # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
     n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
-         "pp": lay.pp, "cp": lay.cp}[group]
+         "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}[group]
     g = cluster.gpus_per_node
     if stride >= g:
         return 1
@@ -71,6 +72,10 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
     intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
     if nodes == 1:
         return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
+    if op == "all_to_all":  # every rank sends 1/n of its payload to each other rank at once, each link its share
+        intra, inter = size * (local - 1) / n, size * (n - local) / n
+        lat = cluster.inter_latency + (cluster.intra_latency if local > 1 else 0.0)
+        return base + lat + max(intra / intra_bw, inter / inter_bw), intra, inter
     if local == 1:
         return base + _ring(op, size, n, cluster.inter_latency, inter_bw), 0.0, wire
     # hierarchical: intra reduce-scatter, inter collective on 1/local of the data, intra all-gather

@@ -9,7 +9,7 @@ from .layout import Layout
 
 # Groups on the critical path of every micro batch: their collectives are exposed unless a layout hides one beside
 # compute (critical_comm: the async TP backward, userbuffers, overlap_p2p_comm).
-CRITICAL = ("tp", "pp", "cp")
+CRITICAL = ("tp", "pp", "cp", "ep")  # ep: the MoE blocks' token all-to-alls (plan/comm.py ep_all_to_all)
 # TP collectives beside a GEMM (compute.tp_hiding): the async TP backward's, and Transformer Engine's userbuffers'
 BESIDE = ("wgrad", "dgrad", "col_fprop", "row_fprop", "row_dgrad")
 BESIDE_WORDS = {"wgrad": "beside the weight-gradient GEMMs", "dgrad": "beside the input-gradient GEMMs",

@@ -70,7 +70,9 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
                               backward=backward)
     else:
         te = weights_cast_per_step(train)
-        cast = cast_bytes(m, k, n, "backward" if backward else "forward", gathered_in_float8(train, lay) or te)
+        # (a batched GEMM, an MoE block's experts: each of its `count` GEMMs casts its own operands)
+        cast = op.count * cast_bytes(m, k, n, "backward" if backward else "forward",
+                                     gathered_in_float8(train, lay) or te)
         if train.fp8 == "mxfp8" and te:
             cast *= TE_MXFP8_CAST  # TE's one-pass MXFP8 quantization (its measured time against current scaling's)
     peak8 = sustained_fp8_peak(c) * (MXFP8_KERNEL if train.fp8 == "mxfp8" else 1.0)

@@ -71,6 +71,11 @@ def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
 
 
 TP_REPLICATED, TP_ROW_WEIGHTS, TP_KV = _tp_tables()
+_MOE_PARTS = tuple(dict.fromkeys(f".{a.mlp}.{p}." for a in anatomy.ANATOMIES.values() for p in (a.experts, a.router)))
+
+
+def _in_moe(name: str) -> bool:
+    return any(p in name for p in _MOE_PARTS)
 
 
 def tp_local(name: str, n, tp: int, kv_whole: bool = False):
@@ -78,7 +83,9 @@ def tp_local(name: str, n, tp: int, kv_whole: bool = False):
     weights and biases and the vocabulary rows ceil(rows/tp) (the vocabulary is padded to a multiple
     of tp), row-parallel weights 1/tp of each row."""
     from .model import Param
-    if tp == 1 or any(k in name for k in TP_REPLICATED) or (kv_whole and name.endswith(TP_KV)):
+    # an expert is never split by tensor parallelism (anatomy's EXPERT role: expert parallelism spreads whole
+    # experts; Megatron's expert_tensor_parallel_size 1), nor is the router
+    if tp == 1 or any(k in name for k in TP_REPLICATED) or (kv_whole and name.endswith(TP_KV)) or _in_moe(name):
         return n
     rows, row = getattr(n, "rows", n), getattr(n, "row", 1)
     if any(name.endswith(k) for k in TP_ROW_WEIGHTS):

@@ -127,6 +127,10 @@ class Layout:
     # whole activation on every rank's send
     pp_scatter_gather: bool = False
     health_check: bool = False  # shardlab's trainer: one all-gather of 8 fp64 signals per rank per step
+    # expert parallelism (the trainer's parallel.ep): an MoE model's experts spread whole over ep ranks of the
+    # tp x cp x dp ranks of a stage (Megatron-Core's expert mesh, expert_tensor_parallel_size 1: the expert-data-
+    # parallel group is the other tp x cp x dp / ep)
+    ep: int = 1
 
     @property
     def world(self) -> int:
@@ -153,6 +157,11 @@ class Layout:
         a sequence hold replicas too, so the runtime's data-parallel layer communicates over the flattened
         dp_cp group (parallel/dp/apply.py: data_parallel_group)."""
         return self.dp * self.cp
+
+    @property
+    def edp(self) -> int:
+        """The expert-data-parallel group: ranks holding the same experts (tp x cp x dp / ep)."""
+        return max(1, self.tp * self.cp * self.dp // self.ep)
 
     @property
     def shard(self) -> int:
@@ -188,7 +197,12 @@ class Layout:
         one_of("pp_split", self.pp_split, PP_SPLITS)
         if self.comm_dtype is not None:
             one_of("comm_dtype", self.comm_dtype, precision.WIRE_NAMES)
-        for k in ("dp", "tp", "pp", "v", "cp"):
+        if self.ep > 1 and not model.moe_experts:
+            raise ValueError(f"ep={self.ep} needs moe_experts (expert parallelism splits the experts)")
+        if self.ep > 1 and (model.moe_experts % self.ep or (self.tp * self.cp * self.dp) % self.ep):
+            raise ValueError(f"ep {self.ep} must divide moe_experts {model.moe_experts} and tp x cp x dp = "
+                             f"{self.tp * self.cp * self.dp}")
+        for k in ("dp", "tp", "pp", "v", "cp", "ep"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
         if self.dp_shard is not None and (self.dp_shard <= 0 or self.dp % self.dp_shard):

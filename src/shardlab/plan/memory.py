@@ -93,7 +93,20 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     ]
     if train.lp_grads_kept and gb != pb:
         lines.append(lp_grads_line(psi, pb))
+    if model.moe_experts and o_sh and lay.offload == "none" and lay.edp != n:
+        lines.append(expert_optimizer_line(model, lay, k, n, blocks))
     return lines
+
+
+def expert_optimizer_line(model: ModelSpec, lay: Layout, k: float, n: int, blocks: int | None) -> Line:
+    """The experts' optimizer states are sharded over their own group, the expert-data-parallel ranks (tp x cp x
+    dp / ep: Megatron-Core's distributed optimizer shards expert parameters over the expert-data-parallel group),
+    not over the `n` ranks the optimizer line divides every parameter by: the difference, signed."""
+    layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
+    held = round(layers * model.moe_blocks / model.n_layer) * model.experts_held * model.mlp_params
+    extra = k * held * (1 / lay.edp - 1 / n)
+    return Line("expert optimizer", extra,
+                f"K={k:g} B x {held:,.0f} expert parameters x (1/edp - 1/{n}), edp = tp x cp x dp / ep = {lay.edp}")
 
 
 def lp_grads_line(psi: float, pb: int) -> Line:

@@ -38,6 +38,15 @@ class ModelSpec:
     arch: str = "gpt2"  # gpt2 | llama
     n_kv_heads: int = 0  # llama: key/value heads (0 = n_head)
     ffn: int = 0  # llama: SwiGLU width f (0 = Llama 3's rule, 2/3 x 4h rounded up to a multiple of 256)
+    head_dim: int = 0  # d, one head's width (0 = h/a); Qwen3's a x d differs from h: q and proj are h x ad
+    # mixture of experts (the trainer's model.moe_*, docs/moe.md): every moe_every-th block's MLP becomes
+    # moe_experts routed copies of it (each of width `ffn`) and a router; each token meets moe_top_k of them
+    moe_experts: int = 0  # E (0 = dense)
+    moe_top_k: int = 2  # k
+    moe_every: int = 1
+    # the experts of each MoE block one rank holds (0 = all E): expert parallelism's view of the model
+    # (`expert_view`), which param_shapes lists; params and FLOPs stay the whole model's
+    moe_local: int = 0
 
     def __post_init__(self) -> None:
         if self.tied is None:
@@ -45,7 +54,7 @@ class ModelSpec:
         for f in ("n_layer", "d_model", "n_head", "vocab", "seq", "mlp_ratio"):
             if getattr(self, f) <= 0:
                 raise ValueError(f"model.{f} must be positive, got {getattr(self, f)}")
-        if self.d_model % self.n_head:
+        if self.d_model % self.n_head and not self.head_dim:
             raise ValueError(f"d_model {self.d_model} is not divisible by n_head {self.n_head}")
         if self.arch not in ("gpt2", "llama"):
             raise ValueError(f"arch must be gpt2 or llama, got {self.arch!r}")
@@ -56,6 +65,41 @@ class ModelSpec:
             object.__setattr__(self, "n_kv_heads", kv)
             if self.ffn <= 0:
                 object.__setattr__(self, "ffn", 256 * -(-int(8 * self.d_model / 3) // 256))
+        if self.moe_experts:
+            if self.moe_experts < 0 or not 1 <= self.moe_top_k <= self.moe_experts or self.moe_every < 1:
+                raise ValueError(f"moe_top_k {self.moe_top_k} must be between 1 and moe_experts {self.moe_experts}"
+                                 f" (and moe_every {self.moe_every} at least 1)")
+
+    @property
+    def d_head(self) -> int:
+        """d: one attention head's width."""
+        return self.head_dim or self.d_model // self.n_head
+
+    @property
+    def q_width(self) -> int:
+        """a x d: the width of q and of the attention's output (h, unless head_dim says otherwise)."""
+        return self.n_head * self.d_head
+
+    def is_moe(self, i: int) -> bool:
+        """Whether block i is an MoE block (blocks moe_every-1, 2 moe_every-1, ...; model/moe.py's rule)."""
+        return bool(self.moe_experts) and i % self.moe_every == self.moe_every - 1
+
+    @property
+    def moe_blocks(self) -> int:
+        return self.n_layer // self.moe_every if self.moe_experts else 0
+
+    @property
+    def experts_held(self) -> int:
+        """Experts of each MoE block on one rank (all of them without expert parallelism)."""
+        return self.moe_local or self.moe_experts
+
+    def expert_view(self, ep: int) -> "ModelSpec":
+        """The model as one of `ep` expert-parallel ranks holds it: E / ep experts per MoE block."""
+        if not self.moe_experts or ep <= 1:
+            return self
+        if self.moe_experts % ep:
+            raise ValueError(f"moe_experts {self.moe_experts} is not divisible by ep {ep}")
+        return replace(self, moe_local=self.moe_experts // ep)
 
     @property
     def llama(self) -> bool:
@@ -64,7 +108,7 @@ class ModelSpec:
     @property
     def kv_width(self) -> int:
         """g: the width of k and v (all of h for GPT-2, n_kv_heads heads for llama)."""
-        return self.n_kv_heads * (self.d_model // self.n_head) if self.llama else self.d_model
+        return self.n_kv_heads * self.d_head if self.llama else self.d_model
 
     def tp_ok(self, t: int) -> bool:
         """Tensor parallelism splits whole heads; llama's key/value heads are split (t divides them)
@@ -95,15 +139,17 @@ class ModelSpec:
         h, v = self.d_model, self.vocab
         f = self.ffn if self.llama else self.mlp_ratio * h
         kinds = ("weight", "bias") if anat.bias else ("weight",)
-        shapes = {anat.attention: {COLUMN: (h, h), KV: (self.kv_width, h), ROW: (h, h)},
+        qw = self.q_width
+        shapes = {anat.attention: {COLUMN: (qw, h), KV: (self.kv_width, h), ROW: (h, qw)},
                   anat.mlp: {COLUMN: (f, h), ROW: (h, f)}}  # (out, in) by role
 
         def norm(name):
             return [(f"{name}.{kind}", Param(h)) for kind in kinds]
 
-        def linears(prefix, module, table):
-            return [(f"{prefix}.{module}.{name}.{kind}", Param(*shapes[module][role]) if kind == "weight"
-                     else Param(shapes[module][role][0])) for name, role in table for kind in kinds]
+        def linears(prefix, module, table, like=None):  # like: whose shapes (an expert is the MLP's copy)
+            sh = shapes[like or module]
+            return [(f"{prefix}.{module}.{name}.{kind}", Param(*sh[role]) if kind == "weight"
+                     else Param(sh[role][0])) for name, role in table for kind in kinds]
 
         out = [(anat.weight(anat.embedding), Param(v, h))]
         if anat.positions:
@@ -112,16 +158,35 @@ class ModelSpec:
         for i in range(self.n_layer):
             b = anat.block(i)
             out += norm(f"{b}.{before_attn}") + linears(b, anat.attention, anat.attention_linears)
-            out += norm(f"{b}.{before_mlp}") + linears(b, anat.mlp, anat.mlp_linears)
+            out += norm(f"{b}.{before_mlp}")
+            if not self.is_moe(i):
+                out += linears(b, anat.mlp, anat.mlp_linears)
+                continue
+            # an MoE block (model/moe.py): the router (E x h, no bias), then each expert held, a copy of the MLP
+            out.append((f"{b}.{anat.mlp}.{anat.router}.weight", Param(self.moe_experts, h)))
+            for e in range(self.experts_held):
+                out += linears(b, f"{anat.mlp}.{anat.experts}.{e}", anat.mlp_linears, like=anat.mlp)
         out += norm(anat.final_norm)
         return out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
 
     @property
     def params_per_layer(self) -> int:
+        """A dense block's parameters (`params` adds what the MoE blocks hold beyond one MLP)."""
         h, r = self.d_model, self.mlp_ratio
-        if self.llama:  # q, proj h^2 each; k, v g*h each; SwiGLU 3fh; two RMSNorm gains
-            return 2 * h * h + 2 * self.kv_width * h + 3 * self.ffn * h + 2 * h
+        if self.llama:  # q, proj h(ad) each; k, v g*h each; SwiGLU 3fh; two RMSNorm gains
+            return 2 * self.q_width * h + 2 * self.kv_width * h + 3 * self.ffn * h + 2 * h
         return (4 + 2 * r) * h * h + (9 + r) * h  # r=4: 12h^2 + 13h
+
+    @property
+    def mlp_params(self) -> int:
+        """One MLP's (one expert's) parameters, P_e."""
+        h = self.d_model
+        return 3 * self.ffn * h if self.llama else 2 * self.mlp_ratio * h * h + self.mlp_ratio * h + h
+
+    @property
+    def moe_extra_params(self) -> int:
+        """What the MoE blocks hold beyond one MLP each: E - 1 more experts and the router (E x h)."""
+        return self.moe_blocks * ((self.moe_experts - 1) * self.mlp_params + self.moe_experts * self.d_model)
 
     @property
     def params_embedding(self) -> int:
@@ -134,7 +199,7 @@ class ModelSpec:
     def params(self) -> int:
         """Psi. For r=4, tied: 12*L*h^2 + 13*L*h + v*h + s*h + 2*h. Llama: L(2h^2 + 2gh + 3fh + 2h) + 2vh + h."""
         final_norm = self.d_model if self.llama else 2 * self.d_model
-        return self.n_layer * self.params_per_layer + self.params_embedding + final_norm
+        return self.n_layer * self.params_per_layer + self.params_embedding + final_norm + self.moe_extra_params
 
     # ---- FLOPs (multiply-add = 2 FLOPs; causal mask not discounted, as in Narayanan et al.) ---
     def flops_fwd_layer(self, tokens: int, seq: int | None = None) -> float:
@@ -142,13 +207,23 @@ class ModelSpec:
         GEMMs 2*(4+2r)*h^2 per token, attention scores and attention-over-values 2*2*s*h per token."""
         s = seq or self.seq
         h, r = self.d_model, self.mlp_ratio
-        if self.llama:  # GEMMs: q, proj 2h^2; k, v 2gh; SwiGLU 3fh (x2 FLOPs per multiply-add)
-            return tokens * (2 * (2 * h * h + 2 * self.kv_width * h + 3 * self.ffn * h) + 4 * s * h)
-        return tokens * (2 * (4 + 2 * r) * h * h + 4 * s * h)
+        if self.llama:  # GEMMs: q, proj 2h(ad); k, v 2gh; SwiGLU 3fh (x2 FLOPs per multiply-add)
+            return tokens * (2 * (2 * self.q_width * h + 2 * self.kv_width * h + 3 * self.ffn * h)
+                             + 4 * s * self.q_width) + self.moe_flops_fwd_layer(tokens)
+        return tokens * (2 * (4 + 2 * r) * h * h + 4 * s * h) + self.moe_flops_fwd_layer(tokens)
+
+    def moe_flops_fwd_layer(self, tokens: int) -> float:
+        """What an MoE block adds to a dense one's forward, averaged over the blocks (plan/moe.py's count):
+        the router's 2Eh and k - 1 more experts per token."""
+        if not self.moe_experts:
+            return 0.0
+        extra = 2 * self.moe_experts * self.d_model + (self.moe_top_k - 1) * 2 * (self.mlp_params - (
+            0 if self.llama else self.mlp_ratio * self.d_model + self.d_model))
+        return tokens * extra * self.moe_blocks / self.n_layer
 
     def flops_fwd_attention_core(self, tokens: int, seq: int | None = None) -> float:
         """QK^T and softmax(QK^T)V: what selective recomputation recomputes."""
-        return tokens * 4 * (seq or self.seq) * self.d_model
+        return tokens * 4 * (seq or self.seq) * self.q_width
 
     def flops_fwd_logits(self, tokens: int) -> float:
         return tokens * 2 * self.d_model * self.vocab
@@ -220,13 +295,22 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
       SwiGLU                 2 x 2f/t                         gate and up (fused: no silu or product kept)
       fc2's input            q f/t
     shardlab's own block keeps more (`llama_activation_bytes_per_layer`: each norm's normalised input and output,
-    silu(gate) and the product apart)."""
-    h, a, g, f = m.d_model, m.n_head, m.kv_width, m.ffn
+    silu(gate) and the product apart).
+    An MoE block (`moe_experts`; Megatron-Core's MoELayer, grouped GEMMs, experts never TP-split) keeps per token
+    of this rank (ts: its sequence-parallel share) the router's input 2h and, per routed copy (k of them), the
+    permuted input q h (the grouped fc1's), gate and up 4f, fc2's input q f and the expert output 2h (the
+    un-permutation weighs it by the probabilities: their gradient needs it)."""
+    h, a, g, f, qw = m.d_model, m.n_head, m.kv_width, m.ffn, m.q_width
     ts = t if sp else 1
     q = 1 if fp8 else 2
     norms = 2 * (2 * h + 4) / ts
-    inputs = 2 * q * h / ts + (h / t if fp8 else 0) + q * f / t
-    attn = (2 * (h + 2 * g) + 2 * h + 4 * a) / t
+    attn = (2 * (qw + 2 * g) + 2 * qw + 4 * a) / t
+    if m.moe_experts:
+        k = m.moe_top_k
+        inputs = q * h / ts + (qw / t if fp8 else 0)
+        mlp = (2 * h + k * (q * h + 4 * f + q * f + 2 * h)) / ts
+        return s * b * (norms + inputs + attn + mlp)
+    inputs = 2 * q * h / ts + (qw / t if fp8 else 0) + q * f / t
     return s * b * (norms + inputs + attn + 4 * f / t)
 
 
@@ -248,9 +332,11 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     Without fused attention (`flash=False`) the s x s softmax output (2as^2b) is kept instead of the
     log-sum-exp. Under tensor parallelism the head- and width-split tensors divide by t; the RMSNorm
     tensors and the rotary tables are replicated (split by t too with sequence parallelism, as Megatron
-    keeps them: Korthikanti et al.'s accounting, not measured here)."""
-    h, a, g, f = m.d_model, m.n_head, m.kv_width, m.ffn
-    d = h // a
+    keeps them: Korthikanti et al.'s accounting, not measured here). An MoE block keeps its MLP's tensors once
+    per routed copy of a token (f -> k f; the permutation's copies not counted)."""
+    h, a, g = m.d_model, m.n_head, m.kv_width
+    f = m.ffn * (m.moe_top_k if m.moe_experts else 1)
+    d = m.d_head
     core = a * s if flash else a * s * s  # per sequence position: log-sum-exp, or the softmax rows
     if recompute == "selective":
         rep = 3 * h / (t if sp else 1) + (2 * h + 2 * g + 2 * f) / t

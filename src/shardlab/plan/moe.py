@@ -156,9 +156,9 @@ def render(d: dict) -> str:
         f"  params total {d['params_total'] / 1e6:,.2f}M, active per token {d['params_active'] / 1e6:,.2f}M "
         f"(one expert {d['params_per_expert'] / 1e6:,.3f}M); FLOPs/token (fwd+bwd) {d['flops_per_token'] / 1e6:,.2f}M",
         f"  experts per rank {d['experts_per_rank']} per MoE block, each on {d['replicas_per_expert']} rank(s) "
-        f"(edp); expert states per rank {b(d['expert_state_bytes_per_rank'])}, "
-        f"{b(d['extra_state_bytes_per_rank'])} more than the one MLP per block the memory lines above count",
+        f"(edp); expert states per rank {b(d['expert_state_bytes_per_rank'])} (in the memory lines above)",
         f"  all-to-all per step per rank (uniform routing, dropless): payload {b(a2a['payload'])}, "
         f"wire {b(a2a['wire'])}, {a2a['calls']} calls",
         f"  expert gradients: all_reduce over edp({d['expert_grad_all_reduce']['n']}) payload "
-        f"{b(d['expert_grad_all_reduce']['payload'])} (the dense all_reduce above still counts one MLP per block)"])
+        f"{b(d['expert_grad_all_reduce']['payload'])} (the all_reduce above carries them over dp: the plan's "
+        "step sends every gradient a rank holds over its data-parallel group)"])

@@ -77,9 +77,10 @@ def layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eag
         Op("proj", "gemm", bias=True, flops=2 * T * h * h / t, shape=(T, h, h // t)),
         Op("residual", "elem", bytes=res, ew="add", bwd_bytes=res),
         Op("ln_2", "elem", bytes=2 * Ts * h * e, ew="ln"),
-        Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
-        Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
-        Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t)),
+        *(moe_ops(model, Ts, e) if model.moe_experts else [
+            Op("fc", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, r * h // t, h)),
+            Op("gelu", "elem", bytes=2 * r * th, ew="gelu"),
+            Op("mlp_proj", "gemm", bias=True, flops=2 * T * r * h * h / t, shape=(T, h, r * h // t))]),
         Op("residual", "elem", bytes=res, ew="add", bwd_bytes=res),
         Op("bias_grads", "elem", bytes=0, ew="sum", bwd_bytes=(3 + 1 + r) * th + T * h * e),
     ]
@@ -128,34 +129,64 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     rotary positions on q and k, grouped-query attention (each key/value head read by its group),
     SwiGLU (gate, up, silu x up, down). `impl` "torchtitan": torchtitan's attention kernels in place of
     shardlab's rope and head-merge copy (`titan_attention_kernels`)."""
-    h, a, g, f = model.d_model, model.n_head, model.kv_width, model.ffn
-    T, dh, ah = b * s, h // a, a // t
+    h, a, g, f, qw = model.d_model, model.n_head, model.kv_width, model.ffn, model.q_width
+    T, dh, ah = b * s, model.d_head, a // t
     gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
-    att = [Op("attention", "gemm", 4 * T * s * h / t, shape=(s, s, dh), count=b * ah)]
+    att = [Op("attention", "gemm", 4 * T * s * qw / t, shape=(s, s, dh), count=b * ah)]
     if not flash:
-        att = [Op("scores", "gemm", 2 * T * s * h / t, shape=(s, s, dh), count=b * ah),
+        att = [Op("scores", "gemm", 2 * T * s * qw / t, shape=(s, s, dh), count=b * ah),
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
-               Op("attn_v", "gemm", 2 * T * s * h / t, shape=(s, dh, s), count=b * ah)]
-    th = T * h * e / t
+               Op("attn_v", "gemm", 2 * T * s * qw / t, shape=(s, dh, s), count=b * ah)]
+    th = T * qw * e / t
     Ts = T // (t if sp else 1)  # sequence parallel: the norms and residual adds on this rank's s/t tokens
     # rotary: q and k read, rotated half built, two products and a sum written; the heads merged by a copy
     own = [Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"), Op("merge_heads", "elem", bytes=2 * th, ew="copy")]
-    rope, merge = (titan_attention_kernels(T, h, gt, t, e, flash), []) if impl == "torchtitan" else (own[:1], own[1:])
+    rope, merge = (titan_attention_kernels(T, qw, gt, t, e, flash), []) if impl == "torchtitan" else (own[:1], own[1:])
     return [
         _rms_norm("ln_1", Ts, h, e, eager_norm),
-        Op("q", "gemm", flops=2 * T * h * h / t, shape=(T, h // t, h)),
+        Op("q", "gemm", flops=2 * T * qw * h / t, shape=(T, qw // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
         *rope,
         *att,
         *merge,
-        Op("proj", "gemm", flops=2 * T * h * h / t, shape=(T, h, h // t)),
+        Op("proj", "gemm", flops=2 * T * h * qw / t, shape=(T, h, qw // t)),
         Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
         _rms_norm("ln_2", Ts, h, e, eager_norm),
-        *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
-        Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
-        Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t)),
+        *(moe_ops(model, Ts, e) if model.moe_experts else [
+            *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
+            Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
+            Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t))]),
         Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
     ]
+
+
+def moe_ops(model: ModelSpec, tokens: int, e: int) -> list[Op]:
+    """An MoE block's MLP on one rank (model/moe.py; Megatron-Core's MoELayer with grouped GEMMs), for the `tokens`
+    this rank holds (its sequence-parallel share under TP: experts are never TP-split, anatomy's EXPERT role):
+    the router's logits (E x h, in 16 bits) and their top-k in fp32, the permutation that copies each token once
+    per expert it goes to (read h, write k h), each held expert's MLP as one batched GEMM per linear over the
+    expert's rows, and the un-permutation that weighs the k results by their probabilities and sums them.
+    Routing is taken as balanced (the published benchmarks force it): under expert parallelism over ep ranks
+    each rank receives as many token-slots as it sends, tokens x k, spread over its E / ep experts; the
+    all-to-alls that move them are plan/comm.py's `ep_all_to_all`. Every block planned is an MoE block (a model
+    with moe_every > 1 is planned as if every block were one: an upper bound on its time)."""
+    h, f, E, k, El = model.d_model, model.ffn if model.llama else model.mlp_ratio * model.d_model, \
+        model.moe_experts, model.moe_top_k, model.experts_held
+    slots = tokens * k
+    rows = max(1, slots // El)  # one expert's rows
+    perm = (h + k * h) * tokens * e  # read each token, write it k times (and the reverse to un-permute)
+    router = [Op("router", "gemm", flops=2 * tokens * E * h, shape=(tokens, E, h)),
+              Op("topk", "elem", bytes=3 * tokens * E * 4, ew="softmax"),  # fp32 logits: softmax, top-k, probs
+              Op("permute", "elem", bytes=perm, ew="copy", bwd_bytes=perm)]
+    unperm = Op("unpermute", "elem", bytes=perm + slots * 4, ew="copy", bwd_bytes=perm + slots * 4)
+    if model.llama:
+        return [*router,
+                *(Op(z, "gemm", flops=2 * slots * f * h, shape=(rows, f, h), count=El) for z in ("gate", "up")),
+                Op("swiglu", "elem", bytes=5 * slots * f * e, ew="gelu"),
+                Op("down", "gemm", flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm]
+    return [*router, Op("fc", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, f, h), count=El),
+            Op("gelu", "elem", bytes=2 * slots * f * e, ew="gelu"),
+            Op("mlp_proj", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm]
 
 
 def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:

@@ -61,10 +61,12 @@ def to_dict(p: Plan) -> dict:
 def render(p: Plan, explain: bool = False) -> str:
     m, lay, c = p.model, p.layout, p.cluster
     out = [f"shardlab plan: {m.name} ({m.params / 1e6:,.1f}M params, L={m.n_layer} h={m.d_model} "
-           f"a={m.n_head}{f' kv={m.n_kv_heads} f={m.ffn} llama' if m.llama else ''} s={p.train.seq or m.seq} "
-           f"v={m.vocab}) on {c.name} "
+           f"a={m.n_head}{f' d={m.head_dim}' if m.head_dim else ''}"
+           f"{f' kv={m.n_kv_heads} f={m.ffn} llama' if m.llama else ''}"
+           f"{f' E={m.moe_experts} k={m.moe_top_k}' + (f' every {m.moe_every}' if m.moe_every > 1 else '') if m.moe_experts else ''}"
+           f" s={p.train.seq or m.seq} v={m.vocab}) on {c.name} "
            f"({lay.world} of {c.num_gpus} GPUs, {c.gpus_per_node}/node)",
-           f"layout: {lay.describe()}   precision {p.train.precision}, {p.train.optimizer}, "
+           f"layout: {lay.describe()}{f' ep={lay.ep} (edp {lay.edp})' if lay.ep > 1 else ''}   precision {p.train.precision}, {p.train.optimizer}, "
            f"global batch {p.train.global_batch} seq = {p.tokens_per_step:,} tokens, "
            f"micro batch {p.train.micro_batch} x {p.m} per rank", ""]
     w = 28

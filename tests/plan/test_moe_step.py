@@ -1,0 +1,86 @@
+"""MoE in the plan itself (ModelSpec's moe_* fields, Layout.ep): the parameters one rank holds are the model's as
+shardlab builds it (names and sizes, GPT-2 and Llama), FLOPs per token are plan/moe.py's count, expert parallelism
+divides the experts a rank holds and shards their optimizer states over the expert-data-parallel group, and the
+step times the experts' grouped GEMMs and the token all-to-alls."""
+from dataclasses import replace
+
+import pytest
+
+from shardlab.plan import moe
+from shardlab.plan.comm import tp_pp_collectives
+from shardlab.plan.hardware import load_cluster
+from shardlab.plan.layout import Layout
+from shardlab.plan.memory import state_bytes
+from shardlab.plan.model import ModelSpec
+from shardlab.plan.step import evaluate
+from shardlab.plan.train_spec import TrainSpec
+
+GPT = ModelSpec("tiny-moe", n_layer=2, d_model=32, n_head=4, vocab=256, seq=16)
+LLAMA = ModelSpec("llama-moe", n_layer=2, d_model=32, n_head=4, vocab=256, seq=16, arch="llama", n_kv_heads=2,
+                  ffn=64)
+
+
+@pytest.mark.parametrize("every,k", [(1, 2), (2, 1)])
+def test_gpt_moe_parameters_are_the_models_name_by_name(every, k):
+    from shardlab.model.gpt import GPTConfig, build_model
+
+    model = build_model(GPTConfig(n_layer=2, n_head=4, d_model=32, vocab_size=256, max_seq_len=16, moe_experts=4,
+                                  moe_top_k=k, moe_every=every), seed=0)
+    spec = replace(GPT, moe_experts=4, moe_top_k=k, moe_every=every)
+    want = {n: p.numel() for n, p in model.named_parameters()}
+    assert dict(spec.param_shapes()) == want
+    assert spec.params == sum(want.values()) == moe.params(GPT, moe.MoESpec(4, k, every))["total"]
+    # FLOPs: plan/moe.py's count (router + k experts per MoE block)
+    assert 3 * spec.flops_fwd(1, 16) == pytest.approx(moe.flops_per_token(GPT, moe.MoESpec(4, k, every), 16))
+
+
+def test_llama_moe_parameters_are_the_models_name_by_name():
+    from shardlab.model.gpt import build_model
+    from shardlab.model.llama import LlamaConfig
+
+    model = build_model(LlamaConfig(n_layer=2, n_head=4, d_model=32, n_kv_heads=2, intermediate_size=64,
+                                    moe_experts=4, moe_top_k=2), seed=0)
+    spec = replace(LLAMA, moe_experts=4, moe_top_k=2)
+    assert dict(spec.param_shapes()) == {n: p.numel() for n, p in model.named_parameters()}
+
+
+def test_head_dim_widens_q_and_proj():
+    """Qwen3's blocks: a x d (here 4 x 16 = 64) wider than h = 32; k and v n_kv_heads x d."""
+    m = replace(LLAMA, head_dim=16)
+    shapes = dict(m.param_shapes())
+    assert shapes["blocks.0.attn.q.weight"] == 64 * 32 and shapes["blocks.0.attn.proj.weight"] == 32 * 64
+    assert shapes["blocks.0.attn.k.weight"] == 2 * 16 * 32
+    assert m.params == sum(shapes.values())
+
+
+def test_expert_parallelism_holds_e_over_ep_experts_and_shards_their_optimizer_over_edp():
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    train = TrainSpec(global_batch=8, micro_batch=1, seq=16, precision="bf16-mixed")
+    per_expert = 3 * 64 * 32
+    one, four = (sum(n for _, n in m.expert_view(ep).param_shapes()) for ep in (1, 4))
+    assert one - four == 2 * (8 - 2) * per_expert  # 2 MoE blocks, 6 experts fewer each
+    assert m.expert_view(4).params == m.params  # the model's size is the model's
+    lay = Layout(dp=8, strategy="zero1", ep=4)
+    lay.check(m)
+    assert lay.edp == 2
+    st = state_bytes(m.expert_view(4), train, lay)
+    held = 2 * 2 * per_expert  # 2 experts in each of 2 blocks
+    assert st["expert optimizer"] == pytest.approx(train.optimizer_bytes_of(m, lay) * held * (1 / 2 - 1 / 8))
+
+
+def test_the_step_times_the_all_to_alls_and_the_grouped_experts():
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")
+    lay = Layout(dp=8, strategy="zero1", ep=4)
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
+    a2a = [x for x in tp_pp_collectives(m, train, lay, 1) if x.group == "ep"]
+    assert len(a2a) == 1
+    # 4 all-to-alls (dispatch, combine; forward, backward) per MoE block, each of tokens x k rows of h in bf16
+    assert (a2a[0].calls, a2a[0].payload) == (4 * 2, 4 * 2 * (2 * 16) * 2 * 32 * 2)
+    p = evaluate(m, train, lay, c)
+    line = next(cl for cl in p.comm if cl.c.group == "ep")
+    assert line.time > 0 and p.times["tp_pp_comm"] >= line.time  # on the critical path
+    dense = evaluate(replace(m, moe_experts=0), train, Layout(dp=8, strategy="zero1"), c)
+    assert p.times["forward"] > dense.times["forward"]  # k = 2 experts a token, the router, the permutations
+    with pytest.raises(ValueError, match="must divide moe_experts 8 and tp x cp x dp = 2"):
+        Layout(dp=2, ep=4).check(m)
