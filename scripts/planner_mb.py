@@ -4,6 +4,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
   ninth   the same on GB200 and GB300, the NVL72 racks' GPUs (plan/published_gpu_ninth.py)
   tenth   dense Llama 3 rows in MXFP8 on B200, GB200 and GB300 (plan/published_gpu_tenth.py)
   eleventh  Llama 3 70B fine-tuning (SFT) rows on GB300, GB200 and H100 (plan/published_gpu_eleventh.py)
+  twelfth   Qwen3 MoE pre-training rows (30B-A3B, 235B-A22B) on H100, B200, B300, GB200, GB300
+            (plan/published_gpu_twelfth.py): mixture of experts and expert parallelism
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -15,7 +17,7 @@ import importlib
 
 from shardlab.plan.published_gpu import print_set
 
-SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH"}
+SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH"}
 
 
 def main() -> None:

@@ -38,10 +38,10 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
-               "offload_activations": int}
+               "offload_activations": int, "ep": int, "ep_overlap": "bool"}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
-            "moe_router_lr_scale": float, "ep": int}  # plan/moe.py (weights and balancing change nothing)
+            "moe_router_lr_scale": float}  # plan/moe.py (weights and balancing change nothing); ep: the layout's
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  # dp_replicate: dp_shard = dp / it
               "power_w": float, "attention": str}  # the GPU's power limit; the fused attention kernel
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
@@ -152,7 +152,7 @@ def build(kv: dict, for_search: bool = False):
             raise ValueError(f"attention must be one of {', '.join(attention.BACKENDS)}, got {kv['attention']!r}")
         cluster = replace(cluster, power_w=kv.get("power_w", cluster.power_w),
                           attention=kv.get("attention", cluster.attention))
-    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, *IMPL_FIELDS, "ep") if k in kv}
+    lay_kw = {k: kv[k] for k in (*LAYOUT_KEYS, *IMPL_FIELDS) if k in kv}
     tp, pp = lay_kw.get("tp", 1), lay_kw.get("pp", 1) * lay_kw.get("cp", 1)  # cp: ranks like pp's, for dp
     if "dp" not in lay_kw and not for_search:
         lay_kw["dp"] = max(1, (kv.get("gpus") or tp * pp) // (tp * pp))

@@ -277,9 +277,10 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
     per = 6 if lay.recompute == "full" else 4
     calls = round(per * layers * m)
     size = tokens * model.moe_top_k * model.d_model * e
-    return Collective("all_to_all", "ep", lay.ep, size * calls, calls, "none",
+    return Collective("all_to_all", "ep", lay.ep, size * calls, calls, "ep_1f1b" if lay.ep_overlap else "none",
                       f"tokens x k x h x {e} B = {tokens} x {model.moe_top_k} x {model.d_model} x {e} x {per} per MoE "
-                      f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches",
+                      f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches"
+                      + (" (ep_overlap: beside another micro batch's compute)" if lay.ep_overlap else ""),
                       per_micro=True)
 
 

@@ -22,7 +22,7 @@ UB_SMS = {"col_fprop": (1, 1), "row_fprop": (1, 1), "row_dgrad": (1, 1), "dgrad"
 RING = ("col_fprop", "row_fprop", "row_dgrad")  # userbuffers' ring exchange (the rest: bulk, the whole call beside)
 
 
-def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster) -> tuple[float, float, float]:
+def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster, m: int = 1) -> tuple[float, float, float]:
     """`comm`: step.py's CommLines, their `exposed` set here. (exposed, hidden, userbuffers' SM seconds) per step of the tensor-parallel, context-parallel and pipeline
     collectives: all exposed, but those beside a GEMM (mt.tp_hide: Megatron's async TP backward, Transformer
     Engine's userbuffers) or a pipeline chunk's compute (Megatron-Core's overlap_p2p_comm), which show only what
@@ -38,6 +38,11 @@ def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster) -> tuple[float,
             # (gradients) beside a backward chunk, each chunk 1/v of the stage's pass
             call = cl.time / cl.c.calls
             cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.fwd / lay.v) + max(0.0, call - mt.bwd / lay.v))
+        elif cl.c.overlap == "ep_1f1b" and cl.c.calls:
+            # Megatron-Core's EP overlap (Layout.ep_overlap): a forward's dispatch and combine run beside another
+            # micro batch's backward and the backward's beside a forward, each call beside its share of that pass
+            call, half = cl.time / cl.c.calls, cl.c.calls / m / 2  # calls per micro batch in each pass
+            cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.bwd / half) + max(0.0, call - mt.fwd / half))
         elif beside:
             call = cl.time / cl.c.calls
             # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs

@@ -291,8 +291,15 @@ PRESETS: dict[str, Cluster] = {
 # SXM5 (NVIDIA H800 datasheet: the H100 SXM's GH100 and HBM3, NVLink cut to 400 GB/s total, 200 GB/s a direction)
 PRESETS["A100-40G"] = replace(PRESETS["A100-80G"], name="A100-40G", hbm_bytes=40 * GB, hbm_bw=1555 * GB)
 PRESETS["H800"] = replace(PRESETS["H100-SXM"], name="H800", intra_bw=200 * GB)
+# NVIDIA DGX B300: 8 Blackwell Ultra GPUs (the GB300's die) on the B200's NVLink 5 (1.8 TB/s a GPU), 288 GB of HBM3e at
+# 8 TB/s each, 72 PFLOPS FP8 training for 8 GPUs (4,500 dense FP8 and 2,250 dense BF16 a GPU, the B200's), one
+# ConnectX-8 at 800 Gb/s a GPU. Its GEMMs sustain the B200's rates (Transformer Engine's GEMM profile on a B300:
+# BF16 1,503, FP8 2,815 TFLOP/s; docs/planner.md), so the B200's terms; its attention is cuDNN's measured on the
+# GB300 (the same die's doubled exponential rate, attention.MEASURED_BY_SEQ) at the B200's sustained clock
+PRESETS["B300"] = replace(PRESETS["B200"], name="B300", hbm_bytes=288 * GB, inter_bw=100 * GB,
+                          attention_device="GB300", attention_by_seq=True)
 ALIASES = {"a100": "A100-80G", "a100-40g": "A100-40G", "h100": "H100-SXM", "h800": "H800", "h200": "H200",
-           "h100-500w": "H100-SXM-500W", "b200": "B200", "gb200": "GB200", "gb300": "GB300"}
+           "h100-500w": "H100-SXM-500W", "b200": "B200", "b300": "B300", "gb200": "GB200", "gb300": "GB300"}
 
 
 def default_profile_path() -> Path:

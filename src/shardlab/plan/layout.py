@@ -131,6 +131,9 @@ class Layout:
     # tp x cp x dp ranks of a stage (Megatron-Core's expert mesh, expert_tensor_parallel_size 1: the expert-data-
     # parallel group is the other tp x cp x dp / ep)
     ep: int = 1
+    # Megatron-Core's overlap_moe_expert_parallel_comm (with delay_wgrad_compute): the steady state runs one micro
+    # batch's forward with another's backward, block by block, so each all-to-all runs beside the other's compute
+    ep_overlap: bool = False
 
     @property
     def world(self) -> int:
@@ -202,6 +205,8 @@ class Layout:
         if self.ep > 1 and (model.moe_experts % self.ep or (self.tp * self.cp * self.dp) % self.ep):
             raise ValueError(f"ep {self.ep} must divide moe_experts {model.moe_experts} and tp x cp x dp = "
                              f"{self.tp * self.cp * self.dp}")
+        if self.ep_overlap and self.ep <= 1:
+            raise ValueError("ep_overlap needs ep > 1: it hides expert parallelism's all-to-alls")
         for k in ("dp", "tp", "pp", "v", "cp", "ep"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")

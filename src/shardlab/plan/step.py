@@ -113,7 +113,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     # communication, each collective timed alone, then overlapped where the strategy allows
     for c in tp_pp_collectives(model, train, lay, m) + dp_collectives(model, train, lay, m):
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
-    tp_pp, tp_hidden, ub_cost = critical_comm(plan.comm, mt, lay, cluster)
+    tp_pp, tp_hidden, ub_cost = critical_comm(plan.comm, mt, lay, cluster, m)
     tp_pp += sync_waits(plan.comm, mt, m, cluster)
     t_mb = mt.fwd + mt.bwd + tp_pp / m
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)

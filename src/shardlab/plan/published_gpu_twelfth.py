@@ -1,0 +1,62 @@
+"""The twelfth set: Megatron-Bridge's Qwen3 MoE pre-training rows (published_gpu_twelfth_rows.py, frozen in b8a06a6
+before the planner ran on any of them) as the planner's rows: the first set of mixture-of-experts runs.
+
+Each row's model is its Qwen3 shape (QWEN3_SHAPES: every block an MoE block of E = 128 experts of width
+moe_ffn_hidden_size, top-8, q of 32 or 64 heads of 128, 4 key/value heads, untied 151,936-token vocabulary), its
+layout the table's (expert parallelism `ep` over the tp x dp ranks of a stage, experts whole: ETP 1) and its recipe
+the inputs the planner has for what the row's recipe sets:
+- the precision: MXFP8 -> the float8 layer's `mxfp8`, FP8-CS -> `tensorwise`, BF16 -> none; Transformer Engine's
+  layers (`llama_impl=te`: its saved tensors, FP8 weights cast once a step);
+- the distributed optimizer (zero1) in 128 Mi-element buckets (256 MiB of bf16 gradients), gradients in bf16;
+- the pipeline: interleaved with the row's VP (and `overlap_p2p_comm` where the recipe sets it), else 1F1B; the
+  235B recipes count the embedding and the loss as a layer each (`pp_split=ends-as-blocks`);
+- sequence parallelism and TE's userbuffers where the recipe sets them (the TP 2 rows);
+- the EP all-to-all overlap with delayed weight gradients (`overlap_moe_expert_parallel_comm`): `ep_overlap`;
+- whole-iteration CUDA graphs: no launch gaps (cluster `kernel_gap_s` 0, as the eighth set's 8B rows).
+What the recipes set that the planner has no input for (planned as Megatron-Core's defaults would run): the flex
+dispatcher with HybridEP (planned as NCCL's all-to-all on the same links), CUDA graphs of some modules only (launch
+gaps kept), the full-iteration rows' paged stash, per-rank token budget, FP8 attention and fused grouped MLP, QK
+layernorm's two small norms, and the parameter all-gather's overlap (planned after the step, as every set plans it).
+"""
+from __future__ import annotations
+
+from .published_gpu_eighth import PASSES, SOURCE
+from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
+from .published_gpu_twelfth_rows import QWEN3_SHAPES, ROWS
+
+PRECISION = {"MXFP8": "mxfp8", "FP8-CS": "tensorwise", "BF16": "none"}
+
+
+def _shape(name: str) -> dict:
+    q = QWEN3_SHAPES[name]
+    return {"n_layer": q["num_layers"], "d_model": q["hidden_size"], "n_head": q["num_attention_heads"],
+            "vocab": q["vocab_size"], "arch": "llama", "n_kv_heads": q["num_query_groups"],
+            "head_dim": q["kv_channels"], "ffn": q["moe_ffn_hidden_size"], "tied": False,
+            "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"]}
+
+
+def _on(recipe: dict, key: str) -> bool:
+    return recipe.get(key) is True
+
+
+def planner_row(r: dict) -> dict:
+    """One frozen row as the planner's row (plan/published_gpu_heldout.py's form)."""
+    rec, tp, pp, cp, vp = r["recipe"], r["tp"], r["pp"], r["cp"], r["vp"] or 1
+    lay = {"dp": r["gpus"] // (tp * pp * cp), "tp": tp, "pp": pp, "cp": cp, "ep": r["ep"], "sp": tp > 1,
+           "tp_comm_overlap": tp > 1 and _on(rec, "tp_comm_overlap"), "strategy": "zero1",
+           "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
+           **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
+              if vp > 1 else {}),
+           **({"pp_split": "ends-as-blocks"} if pp > 1 and _on(rec, "account_for_embedding_in_pipeline_split")
+              else {})}
+    graphs = rec.get("cuda_graph_impl") == "full_iteration"
+    cluster = r["system"].removeprefix("DGX-").replace("H100", "H100-SXM")
+    return _row(r["case"], _shape(r["model"]), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay,
+                r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
+                None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
+                fused_loss=True, optimizer_passes=PASSES, llama_impl="te",
+                cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
+                notes=r["notes"], seen="")
+
+
+TWELFTH = [planner_row(r) for r in ROWS]
