@@ -106,16 +106,18 @@ def sustained_fp8_peak(c) -> float:
     return c.peak_flops_fp8 * c.gemm_efficiency_fp8 / c.gemm_efficiency
 
 
-def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1) -> list[tuple[int, int]]:
+def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1, experts: bool | None = None) -> list[tuple[int, int]]:
     """(out, in) of the converted block weights one rank holds: block 0's linears whose dimensions are
     multiples of 16, times the busiest pipeline stage's layers; tensor parallelism splits each by rows here
-    (the all-gather sees a smaller weight either way)."""
+    (the all-gather sees a smaller weight either way), but an MoE block's experts, which it never splits.
+    `experts` True / False: only the experts' linears / only the others (None: all)."""
     layer = []
     for name, p in model.param_shapes():
         parts = name.split(".")
         if parts[:2] == ["blocks", "0"] and parts[-1] == "weight" and parts[-2] in CONVERTED:
-            if p.rows % 16 == 0 and p.row % 16 == 0:
-                layer.append((p.rows // tp, p.row))
+            expert = "experts" in parts
+            if p.rows % 16 == 0 and p.row % 16 == 0 and experts in (None, expert):
+                layer.append((p.rows // (1 if expert else tp), p.row))
     return layer * stage_layers(model.n_layer, pp, v)
 
 
@@ -134,4 +136,9 @@ def scale_line_bytes(model, train, lay) -> float:
     if not on(train):
         return 0.0
     tokens = train.micro_batch * (train.seq or model.seq) // lay.cp
-    return hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v), tokens, train.fp8)
+    if not model.moe_experts:
+        return hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v), tokens, train.fp8)
+    # an expert's casts see its own rows: the rank's tokens (its sequence-parallel share) x k over its E / ep experts
+    rows = tokens // (lay.tp if lay.sp else 1) * model.moe_top_k // model.experts_held
+    return (hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=False), tokens, train.fp8)
+            + hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=True), rows, train.fp8))

@@ -338,7 +338,8 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
         + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
-                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled
+                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled \
+        + _moe_note(plan.model, plan.train, plan.layout)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -351,7 +352,12 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                        f"{plan.train.param_bytes} B per parameter, m - 1 of m micro batches, TrainSpec.grad_accum_add)"
                        if plan.train.grad_accum_add and m > 1 else "") + ")"
     X["compute"] = "forward + backward"
-    X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends, on the critical path"
+    X["tp_pp_comm"] = "tensor-parallel collectives + pipeline sends" \
+        + (" + expert parallelism's all-to-alls" if plan.layout.ep > 1 else "") + ", on the critical path"
+    a2a = [cl for cl in plan.comm if cl.c.overlap == "ep_1f1b"]
+    if a2a:
+        X["tp_pp_comm"] += "; the all-to-alls beside another micro batch's pass (ep_overlap): " + ", ".join(
+            f"{cl.exposed * 1e3:.3f} of {cl.time * 1e3:.3f} ms exposed" for cl in a2a)
     chunked = [cl for cl in plan.comm if cl.c.overlap == "chunk"]
     if chunked:
         X["tp_pp_comm"] += "; the pipeline's transfers beside the next chunk's compute (overlap_p2p_comm): " + ", ".join(
@@ -389,6 +395,17 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
+
+
+def _moe_note(model: ModelSpec, train: TrainSpec, lay: Layout) -> str:
+    """--explain's words for the MoE blocks' MLP (plan/ops.py moe_ops)."""
+    if not model.moe_experts:
+        return ""
+    tokens = train.micro_batch * (train.seq or model.seq) // lay.cp // (lay.tp if lay.sp else 1)
+    rows = tokens * model.moe_top_k // model.experts_held
+    return (f"; MoE blocks: the router (E={model.moe_experts}), the permutation of {tokens:,} tokens x "
+            f"k={model.moe_top_k}, and {model.experts_held} experts a rank (E / ep={lay.ep}) as grouped GEMMs of "
+            f"{rows:,} rows each (balanced routing)")
 
 
 def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:
