@@ -84,3 +84,19 @@ def test_the_step_times_the_all_to_alls_and_the_grouped_experts():
     assert p.times["forward"] > dense.times["forward"]  # k = 2 experts a token, the router, the permutations
     with pytest.raises(ValueError, match="must divide moe_experts 8 and tp x cp x dp = 2"):
         Layout(dp=2, ep=4).check(m)
+
+
+def test_ep_overlap_hides_the_all_to_alls_and_hybridep_holds_its_sms():
+    """ep_overlap: each all-to-all beside its share of the other pass (only what outlasts it shows); a dispatcher
+    holding its own SMs (ep_sms) costs its hidden time x ep_sms / SMs instead of NCCL's share."""
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
+    plain, hidden, held = (evaluate(m, train, Layout(dp=8, strategy="zero1", ep=4, **kw), c)
+                           for kw in ({}, {"ep_overlap": True}, {"ep_overlap": True, "ep_sms": 66}))
+    a2a = [next(cl for cl in p.comm if cl.c.group == "ep") for p in (plain, hidden, held)]
+    assert a2a[0].exposed == a2a[0].time and a2a[1].exposed < a2a[1].time
+    assert held.times["comm_sm_cost"] - hidden.times["comm_sm_cost"] == pytest.approx(
+        (a2a[2].time - a2a[2].exposed) * (66 / 132 - c.sm_share_comm))
+    with pytest.raises(ValueError, match="ep_overlap needs ep > 1"):
+        Layout(dp=8, ep_overlap=True).check(m)

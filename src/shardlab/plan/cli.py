@@ -38,7 +38,7 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
-               "offload_activations": int, "ep": int, "ep_overlap": "bool"}
+               "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
             "moe_router_lr_scale": float}  # plan/moe.py (weights and balancing change nothing); ep: the layout's

@@ -23,7 +23,8 @@ RING = ("col_fprop", "row_fprop", "row_dgrad")  # userbuffers' ring exchange (th
 
 
 def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster, m: int = 1) -> tuple[float, float, float]:
-    """`comm`: step.py's CommLines, their `exposed` set here. (exposed, hidden, userbuffers' SM seconds) per step of the tensor-parallel, context-parallel and pipeline
+    """`comm`: step.py's CommLines, their `exposed` set here. (exposed, hidden, SM seconds of kernels that hold their
+    own SMs: userbuffers', HybridEP's) per step of the tensor-parallel, context-parallel, expert-parallel and pipeline
     collectives: all exposed, but those beside a GEMM (mt.tp_hide: Megatron's async TP backward, Transformer
     Engine's userbuffers) or a pipeline chunk's compute (Megatron-Core's overlap_p2p_comm), which show only what
     outlasts it. Hidden time costs NCCL's SM share (the caller), userbuffers' the SMs its kernels hold (UB_SMS)."""
@@ -43,6 +44,10 @@ def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster, m: int = 1) -> 
             # micro batch's backward and the backward's beside a forward, each call beside its share of that pass
             call, half = cl.time / cl.c.calls, cl.c.calls / m / 2  # calls per micro batch in each pass
             cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.bwd / half) + max(0.0, call - mt.fwd / half))
+            if lay.ep_sms and cluster.sms:  # a dispatcher whose kernels hold their own SMs (HybridEP's)
+                ub += (cl.time - cl.exposed) * min(1.0, lay.ep_sms / cluster.sms)
+                exposed += cl.exposed
+                continue
         elif beside:
             call = cl.time / cl.c.calls
             # the calls alternate between the block's regions (attention, MLP), each beside its own GEMMs

@@ -134,6 +134,9 @@ class Layout:
     # Megatron-Core's overlap_moe_expert_parallel_comm (with delay_wgrad_compute): the steady state runs one micro
     # batch's forward with another's backward, block by block, so each all-to-all runs beside the other's compute
     ep_overlap: bool = False
+    # SMs the all-to-all's kernels hold while they run beside compute (Megatron-Core's flex dispatcher with HybridEP:
+    # moe_hybridep_num_sms); 0: NCCL's share of the SMs, as every other hidden collective costs (Cluster.sm_share_comm)
+    ep_sms: int = 0
 
     @property
     def world(self) -> int:
@@ -205,6 +208,8 @@ class Layout:
         if self.ep > 1 and (model.moe_experts % self.ep or (self.tp * self.cp * self.dp) % self.ep):
             raise ValueError(f"ep {self.ep} must divide moe_experts {model.moe_experts} and tp x cp x dp = "
                              f"{self.tp * self.cp * self.dp}")
+        if self.ep_sms < 0:
+            raise ValueError(f"ep_sms must be 0 (NCCL's share) or the SMs the dispatcher holds, got {self.ep_sms}")
         if self.ep_overlap and self.ep <= 1:
             raise ValueError("ep_overlap needs ep > 1: it hides expert parallelism's all-to-alls")
         for k in ("dp", "tp", "pp", "v", "cp", "ep"):

@@ -45,6 +45,8 @@ def planner_row(r: dict) -> dict:
     lay = {"dp": r["gpus"] // (tp * pp * cp), "tp": tp, "pp": pp, "cp": cp, "ep": r["ep"], "sp": tp > 1,
            "tp_comm_overlap": tp > 1 and _on(rec, "tp_comm_overlap"), "strategy": "zero1",
            "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
+           # (after the first evaluation) the SMs HybridEP's kernels hold, where the flex dispatcher runs it
+           "ep_sms": rec.get("moe_hybridep_num_sms", 0) if rec.get("moe_token_dispatcher_type") == "flex" else 0,
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if pp > 1 and _on(rec, "account_for_embedding_in_pipeline_split")

@@ -386,11 +386,14 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
                                     for cl in piped)
     ub = plan.layout.tp_comm_overlap
     hidden = sum(cl.time - cl.exposed for cl in plan.comm
-                 if cl.c.group not in CRITICAL or (cl.c.overlap in BESIDE and not ub) or cl.c.overlap == "chunk")
+                 if cl.c.group not in CRITICAL or (cl.c.overlap in BESIDE and not ub) or cl.c.overlap == "chunk"
+                 or (cl.c.overlap == "ep_1f1b" and not plan.layout.ep_sms))
     X["comm_sm_cost"] = (f"hidden comm {hidden * 1e3:.3f} ms x {cluster.sm_share_comm:.3f} of the SMs "
                          f"({cluster.nccl_ctas} NCCL CTAs / {cluster.sms} SMs) taken from the overlapped compute"
                          + ("; userbuffers' hidden TP collectives x the SMs their kernels hold (ring exchange 1, "
-                            "bulk 2-24: UB_SMS) / the SMs" if ub else ""))
+                            "bulk 2-24: UB_SMS) / the SMs" if ub else "")
+                         + (f"; the hidden all-to-alls x the {plan.layout.ep_sms} SMs their dispatcher's kernels hold "
+                            f"(ep_sms) / the SMs" if plan.layout.ep_sms and plan.layout.ep_overlap else ""))
     X["optimizer"] = opt_why
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
