@@ -100,3 +100,20 @@ def test_ep_overlap_hides_the_all_to_alls_and_hybridep_holds_its_sms():
         (a2a[2].time - a2a[2].exposed) * (66 / 132 - c.sm_share_comm))
     with pytest.raises(ValueError, match="ep_overlap needs ep > 1"):
         Layout(dp=8, ep_overlap=True).check(m)
+
+
+def test_plan_search_chooses_ep_for_an_moe_model(capsys):
+    """`plan search` takes an MoE model and tries every ep that divides its experts and a stage's ranks; the layout
+    it prints plans as it says (ep in the arguments); a user's ep= is refused in one line (the search chooses it)."""
+    from shardlab.plan.cli import main as plan_main
+    from shardlab.plan.search import args_of, search
+
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2, seq=64)
+    train = TrainSpec(global_batch=16, micro_batch=1, seq=64, precision="bf16-mixed")
+    plans = search(m, train, replace(load_cluster("H100-SXM", 8), num_gpus=8), fitting_only=True)
+    assert {p.layout.ep for p in plans} == {1, 2, 4, 8}
+    p = next(p for p in plans if p.layout.ep == 4)
+    assert "ep=4" in args_of(p) and "ep=4" in p.layout.describe()
+    assert plan_main(["search", "model=llama-small", "gpus=8", "moe_experts=8", "ep=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "chooses ep itself" in err[0]

@@ -273,6 +273,8 @@ class Layout:
                          + (f" U={self.cp_ulysses}" if self.cp_impl == "hybrid" else ""))
         if self.pp > 1:
             parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
+        if self.ep > 1:
+            parts.append(f"ep={self.ep}" + (" overlapped" if self.ep_overlap else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
         if self.offload != "none":

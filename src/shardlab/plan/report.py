@@ -66,7 +66,7 @@ def render(p: Plan, explain: bool = False) -> str:
            f"{f' E={m.moe_experts} k={m.moe_top_k}' + (f' every {m.moe_every}' if m.moe_every > 1 else '') if m.moe_experts else ''}"
            f" s={p.train.seq or m.seq} v={m.vocab}) on {c.name} "
            f"({lay.world} of {c.num_gpus} GPUs, {c.gpus_per_node}/node)",
-           f"layout: {lay.describe()}{f' ep={lay.ep} (edp {lay.edp})' if lay.ep > 1 else ''}   precision {p.train.precision}, {p.train.optimizer}, "
+           f"layout: {lay.describe()}{f' (edp {lay.edp})' if lay.ep > 1 else ''}   precision {p.train.precision}, {p.train.optimizer}, "
            f"global batch {p.train.global_batch} seq = {p.tokens_per_step:,} tokens, "
            f"micro batch {p.train.micro_batch} x {p.m} per rank", ""]
     w = 28

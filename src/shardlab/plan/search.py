@@ -49,14 +49,17 @@ def candidates(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int, 
         scheds = [(registry.DEFAULT, 1)] if pp == 1 else list(registry.SEARCHED)
         scheds = [(s, v) for s, v in scheds if pp * v <= model.n_layer]
         strategies = ["ddp", "zero1", "zero2", "zero3"] if dp > 1 else ["ddp"]
-        for strat, (sched, v), rec, sp, b in itertools.product(
+        # an MoE model's expert parallelism: every ep that divides the experts and a stage's tp x cp x dp ranks
+        eps = [e for e in _divisors(model.moe_experts) if (tp * ctx.get("cp", 1) * dp) % e == 0] \
+            if model.moe_experts else [1]
+        for strat, (sched, v), rec, sp, b, ep in itertools.product(
                 strategies, scheds, ("none", "selective", "full"),
-                (False, True) if tp > 1 else (False,), mbs):
+                (False, True) if tp > 1 else (False,), mbs, eps):
             shards = [None]
             if strat == "zero3" and not ctx and dp * tp > g and g % tp == 0 and dp % (g // tp) == 0:
                 shards.append(g // tp)  # HSDP: shard inside a node, replicate across nodes
             for dsh in shards:
-                lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp,
+                lay = Layout(dp=dp, strategy=strat, dp_shard=dsh, tp=tp, sp=sp, pp=pp, ep=ep,
                              schedule=sched, v=v, recompute=rec, **ctx, **_impl_for(impl, strat, tp))
                 yield lay, TrainSpec(**{**train.__dict__, "micro_batch": b})
 
@@ -140,6 +143,8 @@ def args_of(p: Plan) -> str:
                                                             if lay.cp_impl == "hybrid" else [])
     if lay.pp > 1:
         out += [f"pp={lay.pp}", f"schedule={lay.schedule}"] + ([f"v={lay.v}"] if lay.v > 1 else [])
+    if lay.ep > 1:
+        out.append(f"ep={lay.ep}")
     if lay.recompute != "none":
         out.append(f"recompute={lay.recompute}")
     if lay.offload != "none":
