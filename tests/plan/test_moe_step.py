@@ -117,3 +117,19 @@ def test_plan_search_chooses_ep_for_an_moe_model(capsys):
     assert plan_main(["search", "model=llama-small", "gpus=8", "moe_experts=8", "ep=2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "chooses ep itself" in err[0]
+
+
+def test_a_runs_plan_carries_its_moe_blocks_and_ep():
+    """from_config (explain, parallel.layout=auto, the dry run): a run's model.moe_* and parallel.ep reach the plan,
+    whose parameters are the built model's."""
+    from shardlab import config
+    from shardlab.model.gpt import build_model
+    from shardlab.model.configs import resolve_model_config
+    from shardlab.plan.from_config import from_config
+
+    cfg = config.validate(config.load(None, ["model.preset=small", "train.seq_len=64", "model.moe_experts=4",
+                                             "model.moe_top_k=1", "parallel.strategy=ddp", "parallel.ep=2"]), 2)
+    model, _, lay = from_config(cfg, 2)
+    assert (model.moe_experts, model.moe_top_k, lay.ep) == (4, 1, 2)
+    built = build_model(resolve_model_config(cfg.model, 64), seed=0)
+    assert model.params == sum(p.numel() for p in built.parameters())

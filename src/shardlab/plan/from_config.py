@@ -38,12 +38,14 @@ def model_spec(cfg) -> ModelSpec:
     from shardlab.model.configs import resolve_model_config
 
     m = resolve_model_config(cfg.model, cfg.train.seq_len)
+    # the MoE blocks (model.moe_*: every moe_every-th block's MLP as moe_experts routed copies)
+    moe = {k: getattr(m, k) for k in ("moe_experts", "moe_top_k", "moe_every")} if getattr(m, "moe_experts", 0) else {}
     if getattr(m, "arch", "gpt2") == "llama":
         return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
                          vocab=m.vocab_size, seq=cfg.train.seq_len, arch="llama", n_kv_heads=m.n_kv_heads,
-                         ffn=m.intermediate_size or m.ffn_hidden, tied=m.tie_embeddings)
+                         ffn=m.intermediate_size or m.ffn_hidden, tied=m.tie_embeddings, **moe)
     return ModelSpec(cfg.model.preset, n_layer=m.n_layer, d_model=m.d_model, n_head=m.n_head,
-                     vocab=m.vocab_size, seq=m.max_seq_len, tied=m.tie_embeddings)
+                     vocab=m.vocab_size, seq=m.max_seq_len, tied=m.tie_embeddings, **moe)
 
 
 def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
@@ -72,5 +74,5 @@ def from_config(cfg, world: int) -> tuple[ModelSpec, TrainSpec, Layout]:
                                  last_bucket_mb=p.last_bucket_mb,
                                  comm_dtype=None if p.comm_dtype == "fp32" else p.comm_dtype,
                                  reshard_after_forward=bool(p.reshard_after_forward),
-                                 health_check=trainer_defaults()["health_check"])
+                                 health_check=trainer_defaults()["health_check"], ep=int(getattr(p, "ep", 1) or 1))
     return model_spec(cfg), train, layout
