@@ -46,7 +46,7 @@ def test_planner_params_and_activation_bytes_equal_measured_llama_small():
     from shardlab.observe.activations import ActivationBytes
     from shardlab.parallel import recompute
     from shardlab.plan.model import PRESETS as PLAN
-    from shardlab.plan.model import activation_bytes_per_layer
+    from shardlab.plan.activations import activation_bytes_per_layer
 
     spec = PLAN["llama-small"]
     b, s = 3, 32  # b·s = 96: no coincidental sizes with h = 256, f = 704, g = 64
@@ -72,7 +72,7 @@ def test_gqa_planner_counts_less_than_mha():
     from dataclasses import replace
 
     from shardlab.plan.model import PRESETS as PLAN
-    from shardlab.plan.model import activation_bytes_per_layer
+    from shardlab.plan.activations import activation_bytes_per_layer
 
     gqa = PLAN["llama-small"]
     mha = replace(gqa, n_kv_heads=8)

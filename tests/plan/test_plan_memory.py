@@ -5,7 +5,8 @@ from shardlab.plan.comm import padded, units
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import in_flight, model_state_bytes, state_bytes
-from shardlab.plan.model import PRESETS, ModelSpec, activation_bytes_extra, activation_bytes_per_layer
+from shardlab.plan.activations import activation_bytes_extra, activation_bytes_per_layer
+from shardlab.plan.model import PRESETS, ModelSpec
 
 GB = 1e9
 
@@ -192,7 +193,7 @@ def test_dropout_off_drops_korthikanti_masks():
 
 
 def test_fused_loss_keeps_bf16_logits_and_gradient():
-    from shardlab.plan.model import logits_bytes
+    from shardlab.plan.activations import logits_bytes
     m, b, s = GPT3, 2, 2048
     assert logits_bytes(m, b, s) == 12 * s * b * m.vocab
     assert logits_bytes(m, b, s, 4) == 8 * s * b * m.vocab / 4
@@ -222,7 +223,8 @@ def test_dtensor_loss_parallel_holds_four_fp32_tensors_per_logit():
     """torch's loss_parallel (torchtitan's loss under TP): its fused nll + log-softmax backward holds the saved
     fp32 log-softmax, a zeroed fp32 gradient, exp(x) and their sum: 16sbv/t, where shardlab's holds 8sbv/t; at
     t = 1 and with a fused loss the row input changes nothing."""
-    from shardlab.plan.model import PRESETS, logits_bytes
+    from shardlab.plan.activations import logits_bytes
+    from shardlab.plan.model import PRESETS
     m = PRESETS["llama3-8b"]
     assert logits_bytes(m, 2, 8192, 8, dtensor_loss=True) == 2 * logits_bytes(m, 2, 8192, 8)
     assert logits_bytes(m, 2, 8192, 1, dtensor_loss=True) == logits_bytes(m, 2, 8192, 1)
@@ -346,7 +348,7 @@ def test_transformer_engine_llama_block_keeps_less():
     plan's in-flight activations follow it, and the time moves only by the weights' float8 casts, which TE makes once
     a step (test_fp8_plan.py)."""
     from shardlab.plan.hardware import load_cluster
-    from shardlab.plan.model import te_llama_activation_bytes_per_layer, llama_activation_bytes_per_layer
+    from shardlab.plan.activations import te_llama_activation_bytes_per_layer, llama_activation_bytes_per_layer
     from shardlab.plan.step import evaluate
     m = PRESETS["llama3-70b"]
     h, g, f, a, t = 8192, 1024, 28672, 64, 4

@@ -148,7 +148,8 @@ def _planner(size: dict, row: tuple) -> dict:
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.memory import state_bytes
-    from shardlab.plan.model import ModelSpec, activation_bytes_per_layer
+    from shardlab.plan.activations import activation_bytes_per_layer
+    from shardlab.plan.model import ModelSpec
 
     dp, mode, off = row
     m = size["model"]

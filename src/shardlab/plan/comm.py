@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from shardlab import precision
 from shardlab.parallel.tp import cost as tp_cost  # TP's byte formulas, owned by its package
-from . import fp8, torch_tp
+from . import fp8, moe, torch_tp
 # call_time, padded, units, ddp_buckets and local_params are also named as `plan.comm`'s (the registry's cost
 # hooks, parallel/tp/spec.py; the benches; the tests)
 from .comm_time import call_time, wire_factor  # noqa: F401
@@ -270,9 +270,8 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
     back), and the same two in the backward, each handing over this rank's tokens x k rows of h in the
     activations' dtype (balanced routing: (ep - 1) / ep of them leave the rank). On the critical path: each
     waits for the router, the experts for it. Full recomputation dispatches and combines again."""
-    s = (train.seq or model.seq) // lay.cp
     e = 2 if train.mixed else 4
-    tokens = train.micro_batch * s // (lay.tp if lay.sp else 1)  # under SP each TP rank dispatches its share
+    tokens = moe.rank_tokens(model, train, lay)
     layers = stage_layers(model.n_layer, lay.pp, lay.v) * model.moe_blocks / model.n_layer
     per = 6 if lay.recompute == "full" else 4
     calls = round(per * layers * m)

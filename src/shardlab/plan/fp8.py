@@ -15,7 +15,7 @@ import importlib
 
 from shardlab.fp8.cost import cast_bytes
 
-from . import fp8_rowwise
+from . import fp8_rowwise, moe
 from .attention import generation
 from .layout import stage_layers
 
@@ -139,6 +139,6 @@ def scale_line_bytes(model, train, lay) -> float:
     if not model.moe_experts:
         return hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v), tokens, train.fp8)
     # an expert's casts see its own rows: the rank's tokens (its sequence-parallel share) x k over its E / ep experts
-    rows = tokens // (lay.tp if lay.sp else 1) * model.moe_top_k // model.experts_held
+    rows = moe.rank_tokens(model, train, lay) * model.moe_top_k // model.experts_held
     return (hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=False), tokens, train.fp8)
             + hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=True), rows, train.fp8))

@@ -19,7 +19,8 @@ from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, ends_as_blocks, stage_layers
 from .train_spec import TrainSpec
-from .model import ModelSpec, activation_bytes_extra, activation_bytes_per_layer, logits_bytes
+from .activations import activation_bytes_extra, activation_bytes_per_layer, logits_bytes
+from .model import ModelSpec
 
 
 @dataclass(frozen=True)

@@ -62,16 +62,12 @@ def moe_blocks(m: ModelSpec, moe: MoESpec) -> int:
 
 def expert_params(m: ModelSpec) -> int:
     """P_e: one MLP's parameters (an expert is a copy of the model's MLP)."""
-    h = m.d_model
-    if m.llama:
-        return 3 * m.ffn * h
-    f = m.mlp_ratio * h
-    return 2 * f * h + f + h
+    return m.mlp_params
 
 
 def expert_flops_fwd(m: ModelSpec) -> int:
     """Forward GEMM FLOPs of one expert for one token (2 per multiply-add)."""
-    return 2 * (3 * m.ffn * m.d_model if m.llama else 2 * m.mlp_ratio * m.d_model ** 2)
+    return m.mlp_flops_fwd
 
 
 def params(m: ModelSpec, moe: MoESpec) -> dict[str, int]:
@@ -145,6 +141,23 @@ def plan(m: ModelSpec, moe: MoESpec, dp: int, micro_batch: int, seq: int, microb
             "params_per_expert": p["per_expert"], "moe_blocks": p["moe_blocks"],
             "flops_per_token": flops_per_token(m, moe, seq), **mem,
             "all_to_all_bytes_per_step": expected(m, moe, micro_batch * seq, microbatches)}
+
+
+def rank_tokens(model: ModelSpec, train, lay) -> int:
+    """Tokens of a micro batch one rank routes: its context-parallel share, and under sequence parallelism its
+    TP rank's share (experts are whole on every rank, which routes its own tokens)."""
+    return train.micro_batch * (train.seq or model.seq) // lay.cp // (lay.tp if lay.sp else 1)
+
+
+def explain_note(model: ModelSpec, train, lay) -> str:
+    """--explain's words for the MoE blocks' MLP (plan/ops.py moe_ops)."""
+    if not model.moe_experts:
+        return ""
+    tokens = rank_tokens(model, train, lay)
+    rows = tokens * model.moe_top_k // model.experts_held
+    return (f"; MoE blocks: the router (E={model.moe_experts}), the permutation of {tokens:,} tokens x "
+            f"k={model.moe_top_k}, and {model.experts_held} experts a rank (E / ep={lay.ep}) as grouped GEMMs of "
+            f"{rows:,} rows each (balanced routing)")
 
 
 def render(d: dict) -> str:

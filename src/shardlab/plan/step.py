@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import fp8 as fp8_mod, fsdp2_kernels, offload, overlap
+from . import fp8 as fp8_mod, fsdp2_kernels, moe, offload, overlap
 from .comm import Collective, dp_collectives, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -339,7 +339,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
         + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
                      (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled \
-        + _moe_note(plan.model, plan.train, plan.layout)
+        + moe.explain_note(plan.model, plan.train, plan.layout)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \
@@ -398,17 +398,6 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
     X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
-
-
-def _moe_note(model: ModelSpec, train: TrainSpec, lay: Layout) -> str:
-    """--explain's words for the MoE blocks' MLP (plan/ops.py moe_ops)."""
-    if not model.moe_experts:
-        return ""
-    tokens = train.micro_batch * (train.seq or model.seq) // lay.cp // (lay.tp if lay.sp else 1)
-    rows = tokens * model.moe_top_k // model.experts_held
-    return (f"; MoE blocks: the router (E={model.moe_experts}), the permutation of {tokens:,} tokens x "
-            f"k={model.moe_top_k}, and {model.experts_held} experts a rank (E / ep={lay.ep}) as grouped GEMMs of "
-            f"{rows:,} rows each (balanced routing)")
 
 
 def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:
