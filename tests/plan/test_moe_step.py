@@ -68,6 +68,42 @@ def test_expert_parallelism_holds_e_over_ep_experts_and_shards_their_optimizer_o
     assert st["expert optimizer"] == pytest.approx(train.optimizer_bytes_of(m, lay) * held * (1 / 2 - 1 / 8))
 
 
+@pytest.mark.parametrize("strategy,ep", [("zero1", 4), ("zero1", 8), ("ddp", 4)])
+def test_expert_gradients_go_over_the_expert_data_parallel_group(strategy, ep):
+    """The experts' gradients (and ZeRO's gathers of them) go over the edp = dp / ep ranks holding the same experts,
+    every ep-th rank; the rest (the router included) over dp, as before; nothing for the experts where edp = 1."""
+    from shardlab.plan.comm import dp_collectives
+    from shardlab.plan.comm_time import group_placement
+    from shardlab.plan.geometry import is_expert, padded, units
+
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2).expert_view(ep)
+    train = TrainSpec(global_batch=8, micro_batch=1, seq=16, precision="bf16-mixed")
+    lay = Layout(dp=8, strategy=strategy, ep=ep)
+    experts = [n for name, n in m.param_shapes() if is_expert(name)]
+    dense = [n for name, n in m.param_shapes() if not is_expert(name)]
+    assert (sum(map(sum, units(m, part="experts"))), sum(map(sum, units(m, part="dense")))) == (sum(experts), sum(dense))
+    assert any(".router." in name and not is_expert(name) for name, _ in m.param_shapes())
+    by = {(c.op, c.group): c for c in dp_collectives(m, train, lay, 1)}
+    gb = train.grad_bytes
+    if strategy == "ddp":
+        assert by[("all_reduce", "dp")].payload == gb * sum(dense)
+        assert by[("all_reduce", "edp")].payload == gb * sum(experts) and by[("all_reduce", "edp")].n == 2
+    else:
+        assert by[("reduce_scatter", "dp")].payload == gb * padded(dense, 8, lay.padding)
+        edp = [c for c in by.values() if c.group == "edp"]
+        if lay.edp == 1:
+            assert edp == []
+        else:
+            assert by[("reduce_scatter", "edp")].payload == gb * padded(experts, 2, lay.padding)
+            assert by[("all_gather", "edp")].n == 2
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8, gpus_per_node=4)
+    assert group_placement("edp", lay, c) == max(1, min(lay.edp, 4 // ep))  # every ep-th rank
+    p = evaluate(m, train, lay, c)
+    if strategy == "zero1":  # the optimizer steps its dense shard (1/dp) and its experts' (1/edp)
+        assert f"{padded(dense, 8, lay.padding) / 8 + padded(experts, lay.edp, lay.padding) / lay.edp:,.0f} params" \
+            in p.explain["optimizer"]
+
+
 def test_the_step_times_the_all_to_alls_and_the_grouped_experts():
     m = replace(LLAMA, moe_experts=8, moe_top_k=2)
     train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")

@@ -46,27 +46,55 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
     """Data-parallel collectives of shardlab's strategies (and ZeRO's paper), per rank per step.
     m = micro batches per step: DDP and zero1 sync once (on the last micro batch); ZeRO-2/3
     reduce-scatter every micro batch because a rank keeps only its gradient shard. ZeRO uses one
-    collective per wrap unit (root + one per block): a unit's flat buffer."""
+    collective per wrap unit (root + one per block): a unit's flat buffer. An MoE model's experts are
+    reduced apart, over the ranks that hold them (`experts_apart`)."""
     health = [Collective("all_gather", "dp", lay.dp, 64 * lay.dp, 1, "none",
                          "8 fp64 signals x N ranks: the doctor's per-step check")] if lay.health_check else []
+    apart = experts_apart(model, lay)
     if lay.dp_cp == 1:
-        return health
-    us = units(model, lay.tp, lay.pp, lay.v)
+        out = health
+    else:
+        out = _strategy_collectives(model, train, lay, m, "dense" if apart else "all",
+                                    "dp_shard" if lay.strategy != "ddp" and lay.replicate > 1 else "dp",
+                                    lay.dp_cp if lay.strategy == "ddp" else lay.shard, lay.replicate, health)
+    if apart and lay.edp > 1:
+        out = out + _strategy_collectives(model, train, lay, m, "experts", "edp", lay.edp, 1, [])
+    return out
+
+
+def experts_apart(model: ModelSpec, lay: Layout) -> bool:
+    """Whether the experts' gradients go over another group than the rest: each expert is held by edp = tp x cp
+    x dp / ep ranks (its expert-data-parallel group), which Megatron-Core's distributed optimizer reduces and
+    shards its expert buffers over, and shardlab's expert parallelism all-reduces (tag ep.expert_grads); the
+    dense parameters go over dp x cp. One group when they are the same ranks' count (ep = tp)."""
+    return bool(model.moe_experts) and lay.edp != lay.dp_cp
+
+
+def _grad_bytes(train: TrainSpec, lay: Layout) -> int:
+    return DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
+
+
+def _strategy_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int, part: str, sg: str, s: int,
+                          r: int, health: list[Collective]) -> list[Collective]:
+    """The strategy's gradient (and ZeRO's parameter) collectives of `part` of the parameters (geometry.units)
+    over group `sg` of `s` ranks (ddp: the all-reduce's; ZeRO: the shard group's, `r` replicas of it), with the
+    doctor's per-step check (`health`) where shardlab's trainer issues it."""
+    us = units(model, lay.tp, lay.pp, lay.v, part)
     numels = [x for u in us for x in u]
     psi = sum(numels)
-    gb = DTYPE_BYTES[lay.comm_dtype] if lay.comm_dtype else train.grad_bytes
+    if not psi:
+        return health
+    gb = _grad_bytes(train, lay)
     pb = train.param_bytes
-    s, r = lay.shard, lay.replicate
-    full, unit_full = padded_units(model, lay.tp, lay.pp, lay.v, s, lay.padding)
+    full, unit_full = padded_units(model, lay.tp, lay.pp, lay.v, s, lay.padding, part)
     k = len(us)
+    what = "Psi" if part == "all" else f"Psi_{part}"
     if lay.strategy == "ddp":
         sizes = ddp_buckets([gb * x for x in reversed(numels)], int(lay.first_bucket_mb * MiB),
                             int(lay.bucket_mb * MiB), int(lay.last_bucket_mb * MiB))
-        out = [Collective("all_reduce", "dp", lay.dp_cp, gb * psi, len(sizes), "backward",
-                          f"{gb}*Psi = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
-                          last_payload=sizes[-1])]
-        return out + health
-    sg = "dp_shard" if r > 1 else "dp"
+        return [Collective("all_reduce", sg, s, gb * psi, len(sizes), "backward",
+                           f"{gb}*{what} = {gb}*{psi:,} once per step (last micro batch), {len(sizes)} buckets",
+                           last_payload=sizes[-1])] + health
     out: list[Collective] = []
     grad_op = "all_reduce" if (lay.strategy == "zero1" and lay.zero1_impl == "all_reduce") else "reduce_scatter"
     per_micro = lay.strategy != "zero1"
@@ -81,13 +109,13 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
         k_g, per, last = max(1, -(-int(g_bytes) // int(bucket))), f"{lay.zero_bucket_mb:g} MiB buckets", bucket
     out.append(Collective(grad_op, sg, s, g_bytes * reps, k_g * reps,
                           "backward" if lay.overlap_grad_reduce else "none",
-                          f"{gb}*Psi{'_padded' if grad_op != 'all_reduce' else ''} x {reps} "
+                          f"{gb}*{what}{'_padded' if grad_op != 'all_reduce' else ''} x {reps} "
                           f"{'micro batches' if per_micro else 'step (last micro batch)'}, {per}"
                           + ("" if lay.overlap_grad_reduce else ", after the backward (not overlapped)"),
                           per_micro=per_micro, last_payload=last))
     if lay.strategy in ("zero1", "zero2"):
         out.append(Collective("all_gather", sg, s, pb * full, k_g, "none",
-                              f"{pb}*Psi_padded updated parameters after the step, {per}"))
+                              f"{pb}*{what}_padded updated parameters after the step, {per}"))
     else:  # zero3: one all-gather per unit before forward, again before backward if resharded
         f8 = fp8.all_gather_saving(model, train, lay, pb)  # the converted weights gathered in float8
         fwd = pb * full - f8
@@ -99,7 +127,7 @@ def dp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> l
                               f"({pb}*Psi_padded before forward + {bwd:,.0f} B re-gathered before backward)"
                               f" x {m} micro batches, one call per unit",
                               per_micro=True, last_payload=pb * unit_full[0]))
-    if grad_op == "reduce_scatter":
+    if grad_op == "reduce_scatter" and part != "experts":
         # sharded gradients: the global grad norm needs one fp32 scalar summed across shards (under TP
         # two: split and copied parameters' squares, summed apart)
         nb = 4 if lay.tp == 1 else 8

@@ -31,11 +31,12 @@ def group_placement(group: str, lay: Layout, cluster: Cluster) -> int:
     """Members of the group inside one node. Rank order (innermost first): tp, dp_shard,
     dp_replicate, pp - so tensor parallelism stays on NVLink."""
     stride = {"tp": 1, "dp": lay.tp, "dp_shard": lay.tp, "dp_replicate": lay.tp * lay.shard,
-              "pp": lay.tp * lay.dp_cp, "cp": lay.tp, "ep": 1}[group]  # cp (Ulysses' all-to-all): just outside tp
-    # ep: consecutive ranks (Megatron-Core's expert mesh with expert_tensor_parallel_size 1 puts ep innermost)
+              "pp": lay.tp * lay.dp_cp, "cp": lay.tp, "ep": 1, "edp": lay.ep}[group]  # cp (Ulysses'): just outside tp
+    # ep: consecutive ranks (Megatron-Core's expert mesh with expert_tensor_parallel_size 1 puts ep innermost);
+    # edp, the ranks holding the same experts: every ep-th rank of a stage's tp x cp x dp
     # dp: the gradient group, dp x cp (the cp ranks sit between tp and dp_shard, so it starts at stride tp)
     n = {"tp": lay.tp, "dp": lay.dp_cp, "dp_shard": lay.shard, "dp_replicate": lay.replicate,
-         "pp": lay.pp, "cp": lay.cp, "ep": lay.ep}[group]
+         "pp": lay.pp, "cp": lay.cp, "ep": lay.ep, "edp": lay.edp}[group]
     g = cluster.gpus_per_node
     if stride >= g:
         return 1

@@ -74,8 +74,17 @@ TP_REPLICATED, TP_ROW_WEIGHTS, TP_KV = _tp_tables()
 _MOE_PARTS = tuple(dict.fromkeys(f".{a.mlp}.{p}." for a in anatomy.ANATOMIES.values() for p in (a.experts, a.router)))
 
 
+_EXPERT_PARTS = tuple(dict.fromkeys(f".{a.mlp}.{a.experts}." for a in anatomy.ANATOMIES.values()))
+
+
 def _in_moe(name: str) -> bool:
     return any(p in name for p in _MOE_PARTS)
+
+
+def is_expert(name: str) -> bool:
+    """An expert's parameter (not the router's): its gradients and states belong to the expert-data-parallel
+    group, the ranks that hold the same experts (Megatron-Core's expert_data_parallel group)."""
+    return any(p in name for p in _EXPERT_PARTS)
 
 
 def tp_local(name: str, n, tp: int, kv_whole: bool = False):
@@ -94,16 +103,19 @@ def tp_local(name: str, n, tp: int, kv_whole: bool = False):
 
 
 @functools.lru_cache(maxsize=256)
-def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1) -> tuple[tuple[int, ...], ...]:
+def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1, part: str = "all") -> tuple[tuple[int, ...], ...]:
     """FSDP units on the first pipeline rank: the root (embeddings, final LN) then one per block, as
     many blocks as the composition puts on that rank (`first_rank_layers`: the pipeline's cost-balanced
-    split). Each parameter as one TP rank holds it (`tp_local`)."""
+    split). Each parameter as one TP rank holds it (`tp_local`). `part`: all of them, only the experts'
+    (`is_expert`) or all but the experts' ("dense")."""
     layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
     anat = anatomy.by_arch(model.arch)
     first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
     root: list[int] = []
     blocks: list[list[int]] = [[] for _ in range(layers)]
     for name, n in model.param_shapes():
+        if part != "all" and is_expert(name) != (part == "experts"):
+            continue
         n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
         i = _block_index(anat, name)
         if i is not None:
@@ -138,10 +150,11 @@ def _block_index(anat, name: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def padded_units(model: ModelSpec, tp: int, pp: int, v: int, n: int, padding: str) -> tuple[int, tuple[int, ...]]:
-    """`padded` of all of `units(model, tp, pp, v)` together, and of each unit: the same few layouts come
+def padded_units(model: ModelSpec, tp: int, pp: int, v: int, n: int, padding: str,
+                 part: str = "all") -> tuple[int, tuple[int, ...]]:
+    """`padded` of all of `units(model, tp, pp, v, part)` together, and of each unit: the same few layouts come
     back for every layout a search evaluates, and an 80-layer model has ~700 parameters to pad each time."""
-    us = units(model, tp, pp, v)
+    us = units(model, tp, pp, v, part)
     return padded([x for u in us for x in u], n, padding), tuple(padded(list(u), n, padding) for u in us)
 
 

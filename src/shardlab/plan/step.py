@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from shardlab.parallel.pp import registry
 
 from . import fp8 as fp8_mod, fsdp2_kernels, moe, offload, overlap
-from .comm import Collective, dp_collectives, tp_pp_collectives
+from .comm import Collective, dp_collectives, experts_apart, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
 from .compute import micro_batch_time, optimizer_time
@@ -284,7 +284,7 @@ def _zero_copies(comm: list[CommLine], lay: Layout, cluster: Cluster) -> float:
     copies = 0.0
     fa = cluster.gemm_table.get("ewa:flat", 0.0)
     for cl in comm:
-        if cl.c.group not in ("dp", "dp_shard") or cl.c.op not in ("reduce_scatter", "all_gather") \
+        if cl.c.group not in ("dp", "dp_shard", "edp") or cl.c.op not in ("reduce_scatter", "all_gather") \
                 or cl.c.payload <= 64 * lay.dp_cp:
             continue
         # calibrated copy rates, else the achieved HBM bandwidth at one call's buffer (GPU presets)
@@ -307,6 +307,9 @@ def _optimizer_step(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cl
     psi_opt = padded_units(model, lay.tp, lay.pp, lay.v, lay.shard, lay.padding)[0] / lay.shard \
         if lay.strategy != "ddp" \
         else local_params(model, lay.tp, lay.pp, lay.v)
+    if lay.strategy != "ddp" and experts_apart(model, lay):  # the experts' states shard over their edp group
+        psi_opt = (padded_units(model, lay.tp, lay.pp, lay.v, lay.shard, lay.padding, "dense")[0] / lay.shard
+                   + padded_units(model, lay.tp, lay.pp, lay.v, lay.edp, lay.padding, "experts")[0] / lay.edp)
     t_opt, opt_why = optimizer_time(psi_opt, train, lay, cluster, tensors=len(numels))
     cost = train.optimizer_row.plan_cost(model, train, lay)  # the row's hook: Muon's NS and exchange
     if cost is not None and cost["ns_flops"]:
