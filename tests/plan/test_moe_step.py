@@ -169,3 +169,61 @@ def test_a_runs_plan_carries_its_moe_blocks_and_ep():
     assert (model.moe_experts, model.moe_top_k, lay.ep) == (4, 1, 2)
     built = build_model(resolve_model_config(cfg.model, 64), seed=0)
     assert model.params == sum(p.numel() for p in built.parameters())
+
+
+# DeepSeek's MoE blocks in miniature: the experts narrower than the dense MLP, a shared expert, a leading dense block
+DEEPSEEKISH = replace(LLAMA, n_layer=4, moe_experts=8, moe_top_k=2, moe_ffn=16, moe_shared_ffn=24, moe_first_dense=1)
+
+
+def test_expert_width_shared_expert_and_leading_dense_blocks_count_their_parameters_and_flops():
+    m = DEEPSEEKISH
+    assert [m.is_moe(i) for i in range(4)] == [False, True, True, True] and m.mixed_blocks
+    shapes = dict(m.param_shapes())
+    h = 32
+    assert shapes["blocks.0.mlp.gate.weight"] == 64 * h  # the dense block keeps ffn
+    assert shapes["blocks.1.mlp.experts.7.down.weight"] == h * 16 and shapes["blocks.1.mlp.shared.up.weight"] == 24 * h
+    assert "blocks.0.mlp.router.weight" not in shapes and shapes["blocks.3.mlp.router.weight"] == 8 * h
+    assert m.params == sum(shapes.values())
+    # forward FLOPs per token: each block's GEMMs as its kind is (router 2Eh, k experts and the shared one)
+    dense_mlp, moe_mlp = 6 * 64 * h, 2 * 8 * h + 2 * 6 * 16 * h + 6 * 24 * h
+    attn = 2 * (2 * m.q_width * h + 2 * m.kv_width * h) + 4 * 16 * m.q_width
+    assert m.n_layer * m.flops_fwd_layer(1, 16) == pytest.approx(4 * attn + dense_mlp + 3 * moe_mlp)
+
+
+def test_a_shared_expert_splits_as_the_mlp_under_tp_and_is_not_an_expert():
+    from shardlab.plan.geometry import is_expert, tp_local
+
+    shapes = dict(DEEPSEEKISH.param_shapes())
+    down, up = "blocks.1.mlp.shared.down.weight", "blocks.1.mlp.shared.up.weight"
+    assert tp_local(down, shapes[down], 2).row == 24 // 2 and tp_local(up, shapes[up], 2).rows == 24 // 2
+    assert not is_expert(down) and is_expert("blocks.1.mlp.experts.0.down.weight")
+
+
+def test_mixed_blocks_are_timed_and_stored_as_their_two_kinds_weighted():
+    """moe_every > 1 and leading dense blocks: no longer planned as if every block were MoE (an upper bound)."""
+    from shardlab.plan.compute import micro_batch_time
+    from shardlab.plan.memory import stored_per_layer
+
+    m = replace(DEEPSEEKISH, moe_first_dense=0, moe_every=2)  # blocks 1 and 3 MoE: half
+    train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")
+    lay = Layout(dp=8, strategy="zero1", ep=4)
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
+    mixed, moe_, dense = (micro_batch_time(x, train, lay, c) for x in (m, m.uniform(True), m.uniform(False)))
+    assert mixed.fwd == pytest.approx((moe_.fwd + dense.fwd) / 2) and dense.fwd < mixed.fwd < moe_.fwd
+    assert mixed.bwd == pytest.approx((moe_.bwd + dense.bwd) / 2)
+    per = [stored_per_layer(x, train, lay)[0] for x in (m, m.uniform(True), m.uniform(False))]
+    assert per[0] == pytest.approx((per[1] + per[2]) / 2) and per[2] != per[1]
+    assert "2 of 4 blocks MoE" in evaluate(m, train, lay, c).explain["forward"]
+
+
+def test_plan_cli_takes_the_expert_width_shared_expert_and_leading_dense_keys(capsys):
+    from shardlab.plan.cli import main as plan_main
+
+    args = ["model=llama-tiny", "gpus=4", "micro_batch=2", "seq=128", "moe_experts=4", "moe_top_k=2", "ep=2",
+            "moe_ffn=64", "moe_shared_ffn=64", "moe_first_dense=1"]
+    assert plan_main(args) in (0, 1)
+    out = capsys.readouterr().out
+    assert "E=4 k=2 f_e=64 shared=64 first 1 dense" in out
+    assert plan_main(["model=tiny", "gpus=4", "moe_experts=4", "moe_ffn=64"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "arch llama only" in err[0], err

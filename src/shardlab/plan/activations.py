@@ -32,6 +32,10 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     (head/column-split: ÷t), both row-parallel matmul outputs (a partial sum of full size before its
     reduction), plus the s x s scores (as²b) where attention is not fused.
     """
+    if m.mixed_blocks:  # dense and MoE blocks: each kind weighted by its share of the blocks
+        w = m.moe_blocks / m.n_layer
+        return sum(share * activation_bytes_per_layer(m.uniform(moe), b, s, t, sp, recompute, flash, dropout, impl, fp8)
+                   for moe, share in ((True, w), (False, 1 - w)))
     h, a = m.d_model, m.n_head
     sbh = s * b * h
     if m.llama and impl == "te" and recompute == "none" and flash:
@@ -77,10 +81,11 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     norms = 2 * (2 * h + 4) / ts
     attn = (2 * (qw + 2 * g) + 2 * qw + 4 * a) / t
     if m.moe_experts:
-        k = m.moe_top_k
+        k, f, sf = m.moe_top_k, m.expert_ffn, m.moe_shared_ffn
         inputs = q * h / ts + (qw / t if fp8 else 0)
         mlp = (2 * h + k * (q * h + 4 * f + q * f + 2 * h)) / ts
-        return s * b * (norms + inputs + attn + mlp)
+        shared = (4 * sf + q * sf) / t if sf else 0  # the shared expert's gate, up and fc2 input (its input: the router's)
+        return s * b * (norms + inputs + attn + mlp + shared)
     inputs = 2 * q * h / ts + (qw / t if fp8 else 0) + q * f / t
     return s * b * (norms + inputs + attn + 4 * f / t)
 
@@ -106,7 +111,7 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     keeps them: Korthikanti et al.'s accounting, not measured here). An MoE block keeps its MLP's tensors once
     per routed copy of a token (f -> k f; the permutation's copies not counted)."""
     h, a, g = m.d_model, m.n_head, m.kv_width
-    f = m.ffn * (m.moe_top_k if m.moe_experts else 1)
+    f = m.expert_ffn * m.moe_top_k + m.moe_shared_ffn if m.moe_experts else m.ffn
     d = m.d_head
     core = a * s if flash else a * s * s  # per sequence position: log-sum-exp, or the softmax rows
     if recompute == "selective":

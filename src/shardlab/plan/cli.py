@@ -26,7 +26,9 @@ from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int}
-MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every")  # the model's MoE blocks (ModelSpec); ep is the layout's
+# the model's MoE blocks (ModelSpec): experts, top-k, every n-th block, the experts' own width, a shared expert's
+# width, leading dense blocks; ep is the layout's
+MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_shared_ffn", "moe_first_dense")
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool",  # compile: torch.compile each block (train.compile; plan/fusion.py)
@@ -40,6 +42,7 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
                "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
+            "moe_ffn": int, "moe_shared_ffn": int, "moe_first_dense": int,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
             "moe_router_lr_scale": float}  # plan/moe.py (weights and balancing change nothing); ep: the layout's
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  # dp_replicate: dp_shard = dp / it
@@ -56,7 +59,7 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096), "offload_activations": (0, 1024), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
-          "ep": (1, 2**16)}
+          "moe_ffn": (0, 2**20), "moe_shared_ffn": (0, 2**20), "moe_first_dense": (0, 1024), "ep": (1, 2**16)}
 FLOAT_RANGES = {"power_w": (1.0, 2000.0), "bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),
                 "last_bucket_mb": (0.0, 2**20)}
 
@@ -217,7 +220,8 @@ def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
         return None
     # the trainer's own MoE layout (data parallel, ddp; its routing's terms in fp32, docs/moe.md); every layout's
     # step time, memory and all-to-alls are in the plan itself (the model's MoE blocks, Layout.ep)
-    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.strategy != "ddp":
+    if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.strategy != "ddp" \
+            or model.moe_ffn or model.moe_shared_ffn or model.moe_first_dense:  # not the trainer's MoE blocks
         return None
     spec = moe.MoESpec(kv["moe_experts"], kv.get("moe_top_k", 2), kv.get("moe_every", 1),
                        kv.get("moe_capacity", 1.25), kv.get("ep", 1))

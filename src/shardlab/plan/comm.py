@@ -212,9 +212,10 @@ def tp_pp_collectives(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -
         # comm, outside the policy's cache: measured, docs/memory.md); Megatron's selective does not
         rerun = lay.recompute in ("full", "selective")
         # an MoE block has one TP region, its attention: its experts are whole on each rank, which routes its own
-        # sequence-parallel tokens (the MLP region's collectives give way to ep_all_to_all); as half a block each
+        # sequence-parallel tokens (the MLP region's collectives give way to ep_all_to_all); as half a block each.
+        # A shared expert is split by TP as the MLP is: its region stays
         full_layers = layers
-        if model.moe_blocks:
+        if model.moe_blocks and not model.moe_shared_ffn:
             layers = layers - 0.5 * layers * model.moe_blocks / model.n_layer
         n = round(tp_cost.region_calls(layers, m, recompute=rerun))  # + vocab-parallel embedding fwd / head bwd
         # torch's checkpoint with early stop (TrainSpec.recompute_early_stop, recompute.early_stop_recomputed) ends

@@ -153,7 +153,25 @@ def tp_hiding(block: list[Op], c: Cluster, fp32: bool, lay: Layout, rate=None) -
 
 def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
     """Slowest pipeline stage: the busiest rank's layers (stage_layers) plus the first stage's
-    embedding or the last stage's logits + loss, whichever costs more."""
+    embedding or the last stage's logits + loss, whichever costs more. A model of dense and MoE blocks
+    (`ModelSpec.mixed_blocks`: moe_every > 1, moe_first_dense) is timed as all-MoE and as all-dense, weighted by
+    the MoE blocks' share of the model (the stage's own mix is not followed: its blocks are taken as the model's)."""
+    if not model.mixed_blocks:
+        return _micro_batch_time(model, train, lay, c)
+    w = model.moe_blocks / model.n_layer
+    moe, dense = (_micro_batch_time(model.uniform(x), train, lay, c) for x in (True, False))
+    mix = lambda x, y: w * x + (1 - w) * y  # noqa: E731
+    pair = lambda x, y: tuple(mix(a, b) for a, b in zip(x, y))  # noqa: E731
+    return replace(moe, fwd=mix(moe.fwd, dense.fwd), bwd=mix(moe.bwd, dense.bwd),
+                   recompute=mix(moe.recompute, dense.recompute), gemm_flops=mix(moe.gemm_flops, dense.gemm_flops),
+                   kernels=tuple(round(x) for x in pair(moe.kernels, dense.kernels)), block=pair(moe.block, dense.block),
+                   head=pair(moe.head, dense.head),
+                   tp_hide={k: pair(v, dense.tp_hide.get(k, (0.0, 0.0))) for k, v in moe.tp_hide.items()},
+                   compiled=moe.compiled + (f"; {model.moe_blocks} of {model.n_layer} blocks MoE: the step's blocks "
+                                            f"timed as MoE and as dense, weighted {w:.3f} / {1 - w:.3f}"))
+
+
+def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: this rank's tokens
     b, t = train.micro_batch, lay.tp
     e = train.param_bytes

@@ -19,7 +19,8 @@ from . import fp8_rowwise, moe
 from .attention import generation
 from .layout import stage_layers
 
-CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down"})  # ops.py's op names
+CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down",  # ops.py's op names
+                       "shared_gate", "shared_up", "shared_down"})  # an MoE block's shared expert
 # MXFP8's block-scaled GEMM kernels against tensorwise FP8's on the same GPU, the operands quantized beforehand:
 # 6.812 ms against 7.161 ms of GEMMs per layer of a 5B model (h 4,096, 24 layers, 15,872 tokens; Fprop, Dgrad and
 # Wgrad) on a B300 (Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs

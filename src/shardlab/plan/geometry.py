@@ -14,7 +14,7 @@ import functools
 from shardlab.model import anatomy
 from shardlab.model.anatomy import KV, ROW
 from .layout import first_rank_layers, stage_layers
-from .model import ModelSpec
+from .model import SHARED, ModelSpec
 
 
 def padded(numels: list[int], n: int, padding: str) -> int:
@@ -67,6 +67,8 @@ def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
                 replicated += [f"{name}.bias"] if a.bias else []
             elif role == KV:
                 kv.append(f"{name}.weight")
+        # an MoE block's shared expert (model.SHARED): a dense MLP, split as the MLP is
+        rows += [f"{a.mlp}.{SHARED}.{n}.weight" for n, role in a.mlp_linears if role == ROW]
     return tuple(dict.fromkeys(replicated)), tuple(dict.fromkeys(rows)), tuple(dict.fromkeys(kv))
 
 

@@ -104,7 +104,7 @@ def expert_optimizer_line(model: ModelSpec, lay: Layout, k: float, n: int, block
     dp / ep: Megatron-Core's distributed optimizer shards expert parameters over the expert-data-parallel group),
     not over the `n` ranks the optimizer line divides every parameter by: the difference, signed."""
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-    held = round(layers * model.moe_blocks / model.n_layer) * model.experts_held * model.mlp_params
+    held = round(layers * model.moe_blocks / model.n_layer) * model.experts_held * model.expert_params
     extra = k * held * (1 / lay.edp - 1 / n)
     return Line("expert optimizer", extra,
                 f"K={k:g} B x {held:,.0f} expert parameters x (1/edp - 1/{n}), edp = tp x cp x dp / ep = {lay.edp}")

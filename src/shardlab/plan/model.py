@@ -15,6 +15,8 @@ from dataclasses import dataclass, replace
 from shardlab.model import anatomy
 from shardlab.model.anatomy import COLUMN, KV, ROW
 
+SHARED = "shared"  # an MoE block's shared expert, beside its router and experts: blocks.i.mlp.shared.{gate,up,down}
+
 
 class Param(int):
     """A parameter's element count that remembers its shape as rows x row (torch.chunk shards rows)."""
@@ -44,6 +46,13 @@ class ModelSpec:
     moe_experts: int = 0  # E (0 = dense)
     moe_top_k: int = 2  # k
     moe_every: int = 1
+    # llama: an expert's SwiGLU width apart from the dense blocks' `ffn` (0 = ffn; DeepSeek's and Megatron-Core's
+    # moe_ffn_hidden_size), a shared expert every token meets beside its k routed ones (0 = none; Megatron-Core's
+    # moe_shared_expert_intermediate_size: one dense SwiGLU, split by TP like the MLP), and leading dense blocks
+    # (DeepSeek's first_k_dense_replace: blocks 0 .. moe_first_dense-1 keep the dense MLP)
+    moe_ffn: int = 0
+    moe_shared_ffn: int = 0
+    moe_first_dense: int = 0
     # the experts of each MoE block one rank holds (0 = all E): expert parallelism's view of the model
     # (`expert_view`), which param_shapes lists; params and FLOPs stay the whole model's
     moe_local: int = 0
@@ -69,6 +78,11 @@ class ModelSpec:
             if self.moe_experts < 0 or not 1 <= self.moe_top_k <= self.moe_experts or self.moe_every < 1:
                 raise ValueError(f"moe_top_k {self.moe_top_k} must be between 1 and moe_experts {self.moe_experts}"
                                  f" (and moe_every {self.moe_every} at least 1)")
+        for f in ("moe_ffn", "moe_shared_ffn", "moe_first_dense"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
+        if (self.moe_ffn or self.moe_shared_ffn) and self.arch != "llama":
+            raise ValueError("moe_ffn and moe_shared_ffn are SwiGLU widths: arch llama only")
 
     @property
     def d_head(self) -> int:
@@ -81,12 +95,28 @@ class ModelSpec:
         return self.n_head * self.d_head
 
     def is_moe(self, i: int) -> bool:
-        """Whether block i is an MoE block (blocks moe_every-1, 2 moe_every-1, ...; model/moe.py's rule)."""
-        return bool(self.moe_experts) and i % self.moe_every == self.moe_every - 1
+        """Whether block i is an MoE block (blocks moe_every-1, 2 moe_every-1, ...; model/moe.py's rule), past
+        the leading dense blocks (moe_first_dense)."""
+        return bool(self.moe_experts) and i >= self.moe_first_dense and i % self.moe_every == self.moe_every - 1
 
     @property
     def moe_blocks(self) -> int:
-        return self.n_layer // self.moe_every if self.moe_experts else 0
+        return sum(self.is_moe(i) for i in range(self.n_layer)) if self.moe_experts else 0
+
+    @property
+    def mixed_blocks(self) -> bool:
+        """Some blocks MoE and some dense (moe_every > 1, moe_first_dense): the step is timed as each kind
+        weighted by its share of the blocks (`uniform`)."""
+        return 0 < self.moe_blocks < self.n_layer
+
+    def uniform(self, moe: bool) -> "ModelSpec":
+        """The model with every block MoE (moe=True) or every block dense: a mixed model's two kinds of block."""
+        return replace(self, moe_every=1, moe_first_dense=0) if moe else replace(self, moe_experts=0)
+
+    @property
+    def expert_ffn(self) -> int:
+        """One expert's width: moe_ffn, else the MLP's (llama's f; GPT-2's r x h)."""
+        return self.moe_ffn or (self.ffn if self.llama else self.mlp_ratio * self.d_model)
 
     @property
     def experts_held(self) -> int:
@@ -140,8 +170,10 @@ class ModelSpec:
         f = self.ffn if self.llama else self.mlp_ratio * h
         kinds = ("weight", "bias") if anat.bias else ("weight",)
         qw = self.q_width
+        ef, sf = self.expert_ffn, self.moe_shared_ffn
         shapes = {anat.attention: {COLUMN: (qw, h), KV: (self.kv_width, h), ROW: (h, qw)},
-                  anat.mlp: {COLUMN: (f, h), ROW: (h, f)}}  # (out, in) by role
+                  anat.mlp: {COLUMN: (f, h), ROW: (h, f)},  # (out, in) by role
+                  anat.experts: {COLUMN: (ef, h), ROW: (h, ef)}, SHARED: {COLUMN: (sf, h), ROW: (h, sf)}}
 
         def norm(name):
             return [(f"{name}.{kind}", Param(h)) for kind in kinds]
@@ -163,9 +195,12 @@ class ModelSpec:
                 out += linears(b, anat.mlp, anat.mlp_linears)
                 continue
             # an MoE block (model/moe.py): the router (E x h, no bias), then each expert held, a copy of the MLP
+            # (moe_ffn wide), then the shared expert
             out.append((f"{b}.{anat.mlp}.{anat.router}.weight", Param(self.moe_experts, h)))
             for e in range(self.experts_held):
-                out += linears(b, f"{anat.mlp}.{anat.experts}.{e}", anat.mlp_linears, like=anat.mlp)
+                out += linears(b, f"{anat.mlp}.{anat.experts}.{e}", anat.mlp_linears, like=anat.experts)
+            if sf:
+                out += linears(b, f"{anat.mlp}.{SHARED}", anat.mlp_linears, like=SHARED)
         out += norm(anat.final_norm)
         return out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
 
@@ -190,9 +225,21 @@ class ModelSpec:
         return 2 * (3 * self.ffn * h if self.llama else 2 * self.mlp_ratio * h * h)
 
     @property
+    def expert_params(self) -> int:
+        """One expert's parameters, P_e (the MLP's, at the expert's width)."""
+        return 3 * self.expert_ffn * self.d_model if self.llama else self.mlp_params
+
+    @property
+    def expert_flops_fwd(self) -> int:
+        """One expert's forward GEMM FLOPs for one token."""
+        return 6 * self.expert_ffn * self.d_model if self.llama else self.mlp_flops_fwd
+
+    @property
     def moe_extra_params(self) -> int:
-        """What the MoE blocks hold beyond one MLP each: E - 1 more experts and the router (E x h)."""
-        return self.moe_blocks * ((self.moe_experts - 1) * self.mlp_params + self.moe_experts * self.d_model)
+        """What the MoE blocks hold in place of one MLP each: E experts, the router (E x h) and the shared expert."""
+        shared = 3 * self.moe_shared_ffn * self.d_model
+        return self.moe_blocks * (self.moe_experts * self.expert_params - self.mlp_params + self.moe_experts
+                                  * self.d_model + shared)
 
     @property
     def params_embedding(self) -> int:
@@ -220,10 +267,11 @@ class ModelSpec:
 
     def moe_flops_fwd_layer(self, tokens: int) -> float:
         """What an MoE block adds to a dense one's forward, averaged over the blocks (plan/moe.py's count):
-        the router's 2Eh and k - 1 more experts per token."""
+        the router's 2Eh, k experts and the shared one per token in place of the MLP."""
         if not self.moe_experts:
             return 0.0
-        extra = 2 * self.moe_experts * self.d_model + (self.moe_top_k - 1) * self.mlp_flops_fwd
+        extra = (2 * self.moe_experts * self.d_model + self.moe_top_k * self.expert_flops_fwd - self.mlp_flops_fwd
+                 + 6 * self.moe_shared_ffn * self.d_model)
         return tokens * extra * self.moe_blocks / self.n_layer
 
     def flops_fwd_attention_core(self, tokens: int, seq: int | None = None) -> float:

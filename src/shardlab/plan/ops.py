@@ -152,7 +152,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
         Op("proj", "gemm", flops=2 * T * h * qw / t, shape=(T, h, qw // t)),
         Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
         _rms_norm("ln_2", Ts, h, e, eager_norm),
-        *(moe_ops(model, Ts, e) if model.moe_experts else [
+        *(moe_ops(model, Ts, e, T, t) if model.moe_experts else [
             *(Op(z, "gemm", flops=2 * T * f * h / t, shape=(T, f // t, h)) for z in ("gate", "up")),
             Op("swiglu", "elem", bytes=5 * T * f * e / t, ew="gelu"),  # silu(gate) x up
             Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t))]),
@@ -160,7 +160,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     ]
 
 
-def moe_ops(model: ModelSpec, tokens: int, e: int) -> list[Op]:
+def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> list[Op]:
     """An MoE block's MLP on one rank (model/moe.py; Megatron-Core's MoELayer with grouped GEMMs), for the `tokens`
     this rank holds (its sequence-parallel share under TP: experts are never TP-split, anatomy's EXPERT role):
     the router's logits (E x h, in 16 bits) and their top-k in fp32, the permutation that copies each token once
@@ -168,10 +168,14 @@ def moe_ops(model: ModelSpec, tokens: int, e: int) -> list[Op]:
     expert's rows, and the un-permutation that weighs the k results by their probabilities and sums them.
     Routing is taken as balanced (the published benchmarks force it): under expert parallelism over ep ranks
     each rank receives as many token-slots as it sends, tokens x k, spread over its E / ep experts; the
-    all-to-alls that move them are plan/comm.py's `ep_all_to_all`. Every block planned is an MoE block (a model
-    with moe_every > 1 is planned as if every block were one: an upper bound on its time)."""
-    h, f, E, k, El = model.d_model, model.ffn if model.llama else model.mlp_ratio * model.d_model, \
-        model.moe_experts, model.moe_top_k, model.experts_held
+    all-to-alls that move them are plan/comm.py's `ep_all_to_all`. A shared expert (moe_shared_ffn) is a SwiGLU
+    over the block's T tokens split by TP as the dense MLP is. Every block these ops time is an MoE block (a model
+    of mixed blocks is timed as its two kinds weighted: compute.micro_batch_time)."""
+    h, f, E, k, El = model.d_model, model.expert_ffn, model.moe_experts, model.moe_top_k, model.experts_held
+    sf, T = model.moe_shared_ffn, T or tokens
+    shared = [*(Op(f"shared_{z}", "gemm", flops=2 * T * sf * h / t, shape=(T, sf // t, h)) for z in ("gate", "up")),
+              Op("shared_swiglu", "elem", bytes=5 * T * sf * e / t, ew="gelu"),
+              Op("shared_down", "gemm", flops=2 * T * sf * h / t, shape=(T, h, sf // t))] if sf else []
     slots = tokens * k
     rows = max(1, slots // El)  # one expert's rows
     perm = (h + k * h) * tokens * e  # read each token, write it k times (and the reverse to un-permute)
@@ -183,7 +187,7 @@ def moe_ops(model: ModelSpec, tokens: int, e: int) -> list[Op]:
         return [*router,
                 *(Op(z, "gemm", flops=2 * slots * f * h, shape=(rows, f, h), count=El) for z in ("gate", "up")),
                 Op("swiglu", "elem", bytes=5 * slots * f * e, ew="gelu"),
-                Op("down", "gemm", flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm]
+                Op("down", "gemm", flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm, *shared]
     return [*router, Op("fc", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, f, h), count=El),
             Op("gelu", "elem", bytes=2 * slots * f * e, ew="gelu"),
             Op("mlp_proj", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm]

@@ -58,12 +58,20 @@ def to_dict(p: Plan) -> dict:
     }
 
 
+def _moe_words(m) -> str:
+    """The header's MoE blocks: experts and top-k, every n-th block, the experts' own width, the shared expert,
+    the leading dense blocks."""
+    return (f" E={m.moe_experts} k={m.moe_top_k}" + (f" every {m.moe_every}" if m.moe_every > 1 else "")
+            + (f" f_e={m.moe_ffn}" if m.moe_ffn else "") + (f" shared={m.moe_shared_ffn}" if m.moe_shared_ffn else "")
+            + (f" first {m.moe_first_dense} dense" if m.moe_first_dense else ""))
+
+
 def render(p: Plan, explain: bool = False) -> str:
     m, lay, c = p.model, p.layout, p.cluster
     out = [f"shardlab plan: {m.name} ({m.params / 1e6:,.1f}M params, L={m.n_layer} h={m.d_model} "
            f"a={m.n_head}{f' d={m.head_dim}' if m.head_dim else ''}"
            f"{f' kv={m.n_kv_heads} f={m.ffn} llama' if m.llama else ''}"
-           f"{f' E={m.moe_experts} k={m.moe_top_k}' + (f' every {m.moe_every}' if m.moe_every > 1 else '') if m.moe_experts else ''}"
+           f"{_moe_words(m) if m.moe_experts else ''}"
            f" s={p.train.seq or m.seq} v={m.vocab}) on {c.name} "
            f"({lay.world} of {c.num_gpus} GPUs, {c.gpus_per_node}/node)",
            f"layout: {lay.describe()}{f' (edp {lay.edp})' if lay.ep > 1 else ''}   precision {p.train.precision}, {p.train.optimizer}, "
