@@ -227,3 +227,40 @@ def test_plan_cli_takes_the_expert_width_shared_expert_and_leading_dense_keys(ca
     assert plan_main(["model=tiny", "gpus=4", "moe_experts=4", "moe_ffn=64"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "arch llama only" in err[0], err
+
+
+DSV3 = ModelSpec("deepseek-v3", n_layer=61, d_model=7168, n_head=128, vocab=129280, seq=4096, arch="llama", ffn=18432,
+                 head_dim=128, moe_experts=256, moe_top_k=8, moe_ffn=2048, moe_shared_ffn=2048, moe_first_dense=3,
+                 mla_kv_rank=512, mla_q_rank=1536, mla_rope_dim=64, mla_v_dim=128)
+
+
+def test_latent_attention_counts_deepseek_v3s_parameters():
+    """DeepSeek-V3's 671 B parameters (37 B active a token) from its configuration: latent attention (q and kv
+    latents, rotated 64-wide parts, 128 heads of 128 + 64 / 128), three dense blocks, 58 MoE blocks of 256 experts
+    2,048 wide, top-8, and a shared expert; the multi-token-prediction module not counted (as the 671 B is not)."""
+    shapes = dict(DSV3.param_shapes())
+    assert DSV3.params == sum(shapes.values())
+    assert round(DSV3.params / 1e9) == 671
+    active = DSV3.params - DSV3.moe_blocks * (256 - 8) * DSV3.expert_params
+    assert round(active / 1e9) == 38  # "37B activated": 37.55 B
+    assert shapes["blocks.0.attn.kv_up.weight"] == 128 * (128 + 128) * 512
+    assert shapes["blocks.0.attn.q_up.weight"] == 128 * (128 + 64) * 1536
+    assert shapes["blocks.0.attn.kv_down.weight"] == (512 + 64) * 7168
+
+
+def test_latent_attention_splits_its_up_projections_by_heads_and_keeps_the_latents_whole():
+    from shardlab.plan.geometry import tp_local
+    from shardlab.plan.ops import layer_ops
+
+    shapes = dict(DSV3.param_shapes())
+    for name in ("q_down", "kv_down", "q_norm", "kv_norm"):
+        key = f"blocks.0.attn.{name}.weight"
+        assert tp_local(key, shapes[key], 4) == shapes[key]
+    assert tp_local("blocks.0.attn.kv_up.weight", shapes["blocks.0.attn.kv_up.weight"], 4).rows == 128 * 256 // 4
+    assert tp_local("blocks.0.attn.proj.weight", shapes["blocks.0.attn.proj.weight"], 4).row == 128 * 128 // 4
+    # the ops' GEMM FLOPs are the model's, split over TP (the latents' on each rank's sequence-parallel share)
+    m = replace(DSV3, moe_experts=0, moe_first_dense=0)
+    for t, sp in ((1, False), (4, True)):
+        ops = layer_ops(m, 1, 4096, t, 2, True, sp=sp)
+        gemm = sum(o.flops for o in ops if o.kind == "gemm")
+        assert gemm * t == pytest.approx(m.flops_fwd_layer(4096, 4096))

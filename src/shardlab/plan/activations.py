@@ -80,6 +80,12 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     q = 1 if fp8 else 2
     norms = 2 * (2 * h + 4) / ts
     attn = (2 * (qw + 2 * g) + 2 * qw + 4 * a) / t
+    if m.mla:  # latent attention: q and k (d + rope), v and the output (v wide) per head, the log-sum-exp; the
+        # latents' norms (input and 1/rms) and the up-projections' inputs on the sequence-parallel share
+        ql, kl = m.mla_q_rank, m.mla_kv_rank
+        attn = (2 * 2 * a * m.qk_dim + 2 * 2 * a * m.v_dim + 4 * a) / t \
+            + ((2 * ql + 4 + q * ql if ql else 0) + 2 * kl + 4 + q * kl) / ts
+        qw = a * m.v_dim  # proj's input
     if m.moe_experts:
         k, f, sf = m.moe_top_k, m.expert_ffn, m.moe_shared_ffn
         inputs = q * h / ts + (qw / t if fp8 else 0)

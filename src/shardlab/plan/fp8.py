@@ -20,7 +20,8 @@ from .attention import generation
 from .layout import stage_layers
 
 CONVERTED = frozenset({"q", "k", "v", "proj", "fc", "mlp_proj", "gate", "up", "down",  # ops.py's op names
-                       "shared_gate", "shared_up", "shared_down"})  # an MoE block's shared expert
+                       "shared_gate", "shared_up", "shared_down",  # an MoE block's shared expert
+                       "q_down", "q_up", "kv_down", "kv_up"})  # latent attention's
 # MXFP8's block-scaled GEMM kernels against tensorwise FP8's on the same GPU, the operands quantized beforehand:
 # 6.812 ms against 7.161 ms of GEMMs per layer of a 5B model (h 4,096, 24 layers, 15,872 tokens; Fprop, Dgrad and
 # Wgrad) on a B300 (Transformer Engine docs/examples/gemm_profiling/gemm_profiling.rst, "Autocast vs
@@ -113,9 +114,11 @@ def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1, experts: bool 
     (the all-gather sees a smaller weight either way), but an MoE block's experts, which it never splits.
     `experts` True / False: only the experts' linears / only the others (None: all)."""
     layer = []
+    # the first MoE block's (block 0 unless leading dense blocks come first: moe_first_dense)
+    first = str(next((i for i in range(model.n_layer) if model.is_moe(i)), 0))
     for name, p in model.param_shapes():
         parts = name.split(".")
-        if parts[:2] == ["blocks", "0"] and parts[-1] == "weight" and parts[-2] in CONVERTED:
+        if parts[:2] == ["blocks", first] and parts[-1] == "weight" and parts[-2] in CONVERTED:
             expert = "experts" in parts
             if p.rows % 16 == 0 and p.row % 16 == 0 and experts in (None, expert):
                 layer.append((p.rows // (1 if expert else tp), p.row))

@@ -16,6 +16,7 @@ from shardlab.model import anatomy
 from shardlab.model.anatomy import COLUMN, KV, ROW
 
 SHARED = "shared"  # an MoE block's shared expert, beside its router and experts: blocks.i.mlp.shared.{gate,up,down}
+MLA_WHOLE = ("q_down", "q_norm", "kv_down", "kv_norm")  # latent attention's parameters TP leaves whole
 
 
 class Param(int):
@@ -53,6 +54,14 @@ class ModelSpec:
     moe_ffn: int = 0
     moe_shared_ffn: int = 0
     moe_first_dense: int = 0
+    # llama: multi-head latent attention (DeepSeek-V2/V3; Megatron-Core's MLASelfAttention) where mla_kv_rank > 0:
+    # k and v from a kv_lora-wide latent (kv_down h -> mla_kv_rank + mla_rope_dim, a norm, kv_up -> a(d + v)), q from
+    # a mla_q_rank-wide one (0: q straight from h), each head's q and k d (head_dim, no position) + mla_rope_dim
+    # (rotated; k's shared by the heads) wide, v mla_v_dim (0: d) wide
+    mla_kv_rank: int = 0
+    mla_q_rank: int = 0
+    mla_rope_dim: int = 0
+    mla_v_dim: int = 0
     # the experts of each MoE block one rank holds (0 = all E): expert parallelism's view of the model
     # (`expert_view`), which param_shapes lists; params and FLOPs stay the whole model's
     moe_local: int = 0
@@ -83,6 +92,15 @@ class ModelSpec:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
         if (self.moe_ffn or self.moe_shared_ffn) and self.arch != "llama":
             raise ValueError("moe_ffn and moe_shared_ffn are SwiGLU widths: arch llama only")
+        for f in ("mla_kv_rank", "mla_q_rank", "mla_rope_dim", "mla_v_dim"):
+            if getattr(self, f) < 0:
+                raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
+        if (self.mla_q_rank or self.mla_rope_dim or self.mla_v_dim) and not self.mla_kv_rank:
+            raise ValueError("mla_q_rank, mla_rope_dim and mla_v_dim need mla_kv_rank (latent attention)")
+        if self.mla_kv_rank and self.arch != "llama":
+            raise ValueError("latent attention (mla_kv_rank) is a llama-arch block's")
+        if self.mla_kv_rank:  # every head has its own k and v
+            object.__setattr__(self, "n_kv_heads", self.n_head)
 
     @property
     def d_head(self) -> int:
@@ -90,9 +108,37 @@ class ModelSpec:
         return self.head_dim or self.d_model // self.n_head
 
     @property
+    def mla(self) -> bool:
+        return self.mla_kv_rank > 0
+
+    @property
+    def qk_dim(self) -> int:
+        """One head's q and k width: d, + the rotated part under latent attention."""
+        return self.d_head + self.mla_rope_dim
+
+    @property
+    def v_dim(self) -> int:
+        """One head's v (and output) width."""
+        return self.mla_v_dim or self.d_head
+
+    @property
     def q_width(self) -> int:
-        """a x d: the width of q and of the attention's output (h, unless head_dim says otherwise)."""
-        return self.n_head * self.d_head
+        """a x d: the width of q and of the attention's output (h, unless head_dim says otherwise); latent
+        attention: q's, a x (d + rope)."""
+        return self.n_head * self.qk_dim
+
+    def mla_attention_params(self) -> int:
+        """One block's latent-attention parameters: q's down, norm and up (or q from h), kv's down, norm and up, proj."""
+        h, a, ql, kl, dr = self.d_model, self.n_head, self.mla_q_rank, self.mla_kv_rank, self.mla_rope_dim
+        q = (h * ql + ql + ql * a * self.qk_dim) if ql else h * a * self.qk_dim
+        return q + h * (kl + dr) + kl + kl * a * (self.d_head + self.v_dim) + a * self.v_dim * h
+
+    def mla_attention_flops(self, s: int) -> float:
+        """One token's forward FLOPs of latent attention at sequence length s: its GEMMs (2 per multiply-add) and
+        the core, q.k over d + rope and the weights over v, each head (full s: no causal discount, as elsewhere)."""
+        a = self.n_head
+        return 2 * (self.mla_attention_params() - self.mla_q_rank - self.mla_kv_rank) \
+            + 2 * s * a * (self.qk_dim + self.v_dim)
 
     def is_moe(self, i: int) -> bool:
         """Whether block i is an MoE block (blocks moe_every-1, 2 moe_every-1, ...; model/moe.py's rule), past
@@ -189,7 +235,8 @@ class ModelSpec:
         before_attn, before_mlp = anat.norms
         for i in range(self.n_layer):
             b = anat.block(i)
-            out += norm(f"{b}.{before_attn}") + linears(b, anat.attention, anat.attention_linears)
+            out += norm(f"{b}.{before_attn}") + (self._mla_shapes(f"{b}.{anat.attention}") if self.mla
+                                                 else linears(b, anat.attention, anat.attention_linears))
             out += norm(f"{b}.{before_mlp}")
             if not self.is_moe(i):
                 out += linears(b, anat.mlp, anat.mlp_linears)
@@ -204,10 +251,23 @@ class ModelSpec:
         out += norm(anat.final_norm)
         return out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
 
+    def _mla_shapes(self, attn: str) -> list[tuple[str, "Param"]]:
+        """Latent attention's parameters (Megatron-Core's linear_q_down_proj, q_layernorm, linear_q_up_proj,
+        linear_kv_down_proj, kv_layernorm, linear_kv_up_proj, linear_proj), named in the planner's words."""
+        h, a, ql, kl = self.d_model, self.n_head, self.mla_q_rank, self.mla_kv_rank
+        q = ([(f"{attn}.q_down.weight", Param(ql, h)), (f"{attn}.q_norm.weight", Param(ql)),
+              (f"{attn}.q_up.weight", Param(a * self.qk_dim, ql))] if ql
+             else [(f"{attn}.q.weight", Param(a * self.qk_dim, h))])
+        return q + [(f"{attn}.kv_down.weight", Param(kl + self.mla_rope_dim, h)), (f"{attn}.kv_norm.weight", Param(kl)),
+                    (f"{attn}.kv_up.weight", Param(a * (self.d_head + self.v_dim), kl)),
+                    (f"{attn}.proj.weight", Param(h, a * self.v_dim))]
+
     @property
     def params_per_layer(self) -> int:
         """A dense block's parameters (`params` adds what the MoE blocks hold beyond one MLP)."""
         h, r = self.d_model, self.mlp_ratio
+        if self.mla:
+            return self.mla_attention_params() + 3 * self.ffn * h + 2 * h
         if self.llama:  # q, proj h(ad) each; k, v g*h each; SwiGLU 3fh; two RMSNorm gains
             return 2 * self.q_width * h + 2 * self.kv_width * h + 3 * self.ffn * h + 2 * h
         return (4 + 2 * r) * h * h + (9 + r) * h  # r=4: 12h^2 + 13h
@@ -260,6 +320,8 @@ class ModelSpec:
         GEMMs 2*(4+2r)*h^2 per token, attention scores and attention-over-values 2*2*s*h per token."""
         s = seq or self.seq
         h, r = self.d_model, self.mlp_ratio
+        if self.mla:
+            return tokens * (self.mla_attention_flops(s) + 6 * self.ffn * h) + self.moe_flops_fwd_layer(tokens)
         if self.llama:  # GEMMs: q, proj 2h(ad); k, v 2gh; SwiGLU 3fh (x2 FLOPs per multiply-add)
             return tokens * (2 * (2 * self.q_width * h + 2 * self.kv_width * h + 3 * self.ffn * h)
                              + 4 * s * self.q_width) + self.moe_flops_fwd_layer(tokens)
@@ -276,6 +338,8 @@ class ModelSpec:
 
     def flops_fwd_attention_core(self, tokens: int, seq: int | None = None) -> float:
         """QK^T and softmax(QK^T)V: what selective recomputation recomputes."""
+        if self.mla:
+            return tokens * 2 * (seq or self.seq) * self.n_head * (self.qk_dim + self.v_dim)
         return tokens * 4 * (seq or self.seq) * self.q_width
 
     def flops_fwd_logits(self, tokens: int) -> float:

@@ -26,7 +26,7 @@ class Op:
 # the block's GEMMs by tensor-parallel region (attention, MLP), as layer_ops names them: the column-parallel ones
 # entering each region and the row-parallel one leaving it (Megatron's split; async TP backward and DTensor's
 # copies are placed by these)
-COLUMN_PARALLEL = (("q", "k", "v"), ("fc", "gate", "up"))
+COLUMN_PARALLEL = (("q", "k", "v", "q_up", "kv_up"), ("fc", "gate", "up"))  # q_up, kv_up: latent attention's
 ROW_PARALLEL = ("proj", "mlp_proj", "down")
 ROW_REGIONS = (("proj",), ("mlp_proj", "down"))  # the row-parallel linear of each region, attention then MLP
 
@@ -142,14 +142,16 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     # rotary: q and k read, rotated half built, two products and a sum written; the heads merged by a copy
     own = [Op("rope", "elem", bytes=6 * (th + T * gt * e), ew="copy"), Op("merge_heads", "elem", bytes=2 * th, ew="copy")]
     rope, merge = (titan_attention_kernels(T, qw, gt, t, e, flash), []) if impl == "torchtitan" else (own[:1], own[1:])
-    return [
-        _rms_norm("ln_1", Ts, h, e, eager_norm),
+    attention = mla_ops(model, b, s, t, e, sp) if model.mla else [
         Op("q", "gemm", flops=2 * T * qw * h / t, shape=(T, qw // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
         *rope,
         *att,
         *merge,
-        Op("proj", "gemm", flops=2 * T * h * qw / t, shape=(T, h, qw // t)),
+        Op("proj", "gemm", flops=2 * T * h * qw / t, shape=(T, h, qw // t))]
+    return [
+        _rms_norm("ln_1", Ts, h, e, eager_norm),
+        *attention,
         Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
         _rms_norm("ln_2", Ts, h, e, eager_norm),
         *(moe_ops(model, Ts, e, T, t) if model.moe_experts else [
@@ -158,6 +160,30 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
             Op("down", "gemm", flops=2 * T * f * h / t, shape=(T, h, f // t))]),
         Op("residual", "elem", bytes=3 * Ts * h * e, ew="add", bwd_bytes=3 * Ts * h * e),
     ]
+
+
+def mla_ops(model: ModelSpec, b: int, s: int, t: int, e: int, sp: bool) -> list[Op]:
+    """Latent attention's forward on one TP rank (Megatron-Core's MLASelfAttention; ModelSpec.mla): the
+    down-projections of q and of k/v (whole on every rank, run on its sequence-parallel share of the tokens, the
+    latents then gathered), their norms, the up-projections split by heads, the rotated parts of q and k, q and
+    k assembled per head (d + rope wide: a copy each), the fused attention over those widths and v's, the heads
+    merged, proj."""
+    h, a, ql, kl, dr = model.d_model, model.n_head, model.mla_q_rank, model.mla_kv_rank, model.mla_rope_dim
+    T, at, qk, dv, dn = b * s, a // t, model.qk_dim, model.v_dim, model.d_head
+    Tq = T // (t if sp else 1)
+    q = [Op("q_down", "gemm", flops=2 * Tq * ql * h, shape=(Tq, ql, h)),
+         Op("q_norm", "elem", bytes=2 * Tq * ql * e, ew="ln"),
+         Op("q_up", "gemm", flops=2 * T * at * qk * ql, shape=(T, at * qk, ql))] if ql else \
+        [Op("q", "gemm", flops=2 * T * at * qk * h, shape=(T, at * qk, h))]
+    return [*q,
+            Op("kv_down", "gemm", flops=2 * Tq * (kl + dr) * h, shape=(Tq, kl + dr, h)),
+            Op("kv_norm", "elem", bytes=2 * Tq * kl * e, ew="ln"),
+            Op("kv_up", "gemm", flops=2 * T * at * (dn + dv) * kl, shape=(T, at * (dn + dv), kl)),
+            Op("rope", "elem", bytes=6 * T * (at + 1) * dr * e, ew="copy"),
+            Op("mla_cat", "elem", bytes=2 * 2 * T * at * qk * e, ew="copy"),  # q and k of d + rope per head
+            Op("attention", "gemm", 2 * T * s * at * (qk + dv), shape=(s, s, qk), count=b * at),
+            Op("merge_heads", "elem", bytes=2 * T * at * dv * e, ew="copy"),
+            Op("proj", "gemm", flops=2 * T * h * at * dv, shape=(T, h, at * dv))]
 
 
 def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> list[Op]:
