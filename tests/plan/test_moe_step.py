@@ -264,3 +264,21 @@ def test_latent_attention_splits_its_up_projections_by_heads_and_keeps_the_laten
         ops = layer_ops(m, 1, 4096, t, 2, True, sp=sp)
         gemm = sum(o.flops for o in ops if o.kind == "gemm")
         assert gemm * t == pytest.approx(m.flops_fwd_layer(4096, 4096))
+
+
+def test_multi_token_prediction_adds_a_depth_on_the_last_stage():
+    """DeepSeek-V3's MTP depth: two norms, the 2h -> h projection, an MoE block and a final norm (11.6 B of its own;
+    the embedding and the head are the model's), its FLOPs a block, the projection and the logits again; timed on
+    the last stage with the head."""
+    from shardlab.plan.compute import micro_batch_time
+
+    m = replace(DSV3, mtp_layers=1)
+    assert m.params == sum(dict(m.param_shapes()).values()) and round(m.mtp_params / 1e9, 1) == 11.6
+    assert m.flops_fwd(1, 4096) - DSV3.flops_fwd(1, 4096) == pytest.approx(
+        4 * 7168 ** 2 + DSV3.uniform(True).flops_fwd_layer(1, 4096) + 2 * 7168 * 129280)
+    small = replace(DEEPSEEKISH, mtp_layers=1)
+    train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
+    lay = Layout(dp=4, pp=2, strategy="zero1", ep=4)
+    with_mtp, without = (micro_batch_time(x, train, lay, c) for x in (small, DEEPSEEKISH))
+    assert with_mtp.head[0] > without.head[0] and with_mtp.fwd >= without.fwd

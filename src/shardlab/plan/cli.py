@@ -25,7 +25,9 @@ from .train_spec import TrainSpec
 from .model import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
-              "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int}
+              "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int,
+              # latent attention and multi-token prediction (llama; DeepSeek-V3's: docs/moe.md)
+              "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int}
 # the model's MoE blocks (ModelSpec): experts, top-k, every n-th block, the experts' own width, a shared expert's
 # width, leading dense blocks; ep is the layout's
 MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_shared_ffn", "moe_first_dense")
@@ -59,7 +61,9 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096), "offload_activations": (0, 1024), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
-          "moe_ffn": (0, 2**20), "moe_shared_ffn": (0, 2**20), "moe_first_dense": (0, 1024), "ep": (1, 2**16)}
+          "moe_ffn": (0, 2**20), "moe_shared_ffn": (0, 2**20), "moe_first_dense": (0, 1024), "ep": (1, 2**16),
+          "mla_kv_rank": (0, 2**16), "mla_q_rank": (0, 2**16), "mla_rope_dim": (0, 2**12), "mla_v_dim": (0, 2**12),
+          "mtp_layers": (0, 16)}
 FLOAT_RANGES = {"power_w": (1.0, 2000.0), "bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),
                 "last_bucket_mb": (0.0, 2**20)}
 
@@ -214,7 +218,7 @@ def _plan(args) -> int:
 def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
     """The MoE / EP terms (plan/moe.py) when moe_experts is set; bad MoE input raises ValueError (exit 2)."""
     from . import moe
-    if not kv.get("moe_experts"):
+    if not model.moe_experts:
         if kv.get("ep", 1) > 1:
             raise ValueError(f"ep={kv['ep']} needs moe_experts (expert parallelism splits the experts)")
         return None
@@ -223,8 +227,7 @@ def _moe(kv: dict, model, train, layout, microbatches: int) -> dict | None:
     if layout.tp > 1 or layout.pp > 1 or layout.cp > 1 or layout.strategy != "ddp" \
             or model.moe_ffn or model.moe_shared_ffn or model.moe_first_dense:  # not the trainer's MoE blocks
         return None
-    spec = moe.MoESpec(kv["moe_experts"], kv.get("moe_top_k", 2), kv.get("moe_every", 1),
-                       kv.get("moe_capacity", 1.25), kv.get("ep", 1))
+    spec = moe.MoESpec(model.moe_experts, model.moe_top_k, model.moe_every, kv.get("moe_capacity", 1.25), kv.get("ep", 1))
     per_param = train.param_bytes + train.grad_bytes + train.optimizer_bytes
     dense = replace(model, moe_experts=0)  # plan/moe.py counts the experts on top of the dense model
     return moe.plan(dense, spec, layout.dp, train.micro_batch, train.seq or model.seq, microbatches, per_param)

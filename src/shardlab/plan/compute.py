@@ -199,6 +199,12 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss)
     f_head, b_head = ops_time(head, False), ops_time(head, True)
+    if model.mtp_layers:  # each multi-token-prediction depth on the last stage: its projection, a block, the head again
+        T, h = b * s, model.d_model
+        proj = [Op("mtp_norms", "elem", bytes=2 * 2 * T * h * e, ew="ln"),
+                Op("eh_proj", "gemm", flops=2 * T * 2 * h * h / t, shape=(T, h // t, 2 * h))]
+        f_head += model.mtp_layers * (ops_time(proj, False) + f_block + f_head)
+        b_head += model.mtp_layers * (ops_time(proj, True) + b_block + b_head)
     layers, (f_end, b_end), split_why = _slowest_rank(model, lay, layers, f_block * (
         2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head))
     fwd = layers * f_block + f_end

@@ -14,7 +14,7 @@ import functools
 from shardlab.model import anatomy
 from shardlab.model.anatomy import KV, ROW
 from .layout import first_rank_layers, stage_layers
-from .model import MLA_WHOLE, SHARED, ModelSpec
+from .model import MLA_WHOLE, MTP_WHOLE, SHARED, ModelSpec
 
 
 def padded(numels: list[int], n: int, padding: str) -> int:
@@ -71,7 +71,7 @@ def _tp_tables() -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         rows += [f"{a.mlp}.{SHARED}.{n}.weight" for n, role in a.mlp_linears if role == ROW]
         # latent attention (ModelSpec.mla): the down-projections and their norms whole on every rank (Megatron-Core's
         # linear_q_down_proj and linear_kv_down_proj are not split), the up-projections by heads, proj by rows
-        replicated += [f"{a.attention}.{n}." for n in MLA_WHOLE]
+        replicated += [f"{a.attention}.{n}." for n in MLA_WHOLE] + [f"{n}." for n in MTP_WHOLE]
     return tuple(dict.fromkeys(replicated)), tuple(dict.fromkeys(rows)), tuple(dict.fromkeys(kv))
 
 

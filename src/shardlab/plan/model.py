@@ -17,6 +17,7 @@ from shardlab.model.anatomy import COLUMN, KV, ROW
 
 SHARED = "shared"  # an MoE block's shared expert, beside its router and experts: blocks.i.mlp.shared.{gate,up,down}
 MLA_WHOLE = ("q_down", "q_norm", "kv_down", "kv_norm")  # latent attention's parameters TP leaves whole
+MTP_WHOLE = ("enorm", "hnorm", "final_norm")  # a multi-token-prediction depth's norms (TP leaves them whole)
 
 
 class Param(int):
@@ -62,6 +63,7 @@ class ModelSpec:
     mla_q_rank: int = 0
     mla_rope_dim: int = 0
     mla_v_dim: int = 0
+    mtp_layers: int = 0  # multi-token prediction depths (DeepSeek-V3's 1; Megatron-Core's mtp_num_layers)
     # the experts of each MoE block one rank holds (0 = all E): expert parallelism's view of the model
     # (`expert_view`), which param_shapes lists; params and FLOPs stay the whole model's
     moe_local: int = 0
@@ -92,7 +94,7 @@ class ModelSpec:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
         if (self.moe_ffn or self.moe_shared_ffn) and self.arch != "llama":
             raise ValueError("moe_ffn and moe_shared_ffn are SwiGLU widths: arch llama only")
-        for f in ("mla_kv_rank", "mla_q_rank", "mla_rope_dim", "mla_v_dim"):
+        for f in ("mla_kv_rank", "mla_q_rank", "mla_rope_dim", "mla_v_dim", "mtp_layers"):
             if getattr(self, f) < 0:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
         if (self.mla_q_rank or self.mla_rope_dim or self.mla_v_dim) and not self.mla_kv_rank:
@@ -233,14 +235,12 @@ class ModelSpec:
         if anat.positions:
             out.append((anat.weight(anat.positions), Param(self.seq, h)))
         before_attn, before_mlp = anat.norms
-        for i in range(self.n_layer):
-            b = anat.block(i)
-            out += norm(f"{b}.{before_attn}") + (self._mla_shapes(f"{b}.{anat.attention}") if self.mla
-                                                 else linears(b, anat.attention, anat.attention_linears))
+        def block(b, moe):
+            out = norm(f"{b}.{before_attn}") + (self._mla_shapes(f"{b}.{anat.attention}") if self.mla
+                                                else linears(b, anat.attention, anat.attention_linears))
             out += norm(f"{b}.{before_mlp}")
-            if not self.is_moe(i):
-                out += linears(b, anat.mlp, anat.mlp_linears)
-                continue
+            if not moe:
+                return out + linears(b, anat.mlp, anat.mlp_linears)
             # an MoE block (model/moe.py): the router (E x h, no bias), then each expert held, a copy of the MLP
             # (moe_ffn wide), then the shared expert
             out.append((f"{b}.{anat.mlp}.{anat.router}.weight", Param(self.moe_experts, h)))
@@ -248,8 +248,20 @@ class ModelSpec:
                 out += linears(b, f"{anat.mlp}.{anat.experts}.{e}", anat.mlp_linears, like=anat.experts)
             if sf:
                 out += linears(b, f"{anat.mlp}.{SHARED}", anat.mlp_linears, like=SHARED)
+            return out
+
+        for i in range(self.n_layer):
+            out += block(anat.block(i), self.is_moe(i))
         out += norm(anat.final_norm)
-        return out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
+        out = out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
+        # multi-token prediction (DeepSeek-V3; Megatron-Core's MultiTokenPredictionLayer), each depth on the last
+        # stage: the next token's embedding and the hidden state normed, concatenated and projected (2h -> h), one
+        # block (an MoE one in an MoE model), a final norm; the embedding and the head are the model's
+        for j in range(self.mtp_layers):
+            out += [(f"mtp.{j}.enorm.weight", Param(h)), (f"mtp.{j}.hnorm.weight", Param(h)),
+                    (f"mtp.{j}.eh_proj.weight", Param(h, 2 * h))]
+            out += block(f"mtp.{j}.block", bool(self.moe_experts)) + [(f"mtp.{j}.final_norm.weight", Param(h))]
+        return out
 
     def _mla_shapes(self, attn: str) -> list[tuple[str, "Param"]]:
         """Latent attention's parameters (Megatron-Core's linear_q_down_proj, q_layernorm, linear_q_up_proj,
@@ -312,7 +324,18 @@ class ModelSpec:
     def params(self) -> int:
         """Psi. For r=4, tied: 12*L*h^2 + 13*L*h + v*h + s*h + 2*h. Llama: L(2h^2 + 2gh + 3fh + 2h) + 2vh + h."""
         final_norm = self.d_model if self.llama else 2 * self.d_model
-        return self.n_layer * self.params_per_layer + self.params_embedding + final_norm + self.moe_extra_params
+        return self.n_layer * self.params_per_layer + self.params_embedding + final_norm + self.moe_extra_params \
+            + self.mtp_params
+
+    @property
+    def mtp_params(self) -> int:
+        """The multi-token-prediction depths' own parameters: two norms, the 2h -> h projection, a block (MoE in an
+        MoE model: its router, experts and shared expert as an MoE block's), a final norm."""
+        if not self.mtp_layers:
+            return 0
+        h = self.d_model
+        moe = self.moe_extra_params // self.moe_blocks if self.moe_blocks else 0
+        return self.mtp_layers * (3 * h + 2 * h * h + self.params_per_layer + moe)
 
     # ---- FLOPs (multiply-add = 2 FLOPs; causal mask not discounted, as in Narayanan et al.) ---
     def flops_fwd_layer(self, tokens: int, seq: int | None = None) -> float:
@@ -346,7 +369,17 @@ class ModelSpec:
         return tokens * 2 * self.d_model * self.vocab
 
     def flops_fwd(self, tokens: int, seq: int | None = None) -> float:
-        return self.n_layer * self.flops_fwd_layer(tokens, seq) + self.flops_fwd_logits(tokens)
+        return self.n_layer * self.flops_fwd_layer(tokens, seq) + self.flops_fwd_logits(tokens) \
+            + self.flops_fwd_mtp(tokens, seq)
+
+    def flops_fwd_mtp(self, tokens: int, seq: int | None = None) -> float:
+        """The multi-token-prediction depths' forward: each its projection (2h -> h), a block (an MoE one in an MoE
+        model) and the logits again."""
+        if not self.mtp_layers:
+            return 0.0
+        h = self.d_model
+        block = self.uniform(True).flops_fwd_layer(tokens, seq) if self.moe_experts else self.flops_fwd_layer(tokens, seq)
+        return self.mtp_layers * (tokens * 4 * h * h + block + self.flops_fwd_logits(tokens))
 
     def model_flops(self, tokens: int, seq: int | None = None) -> float:
         """FLOPs of forward + backward (backward = 2 x forward), no recomputation: the MFU numerator
@@ -379,6 +412,13 @@ PRESETS: dict[str, ModelSpec] = {
                             arch="llama", n_kv_heads=8, ffn=28672),
     "llama3-405b": ModelSpec("llama3-405b", n_layer=126, d_model=16384, n_head=128, vocab=128256, seq=8192,
                              arch="llama", n_kv_heads=8, ffn=53248),
+    # DeepSeek-V3 (DeepSeek-AI 2024, Table/Appendix config; the HF config.json): 61 blocks of latent attention, the
+    # first 3 dense (SwiGLU 18,432), then 256 routed experts of 2,048, top-8, and one shared; one MTP depth;
+    # 4,096-token pre-training sequences. 671 B parameters (+ 11.6 B of MTP), 37.6 B active a token
+    "deepseek-v3": ModelSpec("deepseek-v3", n_layer=61, d_model=7168, n_head=128, vocab=129280, seq=4096,
+                             arch="llama", ffn=18432, head_dim=128, moe_experts=256, moe_top_k=8, moe_ffn=2048,
+                             moe_shared_ffn=2048, moe_first_dense=3, mla_kv_rank=512, mla_q_rank=1536,
+                             mla_rope_dim=64, mla_v_dim=128, mtp_layers=1),
 }
 # Older or looser names, kept working: each reads as the preset it names. "7b" was the planner's
 # first name for GPT-3 6.7B, but "7B" usually means LLaMA-7B (another architecture), so the
