@@ -6,6 +6,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
   eleventh  Llama 3 70B fine-tuning (SFT) rows on GB300, GB200 and H100 (plan/published_gpu_eleventh.py)
   twelfth   Qwen3 MoE pre-training rows (30B-A3B, 235B-A22B) on H100, B200, B300, GB200, GB300
             (plan/published_gpu_twelfth.py): mixture of experts and expert parallelism
+  thirteenth  DeepSeek-V3 pre-training rows on H100, B200, B300, GB200, GB300 (plan/published_gpu_thirteenth.py):
+            latent attention, leading dense blocks, a shared expert, multi-token prediction
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -17,7 +19,8 @@ import importlib
 
 from shardlab.plan.published_gpu import print_set
 
-SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH"}
+SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
+        "thirteenth": "THIRTEENTH"}
 
 
 def main() -> None:

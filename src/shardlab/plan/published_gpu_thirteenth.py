@@ -68,4 +68,13 @@ def planner_row(r: dict) -> dict:
                 notes=r["notes"], seen="")
 
 
-THIRTEENTH = [planner_row(r) for r in ROWS]
+def runs(r: dict) -> bool:
+    """Whether the table's layout can run: expert parallelism takes its ranks from one stage's tp x cp x dp. Two
+    rows' tables give EP 64 with PP 8 on 256 GPUs (32 ranks a stage; their GA 64 at GBS 2048 says DP 32 too): the
+    25.11 GB300 GBS 2048 row (its preset has PP 4 VP 4) and the 25.09 GB200 MXFP8 tokendrop row (its yaml PP 4 VP 8).
+    Left out, not replanned with another layout (found when the planner refused them, before it planned any row)."""
+    stage = r["gpus"] // r["pp"]
+    return stage % r["ep"] == 0
+
+
+THIRTEENTH = [planner_row(r) for r in ROWS if runs(r)]
