@@ -282,3 +282,36 @@ def test_multi_token_prediction_adds_a_depth_on_the_last_stage():
     lay = Layout(dp=4, pp=2, strategy="zero1", ep=4)
     with_mtp, without = (micro_batch_time(x, train, lay, c) for x in (small, DEEPSEEKISH))
     assert with_mtp.head[0] > without.head[0] and with_mtp.fwd >= without.fwd
+
+
+def test_remote_nodes_counts_the_copies_a_deduplicating_dispatcher_sends():
+    """The expected remote nodes a token reaches, against every equally likely routing enumerated: k of E experts
+    over `nodes` nodes, and group-limited routing (top g of G groups, groups whole on nodes)."""
+    from itertools import combinations
+
+    for k, E, nodes in ((2, 8, 2), (3, 12, 4), (8, 16, 4)):
+        per = E // nodes
+        picks = list(combinations(range(E), k))
+        want = sum(len({x // per for x in c} - {0}) for c in picks) / len(picks)  # this token's node is 0
+        assert moe.remote_nodes(k, E, nodes) == pytest.approx(want)
+    G, g, nodes = 8, 4, 4
+    picks = list(combinations(range(G), g))
+    want = sum(len({x // (G // nodes) for x in c} - {0}) for c in picks) / len(picks)
+    assert moe.remote_nodes(8, 256, nodes, G, g) == pytest.approx(want) == pytest.approx(3 * (1 - 15 / 70))
+    assert moe.remote_nodes(8, 256, 1) == 0.0
+
+
+def test_ep_dedup_sends_each_token_once_per_remote_node():
+    m = replace(LLAMA, moe_experts=16, moe_top_k=8)
+    train = TrainSpec(global_batch=32, micro_batch=2, seq=16, precision="bf16-mixed")
+    c = replace(load_cluster("H100-SXM", 16), num_gpus=16, gpus_per_node=4)  # ep 16 over 4 nodes
+    plain, dedup = (evaluate(m, train, Layout(dp=16, strategy="zero1", ep=16, ep_dedup=x), c) for x in (False, True))
+    a, b = (next(cl for cl in p.comm if cl.c.group == "ep") for p in (plain, dedup))
+    assert a.inter == pytest.approx(a.c.payload * 12 / 16)  # every copy: (n - local) / n
+    assert b.inter == pytest.approx(b.c.payload * moe.remote_nodes(8, 16, 4) / 8) and b.time < a.time
+    assert "deduplicated across nodes" in b.c.why
+    one_node = replace(c, gpus_per_node=16)
+    x, y = (evaluate(m, train, Layout(dp=16, strategy="zero1", ep=16, ep_dedup=v), one_node) for v in (False, True))
+    assert x.step_time == y.step_time  # within a node nothing crosses the network
+    with pytest.raises(ValueError, match="ep_dedup needs ep > 1"):
+        Layout(dp=2, ep_dedup=True).check(m)

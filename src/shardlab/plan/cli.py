@@ -30,7 +30,8 @@ MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq"
               "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int}
 # the model's MoE blocks (ModelSpec): experts, top-k, every n-th block, the experts' own width, a shared expert's
 # width, leading dense blocks; ep is the layout's
-MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_shared_ffn", "moe_first_dense")
+MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups",
+                  "moe_group_topk")
 TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": int, "precision": str,
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool",  # compile: torch.compile each block (train.compile; plan/fusion.py)
@@ -42,9 +43,9 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
-               "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int}
+               "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int, "ep_dedup": "bool"}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
-            "moe_ffn": int, "moe_shared_ffn": int, "moe_first_dense": int,
+            "moe_ffn": int, "moe_shared_ffn": int, "moe_first_dense": int, "moe_groups": int, "moe_group_topk": int,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,
             "moe_router_lr_scale": float}  # plan/moe.py (weights and balancing change nothing); ep: the layout's
 OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  # dp_replicate: dp_shard = dp / it
@@ -61,7 +62,7 @@ RANGES = {"n_layer": (1, 1024), "d_model": (1, 262_144), "n_head": (1, 4096), "v
           "global_batch_tokens": (1, 2**40), "micro_batch": (1, 2**16), "gpus": (1, 2**20),
           "dp": (1, 2**20), "dp_shard": (1, 2**20), "tp": (1, 4096), "pp": (1, 1024), "v": (1, 64),
           "cp": (1, 4096), "offload_activations": (0, 1024), "moe_experts": (0, 2**16), "moe_top_k": (1, 2**16), "moe_every": (1, 1024),
-          "moe_ffn": (0, 2**20), "moe_shared_ffn": (0, 2**20), "moe_first_dense": (0, 1024), "ep": (1, 2**16),
+          "moe_ffn": (0, 2**20), "moe_shared_ffn": (0, 2**20), "moe_first_dense": (0, 1024), "moe_groups": (0, 2**16), "moe_group_topk": (0, 2**16), "ep": (1, 2**16),
           "mla_kv_rank": (0, 2**16), "mla_q_rank": (0, 2**16), "mla_rope_dim": (0, 2**12), "mla_v_dim": (0, 2**12),
           "mtp_layers": (0, 16)}
 FLOAT_RANGES = {"power_w": (1.0, 2000.0), "bucket_mb": (0.001, 2**20), "first_bucket_mb": (0.001, 2**20), "moe_capacity": (0, 2**10),

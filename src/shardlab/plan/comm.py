@@ -36,6 +36,9 @@ class Collective:
     per_micro: bool = False  # issued every micro batch (else once per step)
     last_payload: float = 0.0  # the call that cannot overlap (last bucket, first unit); 0 = none
     syncs: int = 0  # waits on the group after compute per step (the sync wait's count); 0 = one per call
+    # an all-to-all a dispatcher deduplicates across nodes (Layout.ep_dedup): (k, E, groups, group top-k) of the routing
+    # it carries, from which its share of the payload on the network follows (comm_time.collective_time)
+    dedup: tuple = ()
 
     @property
     def wire(self) -> float:
@@ -305,11 +308,15 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
     per = 6 if lay.recompute == "full" else 4
     calls = round(per * layers * m)
     size = tokens * model.moe_top_k * model.d_model * e
+    routing = (model.moe_top_k, model.moe_experts, model.moe_groups, model.moe_group_topk) if lay.ep_dedup else ()
+    dedup = ("; deduplicated across nodes (ep_dedup): each token once per remote node it is routed to "
+             + (f"(its top-{model.moe_group_topk} of {model.moe_groups} expert groups), " if model.moe_groups else "")
+             + "then over NVLink to its experts there") if routing else ""
     return Collective("all_to_all", "ep", lay.ep, size * calls, calls, "ep_1f1b" if lay.ep_overlap else "none",
                       f"tokens x k x h x {e} B = {tokens} x {model.moe_top_k} x {model.d_model} x {e} x {per} per MoE "
                       f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches"
-                      + (" (ep_overlap: beside another micro batch's compute)" if lay.ep_overlap else ""),
-                      per_micro=True)
+                      + (" (ep_overlap: beside another micro batch's compute)" if lay.ep_overlap else "") + dedup,
+                      per_micro=True, dedup=routing)
 
 
 def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:

@@ -57,9 +57,11 @@ def _ring_parts(op: str, size: float, n: int, alpha: float, bw: float) -> tuple[
     return ring
 
 
-def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tuple[float, float, float]:
+def call_time(op: str, size: float, n: int, local: int, cluster: Cluster,
+              net_share: float | None = None) -> tuple[float, float, float]:
     """(seconds, intra wire bytes, inter wire bytes) of one call with a `size`-byte payload over
-    n ranks of which `local` share a node."""
+    n ranks of which `local` share a node. `net_share`: an all-to-all's share of the payload on the network where
+    a dispatcher deduplicates it (None: (n - local) / n, each copy its own)."""
     if n <= 1 or size <= 0:
         return 0.0, 0.0, 0.0
     wire = wire_factor(op, n) * size
@@ -74,7 +76,7 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster) -> tup
     if nodes == 1:
         return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
     if op == "all_to_all":  # every rank sends 1/n of its payload to each other rank at once, each link its share
-        intra, inter = size * (local - 1) / n, size * (n - local) / n
+        intra, inter = size * (local - 1) / n, size * ((n - local) / n if net_share is None else net_share)
         lat = cluster.inter_latency + (cluster.intra_latency if local > 1 else 0.0)
         return base + lat + max(intra / intra_bw, inter / inter_bw), intra, inter
     if local == 1:
@@ -144,5 +146,10 @@ def collective_time(c, lay: Layout, cluster: Cluster) -> tuple[float, float, flo
         t = c.calls * alpha + c.payload / bw
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
     local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
-    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster)
+    share = None
+    if getattr(c, "dedup", ()) and c.n > local:  # each token once per remote node it goes to (moe.remote_nodes)
+        from .moe import remote_nodes
+        k, experts, groups, top = c.dedup
+        share = remote_nodes(k, experts, c.n // local, groups, top) / k
+    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster, share)
     return t * c.calls, wi * c.calls, wo * c.calls

@@ -137,6 +137,9 @@ class Layout:
     # SMs the all-to-all's kernels hold while they run beside compute (Megatron-Core's flex dispatcher with HybridEP:
     # moe_hybridep_num_sms); 0: NCCL's share of the SMs, as every other hidden collective costs (Cluster.sm_share_comm)
     ep_sms: int = 0
+    # the dispatcher sends a token once per remote node it is routed to and forwards it over NVLink there (DeepEP's
+    # internode kernels), where NCCL's all-to-all sends every routed copy (plan/moe.py remote_nodes)
+    ep_dedup: bool = False
 
     @property
     def world(self) -> int:
@@ -212,6 +215,8 @@ class Layout:
             raise ValueError(f"ep_sms must be 0 (NCCL's share) or the SMs the dispatcher holds, got {self.ep_sms}")
         if self.ep_overlap and self.ep <= 1:
             raise ValueError("ep_overlap needs ep > 1: it hides expert parallelism's all-to-alls")
+        if self.ep_dedup and self.ep <= 1:
+            raise ValueError("ep_dedup needs ep > 1: it deduplicates expert parallelism's all-to-alls across nodes")
         for k in ("dp", "tp", "pp", "v", "cp", "ep"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")
@@ -274,7 +279,7 @@ class Layout:
         if self.pp > 1:
             parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
         if self.ep > 1:
-            parts.append(f"ep={self.ep}" + (" overlapped" if self.ep_overlap else ""))
+            parts.append(f"ep={self.ep}" + (" overlapped" if self.ep_overlap else "") + (" dedup" if self.ep_dedup else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
         if self.offload != "none":

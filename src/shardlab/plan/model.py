@@ -55,6 +55,10 @@ class ModelSpec:
     moe_ffn: int = 0
     moe_shared_ffn: int = 0
     moe_first_dense: int = 0
+    # group-limited routing (DeepSeek-V3's node-limited: its top moe_group_topk of moe_groups expert groups, then
+    # top-k experts among them; Megatron-Core's moe_router_num_groups, moe_router_group_topk); 0 = none
+    moe_groups: int = 0
+    moe_group_topk: int = 0
     # llama: multi-head latent attention (DeepSeek-V2/V3; Megatron-Core's MLASelfAttention) where mla_kv_rank > 0:
     # k and v from a kv_lora-wide latent (kv_down h -> mla_kv_rank + mla_rope_dim, a norm, kv_up -> a(d + v)), q from
     # a mla_q_rank-wide one (0: q straight from h), each head's q and k d (head_dim, no position) + mla_rope_dim
@@ -89,9 +93,12 @@ class ModelSpec:
             if self.moe_experts < 0 or not 1 <= self.moe_top_k <= self.moe_experts or self.moe_every < 1:
                 raise ValueError(f"moe_top_k {self.moe_top_k} must be between 1 and moe_experts {self.moe_experts}"
                                  f" (and moe_every {self.moe_every} at least 1)")
-        for f in ("moe_ffn", "moe_shared_ffn", "moe_first_dense"):
+        for f in ("moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups", "moe_group_topk"):
             if getattr(self, f) < 0:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
+        if self.moe_groups and (self.moe_experts % self.moe_groups or not 1 <= self.moe_group_topk <= self.moe_groups):
+            raise ValueError(f"moe_groups {self.moe_groups} must divide moe_experts {self.moe_experts}, and "
+                             f"moe_group_topk {self.moe_group_topk} be between 1 and it")
         if (self.moe_ffn or self.moe_shared_ffn) and self.arch != "llama":
             raise ValueError("moe_ffn and moe_shared_ffn are SwiGLU widths: arch llama only")
         for f in ("mla_kv_rank", "mla_q_rank", "mla_rope_dim", "mla_v_dim", "mtp_layers"):
@@ -418,7 +425,7 @@ PRESETS: dict[str, ModelSpec] = {
     "deepseek-v3": ModelSpec("deepseek-v3", n_layer=61, d_model=7168, n_head=128, vocab=129280, seq=4096,
                              arch="llama", ffn=18432, head_dim=128, moe_experts=256, moe_top_k=8, moe_ffn=2048,
                              moe_shared_ffn=2048, moe_first_dense=3, mla_kv_rank=512, mla_q_rank=1536,
-                             mla_rope_dim=64, mla_v_dim=128, mtp_layers=1),
+                             mla_rope_dim=64, mla_v_dim=128, mtp_layers=1, moe_groups=8, moe_group_topk=4),
 }
 # Older or looser names, kept working: each reads as the preset it names. "7b" was the planner's
 # first name for GPT-3 6.7B, but "7B" usually means LLaMA-7B (another architecture), so the

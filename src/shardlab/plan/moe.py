@@ -90,6 +90,23 @@ def expert_state_bytes(m: ModelSpec, moe: MoESpec, per_param: float) -> dict[str
             "expert_state_bytes_per_rank": held * per_param}
 
 
+def remote_nodes(k: int, experts: int, nodes: int, groups: int = 0, group_topk: int = 0) -> float:
+    """Expected remote nodes a token's k routed copies reach when an expert-parallel group spans `nodes` nodes
+    holding E / nodes experts each (balanced routing: every choice equally likely), i.e. the copies a
+    deduplicating dispatcher sends over the network (DeepEP: "removes redundant tokens during cross-node
+    communication", Megatron-Core's MoE guide; DeepSeek-V3's report, 3.2.2: a token goes over IB once to each
+    node it is routed to, then over NVLink to its experts there). With group-limited routing (DeepSeek's top
+    `group_topk` of `groups` expert groups, the groups whole on nodes) the groups are the draws:
+      remote = (nodes - 1) x (1 - C(G - G/nodes, g) / C(G, g))      else with k of E experts:
+      remote = (nodes - 1) x (1 - C(E - E/nodes, k) / C(E, k))."""
+    from math import comb
+    if nodes <= 1:
+        return 0.0
+    if groups and group_topk and groups % nodes == 0:
+        return (nodes - 1) * (1 - comb(groups - groups // nodes, group_topk) / comb(groups, group_topk))
+    return (nodes - 1) * (1 - comb(experts - experts // nodes, k) / comb(experts, k))
+
+
 def payload_bytes(sent: int, recv: int, experts: int, d_model: int) -> int:
     """All-to-all payload of one MoE layer and microbatch (forward + backward) on a rank that dispatches
     `sent` rows and receives `recv`: the counts (E int64) + dispatch and combine, each way."""

@@ -39,7 +39,9 @@ def _shape(name: str, mtp: int) -> dict:
             "tied": False, "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"],
             "moe_ffn": q["moe_ffn_hidden_size"], "moe_shared_ffn": q["moe_shared_expert_intermediate_size"],
             "moe_first_dense": q["first_k_dense"], "mla_kv_rank": q["kv_lora_rank"], "mla_q_rank": q["q_lora_rank"],
-            "mla_rope_dim": q["qk_pos_emb_head_dim"], "mla_v_dim": q["v_head_dim"], "mtp_layers": mtp}
+            "mla_rope_dim": q["qk_pos_emb_head_dim"], "mla_v_dim": q["v_head_dim"], "mtp_layers": mtp,
+            # (after the first evaluation) node-limited routing: what DeepEP's deduplication sends (ep_dedup)
+            "moe_groups": q["moe_router_num_groups"], "moe_group_topk": q["moe_router_group_topk"]}
 
 
 def _on(recipe: dict, key: str) -> bool:
@@ -52,10 +54,13 @@ def planner_row(r: dict) -> dict:
     mtp = rec.get("mtp_num_layers")
     mtp = mtp if isinstance(mtp, int) else DEEPSEEK_V3_SHAPES[r["model"]]["mtp_num_layers"]
     hybridep = rec.get("moe_token_dispatcher_type") == "flex" and rec.get("moe_flex_dispatcher_backend") == "hybridep"
+    deepep = rec.get("moe_token_dispatcher_type") == "flex" and str(rec.get("moe_flex_dispatcher_backend")).startswith(
+        "deepep")
     lay = {"dp": r["gpus"] // (tp * pp * cp), "tp": tp, "pp": pp, "cp": cp, "ep": r["ep"], "sp": tp > 1,
            "tp_comm_overlap": tp > 1 and _on(rec, "tp_comm_overlap"), "strategy": "zero1",
            "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if hybridep else 0,
+           "ep_dedup": deepep,  # (after the first evaluation) DeepEP's internode kernels send a token once a node
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {})}
     graphs = rec.get("cuda_graph_impl") == "full_iteration"
