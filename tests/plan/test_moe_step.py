@@ -315,3 +315,26 @@ def test_ep_dedup_sends_each_token_once_per_remote_node():
     assert x.step_time == y.step_time  # within a node nothing crosses the network
     with pytest.raises(ValueError, match="ep_dedup needs ep > 1"):
         Layout(dp=2, ep_dedup=True).check(m)
+
+
+def test_a_megatron_pipeline_layout_places_the_blocks_ends_and_mtp_depths():
+    """Megatron-Core's pipeline_model_parallel_layout (Layout.pp_layout): `|` between virtual stages, E, t, m, L,
+    x*n and (...)*n; virtual stage i on rank i % pp; the step is timed on the slowest rank's own blocks, ends and
+    MTP depths (the planner's split had put a full share of blocks beside the head and the MTP depth)."""
+    from shardlab.plan.compute import micro_batch_time
+    from shardlab.plan.layout import pp_layout_ranks, pp_layout_stages
+
+    assert pp_layout_stages("Et*2|(t*3|)*2tmL") == [(2, 1, 0, 0), (3, 0, 0, 0), (3, 0, 0, 0), (1, 0, 1, 1)]
+    assert pp_layout_ranks("Et*2|(t*3|)*2tmL", 2) == [(5, 1, 0, 0), (4, 0, 1, 1)]
+    m = replace(DSV3, mtp_layers=1)
+    assert pp_layout_ranks("Et*4|(t*4|)*14tmL", 2) == [(32, 1, 0, 0), (29, 0, 1, 1)]
+    train = TrainSpec(global_batch=256, micro_batch=1, seq=4096, precision="bf16-mixed")
+    c = replace(load_cluster("B200", 256), num_gpus=256)
+    own, laid = (micro_batch_time(m, train, Layout(dp=16, pp=16, strategy="zero1", ep=8, pp_layout=x), c)
+                 for x in ("", "Et*4|(t*4|)*14tmL"))
+    assert laid.fwd < own.fwd  # 4 blocks on the busiest rank, where the split had 4 + the head and the MTP depth
+    assert "pp_layout=Et*4|(t*4|)*14tmL" in evaluate(m, train, Layout(dp=16, pp=16, strategy="zero1", ep=8,
+                                                                       pp_layout="Et*4|(t*4|)*14tmL"), c).explain["forward"]
+    for bad in ("Et*4|(t*4|)*14tL", "Et*4|(t*4|)*13tmL", "Et*4|(t*4)*14tmL", "Ex"):
+        with pytest.raises(ValueError, match="pp_layout"):
+            Layout(dp=16, pp=16, strategy="zero1", ep=8, pp_layout=bad).check(m)

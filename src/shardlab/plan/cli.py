@@ -39,7 +39,7 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
               "fp8": str}  # train.fp8: the block linears' float8 recipe (none, tensorwise, rowwise, mxfp8; plan/fp8.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
-               "schedule": str, "v": int, "pp_split": str, "recompute": str, "offload": str, "zero1_impl": str,
+               "schedule": str, "v": int, "pp_split": str, "pp_layout": str, "recompute": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",

@@ -16,7 +16,7 @@ from functools import partial
 from . import attention, fp8, fusion, torch_tp
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
-from .layout import Layout, ends_as_blocks, stage_layers
+from .layout import Layout, ends_as_blocks, pp_layout_ranks, stage_layers
 from .train_spec import OPTIMIZER_PASSES, TrainSpec
 from .model import ModelSpec
 from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, ROW_REGIONS, Op, embed_ops, head_ops, layer_ops
@@ -199,14 +199,16 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
     head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss)
     f_head, b_head = ops_time(head, False), ops_time(head, True)
-    if model.mtp_layers:  # each multi-token-prediction depth on the last stage: its projection, a block, the head again
+    mtp = (0.0, 0.0)
+    if model.mtp_layers:  # a multi-token-prediction depth (the last stage's): its projection, a block, the head again
         T, h = b * s, model.d_model
         proj = [Op("mtp_norms", "elem", bytes=2 * 2 * T * h * e, ew="ln"),
                 Op("eh_proj", "gemm", flops=2 * T * 2 * h * h / t, shape=(T, h // t, 2 * h))]
-        f_head += model.mtp_layers * (ops_time(proj, False) + f_block + f_head)
-        b_head += model.mtp_layers * (ops_time(proj, True) + b_block + b_head)
+        mtp = (ops_time(proj, False) + f_block + f_head, ops_time(proj, True) + b_block + b_head)
+        if not lay.pp_layout:  # the MTP depths go with the head (a layout places them itself)
+            f_head, b_head, mtp = f_head + model.mtp_layers * mtp[0], b_head + model.mtp_layers * mtp[1], (0.0, 0.0)
     layers, (f_end, b_end), split_why = _slowest_rank(model, lay, layers, f_block * (
-        2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head))
+        2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head), mtp)
     fwd = layers * f_block + f_end
     # torch's checkpoint ends at the last GEMM's pack (a dropout mask after it would be saved: GPT-2's blocks)
     stop = train.recompute_early_stop and not (drops and not model.llama)
@@ -243,12 +245,22 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
                      (f_head / k, b_head / k), hide)
 
 
-def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple):
+def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple,
+                  mtp: tuple = (0.0, 0.0)):
     """(blocks, (forward, backward) of its ends, --explain's words) of the pipeline rank that sets the pace.
-    pp_split=blocks: the busiest rank's blocks and the costlier end (the embedding or the head + loss) added;
-    ends-as-blocks: the slowest rank of DeepSpeed's cut by count (`ends_as_blocks`), its own ends."""
+    pp_split=blocks: the busiest rank's blocks and the costlier end (the embedding or the head + loss, with the
+    MTP depths) added; ends-as-blocks: the slowest rank of DeepSpeed's cut by count (`ends_as_blocks`), its own
+    ends; a pp_layout (Megatron-Core's): the slowest rank of the layout's, its blocks, ends and MTP depths."""
+    n_mtp = model.mtp_layers
     if lay.pp == 1:
-        return layers, (emb[0] + head[0], emb[1] + head[1]), ""
+        return layers, (emb[0] + head[0] + n_mtp * mtp[0], emb[1] + head[1] + n_mtp * mtp[1]), ""
+    if lay.pp_layout:
+        n, n_emb, n_m, n_head = max(pp_layout_ranks(lay.pp_layout, lay.pp), key=lambda r: r[0] * per_block + r[1]
+                                    * sum(emb) + r[2] * sum(mtp) + r[3] * sum(head))
+        why = (f"; stages as the run's layout holds them (pp_layout={lay.pp_layout}), the slowest rank {n} blocks"
+               + (" + the head" if n_head else "") + (" + the embedding" if n_emb else "")
+               + (f" + {n_m} MTP depth{'s' if n_m > 1 else ''}" if n_m else ""))
+        return n, tuple(n_emb * x + n_m * y + n_head * z for x, y, z in zip(emb, mtp, head)), why
     if lay.pp_split != "ends-as-blocks":
         return layers, max((emb, head), key=lambda x: x[0] + x[1]), ""
     n, n_emb, n_head = max(ends_as_blocks(model.n_layer, lay.pp, lay.v),

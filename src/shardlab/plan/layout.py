@@ -78,6 +78,9 @@ class Layout:
     # head weigh one block each in the count: Megatron-DeepSpeed's --pp-partition-method 'type:transformer|embedding',
     # BLOOM's); a published row's input
     pp_split: str = "blocks"
+    # Megatron-Core's pipeline_model_parallel_layout: which blocks, ends and MTP depths each virtual stage holds
+    # (pp_layout_stages); "" = the planner's own split (pp_split)
+    pp_layout: str = ""
     recompute: str = "none"
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
@@ -251,6 +254,14 @@ class Layout:
             raise ValueError(f"pp*v = {self.pp * self.v} pipeline stages but n_layer is {model.n_layer}"
                              f"{' (+ 2: pp_split=ends-as-blocks)' if layers > model.n_layer else ''}: "
                              "every stage needs a layer")
+        if self.pp_layout:
+            stages = pp_layout_stages(self.pp_layout)
+            t, emb, mtp, loss = map(sum, zip(*stages))
+            if len(stages) != self.pp * self.v or t != model.n_layer or emb != 1 or loss != 1 \
+                    or mtp != model.mtp_layers or stages[0][1] != 1 or stages[-1][3] != 1:
+                raise ValueError(f"pp_layout {self.pp_layout!r}: {len(stages)} stages of {t} blocks, {mtp} MTP depths, "
+                                 f"{emb} E, {loss} L; needs pp*v = {self.pp * self.v} stages, n_layer {model.n_layer} "
+                                 f"blocks, mtp_layers {model.mtp_layers}, E first and L last")
         if self.offload_activations:
             n = self.offload_activations
             if not 0 < n < model.n_layer:
@@ -277,7 +288,8 @@ class Layout:
             parts.append(f"cp={self.cp}" + ("" if self.cp_impl == "own" else f" {self.cp_impl}")
                          + (f" U={self.cp_ulysses}" if self.cp_impl == "hybrid" else ""))
         if self.pp > 1:
-            parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else ""))
+            parts.append(f"pp={self.pp} {self.schedule}" + (f" v={self.v}" if self.v > 1 else "")
+                         + (f" layout {self.pp_layout}" if self.pp_layout else ""))
         if self.ep > 1:
             parts.append(f"ep={self.ep}" + (" overlapped" if self.ep_overlap else "") + (" dedup" if self.ep_dedup else ""))
         if self.recompute != "none":
@@ -287,6 +299,29 @@ class Layout:
         if self.offload_activations:
             parts.append(f"offload_activations={self.offload_activations}")
         return " ".join(parts)
+
+
+def pp_layout_stages(text: str) -> list[tuple[int, int, int, int]]:
+    """Megatron-Core's pipeline_model_parallel_layout ("Et*4|(t*4|)*14tmL": `|` between virtual stages, E the
+    embedding, t a block, m a multi-token-prediction depth, L the loss; `x*n` and `(...)*n` repeat) as (blocks,
+    embedding, mtp depths, loss) per virtual stage, in order; virtual stage i runs on rank i % pp."""
+    import re
+    s = text.replace(" ", "")
+    while "(" in s:
+        new = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+        if new == s:
+            raise ValueError(f"pp_layout {text!r}: a group needs a repeat count, (...)*n")
+        s = new
+    s = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    if set(s) - set("EtmL|"):
+        raise ValueError(f"pp_layout {text!r}: only E, t, m, L, |, *n and (...)*n (Megatron-Core's layout)")
+    return [(st.count("t"), st.count("E"), st.count("m"), st.count("L")) for st in s.split("|")]
+
+
+def pp_layout_ranks(text: str, pp: int) -> list[tuple[int, int, int, int]]:
+    """(blocks, embedding, mtp depths, loss) each pipeline rank holds under a layout: its virtual stages r, r + pp, ..."""
+    stages = pp_layout_stages(text)
+    return [tuple(map(sum, zip(*stages[r::pp]))) for r in range(pp)]
 
 
 def ends_as_blocks(n_layer: int, pp: int, v: int = 1) -> list[tuple[int, int, int]]:

@@ -44,6 +44,33 @@ def _shape(name: str, mtp: int) -> dict:
             "moe_groups": q["moe_router_num_groups"], "moe_group_topk": q["moe_router_group_topk"]}
 
 
+_NAMES = {"embedding": "E", "decoder": "t", "mtp": "m", "loss": "L"}
+
+
+def _layout(recipe: dict, pp: int, v: int) -> str:
+    """(after the first evaluation) The recipe's pipeline_model_parallel_layout in Megatron-Core's string form
+    (a list-of-lists form, ['embedding'] + ['decoder'] * 4 ..., evaluated as list arithmetic and spelled out), ""
+    where the row has none, or none that is known (the rows whose notes say "uncertain") or whose stage count is not
+    the row's pp x vp (the planner's own split then)."""
+    import ast
+    text = recipe.get("pipeline_model_parallel_layout")
+    if not isinstance(text, str) or not text or text.startswith(("uncertain", "not set", "None")):
+        return ""
+    if text.startswith("["):
+        def ev(node):  # list literals, string constants, + and * only
+            if isinstance(node, ast.List):
+                return [ev(x) for x in node.elts]
+            if isinstance(node, ast.Constant):
+                return node.value
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+                a, b = ev(node.left), ev(node.right)
+                return a + b if isinstance(node.op, ast.Add) else a * b
+            raise ValueError(f"not a layout list: {text!r}")
+        text = "|".join("".join(_NAMES[x] for x in stage) for stage in ev(ast.parse(text, mode="eval").body))
+    from .layout import pp_layout_stages
+    return text if len(pp_layout_stages(text)) == pp * v else ""
+
+
 def _on(recipe: dict, key: str) -> bool:
     return recipe.get(key) is True
 
@@ -61,6 +88,7 @@ def planner_row(r: dict) -> dict:
            "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if hybridep else 0,
            "ep_dedup": deepep,  # (after the first evaluation) DeepEP's internode kernels send a token once a node
+           "pp_layout": _layout(rec, pp, vp),
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {})}
     graphs = rec.get("cuda_graph_impl") == "full_iteration"
