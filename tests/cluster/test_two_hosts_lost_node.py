@@ -22,12 +22,16 @@ from cli_harness import as_rank
 from shardlab.testing import free_port
 from test_two_hosts import hosts  # noqa: F401 (the module's namespaces: the fixture)
 
-STEPS = 20
+STEPS = 12
+# A node is killed once node 0 printed this step (step 5's checkpoint is written before it: the save is
+# synchronous): resumed from step 5, or 10 where the kill lands late, before the run's end (6 steps of ~0.3 s).
+KILL_AFTER = 6
 RUN = ["model.preset=tiny", "train.seq_len=32", "train.micro_batch=2", "train.global_batch=4",
        f"train.steps={STEPS}", "train.log_every=1", "train.eval_every=0", "train.warmup_steps=1",
        "parallel.strategy=ddp", "ckpt.every=5", "ckpt.keep=0",
        "debug.slow_rank=1", "debug.slow_ms=300"]  # ~0.3 s a step: time to kill a node mid-run
 NODE = ["--max-restarts", "1", *RUN, "ckpt.resume=latest"]  # what every recipe passes (launch/cluster/job.py)
+KEEP_ALIVE = {"SHARDLAB_RDZV_KEEP_ALIVE": "2"}  # the agents' heartbeat period, s (launch/launcher.py)
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +59,14 @@ def _assert_bitwise(ref_run, run, step=STEPS) -> int:
     return len(ref)
 
 
-def _start(hosts, rank, port, out, log, timeout):
+def _start(hosts, rank, port, out, log, timeout, env=None):
     """`shardlab launch node` in the host's namespace (as in test_two_hosts), its output in `log`."""
     cmd = [sys.executable, "-m", "shardlab", "launch", "node", "--nnodes", "2", "--node-rank", str(rank),
            "--head", f"{hosts.addr[0]}:{port}", "--iface", hosts.iface[rank], "--timeout", str(timeout), "--",
            "--nproc", "1", "--out", str(out), *NODE]
     with open(log, "a") as f:
-        return subprocess.Popen(hosts.exec(rank, cmd), stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(hosts.exec(rank, cmd), stdout=f, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})
 
 
 def _wait_for(log, text, timeout_s):
@@ -129,33 +134,35 @@ def _resumed_at(log) -> int:
 def test_a_hosts_ranks_killed_restart_both_nodes_and_resume_bitwise(hosts, tmp_path, reference):
     port, out, logs = free_port(), tmp_path / "run", [tmp_path / "node0.log", tmp_path / "node1.log"]
     procs = [_start(hosts, r, port, out, logs[r], timeout=60) for r in (0, 1)]
-    _wait_for(logs[0], "step      8/20", 180)
+    _wait_for(logs[0], f"step {KILL_AFTER:6d}/{STEPS}", 180)
     killed = _kill(hosts, 1, _ranks)
     assert _end(procs, 300) == [0, 0], "\n".join(log.read_text()[-2500:] for log in logs)
     resumed = _resumed_at(logs[0])
     assert resumed in (5, 10)  # (rank 0 says it; host 1's rank 1 prints nothing)
-    assert "step     20/20" in logs[0].read_text()
+    assert f"step {STEPS:6d}/{STEPS}" in logs[0].read_text()
     n = _assert_bitwise(reference, out)
-    print(f"\n[lost node] host 1's rank(s) {killed} killed after step 8: both nodes restarted, resumed from step "
-          f"{resumed}; {n} tensors bitwise equal to the uninterrupted run")
+    print(f"\n[lost node] host 1's rank(s) {killed} killed after step {KILL_AFTER}: both nodes restarted, resumed "
+          f"from step {resumed}; {n} tensors bitwise equal to the uninterrupted run")
 
 
 def test_a_hosts_agent_killed_is_one_line_and_the_node_started_again_rejoins(hosts, tmp_path, reference):
     port, out, logs = free_port(), tmp_path / "run", [tmp_path / "node0.log", tmp_path / "node1.log"]
-    procs = [_start(hosts, r, port, out, logs[r], timeout=90) for r in (0, 1)]
-    _wait_for(logs[0], "step      8/20", 180)
+    # Node 0's agent admits the node started again once the killed agent has left the rendezvous: 3 missed
+    # heartbeats, 15 s at torchrun's 5 s period, which the test sat out; 2 s beats (6 s) do the same.
+    procs = [_start(hosts, r, port, out, logs[r], timeout=90, env=KEEP_ALIVE) for r in (0, 1)]
+    _wait_for(logs[0], f"step {KILL_AFTER:6d}/{STEPS}", 180)
     _kill(hosts, 1, _agent)
     assert _end([procs[1]], 120) == [1]
     said = _last_line(logs[1])
     assert "this node's torchrun agent was killed by SIGKILL" in said, logs[1].read_text()[-3000:]
     again = tmp_path / "node1.again.log"
-    procs[1] = _start(hosts, 1, port, out, again, timeout=90)  # what a scheduler's restart does
+    procs[1] = _start(hosts, 1, port, out, again, timeout=90, env=KEEP_ALIVE)  # what a scheduler's restart does
     assert _end(procs, 300) == [0, 0], "\n".join(log.read_text()[-2500:] for log in (logs[0], again))
     resumed = _resumed_at(logs[0])
     assert resumed in (5, 10)
     n = _assert_bitwise(reference, out)
-    print(f"\n[lost node] host 1's agent killed after step 8: {said!r}; started again, it rejoined, both resumed "
-          f"from step {resumed}; {n} tensors bitwise equal to the uninterrupted run")
+    print(f"\n[lost node] host 1's agent killed after step {KILL_AFTER}: {said!r}; started again, it rejoined, both "
+          f"resumed from step {resumed}; {n} tensors bitwise equal to the uninterrupted run")
 
 
 def test_a_node_that_never_comes_back_is_one_line_after_the_timeout(hosts, tmp_path, reference):
@@ -164,7 +171,7 @@ def test_a_node_that_never_comes_back_is_one_line_after_the_timeout(hosts, tmp_p
     # head, a fresh interpreter, torchrun's import) at the first rendezvous: 10 s. Node 1 waits for nothing here
     # (its agent is killed), so its --timeout only bounds its probe of the head: 60 s, a margin on a loaded host.
     procs = [_start(hosts, r, port, out, logs[r], timeout=T) for r, T in ((0, 10), (1, 60))]
-    _wait_for(logs[0], "step      8/20", 180)
+    _wait_for(logs[0], f"step {KILL_AFTER:6d}/{STEPS}", 180)
     _kill(hosts, 1, _agent)
     start = time.monotonic()
     assert _end(procs, 180) == [1, 1]

@@ -78,7 +78,11 @@ def _join_timeout() -> str:
     # `shardlab launch node --timeout S` (launch/cluster/node.py): a node that never joins ends the rendezvous
     # after S s with the launcher's verdict, not after torchrun's 600 s
     seconds = os.environ.get("SHARDLAB_RDZV_JOIN_TIMEOUT", "")
-    return f",join_timeout={seconds}" if seconds.isdigit() else ""
+    # SHARDLAB_RDZV_KEEP_ALIVE=S (tests only; unset: torchrun's 5 s): the agents' heartbeat period. A node
+    # whose agent died leaves the rendezvous after 3 missed beats, which a restarted node waits out to rejoin.
+    beat = os.environ.get("SHARDLAB_RDZV_KEEP_ALIVE", "")
+    return (f",join_timeout={seconds}" if seconds.isdigit() else "") + \
+        (f",keep_alive_interval={beat}" if beat.isdigit() else "")
 
 
 def launch(args, cfg, run_dir: Path, main) -> int:

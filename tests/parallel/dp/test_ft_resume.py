@@ -19,6 +19,9 @@ import ft_harness as ft
 
 STEPS = 8
 DEADLINE_S = 240
+# parallel.ft_timeout: the test sits it out 4 times (the hang's failed collective and its quorum, then 2 x with no
+# quorum before the resume); the replicas' quorums otherwise wait ~0.2 s for each other (replica 0's straggler)
+FT_TIMEOUT_S = 3
 
 
 def _ov(port: int, job: str, job_dir, *extra: str) -> list[str]:
@@ -26,7 +29,7 @@ def _ov(port: int, job: str, job_dir, *extra: str) -> list[str]:
             "train.eval_every=0", "ckpt.final=false", f"train.steps={STEPS}", "train.threads=1", "ckpt.every=2",
             "ckpt.async=false", "ckpt.keep=0", "parallel.strategy=single", "parallel.fault_tolerant=true",
             "parallel.replicas=2", f"parallel.ft_store=127.0.0.1:{port}", f"parallel.ft_job={job}",
-            f"parallel.ft_job_dir={job_dir}", "parallel.ft_timeout=4", "parallel.ft_join_timeout=60",
+            f"parallel.ft_job_dir={job_dir}", f"parallel.ft_timeout={FT_TIMEOUT_S}", "parallel.ft_join_timeout=60",
             "debug.slow_rank=0", "debug.slow_ms=150", *extra]
 
 
@@ -53,7 +56,7 @@ def test_whole_job_killed_resumes_from_the_newest_common_step(tmp_path):
         ref = _ov(port, "reference", tmp_path / "refjob")
         q0, q1 = ft.replica(tmp_path, "ref0", 0, 1, ref, t_end), ft.replica(tmp_path, "ref1", 1, 1, ref, t_end)
         procs += [q0, q1]
-        time.sleep(8.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
+        time.sleep(2 * FT_TIMEOUT_S + 0.5)  # no quorum for 2 x parallel.ft_timeout: the lighthouse's epoch is over
         # the resumed run starts from its own config.toml (launch/resume.py): the injected hang is lifted by name
         again = ov + ["ckpt.resume=latest", "debug.hang_rank="]
         a0, a1 = ft.replica(tmp_path, "r0", 0, 1, again, t_end), ft.replica(tmp_path, "r1", 1, 1, again, t_end)
