@@ -147,7 +147,7 @@ def collective_time(c, lay: Layout, cluster: Cluster) -> tuple[float, float, flo
         return t, (0.0 if inter else c.payload), (c.payload if inter else 0.0)
     local = min(group_placement(c.group, lay, cluster), c.n)  # the hybrid's all-to-all spans U of the cp ranks
     share = None
-    if getattr(c, "dedup", ()) and c.n > local:  # each token once per remote node it goes to (moe.remote_nodes)
+    if c.dedup and c.n > local:  # each token once per remote node it goes to (moe.remote_nodes)
         from .moe import remote_nodes
         k, experts, groups, top = c.dedup
         share = remote_nodes(k, experts, c.n // local, groups, top) / k

@@ -87,6 +87,7 @@ class MicroTime:
     # per region a block enters (attention, MLP): its column-parallel linears' weight-gradient GEMMs' seconds and
     # input-gradient GEMMs' seconds, ((w_att, w_mlp), (d_att, d_mlp)): what Megatron's async TP backward hides behind
     tp_hide: dict = field(default_factory=dict)
+    mixed: str = ""  # a model of dense and MoE blocks: how its two kinds were weighted, for --explain
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -167,8 +168,8 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
                    kernels=tuple(round(x) for x in pair(moe.kernels, dense.kernels)), block=pair(moe.block, dense.block),
                    head=pair(moe.head, dense.head),
                    tp_hide={k: pair(v, dense.tp_hide.get(k, (0.0, 0.0))) for k, v in moe.tp_hide.items()},
-                   compiled=moe.compiled + (f"; {model.moe_blocks} of {model.n_layer} blocks MoE: the step's blocks "
-                                            f"timed as MoE and as dense, weighted {w:.3f} / {1 - w:.3f}"))
+                   mixed=(f"; {model.moe_blocks} of {model.n_layer} blocks MoE: the step's blocks timed as MoE and "
+                          f"as dense, weighted {w:.3f} / {1 - w:.3f}"))
 
 
 def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:

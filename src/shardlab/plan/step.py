@@ -341,7 +341,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
         + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
-                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled \
+                     (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled + mt.mixed \
         + moe.explain_note(plan.model, plan.train, plan.layout)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
