@@ -338,3 +338,63 @@ def test_a_megatron_pipeline_layout_places_the_blocks_ends_and_mtp_depths():
     for bad in ("Et*4|(t*4|)*14tL", "Et*4|(t*4|)*13tmL", "Et*4|(t*4)*14tmL", "Ex"):
         with pytest.raises(ValueError, match="pp_layout"):
             Layout(dp=16, pp=16, strategy="zero1", ep=8, pp_layout=bad).check(m)
+
+
+def test_megatron_moe_blocks_keep_no_expert_output_and_recompute_modules_free_what_they_recompute():
+    """Transformer Engine's MoE block as Megatron-Core runs it keeps, per routed copy, fc1's input, gate and up,
+    fc2's input and the fp32 probability (the probabilities weigh the fused SwiGLU's output, so no expert output is
+    kept); Megatron-Core's recompute_modules (Layout.recompute_modules) free, per token: mla_up_proj q, k and v;
+    moe_act fc2's input per copy; core_attn the log-sum-exp (and proj's FP8 copy); mlp a dense block's MLP but its
+    input. Counted by hand for DeepSeek-V3 at TP 2 with SP, MXFP8 (1-byte GEMM inputs), 4,096 tokens."""
+    from shardlab.plan.activations import te_llama_activation_bytes_per_layer as te
+
+    m, s, t = DSV3.uniform(True), 4096, 2
+    h, a, f, k, qk, dv = 7168, 128, 2048, 8, 192, 128
+    base = te(m, 1, s, t, True, fp8=True)
+    one_copy = te(replace(m, moe_top_k=k + 1), 1, s, t, True, fp8=True) - base
+    assert one_copy == pytest.approx(s * (h + 4 * f + f + 4) / t)  # no 2h expert output
+    gone = {"mla_up_proj": 2 * (2 * a * qk + a * dv) / t, "moe_act": k * f / t, "core_attn": (4 * a + a * dv) / t}
+    for mod, per_token in gone.items():
+        assert base - te(m, 1, s, t, True, fp8=True, modules=frozenset({mod})) == pytest.approx(s * per_token), mod
+    dense = DSV3.uniform(False)
+    fd = 18432
+    assert te(dense, 1, s, t, True, fp8=True) - te(dense, 1, s, t, True, fp8=True, modules=frozenset({"mlp"})) \
+        == pytest.approx(s * (4 / t + h / t + fd / t + 4 * fd / t))
+    assert te(m, 1, s, t, True, fp8=True, modules=frozenset({"mlp"})) == base  # MoE blocks: Megatron's mlp skips them
+
+
+def test_recompute_modules_run_their_ops_again_and_are_checked(capsys):
+    """The backward runs each module's forward ops again: mla_up_proj the latents' up-projections and q, k assembly,
+    moe_act the experts' SwiGLU (MoE blocks only), mlp a dense block's MLP; the plan's memory falls and its step
+    grows by that recompute; a module the planner does not count, a module beside recompute=full, or mla_up_proj
+    without latent attention is refused (one line, exit 2 from the CLI)."""
+    from shardlab.plan.cli import main as plan_main
+    from shardlab.plan.ops import llama_layer_ops
+    from shardlab.plan.recompute import recomputed_ops
+
+    moe_block, dense_block = (llama_layer_ops(DSV3.uniform(x), 1, 4096, 2, 2, True, sp=True) for x in (True, False))
+    names = lambda ops: [o.name for o in ops]  # noqa: E731
+    mods = frozenset({"mla_up_proj", "moe_act", "mlp"})
+    assert names(recomputed_ops(moe_block, "none", modules=mods)) == ["q_up", "kv_up", "rope", "mla_cat", "swiglu"]
+    assert names(recomputed_ops(dense_block, "none", modules=mods)) == ["q_up", "kv_up", "rope", "mla_cat", "ln_2",
+                                                                         "gate", "up", "swiglu", "down"]
+    m = replace(DSV3, n_layer=8, moe_first_dense=1)
+    train = TrainSpec(global_batch=64, micro_batch=1, seq=4096, precision="bf16-mixed", flash_attention=True,
+                      llama_impl="te")
+    c = replace(load_cluster("B200", 64), num_gpus=64)
+    plain, rec = (evaluate(m, train, Layout(dp=32, tp=2, sp=True, strategy="zero1", ep=8, recompute_modules=x), c)
+                  for x in ("", "mla_up_proj,moe_act,mlp"))
+    assert rec.mem_total < plain.mem_total and rec.step_time > plain.step_time and "recompute" in rec.explain["backward"]
+    with pytest.raises(ValueError, match="recompute_modules must be one of"):
+        Layout(dp=2, recompute_modules="core_attn,attn").check(m)
+    with pytest.raises(ValueError, match="needs recompute=none"):
+        Layout(dp=2, recompute="full", recompute_modules="mlp").check(m)
+    with pytest.raises(ValueError, match="needs latent attention"):
+        Layout(dp=2, recompute_modules="mla_up_proj").check(LLAMA)
+    with pytest.raises(ValueError, match="llama_impl=te"):
+        evaluate(LLAMA, TrainSpec(global_batch=4, micro_batch=1, seq=16), Layout(dp=1, recompute_modules="mlp"),
+                 replace(load_cluster("H100-SXM", 1), num_gpus=1))
+    capsys.readouterr()
+    assert plan_main(["model=llama-tiny", "gpus=2", "recompute_modules=mla_up_proj"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "needs latent attention" in err[0], err

@@ -180,3 +180,29 @@ def test_training_keys_plan_as_they_train(capsys):
     assert "unknown key 'seq_len' (did you mean train.seq_len?)" in capsys.readouterr().err
     assert plan_cli.main(["model=llama3-8b", "parallel.tpp=2"]) == 2
     assert "(did you mean tp?)" in capsys.readouterr().err
+
+
+def test_a_budgeted_search_says_where_it_stopped_and_an_uncut_one_is_the_full_search(capsys):
+    """A budget the search finishes within returns what the unbudgeted search does, ties in the same order (it
+    visits the candidates in a spread order, ranks by enumeration order among equals); a budget that cuts it says
+    so, in `counts` and in `plan search`'s text, having tried a spread of the space. A negative budget is refused."""
+    m = PRESETS["gpt3-6.7b"]
+    c = load_cluster("H100-SXM", 64)
+    full = search(m, TrainSpec(global_batch=512), c, fitting_only=True)
+    counts = {}
+    uncut = search(m, TrainSpec(global_batch=512), c, fitting_only=True, counts=counts, budget_s=3600)
+    assert [(p.layout, p.train, p.step_time) for p in uncut] == [(p.layout, p.train, p.step_time) for p in full]
+    assert not counts["truncated"] and counts["candidates"] >= counts["tried"] > 0
+    cut = {}
+    some = search(m, TrainSpec(global_batch=512), c, fitting_only=True, counts=cut, budget_s=0.3)
+    assert cut["truncated"] and 0 < cut["tried"] < cut["candidates"] == counts["candidates"]
+    assert all(p.fits for p in some)
+    from shardlab.plan.search import _spread
+    first = _spread(counts["candidates"])[:20]  # what any cut search tries first: from all over the enumeration
+    assert max(first) > counts["candidates"] / 2 > min(first) and _spread(100) == _spread(100)
+    assert main(["search", "model=gpt3-6.7b", "cluster=H100-SXM", "gpus=64", "global_batch=512", "--budget", "0.3"]) \
+        in (0, 1)
+    assert "the budget (0.3 s) ran out" in capsys.readouterr().out
+    assert main(["search", "model=gpt3-6.7b", "gpus=64", "--budget", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--budget" in err[0], err

@@ -38,3 +38,17 @@ def test_the_shape_is_deepseek_v3s_and_its_flops_are_the_tables():
         half = 3 * (m.n_layer + m.mtp_layers) * 4096 * m.n_head * (m.qk_dim + m.v_dim)
         assert 3 * m.flops_fwd(1, 4096) - half == pytest.approx(
             src["model_tflops_per_gpu"] * 1e12 / src["tokens_per_gpu"], rel=0.006)
+
+
+def test_every_row_is_planned_to_fit_with_the_recipes_memory_savings():
+    """Every published row ran, so every plan must fit. With the recipes' recompute modules (mla_up_proj, moe_act,
+    mlp; Megatron-Core's default core_attn where the 25.09 yaml lists none) and the precision-aware optimizer's bf16
+    moments, all 18 do (5 did at the first evaluation, 10 once TE's MoE blocks kept no expert output)."""
+    from shardlab.plan.published_gpu_heldout import plan_row
+
+    mods = {r["case"]: r["layout"]["recompute_modules"] for r in THIRTEENTH}
+    assert mods["MB DeepSeek-V3 GB200x256 FP8-CS tokendrop"] == "mla_up_proj,mlp,moe_act"
+    assert mods["MB DeepSeek-V3 B200x256 MXFP8 tokendrop"] == "core_attn"
+    assert mods["MB DeepSeek-V3 GB300x256 MXFP8"] == ""
+    assert {r["optim_dtype"] for r in THIRTEENTH} == {"bf16"}
+    assert all(plan_row(r).fits for r in THIRTEENTH)

@@ -10,7 +10,7 @@ from .model import ModelSpec
 
 def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                                recompute: str = "none", flash: bool = False, dropout: bool = True,
-                               impl: str = "own", fp8: bool = False) -> float:
+                               impl: str = "own", fp8: bool = False, modules: frozenset = frozenset()) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro
     batch with 16-bit activations and 1-byte dropout masks.
 
@@ -34,12 +34,15 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     """
     if m.mixed_blocks:  # dense and MoE blocks: each kind weighted by its share of the blocks
         w = m.moe_blocks / m.n_layer
-        return sum(share * activation_bytes_per_layer(m.uniform(moe), b, s, t, sp, recompute, flash, dropout, impl, fp8)
-                   for moe, share in ((True, w), (False, 1 - w)))
+        return sum(share * activation_bytes_per_layer(m.uniform(moe), b, s, t, sp, recompute, flash, dropout, impl, fp8,
+                                                      modules) for moe, share in ((True, w), (False, 1 - w)))
     h, a = m.d_model, m.n_head
     sbh = s * b * h
     if m.llama and impl == "te" and recompute == "none" and flash:
-        return te_llama_activation_bytes_per_layer(m, b, s, t, sp, fp8)
+        return te_llama_activation_bytes_per_layer(m, b, s, t, sp, fp8, modules)
+    if modules:
+        raise ValueError("recompute_modules (Megatron-Core's selective recompute) is counted for Transformer Engine's "
+                         "llama blocks with fused attention and recompute=none: set llama_impl=te, or use recompute=")
     if m.llama and recompute != "full":
         return llama_activation_bytes_per_layer(m, b, s, t, sp, recompute, flash)
     if recompute == "full":
@@ -55,7 +58,7 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
 
 
 def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
-                                        fp8: bool = False) -> float:
+                                        fp8: bool = False, modules: frozenset = frozenset()) -> float:
     """What a Llama block built of Transformer Engine's modules keeps for backward (Megatron-Core's TE layer spec:
     TELayerNormColumnParallelLinear for q/k/v and fc1, TE's fused attention, TERowParallelLinear for proj and fc2,
     Megatron's fused SwiGLU), no recompute, 16-bit activations. TE's LayerNormLinear saves the norm's input, its
@@ -73,26 +76,46 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     silu(gate) and the product apart).
     An MoE block (`moe_experts`; Megatron-Core's MoELayer, grouped GEMMs, experts never TP-split) keeps per token
     of this rank (ts: its sequence-parallel share) the router's input 2h and, per routed copy (k of them), the
-    permuted input q h (the grouped fc1's), gate and up 4f, fc2's input q f and the expert output 2h (the
-    un-permutation weighs it by the probabilities: their gradient needs it)."""
+    permuted input q h (the grouped fc1's), gate and up 4f, fc2's input q f and the copy's fp32 probability, 4 B:
+    the probabilities weigh the activation's output inside the fused SwiGLU (Megatron-Core's TEGroupedMLP,
+    `weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs)`, which saves its input and the probabilities),
+    and the un-permutation only sums, so no expert output is kept for the probabilities' gradient.
+
+    `modules`: Megatron-Core's selective recompute (recompute_granularity "selective", recompute_modules), what
+    each module's checkpoint frees (transformer_config.py's list):
+      core_attn    the attention's fp32 log-sum-exp and, under FP8, proj's quantized input (the checkpoint keeps
+                   q, k, v; the output, proj's input in 16 bits, is kept by proj)
+      mla_up_proj  q, k and v (multi_latent_attention.py: `qkv_up_checkpoint.discard_output_and_register_recompute`
+                   after the core attention; the latents, the up-projections' inputs, stay)
+      moe_act      fc2's input per routed copy (experts.py: the activation's output discarded after fc2, and under
+                   FP8 `set_save_original_input(linear_fc2)` so fc2 keeps that 16-bit output, not a quantized copy;
+                   fc1's output, the checkpoint's input, stays)
+      mlp          a dense block's MLP but its input (transformer_layer.py: dense blocks only; the pre-MLP norm is
+                   fc1's, TELayerNormColumnParallelLinear): its norm's 1/rms, fc1's input, gate and up, fc2's input"""
     h, a, g, f, qw = m.d_model, m.n_head, m.kv_width, m.ffn, m.q_width
     ts = t if sp else 1
     q = 1 if fp8 else 2
     norms = 2 * (2 * h + 4) / ts
-    attn = (2 * (qw + 2 * g) + 2 * qw + 4 * a) / t
-    if m.mla:  # latent attention: q and k (d + rope), v and the output (v wide) per head, the log-sum-exp; the
-        # latents' norms (input and 1/rms) and the up-projections' inputs on the sequence-parallel share
+    qkv = 2 * (qw + 2 * g) / t  # q, k and v as the attention saves them
+    latents = 0.0
+    if m.mla:  # latent attention: q and k (d + rope) and v (v wide) per head; the latents' norms (input and
+        # 1/rms) and the up-projections' inputs on the sequence-parallel share
         ql, kl = m.mla_q_rank, m.mla_kv_rank
-        attn = (2 * 2 * a * m.qk_dim + 2 * 2 * a * m.v_dim + 4 * a) / t \
-            + ((2 * ql + 4 + q * ql if ql else 0) + 2 * kl + 4 + q * kl) / ts
+        qkv = 2 * (2 * a * m.qk_dim + a * m.v_dim) / t
+        latents = ((2 * ql + 4 + q * ql if ql else 0) + 2 * kl + 4 + q * kl) / ts
         qw = a * m.v_dim  # proj's input
+    proj_in = qw / t if fp8 and "core_attn" not in modules else 0  # its quantized copy
+    attn = (0 if "mla_up_proj" in modules else qkv) + 2 * qw / t + (0 if "core_attn" in modules else 4 * a / t) \
+        + latents  # the output (proj's 16-bit input) and the fp32 log-sum-exp
     if m.moe_experts:
         k, f, sf = m.moe_top_k, m.expert_ffn, m.moe_shared_ffn
-        inputs = q * h / ts + (qw / t if fp8 else 0)
-        mlp = (2 * h + k * (q * h + 4 * f + q * f + 2 * h)) / ts
+        fc2_in = 0 if "moe_act" in modules else q * f
+        mlp = (2 * h + k * (q * h + 4 * f + fc2_in + 4)) / ts
         shared = (4 * sf + q * sf) / t if sf else 0  # the shared expert's gate, up and fc2 input (its input: the router's)
-        return s * b * (norms + inputs + attn + mlp + shared)
-    inputs = 2 * q * h / ts + (qw / t if fp8 else 0) + q * f / t
+        return s * b * (norms + q * h / ts + proj_in + attn + mlp + shared)
+    if "mlp" in modules:  # the MLP keeps its input, the pre-MLP norm's (counted in `norms`), and no more
+        return s * b * (norms - 4 / ts + q * h / ts + proj_in + attn)
+    inputs = 2 * q * h / ts + proj_in + q * f / t
     return s * b * (norms + inputs + attn + 4 * f / t)
 
 

@@ -39,7 +39,7 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
               "fp8": str}  # train.fp8: the block linears' float8 recipe (none, tensorwise, rowwise, mxfp8; plan/fp8.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
-               "schedule": str, "v": int, "pp_split": str, "pp_layout": str, "recompute": str, "offload": str, "zero1_impl": str,
+               "schedule": str, "v": int, "pp_split": str, "pp_layout": str, "recompute": str, "recompute_modules": str, "offload": str, "zero1_impl": str,
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
@@ -52,7 +52,9 @@ OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  #
               "power_w": float, "attention": str}  # the GPU's power limit; the fused attention kernel
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
 IMPL_FIELDS = ("zero_partition", "zero3_impl")  # Layout fields a strategy name sets (layout.STRATEGY_IMPL), no keys
-IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)  # how the layers run: `plan search` plans its candidates with the user's
+IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)
+# `plan search`'s default budget: a dense model's space takes seconds; a large MoE model's (every ep) takes hours
+SEARCH_BUDGET_S = 120.0  # how the layers run: `plan search` plans its candidates with the user's
 
 
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
@@ -198,7 +200,8 @@ def _plan(args) -> int:
     model, train, layout, cluster = build(kv)
     plan = evaluate(model, train, layout, cluster)
     moe_terms = _moe(kv, model, train, layout, plan.m)
-    near, found = fixes(plan) if not plan.fits else ([], [])
+    counts: dict = {}
+    near, found = fixes(plan, counts=counts) if not plan.fits else ([], [])
     if args.json:
         d = to_dict(plan)
         if not plan.fits:
@@ -209,7 +212,7 @@ def _plan(args) -> int:
             d["moe"] = moe_terms
         print(json.dumps(d, indent=2))
     else:
-        print((render_fixes(plan, near, found) if not plan.fits else "") + render(plan, args.explain))
+        print((render_fixes(plan, near, found, counts) if not plan.fits else "") + render(plan, args.explain))
         if moe_terms:
             from .moe import render as render_moe
             print(render_moe(moe_terms))
@@ -246,19 +249,26 @@ def _search(args) -> int:
     model, train, _, cluster = build(kv, for_search=True)
     t0 = time.perf_counter()
     counts: dict = {}
+    if args.budget < 0:
+        raise ValueError(f"--budget must be 0 (no limit) or a number of seconds, got {args.budget:g}")
     fitting = search(model, train, cluster, kv.get("gpus"), impl={k: kv[k] for k in IMPL_KEYS if k in kv},
-                     fitting_only=True, counts=counts)  # only the fitting layouts are timed
+                     fitting_only=True, counts=counts, budget_s=args.budget)  # only the fitting layouts are timed
     dt = time.perf_counter() - t0
     top = fitting[:args.top]
     reason = why(top[0], top[1]) if len(top) > 1 else (
         "only one layout fits" if top else "no layout fits in memory")
     if args.json:
-        print(json.dumps({"tried": counts["tried"], "fitting": len(fitting), "seconds": dt, "reason": reason,
+        print(json.dumps({"tried": counts["tried"], "candidates": counts["candidates"],
+                          "truncated": counts["truncated"], "fitting": len(fitting), "seconds": dt, "reason": reason,
                           "top": [to_dict(p) for p in top]}, indent=2))
         return 0 if top else 1
     print(f"plan search: {model.name} ({model.params / 1e9:.2f}B params) on {cluster.num_gpus} x "
           f"{cluster.name}, global batch {train.global_batch} x {train.seq} tokens, {train.precision}")
-    print(f"{counts['tried']} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory (only those timed)\n")
+    print(f"{counts['tried']} layouts evaluated in {dt:.2f} s, {len(fitting)} fit in memory (only those timed)")
+    if counts["truncated"]:
+        print(f"the budget ({args.budget:g} s) ran out after {counts['tried']:,} of {counts['candidates']:,} layouts, "
+              f"visited in a spread order: the ranking covers those (--budget 0 tries them all)")
+    print()
     print(f"{'#':>3}  {'layout':<48}{'mb':>4}{'tokens/s':>14}{'MFU':>8}{'step':>12}{'mem/GPU':>12}  bound")
     flags = [mfu_flag(p) for p in top]
     for i, (p, flag) in enumerate(zip(top, flags), 1):
@@ -294,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument("--explain", action="store_true", help="show the formula behind each line")
     if sub == "search":
         ap.add_argument("--top", type=int, default=5, help="how many fitting layouts to show (at least 1)")
+        ap.add_argument("--budget", type=float, default=SEARCH_BUDGET_S,
+                        help=f"seconds to search before ranking what was found (default {SEARCH_BUDGET_S:g}; 0: all)")
     if sub == "calibrate":
         ap.add_argument("--out", help="profile path (default ~/.cache/shardlab/this.toml)")
         ap.add_argument("--micro-batch", type=int, nargs="+", default=[1, 2, 4, 8])

@@ -213,7 +213,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     fwd = layers * f_block + f_end
     # torch's checkpoint ends at the last GEMM's pack (a dropout mask after it would be saved: GPT-2's blocks)
     stop = train.recompute_early_stop and not (drops and not model.llama)
-    rec_ops = recomputed_ops(block, lay.recompute, stop)
+    rec_ops = recomputed_ops(block, lay.recompute, stop, lay.recomputed_modules)
     rec = layers * ops_time(rec_ops, False)
     fw_extra, bw_extra = _framework(c, len(block), layers)
     gap_f, gap_b = launch_gaps(block, c)
@@ -231,7 +231,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     per_block = ((f_block + gap_f) / k, (b_block + gap_b) / k + rec_block)
     gemm = sum(o.flops for o in block if o.kind == "gemm") * layers * 3
     gemm += sum(o.flops for o in head if o.kind == "gemm") * 3
-    if lay.recompute == "full":
+    if lay.recompute == "full" or lay.recompute_modules:
         gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
     why = early_stop_note(block, lay.recompute, ops_time) if stop else ""
     why += _titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""

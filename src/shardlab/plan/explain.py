@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .search import args_of, search
+from .search import FIXES_BUDGET_S, args_of, search
 from .step import Plan, evaluate
 
 THRESHOLD = 0.15  # a component off by more than this relative to the measurement is named
@@ -197,7 +197,7 @@ def what_to_try(plan: Plan, top: int = 3) -> list[dict]:
     are predicted faster than the run's own layout (none: the run's is already the fastest it knows)."""
     cluster = replace(plan.cluster, num_gpus=plan.layout.world)
     try:
-        found = search(plan.model, plan.train, cluster, plan.layout.world, fitting_only=True)
+        found = search(plan.model, plan.train, cluster, plan.layout.world, fitting_only=True, budget_s=FIXES_BUDGET_S)
     except ValueError:
         return []
     same = args_of(plan)

@@ -11,6 +11,7 @@ parallel/fp8_spec.py, names them; their formulas are shardlab/fp8/cost.py):
 """
 from __future__ import annotations
 
+import functools
 import importlib
 
 from shardlab.fp8.cost import cast_bytes
@@ -108,13 +109,18 @@ def sustained_fp8_peak(c) -> float:
     return c.peak_flops_fp8 * c.gemm_efficiency_fp8 / c.gemm_efficiency
 
 
-def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1, experts: bool | None = None) -> list[tuple[int, int]]:
+def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1, experts: bool | None = None) -> tuple[tuple[int, int], ...]:
     """(out, in) of the converted block weights one rank holds: block 0's linears whose dimensions are
     multiples of 16, times the busiest pipeline stage's layers; tensor parallelism splits each by rows here
     (the all-gather sees a smaller weight either way), but an MoE block's experts, which it never splits.
     `experts` True / False: only the experts' linears / only the others (None: all)."""
+    return block_shapes(model, tp, experts) * stage_layers(model.n_layer, pp, v)
+
+
+@functools.lru_cache(maxsize=1024)  # a search asks it for every layout of one model; DeepSeek-V3 has 46k parameters
+def block_shapes(model, tp: int = 1, experts: bool | None = None) -> tuple[tuple[int, int], ...]:
+    """`converted_shapes` of one block (the first MoE block's: block 0 unless leading dense blocks come first)."""
     layer = []
-    # the first MoE block's (block 0 unless leading dense blocks come first: moe_first_dense)
     first = str(next((i for i in range(model.n_layer) if model.is_moe(i)), 0))
     for name, p in model.param_shapes():
         parts = name.split(".")
@@ -122,7 +128,7 @@ def converted_shapes(model, tp: int = 1, pp: int = 1, v: int = 1, experts: bool 
             expert = "experts" in parts
             if p.rows % 16 == 0 and p.row % 16 == 0 and experts in (None, expert):
                 layer.append((p.rows // (1 if expert else tp), p.row))
-    return layer * stage_layers(model.n_layer, pp, v)
+    return tuple(layer)
 
 
 def all_gather_saving(model, train, lay, param_bytes: int) -> float:
@@ -140,9 +146,10 @@ def scale_line_bytes(model, train, lay) -> float:
     if not on(train):
         return 0.0
     tokens = train.micro_batch * (train.seq or model.seq) // lay.cp
+    layers = stage_layers(model.n_layer, lay.pp, lay.v)  # every block's scales alike: one block's, times the stage's
     if not model.moe_experts:
-        return hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v), tokens, train.fp8)
+        return hook("memory")(block_shapes(model, lay.tp), tokens, train.fp8) * layers
     # an expert's casts see its own rows: the rank's tokens (its sequence-parallel share) x k over its E / ep experts
     rows = moe.rank_tokens(model, train, lay) * model.moe_top_k // model.experts_held
-    return (hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=False), tokens, train.fp8)
-            + hook("memory")(converted_shapes(model, lay.tp, lay.pp, lay.v, experts=True), rows, train.fp8))
+    return (hook("memory")(block_shapes(model, lay.tp, experts=False), tokens, train.fp8) * layers
+            + hook("memory")(block_shapes(model, lay.tp, experts=True), rows, train.fp8) * layers)

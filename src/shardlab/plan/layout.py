@@ -53,6 +53,9 @@ def training_strategy(lay: "Layout") -> str:
 # selective: shardlab's; selective-attn: Megatron's; selective-op: torchtitan's op-level policy (every matmul and
 # the attention kernel kept but every second matmul of a block, the rest recomputed)
 RECOMPUTE = ("none", "selective", "selective-attn", "full", "selective-op")
+# Megatron-Core's selective recompute by module (recompute_modules; Transformer Engine's blocks, plan/activations.py
+# `te_llama_activation_bytes_per_layer`, plan/recompute.py `module_ops`): the ones the planner counts
+RECOMPUTE_MODULES = ("core_attn", "mla_up_proj", "moe_act", "mlp")
 OFFLOAD = ("none", "optimizer", "params")
 PADDING = ("per_param", "flat", "none")
 
@@ -82,6 +85,9 @@ class Layout:
     # (pp_layout_stages); "" = the planner's own split (pp_split)
     pp_layout: str = ""
     recompute: str = "none"
+    # Megatron-Core's recompute_granularity "selective" with these recompute_modules, comma-separated (RECOMPUTE_MODULES:
+    # e.g. "mla_up_proj,moe_act"); with recompute=none: the modules' checkpoints free what they recompute
+    recompute_modules: str = ""
     offload: str = "none"
     # how shardlab's own strategies do it (tunable so a run can be matched exactly)
     zero1_impl: str = "reduce_scatter"  # zero1 gradient collective: reduce_scatter | all_reduce
@@ -184,6 +190,11 @@ class Layout:
         return (self.dp_shard or self.dp) * self.cp
 
     @property
+    def recomputed_modules(self) -> frozenset:
+        """recompute_modules as a set of Megatron-Core's module names."""
+        return frozenset(x.strip() for x in self.recompute_modules.split(",") if x.strip())
+
+    @property
     def replicate(self) -> int:
         return self.dp // (self.dp_shard or self.dp) if self.strategy != "ddp" else self.dp
 
@@ -193,6 +204,14 @@ class Layout:
                              f"{', '.join(STRATEGY_ALIASES)}), got {self.strategy!r}")
         one_of("schedule", self.schedule, SCHEDULES)
         one_of("recompute", self.recompute, RECOMPUTE)
+        for name in self.recomputed_modules:
+            one_of("recompute_modules", name, RECOMPUTE_MODULES)
+        if self.recomputed_modules and self.recompute != "none":
+            raise ValueError(f"recompute_modules={self.recompute_modules} is Megatron-Core's selective recompute by "
+                             f"module: it needs recompute=none (got {self.recompute})")
+        if "mla_up_proj" in self.recomputed_modules and not model.mla:
+            raise ValueError("recompute_modules mla_up_proj needs latent attention (mla_kv_rank): Megatron-Core "
+                             "refuses it without multi_latent_attention")
         one_of("offload", self.offload, OFFLOAD)
         one_of("padding", self.padding, PADDING)
         one_of("zero1_impl", self.zero1_impl, ("all_reduce", "reduce_scatter"))
@@ -294,6 +313,8 @@ class Layout:
             parts.append(f"ep={self.ep}" + (" overlapped" if self.ep_overlap else "") + (" dedup" if self.ep_dedup else ""))
         if self.recompute != "none":
             parts.append(f"recompute={self.recompute}")
+        if self.recompute_modules:
+            parts.append(f"recompute_modules={self.recompute_modules}")
         if self.offload != "none":
             parts.append(f"offload={self.offload}")
         if self.offload_activations:

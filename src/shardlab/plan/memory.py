@@ -139,7 +139,7 @@ def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[f
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
     per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
                                            flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
-                                           fp8=train.fp8 != "none") * train.act_bytes_scale
+                                           fp8=train.fp8 != "none", modules=lay.recomputed_modules) * train.act_bytes_scale
     return per_layer, layers
 
 
@@ -164,6 +164,10 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
             if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")
     if train.flash_attention and lay.recompute == "none":
         form += " without 5as/h (fused attention)"
+    if model.llama and train.llama_impl == "te" and train.flash_attention and lay.recompute == "none":
+        form = ("Transformer Engine's saved tensors (norms' inputs, GEMMs' inputs, q k v and the attention output, "
+                "SwiGLU's input" + (", per routed copy for the experts" if model.moe_experts else "") + ")"
+                + (f", less what recompute_modules={lay.recompute_modules} frees" if lay.recompute_modules else ""))
     if not train.dropout and not model.llama and lay.recompute in ("none", "selective-attn"):
         form += ", less the 2 dropout masks (dropout 0)"
     scale = " x2 (fp32)" if train.act_bytes_scale != 1 else ""

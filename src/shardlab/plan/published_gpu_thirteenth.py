@@ -19,7 +19,8 @@ What the recipes set that the planner has no input for (planned as Megatron-Core
 pipeline layouts (`pipeline_model_parallel_layout`, e.g. the embedding with 4 blocks first and 1 block with the MTP
 depth and the loss last: planned with the planner's own split, the busiest rank's blocks plus the costlier end,
 the MTP depth with the head), the recompute modules (mla_up_proj, moe_act, mlp: planned as no recomputation), the
-precision-aware optimizer's bf16 moments, token dropping (the 25.09 rows: planned dropless), DeepEP, group-limited
+precision-aware optimizer's bf16 moments (these three taken after the first evaluation: `pp_layout`,
+`recompute_modules`, `optim_dtype`; docs/planner.md), token dropping (the 25.09 rows: planned dropless), DeepEP, group-limited
 routing (each token to at most 4 of 8 expert groups), FP8 attention and output projection, paged stash and the
 per-rank token budget, TE's op fuser, the parameter all-gather's overlap (planned after the step, as every set).
 """
@@ -71,6 +72,23 @@ def _layout(recipe: dict, pp: int, v: int) -> str:
     return text if len(pp_layout_stages(text)) == pp * v else ""
 
 
+def _modules(recipe: dict) -> str:
+    """(after the first evaluation) The recipe's selective recompute by module (Layout.recompute_modules): its list,
+    Megatron-Core's default ["core_attn"] where granularity "selective" lists none (the 25.09 B200 yaml)."""
+    mods = recipe.get("recompute_modules")
+    if mods is None and recipe.get("recompute_granularity") == "selective":
+        mods = ["core_attn"]
+    return ",".join(mods or [])
+
+
+def _moments(recipe: dict) -> str:
+    """(after the first evaluation) Adam's moments as the precision-aware optimizer keeps them (TrainSpec.optim_dtype:
+    the recipes' exp_avg_dtype and exp_avg_sq_dtype, bf16 on every row; fp32 where a recipe does not say)."""
+    dtypes = (recipe.get("extra") or {}).get("optimizer_dtypes") or {}
+    got = {dtypes.get("exp_avg_dtype"), dtypes.get("exp_avg_sq_dtype")}
+    return "bf16" if recipe.get("use_precision_aware_optimizer") is True and got == {"bf16"} else "fp32"
+
+
 def _on(recipe: dict, key: str) -> bool:
     return recipe.get(key) is True
 
@@ -89,6 +107,7 @@ def planner_row(r: dict) -> dict:
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if hybridep else 0,
            "ep_dedup": deepep,  # (after the first evaluation) DeepEP's internode kernels send a token once a node
            "pp_layout": _layout(rec, pp, vp),
+           "recompute_modules": _modules(rec),  # (after the first evaluation) what the recipe recomputes
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {})}
     graphs = rec.get("cuda_graph_impl") == "full_iteration"
@@ -96,7 +115,7 @@ def planner_row(r: dict) -> dict:
     return _row(r["case"], _shape(r["model"], mtp), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay,
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
-                fused_loss=True, optimizer_passes=PASSES, llama_impl="te",
+                fused_loss=True, optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec),
                 cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
                 notes=r["notes"], seen="")
 

@@ -27,8 +27,28 @@ def early_stop_recomputed(block: list[Op]) -> list[Op]:
     return block[:gemms[-1]] + [o for o in tail if o.name == "cp_merge"]
 
 
-def recomputed_ops(block: list[Op], recompute: str, early_stop: bool = False) -> list[Op]:
-    """The forward ops of one block the backward runs again under `recompute` ([] for none)."""
+# Megatron-Core's recompute_modules (Layout.recompute_modules): the forward ops each module's checkpoint runs again.
+# core_attn: the attention kernel; mla_up_proj: the latents' up-projections, the rotation and q, k assembled per head
+# (multi_latent_attention.py's qkv_up_checkpoint); moe_act: the experts' activation (an MoE block's: it has a router);
+# mlp: a dense block's MLP with its norm (fc1 is TE's LayerNormColumnParallelLinear)
+_MODULE_OPS = {"core_attn": ("attention", "scores", "softmax", "attn_dropout", "attn_v"),
+               "mla_up_proj": ("q_up", "kv_up", "rope", "mla_cat"),
+               "moe_act": ("swiglu", "gelu"), "mlp": ("ln_2", "gate", "up", "swiglu", "down")}
+
+
+def module_ops(block: list[Op], modules: frozenset) -> list[Op]:
+    """The forward ops of one block Megatron-Core's selective recompute of `modules` runs again."""
+    moe = any(o.name == "router" for o in block)
+    names = {n for m in modules if not (m == "moe_act" and not moe or m == "mlp" and moe) for n in _MODULE_OPS[m]}
+    return [o for o in block if o.name in names]
+
+
+def recomputed_ops(block: list[Op], recompute: str, early_stop: bool = False,
+                   modules: frozenset = frozenset()) -> list[Op]:
+    """The forward ops of one block the backward runs again under `recompute` ([] for none), or under
+    Megatron-Core's `modules` (with recompute none)."""
+    if modules:
+        return module_ops(block, modules)
     if early_stop and recompute in ("full", "selective-op"):
         block = early_stop_recomputed(block)
     if recompute == "full":

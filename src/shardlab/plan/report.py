@@ -119,8 +119,9 @@ def shortfall(p: Plan) -> str:
             f"(largest: {', '.join(f'{ln.name} {_b(ln.bytes)}' for ln in big)})")
 
 
-def render_fixes(p: Plan, near: list, found: list) -> str:
-    """What would make a non-fitting plan fit: printed first, before the plan itself."""
+def render_fixes(p: Plan, near: list, found: list, counts: dict | None = None) -> str:
+    """What would make a non-fitting plan fit: printed first, before the plan itself (`counts`: the search's,
+    to say where its budget cut it)."""
     from .search import args_of, sp_hint
     out = [f"{p.layout.describe()}, micro batch {p.train.micro_batch}: {shortfall(p)}"]
     hint = sp_hint(p)
@@ -134,12 +135,16 @@ def render_fixes(p: Plan, near: list, found: list) -> str:
         out.append("fits with (same layout):")
         for what, q in near:
             out.append(f"  {what:<40}{_b(q.mem_total):>12}  {q.tokens_per_s:>14,.0f} tokens/s   {args_of(q)}")
+    cut = (f"{counts['tried']:,} of {counts['candidates']:,} layouts searched before the search's budget ran out; "
+           f"`shardlab plan search --budget 0` tries them all") if counts and counts.get("truncated") else ""
     if found:
-        out.append(f"best fitting layouts on {p.layout.world} GPUs (plan search):")
+        out.append(f"best fitting layouts on {p.layout.world} GPUs (plan search{': ' + cut if cut else ''}):")
         for q in found:
             out.append(f"  {q.layout.describe():<40}{_b(q.mem_total):>12}  {q.tokens_per_s:>14,.0f} tokens/s   "
                        f"{args_of(q)}")
-    if not near and not found:
+    if not near and not found and cut:
+        out.append(f"no fitting layout found ({cut})")
+    elif not near and not found:
         out.append(f"no layout of {p.model.name} fits on {p.layout.world} x {p.cluster.name} at global batch "
                    f"{p.train.global_batch}: more GPUs (gpus=...), offload=optimizer, or a smaller model")
     out += ["", "the plan as asked (it does not fit):", ""]

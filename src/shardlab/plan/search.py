@@ -3,6 +3,7 @@ And, for a layout that does not fit, the nearest changes that make it fit (`fixe
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 
 from shardlab.parallel.pp import registry
@@ -83,29 +84,49 @@ def impl_of(lay: Layout) -> dict:
 
 
 def search(model: ModelSpec, train: TrainSpec, cluster: Cluster, gpus: int | None = None, impl: dict | None = None,
-           fitting_only: bool = False, counts: dict | None = None):
+           fitting_only: bool = False, counts: dict | None = None, budget_s: float | None = None):
     """All evaluated plans (fitting first, by tokens/s); `fitting_only`: only the layouts that fit, the others
     never timed (their memory says so first). `counts` (a dict) receives `tried`: the layouts whose memory was
-    planned, fitting or not. The candidates run shardlab's own layers unless `impl` fixes one (tp_impl, zero3_impl,
-    zero_partition: the user's tp_impl or torch strategy): then the candidates it applies to run it; the search
-    does not choose implementations."""
+    planned, fitting or not, `candidates` and `truncated`. The candidates run shardlab's own layers unless `impl`
+    fixes one (tp_impl, zero3_impl, zero_partition: the user's tp_impl or torch strategy): then the candidates it
+    applies to run it; the search does not choose implementations.
+
+    `budget_s`: stop after that many seconds. A large MoE model on hundreds of GPUs has hundreds of thousands of
+    candidates (DeepSeek-V3 on 256: ~370,000, every ep, schedule, recompute and micro batch), hours of planning; a
+    budgeted search visits them in a fixed spread order (`_spread`), so what it finds in its time covers every
+    part of the space, not the first tp's, and says it was cut (`counts["truncated"]`). Ties rank in the
+    enumeration's order, so a search the budget does not cut returns what an unbudgeted one does."""
     gpus = gpus or cluster.num_gpus
     train.check()
     impl = impl or {}
     Layout(**impl).check(model)  # a bad value is the user's (one line), not every candidate's refusal
-    plans: list[Plan] = []
-    tried = 0
-    for lay, tr in candidates(model, train, cluster, gpus, impl):
+    cands = list(candidates(model, train, cluster, gpus, impl))
+    deadline = None if not budget_s else time.monotonic() + budget_s
+    found: list[tuple[int, Plan]] = []
+    tried, truncated = 0, False
+    for i in (_spread(len(cands)) if deadline else range(len(cands))):
+        if deadline and time.monotonic() > deadline:
+            truncated = True
+            break
+        lay, tr = cands[i]
         try:
             if not fitting_only or memory_fits(model, tr, lay, cluster):
-                plans.append(evaluate(model, tr, lay, cluster))
+                found.append((i, evaluate(model, tr, lay, cluster)))
         except ValueError:
             continue
         tried += 1
     if counts is not None:
-        counts["tried"] = tried
-    plans.sort(key=lambda p: (not p.fits, -p.tokens_per_s))
-    return plans
+        counts.update(tried=tried, candidates=len(cands), truncated=truncated)
+    found.sort(key=lambda ip: (not ip[1].fits, -ip[1].tokens_per_s, ip[0]))
+    return [p for _, p in found]
+
+
+def _spread(n: int) -> list[int]:
+    """0..n-1 in a fixed pseudo-random order (seeded: the same every run), for a search cut by its budget."""
+    import random
+    order = list(range(n))
+    random.Random(0).shuffle(order)
+    return order
 
 
 def why(best: Plan, nxt: Plan) -> str:
@@ -197,9 +218,12 @@ def sp_hint(p: Plan) -> dict | None:
             "mem_total_sp": q.mem_total, "fits_sp": q.fits, "tokens_per_s_sp": q.tokens_per_s}
 
 
-def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:
+FIXES_BUDGET_S = 30.0  # how long a plan that does not fit searches for fitting layouts (`search`'s budget)
+
+
+def fixes(p: Plan, top: int = 3, counts: dict | None = None) -> tuple[list[tuple[str, Plan]], list[Plan]]:
     """For a plan that does not fit: (the same layout with one or two knobs changed, fastest first;
-    the best fitting layouts `plan search` finds on the same GPUs and global batch)."""
+    the best fitting layouts `plan search` finds on the same GPUs and global batch, in FIXES_BUDGET_S)."""
     near = []
     for what, lay, tr in _one_knob(p):
         try:
@@ -210,7 +234,8 @@ def fixes(p: Plan, top: int = 3) -> tuple[list[tuple[str, Plan]], list[Plan]]:
             near.append((what, q))
     near.sort(key=lambda x: -x[1].tokens_per_s)
     try:
-        found = search(p.model, p.train, p.cluster, p.layout.world, impl_of(p.layout), fitting_only=True)[:top]
+        found = search(p.model, p.train, p.cluster, p.layout.world, impl_of(p.layout), fitting_only=True,
+                       counts=counts, budget_s=FIXES_BUDGET_S)[:top]
     except ValueError:
         found = []
     return near[:top], found
