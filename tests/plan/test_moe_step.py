@@ -126,7 +126,7 @@ def test_ep_overlap_hides_the_all_to_alls_and_hybridep_holds_its_sms():
     """ep_overlap: each all-to-all beside its share of the other pass (only what outlasts it shows); a dispatcher
     holding its own SMs (ep_sms) costs its hidden time x ep_sms / SMs instead of NCCL's share."""
     m = replace(LLAMA, moe_experts=8, moe_top_k=2)
-    train = TrainSpec(global_batch=16, micro_batch=2, seq=16, precision="bf16-mixed")
+    train = TrainSpec(global_batch=64, micro_batch=2, seq=16, precision="bf16-mixed")  # 4 micro batches a rank
     c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
     plain, hidden, held = (evaluate(m, train, Layout(dp=8, strategy="zero1", ep=4, **kw), c)
                            for kw in ({}, {"ep_overlap": True}, {"ep_overlap": True, "ep_sms": 66}))
@@ -136,6 +136,25 @@ def test_ep_overlap_hides_the_all_to_alls_and_hybridep_holds_its_sms():
         (a2a[2].time - a2a[2].exposed) * (66 / 132 - c.sm_share_comm))
     with pytest.raises(ValueError, match="ep_overlap needs ep > 1"):
         Layout(dp=8, ep_overlap=True).check(m)
+
+
+def test_ep_overlap_pairs_only_the_steady_states_passes():
+    """Megatron-Core's combined 1F1B pairs a forward with another micro batch's backward only in the steady state:
+    the first rank's warm-up forwards (interleaved: 2(p - 1) + (v - 1)p, plus one for the overlap) and as many
+    cool-down backwards run alone, their all-to-alls exposed; without a pipeline the first forward and last
+    backward. The exposed time is the paired share's plus the unpaired share of the whole."""
+    from shardlab.plan.critical import unpaired
+
+    assert unpaired(Layout(dp=8, ep=8), 4) == 1 / 4
+    assert unpaired(Layout(dp=8, pp=8, v=4, ep=8), 128) == (14 + 24 + 1) / 512
+    assert unpaired(Layout(dp=8, pp=4, ep=8), 16) == 4 / 16 and unpaired(Layout(dp=8, pp=2, v=8, ep=8), 2) == 1.0
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    c = replace(load_cluster("H100-SXM", 8), num_gpus=8)
+    few, many = (evaluate(m, TrainSpec(global_batch=g, micro_batch=2, seq=16, precision="bf16-mixed"),
+                          Layout(dp=8, strategy="zero1", ep=4, ep_overlap=True), c) for g in (16, 256))
+    a, b = (next(cl for cl in p.comm if cl.c.group == "ep") for p in (few, many))
+    assert a.exposed == a.time  # one micro batch: nothing to pair with
+    assert b.time > b.exposed >= b.time / 16  # 16 micro batches: the first forward and last backward alone
 
 
 def test_plan_search_chooses_ep_for_an_moe_model(capsys):

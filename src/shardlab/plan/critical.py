@@ -41,9 +41,12 @@ def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster, m: int = 1) -> 
             cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.fwd / lay.v) + max(0.0, call - mt.bwd / lay.v))
         elif cl.c.overlap == "ep_1f1b" and cl.c.calls:
             # Megatron-Core's EP overlap (Layout.ep_overlap): a forward's dispatch and combine run beside another
-            # micro batch's backward and the backward's beside a forward, each call beside its share of that pass
+            # micro batch's backward and the backward's beside a forward, each call beside its share of that pass;
+            # only in the steady state: the warm-up's forwards and the cool-down's backwards run alone (`unpaired`)
             call, half = cl.time / cl.c.calls, cl.c.calls / m / 2  # calls per micro batch in each pass
-            cl.exposed = cl.c.calls / 2 * (max(0.0, call - mt.bwd / half) + max(0.0, call - mt.fwd / half))
+            paired = cl.c.calls / 2 * (max(0.0, call - mt.bwd / half) + max(0.0, call - mt.fwd / half))
+            u = unpaired(lay, m)
+            cl.exposed = (1 - u) * paired + u * cl.time
             if lay.ep_sms and cluster.sms:  # a dispatcher whose kernels hold their own SMs (HybridEP's)
                 ub += (cl.time - cl.exposed) * min(1.0, lay.ep_sms / cluster.sms)
                 exposed += cl.exposed
@@ -66,6 +69,23 @@ def critical_comm(comm: list, mt, lay: Layout, cluster: Cluster, m: int = 1) -> 
         exposed += cl.exposed
         hidden += cl.time - cl.exposed
     return exposed, hidden, ub
+
+
+def unpaired(lay: Layout, m: int) -> float:
+    """The share of a rank's forward (and backward) passes Megatron-Core's EP overlap cannot pair with another micro
+    batch's opposite pass: the first pipeline rank's warm-up forwards, and as many cool-down backwards.
+    (pipeline_parallel/schedules.py `get_pp_rank_microbatches`: interleaved, 2(p - 1) + (v - 1) p chunk forwards,
+    plus one "to ensure the forward and backward computations are independent in all 1f1b steps" under
+    overlap_moe_expert_parallel_comm; without a pipeline, combined_1f1b_schedule_for_no_pipelining runs the first
+    forward and the last backward alone. One stage: p - 1 warm-up forwards and the extra one.)"""
+    passes = m * lay.v
+    if lay.pp == 1:
+        alone = 1
+    elif lay.v > 1:
+        alone = 2 * (lay.pp - 1) + (lay.v - 1) * lay.pp + 1
+    else:
+        alone = lay.pp
+    return min(1.0, alone / passes) if passes else 1.0
 
 
 def sync_waits(comm: list, mt, m: int, cluster: Cluster) -> float:
