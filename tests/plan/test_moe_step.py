@@ -417,3 +417,26 @@ def test_recompute_modules_run_their_ops_again_and_are_checked(capsys):
     assert plan_main(["model=llama-tiny", "gpus=2", "recompute_modules=mla_up_proj"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "needs latent attention" in err[0], err
+
+
+def test_a_pipeline_layout_times_each_rank_with_its_own_dense_and_moe_blocks():
+    """Under a pipeline layout a model of mixed blocks is timed rank by rank with the rank's own blocks: DeepSeek-V3's
+    three dense blocks sit on the first stage, so a middle rank of four MoE blocks sets the pace, where the model's
+    share (58 of 61 MoE) had been taken for every rank."""
+    from shardlab.plan.compute import micro_batch_time
+    from shardlab.plan.layout import pp_layout_moe_blocks
+
+    m = replace(DSV3, mtp_layers=1)
+    lay = "Et*4|(t*4|)*14tmL"
+    assert pp_layout_moe_blocks(lay, 16, m.is_moe) == [1] + [4] * 14 + [1]
+    assert pp_layout_moe_blocks("Ettt|tt|tt|ttmL", 2, lambda i: i >= 3) == [2, 4]
+    train = TrainSpec(global_batch=256, micro_batch=1, seq=4096, precision="bf16-mixed")
+    c = replace(load_cluster("B200", 256), num_gpus=256)
+    from shardlab.plan.compute import _micro_batch_time
+
+    laid = Layout(dp=16, pp=16, strategy="zero1", ep=8, pp_layout=lay)
+    mt = micro_batch_time(m, train, laid, c)
+    middle = _micro_batch_time(m.uniform(True), train, laid, c, rank=1)  # four MoE blocks, no end
+    all_moe = micro_batch_time(m.uniform(True), train, laid, c)  # the first rank's 4 blocks + the embedding
+    assert (mt.fwd, mt.bwd) == (middle.fwd, middle.bwd) and mt.fwd + mt.bwd < all_moe.fwd + all_moe.bwd
+    assert "4 MoE and 0 dense" in mt.mixed

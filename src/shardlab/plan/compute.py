@@ -16,7 +16,7 @@ from functools import partial
 from . import attention, fp8, fusion, torch_tp
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
-from .layout import Layout, ends_as_blocks, pp_layout_ranks, stage_layers
+from .layout import Layout, ends_as_blocks, pp_layout_moe_blocks, pp_layout_ranks, stage_layers
 from .train_spec import OPTIMIZER_PASSES, TrainSpec
 from .model import ModelSpec
 from .ops import COLUMN_PARALLEL, DEFAULT_OP_COUNTS, ROW_REGIONS, Op, embed_ops, head_ops, layer_ops
@@ -156,23 +156,48 @@ def micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster
     """Slowest pipeline stage: the busiest rank's layers (stage_layers) plus the first stage's
     embedding or the last stage's logits + loss, whichever costs more. A model of dense and MoE blocks
     (`ModelSpec.mixed_blocks`: moe_every > 1, moe_first_dense) is timed as all-MoE and as all-dense, weighted by
-    the MoE blocks' share of the model (the stage's own mix is not followed: its blocks are taken as the model's)."""
+    the MoE blocks' share of the model, or under a pipeline layout by each rank's own blocks (`_by_rank_mix`)."""
     if not model.mixed_blocks:
         return _micro_batch_time(model, train, lay, c)
+    if lay.pp > 1 and lay.pp_layout:
+        return _by_rank_mix(model, train, lay, c)
     w = model.moe_blocks / model.n_layer
     moe, dense = (_micro_batch_time(model.uniform(x), train, lay, c) for x in (True, False))
+    return _blend(w, moe, dense, f"; {model.moe_blocks} of {model.n_layer} blocks MoE: the step's blocks timed as "
+                                 f"MoE and as dense, weighted {w:.3f} / {1 - w:.3f}")
+
+
+def _blend(w: float, moe: MicroTime, dense: MicroTime, words: str) -> MicroTime:
+    """The MoE variant's times weighted `w` and the dense variant's 1 - w (a rank's blocks of the two kinds)."""
     mix = lambda x, y: w * x + (1 - w) * y  # noqa: E731
     pair = lambda x, y: tuple(mix(a, b) for a, b in zip(x, y))  # noqa: E731
     return replace(moe, fwd=mix(moe.fwd, dense.fwd), bwd=mix(moe.bwd, dense.bwd),
                    recompute=mix(moe.recompute, dense.recompute), gemm_flops=mix(moe.gemm_flops, dense.gemm_flops),
                    kernels=tuple(round(x) for x in pair(moe.kernels, dense.kernels)), block=pair(moe.block, dense.block),
                    head=pair(moe.head, dense.head),
-                   tp_hide={k: pair(v, dense.tp_hide.get(k, (0.0, 0.0))) for k, v in moe.tp_hide.items()},
-                   mixed=(f"; {model.moe_blocks} of {model.n_layer} blocks MoE: the step's blocks timed as MoE and "
-                          f"as dense, weighted {w:.3f} / {1 - w:.3f}"))
+                   tp_hide={k: pair(v, dense.tp_hide.get(k, (0.0, 0.0))) for k, v in moe.tp_hide.items()}, mixed=words)
 
 
-def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
+def _by_rank_mix(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster) -> MicroTime:
+    """A mixed model under a pipeline layout: each rank timed with its own dense and MoE blocks (DeepSeek-V3's
+    three dense blocks all on the first stage, beside the embedding), the slowest rank's kept. Ranks alike in
+    blocks, ends and MoE blocks are timed once."""
+    ranks = pp_layout_ranks(lay.pp_layout, lay.pp)
+    moes = pp_layout_moe_blocks(lay.pp_layout, lay.pp, model.is_moe)
+    best = None
+    for r in sorted({(ranks[r], moes[r]): r for r in range(lay.pp)}.values()):
+        n = ranks[r][0]
+        w = moes[r] / n if n else 0.0
+        mt = _blend(w, *(_micro_batch_time(model.uniform(x), train, lay, c, rank=r) for x in (True, False)),
+                    f"; the slowest rank's blocks {moes[r]} MoE and {n - moes[r]} dense (each rank timed with its "
+                    f"own under the pipeline layout; the model's {model.moe_blocks} of {model.n_layer})")
+        if best is None or mt.fwd + mt.bwd > best.fwd + best.bwd:
+            best = mt
+    return best
+
+
+def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluster,
+                      rank: int | None = None) -> MicroTime:
     s = (train.seq or model.seq) // lay.cp  # context parallelism: this rank's tokens
     b, t = train.micro_batch, lay.tp
     e = train.param_bytes
@@ -209,7 +234,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
         if not lay.pp_layout:  # the MTP depths go with the head (a layout places them itself)
             f_head, b_head, mtp = f_head + model.mtp_layers * mtp[0], b_head + model.mtp_layers * mtp[1], (0.0, 0.0)
     layers, (f_end, b_end), split_why = _slowest_rank(model, lay, layers, f_block * (
-        2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head), mtp)
+        2 if lay.recompute == "full" else 1) + b_block, (f_emb, b_emb), (f_head, b_head), mtp, rank)
     fwd = layers * f_block + f_end
     # torch's checkpoint ends at the last GEMM's pack (a dropout mask after it would be saved: GPT-2's blocks)
     stop = train.recompute_early_stop and not (drops and not model.llama)
@@ -247,7 +272,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
 
 
 def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple,
-                  mtp: tuple = (0.0, 0.0)):
+                  mtp: tuple = (0.0, 0.0), rank: int | None = None):
     """(blocks, (forward, backward) of its ends, --explain's words) of the pipeline rank that sets the pace.
     pp_split=blocks: the busiest rank's blocks and the costlier end (the embedding or the head + loss, with the
     MTP depths) added; ends-as-blocks: the slowest rank of DeepSpeed's cut by count (`ends_as_blocks`), its own
@@ -256,8 +281,9 @@ def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, 
     if lay.pp == 1:
         return layers, (emb[0] + head[0] + n_mtp * mtp[0], emb[1] + head[1] + n_mtp * mtp[1]), ""
     if lay.pp_layout:
-        n, n_emb, n_m, n_head = max(pp_layout_ranks(lay.pp_layout, lay.pp), key=lambda r: r[0] * per_block + r[1]
-                                    * sum(emb) + r[2] * sum(mtp) + r[3] * sum(head))
+        ranks = pp_layout_ranks(lay.pp_layout, lay.pp)
+        n, n_emb, n_m, n_head = ranks[rank] if rank is not None else max(ranks, key=lambda r: r[0] * per_block + r[1]
+                                                                         * sum(emb) + r[2] * sum(mtp) + r[3] * sum(head))
         why = (f"; stages as the run's layout holds them (pp_layout={lay.pp_layout}), the slowest rank {n} blocks"
                + (" + the head" if n_head else "") + (" + the embedding" if n_emb else "")
                + (f" + {n_m} MTP depth{'s' if n_m > 1 else ''}" if n_m else ""))

@@ -345,6 +345,16 @@ def pp_layout_ranks(text: str, pp: int) -> list[tuple[int, int, int, int]]:
     return [tuple(map(sum, zip(*stages[r::pp]))) for r in range(pp)]
 
 
+def pp_layout_moe_blocks(text: str, pp: int, is_moe) -> list[int]:
+    """The MoE blocks each pipeline rank holds under a layout: the blocks in order over the virtual stages, block i
+    MoE where `is_moe(i)` (ModelSpec.is_moe: DeepSeek-V3's first three are dense)."""
+    out, i = [0] * pp, 0
+    for s, (blocks, *_ends) in enumerate(pp_layout_stages(text)):
+        out[s % pp] += sum(1 for j in range(i, i + blocks) if is_moe(j))
+        i += blocks
+    return out
+
+
 def ends_as_blocks(n_layer: int, pp: int, v: int = 1) -> list[tuple[int, int, int]]:
     """(blocks, embedding, head) on each pipeline rank when the embedding and the head count as one block each
     (Megatron-DeepSpeed's `type:transformer|embedding`: DeepSpeed's PipelineModule weighs the layers whose class
