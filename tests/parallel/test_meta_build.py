@@ -7,6 +7,9 @@ values equal the single-device model's for the same seed (model/init.py: a per-p
 """
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -48,3 +51,29 @@ def test_build_peak_is_a_shard_not_the_model(pool2, overrides):
         assert set(full) == set(reference)
         for name, value in full.items():
             assert torch.equal(value.to(reference[name].dtype), reference[name]), name
+
+
+# In a fresh process (this one may hold torch._dynamo already): GPT, Llama and an MoE GPT built on meta.
+_META_BUILD = """
+import sys, torch
+from shardlab import config
+from shardlab.model.gpt import build_model, resolve_model_config
+from shardlab.model.init import parameters_on_meta
+for over in (["model.preset=tiny"], ["model.preset=llama-tiny"], ["model.preset=tiny", "model.moe_experts=4"]):
+    cfg = config.load(None, over)
+    model = build_model(resolve_model_config(cfg.model, 32), 0, meta=True)
+    assert all(p.is_meta for p in model.parameters()), over
+with parameters_on_meta():  # a tensor that is not on meta is still drawn
+    t = torch.nn.init.normal_(torch.zeros(64))
+    u = torch.zeros(64).normal_()
+assert t.abs().sum() > 0 and u.abs().sum() > 0
+print("dynamo" if "torch._dynamo" in sys.modules else "ok")
+"""
+
+
+def test_a_meta_build_does_not_import_torch_dynamo():
+    """The constructors' normal draws on meta parameters are skipped (model/init.py): run, torch's meta kernel of
+    normal_ imports torch._dynamo (~1 s) in every process that builds on meta, for a draw that changes nothing.
+    Real tensors are still drawn inside."""
+    out = subprocess.run([sys.executable, "-c", _META_BUILD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", (out.stdout, out.stderr[-2000:])

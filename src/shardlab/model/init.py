@@ -14,7 +14,8 @@ rules to the shards of a model it built on the meta device (parallel/init_shards
 
 `parameters_on_meta()` builds a model whose parameters are on the meta device (no storage, initialisers
 no-ops) and whose buffers are real: buffers are small, and their values (an MoE's expert bias) are not
-drawn, so they are kept as the constructor made them.
+drawn, so they are kept as the constructor made them. The constructors' normal draws on meta parameters are
+skipped, not run: run, each would import torch._dynamo for a draw that changes nothing (_NoNormalOnMeta).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import hashlib
 
 import torch
 import torch.nn as nn
+from torch.overrides import TorchFunctionMode
 
 NORMAL, ONES, ZEROS = "normal", "ones", "zeros"
 
@@ -80,10 +82,32 @@ def initialise(model: nn.Module, rules: dict[str, tuple], seed: int) -> None:
             p.copy_(draw(rules[fqn], p.shape, p.dtype, seed, fqn))
 
 
+class _NoNormalOnMeta(TorchFunctionMode):
+    """`normal_` on a meta tensor returns it untouched, without running it. Run, it changes nothing (a meta
+    tensor holds no values) but costs an import: torch's meta kernel of `normal_` is a Python decomposition
+    (torch._refs.normal) wrapped in torch._dynamo.disable, which imports torch._dynamo on its first call
+    (~0.5-1 s, torch._inductor with it). A training rank imports it later anyway (torch.optim's
+    add_param_group and DCP's get_model_state_dict are wrapped or look it up the same way); a process that
+    only builds on meta (a `shardlab generate` rank under tp / pp) no longer does. Both entries are caught:
+    `nn.init.normal_` (nn.Embedding's initialiser) hands its tensor over as a keyword, and the
+    `Tensor.normal_` it calls inside would no longer pass through this mode."""
+
+    DRAWS = (torch.Tensor.normal_, nn.init.normal_)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.DRAWS:
+            t = args[0] if args else kwargs.get("tensor")
+            if isinstance(t, torch.Tensor) and t.is_meta:
+                return t
+        return func(*args, **kwargs)
+
+
 @contextlib.contextmanager
 def parameters_on_meta():
     """Inside: every parameter a module registers is moved to the meta device as it is registered (its
-    constructor's initialiser then runs on meta: a no-op); buffers stay where they are made."""
+    constructor's initialiser then runs on meta: a no-op; a normal draw is skipped, _NoNormalOnMeta);
+    buffers stay where they are made."""
     register = nn.Module.register_parameter
 
     def on_meta(self, name, param):
@@ -93,6 +117,7 @@ def parameters_on_meta():
 
     nn.Module.register_parameter = on_meta
     try:
-        yield
+        with _NoNormalOnMeta():
+            yield
     finally:
         nn.Module.register_parameter = register
