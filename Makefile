@@ -17,7 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 run: setup
 	$(BIN)/shardlab train --config configs/default.toml
 
+# compileall first: where PYTHONDONTWRITEBYTECODE is set (CI's images set it) no import saves bytecode, and each of
+# the suite's hundreds of rank processes would compile shardlab's ~350 modules again (~0.16 s a process)
 test: setup
+	$(BIN)/python -m compileall -q src
 	$(BIN)/python -m pytest -q --durations=25
 
 # The parity tests under every CPU kernel path (ATen capability x MKL_CBWR, oneDNN ISA for bf16); not part

@@ -66,6 +66,11 @@ def test_expert_parallelism_holds_e_over_ep_experts_and_shards_their_optimizer_o
     st = state_bytes(m.expert_view(4), train, lay)
     held = 2 * 2 * per_expert  # 2 experts in each of 2 blocks
     assert st["expert optimizer"] == pytest.approx(train.optimizer_bytes_of(m, lay) * held * (1 / 2 - 1 / 8))
+    assert "expert grads" not in st and "expert params" not in st  # zero1: gradients and weights whole
+    z3 = state_bytes(m.expert_view(4), train, Layout(dp=8, strategy="zero3", ep=4))
+    assert z3["expert grads"] == pytest.approx(2 * held * (1 / 2 - 1 / 8))  # ZeRO-3: every expert state over edp
+    assert z3["expert params"] == pytest.approx(2 * held * (1 / 2 - 1 / 8))
+    assert "expert params" not in state_bytes(m.expert_view(4), train, Layout(dp=8, strategy="zero2", ep=4))
 
 
 @pytest.mark.parametrize("strategy,ep", [("zero1", 4), ("zero1", 8), ("ddp", 4)])

@@ -96,6 +96,11 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
         lines.append(lp_grads_line(psi, pb))
     if model.moe_experts and o_sh and lay.offload == "none" and lay.edp != n:
         lines.append(expert_optimizer_line(model, lay, k, n, blocks))
+    if model.moe_experts and lay.edp != n:  # ZeRO-2's and -3's expert shards are the expert group's too
+        if g_sh:
+            lines.append(expert_state_line("expert grads", model, lay, gb, n, blocks))
+        if p_sh and lay.offload != "params":
+            lines.append(expert_state_line("expert params", model, lay, pb, n, blocks))
     return lines
 
 
@@ -103,11 +108,20 @@ def expert_optimizer_line(model: ModelSpec, lay: Layout, k: float, n: int, block
     """The experts' optimizer states are sharded over their own group, the expert-data-parallel ranks (tp x cp x
     dp / ep: Megatron-Core's distributed optimizer shards expert parameters over the expert-data-parallel group),
     not over the `n` ranks the optimizer line divides every parameter by: the difference, signed."""
+    return expert_state_line("expert optimizer", model, lay, k, n, blocks, f"K={k:g} B")
+
+
+def expert_state_line(name: str, model: ModelSpec, lay: Layout, per: float, n: int, blocks: int | None,
+                      what: str = "") -> Line:
+    """A sharded state of the experts (`per` bytes a parameter) divided by their expert-data-parallel group, edp,
+    rather than the `n` ranks its line divides every parameter by: the difference, signed. ZeRO-2's gradients and
+    ZeRO-3's parameters shard the experts over the ranks holding the same experts (torchtitan's FSDP of the experts
+    over the data-parallel ranks left by ep; Megatron-Core's expert-data-parallel group), as the optimizer's do."""
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
     held = round(layers * model.moe_blocks / model.n_layer) * model.experts_held * model.expert_params
-    extra = k * held * (1 / lay.edp - 1 / n)
-    return Line("expert optimizer", extra,
-                f"K={k:g} B x {held:,.0f} expert parameters x (1/edp - 1/{n}), edp = tp x cp x dp / ep = {lay.edp}")
+    extra = per * held * (1 / lay.edp - 1 / n)
+    return Line(name, extra, f"{what or f'{per:g} B'} x {held:,.0f} expert parameters x (1/edp - 1/{n}), "
+                             f"edp = tp x cp x dp / ep = {lay.edp}")
 
 
 def lp_grads_line(psi: float, pb: int) -> Line:
