@@ -57,3 +57,32 @@ def test_the_planner_reads_muon_and_the_state_dtype():
     m, ta, lay = planned("train.optim_dtype=bf16")
     assert ta.optimizer_bytes == 4 and state_bytes(m, ta, lay)["optimizer"] * 2 == \
         state_bytes(*planned())["optimizer"]
+
+
+def test_the_planner_steps_an_moe_and_latent_attention_model_with_muon():
+    """Muon's plan of a DeepSeek-style model (experts, a shared expert, latent attention): every block linear weight
+    is a Muon matrix (the router not), experts and the latents' down-projections whole on every TP rank, the
+    up-projections cut by rows, the shared expert as the MLP; its state bytes count the rank's view (E / ep
+    experts). It had stopped at the first expert (no role for mlp.experts.0.down)."""
+    from shardlab.model import anatomy
+    from shardlab.plan.layout import Layout
+    from shardlab.plan.model import ModelSpec
+    from shardlab.plan.train_spec import TrainSpec
+
+    m = ModelSpec("ds-tiny", n_layer=3, d_model=64, n_head=4, vocab=256, seq=32, arch="llama", ffn=128, head_dim=16,
+                  moe_experts=8, moe_top_k=2, moe_ffn=32, moe_shared_ffn=32, moe_first_dense=1, mla_kv_rank=16,
+                  mla_q_rank=24, mla_rope_dim=8, mla_v_dim=16)
+    view = m.expert_view(4)
+    names = sorted(cost._block_matrices(anatomy.by_arch("llama"), dict(view.param_shapes()), view.linear_roles()))
+    mats = dict(zip(names, (d for _, d in cost.matrices_of(view, tp=2))))  # matrices_of lists them in name order
+    assert "blocks.0.mlp.router.weight" not in mats and "blocks.1.mlp.router.weight" not in mats
+    assert mats["blocks.1.mlp.experts.0.down.weight"] == [0, None] and mats["blocks.1.attn.q_down.weight"] == [0, None]
+    assert mats["blocks.1.attn.kv_up.weight"] == [0, 0] and mats["blocks.1.mlp.shared.down.weight"] == [0, 1]
+    assert mats["blocks.0.mlp.gate.weight"] == [0, 0] and len([f for f in mats if ".experts." in f]) == 2 * 2 * 3
+    train = TrainSpec(global_batch=8, micro_batch=1, seq=32, precision="bf16-mixed", optimizer="muon")
+    lay = Layout(dp=4, tp=2, strategy="zero1", ep=4)
+    k = train.optimizer_bytes_of(view, lay)
+    psi = sum(int(p) for _, p in view.param_shapes())
+    muon = sum(math.prod(s) for s, _ in cost.matrices_of(view))
+    assert k == pytest.approx(4 + 4 * (muon + 2 * (psi - muon)) / psi) and 4 + 4 < k < 4 + 8
+    assert cost.plan(view, train, lay)["ns_flops"] > 0

@@ -270,6 +270,20 @@ class ModelSpec:
             out += block(f"mtp.{j}.block", bool(self.moe_experts)) + [(f"mtp.{j}.final_norm.weight", Param(h))]
         return out
 
+    def linear_roles(self) -> dict:
+        """Each block linear weight's role, by its name inside a block (an expert's without its index:
+        mlp.experts.down): how tensor parallelism cuts it (anatomy's COLUMN, ROW, KV), EXPERT or None where every
+        TP rank holds it whole (experts; latent attention's down-projections). Muon's plan reads it
+        (optim/muon/cost.py: every block linear weight is a Muon matrix, the router not)."""
+        from shardlab.model import anatomy
+        a = anatomy.by_arch(self.arch)
+        roles = dict(a.linear_names())
+        roles.update({f"{a.mlp}.{a.experts}.{n}": anatomy.EXPERT for n, _ in a.mlp_linears})
+        roles.update({f"{a.mlp}.{SHARED}.{n}": r for n, r in a.mlp_linears})
+        roles.update({f"{a.attention}.{n}": r for n, r in (("q_down", None), ("kv_down", None),
+                                                          ("q_up", anatomy.COLUMN), ("kv_up", anatomy.COLUMN))})
+        return roles
+
     def _mla_shapes(self, attn: str) -> list[tuple[str, "Param"]]:
         """Latent attention's parameters (Megatron-Core's linear_q_down_proj, q_layernorm, linear_q_up_proj,
         linear_kv_down_proj, kv_layernorm, linear_kv_up_proj, linear_proj), named in the planner's words."""

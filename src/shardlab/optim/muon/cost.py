@@ -90,19 +90,30 @@ def matrices_of(model, tp: int = 1, pp: int = 1) -> list[tuple]:
 
     a = anatomy.by_arch(model.arch)
     shapes = dict(model.param_shapes())
-    role = {f"{m}.{n}": r for m, table in ((a.attention, a.attention_linears), (a.mlp, a.mlp_linears))
-            for n, r in table}
+    role = model.linear_roles()  # the planner's names: experts, a shared expert, latent attention's linears too
     blocks = math.ceil(model.n_layer / pp)
     out = []
-    for fqn in sorted(hidden_matrices(a, list(shapes))):
+    for fqn in sorted(_block_matrices(a, shapes, role)):
         parts = fqn.split(".")
         if int(parts[1]) >= blocks:
             continue
-        p, r = shapes[fqn], role[".".join(parts[2:-1])]
+        p, r = shapes[fqn], role[_role_key(parts)]
         kv_whole = r == KV and getattr(model, "n_kv_heads", 0) and model.n_kv_heads < tp
         dim = None if tp == 1 or kv_whole else (1 if r == ROW else 0 if r in (COLUMN, KV) else None)
         out.append(((p.rows, p.row), [0, dim]))
     return out
+
+
+def _role_key(parts: list[str]) -> str:
+    """A block parameter's name inside its block, an expert's index dropped (blocks.3.mlp.experts.7.up.weight:
+    mlp.experts.up)."""
+    return ".".join(x for x in parts[2:-1] if not x.isdigit())
+
+
+def _block_matrices(a, shapes: dict, role: dict) -> set[str]:
+    """The planner's Muon matrices: the block linear weights `role` names (the router not)."""
+    return {f for f in shapes if f.split(".")[0] == a.blocks and f.endswith(".weight") and len(f.split(".")) >= 4
+            and _role_key(f.split(".")) in role}
 
 
 def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS) -> list[int]:
@@ -123,7 +134,7 @@ def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS) -> lis
         if (in_block and int(parts[1]) >= blocks) or (not in_block and past and pp > 1):
             continue
         stage.append((fqn, p))
-    hidden = hidden_matrices(a, [f for f, _ in stage])
+    hidden = _block_matrices(a, dict(stage), model.linear_roles())
     groups = [[p for f, p in stage if f not in hidden and p.row > 1], [p for f, p in stage if p.row == 1],
               [p for f, p in stage if f in hidden]]
     sizes, out = [0] * n, [0] * n
@@ -145,7 +156,7 @@ def plan(model, train, lay) -> dict:
     mats = matrices_of(model, lay.tp, lay.pp)
     n = lay.shard if lay.strategy != "ddp" else 1
     sizes = (n, lay.tp)
-    psi = model.params
+    psi = sum(int(p) for _, p in model.param_shapes())  # the model as this rank's view holds it (E / ep experts)
     muon = sum(math.prod(s) for s, _ in matrices_of(model))
     e = STATE_BYTES[getattr(train, "optim_dtype", "fp32")]
     figures = {"state_bytes_per_param": e * (muon + 2 * (psi - muon)) / psi, "muon_params": muon,
