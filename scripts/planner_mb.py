@@ -8,6 +8,7 @@ Engine), each committed before the planner was first run on it; evaluate once pe
             (plan/published_gpu_twelfth.py): mixture of experts and expert parallelism
   thirteenth  DeepSeek-V3 pre-training rows on H100, B200, B300, GB200, GB300 (plan/published_gpu_thirteenth.py):
             latent attention, leading dense blocks, a shared expert, multi-token prediction
+  fourteenth  Kimi-K2 pre-training on GB300 (plan/published_gpu_fourteenth.py): 384 experts, trained with Muon
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -20,7 +21,7 @@ import importlib
 from shardlab.plan.published_gpu import print_set
 
 SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
-        "thirteenth": "THIRTEENTH"}
+        "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH"}
 
 
 def main() -> None:

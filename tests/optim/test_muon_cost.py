@@ -86,3 +86,10 @@ def test_the_planner_steps_an_moe_and_latent_attention_model_with_muon():
     muon = sum(math.prod(s) for s, _ in cost.matrices_of(view))
     assert k == pytest.approx(4 + 4 * (muon + 2 * (psi - muon)) / psi) and 4 + 4 < k < 4 + 8
     assert cost.plan(view, train, lay)["ns_flops"] > 0
+    # whole parameters per rank (Megatron-Core's layer-wise optimizer, torch-zero1): the experts dealt over their
+    # own group, edp = 1 here, so every rank orthogonalises all of its experts' matrices
+    whole = Layout(dp=4, strategy="zero1", zero_partition="params", ep=4)
+    experts = sum(flops(s) for f, (s, _) in zip(names, cost.matrices_of(view)) if ".experts." in f)
+    got = cost.plan(view, train, whole)["ns_flops"]
+    assert got >= experts > 0
+    assert got == max(cost.zero_redundancy_flops(view, 4, experts_over=1))

@@ -34,7 +34,11 @@ PRECISION = {"MXFP8": "mxfp8", "FP8-CS": "tensorwise", "BF16": "none"}
 
 
 def _shape(name: str, mtp: int) -> dict:
-    q = DEEPSEEK_V3_SHAPES[name]
+    return shape_of(DEEPSEEK_V3_SHAPES[name], mtp)
+
+
+def shape_of(q: dict, mtp: int) -> dict:
+    """A DeepSeek-style model as a provider states it (Megatron-Core's config keys) in the planner's keys."""
     return {"n_layer": q["num_layers"], "d_model": q["hidden_size"], "n_head": q["num_attention_heads"],
             "vocab": q["vocab_size"], "arch": "llama", "head_dim": q["qk_head_dim"], "ffn": q["ffn_hidden_size"],
             "tied": False, "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"],

@@ -116,12 +116,15 @@ def _block_matrices(a, shapes: dict, role: dict) -> set[str]:
             and _role_key(f.split(".")) in role}
 
 
-def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS) -> list[int]:
+def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS, experts_over: int = 0) -> list[int]:
     """Newton-Schulz FLOPs per rank when ZeroRedundancyOptimizer (torch-zero1) partitions whole parameters
     over n ranks: torch's greedy partition (`_partition_parameters`: the groups in order, each largest first,
     every parameter to the rank holding the fewest elements so far, the first such on a tie) over the groups
     the muon factory builds (decayed matrices, the 1-D rest, then Muon's) of one pipeline stage (the first:
-    its embeddings and ceil(L / pp) blocks). Each rank orthogonalises its whole matrices: no exchange."""
+    its embeddings and ceil(L / pp) blocks). Each rank orthogonalises its whole matrices: no exchange.
+    `experts_over`: an MoE model's experts dealt over their own expert-data-parallel group of that many ranks
+    (Megatron-Core's LayerWiseDistributedOptimizer deals expert parameters over expt_dp, the rest over dp):
+    every rank then is planned as the busiest of both deals (an upper bound the balanced deals come near)."""
     from shardlab.model import anatomy
 
     a = anatomy.by_arch(model.arch)
@@ -134,7 +137,19 @@ def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS) -> lis
         if (in_block and int(parts[1]) >= blocks) or (not in_block and past and pp > 1):
             continue
         stage.append((fqn, p))
-    hidden = _block_matrices(a, dict(stage), model.linear_roles())
+    role = model.linear_roles()
+    hidden = _block_matrices(a, dict(stage), role)
+    if experts_over:  # the experts' whole matrices dealt apart, over their own group (busiest rank: both busiest)
+        expert = {f for f in hidden if role[_role_key(f.split("."))] == anatomy.EXPERT}
+        rest = [(f, p) for f, p in stage if f not in expert]
+        own = [(f, p) for f, p in stage if f in expert]
+        return [max(_greedy_flops(rest, hidden, n, steps)) + max(_greedy_flops(own, hidden, experts_over, steps))] * n
+    return _greedy_flops(stage, hidden, n, steps)
+
+
+def _greedy_flops(stage: list, hidden: set, n: int, steps: int) -> list[int]:
+    """torch's greedy partition of `stage`'s parameters over n ranks (the factory's groups in order, each largest
+    first, to the rank holding the fewest elements so far): each rank's Newton-Schulz FLOPs."""
     groups = [[p for f, p in stage if f not in hidden and p.row > 1], [p for f, p in stage if p.row == 1],
               [p for f, p in stage if f in hidden]]
     sizes, out = [0] * n, [0] * n
@@ -162,7 +177,9 @@ def plan(model, train, lay) -> dict:
     figures = {"state_bytes_per_param": e * (muon + 2 * (psi - muon)) / psi, "muon_params": muon,
                "ns_flops_total": sum(flops(s) for s, _ in mats)}
     if getattr(lay, "zero_partition", "rows") == "params" and lay.strategy == "zero1" and lay.tp == 1:
-        return {**figures, "ns_flops": max(zero_redundancy_flops(model, n, lay.pp)), GATHER: 0, SCATTER: 0}
+        over = lay.edp if getattr(model, "moe_experts", 0) and getattr(lay, "ep", 1) > 1 else 0
+        return {**figures, "ns_flops": max(zero_redundancy_flops(model, n, lay.pp, experts_over=over)), GATHER: 0,
+                SCATTER: 0}
     ranks = [per_rank(mats, sizes, (i, j)) for i in range(n) for j in range(lay.tp)]
     busiest = max(ranks, key=lambda r: (r["ns_flops"], r[SCATTER]))
     return {**figures, "ns_flops": busiest["ns_flops"], GATHER: busiest[GATHER], SCATTER: busiest[SCATTER]}
