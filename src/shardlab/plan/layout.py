@@ -147,7 +147,8 @@ class Layout:
     # moe_hybridep_num_sms); 0: NCCL's share of the SMs, as every other hidden collective costs (Cluster.sm_share_comm)
     ep_sms: int = 0
     # the dispatcher sends a token once per remote node it is routed to and forwards it over NVLink there (DeepEP's
-    # internode kernels), where NCCL's all-to-all sends every routed copy (plan/moe.py remote_nodes)
+    # internode kernels, HybridEP's hierarchical dispatch), where NCCL's all-to-all sends every routed copy
+    # (plan/moe.py remote_nodes)
     ep_dedup: bool = False
 
     @property

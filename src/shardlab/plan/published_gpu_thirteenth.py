@@ -109,7 +109,9 @@ def planner_row(r: dict) -> dict:
            "tp_comm_overlap": tp > 1 and _on(rec, "tp_comm_overlap"), "strategy": "zero1",
            "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if hybridep else 0,
-           "ep_dedup": deepep,  # (after the first evaluation) DeepEP's internode kernels send a token once a node
+           # (after the first evaluation) DeepEP's internode kernels send a token once a node; (after the fourteenth
+           # set) HybridEP's hierarchical dispatch too (no row here has a HybridEP group across nodes)
+           "ep_dedup": deepep or hybridep,
            "pp_layout": _layout(rec, pp, vp),
            "recompute_modules": _modules(rec),  # (after the first evaluation) what the recipe recomputes
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}

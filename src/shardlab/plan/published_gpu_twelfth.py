@@ -47,6 +47,10 @@ def planner_row(r: dict) -> dict:
            "overlap_grad_reduce": True, "zero_bucket_mb": 256.0, "ep_overlap": _on(rec, "overlap_moe_expert_parallel_comm"),
            # (after the first evaluation) the SMs HybridEP's kernels hold, where the flex dispatcher runs it
            "ep_sms": rec.get("moe_hybridep_num_sms", 0) if rec.get("moe_token_dispatcher_type") == "flex" else 0,
+           # (after the thirteenth set) HybridEP's hierarchical dispatch: one RDMA copy a token per remote NVLink
+           # domain, forwarded over NVLink (DeepEP's Hybrid-EP_Implementation.md: its RDMA token buffer holds
+           # tokens x (nodes - 1)); only a row whose EP group spans nodes moves
+           "ep_dedup": rec.get("moe_token_dispatcher_type") == "flex",
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if pp > 1 and _on(rec, "account_for_embedding_in_pipeline_split")
