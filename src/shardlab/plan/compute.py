@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from . import attention, fp8, fusion, torch_tp
+from .compute_notes import dropout_note, ring_note, titan_note
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
 from .layout import Layout, ends_as_blocks, pp_layout_moe_blocks, pp_layout_ranks, stage_layers
@@ -259,8 +260,8 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     if lay.recompute == "full" or lay.recompute_modules:
         gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
     why = early_stop_note(block, lay.recompute, ops_time) if stop else ""
-    why += _titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""
-    why += (_dropout_note(block, ops_time) if drops and not model.llama else "") + _ring_note(block, ops_time, compiled) \
+    why += titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""
+    why += (dropout_note(block, ops_time) if drops and not model.llama else "") + ring_note(block, ops_time, compiled) \
         + split_why
     if compiled:
         why += fusion.note(eager_block, block, ops_time(eager_block, False, None), f_block,
@@ -296,45 +297,6 @@ def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, 
            f"{model.n_layer} + 2 over {lay.pp * lay.v} stages), the slowest rank {n} blocks"
            + (" + the head" if n_head else "") + (" + the embedding" if n_emb else ""))
     return n, (n_emb * emb[0] + n_head * head[0], n_emb * emb[1] + n_head * head[1]), why
-
-
-def _titan_note(block: list[Op], head: list[Op], ops_time) -> str:
-    """--explain's words for torchtitan's llama kernels (TrainSpec.llama_impl, plan/ops.py)."""
-    # torchtitan's kernels replace the head-merge copy: a block with one ran shardlab's (compiled: fusion.py's count)
-    ours = [] if any(o.name == "merge_heads" for o in block) else [o for o in block if o.name in ("rope", "repeat_kv")]
-    up = [o for o in head if o.name == "logits_float"]
-
-    def words(ops, where):
-        return [f"{o.name} {ops_time([o], False) * 1e3:.3f} / {ops_time([o], True) * 1e3:.3f} ms {where}" for o in ops]
-    said = words(ours, "per block") + words(up, "in the head (once)")
-    if not said:
-        return ""
-    return ("; torchtitan's llama kernels (llama_impl=torchtitan: rope in complex fp32, repeat_kv's copies of k "
-            "and v, no head-merge copy; the logits cast to fp32 before the loss), forward / backward: "
-            + ", ".join(said))
-
-
-def _ring_note(block: list[Op], ops_time, compiled: bool = False) -> str:
-    """--explain's words for torch's ring attention merge kernels (cp_impl=torch), "" without them."""
-    merge = [o for o in block if o.name == "cp_merge"]
-    if not merge:
-        return ""
-    return (f"; torch's ring attention (cp_impl=torch): its merge and fp32 accumulation kernels"
-            f"{' (compiled: fused by Inductor, k/v cats after the first step dropped as dead code)' if compiled else ''} "
-            f"{ops_time(merge, False) * 1e3:.3f} ms forward, {ops_time(merge, True) * 1e3:.3f} ms backward per "
-            f"block ({merge[0].bytes / 1e9:.2f} / {merge[0].bwd_bytes / 1e9:.2f} GB)")
-
-
-def _dropout_note(block: list[Op], ops_time) -> str:
-    """--explain's words for the dropout kernels of a block (attention probabilities, the residuals' masks)."""
-    drop = [o for o in block if o.name == "attn_dropout"]
-    res = [o for o in block if o.name == "residual"]
-    if not drop and not res:
-        return ""
-    f, b = ops_time(drop, False), ops_time(drop, True)
-    return ("; dropout kernels (TrainSpec.dropout): " + (f"attention probabilities {f * 1e3:.3f} ms forward, "
-            f"{b * 1e3:.3f} ms backward per block (native_dropout over b*a*s*s: 2e + 1 B each way), " if drop else "")
-            + "1-byte masks in the bias-dropout-adds")
 
 
 def block_kernels(block: list[Op]) -> tuple[int, int]:
