@@ -114,21 +114,39 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1, part: str = "a
     split). Each parameter as one TP rank holds it (`tp_local`). `part`: all of them, only the experts'
     (`is_expert`) or all but the experts' ("dense")."""
     layers = first_rank_layers(model.n_layer, pp, v, model.d_model, model.vocab, model.seq)
+    root, kinds = _unit_parts(model, tp, part, pp == 1)
+    return (root,) + tuple(kinds[model.is_moe(i)] for i in range(layers))
+
+
+@functools.lru_cache(maxsize=256)
+def _unit_parts(model: ModelSpec, tp: int, part: str, whole_root: bool) -> tuple[tuple[int, ...], dict]:
+    """(the root unit, {False: a dense block's unit, True: an MoE block's}) as one TP rank holds them. Every block
+    of a kind holds the same parameters, so one of each is read: DeepSeek-V3 has 46,000 parameters, and a search
+    asks for thousands of layouts' units. `whole_root`: no pipeline, the root holds every top-level parameter (with
+    one, the embeddings only: the final norm is on the last stage)."""
     anat = anatomy.by_arch(model.arch)
     first_stage = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
+    kind_of = {}
+    for i in range(model.n_layer):
+        kind_of.setdefault(model.is_moe(i), i)
+    read = {f"{anat.blocks}.{i}.": kind for kind, i in kind_of.items()}  # the blocks read, one of each kind
+    in_blocks = anat.blocks + "."
+    kv_whole = model.llama and model.n_kv_heads < tp
     root: list[int] = []
-    blocks: list[list[int]] = [[] for _ in range(layers)]
+    kinds: dict = {kind: [] for kind in kind_of}
     for name, n in model.param_shapes():
+        kind = None
+        if name.startswith(in_blocks):
+            kind = next((k for prefix, k in read.items() if name.startswith(prefix)), None)
+            if kind is None:
+                continue
+        elif not (whole_root or name in first_stage):
+            continue
         if part != "all" and is_expert(name) != (part == "experts"):
             continue
-        n = tp_local(name, n, tp, kv_whole=model.llama and model.n_kv_heads < tp)
-        i = _block_index(anat, name)
-        if i is not None:
-            if i < layers:
-                blocks[i].append(n)
-        elif pp == 1 or name in first_stage:  # with pp the final norm is on the last stage
-            root.append(n)
-    return (tuple(root),) + tuple(tuple(b) for b in blocks)
+        n = tp_local(name, n, tp, kv_whole=kv_whole)
+        (root if kind is None else kinds[kind]).append(n)
+    return tuple(root), {kind: tuple(u) for kind, u in kinds.items()}
 
 
 def tp_replicated_params(model: ModelSpec, pp: int = 1) -> list[int]:
