@@ -73,7 +73,7 @@ def test_the_planner_steps_an_moe_and_latent_attention_model_with_muon():
                   moe_experts=8, moe_top_k=2, moe_ffn=32, moe_shared_ffn=32, moe_first_dense=1, mla_kv_rank=16,
                   mla_q_rank=24, mla_rope_dim=8, mla_v_dim=16)
     view = m.expert_view(4)
-    names = sorted(cost._block_matrices(anatomy.by_arch("llama"), dict(view.param_shapes()), view.linear_roles()))
+    names = sorted(cost.hidden_matrices(anatomy.by_arch("llama"), dict(view.param_shapes()), view.linear_roles()))
     mats = dict(zip(names, (d for _, d in cost.matrices_of(view, tp=2))))  # matrices_of lists them in name order
     assert "blocks.0.mlp.router.weight" not in mats and "blocks.1.mlp.router.weight" not in mats
     assert mats["blocks.1.mlp.experts.0.down.weight"] == [0, None] and mats["blocks.1.attn.q_down.weight"] == [0, None]

@@ -87,6 +87,11 @@ class Anatomy:
             out += [(f"{self.mlp}.{n}", role) for n, role in self.mlp_linears]
         return out
 
+    def linear_roles(self) -> dict[str, str]:
+        """Every block linear weight's role by its name inside a block, an expert's without its index
+        (mlp.experts.fc): the dense linears' (`linear_names`) and the experts' (EXPERT); not the router."""
+        return {**dict(self.linear_names()), **{f"{self.mlp}.{self.experts}.{n}": EXPERT for n, _ in self.mlp_linears}}
+
     def expert_linears(self, n_experts: int) -> list[tuple[str, str]]:
         """(name inside an MoE block, EXPERT) of every expert's linear layers, and the router."""
         out = [(f"{self.mlp}.{self.router}", COLUMN)]

@@ -38,7 +38,7 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
                                                       modules) for moe, share in ((True, w), (False, 1 - w)))
     h, a = m.d_model, m.n_head
     sbh = s * b * h
-    if m.llama and impl == "te" and recompute == "none" and flash:
+    if te_counted(m, impl, recompute, flash):
         return te_llama_activation_bytes_per_layer(m, b, s, t, sp, fp8, modules)
     if modules:
         raise ValueError("recompute_modules (Megatron-Core's selective recompute) is counted for Transformer Engine's "
@@ -55,6 +55,12 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     if sp:
         return sbh * ((34 - masks) / t + attn_core / t)
     return sbh * (10 - masks + 24 / t + attn_core / t)
+
+
+def te_counted(m: ModelSpec, impl: str, recompute: str, flash: bool) -> bool:
+    """Whether a block's activations are Transformer Engine's saved tensors (`te_llama_activation_bytes_per_layer`):
+    a llama block of TE's modules with fused attention, recompute by module only (Layout.recompute_modules)."""
+    return m.llama and impl == "te" and recompute == "none" and flash
 
 
 def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,

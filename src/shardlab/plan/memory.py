@@ -19,7 +19,7 @@ from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, ends_as_blocks, stage_layers
 from .train_spec import TrainSpec
-from .activations import activation_bytes_extra, activation_bytes_per_layer, logits_bytes
+from .activations import activation_bytes_extra, activation_bytes_per_layer, logits_bytes, te_counted
 from .model import ModelSpec
 
 
@@ -178,7 +178,7 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
             if lay.recompute == "none" else ("sbh*34/t" if lay.sp else "sbh(10 + 24/t)")
     if train.flash_attention and lay.recompute == "none":
         form += " without 5as/h (fused attention)"
-    if model.llama and train.llama_impl == "te" and train.flash_attention and lay.recompute == "none":
+    if te_counted(model, train.llama_impl, lay.recompute, train.flash_attention):
         form = ("Transformer Engine's saved tensors (norms' inputs, GEMMs' inputs, q k v and the attention output, "
                 "SwiGLU's input" + (", per routed copy for the experts" if model.moe_experts else "") + ")"
                 + (f", less what recompute_modules={lay.recompute_modules} frees" if lay.recompute_modules else ""))

@@ -277,8 +277,7 @@ class ModelSpec:
         (optim/muon/cost.py: every block linear weight is a Muon matrix, the router not)."""
         from shardlab.model import anatomy
         a = anatomy.by_arch(self.arch)
-        roles = dict(a.linear_names())
-        roles.update({f"{a.mlp}.{a.experts}.{n}": anatomy.EXPERT for n, _ in a.mlp_linears})
+        roles = a.linear_roles()  # the trainer's models' linears; the planner's own names below
         roles.update({f"{a.mlp}.{SHARED}.{n}": r for n, r in a.mlp_linears})
         roles.update({f"{a.attention}.{n}": r for n, r in (("q_down", None), ("kv_down", None),
                                                           ("q_up", anatomy.COLUMN), ("kv_up", anatomy.COLUMN))})

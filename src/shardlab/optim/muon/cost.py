@@ -18,21 +18,23 @@ from shardlab.optim.muon.newton_schulz import STEPS, flops
 GATHER, SCATTER = "muon.gather", "muon.scatter"
 
 
-def hidden_matrices(a, fqns) -> set[str]:
-    """The FQNs of `fqns` that are the blocks' linear weights (dense or an expert's; not the router)."""
-    dense = {n for n, _ in a.linear_names()}
-    expert = {n for n, _ in a.mlp_linears}
+def hidden_matrices(a, fqns, roles: dict | None = None) -> set[str]:
+    """The FQNs of `fqns` that are block linear weights `roles` names (by the name inside a block, an expert's
+    without its index: anatomy's `linear_roles`, dense or an expert's, not the router; the planner passes its
+    model's, which adds a shared expert and latent attention's linears)."""
+    roles = a.linear_roles() if roles is None else roles
     out = set()
     for fqn in fqns:
         parts = fqn.split(".")
-        if len(parts) < 4 or parts[0] != a.blocks or parts[-1] != "weight":
-            continue
-        inner = parts[2:-1]
-        is_expert = (len(inner) == 4 and inner[:2] == [a.mlp, a.experts] and inner[2].isdigit()
-                     and inner[3] in expert)
-        if ".".join(inner) in dense or is_expert:
+        if len(parts) >= 4 and parts[0] == a.blocks and parts[-1] == "weight" and _role_key(parts) in roles:
             out.add(fqn)
     return out
+
+
+def _role_key(parts: list[str]) -> str:
+    """A block parameter's name inside its block, an expert's index dropped (blocks.3.mlp.experts.7.up.weight:
+    mlp.experts.up)."""
+    return ".".join(x for x in parts[2:-1] if not x.isdigit())
 
 
 def exchange_bytes(shapes: list[tuple], n: int, rank: int, dim: int = 0, elem: int = 4) -> dict:
@@ -93,7 +95,7 @@ def matrices_of(model, tp: int = 1, pp: int = 1) -> list[tuple]:
     role = model.linear_roles()  # the planner's names: experts, a shared expert, latent attention's linears too
     blocks = math.ceil(model.n_layer / pp)
     out = []
-    for fqn in sorted(_block_matrices(a, shapes, role)):
+    for fqn in sorted(hidden_matrices(a, shapes, role)):
         parts = fqn.split(".")
         if int(parts[1]) >= blocks:
             continue
@@ -102,18 +104,6 @@ def matrices_of(model, tp: int = 1, pp: int = 1) -> list[tuple]:
         dim = None if tp == 1 or kv_whole else (1 if r == ROW else 0 if r in (COLUMN, KV) else None)
         out.append(((p.rows, p.row), [0, dim]))
     return out
-
-
-def _role_key(parts: list[str]) -> str:
-    """A block parameter's name inside its block, an expert's index dropped (blocks.3.mlp.experts.7.up.weight:
-    mlp.experts.up)."""
-    return ".".join(x for x in parts[2:-1] if not x.isdigit())
-
-
-def _block_matrices(a, shapes: dict, role: dict) -> set[str]:
-    """The planner's Muon matrices: the block linear weights `role` names (the router not)."""
-    return {f for f in shapes if f.split(".")[0] == a.blocks and f.endswith(".weight") and len(f.split(".")) >= 4
-            and _role_key(f.split(".")) in role}
 
 
 def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS, experts_over: int = 0) -> list[int]:
@@ -138,7 +128,7 @@ def zero_redundancy_flops(model, n: int, pp: int = 1, steps: int = STEPS, expert
             continue
         stage.append((fqn, p))
     role = model.linear_roles()
-    hidden = _block_matrices(a, dict(stage), role)
+    hidden = hidden_matrices(a, [f for f, _ in stage], role)
     if experts_over:  # the experts' whole matrices dealt apart, over their own group (busiest rank: both busiest)
         expert = {f for f in hidden if role[_role_key(f.split("."))] == anatomy.EXPERT}
         rest = [(f, p) for f, p in stage if f not in expert]
