@@ -141,6 +141,7 @@ def test_does_not_fit_json_gives_fits_false_and_suggestions(capsys):
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is False and d["memory"]["fits"] is False and "does not fit" in d["verdict"]
     assert d["suggestions"] and all(s["mem_total"] <= d["memory"]["capacity"] for s in d["suggestions"])
+    assert d["search"]["truncated"] is False and d["search"]["candidates"] >= d["search"]["tried"] > 0  # whole search
     assert main(["model=gpt2", "gpus=8", "strategy=zero2", "global_batch=64", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["fits"] is True and "suggestions" not in d

@@ -52,9 +52,9 @@ OTHER_KEYS = {"model": str, "cluster": str, "gpus": int, "dp_replicate": int,  #
               "power_w": float, "attention": str}  # the GPU's power limit; the fused attention kernel
 ALL_KEYS = {**MODEL_KEYS, **TRAIN_KEYS, **LAYOUT_KEYS, **MOE_KEYS, **OTHER_KEYS}
 IMPL_FIELDS = ("zero_partition", "zero3_impl")  # Layout fields a strategy name sets (layout.STRATEGY_IMPL), no keys
-IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)
+IMPL_KEYS = ("tp_impl", *IMPL_FIELDS)  # how the layers run: `plan search` plans its candidates with the user's
 # `plan search`'s default budget: a dense model's space takes seconds; a large MoE model's (every ep) takes hours
-SEARCH_BUDGET_S = 120.0  # how the layers run: `plan search` plans its candidates with the user's
+SEARCH_BUDGET_S = 120.0
 
 
 # Ranges a plan can be asked about: beyond them the enumeration (divisors, per-layer parameter lists)
@@ -207,7 +207,7 @@ def _plan(args) -> int:
         if not plan.fits:
             from .search import sp_hint
             d = {"fits": False, "verdict": shortfall(plan), "suggestions": fixes_dict(near, found),
-                 "sp_hint": sp_hint(plan), **d}
+                 "search": counts, "sp_hint": sp_hint(plan), **d}
         if moe_terms:
             d["moe"] = moe_terms
         print(json.dumps(d, indent=2))

@@ -57,8 +57,8 @@ def recomputed_ops(block: list[Op], recompute: str, early_stop: bool = False,
         return [o for o in block if o.name in ("ln_1", "ln_2", "gelu", "residual", fusion.FUSED_RESIDUAL)]
     if recompute == "selective-op":  # torchtitan's: every op but the odd matmuls and attention again
         return _selective_op_recomputed(block)
-    if recompute == "selective-attn":  # Megatron's: the attention core again
-        return [o for o in block if o.name in ("attention", "scores", "softmax", "attn_dropout", "attn_v")]
+    if recompute == "selective-attn":  # Megatron's: the attention core again (its recompute module core_attn)
+        return module_ops(block, frozenset({"core_attn"}))
     return []
 
 
