@@ -144,7 +144,8 @@ def test_transformer_engine_casts_weights_once_a_step():
     from shardlab.plan.fp8 import TE_MXFP8_CAST, converted_shapes
 
     assert TE_MXFP8_CAST == round(1.823 / 2.335, 3) == 0.781
-    lay, b200 = Layout(dp=8, strategy="zero1"), load_cluster("B200", 8)
+    # launch gaps off: TE's layer launches its own count of kernels (plan/host.py), not the op list's
+    lay, b200 = Layout(dp=8, strategy="zero1"), replace(load_cluster("B200", 8), kernel_gap_s=0.0)
     model = MODELS["llama3-8b"]
 
     def train(impl, recipe="tensorwise"):
@@ -155,7 +156,7 @@ def test_transformer_engine_casts_weights_once_a_step():
     # the planner gives kernels that size (30-100% of the datasheet's), once per micro batch
     w_bytes = 5 * sum(r * c for r, c in converted_shapes(model))
     gap = (own.times["forward"] - te.times["forward"]) / own.m
-    assert w_bytes / b200.hbm_bw < gap < w_bytes / (0.3 * b200.hbm_bw)
+    assert w_bytes / b200.hbm_bw * (1 - 1e-9) < gap < w_bytes / (0.3 * b200.hbm_bw)  # at most the full HBM rate
     assert "weights once a step (Transformer Engine's FP8 weight cache" in te.explain["forward"]
     assert "weights once a step" not in own.explain["forward"]
     mx_own, mx_te = (evaluate(model, train(i, "mxfp8"), lay, b200) for i in ("own", "te"))

@@ -362,6 +362,9 @@ def test_transformer_engine_llama_block_keeps_less():
     own, te = (evaluate(m, TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True, fp8="tensorwise",
                                      llama_impl=impl), lay, c) for impl in ("own", "te"))
     assert te.mem_total < own.mem_total and te.step_time < own.step_time
-    bf16 = [evaluate(m, TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True, llama_impl=impl), lay, c)
-            for impl in ("own", "te")]
-    assert bf16[0].step_time == bf16[1].step_time  # without float8 TE's layers are planned as the own block's
+    # without float8 TE's layers do the own block's device work; they launch their own count of kernels (plan/host.py)
+    from dataclasses import replace
+    quiet = replace(c, kernel_gap_s=0.0, host_kernel_s=0.0)
+    bf16 = [evaluate(m, TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True, llama_impl=impl), lay,
+                     quiet) for impl in ("own", "te")]
+    assert bf16[0].step_time == bf16[1].step_time

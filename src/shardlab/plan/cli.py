@@ -27,7 +27,8 @@ from .model import model_from_args, resolve_preset
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int,
               # latent attention and multi-token prediction (llama; DeepSeek-V3's: docs/moe.md)
-              "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int}
+              "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int,
+              "qk_norm": "bool"}  # q and k RMSNorms (Qwen3): kernels the host issues (plan/host.py)
 # the model's MoE blocks (ModelSpec): experts, top-k, every n-th block, the experts' own width, a shared expert's
 # width, leading dense blocks; ep is the layout's
 MODEL_MOE_KEYS = ("moe_experts", "moe_top_k", "moe_every", "moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups",
@@ -36,6 +37,7 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
               "optimizer": str, "fp32_grad_accum": "bool", "flash_attention": "bool",
               "compile": "bool",  # compile: torch.compile each block (train.compile; plan/fusion.py)
               "llama_impl": str,  # whose llama block: own, torchtitan, te (TE's: its saved tensors, FP8 weight cache)
+              "cuda_graphs": str,  # none, full, or Megatron-Core's scopes attn,moe_router,moe_preprocess (plan/host.py)
               "fp8": str}  # train.fp8: the block linears' float8 recipe (none, tensorwise, rowwise, mxfp8; plan/fp8.py)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
@@ -43,7 +45,8 @@ LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bo
                "reshard_after_forward": "bool", "root_reshards": "bool", "padding": str,
                "bucket_mb": float, "first_bucket_mb": float, "last_bucket_mb": float, "comm_dtype": str,
                "health_check": "bool", "tp_comm_overlap": "bool", "overlap_p2p_comm": "bool",
-               "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int, "ep_dedup": "bool"}
+               "offload_activations": int, "ep": int, "ep_overlap": "bool", "ep_sms": int, "ep_dedup": "bool",
+               "ep_dispatcher": str}
 MOE_KEYS = {"moe_experts": int, "moe_top_k": int, "moe_every": int, "moe_capacity": float,
             "moe_ffn": int, "moe_shared_ffn": int, "moe_first_dense": int, "moe_groups": int, "moe_group_topk": int,
             "moe_aux_weight": float, "moe_z_weight": float, "moe_bias_update": float,

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from . import attention, fp8, fusion, torch_tp
+from . import attention, fp8, fusion, host as host_mod, torch_tp
 from .compute_notes import dropout_note, ring_note, titan_note
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
@@ -89,6 +89,9 @@ class MicroTime:
     # input-gradient GEMMs' seconds, ((w_att, w_mlp), (d_att, d_mlp)): what Megatron's async TP backward hides behind
     tp_hide: dict = field(default_factory=dict)
     mixed: str = ""  # a model of dense and MoE blocks: how its two kinds were weighted, for --explain
+    # one block's (forward, backward) host seconds to issue its kernels (plan/host.py), and the slowest rank's blocks
+    host: tuple = (0.0, 0.0)
+    blocks: int = 0
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
@@ -175,7 +178,7 @@ def _blend(w: float, moe: MicroTime, dense: MicroTime, words: str) -> MicroTime:
     return replace(moe, fwd=mix(moe.fwd, dense.fwd), bwd=mix(moe.bwd, dense.bwd),
                    recompute=mix(moe.recompute, dense.recompute), gemm_flops=mix(moe.gemm_flops, dense.gemm_flops),
                    kernels=tuple(round(x) for x in pair(moe.kernels, dense.kernels)), block=pair(moe.block, dense.block),
-                   head=pair(moe.head, dense.head),
+                   head=pair(moe.head, dense.head), host=pair(moe.host, dense.host),
                    tp_hide={k: pair(v, dense.tp_hide.get(k, (0.0, 0.0))) for k, v in moe.tp_hide.items()}, mixed=words)
 
 
@@ -242,7 +245,10 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     rec_ops = recomputed_ops(block, lay.recompute, stop, lay.recomputed_modules)
     rec = layers * ops_time(rec_ops, False)
     fw_extra, bw_extra = _framework(c, len(block), layers)
-    gap_f, gap_b = launch_gaps(block, c)
+    # the kernels a block launches: Megatron-Core's TE layer by its own count (plan/host.py), else the op list's
+    kernels = host_mod.te_kernels(model, train, lay) if impl == "te" else block_kernels(block)
+    gap = 0.0 if train.cuda_graphs == "full" else c.kernel_gap_s  # a replayed graph's kernels follow each other
+    gap_f, gap_b = kernels[0] * gap, kernels[1] * gap
     fwd, bwd = fwd + fw_extra + layers * gap_f, layers * (b_block + gap_b) + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank
     how = "roofline"
@@ -268,8 +274,9 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
                           ops_time(eager_block, True, None), b_block, block_kernels(block), block_kernels(eager_block))
     hide = {tag: tuple(x / k for x in pair) for tag, pair in tp_hiding(
         block, c, fp32, lay, lambda o, t, bw: fp8.gemm_seconds(o, t, bw, c, train, lay, casts)).items()}
-    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, block_kernels(block), why, per_block,
-                     (f_head / k, b_head / k), hide)
+    host = host_mod.block_seconds(train, lay, c.host_kernel_s, kernels) if roofline else (0.0, 0.0)
+    return MicroTime(fwd, bwd, rec, gemm, how == "in situ", how, kernels, why, per_block,
+                     (f_head / k, b_head / k), hide, host=host, blocks=layers)
 
 
 def _slowest_rank(model: ModelSpec, lay: Layout, layers: int, per_block: float, emb: tuple, head: tuple,
@@ -307,13 +314,6 @@ def block_kernels(block: list[Op]) -> tuple[int, int]:
     bwd = sum(3 if o.name == "attention" else 2 if o.kind == "gemm" else o.count for o in block
               if o.kind == "gemm" or (o.bytes if o.bwd_bytes is None else o.bwd_bytes))
     return fwd, bwd
-
-
-def launch_gaps(block: list[Op], c: Cluster) -> tuple[float, float]:
-    """(forward, backward) seconds per block the device idles between kernels (the cluster's `kernel_gap_s`;
-    0 off GPU presets): eager PyTorch issues every op as its own kernel."""
-    f, b = block_kernels(block)
-    return f * c.kernel_gap_s, b * c.kernel_gap_s
 
 
 def ring_merge_op(model: ModelSpec, b: int, s: int, t: int, cp: int, compiled: bool = False) -> Op:

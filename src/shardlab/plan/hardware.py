@@ -67,6 +67,7 @@ class Cluster:
     # settle at. 1 = none known (the GEMM rate, gemm_efficiency, is sustained already where it is measured)
     attention_sustained: float = 1.0
     kernel_gap_s: float = 0.0  # device time between two back-to-back kernels of a stream (launch gap), s
+    host_kernel_s: float = 0.0  # host time an eager training step spends per kernel it issues (plan/host.py), s
     unit_pipeline: bool = False  # ZeRO's unit-wise collectives hidden unit by unit (plan/overlap.py), not as a budget
     pipelined_phases: bool = False  # a collective across nodes takes its slowest link's time, not the phases' sum
     # a ring across nodes pays a step's latency at each of its n - 1 steps (all-reduce 2(n - 1)), nodes - 1 of them
@@ -185,8 +186,16 @@ def _node(name, gpus_per_node=8, **kw) -> Cluster:
 # calculon-ai/calculon systems/a100_80g.json, h100_80g_nvl8.json "mem1" MB_efficiency, looked up as
 # calculon/memory.py does): 90% of the datasheet from 100 MB a kernel, 75% from 10 MB, 60% from 1 MB, 30% below
 CALCULON_HBM = ((100e6, 0.90), (10e6, 0.75), (1e6, 0.6), (0.0, 0.3))
+# host_kernel_s: S. Bekman, ml-engineering, training/performance/README.md (torch-compile-bench.py; one B200, torch
+# 2.13.0+cu130, 2026-08-09): Llama 3.2 1B, bf16, SDPA, batch 1 x 512, forward + backward with gradient
+# checkpointing, 48.8 ms a step eager against 8.1 ms under CUDA graphs (reduce-overhead): a step whose device work
+# is a few ms, so the eager step is the host's. It issues 2,378 kernel-launching aten ops (views, detaches and
+# allocations left out; scripts/count_host_ops.py counts them in transformers' LlamaForCausalLM at that
+# configuration): 20.5 us each. (The forward alone, inference without autograd: 8.1 ms / 662 = 12.2 us.)
+HOST_KERNEL_S = 48.8e-3 / 2378
 _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, nccl_ctas=16, attention="flash2",
-             kernel_gap_s=1e-6, unit_pipeline=True, pipelined_phases=True, hbm_efficiency=CALCULON_HBM,
+             kernel_gap_s=1e-6, host_kernel_s=HOST_KERNEL_S, unit_pipeline=True, pipelined_phases=True,
+             hbm_efficiency=CALCULON_HBM,
              ring_latency_steps=True)
 # gemm_efficiency on Hopper: the sustained rate, not the boost burst. At 700 W a GH100 running GEMMs back to back
 # settles at ~1.45 GHz: 698.6 TFLOP/s BF16 (MSMF, eight H200s all busy; the best shape of a search) of the

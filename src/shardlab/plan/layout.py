@@ -150,6 +150,10 @@ class Layout:
     # internode kernels, HybridEP's hierarchical dispatch), where NCCL's all-to-all sends every routed copy
     # (plan/moe.py remote_nodes)
     ep_dedup: bool = False
+    # the token dispatcher's kind, for the kernels the host issues (plan/host.py): "alltoall" (Megatron-Core's
+    # MoEAlltoAllTokenDispatcher, shardlab's own: counts, permutation and NCCL all-to-alls as separate kernels) or
+    # "flex" (DeepEP, HybridEP: fused dispatch and combine kernels)
+    ep_dispatcher: str = "alltoall"
 
     @property
     def world(self) -> int:
@@ -240,6 +244,7 @@ class Layout:
             raise ValueError("ep_overlap needs ep > 1: it hides expert parallelism's all-to-alls")
         if self.ep_dedup and self.ep <= 1:
             raise ValueError("ep_dedup needs ep > 1: it deduplicates expert parallelism's all-to-alls across nodes")
+        one_of("ep_dispatcher", self.ep_dispatcher, ("alltoall", "flex"))
         for k in ("dp", "tp", "pp", "v", "cp", "ep"):
             if getattr(self, k) <= 0:
                 raise ValueError(f"{k} must be positive, got {getattr(self, k)}")

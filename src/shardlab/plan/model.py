@@ -43,6 +43,8 @@ class ModelSpec:
     n_kv_heads: int = 0  # llama: key/value heads (0 = n_head)
     ffn: int = 0  # llama: SwiGLU width f (0 = Llama 3's rule, 2/3 x 4h rounded up to a multiple of 256)
     head_dim: int = 0  # d, one head's width (0 = h/a); Qwen3's a x d differs from h: q and proj are h x ad
+    # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its kernels in the host's count (plan/host.py)
+    qk_norm: bool = False
     # mixture of experts (the trainer's model.moe_*, docs/moe.md): every moe_every-th block's MLP becomes
     # moe_experts routed copies of it (each of width `ffn`) and a router; each token meets moe_top_k of them
     moe_experts: int = 0  # E (0 = dense)

@@ -77,6 +77,9 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
                 # after the first evaluation (which planned shardlab's own block's saved tensors: five of seven
                 # did not fit): Transformer Engine's modules, memory only (TrainSpec.llama_impl)
                 llama_impl="te",
+                # (after the twelfth and thirteenth sets) the rows without launch gaps replay the whole iteration
+                # as CUDA graphs: no host time either (plan/host.py)
+                cuda_graphs="full" if cluster_fields.get("kernel_gap_s") == 0.0 else "none",
                 cluster_fields={"attention": "cudnn", **cluster_fields},
                 notes=notes or "TE userbuffers, distributed optimizer, FP8 current scaling")
 

@@ -24,6 +24,7 @@ from .published_gpu_eighth import PASSES, SOURCE
 from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
 from .published_gpu_fourteenth_rows import KIMI_K2_SHAPES, ROWS
 from .published_gpu_thirteenth import PRECISION, _layout, _modules, shape_of
+from .published_gpu_twelfth import cuda_graphs, dispatcher
 
 BUCKET_MIB = 64e6 * 2 / 2**20  # Megatron DDP's default bucket, max(40e6, 1e6 x DP) elements at DP 64, of bf16
 
@@ -34,6 +35,7 @@ def planner_row(r: dict) -> dict:
     lay = {"dp": r["gpus"] // (tp * pp * cp), "tp": tp, "pp": pp, "cp": cp, "ep": r["ep"], "sp": tp > 1,
            "strategy": "zero1", "zero_partition": "params", "zero1_impl": "all_reduce", "overlap_grad_reduce": True,
            "zero_bucket_mb": BUCKET_MIB, "pp_layout": _layout(rec, pp, vp), "recompute_modules": _modules(rec),
+           "ep_dispatcher": dispatcher(rec),
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": rec.get("overlap_p2p_comm") is True}
               if vp > 1 else {})}
     shape = shape_of(KIMI_K2_SHAPES[r["model"]], rec["mtp_num_layers"])
@@ -41,7 +43,7 @@ def planner_row(r: dict) -> dict:
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", optimizer="muon", optim_dtype="fp32",
-                cluster_fields={"attention": "cudnn"}, notes=r["notes"], seen="")
+                cuda_graphs=cuda_graphs(rec), cluster_fields={"attention": "cudnn"}, notes=r["notes"], seen="")
 
 
 FOURTEENTH = [planner_row(r) for r in ROWS]

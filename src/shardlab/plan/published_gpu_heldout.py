@@ -285,7 +285,8 @@ def plan_row(row: dict, cluster: Cluster | None = None):
                       mem_measure=row.get("mem_measure", "allocated"),
                       cuda_context_mib=row.get("cuda_context_mib", 0.0), embed_norm=row.get("embed_norm", False),
                       optimizer_passes=row.get("optimizer_passes", ()), grad_accum_add=row.get("grad_accum_add", False),
-                      optim_dtype=row.get("optim_dtype", "fp32"), optimizer=row.get("optimizer", "adam"))
+                      optim_dtype=row.get("optim_dtype", "fp32"), optimizer=row.get("optimizer", "adam"),
+                      cuda_graphs=row.get("cuda_graphs", "none"))
     return evaluate(row_model(row), train, lay, replace(c, num_gpus=row["gpus"]))
 
 

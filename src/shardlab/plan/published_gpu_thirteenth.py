@@ -29,6 +29,7 @@ from __future__ import annotations
 from .published_gpu_eighth import PASSES, SOURCE
 from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
 from .published_gpu_thirteenth_rows import DEEPSEEK_V3_SHAPES, ROWS
+from .published_gpu_twelfth import cuda_graphs, dispatcher
 
 PRECISION = {"MXFP8": "mxfp8", "FP8-CS": "tensorwise", "BF16": "none"}
 
@@ -111,7 +112,7 @@ def planner_row(r: dict) -> dict:
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if hybridep else 0,
            # (after the first evaluation) DeepEP's internode kernels send a token once a node; (after the fourteenth
            # set) HybridEP's hierarchical dispatch too (no row here has a HybridEP group across nodes)
-           "ep_dedup": deepep or hybridep,
+           "ep_dedup": deepep or hybridep, "ep_dispatcher": dispatcher(rec),
            "pp_layout": _layout(rec, pp, vp),
            "recompute_modules": _modules(rec),  # (after the first evaluation) what the recipe recomputes
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
@@ -122,6 +123,7 @@ def planner_row(r: dict) -> dict:
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec),
+                cuda_graphs=cuda_graphs(rec),
                 cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
                 notes=r["notes"], seen="")
 

@@ -12,10 +12,11 @@ the inputs the planner has for what the row's recipe sets:
   235B recipes count the embedding and the loss as a layer each (`pp_split=ends-as-blocks`);
 - sequence parallelism and TE's userbuffers where the recipe sets them (the TP 2 rows);
 - the EP all-to-all overlap with delayed weight gradients (`overlap_moe_expert_parallel_comm`): `ep_overlap`;
-- whole-iteration CUDA graphs: no launch gaps (cluster `kernel_gap_s` 0, as the eighth set's 8B rows).
+- whole-iteration CUDA graphs: no launch gaps (cluster `kernel_gap_s` 0, as the eighth set's 8B rows);
+- (after the twelfth and thirteenth sets' evaluations) the graphs each recipe replays and its dispatcher's kind,
+  for the kernels the host issues (`cuda_graphs`, `ep_dispatcher`: plan/host.py), and Qwen3's q/k norms (`qk_norm`).
 What the recipes set that the planner has no input for (planned as Megatron-Core's defaults would run): the flex
-dispatcher with HybridEP (planned as NCCL's all-to-all on the same links), CUDA graphs of some modules only (launch
-gaps kept), the full-iteration rows' paged stash, per-rank token budget, FP8 attention and fused grouped MLP, QK
+dispatcher with HybridEP (planned as NCCL's all-to-all on the same links), the full-iteration rows' paged stash, per-rank token budget, FP8 attention and fused grouped MLP, QK
 layernorm's two small norms, and the parameter all-gather's overlap (planned after the step, as every set plans it).
 """
 from __future__ import annotations
@@ -31,12 +32,31 @@ def _shape(name: str) -> dict:
     q = QWEN3_SHAPES[name]
     return {"n_layer": q["num_layers"], "d_model": q["hidden_size"], "n_head": q["num_attention_heads"],
             "vocab": q["vocab_size"], "arch": "llama", "n_kv_heads": q["num_query_groups"],
+            "qk_norm": q.get("qk_layernorm") is True,
             "head_dim": q["kv_channels"], "ffn": q["moe_ffn_hidden_size"], "tied": False,
             "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"]}
 
 
 def _on(recipe: dict, key: str) -> bool:
     return recipe.get(key) is True
+
+
+def cuda_graphs(recipe: dict) -> str:
+    """(after the twelfth and thirteenth sets' evaluations) the CUDA graphs the recipe replays, for the host's count
+    (TrainSpec.cuda_graphs): full_iteration -> "full"; Transformer Engine's graphs of Megatron-Core's module scopes
+    -> those scopes (none listed: the whole layer, "full"); the 25.09 yamls' cuda_graphs (enable_cuda_graph: each
+    layer one graph, token-dropping rows) -> "full"; otherwise eager ("none")."""
+    impl = str(recipe.get("cuda_graph_impl"))
+    if impl == "full_iteration" or impl.startswith("yaml cuda_graphs true"):
+        return "full"
+    if impl == "transformer_engine":
+        return ",".join(recipe.get("cuda_graph_scope") or []) or "full"
+    return "none"
+
+
+def dispatcher(recipe: dict) -> str:
+    """(after the same evaluations) the token dispatcher's kind (Layout.ep_dispatcher): flex (DeepEP, HybridEP)."""
+    return "flex" if recipe.get("moe_token_dispatcher_type") == "flex" else "alltoall"
 
 
 def planner_row(r: dict) -> dict:
@@ -50,7 +70,7 @@ def planner_row(r: dict) -> dict:
            # (after the thirteenth set) HybridEP's hierarchical dispatch: one RDMA copy a token per remote NVLink
            # domain, forwarded over NVLink (DeepEP's Hybrid-EP_Implementation.md: its RDMA token buffer holds
            # tokens x (nodes - 1)); only a row whose EP group spans nodes moves
-           "ep_dedup": rec.get("moe_token_dispatcher_type") == "flex",
+           "ep_dedup": rec.get("moe_token_dispatcher_type") == "flex", "ep_dispatcher": dispatcher(rec),
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if pp > 1 and _on(rec, "account_for_embedding_in_pipeline_split")
@@ -60,7 +80,7 @@ def planner_row(r: dict) -> dict:
     return _row(r["case"], _shape(r["model"]), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay,
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
-                fused_loss=True, optimizer_passes=PASSES, llama_impl="te",
+                fused_loss=True, optimizer_passes=PASSES, llama_impl="te", cuda_graphs=cuda_graphs(rec),
                 cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
                 notes=r["notes"], seen="")
 

@@ -95,7 +95,7 @@ def render(p: Plan, explain: bool = False) -> str:
         out.append("  (none: a single rank)")
     out.append("")
     out.append(f"{'time per step':<{w}}")
-    for k in ("forward", "backward", "tp_pp_comm", "bubble", "comm_total", "exposed_comm", "comm_sm_cost",
+    for k in ("forward", "backward", "tp_pp_comm", "host_wait", "bubble", "comm_total", "exposed_comm", "comm_sm_cost",
               "optimizer", "zero_copies", "trainer", "step"):
         out.append(f"  {k:<{w - 2}}{_t(p.times[k]):>14}" + (f"   {p.explain[k]}" if explain else ""))
     out.append("")

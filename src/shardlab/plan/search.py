@@ -134,13 +134,13 @@ def why(best: Plan, nxt: Plan) -> str:
     gain = best.tokens_per_s / nxt.tokens_per_s - 1
     if not nxt.fits:
         return f"the next layout does not fit ({nxt.mem_total / 2**30:.1f} GiB > {nxt.capacity / 2**30:.1f})"
-    diffs = {k: nxt.times[k] - best.times[k] for k in ("compute", "exposed_comm", "tp_pp_comm",
+    diffs = {k: nxt.times[k] - best.times[k] for k in ("compute", "exposed_comm", "tp_pp_comm", "host_wait",
                                                         "bubble", "optimizer", "zero_copies")}
     k = max(diffs, key=diffs.get)
     label = {"compute": "compute (recomputation or GEMM size)", "exposed_comm": "exposed data-parallel "
              "communication", "tp_pp_comm": "tensor/pipeline-parallel communication",
              "bubble": "pipeline bubble", "optimizer": "optimizer step",
-             "zero_copies": "ZeRO buffer copies"}[k]
+             "zero_copies": "ZeRO buffer copies", "host_wait": "the device waiting on the host's kernel launches"}[k]
     kind = "comm bound" if k in ("exposed_comm", "tp_pp_comm") else (
         "memory bound" if k == "compute" and nxt.layout.recompute != best.layout.recompute else "")
     mem = ""

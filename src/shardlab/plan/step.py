@@ -2,6 +2,7 @@
 
   t_mb     = forward + backward of one micro batch on the slowest stage
              + its tensor-parallel collectives and pipeline sends (exposed, but where critical.py hides them)
+             + the device's waits on the host issuing its kernels (plan/host.py)
   pipeline = m * t_mb + bubble,  bubble = the schedule's idle micro-batch times x t_mb (bubble_units)
   exposed  = data-parallel comm not hidden behind compute: bucketed gradient collectives overlap
              the backward pass except the last bucket; ZeRO-3 prefetch overlaps forward and
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import fp8 as fp8_mod, fsdp2_kernels, moe, offload, overlap
+from . import fp8 as fp8_mod, fsdp2_kernels, host, moe, offload, overlap
 from .comm import Collective, dp_collectives, experts_apart, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -90,7 +91,8 @@ class Plan:
         if not self.fits:
             return "memory (does not fit)"
         parts = {"compute": t["compute"], "communication": t["exposed_comm"] + t["tp_pp_comm"] + t["comm_sm_cost"],
-                 "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"] + t["zero_copies"]}
+                 "pipeline bubble": t["bubble"], "optimizer step": t["optimizer"] + t["zero_copies"],
+                 "the host issuing kernels": t["host_wait"]}
         name = max(parts, key=parts.get)
         return f"{name} ({parts[name] / t['step']:.0%} of the step)"
 
@@ -115,7 +117,10 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
         plan.comm.append(CommLine(c, *collective_time(c, lay, cluster)))
     tp_pp, tp_hidden, ub_cost = critical_comm(plan.comm, mt, lay, cluster, m)
     tp_pp += sync_waits(plan.comm, mt, m, cluster)
-    t_mb = mt.fwd + mt.bwd + tp_pp / m
+    # the device idles where the host issues a block's kernels slower than the device runs them (plan/host.py)
+    wait, host_why = host.waits(model, train, lay, mt.host, mt.block, mt.blocks,
+                                tp_pp / m / mt.blocks if mt.blocks else 0.0, cluster.host_kernel_s)
+    t_mb = mt.fwd + mt.bwd + tp_pp / m + wait
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
     sm_cost = cluster.sm_share_comm * (tp_hidden + sum(cl.time - cl.exposed for cl in plan.comm
@@ -130,6 +135,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
     T["compute"] = m * (mt.fwd + mt.bwd)
     T["tp_pp_comm"] = tp_pp
+    T["host_wait"] = m * wait
     T["bubble"] = bubble
     T["comm_total"] = sum(cl.time for cl in plan.comm)
     T["exposed_comm"] = exposed
@@ -139,6 +145,11 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["trainer"] = _trainer_time(plan.comm, lay, cluster)
     T["step"] = m * t_mb + bubble + exposed + sm_cost + t_opt + copies + T["trainer"]
     _explain(plan, mt, t_mb, opt_why)
+    plan.explain["host_wait"] = host_why or "none: " + (
+        "the whole iteration in CUDA graphs" if train.cuda_graphs == "full" else
+        "compiled blocks (not counted)" if train.compile else
+        "the host keeps ahead of the device" if cluster.host_kernel_s else
+        "no GPU preset (a profile measures the framework's time in situ)")
     if offload_why:
         plan.explain["forward"] += f"; {offload_why}"
     if fsdp2:
@@ -400,7 +411,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["optimizer"] = opt_why
     X["zero_copies"] = "ZeRO flat buffers: packing and unpacking copies, fresh buffers at the first-touch (flat) bandwidth"
     X["trainer"] = "the trainer's own per-step work + per collective call (calibrated on miniature runs; 0 on presets)"
-    X["step"] = "m*t_mb + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
+    X["step"] = "m*t_mb (host waits in t_mb) + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
 def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:

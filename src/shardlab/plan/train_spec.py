@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from shardlab.fp8.recipes import NAMES as FP8_RECIPES
 from shardlab.optim import registry as optimizers
 
+# Megatron-Core's CUDA-graph scopes the planner counts (transformer_layer.py): the attention (input norm through its
+# residual add), the router (pre-MLP norm and router), the dispatcher's preprocess (token counts, permutation)
+GRAPH_SCOPES = ("attn", "moe_router", "moe_preprocess")
+
 # *-mixed: Megatron's (16-bit weights and gradients, an fp32 master copy in the optimizer); *-autocast:
 # torch.autocast, what `shardlab train` does with train.dtype=bf16|fp16 (fp32 weights, gradients and Adam
 # state; matrix products and the activations they save in 16 bits)
@@ -104,6 +108,10 @@ class TrainSpec:
     # saved input and statistics per micro batch in flight on the first stage (memory only); a row's input
     embed_norm: bool = False
     cuda_context_mib: float = 0.0
+    # CUDA graphs the run replays (plan/host.py): "none" (eager: the host issues every kernel), "full" (the whole
+    # iteration captured: no host time), or Megatron-Core's module scopes, comma-separated (attn, moe_router,
+    # moe_preprocess: its cuda_graph_scope under cuda_graph_impl "transformer_engine"; TE blocks only)
+    cuda_graphs: str = "none"
 
     def check(self) -> None:
         one_of("precision", self.precision, PRECISIONS)
@@ -115,6 +123,22 @@ class TrainSpec:
             one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:
             raise ValueError("global_batch and micro_batch must be positive")
+        if self.cuda_graphs not in ("none", "full"):
+            for name in self.graph_scopes:
+                one_of("cuda_graphs", name, ("none", "full", *GRAPH_SCOPES))
+            if self.llama_impl != "te":
+                raise ValueError(f"cuda_graphs={self.cuda_graphs} names Megatron-Core's module scopes: they need its "
+                                 "Transformer Engine layers (llama_impl=te); use none or full")
+            if "moe_preprocess" in self.graph_scopes and "moe_router" not in self.graph_scopes:
+                raise ValueError("cuda_graphs moe_preprocess needs moe_router (Megatron-Core captures the two "
+                                 "together)")
+
+    @property
+    def graph_scopes(self) -> tuple[str, ...]:
+        """cuda_graphs' module scopes (empty for none and full)."""
+        if self.cuda_graphs in ("none", "full"):
+            return ()
+        return tuple(x.strip() for x in self.cuda_graphs.split(",") if x.strip())
 
     @property
     def mixed(self) -> bool:
