@@ -45,6 +45,11 @@ class ModelSpec:
     head_dim: int = 0  # d, one head's width (0 = h/a); Qwen3's a x d differs from h: q and proj are h x ad
     # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its kernels in the host's count (plan/host.py)
     qk_norm: bool = False
+    # sliding-window attention (GPT-OSS, Mistral): a query sees its `window` latest keys; every window_skip-th block
+    # (blocks window_skip-1, 2 window_skip-1, ...) attends fully (Megatron-Core's window_size, window_attn_skip_freq;
+    # 0: every block windowed). The fused kernel skips the tiles outside the band: the blocks' attention work
+    window: int = 0
+    window_skip: int = 0
     # mixture of experts (the trainer's model.moe_*, docs/moe.md): every moe_every-th block's MLP becomes
     # moe_experts routed copies of it (each of width `ffn`) and a router; each token meets moe_top_k of them
     moe_experts: int = 0  # E (0 = dense)
@@ -95,6 +100,8 @@ class ModelSpec:
             if self.moe_experts < 0 or not 1 <= self.moe_top_k <= self.moe_experts or self.moe_every < 1:
                 raise ValueError(f"moe_top_k {self.moe_top_k} must be between 1 and moe_experts {self.moe_experts}"
                                  f" (and moe_every {self.moe_every} at least 1)")
+        if self.window < 0 or self.window_skip < 0:
+            raise ValueError(f"window {self.window} and window_skip {self.window_skip} must be 0 or positive")
         for f in ("moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups", "moe_group_topk"):
             if getattr(self, f) < 0:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
@@ -131,6 +138,16 @@ class ModelSpec:
     def v_dim(self) -> int:
         """One head's v (and output) width."""
         return self.mla_v_dim or self.d_head
+
+    def attention_share(self, s: int) -> float:
+        """The blocks' mean causal attention work at sequence s over full causal attention's (s^2 / 2 pairs a
+        head): a windowed block's queries see min(i + 1, window) keys, s w - w^2 / 2 pairs (1 without a window)."""
+        if not self.window or self.window >= s:
+            return 1.0
+        w = self.window
+        windowed = (s * w - w * w / 2) / (s * s / 2)
+        full = sum(1 for i in range(self.n_layer) if self.window_skip and i % self.window_skip == self.window_skip - 1)
+        return (full + (self.n_layer - full) * windowed) / self.n_layer
 
     @property
     def q_width(self) -> int:

@@ -132,7 +132,8 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     h, a, g, f, qw = model.d_model, model.n_head, model.kv_width, model.ffn, model.q_width
     T, dh, ah = b * s, model.d_head, a // t
     gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
-    att = [Op("attention", "gemm", 4 * T * s * qw / t, shape=(s, s, dh), count=b * ah)]
+    band = model.attention_share(s)  # sliding-window blocks: the fused kernel's work within the band
+    att = [Op("attention", "gemm", 4 * T * s * qw / t * band, shape=(s, s, dh), count=b * ah)]
     if not flash:
         att = [Op("scores", "gemm", 2 * T * s * qw / t, shape=(s, s, dh), count=b * ah),
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),
