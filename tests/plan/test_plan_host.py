@@ -112,3 +112,19 @@ def test_bad_graphs_or_dispatcher_is_one_line_and_exit_2(capsys, args, words):
     assert plan_main(["model=llama-small", "llama_impl=te", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1
+
+
+def test_own_moe_runs_its_experts_one_after_another():
+    """shardlab's MoE (model/moe.py run_experts) launches each held expert's MLP in turn: 5 kernels forward and 10
+    backward an expert (llama) where the op list counts the batched linears once; the host and the launch gaps
+    count them all."""
+    from shardlab.plan.compute import block_kernels, micro_batch_time
+    from shardlab.plan.ops import layer_ops
+    m = ModelSpec("moe", n_layer=4, d_model=512, n_head=8, vocab=1024, seq=512, arch="llama", n_kv_heads=4, ffn=1024,
+                  moe_experts=16, moe_top_k=2).expert_view(2)
+    assert host.own_expert_loop(m) == (8 * 5 + 1 - 4, 8 * 10 - 7)
+    train = TrainSpec(global_batch=8, micro_batch=1, seq=512, flash_attention=True, dropout=False)
+    mt = micro_batch_time(m, train, Layout(dp=2, ep=2), load_cluster("H100-SXM", 2))
+    listed = block_kernels(layer_ops(m, 1, 512, 1, 4, True))
+    assert mt.kernels == (listed[0] + 37, listed[1] + 73)
+    assert mt.host == pytest.approx((mt.kernels[0] * HOST_KERNEL_S, mt.kernels[1] * HOST_KERNEL_S))

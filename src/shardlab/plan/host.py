@@ -55,6 +55,23 @@ TE_KERNELS = {
     "shared": ((3, 5), 2),  # a shared expert: fc1, SwiGLU, fc2 (TE's fused linears)
 }
 
+# shardlab's own MoE runs its held experts one after another (model/moe.py run_experts: split, each expert's MLP,
+# cat), where the op list counts each expert linear once (a batched GEMM): per expert the gate, up, silu, product
+# and down kernels forward, two GEMMs a linear, silu's and the product's gradients and the input's two-branch sum
+# backward (GPT-2's expert: fc, gelu, proj; two GEMMs and a bias sum a linear, gelu's gradient); (per expert, listed)
+OWN_EXPERT = {"llama": ((5, 10), (4, 7)), "gpt2": ((3, 7), (3, 5))}
+
+
+def own_expert_loop(model: ModelSpec) -> tuple[int, int]:
+    """(forward, backward) kernels shardlab's own MoE block launches beyond the op list's count: its expert loop
+    (one launch per expert and linear) and the concatenation of the experts' outputs."""
+    if not model.moe_experts:
+        return 0, 0
+    (f, b), (lf, lb) = OWN_EXPERT[model.arch]
+    n = model.experts_held
+    return n * f + 1 - lf, n * b - lb
+
+
 def _part(name: str, q: int) -> tuple[int, int]:
     v = TE_KERNELS[name]
     if isinstance(v[0], tuple):
