@@ -9,6 +9,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
   thirteenth  DeepSeek-V3 pre-training rows on H100, B200, B300, GB200, GB300 (plan/published_gpu_thirteenth.py):
             latent attention, leading dense blocks, a shared expert, multi-token prediction
   fourteenth  Kimi-K2 pre-training on GB300 (plan/published_gpu_fourteenth.py): 384 experts, trained with Muon
+  fifteenth   GPT-OSS 120B pre-training on H100, B200, B300, GB200, GB300 (plan/published_gpu_fifteenth.py):
+            sliding-window attention, 128 experts top-4, eager and graphed rows
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -21,7 +23,7 @@ import importlib
 from shardlab.plan.published_gpu import print_set
 
 SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
-        "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH"}
+        "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH", "fifteenth": "FIFTEENTH"}
 
 
 def main() -> None:
