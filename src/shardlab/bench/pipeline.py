@@ -170,7 +170,8 @@ def planner_view(name: str, p: int, m: int, v: int) -> dict:
     plan = evaluate(model, TrainSpec(global_batch=m * MICRO, micro_batch=MICRO, precision="fp32"),
                     Layout(pp=p, schedule=name, v=v), load_cluster("A100-80G", p))
     t = plan.times
-    return {"plan_bubble": t["bubble"] / (t["compute"] + t["tp_pp_comm"] + t["bubble"]),
+    # the pipeline's time: m micro batches (their compute, critical comm and waits on the host) and the bubble
+    return {"plan_bubble": t["bubble"] / (t["compute"] + t["tp_pp_comm"] + t["host_wait"] + t["bubble"]),
             "plan_p2p_bytes": plan.bytes_per_step().get("p2p", 0.0)}
 
 
