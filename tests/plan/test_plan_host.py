@@ -63,7 +63,7 @@ def test_host_seconds_per_kernel_is_the_published_step_over_its_counted_kernels(
     got = mod.count()
     assert got["forward+backward"][1] == 2378 and got["forward"][1] == 662
     assert HOST_KERNEL_S == pytest.approx(20.5e-6, rel=0.01)
-    # every GPU preset; Grace hosts (the NVL72 parts) 2.75x slower: TE issue #2053's torch Linear, GB200 vs DGX H100
+    # every GPU preset; Grace hosts (the NVL72 parts) 2.75x slower: TE's Grace report's torch Linear, GB200 vs DGX H100
     assert GRACE_HOST == pytest.approx(37.08 / 13.48)
     for name, c in PRESETS.items():
         assert c.host_kernel_s == pytest.approx(HOST_KERNEL_S * (GRACE_HOST if name in ("GB200", "GB300") else 1))

@@ -243,9 +243,10 @@ def _sustained_at(power_w: float, boost_mhz: float) -> float:
 # part by cuDNN's own benchmark, by sequence length (attention.MEASURED_BY_SEQ), at the same sustained clock
 _B200_FP8_RATIO = (2795.7 / 3435.2) / (1456.3 / 1770.9)  # the FP8 GEMM's MSMF / MAMF over the BF16 one's
 # host_kernel_s on Grace: the same eager work takes a Grace CPU 2.75x a DGX H100's Xeon Platinum 8480C. Transformer
-# Engine issue #2053 ("High CPU overhead on Grace systems", 2025-08-11) timed the host side of one torch Linear forward
-# (BF16, hidden 2,048, 8,192 tokens) at 37.08 us on a GB200 against 13.48 us on a DGX H100 (33.17 on a GH200); the
-# x86 hosts of DGX B200 / B300 are taken as the measured B200 step's (HOST_KERNEL_S)
+# Engine's report "High CPU overhead on Grace systems" (github.com/NVIDIA/TransformerEngine/issues/2053,
+# 2025-08-11) timed the host side of one torch Linear forward (BF16, hidden 2,048, 8,192 tokens) at 37.08 us on a
+# GB200 against 13.48 us on a DGX H100 (33.17 on a GH200); the x86 presets (A100 to B300) take the measured B200
+# host's (HOST_KERNEL_S): no per-host figure is published for them
 GRACE_HOST = 37.08 / 13.48
 _GRACE_BLACKWELL = {
     name: dict(_BLACKWELL, tdp_w=watts,
