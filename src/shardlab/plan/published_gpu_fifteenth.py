@@ -22,7 +22,7 @@ from .layout import RECOMPUTE_MODULES
 from .published_gpu_eighth import PASSES, SOURCE
 from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
 from .published_gpu_fifteenth_rows import GPT_OSS_SHAPES, ROWS
-from .published_gpu_thirteenth import PRECISION, _moments
+from .published_gpu_thirteenth import PRECISION, _moments, _modules
 from .published_gpu_twelfth import cuda_graphs, dispatcher
 
 
@@ -37,10 +37,10 @@ def shape_of(q: dict, container: str) -> dict:
             "window": w, "window_skip": q["window_attn_skip_freq"]}
 
 
-def _modules(recipe: dict) -> str:
-    """The recipe's recompute modules the planner knows (Layout.recompute_modules); `layernorm` left out."""
-    mods = recipe.get("recompute_modules") if recipe.get("recompute_granularity") == "selective" else None
-    return ",".join(m for m in (mods or []) if m in RECOMPUTE_MODULES)
+def _known_modules(recipe: dict) -> str:
+    """The recipe's recompute modules (the thirteenth set's reading: selective granularity only) that the planner
+    models: `layernorm` left out."""
+    return ",".join(m for m in _modules(recipe).split(",") if m in RECOMPUTE_MODULES)
 
 
 def _bucket_mib(recipe: dict, dp: int) -> float:
@@ -60,7 +60,7 @@ def planner_row(r: dict) -> dict:
            "zero_bucket_mb": _bucket_mib(rec, r["gpus"] // (tp * pp * cp)),
            "ep_overlap": rec.get("overlap_moe_expert_parallel_comm") is True,
            "ep_sms": (rec.get("moe_hybridep_num_sms") or 0) if flex else 0, "ep_dedup": flex,
-           "ep_dispatcher": dispatcher(rec), "recompute_modules": _modules(rec),
+           "ep_dispatcher": dispatcher(rec), "recompute_modules": _known_modules(rec),
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": rec.get("overlap_p2p_comm") is True}
               if vp > 1 else {})}
     graphs = cuda_graphs(rec)

@@ -80,10 +80,10 @@ def _layout(recipe: dict, pp: int, v: int) -> str:
 def _modules(recipe: dict) -> str:
     """(after the first evaluation) The recipe's selective recompute by module (Layout.recompute_modules): its list,
     Megatron-Core's default ["core_attn"] where granularity "selective" lists none (the 25.09 B200 yaml)."""
+    if recipe.get("recompute_granularity") != "selective":  # the modules apply under selective granularity only
+        return ""
     mods = recipe.get("recompute_modules")
-    if mods is None and recipe.get("recompute_granularity") == "selective":
-        mods = ["core_attn"]
-    return ",".join(mods or [])
+    return ",".join(["core_attn"] if mods is None else mods)
 
 
 def _moments(recipe: dict) -> str:
