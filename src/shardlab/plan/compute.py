@@ -249,7 +249,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     kernels = host_mod.te_kernels(model, train, lay) if impl == "te" else block_kernels(block)
     if train.llama_impl == "own" and not compiled:  # shardlab's MoE: its experts one after another
         kernels = tuple(x + y for x, y in zip(kernels, host_mod.own_expert_loop(model)))
-    gap = 0.0 if train.cuda_graphs == "full" else c.kernel_gap_s  # a replayed graph's kernels follow each other
+    gap = host_mod.launch_gap(train, c.kernel_gap_s)
     gap_f, gap_b = kernels[0] * gap, kernels[1] * gap
     fwd, bwd = fwd + fw_extra + layers * gap_f, layers * (b_block + gap_b) + b_end + bw_extra
     # as calibrated in situ: shardlab's GPT (fused attention) in fp32, the whole model on one rank

@@ -107,6 +107,12 @@ def te_kernels(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[int, in
     return att[0] + f, att[1] + b
 
 
+def launch_gap(train: TrainSpec, kernel_gap_s: float) -> float:
+    """Device seconds between two kernels of a stream: the cluster's gap, none where the whole iteration replays as
+    a CUDA graph (its kernels follow each other without a launch each)."""
+    return 0.0 if train.cuda_graphs == "full" else kernel_gap_s
+
+
 def block_seconds(train: TrainSpec, lay: Layout, host_kernel_s: float, kernels: tuple[int, int]) -> tuple[float, float]:
     """(forward, backward) host seconds one block's `kernels` take to issue (Megatron-Core's TE layer: `te_kernels`;
     other eager blocks: the op list's, compute.block_kernels); 0 under whole-iteration CUDA graphs, for compiled

@@ -146,7 +146,7 @@ class ModelSpec:
             return 1.0
         w = self.window
         windowed = (s * w - w * w / 2) / (s * s / 2)
-        full = sum(1 for i in range(self.n_layer) if self.window_skip and i % self.window_skip == self.window_skip - 1)
+        full = self.n_layer // self.window_skip if self.window_skip else 0  # blocks window_skip-1, 2 window_skip-1, ...
         return (full + (self.n_layer - full) * windowed) / self.n_layer
 
     @property

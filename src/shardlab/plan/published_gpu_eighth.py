@@ -61,7 +61,7 @@ def _llama(size: str, tp: int) -> dict:
 
 
 def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container, commit, fsdp=False, seen="",
-        notes="", seq=8192, **cluster_fields) -> dict:
+        notes="", seq=8192, cuda_graphs="none", **cluster_fields) -> dict:
     dp = gpus // (tp * pp * cp)
     lay = {"dp": dp, "tp": tp, "pp": pp, "cp": cp, "sp": tp > 1, "tp_comm_overlap": tp > 1,
            "strategy": "zero3" if fsdp else "zero1", "overlap_grad_reduce": True,
@@ -77,18 +77,18 @@ def _mb(case, size, cluster, gpus, gbs, micro, tp, pp, cp, vp, tokens, container
                 # after the first evaluation (which planned shardlab's own block's saved tensors: five of seven
                 # did not fit): Transformer Engine's modules, memory only (TrainSpec.llama_impl)
                 llama_impl="te",
-                # (after the twelfth and thirteenth sets) the rows without launch gaps replay the whole iteration
-                # as CUDA graphs: no host time either (plan/host.py)
-                cuda_graphs="full" if cluster_fields.get("kernel_gap_s") == 0.0 else "none",
+                # whole-iteration CUDA graphs: no launch gaps, no host time (plan/host.py; planned as the cluster's
+                # kernel_gap_s 0 until the twelfth and thirteenth sets)
+                cuda_graphs=cuda_graphs,
                 cluster_fields={"attention": "cudnn", **cluster_fields},
                 notes=notes or "TE userbuffers, distributed optimizer, FP8 current scaling")
 
 
 EIGHTH = [
     _mb("MB Llama3-8B B200x8 FP8-CS", "8b", "B200", 8, 128, 2, 1, 1, 1, 1, 30624, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, seen="planned by hand while the B200 preset was written",
+        cuda_graphs="full", seen="planned by hand while the B200 preset was written",
         notes="CUDA graphs over the whole iteration (cuda_graph_scope full_iteration): no launch gaps "
-              "(cluster kernel_gap_s 0); LLAMA3_8B_PRETRAIN_CONFIG_B200_FP8_CS_BASE_CONFIG @97ad8cc6f"),
+              "(cuda_graphs full); LLAMA3_8B_PRETRAIN_CONFIG_B200_FP8_CS_BASE_CONFIG @97ad8cc6f"),
     _mb("MB Llama3.1-405B B200x128 FP8-CS", "405b", "B200", 128, 64, 1, 4, 8, 2, 8, 661, "25.11", "97ad8cc6f",
         notes="userbuffers_fp8_b200_h16384_tp4_cp2_mbs1_seqlen8192; no recompute, no CUDA graphs"),
     _mb("MB Llama3-8B H100x8 FP8-CS", "8b", "H100-SXM", 8, 128, 1, 1, 1, 1, 1, 14451, "25.11", "97ad8cc6f",

@@ -63,14 +63,13 @@ def planner_row(r: dict) -> dict:
            "ep_dispatcher": dispatcher(rec), "recompute_modules": _known_modules(rec),
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": rec.get("overlap_p2p_comm") is True}
               if vp > 1 else {})}
-    graphs = cuda_graphs(rec)
     cluster = r["system"].removeprefix("DGX-").replace("H100", "H100-SXM")
     return _row(r["case"], shape_of(GPT_OSS_SHAPES[r["model"]], r["container"]), cluster, r["gpus"], r["seq"],
                 r["mbs"], r["gbs"], lay, r["tokens_per_gpu"],
                 f"{SOURCE}, {r['container']} container (first published in {r['commit']})", None, comm_dtype="bf16",
                 precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False, fused_loss=True,
-                optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec), cuda_graphs=graphs,
-                cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs == "full" else {})},
+                optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec), cuda_graphs=cuda_graphs(rec),
+                cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 
 

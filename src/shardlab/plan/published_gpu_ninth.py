@@ -24,7 +24,7 @@ rows' notes). What differs on these parts:
 - The 405B GB200 FSDP row keeps two distributed-optimizer instances (`num_distributed_optimizer_instances=2`): each
   shards over half the data-parallel ranks, HSDP's dp_shard 32 of 64.
 - The 8B rows capture the whole iteration in CUDA graphs (`cuda_graph_impl="local"`, scope `full_iteration`): no
-  launch gaps (cluster kernel_gap_s 0), as the eighth set's 8B B200 row.
+  launch gaps (cuda_graphs full), as the eighth set's 8B B200 row.
 Placement: the scripts place GB200 and GB300 jobs 4 GPUs to a node in Slurm segments of 16 nodes (64 GPUs, one NVLink
 domain: scripts/performance/utils/executors.py@97ad8cc6f), the presets' node of 64.
 """
@@ -51,7 +51,7 @@ def _offload(row: dict, blocks: int) -> dict:
 
 NINTH = [
     _mb("MB Llama3-8B GB200x8 FP8-CS", "8b", "GB200", 8, 128, 2, 1, 1, 1, 1, 31508, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, notes=f"CUDA graphs over the whole iteration; LLAMA3_8B_PRETRAIN_CONFIG_GB200_FP8_CS "
+        cuda_graphs="full", notes=f"CUDA graphs over the whole iteration; LLAMA3_8B_PRETRAIN_CONFIG_GB200_FP8_CS "
                                 f"@97ad8cc6f ({_R8})"),
     _mb("MB Llama3-70B GB200x64 FP8-CS gbs128", "70b", "GB200", 64, 128, 2, 1, 1, 1, 1, 4312, "25.11", "97ad8cc6f",
         fsdp=True, notes="Megatron FSDP, activations of 40 of 80 blocks offloaded (no planner input); "
@@ -66,7 +66,7 @@ NINTH = [
         "63b08b397", notes="distributed optimizer, TP 4 userbuffers, PP 16 VP 4 overlapped sends; the V2 preset "
                            f"@63b08b397 ({_R405})"),
     _mb("MB Llama3-8B GB300x8 FP8-CS", "8b", "GB300", 8, 128, 2, 1, 1, 1, 1, 37556, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, notes="CUDA graphs over the whole iteration; the table's micro batch 2 (the preset at "
+        cuda_graphs="full", notes="CUDA graphs over the whole iteration; the table's micro batch 2 (the preset at "
                                 "97ad8cc6f sets 4: the table's columns are taken)"),
     _mb("MB Llama3-70B GB300x64 FP8-CS gbs128", "70b", "GB300", 64, 128, 2, 1, 1, 1, 1, 4440, "25.11", "97ad8cc6f",
         fsdp=True, notes="Megatron FSDP, 20 of 80 blocks' activations offloaded; @97ad8cc6f"),

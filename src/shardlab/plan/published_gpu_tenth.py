@@ -39,7 +39,7 @@ TENTH = [_mx(r) for r in (
         notes="LLAMA31_405B_PRETRAIN_CONFIG_B200_FP8_MX: TP 4 userbuffers, CP 2, PP 8 VP 8 overlapped sends; "
               "parameter all-gather not overlapped (25.11)"),
     _mb("MB Llama3-8B B200x8 MXFP8", "8b", "B200", 8, 128, 2, 1, 1, 1, 1, 29521, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, notes=_CG),
+        cuda_graphs="full", notes=_CG),
     _mb("MB Llama3.1-405B GB200x128 MXFP8", "405b", "GB200", 128, 64, 1, 4, 8, 2, 8, 563, "25.11", "97ad8cc6f",
         notes="the FP8-MX layout of the 25.11 table (FSDP 0, TP 4, PP 8, CP 2, VP 8); parameter all-gather not "
               "overlapped (25.11)"),
@@ -51,7 +51,7 @@ TENTH = [_mx(r) for r in (
     _mb("MB Llama3-70B GB200x64 MXFP8 gbs256", "70b", "GB200", 64, 256, 1, 2, 4, 1, 5, 3712, "26.04.01",
         "21d102f5e", notes="the V2 preset (3,840 at 17a381f95, re-published as 3,712)"),
     _mb("MB Llama3-8B GB200x8 MXFP8", "8b", "GB200", 8, 128, 2, 1, 1, 1, 1, 29789, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, notes=_CG),
+        cuda_graphs="full", notes=_CG),
     _mb("MB Llama3.1-405B GB300x128 MXFP8", "405b", "GB300", 128, 64, 1, 4, 8, 2, 8, 638, "25.11", "97ad8cc6f",
         notes="the table's VP 8 (the preset at every commit has VP 4); parameter all-gather not overlapped"),
     _mb("MB Llama3.1-405B GB300x256 MXFP8", "405b", "GB300", 256, 1536, 1, 2, 8, 2, 4, 952, "26.06", "63b08b397",
@@ -64,5 +64,5 @@ TENTH = [_mx(r) for r in (
     _mb("MB Llama3-70B GB300x64 MXFP8 mbs2", "70b", "GB300", 64, 256, 2, 1, 4, 1, 1, 4798, "26.02.01", "cfeddcd94",
         notes="no preset at any commit: the V2 preset with micro batch 2 and no interleaving (1F1B, batched sends)"),
     _mb("MB Llama3-8B GB300x8 MXFP8", "8b", "GB300", 8, 128, 2, 1, 1, 1, 1, 36108, "25.11", "97ad8cc6f",
-        kernel_gap_s=0.0, notes=_CG + "; the table's micro batch 2 (the preset sets 4)"),
+        cuda_graphs="full", notes=_CG + "; the table's micro batch 2 (the preset sets 4)"),
 )]

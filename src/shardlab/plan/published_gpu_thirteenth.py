@@ -14,7 +14,7 @@ sets, as the twelfth set takes them:
 - the pipeline: interleaved with the row's VP (and `overlap_p2p_comm` where the recipe sets it), else 1F1B;
 - sequence parallelism on the TP 2 row, TE's userbuffers where the recipe sets them (none does);
 - the EP all-to-all overlap (`ep_overlap`) and the SMs HybridEP holds (`ep_sms`) where the flex dispatcher runs it;
-- whole-iteration CUDA graphs: no launch gaps (cluster `kernel_gap_s` 0).
+- whole-iteration CUDA graphs: no launch gaps (the cluster's `kernel_gap_s` 0 at first; `cuda_graphs` full later).
 What the recipes set that the planner has no input for (planned as Megatron-Core's defaults would run): the custom
 pipeline layouts (`pipeline_model_parallel_layout`, e.g. the embedding with 4 blocks first and 1 block with the MTP
 depth and the loss last: planned with the planner's own split, the busiest rank's blocks plus the costlier end,
@@ -117,14 +117,13 @@ def planner_row(r: dict) -> dict:
            "recompute_modules": _modules(rec),  # (after the first evaluation) what the recipe recomputes
            **({"schedule": MEGATRON_INTERLEAVED, "v": vp, "overlap_p2p_comm": _on(rec, "overlap_p2p_comm")}
               if vp > 1 else {})}
-    graphs = rec.get("cuda_graph_impl") == "full_iteration"
     cluster = r["system"].removeprefix("DGX-").replace("H100", "H100-SXM")
     return _row(r["case"], _shape(r["model"], mtp), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay,
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec),
                 cuda_graphs=cuda_graphs(rec),
-                cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
+                cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 
 

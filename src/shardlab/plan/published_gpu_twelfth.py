@@ -12,7 +12,7 @@ the inputs the planner has for what the row's recipe sets:
   235B recipes count the embedding and the loss as a layer each (`pp_split=ends-as-blocks`);
 - sequence parallelism and TE's userbuffers where the recipe sets them (the TP 2 rows);
 - the EP all-to-all overlap with delayed weight gradients (`overlap_moe_expert_parallel_comm`): `ep_overlap`;
-- whole-iteration CUDA graphs: no launch gaps (cluster `kernel_gap_s` 0, as the eighth set's 8B rows);
+- whole-iteration CUDA graphs: no launch gaps (the cluster's `kernel_gap_s` 0 at first; `cuda_graphs` full later);
 - (after the twelfth and thirteenth sets' evaluations) the graphs each recipe replays and its dispatcher's kind,
   for the kernels the host issues (`cuda_graphs`, `ep_dispatcher`: plan/host.py), and Qwen3's q/k norms (`qk_norm`).
 What the recipes set that the planner has no input for (planned as Megatron-Core's defaults would run): the flex
@@ -75,13 +75,12 @@ def planner_row(r: dict) -> dict:
               if vp > 1 else {}),
            **({"pp_split": "ends-as-blocks"} if pp > 1 and _on(rec, "account_for_embedding_in_pipeline_split")
               else {})}
-    graphs = rec.get("cuda_graph_impl") == "full_iteration"
     cluster = r["system"].removeprefix("DGX-").replace("H100", "H100-SXM")
     return _row(r["case"], _shape(r["model"]), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay,
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", cuda_graphs=cuda_graphs(rec),
-                cluster_fields={"attention": "cudnn", **({"kernel_gap_s": 0.0} if graphs else {})},
+                cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 
 

@@ -352,6 +352,7 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         "scaled": "(per-op roofline x the measured / estimated ratio of the models calibrated in situ)",
     }.get(mt.how, "(per-op roofline: GEMM FLOPs / achieved FLOP/s, elementwise bytes / bandwidth, + dispatch)") \
         + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
+                     host.launch_gap(plan.train, cluster.kernel_gap_s),
                      (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled + mt.mixed \
         + moe.explain_note(plan.model, plan.train, plan.layout)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
@@ -414,8 +415,10 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["step"] = "m*t_mb (host waits in t_mb) + bubble + exposed comm + comm SM cost + optimizer + ZeRO copies + trainer"
 
 
-def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", seq: int = 0) -> str:
-    """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles)."""
+def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: str = "none", gap: float = 0.0,
+               seq: int = 0) -> str:
+    """The GPU terms behind the per-op roofline, in words (empty where none applies: calibrated profiles); `gap`
+    the launch gap the plan ran with (host.launch_gap)."""
     if c.gemm_table or c.gemm_fit:
         return ""
     out = []
@@ -452,8 +455,8 @@ def _gpu_terms(c: Cluster, mixed: bool, kernels: tuple[int, int] = (0, 0), fp8: 
         out.append("memory-bound kernels at the achieved HBM bandwidth by their bytes (Calculon's "
                    + ", ".join(f"{f:.0%} from {b / 1e6:g} MB" if b else f"{f:.0%} below" for b, f in c.hbm_efficiency)
                    + ")")
-    if c.kernel_gap_s:
-        out.append(f"launch gaps {c.kernel_gap_s * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
+    if gap:
+        out.append(f"launch gaps {gap * 1e6:g} us per kernel ({kernels[0]} forward, {kernels[1]} backward "
                    "kernels per block)")
     return "; " + ", ".join(out)
 
