@@ -446,3 +446,42 @@ def test_an_admission_told_to_one_rank_of_a_joiner_does_not_split_it():
     assert not any(jobkeys.check([f"join/1/{k}"]) for k in (0, 1))  # admitted: not a request any more
     for k in (0, 1):  # the groups of that quorum, shard by shard
         assert _both(lambda: _sum_over(r0[k], 1), lambda: _sum_over(new[k], 2)) == ([3.0] * 3, [3.0] * 3)
+
+
+class _WithdrawnAfterALook:
+    """A job's store on which every join key is deleted right after its first look (check, get or peek): the
+    admitted joiner withdrawing its request while a proposer, which has not yet seen the decision, reads it."""
+
+    def __init__(self, store):
+        self._store, self._seen = store, set()
+
+    def __getattr__(self, name):
+        fn = getattr(self._store, name)
+
+        def call(*args, **kw):
+            out = fn(*args, **kw)
+            keys = args[0] if name == "check" else [args[0]] if args and isinstance(args[0], str) else []
+            for key in keys:
+                if key.startswith("join/") and key not in self._seen:
+                    self._seen.add(key)
+                    self._store.delete_key(key)
+            return out
+        return call
+
+
+def test_a_join_request_withdrawn_while_a_proposer_reads_it_does_not_stall_the_proposer():
+    """An admitted joiner deletes its request keys; a member's rank still proposing (it looked for the decision a
+    moment before it was taken) may be between its look at a key and its read. A read of a deleted key waits the
+    store's whole timeout: the rank would take the lighthouse for lost, and leave its replica's other rank (which
+    follows the decision) alone in the heal. The request is read without waiting: whole, or absent."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+    manager = _shard_managers(server, "withdrawn", timeout=2.0)
+    m = manager(0, 1)
+    jobkeys = dist.PrefixStore("withdrawn/e0", server)
+    for k in (0, 1):
+        jobkeys.set(f"join/1/{k}", json.dumps({"inc": f"p{k}", "req": "r"}))
+    m.store = _WithdrawnAfterALook(m.store)
+    assert m._join_requests() == {1: {"0": "p0", "1": "p1"}}  # read at once, whole
+    assert not any(jobkeys.check([f"join/1/{k}"]) for k in (0, 1))  # withdrawn meanwhile
+    assert m._join_requests() == {}  # and then absent, without waiting

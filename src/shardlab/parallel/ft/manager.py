@@ -44,7 +44,8 @@ from pathlib import Path
 
 from shardlab.parallel.ft.lane import _GRACE_S, _Job, _Lane  # noqa: F401 - _GRACE_S: tests
 from shardlab.parallel.ft.quorum import quorum_group
-from shardlab.parallel.ft.store import connect_store, store_check, store_compare_set, store_delete, store_get, store_set
+from shardlab.parallel.ft.store import (connect_store, store_check, store_compare_set, store_delete, store_get,
+                                        store_peek, store_set)
 from shardlab.parallel.ft.lighthouse import (  # noqa: F401 - FaultToleranceError, log_replica: re-exported
     _KEEP, _REACHED, FaultToleranceError, LighthouseLoss, _KeepInstead, log_replica)
 
@@ -193,9 +194,11 @@ class Manager(LighthouseLoss):
         rank's key from an earlier request, of a previous incarnation of the replica, does not count)."""
         out = {}
         for j in range(self.n_replicas):
-            keys = [f"join/{j}/{k}" for k in range(self.n_shards)]
-            if all(self._has(k) for k in keys):
-                asks = [_parse_join(self._op(store_get, self.store, key)) for key in keys]
+            # peeked, not checked then read: an admitted joiner deletes its keys, maybe between the two, and a
+            # read of a deleted key would wait parallel.ft_timeout (this rank then takes the lighthouse for lost)
+            raw = [self._op(store_peek, self.store, f"join/{j}/{k}") for k in range(self.n_shards)]
+            if all(r is not None for r in raw):
+                asks = [_parse_join(r) for r in raw]
                 if len({a["req"] for a in asks}) == 1:
                     out[j] = {str(k): a["inc"] for k, a in enumerate(asks)}
         return out

@@ -37,6 +37,19 @@ def store_check(store, key: str) -> bool:
     return store.check([key])
 
 
+# A value no writer stores: `store_peek`'s compare never matches it
+_NEVER = "\x00shardlab: no such value"
+
+
+def store_peek(store, key: str) -> bytes | None:
+    """The value of `key`, or None when it is absent, without waiting: for a key its owner may delete between
+    another process's `check` and its `get` (a `get` of a deleted key waits the store's whole timeout). A
+    compare-and-set that never matches: TCPStore answers it with the key's value, or with the expected value
+    when the key is absent, and changes nothing. Not recorded: polled, like `store_check`."""
+    value = store.compare_set(key, _NEVER, _NEVER)
+    return None if value == _NEVER.encode() else value
+
+
 def store_delete(store, key: str) -> None:
     store.delete_key(key)
 
@@ -50,7 +63,7 @@ def store_set(store, key: str, value: bytes, tag: str = "control") -> None:
 
 def store_get(store, key: str, tag: str = "control") -> bytes:
     """The value of `key`. Recorded once it arrived (its size is known then); callers ask only for keys that
-    exist (`store.check`), so the call does not wait."""
+    exist (`store.check`) and that nobody deletes, so the call does not wait (else: `store_peek`)."""
     value = store.get(key)
     n = 0 if tag == "control" else len(value)
     RECORDER.done(RECORDER.add("store_get", n, n, "uint8", (len(value),), _STORE, tag))
