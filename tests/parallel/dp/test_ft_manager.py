@@ -485,3 +485,31 @@ def test_a_join_request_withdrawn_while_a_proposer_reads_it_does_not_stall_the_p
     assert m._join_requests() == {1: {"0": "p0", "1": "p1"}}  # read at once, whole
     assert not any(jobkeys.check([f"join/1/{k}"]) for k in (0, 1))  # withdrawn meanwhile
     assert m._join_requests() == {}  # and then absent, without waiting
+
+
+def test_a_rank_dropped_from_a_retry_takes_its_replica_with_it():
+    """A replica split at attempt 0 of a step: its rank 0 followed the lighthouse's decision, its rank 1 kept
+    another quorum (it lost the lighthouse inside that quorum). The step's collective failed and the replica
+    retries: rank 1 finds the step decided otherwise than it followed and is dropped before it posts; rank 0,
+    which waits for its own replica's posts, learns it from rank 1's mark and leaves too, so both vote and
+    join again together (rank 0 waited for rank 1's post forever, while rank 1 waited for rank 0 in the vote)."""
+    server = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
+                           timeout=datetime.timedelta(seconds=30))
+
+    def manager(rid, shard, agree):
+        pcfg = SimpleNamespace(replica_id=rid, replicas=2, ft_store=f"127.0.0.1:{server.port}", ft_job="split2",
+                               ft_timeout=TIMEOUT_S, ft_join_timeout=20, ft_job_dir="")
+        m = Manager(pcfg, shard, 2, agree=agree)
+        m.connect()
+        return m
+    a0, a1 = _ReplicaMin(2), _ReplicaMin(2)
+    r0, r1 = [manager(0, k, a0) for k in (0, 1)], [manager(1, k, a1) for k in (0, 1)]
+    _run_all(*(lambda m=m: m.quorum(0, 0, founding=True) for m in r0 + r1))
+    d = _run_all(*(lambda m=m: m.quorum(1, 0) for m in r0 + r1))
+    assert all(x["participants"] == [0, 1] for x in d), d
+    r0[1]._followed[(1, 0)] = (r0[1].qid, [0])  # rank 1 kept quorum [0] instead (the split)
+    for m in r0:
+        m.broken()
+    d0, d1 = _run_all(lambda: r0[0].quorum(1, 1), lambda: r0[1].quorum(1, 1), t=15)  # replica 1 is gone
+    assert "not the quorum this replica followed" in d1["superseded"], d1
+    assert d0["superseded"] == "another rank of this replica left the retry" and d0["participants"] == [], d0

@@ -23,7 +23,8 @@ under the job's name (`parallel.ft_job`): the store carries membership only, nev
   is built under the prefix `q<q>/shard<k>` (quorum_group), so an abandoned group is never met again.
 - **Retry (attempt a > 0).** A collective that failed on some rank of a replica (the replica's ranks vote)
   makes the replica quorum again for the same step, without joiners, under a new quorum id; the dead drop out
-  at the timeout.
+  at the timeout. A rank dropped from a retry (below) marks it (`s<s>/a<a>/left/<i>/<k>`): its replica's other
+  ranks, which would wait for its post, leave with it.
 - **A lighthouse that cannot be reached** (dead, hung, partitioned; lighthouse.py): the groups already built need no
   lighthouse, so a replica keeps its last quorum (same participants, same id, same group) for step s and trains
   on, for at most parallel.ft_join_timeout of unreachability; its ranks agree on keeping (a MIN over the
@@ -248,14 +249,19 @@ class Manager(LighthouseLoss):
         store, base = self.store, r.base
         why = self._superseded(r.step, r.attempt) if r.attempt else None
         if why:  # not even posted: a retry must not count this replica in
-            return None, why
+            return self._leave(r), why
         if not r.posted:
             self._post()
             r.posted = True
         while True:
             why = self._superseded(r.step, r.attempt) if r.attempt else None
             if why:
-                return None, why
+                return self._leave(r), why
+            if r.attempt and any(self._has(f"{base}/left/{self.rid}/{k}") for k in range(self.n_shards)
+                                 if k != self.shard):
+                # a rank of this replica left the retry (its own look at the lighthouse): its post never comes,
+                # and a proposal waits for its own replica's posts; leave with it (the vote in _settle follows)
+                return None, "another rank of this replica left the retry"
             if self._has(f"{base}/decision"):
                 break
             # The first quorum at a lighthouse come back keeps the last one, unchanged, without waiting for
@@ -268,6 +274,10 @@ class Manager(LighthouseLoss):
                 continue
             time.sleep(_POLL_S)
         return self._op(store_get, store, f"{base}/decision"), None
+
+    def _leave(self, r: _Round) -> None:
+        """Mark this rank's leaving a retry, for its replica's other ranks waiting there for its post."""
+        self._op(store_set, self.store, f"{r.base}/left/{self.rid}/{self.shard}", b"1")
 
     def _proposal(self, r: _Round) -> dict | None:
         """The decision the posts seen so far allow, or None: wait for more."""
