@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shardlab.plan import host
+from shardlab.plan import explain, host
 from shardlab.plan.cli import main as plan_main
 from shardlab.plan.hardware import GRACE_HOST, HOST_KERNEL_S, PRESETS, Cluster, load_cluster
 from shardlab.plan.layout import Layout
@@ -77,13 +77,16 @@ def test_waits_sync_per_moe_block_and_pool_otherwise():
     lay, dense = Layout(dp=8, ep=8), replace(QWEN, moe_experts=0)
     h, d = (4e-3, 1e-3), (1e-3, 6e-3)  # the host slower forward, the device slower backward
     moe_wait, _ = host.waits(QWEN, te(), lay, h, d, 10, 0.0, HOST_KERNEL_S)
-    assert moe_wait == pytest.approx(10 * 3e-3)
+    assert moe_wait == pytest.approx((10 * 3e-3, 0.0))  # the forward's wait, told to the forward
     dense_wait, _ = host.waits(dense, te(), Layout(dp=8), h, d, 10, 0.0, HOST_KERNEL_S)
-    assert dense_wait == 0.0  # 5 ms of host against 7 ms of device
+    assert dense_wait == (0.0, 0.0)  # 5 ms of host against 7 ms of device
     overlap, words = host.waits(QWEN, te(), replace(lay, ep_overlap=True), h, d, 10, 0.0, HOST_KERNEL_S)
-    assert overlap == 0.0 and "EP overlap" in words
+    assert overlap == (0.0, 0.0) and "EP overlap" in words
     comm, _ = host.waits(QWEN, te(), lay, h, d, 10, 2e-3, HOST_KERNEL_S)  # the block's all-to-alls keep it busy
-    assert comm == pytest.approx(10 * 2e-3)
+    assert comm == pytest.approx((10 * 2e-3, 0.0))
+    # pooled, both passes host-bound: the wait told to each by its own shortfall (2 ms and 1 ms a block)
+    both, _ = host.waits(dense, te(), Layout(dp=8), (4e-3, 3e-3), (2e-3, 2e-3), 10, 0.0, HOST_KERNEL_S)
+    assert both == pytest.approx((10 * 2e-3, 10 * 1e-3))
 
 
 def test_launch_bound_plan_waits_on_the_host_and_graphs_remove_it():
@@ -100,6 +103,11 @@ def test_launch_bound_plan_waits_on_the_host_and_graphs_remove_it():
         eager.times["host_wait"] + eager.times["bubble"] - graphed.times["bubble"], rel=1e-3)
     assert "kernels a block" in eager.explain["host_wait"] and "CUDA graphs" in graphed.explain["host_wait"]
     assert eager.bound().startswith(("compute", "the host"))
+    # explain holds a run's spans against the passes with their waits: the device idles inside them
+    assert sum(eager.host_waits) == pytest.approx(eager.times["host_wait"], rel=1e-12)
+    pred = explain.predicted(eager)
+    assert pred["forward"] + pred["backward"] == pytest.approx(
+        eager.times["forward"] + eager.times["backward"] + eager.times["host_wait"], rel=1e-12)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -43,7 +43,9 @@ def predicted(plan: Plan) -> dict:
               "activations": mem.get("activations", 0.0) + mem.get("pipeline in-flight", 0.0),
               "buffers": mem.get("comm buffers", 0.0)}
     memory["total"] = sum(memory.values())
-    return {"step_time_s": plan.step_time, "forward": T["forward"], "backward": T["backward"],
+    # a launch-bound pass idles the device inside its own span: a run measures the host's wait as forward/backward
+    wf, wb = plan.host_waits
+    return {"step_time_s": plan.step_time, "forward": T["forward"] + wf, "backward": T["backward"] + wb,
             "optimizer": T["optimizer"], "zero_copies": T["zero_copies"], "bubble": T["bubble"] + pp_p2p,
             "exposed_comm": exposed, "exposed_comm_total": sum(exposed.values()),
             "data": None, "python_overhead": T["trainer"], "memory": memory,

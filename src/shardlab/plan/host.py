@@ -126,12 +126,14 @@ def block_seconds(train: TrainSpec, lay: Layout, host_kernel_s: float, kernels: 
 
 
 def waits(model: ModelSpec, train: TrainSpec, lay: Layout, host: tuple[float, float], device: tuple[float, float],
-          blocks: int, comm_per_block: float, host_kernel_s: float) -> tuple[float, str]:
-    """(seconds per micro batch the device waits on the host, the words): `host` and `device` one block's
-    (forward, backward) seconds, `comm_per_block` a block's critical-path collectives (forward + backward)."""
+          blocks: int, comm_per_block: float, host_kernel_s: float) -> tuple[tuple[float, float], str]:
+    """((forward, backward) seconds per micro batch the device waits on the host, the words): `host` and `device`
+    one block's (forward, backward) seconds, `comm_per_block` a block's critical-path collectives (forward +
+    backward). A pooled wait is told to the pass whose host outlasts its device (both: by their shares): a measured
+    run shows it inside that pass's span."""
     (hf, hb), (df, db) = host, device
     if not (hf or hb):
-        return 0.0, ""
+        return (0.0, 0.0), ""
     df, db = df + comm_per_block / 2, db + comm_per_block / 2
     sync = bool(model.moe_experts) and not lay.ep_overlap
     per = max(0.0, hf - df) + max(0.0, hb - db) if sync else max(0.0, hf + hb - df - db)
@@ -144,4 +146,6 @@ def waits(model: ModelSpec, train: TrainSpec, lay: Layout, host: tuple[float, fl
              f"(Cluster.host_kernel_s): H_f {hf * 1e3:.3f}, H_b {hb * 1e3:.3f} ms against the device's D_f "
              f"{df * 1e3:.3f}, D_b {db * 1e3:.3f} ms with its collectives; {how}"
              + (f"; CUDA graphs of {', '.join(train.graph_scopes)}: one launch each" if train.graph_scopes else ""))
-    return blocks * per, words
+    ef, eb = max(0.0, hf - df), max(0.0, hb - db)
+    f = per * ef / (ef + eb) if ef + eb else 0.0
+    return (blocks * f, blocks * (per - f)), words

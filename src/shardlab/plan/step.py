@@ -51,6 +51,8 @@ class Plan:
     times: dict[str, float] = field(default_factory=dict)  # name -> seconds per step
     explain: dict[str, str] = field(default_factory=dict)  # name -> formula
     capacity: float = 0.0
+    # (forward, backward) seconds per step the device waits on the host (plan/host.py); times["host_wait"] their sum
+    host_waits: tuple = (0.0, 0.0)
 
     @property
     def mem_total(self) -> float:
@@ -118,8 +120,10 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     tp_pp, tp_hidden, ub_cost = critical_comm(plan.comm, mt, lay, cluster, m)
     tp_pp += sync_waits(plan.comm, mt, m, cluster)
     # the device idles where the host issues a block's kernels slower than the device runs them (plan/host.py)
-    wait, host_why = host.waits(model, train, lay, mt.host, mt.block, mt.blocks,
-                                tp_pp / m / mt.blocks if mt.blocks else 0.0, cluster.host_kernel_s)
+    waits, host_why = host.waits(model, train, lay, mt.host, mt.block, mt.blocks,
+                                 tp_pp / m / mt.blocks if mt.blocks else 0.0, cluster.host_kernel_s)
+    wait = sum(waits)
+    plan.host_waits = (m * waits[0], m * waits[1])
     t_mb = mt.fwd + mt.bwd + tp_pp / m + wait
     exposed = _overlap_dp_comm(plan.comm, mt, m, lay, cluster, model, t_mb)
     # NCCL's kernels run on SMs the overlapped GEMMs then lack: the hidden time costs compute its share
