@@ -121,3 +121,28 @@ def test_nproc_64_from_the_command_line_exits_2_at_once(tmp_path):
     (line,) = res.stderr.strip().splitlines()
     assert line.startswith("shardlab: error: --nproc 64") and res.stdout == ""
     assert not out.exists()
+
+
+def test_a_typo_sized_model_is_refused_by_its_weights_before_the_planner_walks_it(monkeypatch, tmp_path, capsys):
+    """model.n_layer=100000000 (a typo: 10^8 blocks): the planner's memory lines walk every parameter's shape, which
+    took minutes and grew until the kernel killed the launcher (a property test's random override did so in the
+    suite). Its 16-bit weights alone, fully sharded, exceed the host: refused on that closed-form count, in one
+    line, without the walk."""
+    from shardlab import cli, config
+    from shardlab.launch import launcher
+    from shardlab.plan import memory
+    from shardlab.plan.from_config import from_config
+
+    monkeypatch.setattr(memory, "memory_lines", lambda *a, **k: pytest.fail("the planner walked the model"))
+    cfg = config.validate(config.load(None, ["model.n_layer=100000000", "parallel.strategy=ddp"]), 2)
+    planned, note = fit.planned_bytes(cfg, 2, available=23 * GiB)
+    assert planned == 2.0 * from_config(cfg, 2)[0].params / 2 > 23 * GiB and "weights alone" in note
+
+    monkeypatch.setattr(launcher, "_run_agent", lambda *a, **k: pytest.fail("a rank was started"))
+    monkeypatch.setattr(fit, "mem_available", lambda: 23 * GiB)
+    monkeypatch.setattr(fit, "has_gpus", lambda: False)
+    out = tmp_path / "run"
+    assert cli.cmd_train(["--nproc", "2", "--out", str(out), "model.n_layer=100000000"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "does not fit this machine's memory" in line and "16-bit weights alone" in line, line
+    assert "not even one rank fits" in line and not out.exists()

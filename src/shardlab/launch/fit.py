@@ -78,16 +78,22 @@ def memory_refusal(nproc: int, planned: float, available: float, gpu: bool = Fal
             f"{fewer}, or a smaller model, micro batch or sequence (--oversubscribe does not lift this)")
 
 
-def planned_bytes(cfg, world: int) -> tuple[float, str]:
+def planned_bytes(cfg, world: int, available: float | None = None) -> tuple[float, str]:
     """The planner's memory per rank for the run `cfg` describes at `world` ranks, on a CPU host: what the
     model, gradients, optimizer state, activations and buffers take (plan/memory.py), and a note when the
-    planner has no model of the run (then 0: the floor alone is checked)."""
+    planner has no model of the run (then 0: the floor alone is checked). When the model's 16-bit weights alone,
+    fully sharded, exceed `available`, that lower bound, unwalked: a typo's model (model.n_layer=100000000) has
+    its closed-form count at once, while the memory lines walk every parameter's shape (for such a model,
+    minutes and more memory than the host has: the check itself was what the kernel killed)."""
     from shardlab.plan.from_config import from_config
     from shardlab.plan.layout import grad_accum
     from shardlab.plan.memory import memory_lines
 
     try:
         model, train, lay = from_config(cfg, world)
+        weights = 2.0 * model.params / world  # below any layout's share: every rank holds at least this
+        if available is not None and weights > available:
+            return weights, " (its 16-bit weights alone, fully sharded: a lower bound)"
         if lay.offload != "none" and cfg.parallel.offload_to == "host":
             # the planner counts offloaded state as leaving the accelerator; on a CPU it stays in this memory
             lay = dataclasses.replace(lay, offload="none")
@@ -126,7 +132,7 @@ def check(cfg, nproc: int, nnodes: int, oversubscribe: bool) -> None:
     available = mem_available()
     if available is not None:
         gpu = has_gpus()
-        planned, note = (0.0, "") if gpu else planned_bytes(cfg, nproc * nnodes)
+        planned, note = (0.0, "") if gpu else planned_bytes(cfg, nproc * nnodes, available)
         most = None if oversubscribe else cores_fit(cfg.train.threads, cores())
         refusal = memory_refusal(nproc, planned, available, gpu, note, most=most)
         if refusal:
