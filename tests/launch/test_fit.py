@@ -146,3 +146,27 @@ def test_a_typo_sized_model_is_refused_by_its_weights_before_the_planner_walks_i
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "does not fit this machine's memory" in line and "16-bit weights alone" in line, line
     assert "not even one rank fits" in line and not out.exists()
+
+
+def test_the_memory_check_lists_one_block_of_each_kind_however_many_blocks(monkeypatch):
+    """Two typos at once (model.d_model=8, model.n_layer=10^6): the 16-bit weights fit, so the planner's memory
+    lines run; they list one block of each kind (every block of a kind holds the same parameters), not 10^6
+    blocks' parameters (a walk that grew without bound before). The figure is the planner's, and it refuses."""
+    from shardlab import config
+    from shardlab.plan.from_config import from_config
+    from shardlab.plan.model import ModelSpec
+
+    listed = []
+    real = ModelSpec._param_shapes
+
+    def spy(self, blocks=None):
+        listed.append(None if blocks is None else len(blocks))
+        return real(self, blocks)
+    monkeypatch.setattr(ModelSpec, "_param_shapes", spy)
+    cfg = config.validate(config.load(None, ["model.d_model=8", "model.n_head=1", "model.n_layer=1000000",
+                                             "parallel.strategy=ddp"]), 2)
+    planned, note = fit.planned_bytes(cfg, 2, available=23 * GiB)
+    assert listed and all(n is not None and n <= 2 for n in listed), listed
+    weights = 2.0 * from_config(cfg, 2)[0].params / 2  # 0.8 GiB: the floor lets it through to the planner
+    assert note == "" and planned > 23 * GiB > weights  # the planner's figure: ~500 GiB a rank
+    assert fit.memory_refusal(2, planned, 23 * GiB) is not None

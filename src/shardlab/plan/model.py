@@ -231,12 +231,13 @@ class ModelSpec:
                        ffn=max(1, self.ffn * self.n_head // self.d_model) if self.llama else 0)
 
     # ---- parameters ------------------------------------------------------------------------
-    def param_shapes(self) -> list[tuple[str, "Param"]]:
+    def param_shapes(self, blocks: frozenset | None = None) -> list[tuple[str, "Param"]]:
         """(name, numel) of every parameter in registration order, like model.named_parameters();
-        each numel is a `Param` that also knows its dim-0 row size (sharding pads whole rows)."""
-        return list(_param_shapes(self))
+        each numel is a `Param` that also knows its dim-0 row size (sharding pads whole rows). `blocks`: only these
+        blocks' parameters (with the rest of the model's), where one block of each kind tells all."""
+        return list(_param_shapes(self, blocks))
 
-    def _param_shapes(self) -> list[tuple[str, "Param"]]:
+    def _param_shapes(self, blocks: frozenset | None = None) -> list[tuple[str, "Param"]]:
         """The model's parameters as model/anatomy.py lays them out: embedding (and positions), per block a
         norm, the attention's linears, a norm, the MLP's linears; the final norm, the head when untied."""
         anat = anatomy.by_arch(self.arch)
@@ -276,7 +277,7 @@ class ModelSpec:
                 out += linears(b, f"{anat.mlp}.{SHARED}", anat.mlp_linears, like=SHARED)
             return out
 
-        for i in range(self.n_layer):
+        for i in range(self.n_layer) if blocks is None else sorted(blocks):
             out += block(anat.block(i), self.is_moe(i))
         out += norm(anat.final_norm)
         out = out if self.tied else out + [(anat.weight(anat.head), Param(v, h))]
@@ -493,7 +494,7 @@ def model_from_args(preset: str | None = None, **dims) -> ModelSpec:
 
 
 @functools.lru_cache(maxsize=64)
-def _param_shapes(model: ModelSpec) -> tuple:
+def _param_shapes(model: ModelSpec, blocks: frozenset | None = None) -> tuple:
     """ModelSpec.param_shapes, built once per model: a search evaluates thousands of layouts of one model,
     and an 80-layer model has ~700 parameters to list each time."""
-    return tuple(model._param_shapes())
+    return tuple(model._param_shapes(blocks))
