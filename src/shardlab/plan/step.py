@@ -139,7 +139,7 @@ def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) 
     T["forward"], T["backward"] = m * mt.fwd, m * mt.bwd
     T["compute"] = m * (mt.fwd + mt.bwd)
     T["tp_pp_comm"] = tp_pp
-    T["host_wait"] = m * wait
+    T["host_wait"] = sum(plan.host_waits)
     T["bubble"] = bubble
     T["comm_total"] = sum(cl.time for cl in plan.comm)
     T["exposed_comm"] = exposed

@@ -249,14 +249,16 @@ class Manager(LighthouseLoss):
         store, base = self.store, r.base
         why = self._superseded(r.step, r.attempt) if r.attempt else None
         if why:  # not even posted: a retry must not count this replica in
-            return self._leave(r), why
+            self._leave(r)
+            return None, why
         if not r.posted:
             self._post()
             r.posted = True
         while True:
             why = self._superseded(r.step, r.attempt) if r.attempt else None
             if why:
-                return self._leave(r), why
+                self._leave(r)
+                return None, why
             if r.attempt and any(self._has(f"{base}/left/{self.rid}/{k}") for k in range(self.n_shards)
                                  if k != self.shard):
                 # a rank of this replica left the retry (its own look at the lighthouse): its post never comes,
