@@ -85,6 +85,57 @@ MEASURED_BY_SEQ = {
                          (16384, 1915.0, 1507.0), (32768, 1953.0, 1490.0)),
 }
 MEASURED_SEQ = 8192  # the figure a cluster without attention_by_seq takes from a measured table
+# cuDNN's fused attention over a sliding window, measured by the same benchmark on the same parts (its gpt_oss
+# configuration, configs/gpt_oss.py; results/gpt_oss/{gb200,gb300}/ at 60e572b): GPT-OSS's head dim 64 (batch 2 x 128
+# heads), a window of 128 keys (top-left causal band), BF16, the backward non-deterministic; TFLOP/s at the band's
+# own FLOPs (the benchmark counts W(W + 1)/2 + (s - W) W pairs a head, as ModelSpec.attention_share does), by
+# sequence length: (seq, forward, backward). A 128-key band is two 128-wide key tiles a query tile: the kernel's
+# fixed work per tile (loading q, the softmax's rescaling, writing the output and its statistics) is not spread
+# over a long key loop, and it runs at a tenth of the full causal kernel's rate (161 against 1,408 TFLOP/s forward
+# on a GB200 at 4k)
+WINDOW_KEYS, WINDOW_HEAD_DIM = 128, 64  # the measured band's keys a query and head dim
+MEASURED_WINDOWED = {
+    ("cudnn", "GB200"): ((2048, 153.0, 176.0), (4096, 161.0, 182.0), (8192, 165.0, 187.0),
+                         (16384, 167.0, 188.0), (32768, 104.0, 186.0)),
+    ("cudnn", "GB300"): ((2048, 160.0, 184.0), (4096, 167.0, 191.0), (8192, 172.0, 198.0),
+                         (16384, 173.0, 200.0), (32768, 108.0, 199.0)),
+}
+# FP8 attention (Transformer Engine's fp8_dot_product_attention: q, k, v and the backward's gradients in FP8 through
+# cuDNN), measured by the same benchmark beside its BF16 runs: same part, same shape, the FP8 formats' TFLOP/s
+# (per-tensor scaled E4M3 "fp8", block-scaled "mxfp8"). By (part, head dim of q and k, keys a query sees: 0 the full
+# causal kernel, else the band's): {dtype: ((seq, forward, backward), ...)}. The shapes: Llama 3.1 405B's (head
+# dim 128; results/llama3.1), DeepSeek-V3's latent attention (q/k 192, v 128; results/dsv3), GPT-OSS's 128-key
+# band (head dim 64; results/gpt_oss). The band's FP8 backward grows with the square of the sequence (1.7, 6.2,
+# 23 ms at 4k, 8k, 16k on a GB200): it runs the whole causal triangle, not the band
+MEASURED_FP8 = {
+    ("GB200", 128, 0): {
+        "bf16": ((2048, 1097.0, 885.0), (4096, 1408.0, 1148.0), (8192, 1574.0, 1332.0), (16384, 1708.0, 1328.0)),
+        "fp8": ((2048, 1420.0, 831.0), (4096, 1805.0, 1178.0), (8192, 2047.0, 1454.0), (16384, 2154.0, 1632.0)),
+        "mxfp8": ((2048, 1330.0, 745.0), (4096, 1685.0, 1054.0), (8192, 1902.0, 1287.0), (16384, 1999.0, 1436.0))},
+    ("GB300", 128, 0): {
+        "bf16": ((2048, 1373.0, 967.0), (4096, 1703.0, 1248.0), (8192, 1856.0, 1435.0), (16384, 1915.0, 1507.0)),
+        "fp8": ((2048, 1954.0, 944.0), (4096, 2532.0, 1396.0), (8192, 2897.0, 1781.0), (16384, 3054.0, 2035.0)),
+        "mxfp8": ((2048, 1751.0, 811.0), (4096, 2272.0, 1143.0), (8192, 2570.0, 1404.0), (16384, 2727.0, 1563.0))},
+    ("GB200", 192, 0): {
+        "bf16": ((2048, 1072.0, 846.0), (4096, 1406.0, 1057.0), (8192, 1585.0, 1193.0), (16384, 1678.0, 1134.0)),
+        "fp8": ((2048, 1659.0, 1312.0), (4096, 2095.0, 1692.0), (8192, 2397.0, 1959.0), (16384, 2486.0, 1968.0)),
+        "mxfp8": ((2048, 1535.0, 1047.0), (4096, 1925.0, 1364.0), (8192, 2219.0, 1494.0), (16384, 2355.0, 1552.0))},
+    ("GB300", 192, 0): {
+        "bf16": ((2048, 1285.0, 914.0), (4096, 1590.0, 1143.0), (8192, 1825.0, 1291.0), (16384, 1967.0, 1302.0)),
+        "fp8": ((2048, 2290.0, 1511.0), (4096, 2788.0, 1982.0), (8192, 3128.0, 2310.0), (16384, 3305.0, 2459.0)),
+        "mxfp8": ((2048, 2069.0, 1158.0), (4096, 2517.0, 1522.0), (8192, 2829.0, 1780.0), (16384, 2998.0, 1844.0))},
+    ("GB200", 64, 128): {
+        "bf16": ((2048, 153.0, 176.0), (4096, 161.0, 182.0), (8192, 165.0, 187.0), (16384, 167.0, 188.0)),
+        "fp8": ((2048, 165.0, 78.0), (4096, 173.0, 49.0), (8192, 177.0, 28.0), (16384, 179.0, 15.0)),
+        "mxfp8": ((2048, 153.0, 65.0), (4096, 161.0, 41.0), (8192, 164.0, 23.0), (16384, 166.0, 12.0))},
+    ("GB300", 64, 128): {
+        "bf16": ((2048, 160.0, 184.0), (4096, 167.0, 191.0), (8192, 172.0, 198.0), (16384, 173.0, 200.0)),
+        "fp8": ((2048, 193.0, 89.0), (4096, 203.0, 57.0), (8192, 208.0, 33.0), (16384, 211.0, 18.0)),
+        "mxfp8": ((2048, 182.0, 72.0), (4096, 194.0, 45.0), (8192, 200.0, 26.0), (16384, 203.0, 14.0))},
+}
+# the measured part whose windowed / full ratio a Blackwell cluster without its own measurement takes: the B200 is
+# the GB200's die and runs the same sm_100 kernels. Hopper's cuDNN kernels are others: no 128-key band is published
+WINDOW_DEVICE = {"blackwell": "GB200"}
 NAMES = {"flash2": "FlashAttention-2", "flash3": "FlashAttention-3", "flash4": "FlashAttention-4",
          "cudnn": "cuDNN attention", "triton": "Triton's FlashAttention"}
 
@@ -140,16 +191,96 @@ def efficiency(backend: str, peak_flops: float, seq: int = 0, device: str = "") 
     return EFFICIENCY[(backend, gen)]
 
 
-def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None, seq: int = 0) -> float:
+def window_device(backend: str, cluster, keys: int, head_dim: int) -> str:
+    """The measured part (MEASURED_WINDOWED) whose rates a `keys`-wide band of `head_dim` heads takes on `cluster`,
+    or "" where none is measured: the measured shape only (a wider band's key loop is long again, another head dim
+    another kernel), on the cluster's own part or its generation's (WINDOW_DEVICE). 129 keys (Megatron-Core's
+    window_size (128, 0) before it became (127, 0)) span the same two 128-wide key tiles a query tile."""
+    if abs(keys - WINDOW_KEYS) > 1 or head_dim != WINDOW_HEAD_DIM:
+        return ""
+    device = measured_device(backend, cluster)
+    return device if (backend, device) in MEASURED_WINDOWED else ""
+
+
+def window_slowdown(backend: str, device: str, seq: int) -> tuple[float, float]:
+    """(forward, backward) full causal rate / windowed rate at `seq` on the measured `device`: how much slower a
+    FLOP of the band runs than one of the full causal kernel (MEASURED_WINDOWED over MEASURED_BY_SEQ)."""
+    wf, wb = _interpolate(MEASURED_WINDOWED[(backend, device)], seq, 1e12)
+    ff, fb = _interpolate(MEASURED_BY_SEQ[(backend, device)], seq, 1e12)
+    return ff / wf, fb / wb
+
+
+def measured_device(backend: str, cluster) -> str:
+    """The measured part whose ratios (a band's, an FP8 format's) `cluster` takes: its own, else its generation's."""
+    if backend != "cudnn":
+        return ""
+    return getattr(cluster, "attention_device", "") or WINDOW_DEVICE.get(generation(cluster.peak_flops), "")
+
+
+def fp8_slowdown(device: str, head_dim: int, keys: int, fp8: str, seq: int) -> tuple[float, float] | None:
+    """(forward, backward) BF16 rate / FP8 rate of the fused attention in the recipe `fp8`'s format (mxfp8, else
+    per-tensor fp8) for this shape (keys 0: full causal; a band within one key of 128: the measured band), or None
+    where the shape is not measured (MEASURED_FP8)."""
+    keys = WINDOW_KEYS if keys and abs(keys - WINDOW_KEYS) <= 1 else keys
+    table = MEASURED_FP8.get((device, head_dim, keys))
+    if table is None:
+        return None
+    bf, bb = _interpolate(table["bf16"], seq, 1e12)
+    ff, fb = _interpolate(table["mxfp8" if fp8 == "mxfp8" else "fp8"], seq, 1e12)
+    return bf / ff, bb / fb
+
+
+def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None, seq: int = 0,
+                window: tuple = (), fp8: str = "", head_dim: int = 0) -> float:
     """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs;
-    `seq` the kernel's sequence length (used where the cluster rates attention by it: `attention_by_seq`)."""
-    fwd, bwd = efficiency(backend or cluster.attention, cluster.peak_flops,
+    `seq` the kernel's sequence length (used where the cluster rates attention by it: `attention_by_seq`).
+    `window` (keys, head dim, share): that share of the FLOPs is a sliding band's, timed at the measured band's
+    rate where one is measured (window_device), at the full kernel's otherwise. `fp8` (a recipe): FP8 attention,
+    each part at its measured FP8 / BF16 ratio (fp8_slowdown; `head_dim` the q/k width), BF16's where unmeasured."""
+    backend = backend or cluster.attention
+    fwd, bwd = efficiency(backend, cluster.peak_flops,
                           seq if getattr(cluster, "attention_by_seq", False) else 0,
                           getattr(cluster, "attention_device", ""))
     # at the clock the chip sustains at its power limit, not the boost clock of the papers' short benchmarks
     peak = cluster.peak_flops * cluster.clock_factor * getattr(cluster, "attention_sustained", 1.0)
     work = full_flops * CAUSAL_SHARE * (BWD_FLOPS if backward else 1.0)
-    return work / (peak * (bwd if backward else fwd))
+    i, at = (1 if backward else 0), seq or MEASURED_SEQ
+    full, band = work * (1 - window[2]) if window else work, work * window[2] if window else 0.0
+    if window and (device := window_device(backend, cluster, window[0], window[1])):
+        band *= window_slowdown(backend, device, at)[i]
+    if fp8 and (device := measured_device(backend, cluster)):
+        full *= (fp8_slowdown(device, head_dim, 0, fp8, at) or (1.0, 1.0))[i]
+        if window:
+            band *= (fp8_slowdown(device, head_dim, window[0], fp8, at) or (1.0, 1.0))[i]
+    return (full + band) / (peak * (bwd if backward else fwd))
+
+
+def shape_note(model, train, cluster, seq: int) -> str:
+    """--explain's words for the attention kernel's shape terms: the windowed blocks' measured band, FP8 attention."""
+    if not cluster.attention:
+        return ""
+    out, hd = [], model.qk_dim
+    windowed = bool(model.window) and model.window < seq
+    if windowed and (device := window_device(cluster.attention, cluster, model.window, model.d_head)):
+        f, b = window_slowdown(cluster.attention, device, seq)
+        out.append(f"the {model.window}-key sliding window's attention {f:.1f}x slower forward, {b:.1f}x backward a "
+                   f"FLOP than the full causal kernel's (cuDNN's own benchmark on a {device}: a {WINDOW_KEYS}-key "
+                   f"band of head dim {WINDOW_HEAD_DIM})")
+    elif windowed:
+        out.append(f"the {model.window}-key sliding window's attention at the full causal kernel's rate over its "
+                   f"band's FLOPs (no {NAMES.get(cluster.attention, cluster.attention)} rate is published for that "
+                   f"band at head dim {model.d_head} on this part)")
+    if getattr(train, "fp8_attention", False):
+        device = measured_device(cluster.attention, cluster)
+        parts = [(k, fp8_slowdown(device, hd, k, train.fp8, seq) if device else None)
+                 for k in ((0, model.window) if windowed else (0,))]
+        out.append(f"FP8 attention ({train.fp8}): " + ", ".join(
+            (f"the {'full causal kernel' if not k else f'{k}-key band'} x{r[0]:.2f} forward, x{r[1]:.2f} backward "
+             "the BF16 time" if r else f"the {'full causal kernel' if not k else f'{k}-key band'} at the BF16 rate "
+             "(not measured)") for k, r in parts)
+            + (f" (cuDNN's own benchmark on a {device}, head dim {hd})" if device else " (no FP8 attention measured "
+               "on this part)"))
+    return "".join("; " + x for x in out)
 
 
 # torch's ring attention (torch.distributed.tensor.experimental._attention, `_templated_ring_attention` and its

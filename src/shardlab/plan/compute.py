@@ -100,7 +100,8 @@ def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
         key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
         return 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
     if op.name == "attention" and c.attention and not fp32:
-        return attention.kernel_time(op.flops, c, backward, seq=op.shape[1])  # the keys a query sees
+        # seq: the keys a query sees; window: the sliding-window blocks' share (ops._window)
+        return attention.kernel_time(op.flops, c, backward, seq=op.shape[1], window=op.window)
     if op.kind == "gemm":
         m, n, k = op.shape
         if backward:  # dX = dY W and dW = dY^T X, equal FLOPs

@@ -21,6 +21,7 @@ class Op:
     ew: str = ""  # elementwise family, calibrated separately: ln gelu add copy sum ce softmax
     bias: bool = False  # a Linear with bias: the forward is addmm (bias broadcast + GEMM)
     bwd_bytes: float | None = None  # bytes the backward moves (None: 2 x forward)
+    window: tuple = ()  # fused attention: (keys, head dim, share of its FLOPs in sliding-window blocks)
 
 
 # the block's GEMMs by tensor-parallel region (attention, MLP), as layer_ops names them: the column-parallel ones
@@ -123,6 +124,15 @@ def titan_attention_kernels(T: int, h: int, gt: int, t: int, e: int, flash: bool
             *([Op("repeat_kv", "elem", bytes=rep, ew="copy", bwd_bytes=rep)] if rep else [])]
 
 
+def _window(model: ModelSpec, s: int) -> tuple:
+    """The attention op's sliding-window part: (keys, head dim, share of the op's FLOPs that the windowed blocks
+    run), timed apart (attention.kernel_time); () without a window."""
+    if not model.window or model.window >= s:
+        return ()
+    full = model.n_layer // model.window_skip if model.window_skip else 0
+    return model.window, model.d_head, 1 - full / model.n_layer / model.attention_share(s)
+
+
 def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: bool, eager_norm: bool = False,
                     sp: bool = False, impl: str = "own") -> list[Op]:
     """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
@@ -133,7 +143,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     T, dh, ah = b * s, model.d_head, a // t
     gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
     band = model.attention_share(s)  # sliding-window blocks: the fused kernel's work within the band
-    att = [Op("attention", "gemm", 4 * T * s * qw / t * band, shape=(s, s, dh), count=b * ah)]
+    att = [Op("attention", "gemm", 4 * T * s * qw / t * band, shape=(s, s, dh), count=b * ah, window=_window(model, s))]
     if not flash:
         att = [Op("scores", "gemm", 2 * T * s * qw / t, shape=(s, s, dh), count=b * ah),
                Op("softmax", "elem", bytes=2 * b * ah * s * s * e, ew="softmax"),

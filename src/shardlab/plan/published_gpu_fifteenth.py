@@ -14,7 +14,8 @@ What the planner has no input for (planned as the nearest it has): biases on eve
 attention sinks (a learnable softmax offset per head), the clamped quick-GELU GLU (planned as SwiGLU's kernels and
 bytes), YaRN rope, the router without a load-balancing loss (the host's count keeps the aux loss's kernels), the
 `layernorm` recompute module (its norms' outputs: not freed, not rerun), the full-iteration rows' paged stash and
-per-rank token budget, FP8 attention, TE's op fuser, and the parameter all-gather's overlap.
+per-rank token budget, TE's op fuser, and the parameter all-gather's overlap. FP8 attention (`fp8_attention`) and the
+window's measured band rate came after the first evaluation (docs/planner.md, "The attention kernel's shape").
 """
 from __future__ import annotations
 
@@ -69,6 +70,7 @@ def planner_row(r: dict) -> dict:
                 f"{SOURCE}, {r['container']} container (first published in {r['commit']})", None, comm_dtype="bf16",
                 precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False, fused_loss=True,
                 optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec), cuda_graphs=cuda_graphs(rec),
+                fp8_attention=rec.get("fp8_dot_product_attention") is True,
                 cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 

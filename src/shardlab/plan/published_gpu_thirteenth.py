@@ -21,7 +21,8 @@ depth and the loss last: planned with the planner's own split, the busiest rank'
 the MTP depth with the head), the recompute modules (mla_up_proj, moe_act, mlp: planned as no recomputation), the
 precision-aware optimizer's bf16 moments (these three taken after the first evaluation: `pp_layout`,
 `recompute_modules`, `optim_dtype`; docs/planner.md), token dropping (the 25.09 rows: planned dropless), DeepEP, group-limited
-routing (each token to at most 4 of 8 expert groups), FP8 attention and output projection, paged stash and the
+routing (each token to at most 4 of 8 expert groups), the FP8 output projection (FP8 attention is `fp8_attention`,
+after the fifteenth set), paged stash and the
 per-rank token budget, TE's op fuser, the parameter all-gather's overlap (planned after the step, as every set).
 """
 from __future__ import annotations
@@ -123,6 +124,7 @@ def planner_row(r: dict) -> dict:
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec),
                 cuda_graphs=cuda_graphs(rec),
+                fp8_attention=rec.get("fp8_dot_product_attention") is True,
                 cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 

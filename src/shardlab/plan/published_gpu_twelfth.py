@@ -14,10 +14,12 @@ the inputs the planner has for what the row's recipe sets:
 - the EP all-to-all overlap with delayed weight gradients (`overlap_moe_expert_parallel_comm`): `ep_overlap`;
 - whole-iteration CUDA graphs: no launch gaps (the cluster's `kernel_gap_s` 0 at first; `cuda_graphs` full later);
 - (after the twelfth and thirteenth sets' evaluations) the graphs each recipe replays and its dispatcher's kind,
-  for the kernels the host issues (`cuda_graphs`, `ep_dispatcher`: plan/host.py), and Qwen3's q/k norms (`qk_norm`).
+  for the kernels the host issues (`cuda_graphs`, `ep_dispatcher`: plan/host.py), and Qwen3's q/k norms (`qk_norm`);
+- (after the fifteenth set) FP8 attention where the recipe sets fp8_dot_product_attention (`fp8_attention`).
 What the recipes set that the planner has no input for (planned as Megatron-Core's defaults would run): the flex
-dispatcher with HybridEP (planned as NCCL's all-to-all on the same links), the full-iteration rows' paged stash, per-rank token budget, FP8 attention and fused grouped MLP, QK
-layernorm's two small norms, and the parameter all-gather's overlap (planned after the step, as every set plans it).
+dispatcher with HybridEP (planned as NCCL's all-to-all on the same links), the full-iteration rows' paged stash,
+per-rank token budget and fused grouped MLP, QK layernorm's two small norms, and the parameter all-gather's overlap
+(planned after the step, as every set plans it).
 """
 from __future__ import annotations
 
@@ -80,6 +82,7 @@ def planner_row(r: dict) -> dict:
                 r["tokens_per_gpu"], f"{SOURCE}, {r['container']} container (first published in {r['commit']})",
                 None, comm_dtype="bf16", precision="bf16-mixed", fp8=PRECISION[r["precision"]], dropout=False,
                 fused_loss=True, optimizer_passes=PASSES, llama_impl="te", cuda_graphs=cuda_graphs(rec),
+                fp8_attention=rec.get("fp8_dot_product_attention") is True,
                 cluster_fields={"attention": "cudnn"},
                 notes=r["notes"], seen="")
 

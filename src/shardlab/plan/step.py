@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from shardlab.parallel.pp import registry
 
-from . import fp8 as fp8_mod, fsdp2_kernels, host, moe, offload, overlap
+from . import attention, fp8 as fp8_mod, fsdp2_kernels, host, moe, offload, overlap
 from .comm import Collective, dp_collectives, experts_apart, tp_pp_collectives
 from .comm_time import call_time, collective_time, group_placement
 from .geometry import local_params, padded_units, units
@@ -358,7 +358,8 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         + _gpu_terms(cluster, plan.train.mixed, mt.kernels, getattr(plan.train, "fp8", "none"),
                      host.launch_gap(plan.train, cluster.kernel_gap_s),
                      (plan.train.seq or plan.model.seq) // plan.layout.cp) + fp8_mod.cast_note(plan.train) + mt.compiled + mt.mixed \
-        + moe.explain_note(plan.model, plan.train, plan.layout)
+        + moe.explain_note(plan.model, plan.train, plan.layout) \
+        + attention.shape_note(plan.model, plan.train, cluster, (plan.train.seq or plan.model.seq) // plan.layout.cp)
     X["backward"] = f"{m} x {mt.bwd * 1e3:.3f} ms (2 GEMMs per forward GEMM" \
                     + ("; in-situ remainder, + the doctor's gradient hooks with the health check"
                        if mt.how != "roofline" else "") \

@@ -47,6 +47,9 @@ class TrainSpec:
     fp32_grad_accum: bool = False  # mixed precision keeps fp32 gradients (Megatron main_grad)
     flash_attention: bool = False  # fused attention: no s x s scores stored
     fp8: str = "none"  # train.fp8: the block linears' float8 recipe (plan/fp8.py)
+    # the fused attention in FP8 too (Transformer Engine's fp8_dot_product_attention), in the recipe's format: its
+    # kernel at cuDNN's measured FP8 / BF16 ratio for the shape (plan/attention.py, MEASURED_FP8)
+    fp8_attention: bool = False
     # the norm as Meta's reference RMSNorm runs it eagerly (torchtitan's default "rmsnorm": x.float(), pow, mean,
     # rsqrt, mul, type_as, * weight, each its own kernel) rather than one fused kernel; a published row's input
     eager_norm: bool = False
@@ -119,6 +122,9 @@ class TrainSpec:
         one_of("mem_measure", self.mem_measure, ("allocated", "reserved", "device"))
         one_of("llama_impl", self.llama_impl, ("own", "torchtitan", "te"))
         one_of("fp8", self.fp8, ("none", *FP8_RECIPES))
+        if self.fp8_attention and self.fp8 == "none":
+            raise ValueError("fp8_attention runs the attention in the fp8 recipe's format: set fp8 to a recipe "
+                             f"({', '.join(FP8_RECIPES)}) or leave fp8_attention off")
         for name in self.optimizer_passes:
             one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:
