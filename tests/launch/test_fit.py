@@ -170,3 +170,25 @@ def test_the_memory_check_lists_one_block_of_each_kind_however_many_blocks(monke
     weights = 2.0 * from_config(cfg, 2)[0].params / 2  # 0.8 GiB: the floor lets it through to the planner
     assert note == "" and planned > 23 * GiB > weights  # the planner's figure: ~500 GiB a rank
     assert fit.memory_refusal(2, planned, 23 * GiB) is not None
+
+
+def test_a_model_too_large_to_size_is_refused_not_let_through(monkeypatch, capsys, tmp_path):
+    """Where the planner's memory lines themselves run out of memory (MemoryError), the run is refused as larger
+    than the host, not launched on the floor alone (as a run the planner has no model of is)."""
+    from shardlab import cli, config
+    from shardlab.launch import launcher
+    from shardlab.plan import memory
+
+    def exhausted(*a, **k):
+        raise MemoryError
+    monkeypatch.setattr(memory, "memory_lines", exhausted)
+    cfg = config.validate(config.load(None, ["parallel.strategy=ddp"]), 2)
+    planned, note = fit.planned_bytes(cfg, 2, available=23 * GiB)
+    assert planned == 23 * GiB and "ran out of memory" in note
+    monkeypatch.setattr(launcher, "_run_agent", lambda *a, **k: pytest.fail("a rank was started"))
+    monkeypatch.setattr(fit, "mem_available", lambda: 23 * GiB)
+    monkeypatch.setattr(fit, "has_gpus", lambda: False)
+    out = tmp_path / "run"
+    assert cli.cmd_train(["--nproc", "2", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "ran out of memory sizing it" in line and "not even one rank fits" in line and not out.exists(), line

@@ -445,3 +445,23 @@ def test_a_pipeline_layout_times_each_rank_with_its_own_dense_and_moe_blocks():
     all_moe = micro_batch_time(m.uniform(True), train, laid, c)  # the first rank's 4 blocks + the embedding
     assert (mt.fwd, mt.bwd) == (middle.fwd, middle.bwd) and mt.fwd + mt.bwd < all_moe.fwd + all_moe.bwd
     assert "4 MoE and 0 dense" in mt.mixed
+
+
+def test_megatrons_all_to_all_dispatcher_sorts_by_local_expert_and_flex_does_not():
+    """Megatron-Core's all-to-all dispatcher (TE's layers) copies the received rows into local-expert order and back
+    (sort_chunks_by_idxs): tokens x k rows of h each way, read and written, the sort with the fp32 probabilities.
+    HybridEP / DeepEP (flex), one expert a rank, or shardlab's own layers: no such copy, the step unchanged."""
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    train = TrainSpec(global_batch=8, micro_batch=2, seq=16, llama_impl="te")
+    lay = Layout(dp=4, ep=4)
+    sort, unsort = moe.sort_ops(m.expert_view(4), train, lay, 2)
+    slots = 2 * 16 * 2
+    assert (sort.bytes, unsort.bytes) == (2 * slots * 32 * 2 + 2 * slots * 4, 2 * slots * 32 * 2)
+    assert sort.bwd_bytes == sort.bytes and unsort.bwd_bytes == unsort.bytes
+    for view, t, lay2 in ((m.expert_view(4), train, replace(lay, ep_dispatcher="flex")),
+                          (m.expert_view(8), train, replace(lay, dp=8, ep=8)),
+                          (m.expert_view(4), replace(train, llama_impl="own"), lay)):
+        assert moe.sort_ops(view, t, lay2, 2) == []
+    c = load_cluster("h100", 4)
+    alltoall, flex = (evaluate(m, train, replace(lay, ep_dispatcher=d), c) for d in ("alltoall", "flex"))
+    assert alltoall.times["forward"] > flex.times["forward"] and "sort_chunks_by_idxs" in alltoall.explain["forward"]

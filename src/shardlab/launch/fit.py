@@ -98,6 +98,8 @@ def planned_bytes(cfg, world: int, available: float | None = None) -> tuple[floa
             # the planner counts offloaded state as leaving the accelerator; on a CPU it stays in this memory
             lay = dataclasses.replace(lay, offload="none")
         return float(sum(line.bytes for line in memory_lines(model, train, lay, grad_accum(train, lay)))), ""
+    except MemoryError:  # sizing the run took more memory than the host gives: the run itself would too
+        return float(available or 0.0), " (at least all that is available: the planner ran out of memory sizing it)"
     except Exception:  # noqa: BLE001 - a run the planner does not model must still launch: the floor alone
         return 0.0, " (none: the planner has no model of this run)"
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from functools import partial
 
-from . import attention, fp8, fusion, host as host_mod, torch_tp
+from . import attention, fp8, fusion, host as host_mod, moe, torch_tp
 from .compute_notes import dropout_note, ring_note, titan_note
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
@@ -214,6 +214,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     compiled = fusion.applies(train, c)  # train.compile on a GPU preset: Inductor's fused groups (plan/fusion.py)
     impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
     block = layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl)
+    block = block + moe.sort_ops(model, train, lay, e)  # Megatron-Core's all-to-all dispatcher: sort by expert
     if roofline:  # DTensor TP's sequence-dim copies around its collectives (plan/torch_tp.py)
         block = torch_tp.cat_copies(block, train, lay, b, s, model.d_model, e)
     block = context_parallel(block, lay.cp)

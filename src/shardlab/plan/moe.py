@@ -29,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .model import ModelSpec
+from .ops import Op
 
 ACT_BYTES = 4  # EP runs fp32 (docs/moe.md: the tests are fp32); rows are d_model activations
 COUNT_BYTES = 8  # the counts exchange sends E int64
@@ -166,6 +167,27 @@ def rank_tokens(model: ModelSpec, train, lay) -> int:
     return train.micro_batch * (train.seq or model.seq) // lay.cp // (lay.tp if lay.sp else 1)
 
 
+def sorts_chunks(model: ModelSpec, train, lay) -> bool:
+    """Whether the MoE blocks run Megatron-Core's all-to-all dispatcher's sort by local expert (sort_ops)."""
+    return bool(model.moe_experts) and getattr(train, "llama_impl", "own") == "te" \
+        and lay.ep_dispatcher == "alltoall" and model.experts_held > 1
+
+
+def sort_ops(model: ModelSpec, train, lay, e: int) -> list:
+    """The copies Megatron-Core's all-to-all dispatcher adds with more than one expert a rank (Transformer Engine's
+    layers, `llama_impl` te): after the all-to-all it sorts the rows it received by local expert, with their
+    probabilities, and before the combine's all-to-all it unsorts the experts' output (token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher.dispatch_postprocess and combine_preprocess: sort_chunks_by_idxs). Each reads and
+    writes the rank's tokens x k rows; its backward is the inverse copy. HybridEP permutes inside its dispatch
+    kernel and DeepEP once after it: the block's one `permute` op (ops.moe_ops) is theirs."""
+    if not sorts_chunks(model, train, lay):
+        return []
+    slots = rank_tokens(model, train, lay) * model.moe_top_k
+    rows = 2 * slots * model.d_model * e  # each row read and written
+    return [Op("sort_chunks", "elem", bytes=rows + 2 * slots * 4, ew="copy", bwd_bytes=rows + 2 * slots * 4),
+            Op("unsort_chunks", "elem", bytes=rows, ew="copy", bwd_bytes=rows)]
+
+
 def explain_note(model: ModelSpec, train, lay) -> str:
     """--explain's words for the MoE blocks' MLP (plan/ops.py moe_ops)."""
     if not model.moe_experts:
@@ -174,7 +196,10 @@ def explain_note(model: ModelSpec, train, lay) -> str:
     rows = tokens * model.moe_top_k // model.experts_held
     return (f"; MoE blocks: the router (E={model.moe_experts}), the permutation of {tokens:,} tokens x "
             f"k={model.moe_top_k}, and {model.experts_held} experts a rank (E / ep={lay.ep}) as grouped GEMMs of "
-            f"{rows:,} rows each (balanced routing)")
+            f"{rows:,} rows each (balanced routing)"
+            + ("; the all-to-all dispatcher's sort of the received rows by local expert and its unsort before the "
+               "combine, a copy of tokens x k rows each way (Megatron-Core's sort_chunks_by_idxs)"
+               if sorts_chunks(model, train, lay) else ""))
 
 
 def render(d: dict) -> str:
