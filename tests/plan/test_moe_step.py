@@ -465,3 +465,55 @@ def test_megatrons_all_to_all_dispatcher_sorts_by_local_expert_and_flex_does_not
     c = load_cluster("h100", 4)
     alltoall, flex = (evaluate(m, train, replace(lay, ep_dispatcher=d), c) for d in ("alltoall", "flex"))
     assert alltoall.times["forward"] > flex.times["forward"] and "sort_chunks_by_idxs" in alltoall.explain["forward"]
+
+
+@pytest.mark.parametrize("probs_dtype,nbytes", [("float32", 4), ("bfloat16", 2)])
+def test_the_eager_expert_bias_bytes_are_counted_through_torchs_dispatcher(probs_dtype, nbytes):
+    """moe.EXPERT_BIAS_BYTES: Megatron-Core's TEGroupedMLP._apply_bias as it runs (per expert t + b * p, the rows
+    concatenated, cast back), its aten ops' operand and result bytes summed, views and allocations left out:
+    per element of the rows, forward and backward, by the probabilities' dtype (the bias vectors and the
+    probabilities' own bytes are the rounding, below 1/8 of a byte an element here)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    class Bytes(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.split(".")[0] not in ("view", "_unsafe_view", "split", "split_with_sizes", "slice",
+                                                   "detach", "alias", "as_strided", "expand", "t", "unsqueeze"):
+                self.total += sum(x.numel() * x.element_size() for x in tree_flatten((args, kwargs, out))[0]
+                                  if isinstance(x, torch.Tensor))
+            return out
+
+    experts, rows, h = 4, 256, 512
+    t = torch.randn(experts * rows, h, dtype=torch.bfloat16, requires_grad=True)
+    bias = [torch.randn(h, dtype=torch.bfloat16, requires_grad=True) for _ in range(experts)]
+    probs = torch.rand(experts * rows, 1, dtype=getattr(torch, probs_dtype), requires_grad=True)
+    split = [rows] * experts
+    with Bytes() as fwd:
+        out = torch.cat([a + b * p for a, b, p in zip(torch.split(t, split), bias, torch.split(probs, split))]
+                        ).to(t.dtype)
+    grad = torch.randn_like(out)
+    with Bytes() as bwd:
+        out.backward(grad)
+    n = experts * rows * h
+    assert (round(fwd.total / n), round(bwd.total / n)) == moe.EXPERT_BIAS_BYTES[nbytes]
+
+
+def test_the_eager_expert_bias_is_planned_where_megatron_runs_it():
+    """GPT-OSS-style experts with biases in TE's layers: one `expert_bias` pass a block over tokens x k rows of h,
+    at the flex dispatchers' fp32 probabilities or the all-to-all's 16-bit ones; none without the biases, in
+    shardlab's own layers, or fully graphed (TE's op fuser scales the bias inside its grouped linear)."""
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2, expert_bias=True).expert_view(4)
+    train = TrainSpec(global_batch=8, micro_batch=2, seq=16, llama_impl="te")
+    lay = Layout(dp=4, ep=4)
+    n = 2 * 16 * 2 * 32
+    for dispatcher, nbytes in (("alltoall", 2), ("flex", 4)):
+        (op,) = moe.bias_ops(m, train, replace(lay, ep_dispatcher=dispatcher))
+        assert (op.bytes, op.bwd_bytes) == tuple(b * n for b in moe.EXPERT_BIAS_BYTES[nbytes])
+    for view, t in ((replace(m, expert_bias=False), train), (m, replace(train, llama_impl="own")),
+                    (m, replace(train, cuda_graphs="full"))):
+        assert moe.bias_ops(view, t, lay) == []

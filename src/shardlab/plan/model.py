@@ -45,6 +45,7 @@ class ModelSpec:
     head_dim: int = 0  # d, one head's width (0 = h/a); Qwen3's a x d differs from h: q and proj are h x ad
     # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its kernels in the host's count (plan/host.py)
     qk_norm: bool = False
+    expert_bias: bool = False  # experts with biases (GPT-OSS): moe.bias_ops' passes; their parameters not counted
     # sliding-window attention (GPT-OSS, Mistral): a query sees its `window` latest keys; every window_skip-th block
     # (blocks window_skip-1, 2 window_skip-1, ...) attends fully (Megatron-Core's window_size, window_attn_skip_freq;
     # 0: every block windowed). The fused kernel skips the tiles outside the band: the blocks' attention work

@@ -188,6 +188,40 @@ def sort_ops(model: ModelSpec, train, lay, e: int) -> list:
             Op("unsort_chunks", "elem", bytes=rows, ew="copy", bwd_bytes=rows)]
 
 
+# Megatron-Core adds the experts' fc2 bias outside Transformer Engine's grouped GEMM, in eager PyTorch
+# (TEGroupedMLP._apply_bias, since a329dd6 2025-09-22; the same at the published GPT-OSS rows' 92c8482, 0022550,
+# 24bad8e): per local expert t + b * p (p the router's fp32 probability), the experts' rows concatenated, cast back
+# to 16 bits. Its bytes per element of the rank's tokens x k rows of h, counted through torch's dispatcher on these
+# ops (tests/plan/test_moe_step.py), by the probabilities' bytes: fp32 (the flex dispatchers upcast them: DeepEP and
+# HybridEP take fp32 only) forward 28 (b * p and the sum in fp32, the cat, the cast), backward 40 (the cast, the
+# products and sums for b's and p's gradients, t's gradient cast and gathered); 16-bit (the all-to-all dispatcher
+# keeps the router's dtype, the activations' where moe_router_dtype is unset, as in every published recipe read)
+# forward 12, backward 16: no casts
+EXPERT_BIAS_BYTES = {4: (28, 40), 2: (12, 16)}
+
+
+def uses_eager_bias(model: ModelSpec, train) -> bool:
+    """Whether the MoE blocks run Megatron-Core's eager expert bias (bias_ops): experts with biases in TE's layers,
+    not fully graphed. A whole-iteration CUDA graph cannot hold that path (it reads the token counts to the host,
+    .tolist()); such runs use TE's op fuser, whose grouped linear scales the bias itself (scale_bias)."""
+    return bool(model.moe_experts) and model.expert_bias and getattr(train, "llama_impl", "own") == "te" \
+        and getattr(train, "cuda_graphs", "none") != "full"
+
+
+def bias_ops(model: ModelSpec, train, lay) -> list:
+    """The eager expert-bias passes of one MoE block on one rank (EXPERT_BIAS_BYTES), 16-bit rows."""
+    if not uses_eager_bias(model, train):
+        return []
+    n = rank_tokens(model, train, lay) * model.moe_top_k * model.d_model
+    fwd, bwd = EXPERT_BIAS_BYTES[probs_bytes(lay)]
+    return [Op("expert_bias", "elem", bytes=fwd * n, ew="add", bwd_bytes=bwd * n)]
+
+
+def probs_bytes(lay) -> int:
+    """The router probabilities' bytes at the experts: fp32 under the flex dispatchers, else 16-bit."""
+    return 4 if lay.ep_dispatcher == "flex" else 2
+
+
 def explain_note(model: ModelSpec, train, lay) -> str:
     """--explain's words for the MoE blocks' MLP (plan/ops.py moe_ops)."""
     if not model.moe_experts:
@@ -199,7 +233,11 @@ def explain_note(model: ModelSpec, train, lay) -> str:
             f"{rows:,} rows each (balanced routing)"
             + ("; the all-to-all dispatcher's sort of the received rows by local expert and its unsort before the "
                "combine, a copy of tokens x k rows each way (Megatron-Core's sort_chunks_by_idxs)"
-               if sorts_chunks(model, train, lay) else ""))
+               if sorts_chunks(model, train, lay) else "")
+            + ("; the experts' fc2 bias added per expert in eager PyTorch (Megatron-Core's TEGroupedMLP._apply_bias: "
+               f"{EXPERT_BIAS_BYTES[probs_bytes(lay)][0]} B forward, {EXPERT_BIAS_BYTES[probs_bytes(lay)][1]} B "
+               f"backward an element of the rows, {probs_bytes(lay)}-byte probabilities)"
+               if uses_eager_bias(model, train) else ""))
 
 
 def render(d: dict) -> str:

@@ -10,7 +10,8 @@ bf16 gradients (buckets: comm_overlap.py's 128 Mi elements, or Megatron DDP's de
 set), the precision-aware optimizer's moment dtypes, the pipeline (1F1B, or interleaved with the row's
 VP), the flex dispatcher's SMs and deduplication, the EP overlap, the CUDA graphs replayed and the dispatcher's kind
 (the host's kernels: plan/host.py), selective recompute of the modules the planner knows (core_attn, moe_act, mlp).
-What the planner has no input for (planned as the nearest it has): biases on every linear and the router, the
+What the planner has no input for (planned as the nearest it has): biases on every linear and the router (the
+experts' fc2 bias pass is `expert_bias`, after the first evaluation), the
 attention sinks (a learnable softmax offset per head), the clamped quick-GELU GLU (planned as SwiGLU's kernels and
 bytes), YaRN rope, the router without a load-balancing loss (the host's count keeps the aux loss's kernels), the
 `layernorm` recompute module (its norms' outputs: not freed, not rerun), the full-iteration rows' paged stash and
@@ -35,7 +36,7 @@ def shape_of(q: dict, container: str) -> dict:
             "vocab": q["vocab_size"], "arch": "llama", "n_kv_heads": q["num_query_groups"],
             "head_dim": q["kv_channels"], "ffn": q["ffn_hidden_size"], "tied": False,
             "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"], "moe_ffn": q["moe_ffn_hidden_size"],
-            "window": w, "window_skip": q["window_attn_skip_freq"]}
+            "window": w, "window_skip": q["window_attn_skip_freq"], "expert_bias": q["add_bias_linear"]}
 
 
 def _known_modules(recipe: dict) -> str:
