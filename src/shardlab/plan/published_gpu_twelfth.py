@@ -31,7 +31,11 @@ PRECISION = {"MXFP8": "mxfp8", "FP8-CS": "tensorwise", "BF16": "none"}
 
 
 def _shape(name: str) -> dict:
-    q = QWEN3_SHAPES[name]
+    return shape_of(QWEN3_SHAPES[name])
+
+
+def shape_of(q: dict) -> dict:
+    """A Qwen3 MoE model as its provider states it (Megatron-Core's config keys) in the planner's keys."""
     return {"n_layer": q["num_layers"], "d_model": q["hidden_size"], "n_head": q["num_attention_heads"],
             "vocab": q["vocab_size"], "arch": "llama", "n_kv_heads": q["num_query_groups"],
             "qk_norm": q.get("qk_layernorm") is True,
