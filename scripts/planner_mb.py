@@ -11,6 +11,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
   fourteenth  Kimi-K2 pre-training on GB300 (plan/published_gpu_fourteenth.py): 384 experts, trained with Muon
   fifteenth   GPT-OSS 120B pre-training on H100, B200, B300, GB200, GB300 (plan/published_gpu_fifteenth.py):
             sliding-window attention, 128 experts top-4, eager and graphed rows
+  sixteenth   Megatron-Bridge's model verification cards: GPT-OSS 20B/120B, Qwen3 30B/235B/8B, DeepSeek-V3 and
+            Moonlight pre-training on H100, GB200, GB300 (plan/published_gpu_sixteenth.py)
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -23,7 +25,8 @@ import importlib
 from shardlab.plan.published_gpu import print_set
 
 SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
-        "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH", "fifteenth": "FIFTEENTH"}
+        "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH", "fifteenth": "FIFTEENTH",
+        "sixteenth": "SIXTEENTH"}
 
 
 def main() -> None:
