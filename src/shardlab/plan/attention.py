@@ -100,20 +100,27 @@ MEASURED_WINDOWED = {
     ("cudnn", "GB300"): ((2048, 160.0, 184.0), (4096, 167.0, 191.0), (8192, 172.0, 198.0),
                          (16384, 173.0, 200.0), (32768, 108.0, 199.0)),
 }
+
+
+def _upto_16k(pts: tuple) -> tuple:
+    """A BF16 table's points at the FP8 runs' lengths (2k-16k: the FP8 rows' 32k figures are not taken)."""
+    return tuple(p for p in pts if p[0] <= 16384)
+
+
 # FP8 attention (Transformer Engine's fp8_dot_product_attention: q, k, v and the backward's gradients in FP8 through
 # cuDNN), measured by the same benchmark beside its BF16 runs: same part, same shape, the FP8 formats' TFLOP/s
 # (per-tensor scaled E4M3 "fp8", block-scaled "mxfp8"). By (part, head dim of q and k, keys a query sees: 0 the full
-# causal kernel, else the band's): {dtype: ((seq, forward, backward), ...)}. The shapes: Llama 3.1 405B's (head
-# dim 128; results/llama3.1), DeepSeek-V3's latent attention (q/k 192, v 128; results/dsv3), GPT-OSS's 128-key
-# band (head dim 64; results/gpt_oss). The band's FP8 backward grows with the square of the sequence (1.7, 6.2,
-# 23 ms at 4k, 8k, 16k on a GB200): it runs the whole causal triangle, not the band
+# causal kernel, else the band's): {dtype: ((seq, forward, backward), ...)}, BF16's from the tables above. The
+# shapes: Llama 3.1 405B's (head dim 128; results/llama3.1), DeepSeek-V3's latent attention (q/k 192, v 128;
+# results/dsv3), GPT-OSS's 128-key band (head dim 64; results/gpt_oss). The band's FP8 backward grows with the
+# square of the sequence (1.7, 6.2, 23 ms at 4k, 8k, 16k on a GB200): it runs the whole causal triangle, not the band
 MEASURED_FP8 = {
     ("GB200", 128, 0): {
-        "bf16": ((2048, 1097.0, 885.0), (4096, 1408.0, 1148.0), (8192, 1574.0, 1332.0), (16384, 1708.0, 1328.0)),
+        "bf16": _upto_16k(MEASURED_BY_SEQ[("cudnn", "GB200")]),
         "fp8": ((2048, 1420.0, 831.0), (4096, 1805.0, 1178.0), (8192, 2047.0, 1454.0), (16384, 2154.0, 1632.0)),
         "mxfp8": ((2048, 1330.0, 745.0), (4096, 1685.0, 1054.0), (8192, 1902.0, 1287.0), (16384, 1999.0, 1436.0))},
     ("GB300", 128, 0): {
-        "bf16": ((2048, 1373.0, 967.0), (4096, 1703.0, 1248.0), (8192, 1856.0, 1435.0), (16384, 1915.0, 1507.0)),
+        "bf16": _upto_16k(MEASURED_BY_SEQ[("cudnn", "GB300")]),
         "fp8": ((2048, 1954.0, 944.0), (4096, 2532.0, 1396.0), (8192, 2897.0, 1781.0), (16384, 3054.0, 2035.0)),
         "mxfp8": ((2048, 1751.0, 811.0), (4096, 2272.0, 1143.0), (8192, 2570.0, 1404.0), (16384, 2727.0, 1563.0))},
     ("GB200", 192, 0): {
@@ -125,11 +132,11 @@ MEASURED_FP8 = {
         "fp8": ((2048, 2290.0, 1511.0), (4096, 2788.0, 1982.0), (8192, 3128.0, 2310.0), (16384, 3305.0, 2459.0)),
         "mxfp8": ((2048, 2069.0, 1158.0), (4096, 2517.0, 1522.0), (8192, 2829.0, 1780.0), (16384, 2998.0, 1844.0))},
     ("GB200", 64, 128): {
-        "bf16": ((2048, 153.0, 176.0), (4096, 161.0, 182.0), (8192, 165.0, 187.0), (16384, 167.0, 188.0)),
+        "bf16": _upto_16k(MEASURED_WINDOWED[("cudnn", "GB200")]),
         "fp8": ((2048, 165.0, 78.0), (4096, 173.0, 49.0), (8192, 177.0, 28.0), (16384, 179.0, 15.0)),
         "mxfp8": ((2048, 153.0, 65.0), (4096, 161.0, 41.0), (8192, 164.0, 23.0), (16384, 166.0, 12.0))},
     ("GB300", 64, 128): {
-        "bf16": ((2048, 160.0, 184.0), (4096, 167.0, 191.0), (8192, 172.0, 198.0), (16384, 173.0, 200.0)),
+        "bf16": _upto_16k(MEASURED_WINDOWED[("cudnn", "GB300")]),
         "fp8": ((2048, 193.0, 89.0), (4096, 203.0, 57.0), (8192, 208.0, 33.0), (16384, 211.0, 18.0)),
         "mxfp8": ((2048, 182.0, 72.0), (4096, 194.0, 45.0), (8192, 200.0, 26.0), (16384, 203.0, 14.0))},
 }
