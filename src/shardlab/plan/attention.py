@@ -237,6 +237,16 @@ def fp8_slowdown(device: str, head_dim: int, keys: int, fp8: str, seq: int) -> t
     return bf / ff, bb / fb
 
 
+def sdpa_key(op) -> str:
+    """The calibrated table's key of a fused attention op (cluster.gemm_table's sdpa: and sdpa_bwd: rates)."""
+    return f"{op.count}x{op.shape[0]},{op.shape[2]}"
+
+
+def calibrated(op, cluster) -> bool:
+    """Whether a calibration measured this fused attention op as one (then its rates stand, not the presets')."""
+    return f"sdpa:{sdpa_key(op)}" in cluster.gemm_table
+
+
 def kernel_time(full_flops: float, cluster, backward: bool, backend: str | None = None, seq: int = 0,
                 window: tuple = (), fp8: str = "", head_dim: int = 0) -> float:
     """Seconds of the fused kernel, forward or backward, for `full_flops` = the op's full-square forward FLOPs;

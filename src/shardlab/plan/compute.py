@@ -95,9 +95,9 @@ class MicroTime:
 
 
 def _op_time(op: Op, c: Cluster, fp32: bool, backward: bool) -> float:
-    if op.name == "attention" and f"sdpa:{op.count}x{op.shape[0]},{op.shape[2]}" in c.gemm_table:
+    if op.name == "attention" and attention.calibrated(op, c):
         # fused attention measured as one op (calibration): forward and backward rates
-        key = f"{op.count}x{op.shape[0]},{op.shape[2]}"
+        key = attention.sdpa_key(op)
         return 2 * op.flops / c.gemm_table["sdpa_bwd:" + key] if backward else op.flops / c.gemm_table["sdpa:" + key]
     if op.name == "attention" and c.attention and not fp32:
         # seq: the keys a query sees; window: the sliding-window blocks' share (ops._window)

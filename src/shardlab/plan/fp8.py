@@ -64,7 +64,7 @@ def gemm_seconds(op, seconds: float, backward: bool, c, train, lay, compiled_cas
     """An op's seconds with FP8 on: a converted linear's GEMMs at the FP8 peak plus its casts (eager: the
     layer's cast_bytes; under torch.compile `compiled_casts`, plan/fusion.py's cast_bytes)."""
     if op.name == "attention" and getattr(train, "fp8_attention", False) and c.attention and on(train) \
-            and f"sdpa:{op.count}x{op.shape[0]},{op.shape[2]}" not in c.gemm_table:
+            and not attention.calibrated(op, c):
         return attention.kernel_time(op.flops, c, backward, seq=op.shape[1], window=op.window, fp8=train.fp8,
                                      head_dim=op.shape[2])  # FP8 attention: cuDNN's measured FP8 rates
     if not on(train) or op.kind != "gemm" or op.name not in CONVERTED:
