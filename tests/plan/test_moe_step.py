@@ -517,3 +517,79 @@ def test_the_eager_expert_bias_is_planned_where_megatron_runs_it():
     for view, t in ((replace(m, expert_bias=False), train), (m, replace(train, llama_impl="own")),
                     (m, replace(train, cuda_graphs="full"))):
         assert moe.bias_ops(view, t, lay) == []
+
+
+def test_the_eager_glu_clamp_bytes_and_kernels_are_counted_through_torchs_dispatcher():
+    """moe.CLAMP_BYTES and CLAMP_KERNELS: Megatron-Core's weighted_bias_quick_geglu_impl with a clamp value, its
+    eager part as it runs (the halves chunked, each clamped, concatenated, viewed), aten ops' operand and result
+    bytes summed and the ops that launch a kernel counted, views left out: per element of the rows x f (the
+    compiled activation after it is the planned `swiglu`, not counted here)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    views = ("view", "_unsafe_view", "split", "split_with_sizes", "slice", "chunk", "detach", "alias", "as_strided",
+             "expand", "t", "unsqueeze")
+
+    class Count(TorchDispatchMode):
+        total, kernels = 0, 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func.__name__.split(".")[0] not in views:
+                self.kernels += 1
+                self.total += sum(x.numel() * x.element_size() for x in tree_flatten((args, kwargs, out))[0]
+                                  if isinstance(x, torch.Tensor))
+            return out
+
+    rows, f, clamp = 1024, 512, 7.0
+    x = torch.randn(rows, 2 * f, dtype=torch.bfloat16, requires_grad=True)
+    with Count() as fwd:
+        x_glu, x_linear = x.chunk(2, -1)
+        y = torch.cat((x_glu.clamp(min=None, max=clamp), x_linear.clamp(min=-clamp, max=clamp)), -1).view(-1, 2 * f)
+    grad = torch.randn_like(y)
+    with Count() as bwd:
+        y.backward(grad)
+    n = rows * f
+    assert (round(fwd.total / n), round(bwd.total / n)) == moe.CLAMP_BYTES
+    assert (fwd.kernels, bwd.kernels) == moe.CLAMP_KERNELS
+
+
+def test_the_eager_glu_clamp_is_planned_where_megatron_runs_it(capsys):
+    """GPT-OSS-style clamped experts in TE's layers: one `glu_clamp` pass a block over tokens x k rows of f, run
+    again under moe_act's recompute, its kernels in the host's count and its clamped copy kept for the backward
+    (none under moe_act); nothing unclamped, in shardlab's own layers, or fully graphed (TE's op fuser clamps
+    inside its kernel). A negative limit is refused."""
+    from shardlab.plan import host
+    from shardlab.plan.recompute import module_ops
+
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2, glu_clamp=7.0).expert_view(4)
+    train = TrainSpec(global_batch=8, micro_batch=2, seq=16, llama_impl="te")
+    lay = Layout(dp=4, ep=4)
+    n = 2 * 16 * 2 * m.expert_ffn
+    (op,) = moe.clamp_ops(m, train, lay)
+    assert (op.bytes, op.bwd_bytes) == tuple(b * n for b in moe.CLAMP_BYTES)
+    block = [type(op)("router", "gemm"), op]
+    assert module_ops(block, frozenset({"moe_act"})) == [op]
+    plain = replace(m, glu_clamp=0.0)
+    assert [a - b for a, b in zip(host.te_kernels(m, train, lay), host.te_kernels(plain, train, lay))] \
+        == list(moe.CLAMP_KERNELS)
+    assert moe.clamp_saved_bytes(m, train, lay) == n * 2 * 2
+    assert moe.clamp_saved_bytes(m, train, replace(lay, recompute_modules="moe_act")) == 0
+    for view, t in ((plain, train), (m, replace(train, llama_impl="own")), (m, replace(train, cuda_graphs="full"))):
+        assert moe.clamp_ops(view, t, lay) == [] and moe.clamp_saved_bytes(view, t, lay) == 0
+    c = load_cluster("h100", 4)
+    full = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    clamped, unclamped = (evaluate(replace(full, glu_clamp=g), train, lay, c) for g in (7.0, 0.0))
+    assert clamped.times["forward"] > unclamped.times["forward"] and "clamped at 7" in clamped.explain["forward"]
+    assert clamped.mem_total > unclamped.mem_total
+    with pytest.raises(ValueError, match="glu_clamp"):
+        replace(full, glu_clamp=-1.0)
+    from shardlab.plan.cli import main as plan_main
+
+    base = ["model=llama-tiny", "gpus=4", "micro_batch=2", "seq=128", "moe_experts=4", "moe_top_k=2", "ep=2",
+            "llama_impl=te", "cluster=h100"]
+    assert plan_main(base + ["glu_clamp=7", "--explain"]) in (0, 1) and "clamped at 7" in capsys.readouterr().out
+    assert plan_main(base + ["glu_clamp=-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "glu_clamp must be 0 or positive" in err[0], err

@@ -30,6 +30,7 @@ MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq"
               "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int,
               "qk_norm": "bool",  # q and k RMSNorms (Qwen3): kernels the host issues (plan/host.py)
               "expert_bias": "bool",  # experts with biases (GPT-OSS): Megatron-Core's passes (plan/moe.py)
+              "glu_clamp": float,  # the experts' GLU inputs clamped (GPT-OSS's 7): Megatron-Core's eager passes
               "window": int, "window_skip": int}  # sliding-window attention: its width, every n-th block full
 # the model's MoE blocks (ModelSpec): experts, top-k, every n-th block, the experts' own width, a shared expert's
 # width, leading dense blocks; ep is the layout's

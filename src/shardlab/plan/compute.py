@@ -215,7 +215,9 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
     impl = train.llama_impl if not compiled else "own"  # torchtitan's eager kernels; compiled: fusion.py's count
     block = layer_ops(model, b, s, t, e, train.flash_attention, train.eager_norm, sp, drops, impl)
     # Megatron-Core's passes around the experts: the all-to-all dispatcher's sort by expert, the eager expert bias
-    block = block + moe.sort_ops(model, train, lay, e) + moe.bias_ops(model, train, lay)
+    # and GLU clamp
+    block = block + moe.sort_ops(model, train, lay, e) + moe.bias_ops(model, train, lay) \
+        + moe.clamp_ops(model, train, lay)
     if roofline:  # DTensor TP's sequence-dim copies around its collectives (plan/torch_tp.py)
         block = torch_tp.cat_copies(block, train, lay, b, s, model.d_model, e)
     block = context_parallel(block, lay.cp)

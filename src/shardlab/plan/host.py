@@ -17,6 +17,7 @@ per-kernel host cost of Inductor's launcher is published); CPU profiles measure 
 """
 from __future__ import annotations
 
+from . import moe as moe_mod
 from .layout import Layout
 from .model import ModelSpec
 from .train_spec import TrainSpec
@@ -99,6 +100,8 @@ def te_kernels(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[int, in
     if model.moe_shared_ffn:
         sh = _part("shared", q)
         f, b = f + sh[0], b + sh[1]
+    if moe_mod.uses_eager_clamp(model, train):  # the GLU's eager clamp (moe.clamp_ops)
+        f, b = f + moe_mod.CLAMP_KERNELS[0], b + moe_mod.CLAMP_KERNELS[1]
     if "moe_router" in scopes:  # the norm and router (and, with moe_preprocess, the counts and permutation) in one
         pre = TE_KERNELS["router"]
         if "moe_preprocess" in scopes and disp == "alltoall":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from shardlab.parallel.pp import registry
 
-from . import fp8, offload
+from . import fp8, moe, offload
 from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, ends_as_blocks, stage_layers
@@ -154,6 +154,7 @@ def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[f
     per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
                                            flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
                                            fp8=train.fp8 != "none", modules=lay.recomputed_modules) * train.act_bytes_scale
+    per_layer += moe.clamp_saved_bytes(model, train, lay)  # GPT-OSS's eager GLU clamp: its clamped copy
     return per_layer, layers
 
 

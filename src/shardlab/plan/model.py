@@ -46,6 +46,7 @@ class ModelSpec:
     # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its kernels in the host's count (plan/host.py)
     qk_norm: bool = False
     expert_bias: bool = False  # experts with biases (GPT-OSS): moe.bias_ops' passes; their parameters not counted
+    glu_clamp: float = 0.0  # the experts' GLU inputs clamped at this limit (GPT-OSS: 7): moe.clamp_ops' passes
     # sliding-window attention (GPT-OSS, Mistral): a query sees its `window` latest keys; every window_skip-th block
     # (blocks window_skip-1, 2 window_skip-1, ...) attends fully (Megatron-Core's window_size, window_attn_skip_freq;
     # 0: every block windowed). The fused kernel skips the tiles outside the band: the blocks' attention work
@@ -103,7 +104,7 @@ class ModelSpec:
                                  f" (and moe_every {self.moe_every} at least 1)")
         if self.window < 0 or self.window_skip < 0:
             raise ValueError(f"window {self.window} and window_skip {self.window_skip} must be 0 or positive")
-        for f in ("moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups", "moe_group_topk"):
+        for f in ("glu_clamp", "moe_ffn", "moe_shared_ffn", "moe_first_dense", "moe_groups", "moe_group_topk"):
             if getattr(self, f) < 0:
                 raise ValueError(f"model.{f} must be 0 or positive, got {getattr(self, f)}")
         if self.moe_groups and (self.moe_experts % self.moe_groups or not 1 <= self.moe_group_topk <= self.moe_groups):

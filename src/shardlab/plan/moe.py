@@ -217,6 +217,43 @@ def bias_ops(model: ModelSpec, train, lay) -> list:
     return [Op("expert_bias", "elem", bytes=fwd * n, ew="add", bwd_bytes=bwd * n)]
 
 
+# GPT-OSS clamps its experts' GLU inputs (Megatron-Core's activation_func_clamp_value, 7 in Megatron-Bridge's
+# GPT-OSS bridge). With the bias-activation fusion, weighted_bias_quick_geglu_impl (megatron/core/fusions/
+# fused_bias_geglu.py, the same at the GPT-OSS rows' 92c8482, 0022550, 24bad8e) clamps the two halves and
+# concatenates them in eager PyTorch before its compiled activation: per element of the rank's tokens x k rows of
+# the expert width f, counted through torch's dispatcher (tests/plan/test_moe_step.py), 16 B forward (two clamps,
+# the cat) and 30 B backward (each clamp's masks and where, the halves' gradients concatenated); their kernels
+# (3, 9) join the host's count
+CLAMP_BYTES = (16, 30)
+CLAMP_KERNELS = (3, 9)
+
+
+def uses_eager_clamp(model: ModelSpec, train) -> bool:
+    """Whether the MoE blocks run Megatron-Core's eager GLU clamp (clamp_ops): clamped experts in TE's layers, not
+    graphed whole (a whole-iteration graph runs TE's op fuser, whose ScaledClampedQGeGLU clamps inside its kernel)."""
+    return bool(model.moe_experts) and model.glu_clamp > 0 and getattr(train, "llama_impl", "own") == "te" \
+        and getattr(train, "cuda_graphs", "none") != "full"
+
+
+def clamp_ops(model: ModelSpec, train, lay) -> list:
+    """The eager GLU-clamp passes of one MoE block on one rank (CLAMP_BYTES), 16-bit rows; recomputed with moe_act."""
+    if not uses_eager_clamp(model, train):
+        return []
+    n = rank_tokens(model, train, lay) * model.moe_top_k * model.expert_ffn
+    return [Op("glu_clamp", "elem", bytes=CLAMP_BYTES[0] * n, ew="copy", bwd_bytes=CLAMP_BYTES[1] * n)]
+
+
+def clamp_saved_bytes(model: ModelSpec, train, lay) -> float:
+    """Bytes a block keeps for the backward beyond Transformer Engine's count (activations.py) under the eager clamp:
+    the clamped copy of fc1's output, 2f 16-bit values per routed copy, which the compiled activation saves beside
+    fc1's output (the clamps' backward reads that); none where moe_act recomputes the activation, and none in blocks
+    without experts (a mixed model's share)."""
+    if not uses_eager_clamp(model, train) or lay.recompute != "none" or "moe_act" in lay.recomputed_modules:
+        return 0.0
+    return rank_tokens(model, train, lay) * model.moe_top_k * 2 * model.expert_ffn * 2 \
+        * model.moe_blocks / model.n_layer
+
+
 def probs_bytes(lay) -> int:
     """The router probabilities' bytes at the experts: fp32 under the flex dispatchers, else 16-bit."""
     return 4 if lay.ep_dispatcher == "flex" else 2
@@ -237,7 +274,10 @@ def explain_note(model: ModelSpec, train, lay) -> str:
             + ("; the experts' fc2 bias added per expert in eager PyTorch (Megatron-Core's TEGroupedMLP._apply_bias: "
                f"{EXPERT_BIAS_BYTES[probs_bytes(lay)][0]} B forward, {EXPERT_BIAS_BYTES[probs_bytes(lay)][1]} B "
                f"backward an element of the rows, {probs_bytes(lay)}-byte probabilities)"
-               if uses_eager_bias(model, train) else ""))
+               if uses_eager_bias(model, train) else "")
+            + (f"; the GLU's inputs clamped at {model.glu_clamp:g} in eager PyTorch before the compiled activation "
+               f"(Megatron-Core's weighted_bias_quick_geglu_impl: {CLAMP_BYTES[0]} B forward, {CLAMP_BYTES[1]} B "
+               f"backward an element of the rows x f)" if uses_eager_clamp(model, train) else ""))
 
 
 def render(d: dict) -> str:

@@ -13,7 +13,7 @@ VP), the flex dispatcher's SMs and deduplication, the EP overlap, the CUDA graph
 What the planner has no input for (planned as the nearest it has): biases on every linear and the router (the
 experts' fc2 bias pass is `expert_bias`, after the first evaluation), the
 attention sinks (a learnable softmax offset per head), the clamped quick-GELU GLU (planned as SwiGLU's kernels and
-bytes), YaRN rope, the router without a load-balancing loss (the host's count keeps the aux loss's kernels), the
+bytes; its eager clamp is `glu_clamp`, after the sixteenth set), YaRN rope, the router without a load-balancing loss (the host's count keeps the aux loss's kernels), the
 `layernorm` recompute module (its norms' outputs: not freed, not rerun), the full-iteration rows' paged stash and
 per-rank token budget, TE's op fuser, and the parameter all-gather's overlap. FP8 attention (`fp8_attention`) and the
 window's measured band rate came after the first evaluation (docs/planner.md, "The attention kernel's shape").
@@ -36,7 +36,8 @@ def shape_of(q: dict, container: str) -> dict:
             "vocab": q["vocab_size"], "arch": "llama", "n_kv_heads": q["num_query_groups"],
             "head_dim": q["kv_channels"], "ffn": q["ffn_hidden_size"], "tied": False,
             "moe_experts": q["num_moe_experts"], "moe_top_k": q["moe_router_topk"], "moe_ffn": q["moe_ffn_hidden_size"],
-            "window": w, "window_skip": q["window_attn_skip_freq"], "expert_bias": q["add_bias_linear"]}
+            "window": w, "window_skip": q["window_attn_skip_freq"], "expert_bias": q["add_bias_linear"],
+            "glu_clamp": q["activation_func_clamp_value"] or 0.0}
 
 
 def _known_modules(recipe: dict) -> str:

@@ -29,11 +29,11 @@ def early_stop_recomputed(block: list[Op]) -> list[Op]:
 
 # Megatron-Core's recompute_modules (Layout.recompute_modules): the forward ops each module's checkpoint runs again.
 # core_attn: the attention kernel; mla_up_proj: the latents' up-projections, the rotation and q, k assembled per head
-# (multi_latent_attention.py's qkv_up_checkpoint); moe_act: the experts' activation (an MoE block's: it has a router);
-# mlp: a dense block's MLP with its norm (fc1 is TE's LayerNormColumnParallelLinear)
+# (multi_latent_attention.py's qkv_up_checkpoint); moe_act: the experts' activation and its clamp (an MoE block's:
+# it has a router); mlp: a dense block's MLP with its norm (fc1 is TE's LayerNormColumnParallelLinear)
 _MODULE_OPS = {"core_attn": ("attention", "scores", "softmax", "attn_dropout", "attn_v"),
                "mla_up_proj": ("q_up", "kv_up", "rope", "mla_cat"),
-               "moe_act": ("swiglu", "gelu"), "mlp": ("ln_2", "gate", "up", "swiglu", "down")}
+               "moe_act": ("swiglu", "gelu", "glu_clamp"), "mlp": ("ln_2", "gate", "up", "swiglu", "down")}
 
 
 def module_ops(block: list[Op], modules: frozenset) -> list[Op]:
