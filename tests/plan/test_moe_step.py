@@ -593,3 +593,34 @@ def test_the_eager_glu_clamp_is_planned_where_megatron_runs_it(capsys):
     assert plan_main(base + ["glu_clamp=-1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "glu_clamp must be 0 or positive" in err[0], err
+
+
+def test_the_busiest_ranks_load_scales_its_experts_all_to_all_and_activations():
+    """TrainSpec.moe_load (the busiest expert-parallel rank's token-slots over the mean): that rank's expert GEMMs
+    and the passes over their rows, its all-to-all bytes and its experts' activations scale by it; the router,
+    the permutation of its own tokens and the attention do not; without ep it changes nothing (every expert on
+    every rank); below 1 it is refused."""
+    from shardlab.plan.activations import te_llama_activation_bytes_per_layer as te
+    from shardlab.plan.ops import moe_ops
+
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    even, busy = m.expert_view(4), m.expert_view(4, 1.5)
+    by_name = lambda ops: {o.name: o for o in ops}  # noqa: E731
+    a, b = by_name(moe_ops(even, 64, 2)), by_name(moe_ops(busy, 64, 2))
+    for name in ("gate", "up", "down"):
+        assert b[name].flops == 1.5 * a[name].flops and b[name].shape[0] == 1.5 * a[name].shape[0]
+    assert b["swiglu"].bytes == 1.5 * a["swiglu"].bytes
+    assert all(b[n] == a[n] for n in ("router", "topk", "permute", "unpermute"))
+    k, f, h = 2, m.expert_ffn, m.d_model
+    assert te(busy, 1, 16) - te(even, 1, 16) == pytest.approx(16 * 0.5 * k * (2 * h + 4 * f + 2 * f + 4))
+    train, lay, c = TrainSpec(global_batch=8, micro_batch=2, seq=16), Layout(dp=4, ep=4), load_cluster("h100", 4)
+    plans = {x: evaluate(m, replace(train, moe_load=x), lay, c) for x in (1.0, 1.5)}
+    a2a = {x: next(cl.c for cl in p.comm if cl.c.op == "all_to_all") for x, p in plans.items()}
+    assert a2a[1.5].payload == pytest.approx(1.5 * a2a[1.0].payload) and "busiest rank's load 1.5" in a2a[1.5].why
+    # the device's time (this tiny block is host-bound: the host's wait takes up the difference in the step)
+    assert plans[1.5].times["forward"] > plans[1.0].times["forward"] and plans[1.5].mem_total > plans[1.0].mem_total
+    assert "routing load 1.5" in plans[1.5].explain["forward"]
+    one = {x: evaluate(m, replace(train, moe_load=x), Layout(dp=4), c) for x in (1.0, 1.5)}
+    assert one[1.5].times == one[1.0].times and one[1.5].mem_total == one[1.0].mem_total
+    with pytest.raises(ValueError, match="moe_load"):
+        replace(train, moe_load=0.9).check()

@@ -64,10 +64,18 @@ def _plan_of(run_dir: Path, cluster, share: float | None):
     world = int(summary["world_size"])
     model, train, lay = from_config(config.load(run_dir / "config.toml"), world)
     # fused SDPA attention and the doctor's per-step check come with from_config (the trainer's defaults)
+    train = replace(train, moe_load=measured_load(summary, lay))
     if share is not None:
         cluster = replace(cluster, cpu_share=share, cpu_share_solo=share)
     cluster = replace(cluster, num_gpus=max(cluster.num_gpus, world))
     return evaluate(model, train, lay, cluster), model, train, lay
+
+
+def measured_load(summary: dict, lay) -> float:
+    """The routing's load on the busiest expert-parallel rank as the run measured it (summary.json
+    moe.load_imbalance_ep, train/moe_log.py): the plan's moe_load; 1.0 without ep or where the run predates it."""
+    load = (summary.get("moe") or {}).get("load_imbalance_ep")
+    return max(1.0, float(load)) if lay.ep > 1 and load else 1.0
 
 
 def schedule_note(run_dir: Path, lay) -> str | None:

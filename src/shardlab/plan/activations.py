@@ -85,7 +85,8 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     permuted input q h (the grouped fc1's), gate and up 4f, fc2's input q f and the copy's fp32 probability, 4 B:
     the probabilities weigh the activation's output inside the fused SwiGLU (Megatron-Core's TEGroupedMLP,
     `weighted_bias_swiglu_impl(fc1_output, bias, permuted_probs)`, which saves its input and the probabilities),
-    and the un-permutation only sums, so no expert output is kept for the probabilities' gradient.
+    and the un-permutation only sums, so no expert output is kept for the probabilities' gradient. The copies are
+    the busiest expert-parallel rank's: moe_load x k of them (ModelSpec.expert_view).
 
     `modules`: Megatron-Core's selective recompute (recompute_granularity "selective", recompute_modules), what
     each module's checkpoint frees (transformer_config.py's list):
@@ -116,7 +117,7 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     if m.moe_experts:
         k, f, sf = m.moe_top_k, m.expert_ffn, m.moe_shared_ffn
         fc2_in = 0 if "moe_act" in modules else q * f
-        mlp = (2 * h + k * (q * h + 4 * f + fc2_in + 4)) / ts
+        mlp = (2 * h + k * m.moe_load * (q * h + 4 * f + fc2_in + 4)) / ts  # the busiest rank's copies
         shared = (4 * sf + q * sf) / t if sf else 0  # the shared expert's gate, up and fc2 input (its input: the router's)
         return s * b * (norms + q * h / ts + proj_in + attn + mlp + shared)
     if "mlp" in modules:  # the MLP keeps its input, the pre-MLP norm's (counted in `norms`), and no more
@@ -144,9 +145,10 @@ def llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, s
     log-sum-exp. Under tensor parallelism the head- and width-split tensors divide by t; the RMSNorm
     tensors and the rotary tables are replicated (split by t too with sequence parallelism, as Megatron
     keeps them: Korthikanti et al.'s accounting, not measured here). An MoE block keeps its MLP's tensors once
-    per routed copy of a token (f -> k f; the permutation's copies not counted)."""
+    per routed copy of a token (f -> k f, the busiest expert-parallel rank's moe_load x k f; the permutation's
+    copies not counted)."""
     h, a, g = m.d_model, m.n_head, m.kv_width
-    f = m.expert_ffn * m.moe_top_k + m.moe_shared_ffn if m.moe_experts else m.ffn
+    f = m.expert_ffn * m.moe_top_k * m.moe_load + m.moe_shared_ffn if m.moe_experts else m.ffn
     d = m.d_head
     core = a * s if flash else a * s * s  # per sequence position: log-sum-exp, or the softmax rows
     if recompute == "selective":

@@ -307,7 +307,8 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
     layers = stage_layers(model.n_layer, lay.pp, lay.v) * model.moe_blocks / model.n_layer
     per = 6 if lay.recompute == "full" else 4
     calls = round(per * layers * m)
-    size = tokens * model.moe_top_k * model.d_model * e
+    # the busiest rank receives moe_load x the mean (ModelSpec.expert_view): its links pace the exchange
+    size = moe.received_slots(model, train, lay) * model.d_model * e
     routing = (model.moe_top_k, model.moe_experts, model.moe_groups, model.moe_group_topk) if lay.ep_dedup else ()
     dedup = ("; deduplicated across nodes (ep_dedup): each token once per remote node it is routed to "
              + (f"(its top-{model.moe_group_topk} of {model.moe_groups} expert groups), " if model.moe_groups else "")
@@ -315,6 +316,7 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
     return Collective("all_to_all", "ep", lay.ep, size * calls, calls, "ep_1f1b" if lay.ep_overlap else "none",
                       f"tokens x k x h x {e} B = {tokens} x {model.moe_top_k} x {model.d_model} x {e} x {per} per MoE "
                       f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches"
+                      + (f" x the busiest rank's load {model.moe_load:g} (moe_load)" if model.moe_load != 1 else "")
                       + (" (ep_overlap: beside another micro batch's compute)" if lay.ep_overlap else "") + dedup,
                       per_micro=True, dedup=routing)
 

@@ -77,9 +77,10 @@ class ModelSpec:
     mla_rope_dim: int = 0
     mla_v_dim: int = 0
     mtp_layers: int = 0  # multi-token prediction depths (DeepSeek-V3's 1; Megatron-Core's mtp_num_layers)
-    # the experts of each MoE block one rank holds (0 = all E): expert parallelism's view of the model
-    # (`expert_view`), which param_shapes lists; params and FLOPs stay the whole model's
+    # the experts of each MoE block one rank holds (0 = all E) and the token-slots its busiest rank receives over the
+    # mean (TrainSpec.moe_load): expert parallelism's view (`expert_view`); params and FLOPs stay the whole model's
     moe_local: int = 0
+    moe_load: float = 1.0
 
     def __post_init__(self) -> None:
         if self.tied is None:
@@ -199,13 +200,14 @@ class ModelSpec:
         """Experts of each MoE block on one rank (all of them without expert parallelism)."""
         return self.moe_local or self.moe_experts
 
-    def expert_view(self, ep: int) -> "ModelSpec":
-        """The model as one of `ep` expert-parallel ranks holds it: E / ep experts per MoE block."""
+    def expert_view(self, ep: int, load: float = 1.0) -> "ModelSpec":
+        """The model as the busiest of `ep` expert-parallel ranks holds it: E / ep experts per MoE block, receiving
+        `load` x the mean token-slots."""
         if not self.moe_experts or ep <= 1:
             return self
         if self.moe_experts % ep:
             raise ValueError(f"moe_experts {self.moe_experts} is not divisible by ep {ep}")
-        return replace(self, moe_local=self.moe_experts // ep)
+        return replace(self, moe_local=self.moe_experts // ep, moe_load=load)
 
     @property
     def llama(self) -> bool:

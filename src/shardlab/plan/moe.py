@@ -167,6 +167,12 @@ def rank_tokens(model: ModelSpec, train, lay) -> int:
     return train.micro_batch * (train.seq or model.seq) // lay.cp // (lay.tp if lay.sp else 1)
 
 
+def received_slots(model: ModelSpec, train, lay) -> int:
+    """Token-slots of a micro batch the busiest expert-parallel rank's experts receive: its tokens x k, times the
+    routing's load on it (ModelSpec.expert_view's moe_load; 1 under balanced routing or without ep)."""
+    return round(rank_tokens(model, train, lay) * model.moe_top_k * model.moe_load)
+
+
 def sorts_chunks(model: ModelSpec, train, lay) -> bool:
     """Whether the MoE blocks run Megatron-Core's all-to-all dispatcher's sort by local expert (sort_ops)."""
     return bool(model.moe_experts) and getattr(train, "llama_impl", "own") == "te" \
@@ -182,7 +188,7 @@ def sort_ops(model: ModelSpec, train, lay, e: int) -> list:
     kernel and DeepEP once after it: the block's one `permute` op (ops.moe_ops) is theirs."""
     if not sorts_chunks(model, train, lay):
         return []
-    slots = rank_tokens(model, train, lay) * model.moe_top_k
+    slots = received_slots(model, train, lay)
     rows = 2 * slots * model.d_model * e  # each row read and written
     return [Op("sort_chunks", "elem", bytes=rows + 2 * slots * 4, ew="copy", bwd_bytes=rows + 2 * slots * 4),
             Op("unsort_chunks", "elem", bytes=rows, ew="copy", bwd_bytes=rows)]
@@ -212,7 +218,7 @@ def bias_ops(model: ModelSpec, train, lay) -> list:
     """The eager expert-bias passes of one MoE block on one rank (EXPERT_BIAS_BYTES), 16-bit rows."""
     if not uses_eager_bias(model, train):
         return []
-    n = rank_tokens(model, train, lay) * model.moe_top_k * model.d_model
+    n = received_slots(model, train, lay) * model.d_model
     fwd, bwd = EXPERT_BIAS_BYTES[probs_bytes(lay)]
     return [Op("expert_bias", "elem", bytes=fwd * n, ew="add", bwd_bytes=bwd * n)]
 
@@ -239,7 +245,7 @@ def clamp_ops(model: ModelSpec, train, lay) -> list:
     """The eager GLU-clamp passes of one MoE block on one rank (CLAMP_BYTES), 16-bit rows; recomputed with moe_act."""
     if not uses_eager_clamp(model, train):
         return []
-    n = rank_tokens(model, train, lay) * model.moe_top_k * model.expert_ffn
+    n = received_slots(model, train, lay) * model.expert_ffn
     return [Op("glu_clamp", "elem", bytes=CLAMP_BYTES[0] * n, ew="copy", bwd_bytes=CLAMP_BYTES[1] * n)]
 
 
@@ -250,8 +256,7 @@ def clamp_saved_bytes(model: ModelSpec, train, lay) -> float:
     without experts (a mixed model's share)."""
     if not uses_eager_clamp(model, train) or lay.recompute != "none" or "moe_act" in lay.recomputed_modules:
         return 0.0
-    return rank_tokens(model, train, lay) * model.moe_top_k * 2 * model.expert_ffn * 2 \
-        * model.moe_blocks / model.n_layer
+    return received_slots(model, train, lay) * 2 * model.expert_ffn * 2 * model.moe_blocks / model.n_layer
 
 
 def probs_bytes(lay) -> int:
@@ -264,10 +269,12 @@ def explain_note(model: ModelSpec, train, lay) -> str:
     if not model.moe_experts:
         return ""
     tokens = rank_tokens(model, train, lay)
-    rows = tokens * model.moe_top_k // model.experts_held
+    rows = received_slots(model, train, lay) // model.experts_held
+    load = (f"the busiest rank's routing load {model.moe_load:g} x the mean, moe_load" if model.moe_load != 1
+            else "balanced routing")
     return (f"; MoE blocks: the router (E={model.moe_experts}), the permutation of {tokens:,} tokens x "
             f"k={model.moe_top_k}, and {model.experts_held} experts a rank (E / ep={lay.ep}) as grouped GEMMs of "
-            f"{rows:,} rows each (balanced routing)"
+            f"{rows:,} rows each ({load})"
             + ("; the all-to-all dispatcher's sort of the received rows by local expert and its unsort before the "
                "combine, a copy of tokens x k rows each way (Megatron-Core's sort_chunks_by_idxs)"
                if sorts_chunks(model, train, lay) else "")

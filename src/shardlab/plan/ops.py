@@ -203,8 +203,9 @@ def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> li
     the router's logits (E x h, in 16 bits) and their top-k in fp32, the permutation that copies each token once
     per expert it goes to (read h, write k h), each held expert's MLP as one batched GEMM per linear over the
     expert's rows, and the un-permutation that weighs the k results by their probabilities and sums them.
-    Routing is taken as balanced (the published benchmarks force it): under expert parallelism over ep ranks
-    each rank receives as many token-slots as it sends, tokens x k, spread over its E / ep experts; the
+    Routing is taken as balanced (the published benchmarks force it) unless `moe_load` says otherwise: under expert
+    parallelism over ep ranks each rank receives as many token-slots as it sends, tokens x k, spread over its E / ep
+    experts, and the busiest rank `moe_load` x that (TrainSpec.moe_load, ModelSpec.expert_view); the
     all-to-alls that move them are plan/comm.py's `ep_all_to_all`. A shared expert (moe_shared_ffn) is a SwiGLU
     over the block's T tokens split by TP as the dense MLP is. Every block these ops time is an MoE block (a model
     of mixed blocks is timed as its two kinds weighted: compute.micro_batch_time)."""
@@ -214,7 +215,8 @@ def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> li
               Op("shared_swiglu", "elem", bytes=5 * T * sf * e / t, ew="gelu"),
               Op("shared_down", "gemm", flops=2 * T * sf * h / t, shape=(T, h, sf // t))] if sf else []
     slots = tokens * k
-    rows = max(1, slots // El)  # one expert's rows
+    recv = round(slots * model.moe_load)  # what the busiest rank's experts receive (ModelSpec.expert_view)
+    rows = max(1, recv // El)  # one expert's rows
     perm = (h + k * h) * tokens * e  # read each token, write it k times (and the reverse to un-permute)
     router = [Op("router", "gemm", flops=2 * tokens * E * h, shape=(tokens, E, h)),
               Op("topk", "elem", bytes=3 * tokens * E * 4, ew="softmax"),  # fp32 logits: softmax, top-k, probs
@@ -222,12 +224,12 @@ def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> li
     unperm = Op("unpermute", "elem", bytes=perm + slots * 4, ew="copy", bwd_bytes=perm + slots * 4)
     if model.llama:
         return [*router,
-                *(Op(z, "gemm", flops=2 * slots * f * h, shape=(rows, f, h), count=El) for z in ("gate", "up")),
-                Op("swiglu", "elem", bytes=5 * slots * f * e, ew="gelu"),
-                Op("down", "gemm", flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm, *shared]
-    return [*router, Op("fc", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, f, h), count=El),
-            Op("gelu", "elem", bytes=2 * slots * f * e, ew="gelu"),
-            Op("mlp_proj", "gemm", bias=True, flops=2 * slots * f * h, shape=(rows, h, f), count=El), unperm]
+                *(Op(z, "gemm", flops=2 * recv * f * h, shape=(rows, f, h), count=El) for z in ("gate", "up")),
+                Op("swiglu", "elem", bytes=5 * recv * f * e, ew="gelu"),
+                Op("down", "gemm", flops=2 * recv * f * h, shape=(rows, h, f), count=El), unperm, *shared]
+    return [*router, Op("fc", "gemm", bias=True, flops=2 * recv * f * h, shape=(rows, f, h), count=El),
+            Op("gelu", "elem", bytes=2 * recv * f * e, ew="gelu"),
+            Op("mlp_proj", "gemm", bias=True, flops=2 * recv * f * h, shape=(rows, h, f), count=El), unperm]
 
 
 def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:

@@ -102,7 +102,7 @@ class Plan:
 
 
 def evaluate(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> Plan:
-    model = model.expert_view(lay.ep)  # what one rank holds: E / ep experts per MoE block (params stay the model's)
+    model = model.expert_view(lay.ep, train.moe_load)  # the busiest rank's E / ep experts (params: the model's)
     m = _micro_batches(model, train, lay, cluster)
     plan = Plan(model, train, lay, cluster, m, memory_lines(model, train, lay, m), [], capacity=capacity(cluster))
     mt = micro_batch_time(model, train, lay, cluster)
@@ -169,7 +169,7 @@ def capacity(cluster: Cluster) -> float:
 def memory_fits(model: ModelSpec, train: TrainSpec, lay: Layout, cluster: Cluster) -> bool:
     """Whether `evaluate` would find the layout fits, without timing it: the memory lines need no times (a search
     that keeps only fitting layouts times only those)."""
-    model = model.expert_view(lay.ep)
+    model = model.expert_view(lay.ep, train.moe_load)
     m = _micro_batches(model, train, lay, cluster)
     return sum(ln.bytes for ln in memory_lines(model, train, lay, m)) <= capacity(cluster)
 

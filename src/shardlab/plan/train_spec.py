@@ -115,6 +115,11 @@ class TrainSpec:
     # iteration captured: no host time), or Megatron-Core's module scopes, comma-separated (attn, moe_router,
     # moe_preprocess: its cuda_graph_scope under cuda_graph_impl "transformer_engine"; TE blocks only)
     cuda_graphs: str = "none"
+    # the routing's load on the busiest expert-parallel rank: max / mean token-slots a rank receives per MoE block
+    # (1.0: balanced, as the published benchmarks force it). Under ep > 1 that rank's experts, the passes over their
+    # rows, its all-to-all and its activations scale by it (ModelSpec.expert_view); explain takes a run's measured
+    # figure (summary.json moe.load_imbalance_ep)
+    moe_load: float = 1.0
 
     def check(self) -> None:
         one_of("precision", self.precision, PRECISIONS)
@@ -129,6 +134,8 @@ class TrainSpec:
             one_of("optimizer_passes", name, OPTIMIZER_PASSES)
         if self.global_batch <= 0 or self.micro_batch <= 0:
             raise ValueError("global_batch and micro_batch must be positive")
+        if not self.moe_load >= 1.0:
+            raise ValueError(f"moe_load is the busiest rank's tokens over the mean, at least 1.0; got {self.moe_load}")
         if self.cuda_graphs not in ("none", "full"):
             for name in self.graph_scopes:
                 one_of("cuda_graphs", name, ("none", "full", *GRAPH_SCOPES))

@@ -11,6 +11,9 @@ Load imbalance = max ÷ mean tokens per expert (1.0 = balanced), two ways (docs/
   the steps after the warm-up the step times skip too (max(3, steps // 10));
 - over the run (`load_imbalance`): run totals per expert, layers summed. Loads that swing from expert to
   expert between steps average out here, so it flatters the router.
+Under expert parallelism also per rank (`load_imbalance_ep`): each step's busiest expert-parallel rank's tokens
+over the mean, each layer's, averaged over the layers, median after the warm-up: what the plan's `moe_load` takes
+(`shardlab explain` reads it).
 """
 from __future__ import annotations
 
@@ -81,10 +84,21 @@ class MoELog:
         self.par.sum_over_data(steps, tag="moe summary steps")  # each step's global batch
         per_step = [float(v) for v in worst_layer_imbalance(steps).tolist()]
         after = per_step[max(3, len(per_step) // 10):]
+        ep = self.par.dims.ep
+        per_rank = [float(v) for v in ep_rank_load(steps, ep).tolist()][max(3, len(per_step) // 10):] if ep > 1 else []
         return {"moe": {"experts": E, "layers": L,
                         "tokens_per_expert": [int(v) for v in t.tolist()],
                         "load_imbalance": float(t.max()) / mean if mean else None,
-                        "load_imbalance_step": statistics.median(after) if after else None}}
+                        "load_imbalance_step": statistics.median(after) if after else None,
+                        "load_imbalance_ep": statistics.median(per_rank) if per_rank else None}}
+
+
+def ep_rank_load(counts: torch.Tensor, ep: int) -> torch.Tensor:
+    """(steps, layers, E) tokens per expert -> (steps,) the busiest expert-parallel rank's tokens over the mean,
+    each layer's (rank r holds experts r E/ep .. (r+1) E/ep - 1), averaged over the layers: every MoE layer waits
+    for its own busiest rank, so the step pays the mean of those (the plan's moe_load)."""
+    per_rank = counts.unflatten(-1, (ep, counts.shape[-1] // ep)).sum(-1)
+    return (per_rank.amax(-1) / per_rank.mean(-1)).mean(-1)
 
 
 def worst_layer_imbalance(counts: torch.Tensor) -> torch.Tensor:

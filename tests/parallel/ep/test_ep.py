@@ -195,8 +195,9 @@ def test_checkpoints_reshard_between_single_and_ep2(pool2, tmp_path):
 def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
     """The trainer under ep=2 (world 2): the training loss falls; every logged step has tokens per expert,
     dropped slots, aux and z losses and the step's imbalance (worst layer's max ÷ mean tokens per expert over
-    the step's global batch); summary.json has moe.load_imbalance (run totals) and moe.load_imbalance_step
-    (the per-step figure's median after the warm-up); the doctor's replica checksum
+    the step's global batch); summary.json has moe.load_imbalance (run totals), moe.load_imbalance_step
+    (the per-step figure's median after the warm-up) and moe.load_imbalance_ep (the busiest ep rank's, layers
+    averaged); the doctor's replica checksum
     (dense parameters) holds and `params` counts every expert."""
     from shardlab.train.metrics import read_rows
 
@@ -223,6 +224,11 @@ def test_trainer_moe_ep2_loss_falls_and_logs_routing(pool2, tmp_path):
     assert moe["load_imbalance"] >= 1.0 and summary["ranks_consistent"] is True
     after_warmup = sorted(r["moe_load_imbalance"] for r in rows[3:])  # warm-up: max(3, 24 // 10) steps
     assert moe["load_imbalance_step"] == pytest.approx(after_warmup[len(after_warmup) // 2])  # 21: odd
+    # the busiest ep rank's tokens over the mean (ranks hold experts {0, 1} and {2, 3}), each layer's, averaged over
+    # the layers, median after the warm-up: what explain gives the plan as moe_load
+    per_rank = sorted(sum(max(l[0] + l[1], l[2] + l[3]) * 2 / sum(l) for l in layers) / len(layers)
+                      for layers in (r["moe_tokens_per_layer_expert"] for r in rows[3:]))
+    assert moe["load_imbalance_ep"] == pytest.approx(per_rank[len(per_rank) // 2]) and moe["load_imbalance_ep"] >= 1
     from shardlab.model.gpt import GPTConfig, build_model
     assert summary["params"] == build_model(GPTConfig(n_layer=2, n_head=4, d_model=64, max_seq_len=32,
                                                       moe_experts=4), 0).num_params()
