@@ -72,6 +72,9 @@ def planner_row(r: dict) -> dict:
     return _row(r["case"], shape(r), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay, r["tokens_per_gpu"],
                 f"{SOURCE}, {r['item']} ({r['container']}, Megatron-Bridge {r['commit'][:9]})", None,
                 comm_dtype="fp32" if _on(rec, "grad_reduce_in_fp32") else "bf16", precision="bf16-mixed",
+                # Megatron-Core's gradient buffer takes the reduce's dtype (param_and_grad_buffer.py: grad_dtype
+                # torch.float if grad_reduce_in_fp32): 4 B a parameter there (a mapping fix after the first evaluation)
+                fp32_grad_accum=_on(rec, "grad_reduce_in_fp32"),
                 fp8=PRECISION[r["precision"]], dropout=False, fused_loss=_on(rec, "cross_entropy_loss_fusion"),
                 optimizer_passes=PASSES, llama_impl="te", optim_dtype=_moments(rec), cuda_graphs=cuda_graphs(rec),
                 fp8_attention=_on(rec, "fp8_dot_product_attention"), cluster_fields={"attention": "cudnn"},
