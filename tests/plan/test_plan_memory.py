@@ -368,3 +368,22 @@ def test_transformer_engine_llama_block_keeps_less():
     bf16 = [evaluate(m, TrainSpec(128, 1, 8192, precision="bf16-mixed", flash_attention=True, llama_impl=impl), lay,
                      quiet) for impl in ("own", "te")]
     assert bf16[0].step_time == bf16[1].step_time
+
+
+def test_qwen3s_q_and_k_norms_keep_their_inputs_and_pass_over_q_and_k():
+    """qk_norm (Qwen3's qk_layernorm): Megatron-Core's TENorm on each head of q and k saves its input (the reshaped
+    q, k's contiguous copy) and an fp32 1/rms per head, (2(a d + g) + 4(a + kv heads)) / t bytes a token, kept
+    under core_attn's recompute (outside the core); its forward reads and writes q and k once, k copied first.
+    Counted by hand for Qwen3-30B-A3B's attention (32 heads of 128 over h 2,048, 4 k/v heads) at TP 2."""
+    from dataclasses import replace
+    from shardlab.plan.activations import te_llama_activation_bytes_per_layer as te
+    from shardlab.plan.ops import llama_layer_ops
+    m = ModelSpec("qwen3-attn", n_layer=2, d_model=2048, n_head=32, vocab=1024, seq=4096, arch="llama", n_kv_heads=4,
+                  head_dim=128, ffn=6144)
+    qk, t, s = replace(m, qk_norm=True), 2, 4096
+    per_token = (2 * (32 * 128 + 4 * 128) + 4 * (32 + 4)) / t
+    for mods in (frozenset(), frozenset({"core_attn"})):
+        assert te(qk, 1, s, t, True, modules=mods) - te(m, 1, s, t, True, modules=mods) == pytest.approx(s * per_token)
+    (op,) = [o for o in llama_layer_ops(qk, 1, s, t, 2, True) if o.name == "qk_norm"]
+    assert op.bytes == 2 * (s * 32 * 128 * 2 / t + s * 2 * 128 * 2) + 2 * s * 2 * 128 * 2
+    assert not [o for o in llama_layer_ops(m, 1, s, t, 2, True) if o.name == "qk_norm"]

@@ -78,6 +78,9 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
       proj's input           h/t under FP8                    (16-bit: the attention output itself)
       SwiGLU                 2 x 2f/t                         gate and up (fused: no silu or product kept)
       fc2's input            q f/t
+      q/k norms (`qk_norm`)  2(a d + g)/t + 4(a + kv heads)/t   their inputs (the reshaped q, k's contiguous copy)
+                                                         and fp32 1/rms per head (Megatron-Core's TENorm on each
+                                                         head, attention.py get_query_key_value_tensors)
     shardlab's own block keeps more (`llama_activation_bytes_per_layer`: each norm's normalised input and output,
     silu(gate) and the product apart).
     An MoE block (`moe_experts`; Megatron-Core's MoELayer, grouped GEMMs, experts never TP-split) keeps per token
@@ -114,6 +117,8 @@ def te_llama_activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1
     proj_in = qw / t if fp8 and "core_attn" not in modules else 0  # its quantized copy
     attn = (0 if "mla_up_proj" in modules else qkv) + 2 * qw / t + (0 if "core_attn" in modules else 4 * a / t) \
         + latents  # the output (proj's 16-bit input) and the fp32 log-sum-exp
+    if m.qk_norm and not m.mla:  # Qwen3's q and k RMSNorms (TENorm) save their inputs and fp32 1/rms per head
+        attn += (2 * (qw + g) + 4 * (a + m.n_kv_heads)) / t
     if m.moe_experts:
         k, f, sf = m.moe_top_k, m.expert_ffn, m.moe_shared_ffn
         fc2_in = 0 if "moe_act" in modules else q * f

@@ -28,7 +28,7 @@ MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq"
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int,
               # latent attention and multi-token prediction (llama; DeepSeek-V3's: docs/moe.md)
               "mla_kv_rank": int, "mla_q_rank": int, "mla_rope_dim": int, "mla_v_dim": int, "mtp_layers": int,
-              "qk_norm": "bool",  # q and k RMSNorms (Qwen3): kernels the host issues (plan/host.py)
+              "qk_norm": "bool",  # q and k RMSNorms (Qwen3): their passes, saved inputs and kernels (ops, activations, host)
               "expert_bias": "bool",  # experts with biases (GPT-OSS): Megatron-Core's passes (plan/moe.py)
               "glu_clamp": float,  # the experts' GLU inputs clamped (GPT-OSS's 7): Megatron-Core's eager passes
               "window": int, "window_skip": int}  # sliding-window attention: its width, every n-th block full

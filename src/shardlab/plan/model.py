@@ -43,7 +43,7 @@ class ModelSpec:
     n_kv_heads: int = 0  # llama: key/value heads (0 = n_head)
     ffn: int = 0  # llama: SwiGLU width f (0 = Llama 3's rule, 2/3 x 4h rounded up to a multiple of 256)
     head_dim: int = 0  # d, one head's width (0 = h/a); Qwen3's a x d differs from h: q and proj are h x ad
-    # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its kernels in the host's count (plan/host.py)
+    # llama: an RMSNorm on each head's q and k (Qwen3's qk_layernorm): its passes, saved inputs and host kernels
     qk_norm: bool = False
     expert_bias: bool = False  # experts with biases (GPT-OSS): moe.bias_ops' passes; their parameters not counted
     glu_clamp: float = 0.0  # the experts' GLU inputs clamped at this limit (GPT-OSS: 7): moe.clamp_ops' passes

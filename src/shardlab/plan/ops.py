@@ -138,7 +138,8 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     """One llama block forward (model/llama.py): RMSNorm, q/k/v without biases (k, v of width g),
     rotary positions on q and k, grouped-query attention (each key/value head read by its group),
     SwiGLU (gate, up, silu x up, down). `impl` "torchtitan": torchtitan's attention kernels in place of
-    shardlab's rope and head-merge copy (`titan_attention_kernels`)."""
+    shardlab's rope and head-merge copy (`titan_attention_kernels`). `qk_norm` (Qwen3): an RMSNorm on each head of
+    q and k, read and written once each, k first copied contiguous (Megatron-Core's attention.py)."""
     h, a, g, f, qw = model.d_model, model.n_head, model.kv_width, model.ffn, model.q_width
     T, dh, ah = b * s, model.d_head, a // t
     gt = g // t if model.n_kv_heads >= t else dh  # replicated key/value heads: one head per rank
@@ -156,6 +157,7 @@ def llama_layer_ops(model: ModelSpec, b: int, s: int, t: int, e: int, flash: boo
     attention = mla_ops(model, b, s, t, e, sp) if model.mla else [
         Op("q", "gemm", flops=2 * T * qw * h / t, shape=(T, qw // t, h)),
         *(Op(z, "gemm", flops=2 * T * gt * h, shape=(T, gt, h)) for z in "kv"),
+        *([Op("qk_norm", "elem", bytes=2 * (th + T * gt * e) + 2 * T * gt * e, ew="ln")] if model.qk_norm else []),
         *rope,
         *att,
         *merge,

@@ -213,3 +213,8 @@ def print_set(rows: list[dict], summary: bool = False) -> None:
     print(f"  not seen before freezing: {error_stats([r['err'] for r in rows if not r['seen']])}")
     for gpu in dict.fromkeys(r["cluster"] for r in rows):
         print(f"  {gpu}: {error_stats([r['err'] for r in rows if r['cluster'] == gpu])}")
+    mem = [r for r in rows if r.get("mem_err") is not None]
+    if mem:  # the rows with a published memory figure
+        print(f"memory, rows with a published figure: {error_stats([r['mem_err'] for r in mem], 0.10)}; "
+              + ", ".join(f"{r['case']} {r['planner_mem_gib']:.1f} GiB against {r['mem_gib']:.1f} ({r['mem_err']:+.1%})"
+                          for r in mem))

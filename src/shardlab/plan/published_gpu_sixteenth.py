@@ -27,6 +27,11 @@ from .published_gpu_twelfth import cuda_graphs, dispatcher
 from .published_gpu_twelfth import shape_of as qwen_shape
 
 SOURCE = "Megatron-Bridge model verification cards (examples/model_verification_cards/*/card.yaml)"
+# A memory figure for one row, read after the first evaluation from another page of the same repository: the
+# MoE hardware-configs skill (skills/nemo-mbridge-perf-moe-hardware-configs/card.yaml, qwen3_30b_h100_16,
+# rank0_peak_allocated_gib) records the card's Qwen3-30B-A3B H100 benchmark run (the same 20,147.290 ms step and
+# 299.352 TFLOP/s in both): torch's peak allocated memory on rank 0, GiB (the planner's "allocated")
+MEMORY = {"MV Qwen3-30B-A3B H100x16 BF16 pretrain_performance": 62.166}
 
 
 def shape(r: dict) -> dict:
@@ -70,7 +75,7 @@ def planner_row(r: dict) -> dict:
               else {})}
     cluster = r["system"].removeprefix("DGX-").replace("H100", "H100-SXM")
     return _row(r["case"], shape(r), cluster, r["gpus"], r["seq"], r["mbs"], r["gbs"], lay, r["tokens_per_gpu"],
-                f"{SOURCE}, {r['item']} ({r['container']}, Megatron-Bridge {r['commit'][:9]})", None,
+                f"{SOURCE}, {r['item']} ({r['container']}, Megatron-Bridge {r['commit'][:9]})", MEMORY.get(r["case"]),
                 comm_dtype="fp32" if _on(rec, "grad_reduce_in_fp32") else "bf16", precision="bf16-mixed",
                 # Megatron-Core's gradient buffer takes the reduce's dtype (param_and_grad_buffer.py: grad_dtype
                 # torch.float if grad_reduce_in_fp32): 4 B a parameter there (a mapping fix after the first evaluation)
