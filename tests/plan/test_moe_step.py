@@ -624,3 +624,19 @@ def test_the_busiest_ranks_load_scales_its_experts_all_to_all_and_activations():
     assert one[1.5].times == one[1.0].times and one[1.5].mem_total == one[1.0].mem_total
     with pytest.raises(ValueError, match="moe_load"):
         replace(train, moe_load=0.9).check()
+
+
+def test_the_ep_overlap_holds_one_block_more_at_its_peak():
+    """Megatron-Core's combined 1F1B (the EP overlap) runs a forward block whole before the paired backward block's
+    attention frees: the plan holds one block's activations more (a memory line), and its time does not move."""
+    from shardlab.plan.memory import stored_per_layer
+
+    m = replace(LLAMA, moe_experts=8, moe_top_k=2)
+    train, c = TrainSpec(global_batch=8, micro_batch=2, seq=16, llama_impl="te", flash_attention=True), \
+        load_cluster("h100", 4)
+    lay = Layout(dp=4, ep=4)
+    off, on = (evaluate(m, train, replace(lay, ep_overlap=x), c) for x in (False, True))
+    (line,) = [ln for ln in on.memory if ln.name == "EP overlap block"]
+    assert line.bytes == stored_per_layer(m.expert_view(4), train, lay)[0] > 0
+    assert on.mem_total - off.mem_total == pytest.approx(line.bytes)
+    assert not [ln for ln in off.memory if ln.name == "EP overlap block"]

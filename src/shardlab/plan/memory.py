@@ -204,6 +204,11 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         lines.append(embed_norm_line(model, train, lay, b, s, fl))
     if lay.recompute == "full":
         lines.append(working_set_line(model, train, lay, b, s))
+    if lay.ep_overlap and lay.ep > 1 and model.moe_experts:
+        lines.append(Line("EP overlap block", per_layer,
+                          "the EP overlap runs one micro batch's forward beside another's backward block by block "
+                          "(Megatron-Core's combined 1F1B, model_chunk_schedule_plan.py: the forward block whole "
+                          f"before the backward block's attention frees): one block more at the peak = {per_layer:,.0f} B"))
     if train.fp8 != "none":
         sb = fp8.scale_line_bytes(model, train, lay)
         lines.append(Line("fp8 scales", sb, f"{train.fp8} scales of one micro batch's casts (fp8/cost.py)"))
