@@ -45,7 +45,7 @@ def test_planner_params_and_activation_bytes_equal_measured_llama_small():
     from shardlab.config import Config
     from shardlab.observe.activations import ActivationBytes
     from shardlab.parallel import recompute
-    from shardlab.plan.model import PRESETS as PLAN
+    from shardlab.plan.presets import PRESETS as PLAN
     from shardlab.plan.activations import activation_bytes_per_layer
 
     spec = PLAN["llama-small"]
@@ -71,7 +71,7 @@ def test_gqa_planner_counts_less_than_mha():
     """GQA saves k and v at their own width: n_kv_heads=2 keeps 2sb(2h - 2g) bytes fewer than 8 heads."""
     from dataclasses import replace
 
-    from shardlab.plan.model import PRESETS as PLAN
+    from shardlab.plan.presets import PRESETS as PLAN
     from shardlab.plan.activations import activation_bytes_per_layer
 
     gqa = PLAN["llama-small"]
@@ -211,7 +211,7 @@ def test_planner_tp_rule_and_traffic_for_grouped_query_attention():
     from shardlab.plan.comm import tp_pp_collectives, units
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import PRESETS as PLAN
+    from shardlab.plan.presets import PRESETS as PLAN
     from shardlab.plan.model import ModelSpec
 
     m = PLAN["llama3-8b"]  # 8 key/value heads of 128

@@ -10,7 +10,7 @@ from shardlab.plan.fp8 import converted_shapes
 from shardlab.plan.hardware import PRESETS, load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS as MODELS, model_from_args
+from shardlab.plan.presets import PRESETS as MODELS, model_from_args
 from shardlab.plan.step import evaluate
 
 GPT2 = model_from_args("gpt2")

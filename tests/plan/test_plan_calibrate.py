@@ -25,7 +25,7 @@ def test_alpha_beta_fit_weighs_small_calls_like_large_ones():
 def test_miniature_keeps_the_tensors():
     """The trainer-overhead miniature has the model's parameter tensors (so its hooks, optimizer
     loop and ZeRO units), at almost no arithmetic."""
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     for m in PRESETS.values():
         mini = m.miniature()
         assert len(mini.param_shapes()) == len(m.param_shapes()) and mini.n_layer == m.n_layer
@@ -45,7 +45,7 @@ def test_calibrate_writes_a_usable_profile(tmp_path):
     from shardlab.plan.calibrate import calibrate
     from shardlab.plan.cli import main
     from shardlab.plan.hardware import read_profile
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     path = calibrate([PRESETS["tiny"]], micro_batches=(1,), out=tmp_path / "this.toml", quick=True, trainer=False)
     c = read_profile(path)
     # Only what the arithmetic guarantees is asserted: every figure here is measured or fitted from
@@ -72,7 +72,7 @@ def test_in_situ_keys_are_the_ones_the_compute_model_looks_up():
     pytest.importorskip("torch")
     from shardlab.plan.calibrate_insitu import measure_in_situ
     from shardlab.plan.ops import gemm_shapes
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     m, b = PRESETS["tiny"], 2
     table, (tensors, params, t_opt) = measure_in_situ(m, b, steps=1)
     want = {f"{kind}:{x},{y},{z}" for kind, x, y, z in gemm_shapes(m, b, m.seq)}
@@ -96,7 +96,7 @@ def test_in_situ_remainder_makes_the_whole_pass():
     from shardlab.plan.hardware import Cluster
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     m, b = PRESETS["tiny"], 2
     table, _ = measure_in_situ(m, b, steps=2, min_time=0.5)  # averaged: the remainder is a difference
     rk = rest_key(m, b, m.seq)

@@ -10,7 +10,8 @@ from shardlab.plan.compute import optimizer_time
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS, ModelSpec
+from shardlab.plan.model import ModelSpec
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.ops import layer_ops
 from shardlab.plan.step import evaluate
 from shardlab.plan import torch_tp

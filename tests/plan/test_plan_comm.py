@@ -8,7 +8,7 @@ from shardlab.plan.comm import call_time, ddp_buckets, dp_bytes_per_step, dp_col
 from shardlab.plan.hardware import PRESETS as CLUSTERS, load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 
 SMALL = PRESETS["small"]
 PSI = SMALL.params

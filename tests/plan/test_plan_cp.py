@@ -11,7 +11,7 @@ from shardlab.plan.hardware import PRESETS
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import memory_lines
-from shardlab.plan.model import model_from_args
+from shardlab.plan.presets import model_from_args
 from shardlab.plan.search import candidates, cp_layouts
 
 

@@ -12,7 +12,7 @@ def test_docs_tables_match_what_the_code_gives(doc):
 
 
 def test_every_generated_block_is_in_the_docs_and_holds_the_codes_figures():
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     from shardlab.plan.published import evaluate_published
     for doc, blocks in doctables.BLOCKS.items():
         text = (doctables.DOCS / doc).read_text()

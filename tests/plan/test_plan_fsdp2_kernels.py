@@ -9,7 +9,7 @@ from shardlab.plan import fsdp2_kernels
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.published_gpu import COMPILED, GIVEN, HELD_OUT, predict
 from shardlab.plan.published_gpu_heldout import HELD_OUT as HELD_OUT_GPU, plan_row
 from shardlab.plan.report import render

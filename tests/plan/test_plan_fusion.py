@@ -12,7 +12,8 @@ from shardlab.plan.ops import Op, layer_ops
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS, ModelSpec
+from shardlab.plan.model import ModelSpec
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.published_gpu import COMPILED, GIVEN, predict
 from shardlab.plan.step import evaluate
 

@@ -6,7 +6,8 @@ from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
 from shardlab.plan.memory import in_flight, model_state_bytes, state_bytes
 from shardlab.plan.activations import activation_bytes_extra, activation_bytes_per_layer
-from shardlab.plan.model import PRESETS, ModelSpec
+from shardlab.plan.model import ModelSpec
+from shardlab.plan.presets import PRESETS
 
 GB = 1e9
 
@@ -224,7 +225,7 @@ def test_dtensor_loss_parallel_holds_four_fp32_tensors_per_logit():
     fp32 log-softmax, a zeroed fp32 gradient, exp(x) and their sum: 16sbv/t, where shardlab's holds 8sbv/t; at
     t = 1 and with a fused loss the row input changes nothing."""
     from shardlab.plan.activations import logits_bytes
-    from shardlab.plan.model import PRESETS
+    from shardlab.plan.presets import PRESETS
     m = PRESETS["llama3-8b"]
     assert logits_bytes(m, 2, 8192, 8, dtensor_loss=True) == 2 * logits_bytes(m, 2, 8192, 8)
     assert logits_bytes(m, 2, 8192, 1, dtensor_loss=True) == logits_bytes(m, 2, 8192, 1)

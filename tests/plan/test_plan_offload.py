@@ -7,7 +7,7 @@ import pytest
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.step import evaluate
 from shardlab.plan.offload import waits
 

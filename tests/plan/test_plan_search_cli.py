@@ -5,7 +5,7 @@ import time
 from shardlab.plan.cli import main
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.search import search, why
 
 

@@ -4,7 +4,7 @@ import pytest
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.step import evaluate
 
 M = PRESETS["gpt3-6.7b"]

@@ -9,7 +9,7 @@ from shardlab.plan.recompute import early_stop_recomputed, recomputed_ops
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.ops import head_ops, layer_ops, titan_rope_bytes
 from shardlab.plan.report import render
 from shardlab.plan.step import evaluate

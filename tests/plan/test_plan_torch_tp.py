@@ -8,7 +8,7 @@ from shardlab.plan.comm import tp_pp_collectives
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.train_spec import TrainSpec
-from shardlab.plan.model import PRESETS
+from shardlab.plan.presets import PRESETS
 from shardlab.plan.published_gpu_heldout import HELD_OUT, plan_row, row_model
 
 M = PRESETS["llama3-8b"]

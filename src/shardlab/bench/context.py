@@ -199,7 +199,7 @@ def measure(quick: bool = True) -> dict:
     from shardlab.plan.comm import cp_ring
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
 
     size = SIZES["quick" if quick else "full"]
     ranks = common.run_on_ranks(_sweep, size, world=2)

@@ -106,7 +106,7 @@ def predicted(seq: int, cp: int, spec: str, cluster) -> float:
     """The planner's step seconds for this layout."""
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
     from shardlab.plan.step import evaluate
 
     name, u = _impl(spec)

@@ -22,7 +22,7 @@ from .from_config import trainer_defaults
 from .hardware import load_cluster
 from .layout import STRATEGY_ALIASES, Layout, strategy_fields
 from .train_spec import TrainSpec
-from .model import model_from_args, resolve_preset
+from .presets import model_from_args, resolve_preset
 
 MODEL_KEYS = {"n_layer": int, "d_model": int, "n_head": int, "vocab": int, "seq": int,
               "mlp_ratio": int, "tied": "bool", "arch": str, "n_kv_heads": int, "ffn": int, "head_dim": int,

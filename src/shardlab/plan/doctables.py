@@ -17,7 +17,7 @@ DOCS = Path(__file__).resolve().parents[3] / "docs"
 
 
 def presets() -> str:
-    from .model import ALIASES, PRESETS
+    from .presets import ALIASES, PRESETS
     lines = ["| preset | L | h | a | v | s | parameters | also accepted |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, m in PRESETS.items():
         alias = ", ".join(f"`{a}`" for a, real in ALIASES.items() if real == name)

@@ -13,7 +13,7 @@ from .hardware import load_cluster
 from .layout import Layout
 from .train_spec import TrainSpec
 from .memory import model_state_bytes
-from .model import PRESETS
+from .presets import PRESETS
 from .step import evaluate
 
 ZERO = "Rajbhandari et al. 2020, ZeRO, Fig. 1 (7.5B params, 64 GPUs, K=12)"

@@ -23,7 +23,8 @@ from dataclasses import replace
 from .hardware import Cluster, load_cluster
 from .layout import Layout
 from .train_spec import CLIP_PASSES, TrainSpec
-from .model import PRESETS, ModelSpec
+from .model import ModelSpec
+from .presets import PRESETS
 from .step import evaluate
 
 TORCHTITAN = "https://github.com/pytorch/torchtitan/blob/main/docs/performance.md"

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from .model import PRESETS
+from .presets import PRESETS
 from .published_gpu_heldout import MEGATRON_INTERLEAVED, _row, evaluate_rows  # noqa: F401  (evaluate_rows: the script's)
 
 SOURCE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary{,-archive}.md"

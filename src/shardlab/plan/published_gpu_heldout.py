@@ -49,7 +49,8 @@ from shardlab.parallel.pp import registry
 from .hardware import Cluster, load_cluster
 from .layout import Layout
 from .train_spec import CLIP_PASSES, TrainSpec
-from .model import PRESETS, ModelSpec
+from .model import ModelSpec
+from .presets import PRESETS
 from .step import evaluate
 
 # Megatron's interleaved 1F1B (the papers' v > 1 rows): the schedule the planner models with its bubble

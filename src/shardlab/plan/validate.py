@@ -32,7 +32,8 @@ from .calibrate_compute import measure_share
 from .hardware import read_profile
 from .layout import Layout, strategy_name
 from .train_spec import TrainSpec
-from .model import PRESETS, ModelSpec
+from .model import ModelSpec
+from .presets import PRESETS
 from .published import evaluate_published
 from .step import evaluate
 

@@ -128,7 +128,7 @@ def test_planner_kv_traffic_equals_the_recorded_and_activations_divide_by_cp(poo
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
     from shardlab.plan.memory import activation_lines
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
 
     model = model_from_args("tiny", seq=32)
     train = TrainSpec(global_batch=4, micro_batch=4, precision="fp32")

@@ -237,7 +237,7 @@ def test_planner_all_to_all_bytes_equal_the_recorded(pool4, impl, cp, u):
     from shardlab.plan.comm import tp_pp_collectives
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
 
     model = model_from_args("tiny", seq=32)
     train = TrainSpec(global_batch=4, micro_batch=4, precision="fp32")
@@ -260,7 +260,7 @@ def test_sync_points_count_the_waits_on_peers_not_the_calls():
     from shardlab.plan.comm import tp_pp_collectives
     from shardlab.plan.layout import Layout
     from shardlab.plan.train_spec import TrainSpec
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
 
     assert sync_points("ulysses", 4, 4, 2) == {"a2a": 8} and sync_points("ulysses", 2, 2, 1, True) == {"a2a": 6}
     assert sync_points("own", 4, 1, 2) == {"ring": 14} and sync_points("own", 2, 1, 1, True) == {"ring": 4}
@@ -275,7 +275,7 @@ def test_sync_points_count_the_waits_on_peers_not_the_calls():
 def test_planner_refuses_non_dividing_heads_with_trainings_line():
     from shardlab import config
     from shardlab.plan.layout import Layout
-    from shardlab.plan.model import model_from_args
+    from shardlab.plan.presets import model_from_args
 
     cfg = config.load(None, ["model.preset=tiny", "train.seq_len=48", "parallel.cp=3", "parallel.cp_impl=ulysses"])
     with pytest.raises(config.ConfigError) as trained:
