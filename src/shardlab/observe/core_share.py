@@ -4,21 +4,26 @@ On a machine with fewer free cores than ranks (2 cores, 4 ranks; a CI box shared
 compute takes its CPU time divided by the share of a core it was given. The planner predicts CPU time and
 needs that share to turn it into wall time; probing it before or after the run measures another moment.
 Linux counts, per thread, the nanoseconds spent on a CPU and the nanoseconds spent runnable but waiting on
-a run queue (`/proc/thread-self/schedstat`, fields 1 and 2): run / (run + wait) over the timed steps is
-the share the rank had while it was not blocked (a rank waiting in a collective or a sleep is in neither).
+a run queue (the thread's CPU clock; `/proc/thread-self/schedstat` field 2): run / (run + wait) over the timed
+steps is the share the rank had while it was not blocked (a rank waiting in a collective or a sleep is in neither).
 Only the thread that runs the step counts (one compute thread per rank on CPU): the process's other
 threads (gloo's, the doctor's heartbeat) wake briefly and queue behind busy ranks, and their waits are
 not on the step's path. Elsewhere (no /proc) the share is None.
 """
 from __future__ import annotations
 
+import time
+
 
 def sample() -> tuple[int, int] | None:
-    """(ns on a CPU, ns waiting on a run queue) of the calling thread; None without /proc."""
+    """(ns on a CPU, ns waiting on a run queue) of the calling thread; None without /proc. The CPU time is the
+    thread's clock (CLOCK_THREAD_CPUTIME_ID, which brings the running slice up to date), not schedstat's first
+    field: that one advances only at a scheduler tick or a switch, so a step shorter than a tick (4 ms at 250 Hz)
+    read 0 on a CPU and 0 waiting, and a run whose timed steps were all that short recorded no share."""
     try:
         with open("/proc/thread-self/schedstat") as f:
             fields = f.read().split()
-        return int(fields[0]), int(fields[1])
+        return time.thread_time_ns(), int(fields[1])
     except (OSError, ValueError, IndexError):
         return None
 
