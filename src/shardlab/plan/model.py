@@ -200,6 +200,11 @@ class ModelSpec:
         """Experts of each MoE block on one rank (all of them without expert parallelism)."""
         return self.moe_local or self.moe_experts
 
+    def received_slots(self, tokens: int) -> int:
+        """Token-slots the busiest expert-parallel rank's experts receive for `tokens` routed on a rank: tokens x k,
+        times the routing's load on it (moe_load: 1 under balanced routing or without ep)."""
+        return round(tokens * self.moe_top_k * self.moe_load)
+
     def expert_view(self, ep: int, load: float = 1.0) -> "ModelSpec":
         """The model as the busiest of `ep` expert-parallel ranks holds it: E / ep experts per MoE block, receiving
         `load` x the mean token-slots."""

@@ -168,9 +168,8 @@ def rank_tokens(model: ModelSpec, train, lay) -> int:
 
 
 def received_slots(model: ModelSpec, train, lay) -> int:
-    """Token-slots of a micro batch the busiest expert-parallel rank's experts receive: its tokens x k, times the
-    routing's load on it (ModelSpec.expert_view's moe_load; 1 under balanced routing or without ep)."""
-    return round(rank_tokens(model, train, lay) * model.moe_top_k * model.moe_load)
+    """Token-slots of a micro batch the busiest expert-parallel rank's experts receive (ModelSpec.received_slots)."""
+    return model.received_slots(rank_tokens(model, train, lay))
 
 
 def sorts_chunks(model: ModelSpec, train, lay) -> bool:

@@ -217,7 +217,7 @@ def moe_ops(model: ModelSpec, tokens: int, e: int, T: int = 0, t: int = 1) -> li
               Op("shared_swiglu", "elem", bytes=5 * T * sf * e / t, ew="gelu"),
               Op("shared_down", "gemm", flops=2 * T * sf * h / t, shape=(T, h, sf // t))] if sf else []
     slots = tokens * k
-    recv = round(slots * model.moe_load)  # what the busiest rank's experts receive (ModelSpec.expert_view)
+    recv = model.received_slots(tokens)  # what the busiest rank's experts receive (ModelSpec.expert_view)
     rows = max(1, recv // El)  # one expert's rows
     perm = (h + k * h) * tokens * e  # read each token, write it k times (and the reverse to un-permute)
     router = [Op("router", "gemm", flops=2 * tokens * E * h, shape=(tokens, E, h)),
