@@ -43,7 +43,8 @@ TRAIN_KEYS = {"global_batch": int, "global_batch_tokens": int, "micro_batch": in
               "cuda_graphs": str,  # none, full, or Megatron-Core's scopes attn,moe_router,moe_preprocess (plan/host.py)
               "fp8": str,  # train.fp8: the block linears' float8 recipe (none, tensorwise, rowwise, mxfp8; plan/fp8.py)
               "fp8_attention": "bool",  # the fused attention in FP8 too (TE's fp8_dot_product_attention; attention.py)
-              "moe_load": float}  # the busiest expert-parallel rank's token-slots over the mean (1.0: balanced)
+              "moe_load": float,  # the busiest expert-parallel rank's token-slots over the mean (1.0: balanced)
+              "z_loss": "bool"}  # the z-loss computed eagerly on the fp32 logits (ops.Z_LOSS_BYTES)
 LAYOUT_KEYS = {"dp": int, "strategy": str, "dp_shard": int, "tp": int, "sp": "bool", "pp": int, "cp": int,
                "cp_impl": str, "cp_ulysses": int, "tp_impl": str,
                "schedule": str, "v": int, "pp_split": str, "pp_layout": str, "recompute": str, "recompute_modules": str, "offload": str, "zero1_impl": str,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 
 from . import attention, fp8, fusion, host as host_mod, moe, torch_tp
-from .compute_notes import dropout_note, ring_note, titan_note
+from .compute_notes import dropout_note, ring_note, titan_note, z_loss_note
 from .recompute import early_stop_note, recomputed_ops
 from .hardware import Cluster
 from .layout import Layout, ends_as_blocks, pp_layout_moe_blocks, pp_layout_ranks, stage_layers
@@ -232,7 +232,8 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
         return sum(fp8.gemm_seconds(o, _op_time(o, c, fp32, backward), backward, c, train, lay, casts) for o in ops)
     f_block, b_block = ops_time(block, False), ops_time(block, True)
     f_emb, b_emb = ops_time(embed_ops(model, b, s, e), False), ops_time(embed_ops(model, b, s, e), True)
-    head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss)
+    head = head_ops(model, b, s, t, e, upcast=train.llama_impl == "torchtitan" and not train.fused_loss,
+                    z_loss=train.z_loss)
     f_head, b_head = ops_time(head, False), ops_time(head, True)
     mtp = (0.0, 0.0)
     if model.mtp_layers:  # a multi-token-prediction depth (the last stage's): its projection, a block, the head again
@@ -274,6 +275,7 @@ def _micro_batch_time(model: ModelSpec, train: TrainSpec, lay: Layout, c: Cluste
         gemm += sum(o.flops for o in rec_ops if o.kind == "gemm") * layers
     why = early_stop_note(block, lay.recompute, ops_time) if stop else ""
     why += titan_note(block, head, ops_time) if train.llama_impl == "torchtitan" and model.llama else ""
+    why += z_loss_note(head, ops_time)
     why += (dropout_note(block, ops_time) if drops and not model.llama else "") + ring_note(block, ops_time, compiled) \
         + split_why
     if compiled:

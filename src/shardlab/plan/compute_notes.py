@@ -21,6 +21,16 @@ def titan_note(block: list[Op], head: list[Op], ops_time) -> str:
             + ", ".join(said))
 
 
+def z_loss_note(head: list[Op], ops_time) -> str:
+    """--explain's words for the eager z-loss's passes over the fp32 logits (TrainSpec.z_loss), "" without it."""
+    z = [o for o in head if o.name == "z_loss"]
+    if not z:
+        return ""
+    return (f"; the eager z-loss (logsumexp of the fp32 logits, squared: {z[0].bytes / 1e9:.2f} GB forward, "
+            f"{z[0].bwd_bytes / 1e9:.2f} GB backward) {ops_time(z, False) * 1e3:.3f} / {ops_time(z, True) * 1e3:.3f} "
+            "ms in the head (once)")
+
+
 def ring_note(block: list[Op], ops_time, compiled: bool = False) -> str:
     """--explain's words for torch's ring attention merge kernels (cp_impl=torch), "" without them."""
     merge = [o for o in block if o.name == "cp_merge"]

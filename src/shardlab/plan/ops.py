@@ -241,16 +241,28 @@ def embed_ops(model: ModelSpec, b: int, s: int, e: int) -> list[Op]:
                bwd_bytes=(model.vocab * h + (0 if model.llama else model.seq * h)) * e + 3 * T * h * e)]
 
 
-def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int, upcast: bool = False) -> list[Op]:
+# The eager z-loss on fp32 logits, bytes per logit (forward, backward). Forward: ATen's logsumexp
+# (ReduceOps.cpp `logsumexp_out_impl`, what every backend runs) is amax (reads 4), the shifted copy `self - maxes`
+# (4 + 4), its exp_ in place (4 + 4) and the sum (4): 24. Backward: derivatives.yaml's `logsumexp_backward`,
+# grad * (self - result).exp(): a subtraction, an exp and a product over the logits (8 each); then autograd adds it
+# to the cross-entropy's gradient of the same logits (4 + 4 + 4): 36. The squares and the sum over tokens are
+# per-token vectors (not counted). tests/plan/test_plan_z_loss.py counts them through torch's dispatcher
+Z_LOSS_BYTES = (24, 36)
+
+
+def head_ops(model: ModelSpec, b: int, s: int, t: int, e: int, upcast: bool = False, z_loss: bool = False) -> list[Op]:
     """The final norm, the logits and the loss. `upcast`: the logits cast to fp32 by a kernel of their own before
     the loss, e + 4 B a logit each way (torchtitan's `self.output(h).float()` in its llama forward, 395a52627 and
-    9dec370; a row input where the loss runs eager), where F.cross_entropy's log-softmax reads them as they are."""
+    9dec370; a row input where the loss runs eager), where F.cross_entropy's log-softmax reads them as they are.
+    `z_loss`: the eager z-loss's passes over the fp32 logits (Z_LOSS_BYTES)."""
     T, h, v = b * s, model.d_model, model.vocab
     up = [Op("logits_float", "elem", bytes=(e + 4) * T * v / t, ew="copy", bwd_bytes=(e + 4) * T * v / t)]
+    z = [Op("z_loss", "elem", bytes=Z_LOSS_BYTES[0] * T * v / t, ew="ce", bwd_bytes=Z_LOSS_BYTES[1] * T * v / t)]
     return [Op("ln_f", "elem", bytes=2 * T * h * e, ew="ln"),
             Op("logits", "gemm", 2 * T * h * v / t, shape=(T, v // t, h)),
             *(up if upcast and e != 4 else []),
-            Op("cross_entropy", "elem", bytes=2 * T * v * 4 / t, ew="ce")]  # fp32 log-softmax
+            Op("cross_entropy", "elem", bytes=2 * T * v * 4 / t, ew="ce"),  # fp32 log-softmax
+            *(z if z_loss else [])]
 
 
 def gemm_shapes(model: ModelSpec, b: int, s: int, t: int = 1, flash: bool = True) -> list[tuple]:

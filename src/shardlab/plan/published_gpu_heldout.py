@@ -276,6 +276,7 @@ def plan_row(row: dict, cluster: Cluster | None = None):
     train = TrainSpec(global_batch=row["global_batch"], micro_batch=row["micro_batch"], seq=row["seq"],
                       precision=row["precision"], flash_attention=row["flash"], fp8=row["fp8"],
                       fp8_attention=row.get("fp8_attention", False), eager_norm=row["eager_norm"], dropout=row["dropout"], fused_loss=row["fused_loss"],
+                      z_loss=row.get("z_loss", False),
                       fp32_grad_accum=row["fp32_grad_accum"], eager_adam=row.get("eager_adam", False),
                       dtensor_loss=row.get("dtensor_loss", False),
                       compile=row.get("compile", False), grad_copy=row.get("grad_copy", False),

@@ -58,6 +58,10 @@ class TrainSpec:
     # (llm-foundry's default loss_fn, flash-attn's xentropy) rather than F.cross_entropy's fp32 tensors
     dropout: bool = True
     fused_loss: bool = False
+    # PaLM's z-loss (the squared log of the softmax's normaliser, OLMo's z_loss_multiplier) computed eagerly beside
+    # the loss, `logits.logsumexp(-1).pow(2)` on the fp32 logits: its passes over every logit (ops.Z_LOSS_BYTES);
+    # false where there is none or a fused cross-entropy kernel computes it in its own pass; a published row's input
+    z_loss: bool = False
     # torch's loss_parallel (DTensor's vocab-parallel cross-entropy, torchtitan's loss under TP) rather than
     # shardlab's vocab-parallel loss: its backward holds 16 B per logit where shardlab's holds 8 (model.logits_bytes)
     dtensor_loss: bool = False
