@@ -118,6 +118,39 @@ def units(model: ModelSpec, tp: int = 1, pp: int = 1, v: int = 1, part: str = "a
     return (root,) + tuple(kinds[model.is_moe(i)] for i in range(layers))
 
 
+def rank_units(model: ModelSpec, tp: int, dense: int, moe: int, embed: bool = True, head: bool = False,
+               mtp: int = 0) -> tuple[tuple[int, ...], ...]:
+    """The parameters of a pipeline rank under Megatron-Core's pipeline layout (`Layout.pp_layout`), as FSDP-style
+    units: the rank's ends first (the embedding where it holds it, the final norm and output layer where it holds
+    the loss, its multi-token-prediction depths), then one unit per block, `dense` dense and `moe` MoE ones."""
+    _root, kinds = _unit_parts(model, tp, "all", False)
+    ends = _top_parts(model, tp)
+    root = (ends["embed"] if embed else ()) + (ends["head"] if head else ()) + sum(ends["mtp"][:mtp], ())
+    return (root,) + (kinds[False],) * dense + (kinds[True],) * moe
+
+
+@functools.lru_cache(maxsize=64)
+def _top_parts(model: ModelSpec, tp: int) -> dict:
+    """The top-level parameters as one TP rank holds them, by the pipeline stage that holds them: "embed" (the
+    embeddings: the first stage), "head" (the final norm and the output layer: the loss's stage), "mtp" (one tuple
+    per multi-token-prediction depth: the stages the layout's m sits on)."""
+    anat = anatomy.by_arch(model.arch)
+    first = {anat.weight(m) for m in (anat.embedding, anat.positions) if m}
+    kv_whole = model.llama and model.n_kv_heads < tp
+    embed, head, mtp = [], [], [[] for _ in range(model.mtp_layers)]
+    for name, n in model.param_shapes(frozenset()):
+        if name.startswith(anat.blocks + "."):
+            continue
+        n = tp_local(name, n, tp, kv_whole=kv_whole)
+        if name in first:
+            embed.append(n)
+        elif name.startswith("mtp."):
+            mtp[int(name.split(".", 2)[1])].append(n)
+        else:
+            head.append(n)
+    return {"embed": tuple(embed), "head": tuple(head), "mtp": tuple(tuple(d) for d in mtp)}
+
+
 @functools.lru_cache(maxsize=256)
 def _unit_parts(model: ModelSpec, tp: int, part: str, whole_root: bool) -> tuple[tuple[int, ...], dict]:
     """(the root unit, {False: a dense block's unit, True: an MoE block's}) as one TP rank holds them. Every block

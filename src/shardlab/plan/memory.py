@@ -10,14 +10,15 @@ Shards are padded (per parameter, torch.chunk-style, by default), so Psi/N_d is 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
-from shardlab.parallel.pp import registry
 
 from . import fp8, moe, offload
 from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
-from .layout import Layout, ends_as_blocks, stage_layers
+from .layout import Layout, stage_layers
+from .pipeline_rank import (RankLayout, first_rank_moe_blocks, first_rank_numels, in_flight, layout_rank, rank_note,
+                            split_blocks)
 from .train_spec import TrainSpec
 from .activations import activation_bytes_extra, activation_bytes_per_layer, logits_bytes, te_counted
 from .model import ModelSpec
@@ -48,24 +49,6 @@ def model_state_bytes(psi: float, n: int, strategy: str, pb: int = 2, gb: int = 
             "optimizer": k * (full if strategy == "ddp" else sh)}
 
 
-def split_blocks(model: ModelSpec, lay: Layout) -> int | None:
-    """Blocks on the first pipeline rank under `pp_split=ends-as-blocks` (Megatron-DeepSpeed's
-    'type:transformer|embedding': DeepSpeed's PipelineModule `_partition_layers` weighs each transformer layer and
-    each embedding 1, so the first stage holds the embedding and one block fewer than a middle stage; BLOOM's
-    82 layers on 12 stages: 6), None for the planner's cost-balanced cut (`first_rank_layers`). Memory is the
-    first rank's (the embedding, the most micro batches in flight), so its blocks are this split's too."""
-    if lay.pp > 1 and lay.pp_split == "ends-as-blocks":
-        return ends_as_blocks(model.n_layer, lay.pp, lay.v)[0][0]
-    return None
-
-
-def first_rank_numels(model: ModelSpec, lay: Layout) -> list[int]:
-    """Each parameter's elements as the first pipeline rank holds it (TP-local; the split's blocks)."""
-    us = units(model, lay.tp, lay.pp, lay.v)
-    blocks = split_blocks(model, lay)
-    return [x for u in (us if blocks is None else us[:1 + blocks]) for x in u]
-
-
 def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
     blocks = split_blocks(model, lay)
     numels = first_rank_numels(model, lay)
@@ -86,7 +69,7 @@ def state_lines(model: ModelSpec, train: TrainSpec, lay: Layout) -> list[Line]:
         Line("params", 0 if lay.offload == "params" else st["params"],
              f"{pb} B x Psi{dn if p_sh else ''} = {pb} x {pe:,.0f}"
              + (" (offloaded to host)" if lay.offload == "params" else "")
-             + ("" if blocks is None else f" (first rank of pp_split=ends-as-blocks: the embedding + {blocks} blocks)")),
+             + ("" if blocks is None else rank_note(lay, blocks))),
         Line("grads", st["grads"], f"{gb} B x Psi{dn if g_sh else ''} = {gb} x {ge:,.0f}"),
         Line("optimizer", 0 if lay.offload != "none" else st["optimizer"],
              f"K={k:g} B x Psi{dn if o_sh else ''} = {k} x {oe:,.0f}"
@@ -118,7 +101,10 @@ def expert_state_line(name: str, model: ModelSpec, lay: Layout, per: float, n: i
     ZeRO-3's parameters shard the experts over the ranks holding the same experts (torchtitan's FSDP of the experts
     over the data-parallel ranks left by ep; Megatron-Core's expert-data-parallel group), as the optimizer's do."""
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-    held = round(layers * model.moe_blocks / model.n_layer) * model.experts_held * model.expert_params
+    own = first_rank_moe_blocks(model, lay)
+    mtp = (layout_rank(lay) or (0, 0, 0, 0))[2]  # an MTP depth's block is an MoE block too
+    held = (round(layers * model.moe_blocks / model.n_layer) if own is None else own + mtp) \
+        * model.experts_held * model.expert_params
     extra = per * held * (1 / lay.edp - 1 / n)
     return Line(name, extra, f"{what or f'{per:g} B'} x {held:,.0f} expert parameters x (1/edp - 1/{n}), "
                              f"edp = tp x cp x dp / ep = {lay.edp}")
@@ -137,23 +123,22 @@ def lp_grads_line(psi: float, pb: int) -> Line:
                 "BF16_Optimizer update_hp_grads(clear_lp_grads=False), freed at the next backward)")
 
 
-def in_flight(lay: Layout, m: int) -> float:
-    """Micro batches whose activations the first pipeline stage holds at peak, in units of one
-    micro batch through L/p layers. GPipe: all m. 1F1B: min(m, p). Interleaved (Narayanan et al.
-    2021; Korthikanti et al. 2022 Sec. 4.2.3): p * (1 + (p-1)/(p*v))."""
-    if lay.pp == 1:
-        return 1.0
-    return registry.in_flight(lay.schedule, lay.pp, m, lay.v)  # the schedule's row says which
-
-
 def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[float, int]:
     """(bytes one micro batch keeps per layer for its backward, the first rank's layers)."""
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     blocks = split_blocks(model, lay)
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-    per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
-                                           flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
-                                           fp8=train.fp8 != "none", modules=lay.recomputed_modules) * train.act_bytes_scale
+
+    def per(m: ModelSpec) -> float:
+        return activation_bytes_per_layer(m, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
+                                          flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
+                                          fp8=train.fp8 != "none", modules=lay.recomputed_modules)
+    moe_own = first_rank_moe_blocks(model, lay)
+    if moe_own is not None and model.mixed_blocks and layers:  # the first rank's own mix under a pipeline layout
+        w = moe_own / layers
+        per_layer = (w * per(model.uniform(True)) + (1 - w) * per(model.uniform(False))) * train.act_bytes_scale
+    else:
+        per_layer = per(model) * train.act_bytes_scale
     per_layer += moe.clamp_saved_bytes(model, train, lay)  # GPT-OSS's eager GLU clamp: its clamped copy
     return per_layer, layers
 
@@ -197,10 +182,13 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         Line("activations", one + extra,
              f"{form}{scale} per layer = {per_layer:,.0f} B x {offload.kept_layers(layers, lay)} layers"
              f"{f' (of {layers}: {lay.offload_activations} offloaded to host memory)' if lay.offload_activations else ''}"
-             f"{'' if blocks is None else ' (the first rank of pp_split=ends-as-blocks)'} + embedding/output "
+             f"{'' if blocks is None else rank_note(lay, blocks, short=True)} + embedding/output "
              f"{extra:,.0f} B{loss} (b={b}, s={s}{f' = seq/cp={lay.cp}' if lay.cp > 1 else ''})"),
     ]
-    if train.embed_norm:
+    own = layout_rank(lay)
+    if own is not None and (own[2] or own[3]):
+        lines.append(loss_stage_line(model, train, lay, b, s, fl, own[2], own[3]))
+    if train.embed_norm and (own is None or own[1]):
         lines.append(embed_norm_line(model, train, lay, b, s, fl))
     if lay.recompute == "full":
         lines.append(working_set_line(model, train, lay, b, s))
@@ -218,6 +206,24 @@ def activation_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) ->
         lines.append(Line("pipeline in-flight", one * (fl - 1),
                           f"{fl - 1:g} more micro batches x {one:,.0f} B ({lay.schedule}, p={lay.pp}, m={m})"))
     return lines
+
+
+def loss_stage_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int, fl: float, mtp: int,
+                    loss: int) -> Line:
+    """Under a pipeline layout, what the rank holding the loss and the multi-token-prediction depths keeps beyond its
+    blocks: each loss's logits while it runs backward (`logits_bytes`, one micro batch: the loss of one micro batch
+    runs at a time), and each MTP depth's block of saved activations (an MoE block's, as DeepSeek-V3's depths are)
+    for every micro batch in flight on the rank."""
+    e = train.act_bytes_scale
+    logits = logits_bytes(model, b, s, lay.tp, train.fused_loss, train.dtensor_loss) * e
+    block = activation_bytes_per_layer(model.uniform(True) if model.mixed_blocks else model, b, s, lay.tp, lay.sp,
+                                       lay.recompute, flash=train.flash_attention, dropout=train.dropout,
+                                       impl=train.llama_impl, fp8=train.fp8 != "none",
+                                       modules=lay.recomputed_modules) * e
+    return Line("loss stage", (loss + mtp) * logits + mtp * block * fl,
+                f"{loss + mtp} loss{'es' if loss + mtp > 1 else ''} x {logits:,.0f} B of logits"
+                + (f" + {mtp} MTP depth{'s' if mtp > 1 else ''} x one block's {block:,.0f} B x {fl:g} micro batches "
+                   "in flight" if mtp else "") + " (the rank holding them under pp_layout)")
 
 
 def embed_norm_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: int, fl: float) -> Line:
@@ -368,6 +374,20 @@ def own_segment(line: Line, largest: float, when: str) -> Line:
 
 
 def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
+    """The peak memory's lines: the first pipeline rank's (the embedding, the most micro batches in flight), or
+    under a pipeline layout (`pp_layout`, whose ranks hold different blocks and ends) the largest rank's (one rank's
+    where `lay` is that rank's, a RankLayout)."""
+    if lay.pp == 1 or not lay.pp_layout or isinstance(lay, RankLayout):
+        return _rank_lines(model, train, lay, m)
+    base = {f.name: getattr(lay, f.name) for f in fields(Layout)}
+    ranks = [_rank_lines(model, train, RankLayout(**base, pp_rank=r), m) for r in range(lay.pp)]
+    totals = [sum(ln.bytes for ln in lines) for lines in ranks]
+    r = max(range(lay.pp), key=totals.__getitem__)
+    return ranks[r] + [Line("pipeline rank", 0.0, f"rank {r} of {lay.pp}, the largest under pp_layout (each rank's "
+                                                  f"total: {', '.join(f'{t / 2**30:.1f}' for t in totals)} GiB)")]
+
+
+def _rank_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> list[Line]:
     acts = activation_lines(model, train, lay, m)
     buf = flat_cast_line(model, train, lay) if train.flat_grad_cast and lay.dp_cp > 1 else \
         buffer_line(model, train, lay)
