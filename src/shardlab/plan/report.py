@@ -78,9 +78,12 @@ def render(p: Plan, explain: bool = False) -> str:
            f"global batch {p.train.global_batch} seq = {p.tokens_per_step:,} tokens, "
            f"micro batch {p.train.micro_batch} x {p.m} per rank", ""]
     w = 28
-    out.append(f"{'memory per GPU':<{w}}{'':>14}")
+    # under a pipeline layout the lines are one rank's, the largest (memory.memory_lines): its note heads them
+    rank = next((ln for ln in p.memory if ln.name == "pipeline rank"), None)
+    out.append(f"{'memory per GPU':<{w}}{'':>14}" + (f"   {rank.formula}" if rank else ""))
     for ln in p.memory:
-        out.append(f"  {ln.name:<{w - 2}}{_b(ln.bytes):>14}" + (f"   {ln.formula}" if explain else ""))
+        if ln is not rank:
+            out.append(f"  {ln.name:<{w - 2}}{_b(ln.bytes):>14}" + (f"   {ln.formula}" if explain else ""))
     verdict = "fits" if p.fits else "DOES NOT FIT"
     out.append(f"  {'total':<{w - 2}}{_b(p.mem_total):>14}   of {_b(p.capacity)} usable: {verdict}")
     out.append("")
