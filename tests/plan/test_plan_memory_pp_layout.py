@@ -8,7 +8,7 @@ from shardlab.parallel.pp import registry
 from shardlab.plan.hardware import load_cluster
 from shardlab.plan.layout import Layout
 from shardlab.plan.memory import memory_lines
-from shardlab.plan.pipeline_rank import RankLayout, first_rank_numels, in_flight
+from shardlab.plan.pipeline_rank import PEAK_RANK, RankLayout, first_rank_numels, in_flight
 from shardlab.plan.model import ModelSpec
 from shardlab.plan.step import evaluate
 from shardlab.plan.train_spec import TrainSpec
@@ -56,7 +56,7 @@ def test_the_plan_shows_the_largest_rank():
     lines = memory_lines(MOE, train, lay, 64)
     totals = [sum(ln.bytes for ln in memory_lines(MOE, train, _rank(lay, r), 64)) for r in range(3)]
     note = lines[-1]
-    assert note.name == "pipeline rank" and note.bytes == 0
+    assert note.name == PEAK_RANK and note.bytes == 0
     assert sum(ln.bytes for ln in lines) == pytest.approx(max(totals))
     assert f"rank {totals.index(max(totals))} of 3" in note.formula
     last = memory_lines(MOE, train, _rank(lay, 2), 64)
@@ -68,4 +68,4 @@ def test_the_plan_shows_the_largest_rank():
 def test_without_a_layout_the_first_rank_as_before():
     train = TrainSpec(global_batch=64, micro_batch=1, seq=32, precision="bf16-mixed", flash_attention=True)
     for lay in (Layout(dp=1, pp=3), replace(Layout(dp=1, pp=3), pp_split="ends-as-blocks")):
-        assert all(ln.name != "pipeline rank" for ln in memory_lines(MOE, train, lay, 64))
+        assert all(ln.name != PEAK_RANK for ln in memory_lines(MOE, train, lay, 64))

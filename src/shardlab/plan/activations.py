@@ -10,7 +10,8 @@ from .model import ModelSpec
 
 def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: bool = False,
                                recompute: str = "none", flash: bool = False, dropout: bool = True,
-                               impl: str = "own", fp8: bool = False, modules: frozenset = frozenset()) -> float:
+                               impl: str = "own", fp8: bool = False, modules: frozenset = frozenset(),
+                               moe_share: float | None = None) -> float:
     """Korthikanti et al. 2022, Table 2: activation bytes of one transformer layer for one micro
     batch with 16-bit activations and 1-byte dropout masks.
 
@@ -32,10 +33,11 @@ def activation_bytes_per_layer(m: ModelSpec, b: int, s: int, t: int = 1, sp: boo
     (head/column-split: ÷t), both row-parallel matmul outputs (a partial sum of full size before its
     reduction), plus the s x s scores (as²b) where attention is not fused.
     """
-    if m.mixed_blocks:  # dense and MoE blocks: each kind weighted by its share of the blocks
-        w = m.moe_blocks / m.n_layer
+    if m.mixed_blocks:  # dense and MoE blocks: each kind weighted by its share of the blocks (`moe_share`: of the
+        # blocks a rank holds, where a pipeline layout says which: memory.stored_per_layer; 1.0 an MoE block's)
+        w = m.moe_blocks / m.n_layer if moe_share is None else moe_share
         return sum(share * activation_bytes_per_layer(m.uniform(moe), b, s, t, sp, recompute, flash, dropout, impl, fp8,
-                                                      modules) for moe, share in ((True, w), (False, 1 - w)))
+                                                      modules) for moe, share in ((True, w), (False, 1 - w)) if share)
     h, a = m.d_model, m.n_head
     sbh = s * b * h
     if te_counted(m, impl, recompute, flash):

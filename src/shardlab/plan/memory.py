@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-
 from . import fp8, moe, offload
 from .comm import DTYPE_BYTES, MiB
 from .geometry import padded, padded_units, units
 from .layout import Layout, stage_layers
-from .pipeline_rank import (RankLayout, first_rank_moe_blocks, first_rank_numels, in_flight, layout_rank, rank_note,
-                            split_blocks)
+from .pipeline_rank import (PEAK_RANK, RankLayout, first_rank_numels, in_flight, layout_rank, rank_moe_blocks,
+                            rank_note, split_blocks)
 from .train_spec import TrainSpec
 from .activations import activation_bytes_extra, activation_bytes_per_layer, logits_bytes, te_counted
 from .model import ModelSpec
@@ -101,7 +100,7 @@ def expert_state_line(name: str, model: ModelSpec, lay: Layout, per: float, n: i
     ZeRO-3's parameters shard the experts over the ranks holding the same experts (torchtitan's FSDP of the experts
     over the data-parallel ranks left by ep; Megatron-Core's expert-data-parallel group), as the optimizer's do."""
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-    own = first_rank_moe_blocks(model, lay)
+    own = rank_moe_blocks(model, lay)
     mtp = (layout_rank(lay) or (0, 0, 0, 0))[2]  # an MTP depth's block is an MoE block too
     held = (round(layers * model.moe_blocks / model.n_layer) if own is None else own + mtp) \
         * model.experts_held * model.expert_params
@@ -128,17 +127,12 @@ def stored_per_layer(model: ModelSpec, train: TrainSpec, lay: Layout) -> tuple[f
     s = (train.seq or model.seq) // lay.cp  # context parallelism: each rank holds s/cp of every sequence
     blocks = split_blocks(model, lay)
     layers = stage_layers(model.n_layer, lay.pp, lay.v) if blocks is None else blocks
-
-    def per(m: ModelSpec) -> float:
-        return activation_bytes_per_layer(m, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
-                                          flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
-                                          fp8=train.fp8 != "none", modules=lay.recomputed_modules)
-    moe_own = first_rank_moe_blocks(model, lay)
-    if moe_own is not None and model.mixed_blocks and layers:  # the first rank's own mix under a pipeline layout
-        w = moe_own / layers
-        per_layer = (w * per(model.uniform(True)) + (1 - w) * per(model.uniform(False))) * train.act_bytes_scale
-    else:
-        per_layer = per(model) * train.act_bytes_scale
+    own = rank_moe_blocks(model, lay)  # under a pipeline layout the rank's own mix of dense and MoE blocks
+    per_layer = activation_bytes_per_layer(model, train.micro_batch, s, lay.tp, lay.sp, lay.recompute,
+                                           flash=train.flash_attention, dropout=train.dropout, impl=train.llama_impl,
+                                           fp8=train.fp8 != "none", modules=lay.recomputed_modules,
+                                           moe_share=own / layers if own is not None and layers else None) \
+        * train.act_bytes_scale
     per_layer += moe.clamp_saved_bytes(model, train, lay)  # GPT-OSS's eager GLU clamp: its clamped copy
     return per_layer, layers
 
@@ -216,10 +210,9 @@ def loss_stage_line(model: ModelSpec, train: TrainSpec, lay: Layout, b: int, s: 
     for every micro batch in flight on the rank."""
     e = train.act_bytes_scale
     logits = logits_bytes(model, b, s, lay.tp, train.fused_loss, train.dtensor_loss) * e
-    block = activation_bytes_per_layer(model.uniform(True) if model.mixed_blocks else model, b, s, lay.tp, lay.sp,
-                                       lay.recompute, flash=train.flash_attention, dropout=train.dropout,
-                                       impl=train.llama_impl, fp8=train.fp8 != "none",
-                                       modules=lay.recomputed_modules) * e
+    block = activation_bytes_per_layer(model, b, s, lay.tp, lay.sp, lay.recompute, flash=train.flash_attention,
+                                       dropout=train.dropout, impl=train.llama_impl, fp8=train.fp8 != "none",
+                                       modules=lay.recomputed_modules, moe_share=1.0) * e
     return Line("loss stage", (loss + mtp) * logits + mtp * block * fl,
                 f"{loss + mtp} loss{'es' if loss + mtp > 1 else ''} x {logits:,.0f} B of logits"
                 + (f" + {mtp} MTP depth{'s' if mtp > 1 else ''} x one block's {block:,.0f} B x {fl:g} micro batches "
@@ -383,7 +376,7 @@ def memory_lines(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> lis
     ranks = [_rank_lines(model, train, RankLayout(**base, pp_rank=r), m) for r in range(lay.pp)]
     totals = [sum(ln.bytes for ln in lines) for lines in ranks]
     r = max(range(lay.pp), key=totals.__getitem__)
-    return ranks[r] + [Line("pipeline rank", 0.0, f"rank {r} of {lay.pp}, the largest under pp_layout (each rank's "
+    return ranks[r] + [Line(PEAK_RANK, 0.0, f"rank {r} of {lay.pp}, the largest under pp_layout (each rank's "
                                                   f"total: {', '.join(f'{t / 2**30:.1f}' for t in totals)} GiB)")]
 
 

@@ -12,6 +12,9 @@ from .geometry import rank_units, units
 from .layout import Layout, ends_as_blocks, pp_layout_moe_blocks, pp_layout_ranks
 from .model import ModelSpec
 
+# the memory lines' note naming the pipeline rank they are for under a layout (memory_lines; the report heads with it)
+PEAK_RANK = "pipeline rank"
+
 
 @dataclass(frozen=True)
 class RankLayout(Layout):
@@ -42,7 +45,7 @@ def split_blocks(model: ModelSpec, lay: Layout) -> int | None:
     return None
 
 
-def first_rank_moe_blocks(model: ModelSpec, lay: Layout) -> int | None:
+def rank_moe_blocks(model: ModelSpec, lay: Layout) -> int | None:
     """The MoE blocks among the rank's own under a pipeline layout (DeepSeek-V3's leading dense blocks sit on
     the first stage), None where a rank's blocks are taken in order from the first (`units`)."""
     if layout_rank(lay) is not None and model.moe_experts:
@@ -66,7 +69,7 @@ def first_rank_numels(model: ModelSpec, lay: Layout) -> list[int]:
     pipeline layout the rank's own dense and MoE blocks and ends: embedding, final norm and output, MTP depths)."""
     if (own := layout_rank(lay)) is not None:
         blocks, embed, mtp, loss = own
-        moe = first_rank_moe_blocks(model, lay) or 0
+        moe = rank_moe_blocks(model, lay) or 0
         return [x for u in rank_units(model, lay.tp, blocks - moe, moe, bool(embed), bool(loss), mtp) for x in u]
     us = units(model, lay.tp, lay.pp, lay.v)
     blocks = split_blocks(model, lay)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from . import anchors
+from .pipeline_rank import PEAK_RANK
 from .step import Plan, bubble_units
 
 GiB = 2**30
@@ -79,7 +80,7 @@ def render(p: Plan, explain: bool = False) -> str:
            f"micro batch {p.train.micro_batch} x {p.m} per rank", ""]
     w = 28
     # under a pipeline layout the lines are one rank's, the largest (memory.memory_lines): its note heads them
-    rank = next((ln for ln in p.memory if ln.name == "pipeline rank"), None)
+    rank = next((ln for ln in p.memory if ln.name == PEAK_RANK), None)
     out.append(f"{'memory per GPU':<{w}}{'':>14}" + (f"   {rank.formula}" if rank else ""))
     for ln in p.memory:
         if ln is not rank:
