@@ -39,6 +39,10 @@ class Collective:
     # an all-to-all a dispatcher deduplicates across nodes (Layout.ep_dedup): (k, E, groups, group top-k) of the routing
     # it carries, from which its share of the payload on the network follows (comm_time.collective_time)
     dedup: tuple = ()
+    # whose kernels move it: "nccl" (NCCL's collectives, torch's all_to_all_single included), or "flex" (a fused MoE
+    # dispatcher's own dispatch and combine kernels: DeepEP, HybridEP), for the all-to-all's achieved rate
+    # (comm_time.achieved_bw, Cluster.busbw_eff_alltoall_intra)
+    kernels: str = "nccl"
 
     @property
     def wire(self) -> float:
@@ -318,7 +322,7 @@ def ep_all_to_all(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Co
                       f"block (dispatch, combine; forward and backward) x {layers:g} blocks x {m} micro batches"
                       + (f" x the busiest rank's load {model.moe_load:g} (moe_load)" if model.moe_load != 1 else "")
                       + (" (ep_overlap: beside another micro batch's compute)" if lay.ep_overlap else "") + dedup,
-                      per_micro=True, dedup=routing)
+                      per_micro=True, dedup=routing, kernels="flex" if lay.ep_dispatcher == "flex" else "nccl")
 
 
 def cp_ring(model: ModelSpec, train: TrainSpec, lay: Layout, m: int) -> Collective:

@@ -58,10 +58,11 @@ def _ring_parts(op: str, size: float, n: int, alpha: float, bw: float) -> tuple[
 
 
 def call_time(op: str, size: float, n: int, local: int, cluster: Cluster,
-              net_share: float | None = None) -> tuple[float, float, float]:
+              net_share: float | None = None, kernels: str = "nccl") -> tuple[float, float, float]:
     """(seconds, intra wire bytes, inter wire bytes) of one call with a `size`-byte payload over
     n ranks of which `local` share a node. `net_share`: an all-to-all's share of the payload on the network where
-    a dispatcher deduplicates it (None: (n - local) / n, each copy its own)."""
+    a dispatcher deduplicates it (None: (n - local) / n, each copy its own). `kernels`: whose kernels move it
+    (comm.Collective.kernels), for the all-to-all's achieved rate."""
     if n <= 1 or size <= 0:
         return 0.0, 0.0, 0.0
     wire = wire_factor(op, n) * size
@@ -72,7 +73,7 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster,
         return alpha + wire / busbw, wire, 0.0
     nodes = max(1, n // max(1, local))
     base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
-    intra_bw, inter_bw = achieved_bw(op, cluster, False), achieved_bw(op, cluster, True)
+    intra_bw, inter_bw = achieved_bw(op, cluster, False, kernels), achieved_bw(op, cluster, True)
     if nodes == 1:
         return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
     if op == "all_to_all":  # every rank sends 1/n of its payload to each other rank at once, each link its share
@@ -120,13 +121,17 @@ def nccl_latency(op: str, size: float, n: int, local: int, nodes: int, cluster: 
     return min(ring_lat + (ring_x,), tree_lat + (tree_x,), key=sum)
 
 
-def achieved_bw(op: str, cluster: Cluster, inter: bool) -> float:
-    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL's rings
-    achieve (nccl-tests' busbw; docs/planner.md, "The GPU terms"). With the per-call and per-step latencies
-    this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small messages."""
+def achieved_bw(op: str, cluster: Cluster, inter: bool, kernels: str = "nccl") -> float:
+    """The bus bandwidth a collective reaches at large messages: the link's times the fraction NCCL achieves for
+    it (nccl-tests' busbw; docs/planner.md, "The GPU terms"): its rings', all-reduce's (NVLink SHARP), its
+    all-to-all's inside a node, unless a fused dispatcher's `kernels` move the all-to-all. With the per-call and
+    per-step latencies this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small
+    messages."""
     if inter:
         return cluster.inter_bw * cluster.busbw_eff_inter
     eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
+    if op == "all_to_all" and kernels == "nccl" and cluster.busbw_eff_alltoall_intra:
+        eff = cluster.busbw_eff_alltoall_intra
     return cluster.intra_bw * eff
 
 
@@ -151,5 +156,5 @@ def collective_time(c, lay: Layout, cluster: Cluster) -> tuple[float, float, flo
         from .moe import remote_nodes
         k, experts, groups, top = c.dedup
         share = remote_nodes(k, experts, c.n // local, groups, top) / k
-    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster, share)
+    t, wi, wo = call_time(c.op, c.payload / c.calls, c.n, local, cluster, share, c.kernels)
     return t * c.calls, wi * c.calls, wo * c.calls

@@ -50,6 +50,10 @@ class Cluster:
     sms: int = 0  # streaming multiprocessors: GEMM wave quantization, the SMs NCCL's kernels take
     busbw_eff_intra: float = 1.0  # achieved / link bus bandwidth of ring collectives inside a node
     busbw_eff_allreduce_intra: float = 1.0  # the same for all-reduce (NVLink SHARP on NVSwitch Hopper)
+    # the same for NCCL's all-to-all inside a node (its grouped sends and receives, one peer each, not a ring): 0 =
+    # the rings' busbw_eff_intra. Fused dispatchers (DeepEP, HybridEP) move their all-to-alls with their own
+    # kernels and keep the rings' rate (comm.Collective.kernels; docs/planner.md, "NCCL's all-to-all at its own rate")
+    busbw_eff_alltoall_intra: float = 0.0
     busbw_eff_inter: float = 1.0  # achieved / NIC bandwidth across nodes
     call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
@@ -210,7 +214,15 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # attention_sustained: those figures are a short benchmark's (30 repeats of each configuration); at the power limit a
 # GH100 settles below the boost clock they ran at: MSMF / MAMF of the same BF16 GEMM benchmark, 698.6 / ~828 = 0.844
 # (S. Bekman, ml-engineering, as gemm_efficiency above). The A100 keeps 1: no sustained figure is published
+# busbw_eff_alltoall_intra: NCCL's all-to-all inside a node reaches less of NVLink than its rings do. nccl-tests
+# alltoall_perf bus bandwidth on 8 GPUs (NVIDIA, GTC 2025 session S72583, the slide "All-to-all Communication
+# Bandwidth", as reproduced in S. Bekman, ml-engineering, network/README.md, images/all-to-all-bw-2025.png, f2d6d3d):
+# NVLink3 (A100) 210, NVLink4 (H100) 320, NVLink5 (B200) 640 GB/s, and 640 on 32 GPUs of a GB200 NVL72: 0.70 and
+# 0.711 of the 300 / 450 / 900 GB/s links, where the same slides' all-reduce rings reach 232 / 370 / 700 (0.77-0.82,
+# the rings' 0.8). Across nodes the same slide's 48 GB/s on 8 x 400 Gb/s (DGX H100) and 24 on 8 x 200 Gb/s (DGX A100)
+# are the NIC's 0.96 that busbw_eff_inter has already
 _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
+               busbw_eff_alltoall_intra=round(320 / 450, 3),
                gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
                attention_sustained=round(698.6 / 828, 3))
 
@@ -222,6 +234,7 @@ _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allred
 # (`attention=flash4`); its rates by backend in attention.EFFICIENCY. attention_sustained: MSMF / MAMF of the same
 # benchmark, 1,456.3 / 1,770.9. No rate by sequence length is published for Blackwell (attention_by_seq off)
 _BLACKWELL = dict(_HOPPER, sms=148, tdp_w=1000.0, gemm_efficiency=round(1456.3 / 2250, 3),
+                  busbw_eff_alltoall_intra=round(640 / 900, 3),
                   gemm_efficiency_fp8=round(2795.7 / 4500, 3), attention_by_seq=False,
                   attention_sustained=round(1456.3 / 1770.9, 3))
 
@@ -261,7 +274,8 @@ PRESETS: dict[str, Cluster] = {
         "A100-80G", peak_flops=312e12, peak_flops_fp32=19.5e12, hbm_bytes=80 * GB,
         hbm_bw=2039 * GB, intra_bw=300 * GB, intra_latency=5.7e-6,
         inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB,
-        **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8),
+        **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8,
+        busbw_eff_alltoall_intra=round(210 / 300, 3)),
     "H100-SXM": _node(
         "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,

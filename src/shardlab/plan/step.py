@@ -394,7 +394,9 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
     X["comm_total"] = "sum of alpha-beta times of every collective" + (
         f" (per call {cluster.call_latency * 1e6:.1f} us + ring steps x alpha + wire / achieved bus bandwidth: "
         f"NVLink {cluster.intra_bw * cluster.busbw_eff_intra / 1e9:.0f} GB/s rings, "
-        f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce; network "
+        f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce"
+        + (f", {cluster.intra_bw * cluster.busbw_eff_alltoall_intra / 1e9:.0f} GB/s NCCL all-to-all"
+           if cluster.busbw_eff_alltoall_intra else "") + "; network "
         f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "") + (
         "; across nodes one ring through every rank: each step's latency added, the transfer at the slower of "
         "the NVLink and network phases" if cluster.pipelined_phases else "")

@@ -1,0 +1,72 @@
+"""NCCL's all-to-all inside a node at its own achieved bus bandwidth (Cluster.busbw_eff_alltoall_intra: nccl-tests
+alltoall busbw on 8 GPUs, NVIDIA's GTC 2025 figures: A100 210, H100 320, B200 640 GB/s), below the rings' 0.8 of the
+link; a fused dispatcher's all-to-all (DeepEP, HybridEP) keeps the rings' rate, and every other collective, the
+network and calibrated CPU profiles are unchanged."""
+from dataclasses import replace
+
+import pytest
+
+from shardlab.plan.cli import main as plan_main
+from shardlab.plan.comm import ep_all_to_all
+from shardlab.plan.comm_time import achieved_bw, call_time
+from shardlab.plan.hardware import PRESETS
+from shardlab.plan.layout import Layout
+from shardlab.plan.presets import PRESETS as MODELS
+from shardlab.plan.train_spec import TrainSpec
+
+GB = 1e9
+
+
+@pytest.mark.parametrize("name, busbw", [("A100-80G", 210), ("H100-SXM", 320), ("H200", 320), ("B200", 640),
+                                         ("GB200", 640), ("GB300", 640)])
+def test_nccl_all_to_all_inside_a_node_runs_at_the_published_busbw(name, busbw):
+    """The preset's fraction of its NVLink is the published figure's (to the fraction's 3 decimals)."""
+    c = PRESETS[name]
+    assert achieved_bw("all_to_all", c, False) == pytest.approx(busbw * GB, rel=1e-3)
+    # the rings and all-reduce keep their own rates
+    assert achieved_bw("all_gather", c, False) == c.intra_bw * c.busbw_eff_intra
+    assert achieved_bw("all_reduce", c, False) == c.intra_bw * c.busbw_eff_allreduce_intra
+
+
+def test_a_large_call_is_its_wire_over_that_rate_and_a_flex_dispatchers_is_not():
+    """One 1 GiB all-to-all over 8 H100s of a node: base latency + 7 steps of alpha + 7/8 of it at 320 GB/s;
+    the same payload moved by HybridEP's kernels at the rings' 360 GB/s."""
+    c, size = PRESETS["H100-SXM"], 2**30
+    lat = c.call_latency + 7 * c.intra_latency
+    t, intra, inter = call_time("all_to_all", size, 8, 8, c)
+    assert t == pytest.approx(lat + 7 / 8 * size / (320 * GB), rel=1e-3)
+    assert (intra, inter) == (7 / 8 * size, 0.0)
+    flex = call_time("all_to_all", size, 8, 8, c, kernels="flex")[0]
+    assert flex == pytest.approx(lat + 7 / 8 * size / (c.intra_bw * c.busbw_eff_intra))
+    assert t / flex == pytest.approx((c.intra_bw * c.busbw_eff_intra) / (320 * GB), rel=2e-3)
+
+
+def test_across_nodes_the_network_paces_it_as_before():
+    """The same slide's 48 GB/s on 8 x 400 Gb/s DGX H100s is busbw_eff_inter's 0.96 of the NIC already: an
+    all-to-all over 16 H100s of two nodes whose network share outlasts its NVLink share takes the network's time,
+    whichever kernels move it."""
+    c, size = PRESETS["H100-SXM"], 2**30
+    nccl, flex = (call_time("all_to_all", size, 16, 8, c, kernels=k)[0] for k in ("nccl", "flex"))
+    assert nccl == flex
+    assert nccl == pytest.approx(c.call_latency + c.inter_latency + c.intra_latency + size * 8 / 16 / (48 * GB))
+
+
+def test_a_profile_without_the_figure_keeps_the_rings_rate():
+    """Calibrated profiles (and presets built before the term) carry 0: the rings' busbw_eff_intra."""
+    c = replace(PRESETS["H100-SXM"], busbw_eff_alltoall_intra=0.0)
+    assert achieved_bw("all_to_all", c, False) == c.intra_bw * c.busbw_eff_intra
+
+
+@pytest.mark.parametrize("dispatcher, kernels", [("alltoall", "nccl"), ("flex", "flex")])
+def test_the_ep_all_to_all_names_whose_kernels_move_it(dispatcher, kernels):
+    """Megatron-Core's all-to-all dispatcher (and shardlab's own) calls NCCL; the flex dispatcher its own kernels."""
+    model = replace(MODELS["llama-small"], moe_experts=8, moe_top_k=2, moe_every=1)
+    lay = Layout(dp=8, ep=8, ep_dispatcher=dispatcher)
+    c = ep_all_to_all(model, TrainSpec(global_batch=8, seq=256), lay, 1)
+    assert c.op == "all_to_all" and c.kernels == kernels
+
+
+def test_explain_prints_the_all_to_all_rate(capsys):
+    """--explain's communication line names the NCCL all-to-all's rate beside the rings' and all-reduce's."""
+    assert plan_main(["model=gpt2", "cluster=H100-SXM", "gpus=8", "dp=8", "--explain"]) == 0
+    assert "320 GB/s NCCL all-to-all" in capsys.readouterr().out
