@@ -1,7 +1,7 @@
 """NCCL's all-to-all inside a node at its own achieved bus bandwidth (Cluster.busbw_eff_alltoall_intra: nccl-tests
 alltoall busbw on 8 GPUs, NVIDIA's GTC 2025 figures: A100 210, H100 320, B200 640 GB/s), below the rings' 0.8 of the
-link; a fused dispatcher's all-to-all (DeepEP, HybridEP) keeps the rings' rate, and every other collective, the
-network and calibrated CPU profiles are unchanged."""
+link, and all-reduce with NVLink SHARP at the same slides' (H100 480, B200 850); a fused dispatcher's all-to-all
+(DeepEP, HybridEP) keeps the rings' rate, and the rings, the network and calibrated CPU profiles are unchanged."""
 from dataclasses import replace
 
 import pytest
@@ -26,6 +26,14 @@ def test_nccl_all_to_all_inside_a_node_runs_at_the_published_busbw(name, busbw):
     # the rings and all-reduce keep their own rates
     assert achieved_bw("all_gather", c, False) == c.intra_bw * c.busbw_eff_intra
     assert achieved_bw("all_reduce", c, False) == c.intra_bw * c.busbw_eff_allreduce_intra
+
+
+@pytest.mark.parametrize("name, busbw", [("A100-80G", 240), ("H100-SXM", 480), ("B200", 850), ("GB200", 850)])
+def test_all_reduce_inside_a_node_runs_at_the_same_slides_busbw(name, busbw):
+    """All-reduce's nccl-tests bus bandwidth on 8 GPUs from the same slides where NVLink SHARP reduces in the switch
+    (its bus bandwidth passes the H100's 450 GB/s link); the A100 keeps the rings' 0.8 (240, the slide's 232 inside
+    the 230-250 it came from)."""
+    assert achieved_bw("all_reduce", PRESETS[name], False) == pytest.approx(busbw * GB, rel=1e-3)
 
 
 def test_a_large_call_is_its_wire_over_that_rate_and_a_flex_dispatchers_is_not():

@@ -49,7 +49,7 @@ class Cluster:
     power_w: float = 0.0  # the power limit it runs at (0 = tdp): sustained clock (power/tdp)^(1/3)
     sms: int = 0  # streaming multiprocessors: GEMM wave quantization, the SMs NCCL's kernels take
     busbw_eff_intra: float = 1.0  # achieved / link bus bandwidth of ring collectives inside a node
-    busbw_eff_allreduce_intra: float = 1.0  # the same for all-reduce (NVLink SHARP on NVSwitch Hopper)
+    busbw_eff_allreduce_intra: float = 1.0  # the same for all-reduce (NVLink SHARP on NVSwitch Hopper, Blackwell)
     # the same for NCCL's all-to-all inside a node (its grouped sends and receives, one peer each, not a ring): 0 =
     # the rings' busbw_eff_intra. Fused dispatchers (DeepEP, HybridEP) move their all-to-alls with their own
     # kernels and keep the rings' rate (comm.Collective.kernels; docs/planner.md, "NCCL's all-to-all at its own rate")
@@ -221,7 +221,13 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # 0.711 of the 300 / 450 / 900 GB/s links, where the same slides' all-reduce rings reach 232 / 370 / 700 (0.77-0.82,
 # the rings' 0.8). Across nodes the same slide's 48 GB/s on 8 x 400 Gb/s (DGX H100) and 24 on 8 x 200 Gb/s (DGX A100)
 # are the NIC's 0.96 that busbw_eff_inter has already
-_HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=1.0,
+# busbw_eff_allreduce_intra: the same slides' allreduce_perf bus bandwidth on 8 GPUs ("Collective Communication
+# Bandwidth", images/all-reduce-bw-2025.png): NVLink3 (A100) 232, NVLink4 with NVLink SHARP (H100) 480, NVLink5 with
+# SHARP (B200) 850 GB/s, 850 on 32 GPUs of a GB200 NVL72 (in-switch reduction: a ring's bus bandwidth can pass the
+# link). Was 1.0 on Hopper and Blackwell (the link; nccl-tests guides' 460-480 GB/s on 8 H100s) until 2026-12-07.
+# The A100 keeps 0.8 (240 GB/s): the slide's 232 is inside the guides' 230-250, and Korthikanti et al.'s timed layer
+# (TP 8 on A100s, published_gpu_layer.py) is met within 0.4% forward at 0.8, 1.1% at 232
+_HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=round(480 / 450, 3),
                busbw_eff_alltoall_intra=round(320 / 450, 3),
                gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
                attention_sustained=round(698.6 / 828, 3))
@@ -234,7 +240,7 @@ _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allred
 # (`attention=flash4`); its rates by backend in attention.EFFICIENCY. attention_sustained: MSMF / MAMF of the same
 # benchmark, 1,456.3 / 1,770.9. No rate by sequence length is published for Blackwell (attention_by_seq off)
 _BLACKWELL = dict(_HOPPER, sms=148, tdp_w=1000.0, gemm_efficiency=round(1456.3 / 2250, 3),
-                  busbw_eff_alltoall_intra=round(640 / 900, 3),
+                  busbw_eff_alltoall_intra=round(640 / 900, 3), busbw_eff_allreduce_intra=round(850 / 900, 3),
                   gemm_efficiency_fp8=round(2795.7 / 4500, 3), attention_by_seq=False,
                   attention_sustained=round(1456.3 / 1770.9, 3))
 
