@@ -73,7 +73,7 @@ def call_time(op: str, size: float, n: int, local: int, cluster: Cluster,
         return alpha + wire / busbw, wire, 0.0
     nodes = max(1, n // max(1, local))
     base = cluster.call_latency  # NCCL's fixed cost of a call, before its ring steps
-    intra_bw, inter_bw = achieved_bw(op, cluster, False, kernels), achieved_bw(op, cluster, True)
+    intra_bw, inter_bw = achieved_bw(op, cluster, False, kernels), achieved_bw(op, cluster, True, kernels)
     if nodes == 1:
         return base + _ring(op, size, n, cluster.intra_latency, intra_bw), wire, 0.0
     if op == "all_to_all":  # every rank sends 1/n of its payload to each other rank at once, each link its share
@@ -127,10 +127,12 @@ def achieved_bw(op: str, cluster: Cluster, inter: bool, kernels: str = "nccl") -
     all-to-all's inside a node, unless a fused dispatcher's `kernels` move the all-to-all. With the per-call and
     per-step latencies this is the size curve: busbw(S) = wire(S) / (latency + wire(S) / achieved), low for small
     messages."""
+    nccl_a2a = op == "all_to_all" and kernels == "nccl"
     if inter:
-        return cluster.inter_bw * cluster.busbw_eff_inter
+        return cluster.inter_bw * (cluster.busbw_eff_alltoall_inter if nccl_a2a and cluster.busbw_eff_alltoall_inter
+                                   else cluster.busbw_eff_inter)
     eff = cluster.busbw_eff_allreduce_intra if op == "all_reduce" else cluster.busbw_eff_intra
-    if op == "all_to_all" and kernels == "nccl" and cluster.busbw_eff_alltoall_intra:
+    if nccl_a2a and cluster.busbw_eff_alltoall_intra:
         eff = cluster.busbw_eff_alltoall_intra
     return cluster.intra_bw * eff
 

@@ -54,6 +54,8 @@ class Cluster:
     # the rings' busbw_eff_intra. Fused dispatchers (DeepEP, HybridEP) move their all-to-alls with their own
     # kernels and keep the rings' rate (comm.Collective.kernels; docs/planner.md, "NCCL's all-to-all at its own rate")
     busbw_eff_alltoall_intra: float = 0.0
+    # the same across nodes: the share of the NIC NCCL's all-to-all puts its network bytes through; 0 = busbw_eff_inter
+    busbw_eff_alltoall_inter: float = 0.0
     busbw_eff_inter: float = 1.0  # achieved / NIC bandwidth across nodes
     call_latency: float = 0.0  # per collective call, s (NCCL's base latency), besides alpha per ring step
     nccl_ctas: int = 0  # SMs (one CTA each) a running NCCL collective occupies
@@ -219,8 +221,11 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # Bandwidth", as reproduced in S. Bekman, ml-engineering, network/README.md, images/all-to-all-bw-2025.png, f2d6d3d):
 # NVLink3 (A100) 210, NVLink4 (H100) 320, NVLink5 (B200) 640 GB/s, and 640 on 32 GPUs of a GB200 NVL72: 0.70 and
 # 0.711 of the 300 / 450 / 900 GB/s links, where the same slides' all-reduce rings reach 232 / 370 / 700 (0.77-0.82,
-# the rings' 0.8). Across nodes the same slide's 48 GB/s on 8 x 400 Gb/s (DGX H100) and 24 on 8 x 200 Gb/s (DGX A100)
-# are the NIC's 0.96 that busbw_eff_inter has already
+# the rings' 0.8).
+# busbw_eff_alltoall_inter: the same slide's 32 GPUs across 4 nodes, 48 GB/s on 8 x 400 Gb/s NICs (DGX H100) and 24 on
+# 8 x 200 Gb/s (DGX A100). nccl-tests' bus bandwidth counts all (n - 1) / n of the payload, of which (n - 8) / n crosses
+# the network, so each GPU's NIC carried 48 x 24 / 31 = 37.2 of 50 GB/s (18.6 of 25): 0.743 on both, where the rings
+# across nodes keep 0.96 (busbw_eff_inter)
 # busbw_eff_allreduce_intra: the same slides' allreduce_perf bus bandwidth on 8 GPUs ("Collective Communication
 # Bandwidth", images/all-reduce-bw-2025.png): NVLink3 (A100) 232, NVLink4 with NVLink SHARP (H100) 480, NVLink5 with
 # SHARP (B200) 850 GB/s, 850 on 32 GPUs of a GB200 NVL72 (in-switch reduction: a ring's bus bandwidth can pass the
@@ -228,7 +233,7 @@ _NCCL = dict(call_latency=8.4e-6, busbw_eff_intra=0.8, busbw_eff_inter=0.96, ncc
 # The A100 keeps 0.8 (240 GB/s): the slide's 232 is inside the guides' 230-250, and Korthikanti et al.'s timed layer
 # (TP 8 on A100s, published_gpu_layer.py) is met within 0.4% forward at 0.8, 1.1% at 232
 _HOPPER = dict(_NCCL, gemm_roofline=True, sms=132, tdp_w=700.0, busbw_eff_allreduce_intra=round(480 / 450, 3),
-               busbw_eff_alltoall_intra=round(320 / 450, 3),
+               busbw_eff_alltoall_intra=round(320 / 450, 3), busbw_eff_alltoall_inter=round(48 * 24 / 31 / 50, 3),
                gemm_efficiency=0.706, gemm_efficiency_fp8=0.651, attention_by_seq=True,
                attention_sustained=round(698.6 / 828, 3))
 
@@ -281,7 +286,7 @@ PRESETS: dict[str, Cluster] = {
         hbm_bw=2039 * GB, intra_bw=300 * GB, intra_latency=5.7e-6,
         inter_bw=25 * GB, inter_latency=6.6e-6, pcie_bw=32 * GB,
         **_NCCL, gemm_roofline=True, sms=108, tdp_w=400.0, busbw_eff_allreduce_intra=0.8,
-        busbw_eff_alltoall_intra=round(210 / 300, 3)),
+        busbw_eff_alltoall_intra=round(210 / 300, 3), busbw_eff_alltoall_inter=round(24 * 24 / 31 / 25, 3)),
     "H100-SXM": _node(
         "H100-SXM", peak_flops=989e12, peak_flops_fp32=67e12, peak_flops_fp8=1979e12, hbm_bytes=80 * GB,
         hbm_bw=3350 * GB, intra_bw=450 * GB, intra_latency=5.7e-6,

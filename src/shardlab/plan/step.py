@@ -397,7 +397,9 @@ def _explain(plan: Plan, mt, t_mb: float, opt_why: str) -> None:
         f"{cluster.intra_bw * cluster.busbw_eff_allreduce_intra / 1e9:.0f} GB/s all-reduce"
         + (f", {cluster.intra_bw * cluster.busbw_eff_alltoall_intra / 1e9:.0f} GB/s NCCL all-to-all"
            if cluster.busbw_eff_alltoall_intra else "") + "; network "
-        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s)" if cluster.call_latency else "") + (
+        f"{cluster.inter_bw * cluster.busbw_eff_inter / 1e9:.0f} GB/s"
+        + (f", {cluster.inter_bw * cluster.busbw_eff_alltoall_inter / 1e9:.0f} GB/s NCCL all-to-all"
+           if cluster.busbw_eff_alltoall_inter else "") + ")" if cluster.call_latency else "") + (
         "; across nodes one ring through every rank: each step's latency added, the transfer at the slower of "
         "the NVLink and network phases" if cluster.pipelined_phases else "")
     X["exposed_comm"] = f"data-parallel comm not hidden (overlap efficiency {cluster.overlap_efficiency:g})"
