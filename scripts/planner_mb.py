@@ -13,6 +13,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
             sliding-window attention, 128 experts top-4, eager and graphed rows
   sixteenth   Megatron-Bridge's model verification cards: GPT-OSS 20B/120B, Qwen3 30B/235B/8B, DeepSeek-V3 and
             Moonlight pre-training on H100, GB200, GB300 (plan/published_gpu_sixteenth.py)
+  nineteenth  torchao's float8 training benchmarks (not Megatron-Bridge's: torchtitan, FSDP2, compile): Llama 3 8B
+            on 8 H100s in bfloat16, tensorwise and rowwise float8 (plan/published_gpu_nineteenth.py)
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -26,7 +28,7 @@ from shardlab.plan.published_gpu import print_set
 
 SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
         "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH", "fifteenth": "FIFTEENTH",
-        "sixteenth": "SIXTEENTH"}
+        "sixteenth": "SIXTEENTH", "nineteenth": "NINETEENTH"}
 
 
 def main() -> None:
