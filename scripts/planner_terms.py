@@ -12,11 +12,12 @@ from shardlab.plan.hardware import load_cluster
 from shardlab.plan.published_gpu import COMPILED, EXAMINED, GIVEN, HELD_OUT, HELD_OUT_2, predict, row_cluster
 
 OFF = dict(call_latency=0.0, busbw_eff_intra=1.0, busbw_eff_allreduce_intra=1.0, busbw_eff_alltoall_intra=0.0,
-           busbw_eff_inter=1.0,
+           busbw_eff_inter=1.0, busbw_eff_alltoall_inter=0.0,
            nccl_ctas=0, gemm_roofline=False, attention="", gemm_efficiency=0.75, kernel_gap_s=0.0,
            unit_pipeline=False, pipelined_phases=False, hbm_efficiency=(), attention_by_seq=False,
            attention_sustained=1.0, ring_latency_steps=False)
-LINKS = ("call_latency", "busbw_eff_intra", "busbw_eff_allreduce_intra", "busbw_eff_alltoall_intra", "busbw_eff_inter")
+LINKS = ("call_latency", "busbw_eff_intra", "busbw_eff_allreduce_intra", "busbw_eff_alltoall_intra", "busbw_eff_inter",
+         "busbw_eff_alltoall_inter")
 # (label, what the step switches on: cluster fields, or row inputs)
 STEPS = [
     ("baseline (datasheet H100-SXM, bf16 reduce, ideal links and kernels)", ()),
