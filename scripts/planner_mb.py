@@ -15,6 +15,8 @@ Engine), each committed before the planner was first run on it; evaluate once pe
             Moonlight pre-training on H100, GB200, GB300 (plan/published_gpu_sixteenth.py)
   nineteenth  torchao's float8 training benchmarks (not Megatron-Bridge's: torchtitan, FSDP2, compile): Llama 3 8B
             on 8 H100s in bfloat16, tensorwise and rowwise float8 (plan/published_gpu_nineteenth.py)
+  twentieth   FlagPerf's Megatron-Core Llama 3 rows (BAAI, core_v0.6.0): 8B on A800 and H100, 70B on 64 H100s
+            (plan/published_gpu_twentieth.py)
 
     PYTHONPATH=src python scripts/planner_mb.py eighth            # the whole table
     PYTHONPATH=src python scripts/planner_mb.py ninth --summary   # the means only
@@ -28,7 +30,7 @@ from shardlab.plan.published_gpu import print_set
 
 SETS = {"eighth": "EIGHTH", "ninth": "NINTH", "tenth": "TENTH", "eleventh": "ELEVENTH", "twelfth": "TWELFTH",
         "thirteenth": "THIRTEENTH", "fourteenth": "FOURTEENTH", "fifteenth": "FIFTEENTH",
-        "sixteenth": "SIXTEENTH", "nineteenth": "NINETEENTH"}
+        "sixteenth": "SIXTEENTH", "nineteenth": "NINETEENTH", "twentieth": "TWENTIETH"}
 
 
 def main() -> None:
