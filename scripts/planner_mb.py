@@ -1,5 +1,6 @@
-"""The planner against the frozen sets of Megatron-Bridge's performance tables (Megatron-Core with Transformer
-Engine), each committed before the planner was first run on it; evaluate once per committed change of the planner:
+"""The planner against frozen sets of published tables (Megatron-Bridge's performance tables, Megatron-Core with
+Transformer Engine, and from the nineteenth set others' tables too), each committed before the planner was first run
+on it; evaluate once per committed change of the planner:
   eighth  dense Llama 3 rows on DGX H100 and DGX B200, FP8 current scaling (plan/published_gpu_eighth.py)
   ninth   the same on GB200 and GB300, the NVL72 racks' GPUs (plan/published_gpu_ninth.py)
   tenth   dense Llama 3 rows in MXFP8 on B200, GB200 and GB300 (plan/published_gpu_tenth.py)
